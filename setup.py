@@ -1,0 +1,29 @@
+"""Packaging for Shepherd. Install torch==2.13.0 first (see the README) so pip keeps that CPU build."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="shepherd-rl",
+    version="0.1.0",
+    description="Reinforcement learning as a service: remote environments drive stable-baselines3 "
+                "learners over JSON/HTTP",
+    python_requires=">=3.10",
+    packages=find_packages(include=["shepherd", "shepherd.*"]),
+    package_data={"shepherd": ["py.typed"]},
+    install_requires=[
+        "aiohttp>=3.9",
+        "stable-baselines3>=2.3",
+        "gymnasium>=0.29",
+        "torch>=2.1",
+        "pyyaml>=6",
+        "tinydb>=4.8",
+        "orjson>=3.9",
+    ],
+    extras_require={
+        "test": [
+            "pytest>=8",
+            "pytest-aiohttp>=1.0",
+            "pytest-timeout>=2.2",
+        ],
+    },
+)

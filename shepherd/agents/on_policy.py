@@ -1,0 +1,220 @@
+"""Pooled on-policy learning (PPO): rollouts made of fixed-length segments, each filled by one client.
+
+SB3's ``RolloutBuffer`` has ``n_envs`` columns of ``n_steps`` rows. Here a column is a *segment*: a
+client session claims a free one when it needs to act, writes its transitions down it, and releases it
+when its episode ends or the segment is full. When every segment is full, the rollout is complete: GAE is
+computed by SB3's ``compute_returns_and_advantage`` and SB3's ``train()`` runs. Sessions that need to act
+while no segment is free wait for that update, exactly as SB3's vectorised envs wait for ``train()``.
+
+A session that leaves mid-segment (or stalls while others wait) hands its segment over: its last
+transition is bootstrapped with the value of its next observation, as SB3 bootstraps a time limit, and
+the next writer starts with ``episode_start`` set, so GAE never crosses from one client to another.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import torch as th
+from stable_baselines3.common.buffers import DictRolloutBuffer, RolloutBuffer
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+
+from shepherd.agents.base import ActMode, Kind, Message, PooledLearner, now, reply, stack_observations
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Actor:
+    """What the learner keeps for one session: its segment and whether an action awaits its outcome."""
+
+    segment: int | None = None
+    pending: bool = False  # the row at the segment's position holds obs/action/value, not yet a reward
+    new_episode: bool = True
+    fresh_segment: bool = False  # claimed a segment started by someone else: GAE must not cross into it
+    last_seen: float = 0.0
+
+
+class OnPolicyLearner(PooledLearner):
+    """PPO (and any SB3 on-policy algorithm) fed by segments from many sessions."""
+
+    #: a session holding a segment while others wait for one loses it after this many idle seconds
+    handover_timeout = 5.0
+
+    def __init__(self, model: OnPolicyAlgorithm, name: str, total_steps: int | None) -> None:
+        super().__init__(model, name, total_steps)
+        self.buffer: RolloutBuffer | DictRolloutBuffer = model.rollout_buffer
+        self.n_steps = model.n_steps
+        self.n_segments = model.n_envs
+        self._actors: dict[int, _Actor] = {}
+        self._waiting: list[Message] = []
+        self._reset_rollout()
+        model.policy.set_training_mode(False)
+
+    def _reset_rollout(self) -> None:
+        self.buffer.reset()
+        self._position = np.zeros(self.n_segments, dtype=np.int64)
+        self._owner: list[int | None] = [None] * self.n_segments
+        self._last_values = np.zeros(self.n_segments, dtype=np.float32)
+        self._last_dones = np.zeros(self.n_segments, dtype=np.float32)
+
+    # -- the batched forward pass ------------------------------------------------------------------
+    @th.no_grad()
+    def _forward(self, observations: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Sampled actions, greedy actions, values and log-probabilities for a batch of observations."""
+        policy = self.model.policy
+        obs_tensor, _ = policy.obs_to_tensor(stack_observations(observations))
+        features = policy.extract_features(obs_tensor)
+        if policy.share_features_extractor:
+            latent_pi, latent_vf = policy.mlp_extractor(features)
+        else:
+            latent_pi = policy.mlp_extractor.forward_actor(features[0])
+            latent_vf = policy.mlp_extractor.forward_critic(features[1])
+        values = policy.value_net(latent_vf).flatten()
+        distribution = policy._get_action_dist_from_latent(latent_pi)
+        sampled = distribution.get_actions(deterministic=False)
+        greedy = distribution.get_actions(deterministic=True)
+        log_probs = distribution.log_prob(sampled)
+        return sampled.numpy(), greedy.numpy(), values.numpy(), log_probs.numpy()
+
+    def _process(self, messages: list[Message]) -> None:
+        forward = [m for m in messages if m.kind is not Kind.DROP]
+        if forward:
+            sampled, greedy, values, log_probs = self._forward([m.obs for m in forward])
+            outputs = {id(m): i for i, m in enumerate(forward)}
+        for message in messages:
+            actor = self._actors.setdefault(message.actor, _Actor())
+            actor.last_seen = now()
+            if message.kind is Kind.DROP:
+                self._drop(message.actor)
+                continue
+            i = outputs[id(message)]
+            if message.kind is Kind.BEGIN:
+                self._leave_segment(actor, bootstrap=True)
+                actor.new_episode = True
+            if message.kind in (Kind.STEP, Kind.END) and message.mode.learns and actor.pending:
+                self._complete(actor, message, float(values[i]))
+            if message.kind is Kind.END:
+                self._leave_segment(actor, bootstrap=False)
+                actor.new_episode = True
+                continue
+            self._act(actor, message, sampled[i], greedy[i], float(values[i]), float(log_probs[i]))
+        if self._rollout_full():
+            self._train()
+
+    def _act(self, actor: _Actor, message: Message, sampled, greedy, value: float, log_prob: float) -> None:
+        if message.mode is ActMode.GREEDY:
+            reply(message, self._env_action(greedy))
+            return
+        if message.mode is ActMode.RANDOM:  # on-policy heatup is refused by the graph; never stored
+            reply(message, self._random_action())
+            return
+        segment = actor.segment if actor.segment is not None else self._claim(message.actor, actor)
+        if segment is None:
+            message.kind = Kind.ACT  # its transition is stored; only the action waits for the update
+            self._waiting.append(message)
+            return
+        row = int(self._position[segment])
+        self._write_row(row, segment, message.obs, sampled, value, log_prob,
+                        start=actor.new_episode or actor.fresh_segment)
+        actor.pending, actor.new_episode, actor.fresh_segment = True, False, False
+        reply(message, self._env_action(sampled))
+
+    def _write_row(self, row: int, segment: int, obs, action, value: float, log_prob: float,
+                   start: bool) -> None:
+        buffer = self.buffer
+        if isinstance(buffer.observations, dict):
+            for key, part in obs.items():
+                buffer.observations[key][row, segment] = part
+        else:
+            buffer.observations[row, segment] = obs
+        buffer.actions[row, segment] = np.asarray(action).reshape(buffer.action_dim)
+        buffer.values[row, segment] = value
+        buffer.log_probs[row, segment] = log_prob
+        buffer.episode_starts[row, segment] = float(start)
+
+    def _complete(self, actor: _Actor, message: Message, next_value: float) -> None:
+        """Store the reward of the pending row; bootstrap a time limit with the next value."""
+        segment = actor.segment
+        row = int(self._position[segment])
+        reward = message.reward
+        done = message.kind is Kind.END
+        if done and message.truncated:
+            reward += self.model.gamma * next_value
+        self.buffer.rewards[row, segment] = reward
+        self._position[segment] = row + 1
+        self.model.num_timesteps += 1
+        actor.pending = False
+        if row + 1 == self.n_steps:
+            self._last_values[segment] = next_value
+            self._last_dones[segment] = float(done)
+            self._owner[segment] = None
+            actor.segment = None
+
+    def _claim(self, actor_id: int, actor: _Actor) -> int | None:
+        for segment in range(self.n_segments):
+            if self._owner[segment] is None and self._position[segment] < self.n_steps:
+                self._owner[segment] = actor_id
+                actor.segment = segment
+                actor.fresh_segment = self._position[segment] > 0
+                return segment
+        return None
+
+    def _leave_segment(self, actor: _Actor, bootstrap: bool) -> None:
+        """Release the actor's segment; a pending row is dropped and, if asked, its value bootstraps
+        the previous row (the episode is cut there, as at a time limit)."""
+        segment = actor.segment
+        if segment is None:
+            return
+        row = int(self._position[segment])
+        if actor.pending and bootstrap and row > 0 and not actor.fresh_segment:
+            self.buffer.rewards[row - 1, segment] += self.model.gamma * self.buffer.values[row, segment]
+        self._owner[segment] = None
+        actor.segment, actor.pending, actor.fresh_segment = None, False, False
+
+    def _drop(self, actor_id: int) -> None:
+        actor = self._actors.pop(actor_id, None)
+        if actor is not None:
+            self._leave_segment(actor, bootstrap=True)
+        for message in [m for m in self._waiting if m.actor == actor_id]:
+            self._waiting.remove(message)
+            if message.future is not None and not message.future.done():
+                message.future.cancel()
+
+    def _rollout_full(self) -> bool:
+        return bool(np.all(self._position == self.n_steps))
+
+    def _train(self) -> None:
+        buffer = self.buffer
+        buffer.pos, buffer.full = self.n_steps, True
+        buffer.compute_returns_and_advantage(th.as_tensor(self._last_values), self._last_dones)
+        self._progress_remaining()
+        self.model.train()
+        self.model.policy.set_training_mode(False)
+        self._reset_rollout()
+        waiting, self._waiting = self._waiting, []
+        if waiting:
+            self._process(waiting)
+
+    def _idle(self) -> None:
+        """Hand segments of stalled sessions over when others are waiting for one."""
+        if not self._waiting or any(o is None and p < self.n_steps for o, p in zip(self._owner, self._position)):
+            return
+        deadline = now() - self.handover_timeout
+        stalled = [a for a in self._actors.values() if a.segment is not None and a.last_seen < deadline]
+        if not stalled:
+            return
+        for actor in stalled:
+            logger.info("agent %s: a stalled session hands its segment over", self.name)
+            self._leave_segment(actor, bootstrap=True)
+        waiting, self._waiting = self._waiting, []
+        self._process(waiting)
+
+    def _stop_waiting(self, error: Exception) -> None:
+        waiting, self._waiting = self._waiting, []
+        for message in waiting:
+            if message.future is not None and not message.future.done():
+                message.future.set_exception(error)
+

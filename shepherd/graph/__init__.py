@@ -1,0 +1,11 @@
+"""Graph: the GraphManager, its schedule and phases, checkpoints and preset loading."""
+
+from shepherd.graph.manager import (AgentSpec, Conflict, GraphManager, PresetError, PresetValidation, Session,
+                                    Unauthorized)
+from shepherd.graph.presets import list_presets, load_preset
+from shepherd.graph.runtime import AgentRuntime, AgentStats
+from shepherd.graph.schedule import EvaluationResult, PhaseTracker, Schedule
+
+__all__ = ["AgentRuntime", "AgentSpec", "AgentStats", "Conflict", "EvaluationResult", "GraphManager",
+           "PhaseTracker", "PresetError", "PresetValidation", "Schedule", "Session", "Unauthorized",
+           "list_presets", "load_preset"]

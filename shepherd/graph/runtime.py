@@ -1,0 +1,139 @@
+"""One served agent: its learner, its phase tracker, its checkpoints and the records of its episodes."""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from shepherd.agents import PooledLearner
+from shepherd.graph.schedule import EvaluationResult, PhaseTracker, Schedule
+from shepherd.level import Episode, Phase
+from shepherd.storage import AgentRecord, EpisodeReturn, Store
+
+logger = logging.getLogger(__name__)
+
+MODEL_FILE = "model.zip"
+
+
+@dataclass(frozen=True)
+class AgentStats:
+    """A snapshot for progress displays and the admin API."""
+
+    agent: str
+    steps: int
+    steps_per_second: float
+    phase: str
+    sessions: int
+    episodes: int
+    mean_train_return: float | None
+    last_evaluation: EvaluationResult | None
+    failure: str | None
+
+
+class AgentRuntime:
+    """Hosts one agent for its LevelManagers (the `EpisodeHost` protocol) and keeps its records.
+
+    All methods run on the event loop (or whichever single thread drives the graph); the learner does its
+    work on its own thread.
+    """
+
+    def __init__(self, record: AgentRecord, learner: PooledLearner, schedule: Schedule, store: Store,
+                 on_evaluation: Callable[[AgentRuntime, EvaluationResult], None] | None = None) -> None:
+        self.record = record
+        self.learner = learner
+        self.schedule = schedule
+        self.store = store
+        self.tracker = PhaseTracker(schedule)
+        self.sessions = 0
+        self.episodes = 0
+        self.evaluations: list[EvaluationResult] = []
+        self.train_returns: collections.deque[float] = collections.deque(maxlen=100)
+        self._on_evaluation = on_evaluation
+        self._rate = collections.deque(maxlen=20)  # (time, steps) samples for steps/s
+        self._last_checkpoint = (time.monotonic(), 0)
+
+    @property
+    def model_path(self) -> Path:
+        return self.store.agent_folder(self.record.id) / MODEL_FILE
+
+    def resume(self) -> bool:
+        """Load the last checkpoint if there is one; returns whether it did."""
+        if not self.model_path.exists():
+            return False
+        state = self.learner.restore(self.model_path)
+        self.tracker.load(state.get("schedule", {}))
+        self._last_checkpoint = (time.monotonic(), self.tracker.steps)
+        logger.info("agent %s resumed at %d steps", self.record.name, self.tracker.steps)
+        return True
+
+    # -- EpisodeHost ---------------------------------------------------------------------------
+    def begin_episode(self) -> Phase:
+        return self.tracker.begin_episode()
+
+    def count_step(self, phase: Phase) -> None:
+        self.tracker.count_step(phase)
+        steps = self.tracker.steps
+        last_time, last_steps = self._last_checkpoint
+        if steps - last_steps >= self.schedule.checkpoint_every_steps or (
+                steps > last_steps and time.monotonic() - last_time >= self.schedule.checkpoint_every_seconds):
+            self.checkpoint()
+
+    def end_episode(self, episode: Episode, completed: bool) -> None:
+        if completed:
+            self.episodes += 1
+            self.store.append_return(self.record.id, EpisodeReturn(
+                time.time(), float(episode.total), episode.length, episode.phase.value))
+            if episode.phase is Phase.TRAIN:
+                self.train_returns.append(float(episode.total))
+        result = self.tracker.end_episode(episode, completed)
+        if result is not None:
+            self.evaluations.append(result)
+            logger.info("agent %s evaluation %d at %d steps: mean return %.1f", self.record.name,
+                        result.period, result.steps, result.mean_return)
+            if self._on_evaluation is not None:
+                self._on_evaluation(self, result)
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    def checkpoint(self) -> Future:
+        """Queue a checkpoint on the learner's thread; it sees every step handed over before it."""
+        self._last_checkpoint = (time.monotonic(), self.tracker.steps)
+        future = self.learner.checkpoint(self.model_path, {"schedule": self.tracker.state()})
+        future.add_done_callback(self._checkpoint_done)
+        return future
+
+    def _checkpoint_done(self, future: Future) -> None:
+        if future.exception() is not None:
+            logger.error("agent %s: checkpoint failed: %s", self.record.name, future.exception())
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Checkpoint (unless the learner failed), then stop the learner."""
+        if self.learner.failure is None:
+            try:
+                self.checkpoint().result(timeout)
+            except Exception as error:  # noqa: BLE001 - reported, and shutdown goes on
+                logger.error("agent %s: final checkpoint failed: %s", self.record.name, error)
+        self.learner.close(timeout)
+
+    # -- display -------------------------------------------------------------------------------
+    def stats(self) -> AgentStats:
+        now = time.monotonic()
+        self._rate.append((now, self.tracker.steps))
+        first_time, first_steps = self._rate[0]
+        rate = (self.tracker.steps - first_steps) / (now - first_time) if now > first_time else 0.0
+        train = list(self.train_returns)[-20:]
+        return AgentStats(
+            agent=self.record.name, steps=self.tracker.steps, steps_per_second=rate,
+            phase=self.tracker.phase.value if self.learner.failure is None else "failed",
+            sessions=self.sessions, episodes=self.episodes,
+            mean_train_return=sum(train) / len(train) if train else None,
+            last_evaluation=self.evaluations[-1] if self.evaluations else None,
+            failure=self.learner.failure,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {"id": self.record.id, "name": self.record.name, "algorithm": self.record.algorithm}

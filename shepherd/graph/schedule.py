@@ -1,0 +1,132 @@
+"""The schedule (Coach's step counts) and the tracker that moves one agent through its phases."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from shepherd.level import Episode, Phase
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """When an agent explores, learns and is evaluated, counted in steps over all its clients.
+
+    ``heatup_steps`` count toward ``improve_steps``, as SB3's ``learning_starts`` counts toward
+    ``total_timesteps``. ``improve_steps=None`` trains forever. After every
+    ``steps_between_evaluation_periods`` learned steps, and once when ``improve_steps`` is reached, the
+    next ``evaluation_episodes`` episodes that start (from any client) run greedy and unlearned.
+    """
+
+    heatup_steps: int = 0
+    improve_steps: int | None = None
+    steps_between_evaluation_periods: int | None = None
+    evaluation_episodes: int = 5
+    checkpoint_every_steps: int = 10_000
+    checkpoint_every_seconds: float = 60.0
+
+    def __post_init__(self) -> None:
+        for name in ("heatup_steps", "evaluation_episodes", "checkpoint_every_steps"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"schedule: {name} must not be negative")
+        for name in ("improve_steps", "steps_between_evaluation_periods"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"schedule: {name} must be positive or None")
+
+
+@dataclass(frozen=True)
+class EvaluationResult:
+    period: int
+    steps: int
+    mean_return: float
+    returns: tuple[float, ...]
+
+
+class PhaseTracker:
+    """The live phase state of one agent. Not thread-safe: one owner (the event loop) drives it."""
+
+    def __init__(self, schedule: Schedule) -> None:
+        self.schedule = schedule
+        self.steps = 0
+        self.period = 0
+        self.to_start = 0  # evaluation episodes of the open period not yet started
+        self.running = 0  # evaluation episodes started and not yet ended
+        self.period_returns: list[float] = []
+        self.next_evaluation = schedule.steps_between_evaluation_periods
+        self.final_started = False
+
+    @property
+    def budget_spent(self) -> bool:
+        return self.schedule.improve_steps is not None and self.steps >= self.schedule.improve_steps
+
+    @property
+    def finished(self) -> bool:
+        """The training budget is spent and its final evaluation is over."""
+        return self.budget_spent and self.to_start == 0 and self.running == 0
+
+    @property
+    def phase(self) -> Phase:
+        """The phase a new episode would start in now (without starting one)."""
+        if self.to_start or self.running:
+            return Phase.EVALUATE
+        if self.steps < self.schedule.heatup_steps:
+            return Phase.HEATUP
+        return Phase.DEPLOY if self.budget_spent else Phase.TRAIN
+
+    def begin_episode(self) -> Phase:
+        if self.to_start:
+            self.to_start -= 1
+            self.running += 1
+            return Phase.EVALUATE
+        if self.steps < self.schedule.heatup_steps:
+            return Phase.HEATUP
+        return Phase.DEPLOY if self.budget_spent else Phase.TRAIN
+
+    def count_step(self, phase: Phase) -> None:
+        if phase not in (Phase.HEATUP, Phase.TRAIN):
+            return
+        self.steps += 1
+        if self.next_evaluation is not None and self.steps >= self.next_evaluation:
+            self.next_evaluation += self.schedule.steps_between_evaluation_periods or 0
+            self._open_period()
+        if self.budget_spent and not self.final_started:
+            self.final_started = True
+            if not (self.to_start or self.running):
+                self._open_period()
+
+    def _open_period(self) -> None:
+        if self.schedule.evaluation_episodes:
+            if not (self.to_start or self.running):
+                self.period += 1
+            self.to_start += self.schedule.evaluation_episodes
+
+    def end_episode(self, episode: Episode, completed: bool) -> EvaluationResult | None:
+        """Account an episode's end; returns the evaluation result when it closes a period."""
+        if episode.phase is not Phase.EVALUATE:
+            return None
+        self.running -= 1
+        if not completed:
+            self.to_start += 1  # an abandoned evaluation episode is replaced by the next one to start
+            return None
+        self.period_returns.append(episode.total)
+        if self.running or self.to_start:
+            return None
+        returns, self.period_returns = tuple(self.period_returns), []
+        return EvaluationResult(self.period, self.steps, statistics.fmean(returns), returns)
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps; evaluation episodes in flight are started again after a resume."""
+        return {"steps": self.steps, "period": self.period, "next_evaluation": self.next_evaluation,
+                "final_started": self.final_started, "evaluations_to_start": self.to_start + self.running,
+                "period_returns": list(self.period_returns)}
+
+    def load(self, state: dict[str, Any]) -> None:
+        self.steps = int(state.get("steps", 0))
+        self.period = int(state.get("period", 0))
+        self.next_evaluation = state.get("next_evaluation", self.next_evaluation)
+        self.final_started = bool(state.get("final_started", False))
+        self.to_start = int(state.get("evaluations_to_start", 0))
+        self.running = 0
+        self.period_returns = [float(v) for v in state.get("period_returns", [])]

@@ -1,0 +1,103 @@
+"""Parsing and checking the client protocol's bodies, once, at the edge, into typed values."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from gymnasium import spaces
+
+from shepherd.http.errors import BadRequest
+from shepherd.spaces import SpaceError, check_observation
+
+STEP_FIELDS = {"session_key", "obs", "reward", "done", "info", "truncated", "terminated"}
+LOGIN_FIELDS = {"apikey", "mode"}
+
+
+def parse_object(body: bytes, fields: set[str]) -> dict[str, Any]:
+    """Raises BadRequest unless ``body`` is a JSON object whose keys are all in ``fields``."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as error:
+        raise BadRequest(f"the body is not valid JSON ({error}); NaN and Infinity are not JSON") from None
+    if not isinstance(data, dict):
+        raise BadRequest("the body must be a JSON object")
+    unknown = sorted(set(data) - fields)
+    if unknown:
+        raise BadRequest(f"unknown field(s) {unknown}; expected some of {sorted(fields)}")
+    return data
+
+
+@dataclass(frozen=True)
+class Login:
+    apikey: str
+    evaluate_only: bool
+
+
+def parse_login(body: bytes) -> Login:
+    data = parse_object(body, LOGIN_FIELDS)
+    apikey = data.get("apikey")
+    if not isinstance(apikey, str) or not apikey:
+        raise BadRequest("'apikey' (a string) is required")
+    mode = data.get("mode", "train")
+    if mode not in ("train", "evaluate"):
+        raise BadRequest("'mode' must be 'train' or 'evaluate'")
+    return Login(apikey, mode == "evaluate")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One checked step message; ``obs is None`` ends the session."""
+
+    session_key: str
+    obs: Any
+    reward: float
+    done: bool
+    truncated: bool
+
+
+def _flag(data: dict[str, Any], name: str) -> bool | None:
+    value = data.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
+        return bool(value)
+    raise BadRequest(f"'{name}' must be true or false")
+
+
+def session_key(data: dict[str, Any]) -> str:
+    key = data.get("session_key")
+    if not isinstance(key, str) or not key:
+        raise BadRequest("'session_key' (a string, from login_user) is required")
+    return key
+
+
+def parse_step(data: dict[str, Any], observation_space: spaces.Space) -> Step:
+    """Check a step body (already parsed by `parse_object`) against the agent's observation space."""
+    key = session_key(data)
+    if data.get("obs", None) is None:
+        return Step(key, None, 0.0, False, False)
+    try:
+        obs = check_observation(observation_space, data["obs"])
+    except SpaceError as error:
+        raise BadRequest(str(error)) from None
+    reward = data.get("reward", 0.0)
+    if reward is None:
+        reward = 0.0
+    if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
+        raise BadRequest("'reward' must be a finite number")
+    info = data.get("info", {})
+    if info is None:
+        info = {}
+    if not isinstance(info, dict):
+        raise BadRequest("'info' must be an object")
+    done, terminated, truncated = _flag(data, "done"), _flag(data, "terminated"), _flag(data, "truncated")
+    if info.get("TimeLimit.truncated") is True:
+        truncated = True
+    if done is None:
+        done = bool(terminated) or bool(truncated)
+    # a time limit is bootstrapped only when the episode was not also terminated for real
+    time_limit = bool(done and truncated and not terminated)
+    return Step(key, obs, float(reward), done, time_limit)

@@ -1,0 +1,98 @@
+"""The LevelManager: turns one session's protocol messages into episodes, transitions and replies.
+
+As in Coach, the agent never talks to the environment: the LevelManager stands between them. Here the
+environment is a remote client, so the LevelManager keeps that session's episode state (phase, running
+return, length) and forwards each message to the learner as ``begin_episode`` / ``step`` /
+``end_episode``. The learner answers with a future action.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from shepherd.agents.base import ActMode, PooledLearner
+
+
+class Phase(enum.Enum):
+    """The phase an episode runs in, chosen when it starts and kept to its end."""
+
+    HEATUP = "heatup"  # random actions; off-policy learners store them (SB3's learning_starts)
+    TRAIN = "train"  # exploration policy; learned from
+    EVALUATE = "evaluate"  # greedy, not learned from; its returns form the evaluation curve
+    DEPLOY = "deploy"  # greedy, not learned from: evaluate-mode sessions and past the training budget
+
+
+MODES = {Phase.HEATUP: ActMode.RANDOM, Phase.TRAIN: ActMode.EXPLORE, Phase.EVALUATE: ActMode.GREEDY,
+         Phase.DEPLOY: ActMode.GREEDY}
+
+
+@dataclass
+class Episode:
+    phase: Phase
+    total: float = 0.0
+    length: int = 0
+
+
+class EpisodeHost(Protocol):
+    """What a LevelManager needs from the graph: the learner and the agent's schedule."""
+
+    learner: PooledLearner
+
+    def begin_episode(self) -> Phase: ...
+
+    def count_step(self, phase: Phase) -> None: ...
+
+    def end_episode(self, episode: Episode, completed: bool) -> None: ...
+
+
+class LevelManager:
+    """One client session of one agent.
+
+    ``step`` takes one protocol message (already checked against the spaces) and returns the learner's
+    future action, or None when the episode ended (the reply is then ``{"action": null}``).
+    """
+
+    def __init__(self, actor_id: int, host: EpisodeHost, evaluate_only: bool = False) -> None:
+        self.actor_id = actor_id
+        self.host = host
+        self.evaluate_only = evaluate_only
+        self.episode: Episode | None = None
+        self.last_active = time.monotonic()
+        self.steps = 0
+        self.closed = False
+
+    def step(self, obs: Any, reward: float, done: bool, truncated: bool = False) -> Future | None:
+        self.last_active = time.monotonic()
+        learner = self.host.learner
+        episode = self.episode
+        if episode is None:
+            if done:  # an episode that ended on its reset observation: nothing to learn or answer
+                return None
+            phase = Phase.DEPLOY if self.evaluate_only else self.host.begin_episode()
+            self.episode = Episode(phase)
+            return learner.begin_episode(self.actor_id, obs, MODES[phase])
+        episode.total += reward
+        episode.length += 1
+        self.steps += 1
+        self.host.count_step(episode.phase)
+        mode = MODES[episode.phase]
+        if done:
+            learner.end_episode(self.actor_id, reward, obs, truncated, mode)
+            self.episode = None
+            self.host.end_episode(episode, completed=True)
+            return None
+        return learner.step(self.actor_id, reward, obs, mode)
+
+    def close(self) -> None:
+        """End the session: an unfinished episode is abandoned, the learner closes its partial data."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.episode is not None:
+            self.host.end_episode(self.episode, completed=False)
+            self.episode = None
+        self.host.learner.end_actor(self.actor_id)

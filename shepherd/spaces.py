@@ -1,0 +1,177 @@
+"""The JSON space syntax of Shepherd agents, and checks and conversions of observations and actions.
+
+Syntax (as in the original Shepherd):
+
+- an integer ``n`` is ``Discrete(n)``;
+- ``[shape, low, high]`` is a float32 ``Box``; ``low``/``high`` are numbers, ``"-inf"``/``"inf"``, or
+  nested lists in the box's shape;
+- an object maps names to such specs and is a ``Dict`` space (observations only).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Union
+
+import numpy as np
+from gymnasium import spaces
+
+SpaceSpec = Union[int, list, dict]
+Observation = Union[int, np.ndarray, dict[str, Any]]
+
+
+class SpaceError(ValueError):
+    """A space spec, an observation or an action does not fit; the message says what and where."""
+
+
+def _bound(value: Any, where: str) -> float | np.ndarray:
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("inf", "+inf", "infinity"):
+            return math.inf
+        if text in ("-inf", "-infinity"):
+            return -math.inf
+        raise SpaceError(f"{where}: {value!r} is not a number, 'inf' or '-inf'")
+    if isinstance(value, bool) or not isinstance(value, (int, float, list)):
+        raise SpaceError(f"{where}: {value!r} is not a number")
+    if isinstance(value, list):
+        return np.array([_bound(v, where) for v in value], dtype=np.float64)
+    return float(value)
+
+
+def parse_space(spec: Any, where: str = "space") -> spaces.Space:
+    """Build a gymnasium space from its JSON spec.
+
+    Raises:
+        SpaceError: the spec is not one of the accepted forms.
+    """
+    if isinstance(spec, bool):
+        raise SpaceError(f"{where}: a boolean is not a space; use an integer n for n discrete actions")
+    if isinstance(spec, int):
+        if spec < 1:
+            raise SpaceError(f"{where}: a discrete space needs at least 1 value, got {spec}")
+        return spaces.Discrete(spec)
+    if isinstance(spec, list):
+        if len(spec) != 3:
+            raise SpaceError(f"{where}: a box is [shape, low, high], got a list of {len(spec)} items")
+        shape, low, high = spec
+        if isinstance(shape, int) and not isinstance(shape, bool):
+            shape = [shape]
+        if not isinstance(shape, list) or not shape or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape
+        ):
+            raise SpaceError(f"{where}: the shape of a box is a list of positive integers, got {shape!r}")
+        low_v, high_v = _bound(low, f"{where} low"), _bound(high, f"{where} high")
+        try:
+            low_a = np.broadcast_to(np.asarray(low_v, dtype=np.float64), shape)
+            high_a = np.broadcast_to(np.asarray(high_v, dtype=np.float64), shape)
+        except ValueError:
+            raise SpaceError(f"{where}: low and high must be numbers or lists of shape {shape}") from None
+        if np.any(low_a > high_a):
+            raise SpaceError(f"{where}: low is above high")
+        f32 = np.finfo(np.float32)
+        # The seed's CartPole spec uses +-3.4028234663852886e+38, a hair above float32's max: clip it.
+        low_a = np.where(np.isfinite(low_a), np.clip(low_a, f32.min, f32.max), low_a)
+        high_a = np.where(np.isfinite(high_a), np.clip(high_a, f32.min, f32.max), high_a)
+        return spaces.Box(low=low_a.astype(np.float32), high=high_a.astype(np.float32), dtype=np.float32)
+    if isinstance(spec, dict):
+        if not spec:
+            raise SpaceError(f"{where}: a dict space needs at least one entry")
+        items = {}
+        for key, sub in spec.items():
+            sub_space = parse_space(sub, f"{where}.{key}")
+            if isinstance(sub_space, spaces.Dict):
+                raise SpaceError(f"{where}.{key}: dict spaces cannot be nested")
+            items[str(key)] = sub_space
+        return spaces.Dict(items)
+    raise SpaceError(f"{where}: expected an integer, [shape, low, high] or an object, got {type(spec).__name__}")
+
+
+def _json_number(v: float) -> float | str:
+    return v if math.isfinite(v) else ("inf" if v > 0 else "-inf")
+
+
+def _json_bound(values: np.ndarray) -> Any:
+    flat = values.astype(np.float64).reshape(-1)
+    if np.all(flat == flat[0]):
+        return _json_number(float(flat[0]))
+    nested = values.astype(np.float64).tolist()
+
+    def convert(x: Any) -> Any:
+        return [convert(v) for v in x] if isinstance(x, list) else _json_number(x)
+
+    return convert(nested)
+
+
+def space_to_json(space: spaces.Space) -> SpaceSpec:
+    """The JSON spec of a space built by `parse_space` (infinite bounds as ``"inf"`` strings)."""
+    if isinstance(space, spaces.Discrete):
+        return int(space.n)
+    if isinstance(space, spaces.Box):
+        return [list(space.shape), _json_bound(space.low), _json_bound(space.high)]
+    if isinstance(space, spaces.Dict):
+        return {key: space_to_json(sub) for key, sub in space.spaces.items()}
+    raise SpaceError(f"space {space} has no JSON form")
+
+
+def check_observation(space: spaces.Space, value: Any, where: str = "obs") -> Observation:
+    """Check a JSON observation against its space and convert it to what the learner takes.
+
+    Shape, numeric type and finiteness are checked; bounds are not (client-declared bounds are often
+    loose, and a learner copes with values outside them).
+
+    Raises:
+        SpaceError: the observation does not fit the space.
+    """
+    if isinstance(space, spaces.Box):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = [value]
+        if not isinstance(value, list):
+            raise SpaceError(f"{where} must be a list of numbers of shape {list(space.shape)}")
+        try:
+            raw = np.array(value)
+        except ValueError:
+            raise SpaceError(f"{where} is a ragged list; expected shape {list(space.shape)}") from None
+        if raw.dtype.kind not in "iuf":
+            raise SpaceError(f"{where} must contain only numbers (shape {list(space.shape)})")
+        if raw.shape != space.shape:
+            raise SpaceError(f"{where} has shape {list(raw.shape)}, expected {list(space.shape)}")
+        arr = raw.astype(np.float32)
+        if not np.isfinite(arr).all():
+            raise SpaceError(f"{where} contains NaN or infinity, or a number too large for float32")
+        return arr
+    if isinstance(space, spaces.Discrete):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SpaceError(f"{where} must be an integer in [0, {space.n - 1}]")
+        if not 0 <= value - int(space.start) < space.n:
+            raise SpaceError(f"{where} is {value}, outside [0, {space.n - 1}]")
+        return np.int64(value)
+    if isinstance(space, spaces.Dict):
+        if not isinstance(value, dict):
+            raise SpaceError(f"{where} must be an object with keys {sorted(space.spaces)}")
+        missing = sorted(set(space.spaces) - set(value))
+        extra = sorted(set(value) - set(space.spaces))
+        if missing or extra:
+            raise SpaceError(f"{where} keys do not match the space: missing {missing}, unknown {extra}")
+        return {key: check_observation(sub, value[key], f"{where}.{key}") for key, sub in space.spaces.items()}
+    raise SpaceError(f"{where}: observation space {space} is not supported")
+
+
+def action_to_json(space: spaces.Space, action: Any) -> Any:
+    """Convert an action chosen by a learner to its JSON value (int, or nested list for boxes)."""
+    if isinstance(space, spaces.Discrete):
+        return int(np.asarray(action).reshape(-1)[0])
+    if isinstance(space, spaces.Box):
+        return np.asarray(action, dtype=np.float64).reshape(space.shape).tolist()
+    if isinstance(space, (spaces.MultiDiscrete, spaces.MultiBinary)):
+        return np.asarray(action, dtype=np.int64).reshape(-1).tolist()
+    raise SpaceError(f"action space {space} is not supported")
+
+
+def action_from_json(space: spaces.Space, value: Any) -> Any:
+    """Convert a JSON action from the server to what a gymnasium env's ``step`` takes."""
+    if isinstance(space, spaces.Discrete):
+        return int(value)
+    if isinstance(space, spaces.Box):
+        return np.asarray(value, dtype=space.dtype).reshape(space.shape)
+    return np.asarray(value, dtype=np.int64)

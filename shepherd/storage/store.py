@@ -1,0 +1,268 @@
+"""The tinydb store of a data folder: users, agents, hashed API keys, algorithms, parameters, returns."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tinydb import Query, TinyDB
+from tinydb.storages import Storage
+
+from shepherd.storage.files import atomic_write_bytes, remove_stale_temporaries
+from shepherd.storage.returns import EpisodeReturn, ReturnLog
+
+STORE_FILE = "store.json"
+
+
+class StoreError(RuntimeError):
+    """The data folder cannot be used as it is (for example, a damaged store file)."""
+
+
+class NotFound(LookupError):
+    """A user, agent or key named in a store operation does not exist."""
+
+
+class AlreadyExists(ValueError):
+    """A user or agent with that name exists already."""
+
+
+class AtomicJSONStorage(Storage):
+    """A tinydb storage that keeps the database in memory and rewrites its file atomically.
+
+    tinydb's own JSONStorage re-reads the file on every query and truncates it in place on every write,
+    so a crash mid-write loses the store. Here reads cost nothing and a write is temp file + rename.
+    """
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.path = Path(path)
+        self._data: dict[str, Any] | None = None
+        if self.path.exists():
+            raw = self.path.read_bytes()
+            try:
+                loaded = json.loads(raw) if raw.strip() else None
+            except ValueError as error:
+                raise StoreError(
+                    f"{self.path} is damaged ({error}); restore it from a backup or move it away "
+                    "to start with an empty store"
+                ) from None
+            if loaded is not None and not isinstance(loaded, dict):
+                raise StoreError(f"{self.path} is not a Shepherd store (top level is not an object)")
+            self._data = loaded
+
+    def read(self) -> dict[str, Any] | None:
+        return self._data
+
+    def write(self, data: dict[str, Any]) -> None:
+        atomic_write_bytes(self.path, json.dumps(data, separators=(",", ":")).encode())
+        self._data = data
+
+
+@dataclass(frozen=True)
+class User:
+    id: int
+    name: str
+    created: float
+
+
+@dataclass(frozen=True)
+class AgentRecord:
+    """An agent as stored: its owner, algorithm, spaces (JSON specs) and parameter values."""
+
+    id: int
+    owner_id: int
+    name: str
+    algorithm: str
+    observation_space: Any
+    action_space: Any
+    parameters: dict[str, Any] = field(default_factory=dict)
+    sharing: str = "pooled"
+    created: float = 0.0
+    last_active: float = 0.0
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    id: int
+    agent_id: int
+    label: str
+    created: float
+    revoked: bool = False
+
+
+def hash_key(key: str) -> str:
+    """The stored form of an API key; keys carry 256 random bits, so a plain SHA-256 suffices."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def new_secret() -> str:
+    """A new API key or session key: 256 random bits, URL-safe."""
+    return secrets.token_urlsafe(32)
+
+
+class Store:
+    """All access to a data folder's tinydb file and return logs, serialised by one lock.
+
+    Raises:
+        StoreError: the store file is damaged or is not a Shepherd store.
+    """
+
+    def __init__(self, folder: Path | str) -> None:
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(self.folder)
+        self._lock = threading.RLock()
+        self._db = TinyDB(str(self.folder / STORE_FILE), storage=AtomicJSONStorage)
+        self._users = self._db.table("users")
+        self._agents = self._db.table("agents")
+        self._keys = self._db.table("api_keys")
+        self._algorithms = self._db.table("algorithms")
+        self._parameters = self._db.table("parameters")
+        self._returns: dict[int, ReturnLog] = {}
+        self._key_index: dict[str, dict[str, Any]] = {
+            doc["hash"]: {**doc, "id": doc.doc_id} for doc in self._keys.all() if not doc.get("revoked")
+        }
+
+    # -- users ---------------------------------------------------------------------------------
+    def add_user(self, name: str) -> User:
+        with self._lock:
+            if self._users.get(Query().name == name) is not None:
+                raise AlreadyExists(f"user {name!r} exists already")
+            doc = {"name": name, "created": time.time()}
+            return User(id=self._users.insert(doc), **doc)
+
+    def ensure_user(self, name: str) -> User:
+        with self._lock:
+            doc = self._users.get(Query().name == name)
+            if doc is None:
+                return self.add_user(name)
+            return User(id=doc.doc_id, **doc)
+
+    def users(self) -> list[User]:
+        with self._lock:
+            return [User(id=doc.doc_id, **doc) for doc in self._users.all()]
+
+    # -- agents --------------------------------------------------------------------------------
+    def add_agent(self, owner_id: int, name: str, algorithm: str, observation_space: Any,
+                  action_space: Any, parameters: dict[str, Any], sharing: str = "pooled") -> AgentRecord:
+        with self._lock:
+            if self._users.get(doc_id=owner_id) is None:
+                raise NotFound(f"no user with id {owner_id}")
+            if self._agents.get((Query().owner_id == owner_id) & (Query().name == name)) is not None:
+                raise AlreadyExists(f"this user has an agent named {name!r} already")
+            now = time.time()
+            doc = {"owner_id": owner_id, "name": name, "algorithm": algorithm,
+                   "observation_space": observation_space, "action_space": action_space,
+                   "parameters": dict(parameters), "sharing": sharing, "created": now, "last_active": now}
+            return AgentRecord(id=self._agents.insert(doc), **doc)
+
+    def find_agent(self, owner_id: int, name: str) -> AgentRecord | None:
+        with self._lock:
+            doc = self._agents.get((Query().owner_id == owner_id) & (Query().name == name))
+            return None if doc is None else AgentRecord(id=doc.doc_id, **doc)
+
+    def agent(self, agent_id: int) -> AgentRecord:
+        with self._lock:
+            doc = self._agents.get(doc_id=agent_id)
+            if doc is None:
+                raise NotFound(f"no agent with id {agent_id}")
+            return AgentRecord(id=doc.doc_id, **doc)
+
+    def agents(self) -> list[AgentRecord]:
+        with self._lock:
+            return [AgentRecord(id=doc.doc_id, **doc) for doc in self._agents.all()]
+
+    def update_agent(self, agent_id: int, **changes: Any) -> AgentRecord:
+        with self._lock:
+            self.agent(agent_id)
+            self._agents.update(changes, doc_ids=[agent_id])
+            return self.agent(agent_id)
+
+    def agent_folder(self, agent_id: int) -> Path:
+        return self.folder / "agents" / str(agent_id)
+
+    # -- API keys ------------------------------------------------------------------------------
+    def add_api_key(self, agent_id: int, label: str = "") -> tuple[str, ApiKey]:
+        """Create a key for an agent; returns the key itself (shown once, never stored) and its record."""
+        with self._lock:
+            self.agent(agent_id)
+            key = new_secret()
+            doc = {"agent_id": agent_id, "hash": hash_key(key), "label": label, "created": time.time(),
+                   "revoked": False}
+            key_id = self._keys.insert(doc)
+            self._key_index[doc["hash"]] = {**doc, "id": key_id}
+            return key, ApiKey(id=key_id, agent_id=agent_id, label=label, created=doc["created"])
+
+    def agent_for_key(self, key: str) -> AgentRecord | None:
+        """The agent a valid, unrevoked API key belongs to, or None."""
+        digest = hash_key(key)
+        with self._lock:
+            doc = self._key_index.get(digest)
+            if doc is None or not hmac.compare_digest(doc["hash"], digest):
+                return None
+            return self.agent(doc["agent_id"])
+
+    def revoke_api_key(self, key_id: int) -> None:
+        with self._lock:
+            doc = self._keys.get(doc_id=key_id)
+            if doc is None:
+                raise NotFound(f"no API key with id {key_id}")
+            self._keys.update({"revoked": True}, doc_ids=[key_id])
+            self._key_index.pop(doc["hash"], None)
+
+    def api_keys(self, agent_id: int | None = None) -> list[ApiKey]:
+        with self._lock:
+            docs = self._keys.all() if agent_id is None else self._keys.search(Query().agent_id == agent_id)
+            return [ApiKey(id=d.doc_id, agent_id=d["agent_id"], label=d["label"], created=d["created"],
+                           revoked=d["revoked"]) for d in docs]
+
+    # -- algorithms and parameters -------------------------------------------------------------
+    def put_algorithms(self, algorithms: list[dict[str, Any]], parameters: list[dict[str, Any]]) -> None:
+        """Replace the algorithm and parameter tables with the registry's current content."""
+        with self._lock:
+            if self._algorithms.all() == algorithms and self._parameters.all() == parameters:
+                return
+            self._algorithms.truncate()
+            self._parameters.truncate()
+            self._algorithms.insert_multiple(algorithms)
+            self._parameters.insert_multiple(parameters)
+
+    def algorithms(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(doc) for doc in self._algorithms.all()]
+
+    def parameters(self, algorithm: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(doc) for doc in self._parameters.search(Query().algorithm == algorithm)]
+
+    # -- episode returns -----------------------------------------------------------------------
+    def _return_log(self, agent_id: int) -> ReturnLog:
+        with self._lock:
+            log = self._returns.get(agent_id)
+            if log is None:
+                log = self._returns[agent_id] = ReturnLog(self.agent_folder(agent_id) / "returns.jsonl")
+            return log
+
+    def append_return(self, agent_id: int, record: EpisodeReturn) -> None:
+        self._return_log(agent_id).append(record)
+
+    def returns(self, agent_id: int) -> list[EpisodeReturn]:
+        return self._return_log(agent_id).read()
+
+    def close(self) -> None:
+        with self._lock:
+            for log in self._returns.values():
+                log.sync()
+                log.close()
+            self._db.close()
+
+
+__all__ = ["AgentRecord", "ApiKey", "AlreadyExists", "EpisodeReturn", "NotFound", "Store", "StoreError",
+           "User", "hash_key", "new_secret"]
