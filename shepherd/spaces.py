@@ -136,7 +136,8 @@ def check_observation(space: spaces.Space, value: Any, where: str = "obs") -> Ob
             raise SpaceError(f"{where} must contain only numbers (shape {list(space.shape)})")
         if raw.shape != space.shape:
             raise SpaceError(f"{where} has shape {list(raw.shape)}, expected {list(space.shape)}")
-        arr = raw.astype(np.float32)
+        with np.errstate(over="ignore"):  # an overflow becomes inf, refused just below
+            arr = raw.astype(np.float32)
         if not np.isfinite(arr).all():
             raise SpaceError(f"{where} contains NaN or infinity, or a number too large for float32")
         return arr

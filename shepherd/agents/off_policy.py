@@ -92,9 +92,11 @@ class DQNLearner(PooledLearner):
     def _train_if_due(self) -> None:
         model = self.model
         frequency = model.train_freq.frequency
-        if self._since_train < frequency or model.num_timesteps <= model.learning_starts:
+        if self._since_train < frequency:
             return
         rounds, self._since_train = divmod(self._since_train, frequency)
+        if model.num_timesteps <= model.learning_starts:  # as SB3: collected, but no update yet
+            return
         per_round = model.gradient_steps if model.gradient_steps >= 0 else frequency
         if model.replay_buffer.size() < model.batch_size:
             return

@@ -1,0 +1,72 @@
+"""Shared fixtures: small agents, a store in a temporary folder, and a real server on a free port."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TEST_PRESETS = Path(__file__).resolve().parent / "presets"
+
+
+class ServerProcess:
+    """``python run.py`` in a subprocess, with the URL and API key it printed."""
+
+    def __init__(self, args: list[str], data: Path, timeout: float = 60.0) -> None:
+        self.data = data
+        self.log = data.parent / f"{data.name}-server-{time.monotonic_ns()}.log"
+        self._log_handle = open(self.log, "w")
+        self.process = subprocess.Popen(
+            [sys.executable, str(ROOT / "run.py"), *args, "--data", str(data), "--port", "0"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=self._log_handle, text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.url = self.api_key = None
+        self.lines: list[str] = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.process.stdout.readline()
+            if not line:
+                raise RuntimeError(f"server exited early:\n{self.log.read_text()}")
+            self.lines.append(line)
+            if match := re.search(r"serving preset \S+ at (http://\S+)", line):
+                self.url = match.group(1)
+            if match := re.search(r"API key for agent \S+ \(.*\): (\S+)", line):
+                self.api_key = match.group(1)
+            if line.startswith("Stop with Ctrl-C"):
+                return
+        raise RuntimeError("server did not start in time")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            code = self.process.wait(timeout)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+            self.process.stdout.close()
+            self._log_handle.close()
+        return code
+
+
+@pytest.fixture
+def server_factory(tmp_path):
+    started: list[ServerProcess] = []
+
+    def start(preset: str, *extra: str, data: Path | None = None) -> ServerProcess:
+        server = ServerProcess(["-p", preset, *extra], data or tmp_path / "data")
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        if server.process.poll() is None:
+            server.stop(signal.SIGKILL)

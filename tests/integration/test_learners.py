@@ -1,0 +1,179 @@
+"""The pooled SB3 learners on tiny budgets: segments, waiting, handover, bootstrapping, checkpoints."""
+
+import numpy as np
+import pytest
+import torch as th
+
+from shepherd.agents import ActMode, AgentFailed, build_learner
+from shepherd.spaces import parse_space
+
+OBS = parse_space([[4], "-inf", "inf"])
+ACT = parse_space(2)
+EXPLORE, GREEDY, RANDOM = ActMode.EXPLORE, ActMode.GREEDY, ActMode.RANDOM
+
+
+def obs(value: float) -> np.ndarray:
+    return np.full(4, value, dtype=np.float32)
+
+
+@pytest.fixture
+def learners():
+    made = []
+
+    def make(algorithm, total=None, **params):
+        learner = build_learner(algorithm, "test", OBS, ACT, {"seed": 0, **params}, total)
+        learner.start()
+        made.append(learner)
+        return learner
+
+    yield make
+    for learner in made:
+        learner.close()
+
+
+def ppo(make, **params):
+    return make("PPO", n_envs=2, n_steps=4, batch_size=8, n_epochs=1, **params)
+
+
+def test_ppo_fills_segments_then_trains_and_answers_the_waiting(learners):
+    learner = ppo(learners)
+    futures = [learner.begin_episode(actor, obs(actor), EXPLORE) for actor in (1, 2)]
+    assert all(f.result(10) in (0, 1) for f in futures)
+    for step in range(3):  # each actor fills its own segment: rows 0..3
+        for actor in (1, 2):
+            learner.step(actor, 1.0, obs(step), EXPLORE).result(10)
+    third = learner.begin_episode(3, obs(9), EXPLORE)  # no free segment: waits for the update
+    with pytest.raises(TimeoutError):
+        third.result(0.3)
+    assert learner.model._n_updates == 0
+    first = learner.step(1, 1.0, obs(5), EXPLORE)  # completes actor 1's segment: it waits too
+    with pytest.raises(TimeoutError):
+        first.result(0.3)
+    assert not third.done()
+    learner.step(2, 1.0, obs(5), EXPLORE).result(10)  # completes the rollout: update, then answers
+    assert third.result(10) in (0, 1) and first.result(10) in (0, 1)
+    assert learner.model._n_updates == 1 and learner.steps == 8
+
+
+def test_ppo_bootstraps_a_time_limit_and_a_vanished_session(learners):
+    learner = ppo(learners, gamma=0.5)
+    captured = {}
+    real_compute = learner.buffer.compute_returns_and_advantage
+
+    def capture(last_values, dones):  # runs just before the update, with the rollout's policy
+        captured["rewards"] = learner.buffer.rewards.copy()
+        captured["starts"] = learner.buffer.episode_starts.copy()
+        captured["dones"] = dones.copy()
+        with th.no_grad():
+            values = learner.model.policy.predict_values(th.as_tensor(np.stack([obs(2), obs(4)])))
+        captured["v_terminal"], captured["v_pending"] = values.flatten().tolist()
+        real_compute(last_values, dones)
+
+    learner.buffer.compute_returns_and_advantage = capture
+    # actor 1: a 2-step episode cut by a time limit, segment 0 rows 0-1
+    learner.begin_episode(1, obs(0), EXPLORE).result(10)
+    learner.step(1, 1.0, obs(1), EXPLORE).result(10)
+    learner.end_episode(1, 1.0, obs(2), True, EXPLORE)
+    # actor 2: takes segment 0 at row 2, steps once, then vanishes with its row 3 pending
+    learner.begin_episode(2, obs(3), EXPLORE).result(10)
+    learner.step(2, 1.0, obs(4), EXPLORE).result(10)
+    learner.end_actor(2)
+    # actor 3: row 3 of segment 0, then all of segment 1, which completes the rollout
+    learner.begin_episode(3, obs(5), EXPLORE).result(10)
+    for i in range(5):
+        learner.step(3, 1.0, obs(6 + i), EXPLORE).result(10)
+    rewards, starts = captured["rewards"], captured["starts"]
+    assert rewards[0, 0] == 1.0
+    assert rewards[1, 0] == pytest.approx(1.0 + 0.5 * captured["v_terminal"], rel=1e-5)  # time limit
+    assert starts[2, 0] == 1.0  # actor 2 starts an episode: GAE does not cross from actor 1
+    assert rewards[2, 0] == pytest.approx(1.0 + 0.5 * captured["v_pending"], rel=1e-5)  # cut where it left
+    assert starts[3, 0] == 1.0  # actor 3 continues the segment: no GAE from actor 2 into it
+    assert starts[0, 1] == 0.0 and rewards[3, 1] == 1.0  # actor 3 mid-episode across segments
+    assert captured["dones"].tolist() == [0.0, 0.0]
+
+
+def test_ppo_hands_a_stalled_segment_over(learners):
+    learner = ppo(learners)
+    learner.handover_timeout = 0.2
+    learner.begin_episode(1, obs(0), EXPLORE).result(10)
+    learner.begin_episode(2, obs(0), EXPLORE).result(10)
+    for _ in range(3):
+        learner.step(1, 1.0, obs(1), EXPLORE).result(10)
+    learner.step(1, 1.0, obs(1), EXPLORE).result(10)  # actor 1's segment is full; it takes... none free
+    waiting = learner.begin_episode(3, obs(0), EXPLORE)
+    # actor 2 holds segment 1 and never comes back: after the timeout actor 3 takes it over
+    assert waiting.result(10) in (0, 1)
+    for _ in range(4):
+        learner.step(3, 1.0, obs(1), EXPLORE).result(10)
+    assert learner.model._n_updates >= 1
+
+
+def test_greedy_episodes_are_never_learned_from(learners):
+    learner = ppo(learners)
+    learner.begin_episode(1, obs(0), GREEDY).result(10)
+    for _ in range(20):
+        learner.step(1, 1.0, obs(1), GREEDY).result(10)
+    learner.end_episode(1, 1.0, obs(1), False, GREEDY)
+    assert learner.begin_episode(2, obs(0), GREEDY).result(10) in (0, 1)
+    assert learner.steps == 0 and learner.model._n_updates == 0
+
+
+def test_dqn_heatup_replay_buffer_time_limits_and_training(learners):
+    learner = learners("DQN", total=1000, learning_starts=6, batch_size=4, train_freq=4, gradient_steps=2,
+                       buffer_size=100)
+    learner.begin_episode(1, obs(0), RANDOM).result(10)
+    for i in range(5):
+        learner.step(1, 1.0, obs(i + 1), RANDOM).result(10)
+    learner.end_episode(1, 1.0, obs(9), True, RANDOM)  # a time limit
+    learner.begin_episode(1, obs(0), EXPLORE).result(10)
+    for i in range(6):
+        learner.step(1, 1.0, obs(i), EXPLORE).result(10)
+    assert learner.begin_episode(2, obs(0), GREEDY).result(10) in (0, 1)
+    buffer = learner.model.replay_buffer
+    assert learner.steps == 12 and buffer.size() == 12
+    assert buffer.dones[5, 0] == 1.0 and buffer.timeouts[5, 0] == 1.0
+    assert np.allclose(buffer.next_observations[5, 0], obs(9))
+    assert learner.model._n_updates == 4  # 12 steps, trained every 4 after learning_starts: at 8 and 12
+
+
+def test_checkpoint_restores_weights_optimizer_and_counters(learners, tmp_path):
+    for algorithm, params in (("PPO", dict(n_envs=1, n_steps=8, batch_size=8, n_epochs=1)),
+                              ("DQN", dict(learning_starts=0, batch_size=4, train_freq=2))):
+        learner = learners(algorithm, **params)
+        learner.begin_episode(1, obs(0), EXPLORE).result(10)
+        for i in range(16):
+            learner.step(1, 1.0, obs(i % 3), EXPLORE).result(10)
+        path = tmp_path / f"{algorithm}.zip"
+        assert learner.checkpoint(path, {"schedule": {"steps": 16}}).result(10) == path
+        fresh = build_learner(algorithm, "copy", OBS, ACT, {"seed": 1, **params}, None)
+        state = fresh.restore(path)
+        assert state["schedule"] == {"steps": 16}
+        assert fresh.steps == learner.steps == 16
+        assert fresh.model._n_updates == learner.model._n_updates > 0
+        for a, b in zip(learner.model.policy.state_dict().values(), fresh.model.policy.state_dict().values()):
+            assert th.equal(a, b)
+        saved = learner.model.policy.optimizer.state_dict()["state"]
+        loaded = fresh.model.policy.optimizer.state_dict()["state"]
+        assert saved and all(th.equal(saved[k]["exp_avg"], loaded[k]["exp_avg"]) for k in saved)
+
+
+def test_a_failing_learner_fails_its_requests_and_stays_failed(learners):
+    learner = ppo(learners)
+
+    def explode():
+        raise FloatingPointError("loss is NaN")
+
+    learner.model.train = explode
+    learner.begin_episode(1, obs(0), EXPLORE).result(10)
+    learner.begin_episode(2, obs(0), EXPLORE).result(10)
+    for _ in range(3):
+        learner.step(1, 1.0, obs(1), EXPLORE).result(10)
+        learner.step(2, 1.0, obs(1), EXPLORE).result(10)
+    waiting = learner.step(1, 1.0, obs(1), EXPLORE)  # segment full: waits for the update
+    last = learner.step(2, 1.0, obs(1), EXPLORE)  # completes the rollout: the update explodes
+    for future in (waiting, last):
+        with pytest.raises(AgentFailed, match="loss is NaN"):
+            future.result(10)
+    assert "FloatingPointError" in learner.failure
+    with pytest.raises(AgentFailed):
+        learner.begin_episode(3, obs(0), GREEDY).result(1)

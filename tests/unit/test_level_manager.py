@@ -1,0 +1,90 @@
+"""The LevelManager turns protocol messages into learner calls, with a fake learner and host."""
+
+from concurrent.futures import Future
+
+from shepherd.agents import ActMode
+from shepherd.level import Episode, LevelManager, Phase
+
+
+class FakeLearner:
+    def __init__(self):
+        self.calls = []
+
+    def _future(self, value):
+        future = Future()
+        future.set_result(value)
+        return future
+
+    def begin_episode(self, actor, obs, mode):
+        self.calls.append(("begin", actor, obs, mode))
+        return self._future("a0")
+
+    def step(self, actor, reward, obs, mode):
+        self.calls.append(("step", actor, reward, obs, mode))
+        return self._future("a1")
+
+    def end_episode(self, actor, reward, obs, truncated, mode):
+        self.calls.append(("end", actor, reward, obs, truncated, mode))
+
+    def end_actor(self, actor):
+        self.calls.append(("drop", actor))
+
+
+class FakeHost:
+    def __init__(self, phases):
+        self.learner = FakeLearner()
+        self.phases = list(phases)
+        self.counted = []
+        self.ended = []
+
+    def begin_episode(self):
+        return self.phases.pop(0)
+
+    def count_step(self, phase):
+        self.counted.append(phase)
+
+    def end_episode(self, episode: Episode, completed: bool):
+        self.ended.append((episode.phase, episode.total, episode.length, completed))
+
+
+def test_an_episode_maps_to_begin_step_end():
+    host = FakeHost([Phase.TRAIN])
+    level = LevelManager(7, host)
+    assert level.step("o0", 99.0, False).result() == "a0"  # the reward of a reset observation is ignored
+    assert level.step("o1", 1.0, False).result() == "a1"
+    assert level.step("o2", 2.0, True, truncated=True) is None
+    assert host.learner.calls == [
+        ("begin", 7, "o0", ActMode.EXPLORE), ("step", 7, 1.0, "o1", ActMode.EXPLORE),
+        ("end", 7, 2.0, "o2", True, ActMode.EXPLORE)]
+    assert host.ended == [(Phase.TRAIN, 3.0, 2, True)]
+    assert host.counted == [Phase.TRAIN, Phase.TRAIN]
+
+
+def test_phases_map_to_act_modes_and_evaluate_sessions_never_ask_the_schedule():
+    host = FakeHost([Phase.HEATUP, Phase.EVALUATE])
+    level = LevelManager(1, host)
+    level.step("o", 0.0, False)
+    level.step("o", 0.0, True)
+    level.step("o", 0.0, False)
+    assert [(c[0], c[-1]) for c in host.learner.calls] == [
+        ("begin", ActMode.RANDOM), ("end", ActMode.RANDOM), ("begin", ActMode.GREEDY)]
+    deploy_host = FakeHost([])
+    LevelManager(2, deploy_host, evaluate_only=True).step("o", 0.0, False)
+    assert deploy_host.learner.calls[0][3] is ActMode.GREEDY
+
+
+def test_closing_mid_episode_abandons_it_and_drops_the_actor_once():
+    host = FakeHost([Phase.TRAIN])
+    level = LevelManager(3, host)
+    level.step("o", 0.0, False)
+    level.step("o", 1.0, False)
+    level.close()
+    level.close()
+    assert host.ended == [(Phase.TRAIN, 1.0, 1, False)]
+    assert host.learner.calls[-1] == ("drop", 3) and host.learner.calls.count(("drop", 3)) == 1
+
+
+def test_done_on_a_reset_observation_is_an_empty_episode():
+    host = FakeHost([])
+    assert LevelManager(4, host).step("o", 0.0, True) is None
+    assert host.learner.calls == [] and host.ended == []

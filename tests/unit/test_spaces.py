@@ -1,0 +1,86 @@
+"""The JSON space syntax and the checks of observations and actions."""
+
+import math
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from shepherd.spaces import (SpaceError, action_from_json, action_to_json, check_observation, parse_space,
+                             space_to_json)
+
+
+def test_integer_is_discrete():
+    assert parse_space(2) == spaces.Discrete(2)
+
+
+def test_box_from_the_seed_syntax_with_float32_extremes():
+    space = parse_space([[4], -3.4028234663852886e+38, 3.4028234663852886e+38])
+    assert isinstance(space, spaces.Box) and space.shape == (4,) and space.dtype == np.float32
+    assert np.all(np.isfinite(space.low)) and np.all(space.high == np.finfo(np.float32).max)
+
+
+def test_box_with_infinite_and_per_dimension_bounds_round_trips():
+    spec = [[2], [0.0, "-inf"], [1.0, "inf"]]
+    space = parse_space(spec)
+    assert math.isinf(space.low[1]) and space.low[1] < 0
+    assert space_to_json(space) == spec
+    assert parse_space(space_to_json(parse_space([[3, 2], "-inf", "inf"]))).shape == (3, 2)
+
+
+def test_object_is_a_dict_space():
+    space = parse_space({"camera": [[8, 8, 3], 0, 255], "mode": 3})
+    assert isinstance(space, spaces.Dict) and set(space.spaces) == {"camera", "mode"}
+
+
+@pytest.mark.parametrize("spec, words", [
+    (0, "at least 1"), (True, "boolean"), ([[4], 0], "[shape, low, high]"), ([[0], 0, 1], "positive"),
+    ([[2], 1, 0], "above"), ([[2], "x", 1], "not a number"), ({}, "at least one"), ("2", "expected"),
+    ({"a": {"b": 2}}, "nested"), ([[2], [0, 1, 2], 1], "shape"),
+])
+def test_bad_specs_are_refused_with_a_reason(spec, words):
+    with pytest.raises(SpaceError, match=words.replace("[", r"\[").replace("]", r"\]")):
+        parse_space(spec)
+
+
+def test_box_observation_is_checked_for_shape_type_and_finiteness():
+    space = parse_space([[4], "-inf", "inf"])
+    obs = check_observation(space, [1, 2.5, -3, 4])
+    assert obs.dtype == np.float32 and obs.tolist() == [1, 2.5, -3, 4]
+    with pytest.raises(SpaceError, match=r"shape \[3\], expected \[4\]"):
+        check_observation(space, [1, 2, 3])
+    with pytest.raises(SpaceError, match="only numbers"):
+        check_observation(space, [1, 2, "3", 4])
+    with pytest.raises(SpaceError, match="ragged"):
+        check_observation(space, [[1, 2], [3]])
+    with pytest.raises(SpaceError, match="NaN or infinity"):
+        check_observation(space, [1, 2, 3, float("nan")])
+    with pytest.raises(SpaceError, match="too large for float32"):
+        check_observation(space, [1, 2, 3, 1e300])
+    with pytest.raises(SpaceError, match="must be a list"):
+        check_observation(space, {"a": 1})
+
+
+def test_discrete_and_dict_observations():
+    assert check_observation(parse_space(3), 2) == 2
+    with pytest.raises(SpaceError, match="outside"):
+        check_observation(parse_space(3), 3)
+    with pytest.raises(SpaceError, match="integer"):
+        check_observation(parse_space(3), True)
+    space = parse_space({"a": [[2], 0, 1], "b": 2})
+    checked = check_observation(space, {"a": [0.5, 0.5], "b": 1})
+    assert checked["a"].shape == (2,) and checked["b"] == 1
+    with pytest.raises(SpaceError, match=r"missing \['b'\], unknown \['c'\]"):
+        check_observation(space, {"a": [0, 0], "c": 1})
+    with pytest.raises(SpaceError, match=r"obs\.a has shape"):
+        check_observation(space, {"a": [0], "b": 1})
+
+
+def test_actions_to_and_from_json():
+    assert action_to_json(spaces.Discrete(2), np.array([1])) == 1
+    box = spaces.Box(-1, 1, (2, 2), np.float32)
+    as_json = action_to_json(box, np.arange(4, dtype=np.float32))
+    assert as_json == [[0.0, 1.0], [2.0, 3.0]]
+    assert action_from_json(box, as_json).shape == (2, 2)
+    assert action_to_json(spaces.MultiDiscrete([3, 3]), np.array([2, 1])) == [2, 1]
+    assert action_from_json(spaces.Discrete(2), 1) == 1
