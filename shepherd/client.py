@@ -133,9 +133,9 @@ def run_env(client: Client, env_id: str, seed: int | None = None, episodes: int 
     returns: list[float] = []
     first_reset = True
     while episodes is None or len(returns) < episodes:
+        if client.session_key is None:
+            _login(client, mode, retry_seconds)  # gives up, raising, after retry_seconds
         try:
-            if client.session_key is None:
-                _login(client, mode, retry_seconds)
             obs, _ = env.reset(seed=seed if first_reset else None)
             first_reset = False
             action, total = client.step(obs, 0.0, False), 0.0

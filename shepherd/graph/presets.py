@@ -22,7 +22,7 @@ def preset_path(name: str, folder: Path = PRESETS_DIR) -> Path:
         return candidate
     path = folder / f"{name}.py"
     if not path.is_file():
-        available = ", ".join(sorted(p.stem for p in list_presets(folder))) or "none"
+        available = ", ".join(sorted(list_presets(folder))) or "none"
         raise PresetError(f"no preset named {name!r}; available: {available}")
     return path
 

@@ -1,0 +1,55 @@
+"""``python run.py``: parse the command line and hand over to the serving or admin commands.
+
+Exit status: 0 success, 1 the preset's target was not reached (``--clients``), 2 bad usage or input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from shepherd.cli import serve
+from shepherd.cli.common import EXIT_USAGE, UsageError
+
+#: modules that add subcommands: each has ``add_parser(subparsers)``, which sets ``func`` (args -> exit code)
+COMMAND_MODULES: list = []
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python run.py",
+        description="Shepherd: reinforcement learning as a service. Serves a preset's agents over JSON/HTTP; "
+                    "with --clients it also drives them with local gymnasium clients and exits 0 once the "
+                    "preset's target evaluation return is reached (1 if not, 2 on bad usage).",
+        epilog="Examples: python run.py -l | python run.py -p cartpole_ppo | "
+               "python run.py -p cartpole_ppo --clients 4")
+    parser.add_argument("-p", "--preset", help="preset to serve: a name from -l, or a path to a .py file")
+    parser.add_argument("-l", "--list", action="store_true", help="list the presets and exit")
+    serve.add_arguments(parser)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log learner and server events")
+    if COMMAND_MODULES:
+        commands = parser.add_subparsers(dest="command", metavar="COMMAND",
+                                         title="admin commands (run `python run.py COMMAND -h` for each)")
+        for module in COMMAND_MODULES:
+            module.add_parser(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        if getattr(args, "command", None):
+            return args.func(args)
+        if args.list:
+            return serve.list_presets_command()
+        if not args.preset:
+            parser.error("give a preset with -p PRESET, -l to list them, or a command")
+        return serve.serve_command(args)
+    except UsageError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+

@@ -1,0 +1,210 @@
+"""``python run.py -p PRESET``: serve a preset; with ``--clients N`` also drive it with local clients
+and a live progress display, and exit on whether the preset's target evaluation return was reached."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from shepherd.cli.common import EXIT_NOT_REACHED, EXIT_OK, UsageError
+from shepherd.graph import AgentRuntime, EvaluationResult, GraphManager, PresetError, PresetValidation
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--clients", type=int, default=0, metavar="N",
+                        help="also run N local clients on the preset's validation env (default: none)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default %(default)s; 0.0.0.0 exposes the server)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default %(default)s; 0 picks a free one)")
+    parser.add_argument("--data", type=Path, default=Path("shepherd-data"),
+                        help="data folder: store, models, returns (default ./%(default)s)")
+    parser.add_argument("--new-key", action="store_true",
+                        help="create and print another API key for the preset's agents")
+    parser.add_argument("--session-timeout", type=float, default=600.0, metavar="SECONDS",
+                        help="end sessions idle for this long (default %(default)s)")
+
+
+def list_presets_command() -> int:
+    from shepherd.graph import list_presets
+
+    presets = list_presets()
+    width = max(map(len, presets), default=0)
+    for name, description in presets.items():
+        print(f"{name:<{width}}  {description}")
+    return EXIT_OK
+
+
+@dataclass
+class Outcome:
+    """What the local clients' run ended with."""
+
+    code: int | None = None
+    reason: str = ""
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    from shepherd.graph import load_preset
+
+    if args.clients < 0:
+        raise UsageError("--clients must be 0 or more")
+    try:
+        graph = load_preset(args.preset)
+        if args.clients and graph.validation is None:
+            raise PresetError(f"preset {graph.name} has no validation block, so --clients has no env to run")
+        return asyncio.run(serve(graph, args))
+    except PresetError as error:
+        raise UsageError(str(error)) from None
+    except OSError as error:
+        raise UsageError(f"cannot serve on {args.host}:{args.port}: {error}") from None
+
+
+async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
+    from shepherd.http import ServerConfig
+    from shepherd.http.server import RunningServer
+    from shepherd.storage import StoreError
+
+    config = ServerConfig(graph, args.data, session_idle_seconds=args.session_timeout)
+    try:
+        server = await RunningServer.start(config, args.host, args.port)
+    except StoreError as error:
+        raise UsageError(str(error)) from None
+    outcome = Outcome()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    store = graph.store
+    clients: list[asyncio.subprocess.Process] = []
+    local_key_id = None
+    monitor: asyncio.Task | None = None
+    try:
+        keys = dict(server.created_keys)
+        if args.new_key:
+            for runtime in graph.runtimes.values():
+                keys[runtime.record.name], _ = store.add_api_key(runtime.record.id, "created by --new-key")
+        announce(graph, server.url, args.data, keys)
+        if args.clients:
+            runtime = graph.runtime(graph.validation.agent)
+            local_key, record = store.add_api_key(runtime.record.id, "local clients of run.py --clients")
+            local_key_id = record.id
+            clients = await start_clients(server.url, local_key, graph.validation, args.clients)
+            watch(graph, runtime, outcome, stop)
+            monitor = asyncio.create_task(progress(graph.validation, runtime, clients, outcome, stop))
+        await stop.wait()
+    finally:
+        if monitor is not None:
+            monitor.cancel()
+        await stop_clients(clients)
+        if local_key_id is not None:
+            store.revoke_api_key(local_key_id)
+        print("\nstopping: checkpointing the agents ...", flush=True)
+        await server.stop()
+    if args.clients:
+        print(outcome.reason or "stopped before the target was reached")
+        print(f"data folder: {args.data.resolve()}")
+        return EXIT_NOT_REACHED if outcome.code is None else outcome.code
+    return EXIT_OK
+
+
+def announce(graph: GraphManager, url: str, data: Path, keys: dict[str, str]) -> None:
+    print(f"Shepherd serving preset {graph.name} at {url}  (data: {data.resolve()})")
+    for runtime in graph.runtimes.values():
+        learner = runtime.learner
+        print(f"  agent {runtime.record.name}: {runtime.record.algorithm}, {runtime.tracker.steps} steps so far, "
+              f"observations {learner.observation_space}, actions {learner.action_space}")
+    print(f"Clients POST to {url}/shepherd/login_user/ with {{\"apikey\": ...}}, then to {url}/shepherd/env/")
+    for name, key in keys.items():
+        print(f"API key for agent {name} (shown once, the store keeps only its hash): {key}")
+    if not keys:
+        print("API key: shown when it was created; add --new-key to create another.")
+    print("Stop with Ctrl-C: the agents are checkpointed and resume at the next start.", flush=True)
+
+
+async def start_clients(url: str, apikey: str, validation: PresetValidation,
+                        count: int) -> list[asyncio.subprocess.Process]:
+    """Start ``count`` client processes; the key goes through the environment, never the command line."""
+    env = {**os.environ, "SHEPHERD_API_KEY": apikey,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    processes = []
+    for index in range(count):
+        processes.append(await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "shepherd.client", "--url", url, "--env", validation.env_id,
+            "--seed", str(index), "--env-kwargs", json.dumps(validation.env_kwargs),
+            env=env, stdout=asyncio.subprocess.DEVNULL, stdin=asyncio.subprocess.DEVNULL))
+    return processes
+
+
+async def stop_clients(clients: list[asyncio.subprocess.Process]) -> None:
+    for process in clients:
+        if process.returncode is None:
+            process.terminate()
+    for process in clients:
+        try:
+            await asyncio.wait_for(process.wait(), 10)
+        except asyncio.TimeoutError:
+            process.kill()
+            await process.wait()
+
+
+def watch(graph: GraphManager, runtime: AgentRuntime, outcome: Outcome, stop: asyncio.Event) -> None:
+    """Decide the run's outcome from each evaluation of the validated agent."""
+    validation = graph.validation
+
+    def on_evaluation(evaluated: AgentRuntime, result: EvaluationResult) -> None:
+        if evaluated is not runtime or outcome.code is not None:
+            return
+        if result.mean_return >= validation.target_return:
+            outcome.code = EXIT_OK
+            outcome.reason = (f"target reached: evaluation {result.period} at {result.steps} steps returned "
+                              f"{result.mean_return:.1f} >= {validation.target_return:g}")
+            stop.set()
+        elif result.steps >= validation.max_steps or runtime.tracker.finished:
+            outcome.code = EXIT_NOT_REACHED
+            outcome.reason = (f"target not reached within {validation.max_steps} steps: last evaluation "
+                              f"returned {result.mean_return:.1f} < {validation.target_return:g}")
+            stop.set()
+
+    graph.evaluation_listeners.append(on_evaluation)
+
+
+async def progress(validation: PresetValidation, runtime: AgentRuntime, clients: list, outcome: Outcome,
+                   stop: asyncio.Event) -> None:
+    """Print a live progress line; stop on timeout or when every client has died."""
+    interactive = sys.stdout.isatty()
+    started = last_line = time.monotonic()
+    while not stop.is_set():
+        await asyncio.sleep(1.0)
+        if stop.is_set():  # decided meanwhile (target reached, signal): keep that outcome
+            return
+        stats = runtime.stats()
+        evaluation = stats.last_evaluation
+        train = "-" if stats.mean_train_return is None else f"{stats.mean_train_return:.1f}"
+        evaluated = "-" if evaluation is None else f"{evaluation.mean_return:.1f} @ {evaluation.steps:,}"
+        line = (f"steps {stats.steps:>8,} | {stats.steps_per_second:6.0f} steps/s | phase {stats.phase:<8} | "
+                f"sessions {stats.sessions} | train return {train} | eval {evaluated} "
+                f"(target {validation.target_return:g})")
+        if interactive:
+            print("\r" + line, end="", flush=True)
+        elif time.monotonic() - last_line >= 10:
+            last_line = time.monotonic()
+            print(line, flush=True)
+        if stats.failure:
+            outcome.code, outcome.reason = EXIT_NOT_REACHED, f"the agent failed: {stats.failure}"
+            stop.set()
+        elif time.monotonic() - started > validation.timeout_seconds:
+            outcome.code = EXIT_NOT_REACHED
+            outcome.reason = f"gave up after {validation.timeout_seconds:g} s without reaching the target"
+            stop.set()
+        elif clients and all(process.returncode is not None for process in clients):
+            codes = ", ".join(str(process.returncode) for process in clients)
+            outcome.code, outcome.reason = EXIT_NOT_REACHED, f"every local client exited (status {codes})"
+            stop.set()
