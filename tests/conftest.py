@@ -44,17 +44,21 @@ class ServerProcess:
         raise RuntimeError("server did not start in time")
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
+        """Send ``sig`` and wait for the exit status (SIGKILL after ``timeout``)."""
         if self.process.poll() is None:
             self.process.send_signal(sig)
         try:
-            code = self.process.wait(timeout)
+            return self.process.wait(timeout)
         finally:
-            if self.process.poll() is None:
-                self.process.kill()
-                self.process.wait()
-            self.process.stdout.close()
-            self._log_handle.close()
-        return code
+            self.close()
+
+    def close(self) -> None:
+        """Kill the server if it still runs and release its pipes."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.process.stdout.close()
+        self._log_handle.close()
 
 
 @pytest.fixture
@@ -68,5 +72,4 @@ def server_factory(tmp_path):
 
     yield start
     for server in started:
-        if server.process.poll() is None:
-            server.stop(signal.SIGKILL)
+        server.close()

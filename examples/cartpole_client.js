@@ -1,0 +1,75 @@
+// A Shepherd client in JavaScript (Node 18+, nothing to install): a CartPole written here, in JS,
+// learns through a Shepherd agent. The physics follow gymnasium's CartPole-v1, time limit 500 steps.
+//
+//   SHEPHERD_API_KEY=... node examples/cartpole_client.js [episodes]
+//
+// SHEPHERD_URL defaults to http://127.0.0.1:8000. Prints one line per episode with its return.
+"use strict";
+
+const url = (process.env.SHEPHERD_URL || "http://127.0.0.1:8000").replace(/\/+$/, "");
+const apikey = process.env.SHEPHERD_API_KEY;
+const episodes = Number(process.argv[2] || Infinity);
+
+class CartPole {
+  constructor() {
+    this.gravity = 9.8; this.massCart = 1.0; this.massPole = 0.1; this.length = 0.5;
+    this.forceMag = 10.0; this.tau = 0.02; this.maxSteps = 500;
+    this.thetaLimit = (12 * 2 * Math.PI) / 360; this.xLimit = 2.4;
+  }
+  reset() {
+    this.state = Array.from({ length: 4 }, () => Math.random() * 0.1 - 0.05);
+    this.steps = 0;
+    return [...this.state];
+  }
+  step(action) {
+    let [x, xDot, theta, thetaDot] = this.state;
+    const force = action === 1 ? this.forceMag : -this.forceMag;
+    const cos = Math.cos(theta), sin = Math.sin(theta);
+    const totalMass = this.massCart + this.massPole, poleMassLength = this.massPole * this.length;
+    const temp = (force + poleMassLength * thetaDot * thetaDot * sin) / totalMass;
+    const thetaAcc = (this.gravity * sin - cos * temp) /
+      (this.length * (4.0 / 3.0 - (this.massPole * cos * cos) / totalMass));
+    const xAcc = temp - (poleMassLength * thetaAcc * cos) / totalMass;
+    x += this.tau * xDot; xDot += this.tau * xAcc;
+    theta += this.tau * thetaDot; thetaDot += this.tau * thetaAcc;
+    this.state = [x, xDot, theta, thetaDot];
+    this.steps += 1;
+    const terminated = Math.abs(x) > this.xLimit || Math.abs(theta) > this.thetaLimit;
+    const truncated = !terminated && this.steps >= this.maxSteps;
+    return { obs: [...this.state], reward: 1.0, terminated, truncated };
+  }
+}
+
+async function post(path, body) {
+  const response = await fetch(url + path, {
+    method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+  });
+  const reply = await response.json();
+  if (!response.ok) throw new Error(`HTTP ${response.status} on ${path}: ${reply.error}`);
+  return reply;
+}
+
+async function main() {
+  if (!apikey) throw new Error("set SHEPHERD_API_KEY to the agent's API key");
+  const login = await post("/shepherd/login_user/", { apikey });
+  const session_key = login.session_key;
+  console.log(`logged in to agent ${login.agent}: observations ${JSON.stringify(login.observation_space)}, ` +
+              `actions ${JSON.stringify(login.action_space)}`);
+  const env = new CartPole();
+  for (let episode = 1; episode <= episodes; episode++) {
+    let obs = env.reset(), total = 0;
+    let { action } = await post("/shepherd/env/", { session_key, obs, reward: 0.0, done: false, info: {} });
+    while (action !== null) {
+      const step = env.step(action);
+      total += step.reward;
+      ({ action } = await post("/shepherd/env/", {
+        session_key, obs: step.obs, reward: step.reward, done: step.terminated || step.truncated,
+        truncated: step.truncated, info: {},
+      }));
+    }
+    console.log(`episode ${episode} return ${total}`);
+  }
+  await post("/shepherd/logout/", { session_key });
+}
+
+main().catch((error) => { console.error(`error: ${error.message}`); process.exit(1); });

@@ -1,0 +1,130 @@
+"""End to end over a real socket: run.py serving presets, clients driving gymnasium CartPole over HTTP."""
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from shepherd.client import Client, run_env
+from tests.conftest import ROOT, TEST_PRESETS
+
+TINY = str(TEST_PRESETS / "tiny_ppo.py")
+
+
+def checkpoint_state(data: Path) -> dict:
+    with zipfile.ZipFile(data / "agents" / "1" / "model.zip") as archive:
+        assert archive.testzip() is None
+        return json.loads(archive.read("shepherd.json"))
+
+
+def drive(url: str, key: str, episodes: int, clients: int = 2) -> list[list[float]]:
+    results: list[list[float]] = [[] for _ in range(clients)]
+
+    def one(index: int) -> None:
+        client = Client(url, key, timeout=60)
+        try:
+            results[index] = run_env(client, "CartPole-v1", seed=index, episodes=episodes)
+            client.logout()
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+        assert not thread.is_alive(), "a client got stuck"
+    return results
+
+
+def test_cartpole_ppo_reaches_its_target_with_four_clients(tmp_path):
+    data = tmp_path / "data"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), "-p", "cartpole_ppo", "--clients", "4", "--port", "0",
+         "--data", str(data)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "target reached" in result.stdout
+    assert "API key for agent cartpole" in result.stdout
+    lines = (data / "agents" / "1" / "returns.jsonl").read_text().splitlines()
+    phases = {json.loads(line)["phase"] for line in lines}
+    assert {"train", "evaluate"} <= phases and len(lines) > 20
+    state = checkpoint_state(data)
+    assert state["learner"]["num_timesteps"] > 1000 and state["learner"]["n_updates"] > 0
+
+
+def test_a_client_that_vanishes_mid_episode_harms_no_one(server_factory):
+    server = server_factory(TINY)
+    rogue = Client(server.url, server.api_key)
+    rogue.login()
+    rogue.step([0.0, 0.0, 0.0, 0.0], 0.0, False)  # takes one of the two rollout segments ...
+    rogue.step([0.0, 0.1, 0.0, 0.0], 1.0, False)
+    rogue.close()  # ... and disappears without logging out
+    started = time.monotonic()
+    results = drive(server.url, server.api_key, episodes=8)
+    assert all(len(returns) == 8 for returns in results)
+    assert time.monotonic() - started < 90
+    assert server.stop() == 0
+
+
+def test_the_agent_resumes_after_a_restart(server_factory, tmp_path):
+    data = tmp_path / "data"
+    server = server_factory(TINY, data=data)
+    key = server.api_key
+    drive(server.url, key, episodes=10)
+    assert server.stop(signal.SIGTERM) == 0
+    first = checkpoint_state(data)
+    steps = first["schedule"]["steps"]
+    assert steps > 100 and first["learner"]["n_updates"] > 0
+    assert first["learner"]["num_timesteps"] >= steps - 2 * 16  # at most a partial rollout is dropped
+
+    again = server_factory(TINY, data=data)
+    assert again.api_key is None  # the key was shown once; the old one still works
+    assert any(f"PPO, {steps} steps so far" in line for line in again.lines)
+    drive(again.url, key, episodes=5)
+    assert again.stop(signal.SIGINT) == 0
+    second = checkpoint_state(data)
+    assert second["schedule"]["steps"] > steps
+    assert second["learner"]["n_updates"] > first["learner"]["n_updates"]
+
+
+def test_kill_9_loses_at_most_the_steps_since_the_last_checkpoint(server_factory, tmp_path):
+    data = tmp_path / "data"
+    key = None
+    for round_ in range(3):
+        server = server_factory(TINY, data=data)
+        key = key or server.api_key
+        stop = threading.Event()
+
+        def keep_driving():
+            client = Client(server.url, key, timeout=10)
+            try:
+                while not stop.is_set():
+                    run_env(client, "CartPole-v1", episodes=1, retry_seconds=2)
+            except Exception:  # noqa: BLE001 - the server is killed under it
+                pass
+            finally:
+                client.close()
+
+        driver = threading.Thread(target=keep_driving)
+        driver.start()
+        deadline = time.monotonic() + 30
+        model = data / "agents" / "1" / "model.zip"
+        while time.monotonic() < deadline and not (model.exists() and checkpoint_state(data)["schedule"]["steps"]
+                                                   > 300 * (round_ + 1)):
+            time.sleep(0.2)
+        time.sleep(0.37 * (round_ + 1))  # kill at a different moment each round
+        server.close()  # kill -9
+        stop.set()
+        driver.join(30)
+        saved = checkpoint_state(data)  # the zip is whole: written to a temporary file and renamed
+        resumed = server_factory(TINY, data=data)
+        assert any(f"PPO, {saved['schedule']['steps']} steps so far" in line for line in resumed.lines)
+        assert not list(model.parent.glob(".*.tmp"))
+        resumed.stop()
+    assert checkpoint_state(data)["schedule"]["steps"] > 900

@@ -1,0 +1,47 @@
+"""The example clients in examples/ against a real server: the seed's Python client and the JS one."""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+from tests.conftest import ROOT, TEST_PRESETS
+
+TINY = str(TEST_PRESETS / "tiny_ppo.py")
+
+
+def returns_recorded(data) -> list[str]:
+    path = data / "agents" / "1" / "returns.jsonl"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_the_seed_client_updated_for_gymnasium_learns(server_factory, tmp_path):
+    server = server_factory(TINY)
+    env = {**os.environ, "SHEPHERD_URL": server.url, "SHEPHERD_API_KEY": server.api_key}
+    client = subprocess.Popen([sys.executable, str(ROOT / "examples" / "seed_client.py")], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:  # the seed's client loops forever: let it play until the server has recorded episodes
+        deadline = time.monotonic() + 60
+        while len(returns_recorded(server.data)) < 5 and time.monotonic() < deadline:
+            assert client.poll() is None, client.stderr.read()
+            time.sleep(0.2)
+    finally:
+        client.kill()
+        client.communicate()
+    assert len(returns_recorded(server.data)) >= 5
+    assert server.stop() == 0
+
+
+def test_the_javascript_client_plays_episodes(server_factory):
+    node = shutil.which("node")
+    assert node, "Node.js is needed for the JavaScript example (.ci/run installs it)"
+    server = server_factory(TINY)
+    env = {**os.environ, "SHEPHERD_URL": server.url, "SHEPHERD_API_KEY": server.api_key}
+    result = subprocess.run([node, str(ROOT / "examples" / "cartpole_client.js"), "4"], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "logged in to agent tiny" in result.stdout
+    assert sum(line.startswith("episode ") for line in result.stdout.splitlines()) == 4
+    assert len(returns_recorded(server.data)) == 4
+    assert server.stop() == 0
