@@ -24,6 +24,7 @@ setup(
             "pytest>=8",
             "pytest-aiohttp>=1.0",
             "pytest-timeout>=2.2",
+            "requests>=2.28",  # examples/seed_client.py, the original client, uses it
         ],
     },
 )
