@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import itertools
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -12,19 +10,15 @@ from shepherd.agents import (ParameterError, algorithm_info, build_learner, chec
                              registry_records)
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.graph.schedule import EvaluationResult, Schedule
-from shepherd.level import LevelManager
+from shepherd.graph.sessions import Session, SessionTable, Unauthorized
 from shepherd.spaces import SpaceError, parse_space, space_to_json
-from shepherd.storage import AgentRecord, Store, new_secret
+from shepherd.storage import AgentRecord, Store
 
 logger = logging.getLogger(__name__)
 
 
 class PresetError(ValueError):
     """A preset (or a stored agent) is not valid; the message says what to fix."""
-
-
-class Unauthorized(PermissionError):
-    """An unknown or revoked API key, or an unknown or expired session key."""
 
 
 class Conflict(RuntimeError):
@@ -56,14 +50,6 @@ class PresetValidation:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
-class Session:
-    key: str
-    level: LevelManager
-    runtime: AgentRuntime
-    busy: bool = False
-
-
 class GraphManager:
     """Holds a preset's agents and schedule; serves them to client sessions once `create_graph` ran.
 
@@ -81,9 +67,8 @@ class GraphManager:
         self.name = ""
         self.store: Store | None = None
         self.runtimes: dict[int, AgentRuntime] = {}
-        self.sessions: dict[str, Session] = {}
+        self.sessions = SessionTable()
         self.evaluation_listeners: list[Callable[[AgentRuntime, EvaluationResult], None]] = []
-        self._actor_ids = itertools.count(1)
 
     # -- checking ------------------------------------------------------------------------------
     def check(self) -> None:
@@ -195,35 +180,18 @@ class GraphManager:
         runtime = self.runtimes.get(record.id)
         if runtime is None:
             raise Unauthorized("this API key's agent is not served by this server")
-        level = LevelManager(next(self._actor_ids), runtime, evaluate_only)
-        session = Session(new_secret(), level, runtime)
-        self.sessions[session.key] = session
-        runtime.sessions += 1
-        return session
+        return self.sessions.open(runtime, evaluate_only)
 
     def session(self, key: Any) -> Session:
         """Raises Unauthorized for an unknown or expired session key."""
-        session = self.sessions.get(key) if isinstance(key, str) else None
-        if session is None:
-            raise Unauthorized("unknown or expired session_key; log in again")
-        return session
+        return self.sessions.get(key)
 
     def logout(self, key: Any) -> None:
-        session = self.session(key)
-        self._end(session)
-
-    def _end(self, session: Session) -> None:
-        if self.sessions.pop(session.key, None) is not None:
-            session.level.close()
-            session.runtime.sessions -= 1
+        self.sessions.end(self.sessions.get(key))
 
     def expire_sessions(self, idle_seconds: float) -> int:
         """End sessions idle for longer than ``idle_seconds``; returns how many ended."""
-        deadline = time.monotonic() - idle_seconds
-        stale = [s for s in self.sessions.values() if not s.busy and s.level.last_active < deadline]
-        for session in stale:
-            self._end(session)
-        return len(stale)
+        return self.sessions.expire(idle_seconds)
 
     # -- lifecycle -----------------------------------------------------------------------------
     def checkpoint(self) -> None:
@@ -232,8 +200,7 @@ class GraphManager:
 
     def end_sessions(self) -> None:
         """End every session (their unfinished episodes are abandoned)."""
-        for session in list(self.sessions.values()):
-            self._end(session)
+        self.sessions.end_all()
 
     def close(self) -> None:
         """Checkpoint every agent and stop the learners. Blocks: run it off the event loop, after
