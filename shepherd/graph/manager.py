@@ -12,17 +12,13 @@ from shepherd.graph.runtime import AgentRuntime
 from shepherd.graph.schedule import EvaluationResult, Schedule
 from shepherd.graph.sessions import Session, SessionTable, Unauthorized
 from shepherd.spaces import SpaceError, parse_space, space_to_json
-from shepherd.storage import AgentRecord, Store
+from shepherd.storage import AgentRecord, Store, hash_key
 
 logger = logging.getLogger(__name__)
 
 
 class PresetError(ValueError):
     """A preset (or a stored agent) is not valid; the message says what to fix."""
-
-
-class Conflict(RuntimeError):
-    """The request clashes with the session's state (for example, a step while one is in flight)."""
 
 
 @dataclass(frozen=True)
@@ -173,6 +169,7 @@ class GraphManager:
 
         Raises:
             Unauthorized: the key is unknown or revoked, or its agent is not served here.
+            TooManySessions: the agent has its maximum number of sessions.
         """
         record = self.store.agent_for_key(apikey) if isinstance(apikey, str) and apikey else None
         if record is None:
@@ -180,7 +177,7 @@ class GraphManager:
         runtime = self.runtimes.get(record.id)
         if runtime is None:
             raise Unauthorized("this API key's agent is not served by this server")
-        return self.sessions.open(runtime, evaluate_only)
+        return self.sessions.open(runtime, evaluate_only, client_id=hash_key(apikey)[:32])
 
     def session(self, key: Any) -> Session:
         """Raises Unauthorized for an unknown or expired session key."""

@@ -1,19 +1,25 @@
-"""The aiohttp application: the client protocol of DESIGN.md over a GraphManager."""
+"""The aiohttp application: the client protocol of docs/protocol.md over a GraphManager.
+
+Handlers parse and check a body once, at the edge, call one domain operation and serialise its result;
+domain errors become JSON errors in `errors.error_middleware`.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 import orjson
 from aiohttp import web
 
-from shepherd.graph import Conflict, GraphManager
-from shepherd.http.errors import Overloaded, error_middleware
+from shepherd.graph import GraphManager, Session, Unauthorized
+from shepherd.http.errors import Overloaded, body_limit_middleware, error_middleware
+from shepherd.http.limits import LoginThrottle, RateLimiter
 from shepherd.http.protocol import STEP_FIELDS, parse_login, parse_object, parse_step, session_key
 from shepherd.spaces import action_to_json, space_to_json
 from shepherd.storage import Store
@@ -23,29 +29,48 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ServerConfig:
-    """Everything `create_app` needs. Times are in seconds."""
+    """Everything `create_app` needs. Times are in seconds; None switches a limit off."""
 
     graph_manager: GraphManager
     data: Path
     max_body_bytes: int = 1 << 20
     session_idle_seconds: float = 600.0
-    act_timeout_seconds: float = 60.0
+    act_timeout_seconds: float = 30.0
     sweep_seconds: float = 5.0
+    max_sessions_per_agent: int | None = 1024
+    requests_per_second_per_key: float | None = 2000.0
+    burst_per_key: float | None = None  # default: one second's worth of requests
 
 
 CONFIG = web.AppKey("config", ServerConfig)
 GRAPH = web.AppKey("graph", GraphManager)
 STORE = web.AppKey("store", Store)
 CREATED_KEYS = web.AppKey("created_keys", dict)
+RATE_LIMITER = web.AppKey("rate_limiter", RateLimiter)
+LOGIN_THROTTLE = web.AppKey("login_throttle", LoginThrottle)
 
 
 def _json(data: object) -> web.Response:
     return web.Response(body=orjson.dumps(data), content_type="application/json")
 
 
+def _count_request(app: web.Application, session: Session) -> None:
+    limiter = app.get(RATE_LIMITER)
+    if limiter is not None:
+        limiter.take(session.client_id)
+
+
 async def login_user(request: web.Request) -> web.Response:
     login = parse_login(await request.read())
-    session = request.app[GRAPH].login(login.apikey, login.evaluate_only)
+    graph, throttle = request.app[GRAPH], request.app[LOGIN_THROTTLE]
+    address = request.remote or "?"
+    try:
+        session = graph.login(login.apikey, login.evaluate_only)
+    except PermissionError:
+        await asyncio.sleep(throttle.failed(address))  # slows down guessing, never blocks the loop
+        raise
+    throttle.succeeded(address)
+    _count_request(request.app, session)
     learner = session.runtime.learner
     return _json({"ok": True, "session_key": session.key, "agent": session.runtime.record.name,
                   "observation_space": space_to_json(learner.observation_space),
@@ -56,26 +81,47 @@ async def env_step(request: web.Request) -> web.Response:
     data = parse_object(await request.read(), STEP_FIELDS)
     graph = request.app[GRAPH]
     session = graph.session(session_key(data))
+    _count_request(request.app, session)
     learner = session.runtime.learner
     step = parse_step(data, learner.observation_space)
-    if step.obs is None:
+    if step is None:
         graph.logout(session.key)
         return _json({"ok": True})
-    if session.busy:
-        raise Conflict("a step of this session is still waiting for its action; send the next one after it")
-    session.busy = True
+    session.active()
+    session.in_request += 1
     try:
-        future = session.level.step(step.obs, step.reward, step.done, step.truncated)
-        if future is None:
-            return _json({"action": None})
-        timeout = request.app[CONFIG].act_timeout_seconds
-        try:
-            action = await asyncio.wait_for(asyncio.wrap_future(future), timeout)
-        except asyncio.TimeoutError:
-            raise Overloaded(f"the agent did not answer within {timeout:g} s", retry_after=1) from None
-        return _json({"action": action_to_json(learner.action_space, action)})
+        action = await _wait_for_action(session.step(step), request.app[CONFIG].act_timeout_seconds, step.seq)
     finally:
-        session.busy = False
+        session.in_request -= 1
+        session.active()
+    if action is None:
+        return _json({"action": None})
+    return _json({"action": action_to_json(learner.action_space, action)})
+
+
+async def _wait_for_action(future: Future, timeout: float, seq: int | None) -> Any:
+    """The learner's answer, or Overloaded after ``timeout``; the step stays in flight either way."""
+    if not future.done():
+        waiting = asyncio.wrap_future(future)
+        try:
+            await asyncio.wait_for(asyncio.shield(waiting), timeout)
+        except asyncio.TimeoutError:
+            waiting.add_done_callback(_consume)
+            retry = ("send the same step again with the same seq to get its action" if seq is not None else
+                     "its action is lost to this client; send steps with a seq to retry them safely")
+            raise Overloaded(f"the agent did not answer within {timeout:g} s; {retry}", retry_after=1) from None
+        except asyncio.CancelledError:
+            if not future.cancelled():
+                raise  # this request itself is being cancelled (client gone, server stopping)
+    if future.cancelled():  # the learner dropped it: the session ended while the step waited
+        raise Unauthorized("the session ended (expired or logged out) while this step waited; log in again")
+    return future.result()
+
+
+def _consume(future: asyncio.Future) -> None:
+    """Mark a late answer nobody waits for any more as retrieved (no 'never retrieved' warnings)."""
+    if not future.cancelled():
+        future.exception()
 
 
 async def logout(request: web.Request) -> web.Response:
@@ -88,6 +134,7 @@ async def _graph_context(app: web.Application) -> AsyncIterator[None]:
     config = app[CONFIG]
     store = await asyncio.to_thread(Store, config.data)
     graph = config.graph_manager
+    graph.sessions.max_per_agent = config.max_sessions_per_agent
     try:
         app[CREATED_KEYS] = await asyncio.to_thread(graph.create_graph, store)
     except BaseException:
@@ -116,8 +163,12 @@ async def _sweep_sessions(app: web.Application) -> None:
 
 def create_app(config: ServerConfig) -> web.Application:
     """Build the application; the graph is created on startup and checkpointed on cleanup."""
-    app = web.Application(client_max_size=config.max_body_bytes, middlewares=[error_middleware])
+    app = web.Application(client_max_size=config.max_body_bytes,
+                          middlewares=[error_middleware, body_limit_middleware])
     app[CONFIG] = config
+    app[LOGIN_THROTTLE] = LoginThrottle()
+    if config.requests_per_second_per_key:
+        app[RATE_LIMITER] = RateLimiter(config.requests_per_second_per_key, config.burst_per_key)
     app.router.add_routes([
         web.post("/shepherd/login_user/", login_user),
         web.post("/shepherd/env/", env_step),

@@ -102,7 +102,7 @@ def test_kill_9_loses_at_most_the_steps_since_the_last_checkpoint(server_factory
         stop = threading.Event()
 
         def keep_driving():
-            client = Client(server.url, key, timeout=10)
+            client = Client(server.url, key, timeout=10, retry_seconds=2)
             try:
                 while not stop.is_set():
                     run_env(client, "CartPole-v1", episodes=1, retry_seconds=2)
