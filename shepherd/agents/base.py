@@ -68,6 +68,7 @@ class Kind(enum.Enum):
     DROP = 5  # the actor is gone: close its partial data
     CHECKPOINT = 6
     STOP = 7
+    DRAIN = 8  # the server is stopping: answer what waits, and never make anyone wait again
 
 
 @dataclass(eq=False)
@@ -123,6 +124,7 @@ class PooledLearner(ABC):
         self.observation_space = model.observation_space
         self.action_space = model.action_space
         self.failure: str | None = None
+        self.draining = False
         self._queue: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name=f"learner-{name}", daemon=True)
@@ -151,6 +153,11 @@ class PooledLearner(ABC):
     def checkpoint(self, path: Path, state: dict[str, Any]) -> Future:
         """Save weights, optimizer and counters, with ``state`` (the schedule's), atomically to ``path``."""
         return self._submit(Message(Kind.CHECKPOINT, future=Future(), payload=(path, state)))
+
+    def drain(self) -> None:
+        """The server is stopping: answer every request the learner holds back, now and from now on
+        (on-policy learners answer them unrecorded instead of waiting for an update)."""
+        self._submit(Message(Kind.DRAIN))
 
     def close(self, timeout: float = 60.0) -> None:
         """Stop the worker after everything queued so far is handled."""
@@ -219,7 +226,10 @@ class PooledLearner(ABC):
             if run:
                 self._process(run)
                 run = []
-            if message.kind is Kind.CHECKPOINT:
+            if message.kind is Kind.DRAIN:
+                self.draining = True
+                self._drain()
+            elif message.kind is Kind.CHECKPOINT:
                 path, state = message.payload
                 self._write_checkpoint(path, state)
                 message.future.set_result(path)
@@ -263,6 +273,9 @@ class PooledLearner(ABC):
 
     def _stop_waiting(self, error: Exception) -> None:
         """Answer every request held back by the learner with ``error``."""
+
+    def _drain(self) -> None:
+        """Answer every request held back by the learner with an action, without learning from it."""
 
     def _counters(self) -> dict[str, Any]:
         return {"num_timesteps": int(self.model.num_timesteps), "n_updates": int(self.model._n_updates)}

@@ -115,6 +115,9 @@ class OnPolicyLearner(PooledLearner):
             reply(message, self._random_action())
             return
         segment = actor.segment if actor.segment is not None else self._claim(message.actor, actor)
+        if segment is None and self.draining:  # stopping: answer, but learn nothing more from it
+            reply(message, self._env_action(sampled))
+            return
         if segment is None:
             message.kind = Kind.ACT  # its transition is stored; only the action waits for the update
             self._waiting.append(message)
@@ -217,6 +220,11 @@ class OnPolicyLearner(PooledLearner):
             self._leave_segment(actor, bootstrap=True)
         waiting, self._waiting = self._waiting, []
         self._process(waiting)
+
+    def _drain(self) -> None:
+        waiting, self._waiting = self._waiting, []
+        if waiting:
+            self._process(waiting)
 
     def _stop_waiting(self, error: Exception) -> None:
         waiting, self._waiting = self._waiting, []

@@ -199,6 +199,12 @@ class GraphManager:
         """End every session (their unfinished episodes are abandoned)."""
         self.sessions.end_all()
 
+    def abort(self) -> None:
+        """Stop the learners started so far without writing anything (a start that failed half-way)."""
+        for runtime in self.runtimes.values():
+            runtime.learner.close()
+        self.runtimes.clear()
+
     def close(self) -> None:
         """Checkpoint every agent and stop the learners. Blocks: run it off the event loop, after
         `end_sessions`."""

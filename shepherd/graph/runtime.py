@@ -13,7 +13,7 @@ from typing import Any, Callable
 from shepherd.agents import PooledLearner
 from shepherd.graph.schedule import EvaluationResult, PhaseTracker, Schedule
 from shepherd.level import Episode, Phase
-from shepherd.storage import AgentRecord, EpisodeReturn, Store
+from shepherd.storage import AgentRecord, EpisodeReturn, Store, StoreError
 
 logger = logging.getLogger(__name__)
 
@@ -62,10 +62,19 @@ class AgentRuntime:
         return self.store.agent_folder(self.record.id) / MODEL_FILE
 
     def resume(self) -> bool:
-        """Load the last checkpoint if there is one; returns whether it did."""
+        """Load the last checkpoint if there is one; returns whether it did.
+
+        Raises:
+            StoreError: the checkpoint exists but cannot be loaded (damaged, or another agent's).
+        """
         if not self.model_path.exists():
             return False
-        state = self.learner.restore(self.model_path)
+        try:
+            state = self.learner.restore(self.model_path)
+        except Exception as error:  # noqa: BLE001 - whatever is wrong with it, never start over silently
+            raise StoreError(
+                f"the checkpoint {self.model_path} cannot be loaded ({type(error).__name__}: {error}); restore "
+                "it from a backup, or move it away to start this agent afresh") from None
         self.tracker.load(state.get("schedule", {}))
         self._last_checkpoint = (time.monotonic(), self.tracker.steps)
         logger.info("agent %s resumed at %d steps", self.record.name, self.tracker.steps)

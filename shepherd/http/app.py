@@ -138,6 +138,7 @@ async def _graph_context(app: web.Application) -> AsyncIterator[None]:
     try:
         app[CREATED_KEYS] = await asyncio.to_thread(graph.create_graph, store)
     except BaseException:
+        await asyncio.to_thread(graph.abort)
         await asyncio.to_thread(store.close)
         raise
     app[STORE] = store
@@ -150,6 +151,15 @@ async def _graph_context(app: web.Application) -> AsyncIterator[None]:
     graph.end_sessions()
     await asyncio.to_thread(graph.close)
     await asyncio.to_thread(store.close)
+
+
+async def _drain(app: web.Application) -> None:
+    """Shutdown has begun (no new connections): answer every step a learner holds back, so that the
+    requests still open are answered before the graph is checkpointed and closed."""
+    graph = app.get(GRAPH)
+    if graph is not None:
+        for runtime in graph.runtimes.values():
+            runtime.learner.drain()
 
 
 async def _sweep_sessions(app: web.Application) -> None:
@@ -175,4 +185,5 @@ def create_app(config: ServerConfig) -> web.Application:
         web.post("/shepherd/logout/", logout),
     ])
     app.cleanup_ctx.append(_graph_context)
+    app.on_shutdown.append(_drain)
     return app

@@ -26,7 +26,9 @@ class RunningServer:
             OSError: the address cannot be bound; the graph is closed again.
         """
         app = create_app(config)
-        runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        # open requests get up to the act timeout (and a little more) to be answered at shutdown
+        runner = web.AppRunner(app, handle_signals=False, access_log=None,
+                               shutdown_timeout=config.act_timeout_seconds + 5)
         await runner.setup()
         try:
             site = web.TCPSite(runner, host, port)
