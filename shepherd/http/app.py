@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator
 
 import orjson
+import yaml
 from aiohttp import web
 
 from shepherd.graph import GraphManager, Session, Unauthorized
@@ -42,12 +43,15 @@ class ServerConfig:
     burst_per_key: float | None = None  # default: one second's worth of requests
 
 
+OPENAPI_FILE = Path(__file__).with_name("openapi.yaml")
+
 CONFIG = web.AppKey("config", ServerConfig)
 GRAPH = web.AppKey("graph", GraphManager)
 STORE = web.AppKey("store", Store)
 CREATED_KEYS = web.AppKey("created_keys", dict)
 RATE_LIMITER = web.AppKey("rate_limiter", RateLimiter)
 LOGIN_THROTTLE = web.AppKey("login_throttle", LoginThrottle)
+OPENAPI = web.AppKey("openapi", bytes)
 
 
 def _json(data: object) -> web.Response:
@@ -130,6 +134,10 @@ async def logout(request: web.Request) -> web.Response:
     return _json({"ok": True})
 
 
+async def openapi(request: web.Request) -> web.Response:
+    return web.Response(body=request.app[OPENAPI], content_type="application/json")
+
+
 async def _graph_context(app: web.Application) -> AsyncIterator[None]:
     config = app[CONFIG]
     store = await asyncio.to_thread(Store, config.data)
@@ -177,12 +185,14 @@ def create_app(config: ServerConfig) -> web.Application:
                           middlewares=[error_middleware, body_limit_middleware])
     app[CONFIG] = config
     app[LOGIN_THROTTLE] = LoginThrottle()
+    app[OPENAPI] = orjson.dumps(yaml.safe_load(OPENAPI_FILE.read_text()))
     if config.requests_per_second_per_key:
         app[RATE_LIMITER] = RateLimiter(config.requests_per_second_per_key, config.burst_per_key)
     app.router.add_routes([
         web.post("/shepherd/login_user/", login_user),
         web.post("/shepherd/env/", env_step),
         web.post("/shepherd/logout/", logout),
+        web.get("/shepherd/openapi.json", openapi),
     ])
     app.cleanup_ctx.append(_graph_context)
     app.on_shutdown.append(_drain)
