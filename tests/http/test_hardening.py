@@ -206,3 +206,30 @@ async def _settle(client, runtime):
 def test_config_is_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         ServerConfig(graph_manager(), "x").act_timeout_seconds = 1
+
+
+async def test_a_failed_learner_fails_only_its_agent_and_says_why(aiohttp_client, tmp_path):
+    graph = GraphManager(owner="tests", schedule=Schedule(), agents=[
+        AgentSpec(name, "PPO", [[4], "-inf", "inf"], 2, {"n_envs": 1, "n_steps": 4, "batch_size": 4})
+        for name in ("sick", "well")])
+    app = create_app(ServerConfig(graph, tmp_path / "data"))
+    client = await aiohttp_client(app)
+    keys = app[CREATED_KEYS]
+    sick = graph.runtime("sick")
+
+    def explode(*args, **kwargs):
+        raise FloatingPointError("the loss is NaN")
+
+    sick.learner.model.train = explode
+    sessions = {}
+    for name in ("sick", "well"):
+        client.apikey = keys[name]
+        sessions[name] = await login(client)
+    statuses = [(await step(client, sessions["sick"], seq)).status for seq in range(1, 7)]
+    assert statuses[:4] == [200] * 4 and statuses[-1] == 503  # the 5th step completes a rollout: boom
+    reply = await step(client, sessions["sick"], 9)
+    assert reply.status == 503 and "FloatingPointError: the loss is NaN" in (await reply.json())["error"]
+    assert sick.stats().phase == "failed" and "the loss is NaN" in sick.stats().failure
+    for seq in range(1, 20):  # the other agent serves on, trains, and is not touched
+        assert (await step(client, sessions["well"], seq)).status == 200
+    assert graph.runtime("well").learner.failure is None and graph.runtime("well").learner.model._n_updates >= 3
