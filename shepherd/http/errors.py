@@ -10,8 +10,10 @@ from typing import Awaitable, Callable
 import orjson
 from aiohttp import web
 
+from shepherd.admin import Forbidden, Invalid
 from shepherd.agents import AgentClosed, AgentFailed
 from shepherd.graph import Conflict, Unauthorized
+from shepherd.storage import AlreadyExists, NotFound
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +35,8 @@ def json_error(status: int, message: str, headers: dict[str, str] | None = None)
                         headers=headers)
 
 
-_STATUS = ((BadRequest, 400), (Unauthorized, 401), (Conflict, 409))
+_STATUS = ((BadRequest, 400), (Invalid, 400), (Unauthorized, 401), (Forbidden, 403), (NotFound, 404),
+           (Conflict, 409), (AlreadyExists, 409))
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
