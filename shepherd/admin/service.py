@@ -151,7 +151,8 @@ class Operations:
         self.graph = service.graph
 
     # -- helpers -------------------------------------------------------------------------------
-    def _require_admin(self, what: str) -> None:
+    def require_admin(self, what: str) -> None:
+        """Raises Forbidden unless the caller is the admin (``what`` names the operation)."""
         if not self.principal.admin:
             raise Forbidden(f"{what} needs the admin token; an agent's API key gives access to that agent only")
 
@@ -216,14 +217,14 @@ class Operations:
 
     # -- users ---------------------------------------------------------------------------------
     async def users(self) -> list[UserView]:
-        self._require_admin("listing users")
+        self.require_admin("listing users")
         counts: dict[int, int] = {}
         for record in self.store.agents():
             counts[record.owner_id] = counts.get(record.owner_id, 0) + 1
         return [UserView(user.id, user.name, user.created, counts.get(user.id, 0)) for user in self.store.users()]
 
     async def add_user(self, name: str) -> UserView:
-        self._require_admin("adding users")
+        self.require_admin("adding users")
         user = await asyncio.to_thread(self.store.add_user, check_name(name, "user"))
         return UserView(user.id, user.name, user.created, 0)
 
@@ -245,7 +246,7 @@ class Operations:
     async def add_agent(self, new: NewAgent) -> AgentView:
         """Create an agent after checking everything, up to building its learner; a server starts serving
         it at once."""
-        self._require_admin("adding agents")
+        self.require_admin("adding agents")
         check_name(new.name, "agent")
         owner = self.store.find_user(new.owner) if isinstance(new.owner, str) else None
         if owner is None:
@@ -268,7 +269,7 @@ class Operations:
 
     # -- API keys ------------------------------------------------------------------------------
     async def keys(self, agent_id: int | None = None) -> list[KeyView]:
-        self._require_admin("listing API keys")
+        self.require_admin("listing API keys")
         if agent_id is not None:
             self._record(agent_id)
         refs = {record.id: self._ref(record) for record in self.store.agents()}
@@ -276,7 +277,7 @@ class Operations:
                 for key in self.store.api_keys(agent_id)]
 
     async def add_key(self, agent_id: int, label: str = "") -> CreatedKey:
-        self._require_admin("adding API keys")
+        self.require_admin("adding API keys")
         record = self._record(agent_id)
         if not isinstance(label, str) or len(label) > 100:
             raise Invalid("a key's label is a string of at most 100 characters")
@@ -285,7 +286,7 @@ class Operations:
 
     async def revoke_key(self, key_id: int) -> KeyView:
         """Refuse new logins with the key (sessions opened with it go on until they end or expire)."""
-        self._require_admin("revoking API keys")
+        self.require_admin("revoking API keys")
         await asyncio.to_thread(self.store.revoke_api_key, key_id)
         key = self.store.api_key(key_id)
         return KeyView(key.id, key.agent_id, self._ref(self.store.agent(key.agent_id)), key.label, key.created,
@@ -293,7 +294,7 @@ class Operations:
 
     async def reset_admin_token(self) -> str:
         """Replace the admin token; the old one stops working at once. Returns the new one (shown once)."""
-        self._require_admin("replacing the admin token")
+        self.require_admin("replacing the admin token")
         return await asyncio.to_thread(self.service._new_admin_token)
 
     # -- algorithms ----------------------------------------------------------------------------
@@ -369,9 +370,12 @@ class Operations:
                     await asyncio.to_thread(old.discard)
                 await asyncio.to_thread(_unlink, self._model_path(agent_id))
                 runtime = await asyncio.to_thread(self.graph.build_runtime, self.store.agent(agent_id))
-            except Exception as error:
+            except (ParameterError, SpaceError) as error:
                 self.graph.abort_restart(agent_id, f"could not be restarted: {error}")
-                logger.exception("agent %s could not be restarted", ref)
+                raise Invalid(f"agent {ref} cannot be rebuilt from its stored spaces and parameters: {error}") \
+                    from None
+            except BaseException as error:
+                self.graph.abort_restart(agent_id, f"could not be restarted: {type(error).__name__}: {error}")
                 raise
             self.graph.install(runtime)
         logger.info("agent %s restarted; %d session(s) ended", ref, ended)

@@ -93,8 +93,10 @@ async def list_users(request: web.Request) -> web.Response:
 
 
 async def add_user(request: web.Request) -> web.Response:
+    ops = operations(request)
+    ops.require_admin("adding users")  # before reading the body: a key holder learns nothing from it
     data = await body_object(request, {"name"})
-    return respond(await operations(request).add_user(text_field(data, "name")), status=201)
+    return respond(await ops.add_user(text_field(data, "name")), status=201)
 
 
 async def list_algorithms(request: web.Request) -> web.Response:
@@ -102,8 +104,10 @@ async def list_algorithms(request: web.Request) -> web.Response:
 
 
 async def reset_admin_token(request: web.Request) -> web.Response:
+    ops = operations(request)
+    ops.require_admin("replacing the admin token")
     await body_object(request, set())
-    return respond({"token": await operations(request).reset_admin_token()})
+    return respond({"token": await ops.reset_admin_token()})
 
 
 # -- agents ---------------------------------------------------------------------------------------
@@ -115,6 +119,8 @@ async def list_agents(request: web.Request) -> web.Response:
 
 
 async def add_agent(request: web.Request) -> web.Response:
+    ops = operations(request)
+    ops.require_admin("adding agents")
     data = await body_object(request, NEW_AGENT_FIELDS)
     for name in ("observation_space", "action_space"):
         if name not in data:
@@ -126,7 +132,7 @@ async def add_agent(request: web.Request) -> web.Response:
                    algorithm=text_field(data, "algorithm"), observation_space=data["observation_space"],
                    action_space=data["action_space"], parameters=parameters,
                    sharing=text_field(data, "sharing", "pooled"))
-    return respond(await operations(request).add_agent(new), status=201)
+    return respond(await ops.add_agent(new), status=201)
 
 
 async def show_agent(request: web.Request) -> web.Response:
@@ -147,7 +153,8 @@ def _query_number(request: web.Request, name: str, kind: type) -> Any:
 async def agent_returns(request: web.Request) -> web.Response:
     """The episode returns, from ``offset`` on; a client polling with ``offset`` and ``first`` (the time of
     the first record it has) gets everything again, with ``"reset": true``, when the curve was deleted."""
-    records = await operations(request).returns(agent_id(request))
+    ops = operations(request)
+    records = await ops.returns(agent_id(request))
     offset = _query_number(request, "offset", int) or 0
     first = _query_number(request, "first", float)
     reset = offset < 0 or offset > len(records) or (
@@ -181,30 +188,38 @@ async def model_zip(request: web.Request) -> web.Response:
 
 
 async def delete_model(request: web.Request) -> web.Response:
+    ops = operations(request)
     await body_object(request, set())
-    return respond(await operations(request).delete_model(agent_id(request)))
+    return respond(await ops.delete_model(agent_id(request)))
 
 
 async def delete_returns(request: web.Request) -> web.Response:
+    ops = operations(request)
     await body_object(request, set())
-    return respond(await operations(request).delete_returns(agent_id(request)))
+    return respond(await ops.delete_returns(agent_id(request)))
 
 
 async def restart_agent(request: web.Request) -> web.Response:
+    ops = operations(request)
     await body_object(request, set())
-    return respond(await operations(request).restart(agent_id(request)))
+    return respond(await ops.restart(agent_id(request)))
 
 
 # -- API keys -------------------------------------------------------------------------------------
 async def list_keys(request: web.Request) -> web.Response:
-    return respond(await operations(request).keys(_query_number(request, "agent", int)))
+    ops = operations(request)
+    return respond(await ops.keys(_query_number(request, "agent", int)))
 
 
 async def add_key(request: web.Request) -> web.Response:
+    ops = operations(request)
+    ops.require_admin("adding API keys")
     data = await body_object(request, {"label"})
-    return respond(await operations(request).add_key(agent_id(request), text_field(data, "label", "")), status=201)
+    return respond(await ops.add_key(agent_id(request), text_field(data, "label", "")), status=201)
 
 
 async def revoke_key(request: web.Request) -> web.Response:
+    ops = operations(request)
+    ops.require_admin("revoking API keys")
     await body_object(request, set())
-    return respond(await operations(request).revoke_key(int(request.match_info["key_id"])))
+    return respond(await ops.revoke_key(int(request.match_info["key_id"])))
