@@ -25,8 +25,9 @@
 
   function format(value) {
     const abs = Math.abs(value);
-    if (abs >= 1e6) return (value / 1e6).toFixed(abs >= 1e7 ? 0 : 1) + "M";
-    if (abs >= 1e4) return (value / 1e3).toFixed(abs >= 1e5 ? 0 : 1) + "k";
+    const short = (scaled) => scaled.toFixed(1).replace(/\.0$/, "");
+    if (abs >= 1e6) return short(value / 1e6) + "M";
+    if (abs >= 1e3) return short(value / 1e3) + "k";
     if (abs >= 100 || Number.isInteger(value)) return String(Math.round(value));
     return value.toPrecision(3);
   }
