@@ -13,6 +13,7 @@ import pytest
 
 from shepherd.cli import main
 from shepherd.client import Client, ShepherdError
+from shepherd.storage import read_server_file
 from tests.conftest import ROOT, TEST_PRESETS
 
 TINY = str(TEST_PRESETS / "tiny_ppo.py")
@@ -45,12 +46,19 @@ def play(client, episodes, steps=20):
         assert action is None
 
 
-def test_commands_are_forwarded_to_the_running_server(capsys, server_factory, tmp_path):
+def test_commands_are_forwarded_to_the_running_server_which_alone_holds_the_folder(capsys, server_factory, tmp_path):
     data = tmp_path / "data"
     server = server_factory(TINY, data=data)
     published = data / "server.json"
     assert stat.S_IMODE(published.stat().st_mode) == 0o600
     assert server.admin_token and server.admin_token not in published.read_text()
+    second = subprocess.run([sys.executable, str(ROOT / "run.py"), "-p", TINY, "--data", str(data), "--port", "0"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert second.returncode == 2 and second.stderr.strip().splitlines() == [  # one server per data folder
+        f"error: another Shepherd server (or admin command) is using the data folder {data}; "
+        "stop it, or give another --data"]
+    assert server.process.poll() is None and read_server_file(data).url == server.url
 
     assert cli(capsys, "users", "add", "alice", "--data", str(data))[0] == 0
     status, users = api(server.url, server.admin_token, "/users")
@@ -95,17 +103,3 @@ def test_commands_are_forwarded_to_the_running_server(capsys, server_factory, tm
     assert not published.exists()
     code, out, _ = cli(capsys, "agents", "list", "--data", str(data))  # now on the store itself
     assert code == 0 and "alice/pole" in out and "stopped" in out
-
-
-def test_a_second_server_on_the_same_data_folder_is_refused(server_factory, tmp_path):
-    data = tmp_path / "data"
-    server = server_factory(TINY, data=data)
-    second = subprocess.run([sys.executable, str(ROOT / "run.py"), "-p", TINY, "--data", str(data), "--port", "0"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert second.returncode == 2
-    assert second.stderr.strip().splitlines() == [
-        f"error: another Shepherd server (or admin command) is using the data folder {data}; "
-        "stop it, or give another --data"]
-    assert server.process.poll() is None
-    assert api(server.url, server.admin_token, "/whoami")[0] == 200
