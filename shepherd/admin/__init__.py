@@ -9,7 +9,9 @@ one does.
 from shepherd.admin.errors import Forbidden, Invalid, Unavailable
 from shepherd.admin.records import (ADMIN, ActionResult, AgentView, CreatedKey, KeyView, NewAgent, Principal,
                                     UserView)
-from shepherd.admin.service import AdminService, Operations, match_agent
+from shepherd.admin.names import check_name, match_agent
+from shepherd.admin.operations import Operations
+from shepherd.admin.service import AdminService
 
 __all__ = ["ADMIN", "ActionResult", "AdminService", "AgentView", "CreatedKey", "Forbidden", "Invalid",
-           "KeyView", "NewAgent", "Operations", "Principal", "Unavailable", "UserView", "match_agent"]
+           "KeyView", "NewAgent", "Operations", "Principal", "Unavailable", "UserView", "check_name", "match_agent"]

@@ -12,7 +12,7 @@ from urllib.parse import quote, urlsplit
 
 from shepherd.admin.errors import Forbidden, Invalid, Unavailable
 from shepherd.admin.records import ActionResult, AgentView, CreatedKey, KeyView, NewAgent, UserView
-from shepherd.admin.service import match_agent
+from shepherd.admin.names import match_agent
 from shepherd.graph import Conflict, Unauthorized
 from shepherd.storage import AlreadyExists, EpisodeReturn, NotFound
 
