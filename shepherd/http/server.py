@@ -30,7 +30,11 @@ class RunningServer:
         """
         app = create_app(config)
         runner = web.AppRunner(app, handle_signals=False, access_log=None)
-        await runner.setup()
+        try:
+            await runner.setup()
+        except BaseException:
+            await runner.cleanup()  # what started before the failure (the data folder's lock) is released
+            raise
         shown_host = f"[{host}]" if ":" in host else host
         try:
             site = web.TCPSite(runner, host, port)

@@ -389,3 +389,20 @@ async def test_the_dashboard_page_and_its_files(api):
     for path in ["/shepherd/admin/static/nothing.js", "/shepherd/admin/static/..%2Fadmin.py",
                  "/shepherd/admin/static/../app.py"]:
         assert (await client.get(path)).status == 404
+
+
+async def test_a_server_that_fails_to_start_releases_the_data_folder(tmp_path):
+    from shepherd.graph import PresetError
+    from shepherd.http.server import RunningServer
+    from shepherd.storage import DataFolderLock, Store
+
+    data = tmp_path / "data"
+    store = Store(data)
+    store.add_agent(store.ensure_user("tests").id, "pole", "DQN", BOX4, 2, {})  # not what the preset says
+    store.close()
+    with pytest.raises(PresetError, match="exists in the store with algorithm DQN"):
+        await RunningServer.start(ServerConfig(graph_manager(), data), "127.0.0.1", 0)
+    lock = DataFolderLock(data)
+    assert lock.try_acquire()  # an admin command can work on the folder now
+    lock.release()
+    assert not (data / "server.json").exists()
