@@ -126,7 +126,9 @@ function renderAgents() {
     cell(row, agent.steps_per_second.toFixed(0), "number");
     cell(row, String(agent.sessions), "number");
     cell(row, ago(agent.last_active));
+    row.tabIndex = 0;
     row.addEventListener("click", () => select(agent.id));
+    row.addEventListener("keydown", (event) => { if (event.key === "Enter") select(agent.id); });
   }
 }
 
