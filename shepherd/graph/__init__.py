@@ -8,5 +8,5 @@ from shepherd.graph.schedule import EvaluationResult, PhaseTracker, Schedule
 from shepherd.graph.sessions import Session, SessionTable, Unauthorized
 
 __all__ = ["DEFAULT_SCHEDULE", "AgentRuntime", "AgentSpec", "AgentStats", "Conflict", "EvaluationResult",
-           "GraphManager", "PhaseTracker", "PresetError", "PresetValidation", "Schedule", "Session", "SessionTable", "Unauthorized",
-           "list_presets", "load_preset"]
+           "GraphManager", "PhaseTracker", "PresetError", "PresetValidation", "Schedule", "Session", "SessionTable",
+           "Unauthorized", "list_presets", "load_preset"]
