@@ -106,9 +106,9 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
     try:
         keys = dict(server.created_keys)
         if args.new_key:
-            for runtime in graph.runtimes.values():
+            for runtime in graph.preset_runtimes():
                 keys[runtime.record.name], _ = store.add_api_key(runtime.record.id, "created by --new-key")
-        announce(graph, server.url, args.data, keys)
+        announce(graph, server.url, args.data, keys, server.admin_token)
         if args.clients:
             runtime = graph.runtime(graph.validation.agent)
             local_key, record = store.add_api_key(runtime.record.id, "local clients of run.py --clients")
@@ -132,17 +132,24 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def announce(graph: GraphManager, url: str, data: Path, keys: dict[str, str]) -> None:
+def announce(graph: GraphManager, url: str, data: Path, keys: dict[str, str], admin_token: str = "") -> None:
     print(f"Shepherd serving preset {graph.name} at {url}  (data: {data.resolve()})")
     for runtime in graph.runtimes.values():
         learner = runtime.learner
         print(f"  agent {runtime.record.name}: {runtime.record.algorithm}, {runtime.tracker.steps} steps so far, "
               f"observations {learner.observation_space}, actions {learner.action_space}")
+    for agent_id, reason in graph.failures.items():
+        print(f"  agent id {agent_id} is not served: it {reason} (restart it from the admin commands)")
     print(f"Clients POST to {url}/shepherd/login_user/ with {{\"apikey\": ...}}, then to {url}/shepherd/env/")
     for name, key in keys.items():
         print(f"API key for agent {name} (shown once, the store keeps only its hash): {key}")
     if not keys:
         print("API key: shown when it was created; add --new-key to create another.")
+    print(f"Dashboard: {url}/shepherd/admin/  (sign in with the admin token or an agent's API key)")
+    if admin_token:
+        print(f"Admin token (shown once, the store keeps only its hash): {admin_token}")
+    else:
+        print("Admin token: shown at the first start; `python run.py admin-token` replaces it.")
     print("Stop with Ctrl-C: the agents are checkpointed and resume at the next start.", flush=True)
 
 

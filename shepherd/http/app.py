@@ -1,4 +1,5 @@
-"""The aiohttp application: the client protocol of docs/protocol.md over a GraphManager.
+"""The aiohttp application: the client protocol of docs/protocol.md over a GraphManager, the admin API and
+the dashboard (``admin.py``, ``dashboard.py``; their state keys are in ``state.py``).
 
 Handlers parse and check a body once, at the edge, call one domain operation and serialise its result;
 domain errors become JSON errors in `errors.error_middleware`.
@@ -18,12 +19,16 @@ import orjson
 import yaml
 from aiohttp import web
 
+from shepherd.admin import AdminService
 from shepherd.graph import GraphManager, Session, Unauthorized
+from shepherd.http import admin, dashboard
 from shepherd.http.errors import Overloaded, body_limit_middleware, error_middleware
 from shepherd.http.limits import LoginThrottle, RateLimiter
 from shepherd.http.protocol import STEP_FIELDS, parse_login, parse_object, parse_step, session_key
+from shepherd.http.signins import SignInTable
+from shepherd.http.state import ADMIN, CREATED_ADMIN_TOKEN, DASHBOARD_FILES, LOCAL_CREDENTIAL, SIGNINS
 from shepherd.spaces import action_to_json, space_to_json
-from shepherd.storage import Store
+from shepherd.storage import DataFolderLock, Store, new_secret
 
 logger = logging.getLogger(__name__)
 
@@ -138,6 +143,25 @@ async def openapi(request: web.Request) -> web.Response:
     return web.Response(body=request.app[OPENAPI], content_type="application/json")
 
 
+async def _folder_lock_context(app: web.Application) -> AsyncIterator[None]:
+    """Hold the data folder's lock while serving: no other server or admin command opens its store."""
+    lock = DataFolderLock(app[CONFIG].data)
+    await asyncio.to_thread(lock.acquire)
+    yield
+    lock.release()
+
+
+async def _admin_context(app: web.Application) -> AsyncIterator[None]:
+    """The admin service; the admin token is created on the first start (shown once, stored hashed)."""
+    credential = new_secret()
+    service = AdminService(app[STORE], app[GRAPH], local_credential=credential)
+    app[CREATED_ADMIN_TOKEN] = await asyncio.to_thread(service.ensure_admin_token) or ""
+    app[LOCAL_CREDENTIAL] = credential
+    app[ADMIN] = service
+    app[SIGNINS] = SignInTable()
+    yield
+
+
 async def _graph_context(app: web.Application) -> AsyncIterator[None]:
     config = app[CONFIG]
     store = await asyncio.to_thread(Store, config.data)
@@ -188,12 +212,38 @@ def create_app(config: ServerConfig) -> web.Application:
     app[OPENAPI] = orjson.dumps(yaml.safe_load(OPENAPI_FILE.read_text()))
     if config.requests_per_second_per_key:
         app[RATE_LIMITER] = RateLimiter(config.requests_per_second_per_key, config.burst_per_key)
+    app[DASHBOARD_FILES] = dashboard.load_files()
     app.router.add_routes([
         web.post("/shepherd/login_user/", login_user),
         web.post("/shepherd/env/", env_step),
         web.post("/shepherd/logout/", logout),
+        # the dashboard
+        web.get(dashboard.PAGE, dashboard.page),
+        web.get(dashboard.PAGE.rstrip("/"), dashboard.to_page),
+        web.get(dashboard.STATIC, dashboard.static_file),
+        web.post(dashboard.SIGNIN, dashboard.signin),
+        web.get(dashboard.SIGNIN, dashboard.signin_state),
+        web.post(dashboard.SIGNOUT, dashboard.signout),
+        # the admin API
+        web.get(admin.API + "/whoami", admin.whoami),
+        web.get(admin.API + "/users", admin.list_users),
+        web.post(admin.API + "/users", admin.add_user),
+        web.get(admin.API + "/algorithms", admin.list_algorithms),
+        web.post(admin.API + "/admin-token", admin.reset_admin_token),
+        web.get(admin.API + "/agents", admin.list_agents),
+        web.post(admin.API + "/agents", admin.add_agent),
+        web.get(admin.AGENT, admin.show_agent),
+        web.get(admin.AGENT + "/returns", admin.agent_returns),
+        web.get(admin.AGENT + "/returns.csv", admin.returns_csv),
+        web.get(admin.AGENT + "/model.zip", admin.model_zip),
+        web.post(admin.AGENT + "/delete-model", admin.delete_model),
+        web.post(admin.AGENT + "/delete-returns", admin.delete_returns),
+        web.post(admin.AGENT + "/restart", admin.restart_agent),
+        web.post(admin.AGENT + "/keys", admin.add_key),
+        web.get(admin.API + "/keys", admin.list_keys),
+        web.post(admin.KEY + "/revoke", admin.revoke_key),
         web.get("/shepherd/openapi.json", openapi),
     ])
-    app.cleanup_ctx.append(_graph_context)
+    app.cleanup_ctx.extend([_folder_lock_context, _graph_context, _admin_context])
     app.on_shutdown.append(_drain)
     return app

@@ -10,9 +10,11 @@ from typing import Awaitable, Callable
 import orjson
 from aiohttp import web
 
+from shepherd.admin import Forbidden, Invalid
 from shepherd.agents import AgentClosed, AgentFailed
 from shepherd.graph import Conflict, TooManySessions, Unauthorized
 from shepherd.http.limits import TooManyRequests, retry_after_header
+from shepherd.storage import AlreadyExists, NotFound
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +37,8 @@ def json_error(status: int, message: str, retry_after: float | None = None) -> w
                         headers=headers)
 
 
-_STATUS = ((BadRequest, 400), (Unauthorized, 401), (Conflict, 409))
+_STATUS = ((BadRequest, 400), (Invalid, 400), (Unauthorized, 401), (Forbidden, 403), (NotFound, 404),
+           (Conflict, 409), (AlreadyExists, 409))
 _HTTP_MESSAGES = {404: "no such path: {path}", 405: "{method} is not allowed on {path}",
                   413: "the body is too large (limit {limit} bytes)"}
 
