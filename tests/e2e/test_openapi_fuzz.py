@@ -56,6 +56,7 @@ def live_server(tmp_path_factory):
     thread.start()
     assert thread.ready.wait(60), "the server did not start"
     LIVE["apikey"] = thread.server.created_keys["tiny"]
+    LIVE["admin"] = thread.server.admin_token
     yield thread
     thread.stop()
     LIVE.clear()
@@ -82,18 +83,27 @@ def _live_session() -> str:
     return reply.json()["session_key"]
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_every_response_matches_the_description_and_none_is_a_5xx(live_server):
     LIVE["url"] = live_server.server.url
     schema = schemathesis.openapi.from_url(live_server.server.url + "/shepherd/openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert {op.path for op in operations} >= {"/shepherd/login_user/", "/shepherd/env/", "/shepherd/logout/"}
+    paths = {op.path for op in operations}
+    assert {"/shepherd/login_user/", "/shepherd/env/", "/shepherd/logout/"} <= paths
+    assert {"/shepherd/admin/api/agents", "/shepherd/admin/api/agents/{agent_id}/restart"} <= paths
     for operation in operations:
         @given(case=operation.as_strategy())
-        @settings(max_examples=50, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), database=None)
         def fuzz(case):
-            response = case.call()
+            headers = {}
+            if operation.path.startswith("/shepherd/admin/api/") and CHOICE.random() < 0.8:
+                # mostly the admin token or the agent's key, so the fuzz gets past authentication
+                token = LIVE["admin"] if CHOICE.random() < 0.7 else LIVE["apikey"]
+                headers["Authorization"] = f"Bearer {token}"
+            response = case.call(headers=headers)
             assert response.status_code < 500, f"{operation.label}: {response.status_code} {response.text}"
+            if operation.path.endswith("/admin-token") and response.status_code == 200:
+                LIVE["admin"] = response.json()["token"]  # the fuzz replaced it: use the new one
             # whether an observation is valid depends on the agent's spaces, known only at run time, so
             # "schema-valid data must be accepted" cannot hold for env/; the description documents 400
             case.validate_response(response, excluded_checks=[positive_data_acceptance])
