@@ -189,9 +189,11 @@ class Operations:
         return CreatedKey(key, stored.id, record.id, self._ref(record), label)
 
     async def revoke_key(self, key_id: int) -> KeyView:
-        """Refuse new logins with the key (sessions opened with it go on until they end or expire)."""
+        """Refuse the key from now on and end the sessions it opened on a running server."""
         self.require_admin("revoking API keys")
-        await asyncio.to_thread(self.store.revoke_api_key, key_id)
+        digest = await asyncio.to_thread(self.store.revoke_api_key, key_id)
+        if self.graph is not None:
+            self.graph.sessions.end_client(digest)
         key = self.store.api_key(key_id)
         return KeyView(key.id, key.agent_id, self._ref(self.store.agent(key.agent_id)), key.label, key.created,
                        key.revoked)

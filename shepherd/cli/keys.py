@@ -25,8 +25,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     add_data_option(listing)
     listing.set_defaults(func=command(list_keys))
     revoke = actions.add_parser("revoke", help="revoke a key by its id",
-                                description="Revoke an API key: new logins with it are refused (open sessions "
-                                            "go on until they end; restart the agent to end them).")
+                                description="Revoke an API key: new logins with it are refused and the sessions "
+                                            "it opened on a running server end.")
     revoke.add_argument("key_id", type=int, help="the key's id, from `keys list`")
     add_data_option(revoke)
     revoke.set_defaults(func=command(revoke_key))

@@ -255,7 +255,7 @@ class GraphManager:
         runtime = self.runtimes.get(record.id)
         if runtime is None:
             raise Unauthorized("this API key's agent is not served by this server")
-        return self.sessions.open(runtime, evaluate_only, client_id=hash_key(apikey)[:32])
+        return self.sessions.open(runtime, evaluate_only, client_id=hash_key(apikey))
 
     def session(self, key: Any) -> Session:
         """Raises Unauthorized for an unknown or expired session key."""

@@ -56,7 +56,7 @@ class Session:
     key: str
     level: LevelManager
     runtime: AgentRuntime
-    client_id: str = ""  # which API key opened it (a digest, never the key): rate limits count per key
+    client_id: str = ""  # the `hash_key` of the API key that opened it: limits count per key, revoking ends it
     last_seq: int | None = None
     last_reply: Future | None = field(default=None, repr=False)
     last_active: float = field(default_factory=time.monotonic)
@@ -132,6 +132,13 @@ class SessionTable:
     def end_agent(self, agent_id: int) -> int:
         """End every session of one agent; returns how many ended."""
         ending = [s for s in self._by_key.values() if s.runtime.record.id == agent_id]
+        for session in ending:
+            self.end(session)
+        return len(ending)
+
+    def end_client(self, client_id: str) -> int:
+        """End every session opened with one API key (by its `hash_key`); returns how many ended."""
+        ending = [s for s in self._by_key.values() if s.client_id == client_id]
         for session in ending:
             self.end(session)
         return len(ending)

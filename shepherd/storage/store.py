@@ -239,13 +239,15 @@ class Store:
                 return None
             return self.agent(doc["agent_id"])
 
-    def revoke_api_key(self, key_id: int) -> None:
+    def revoke_api_key(self, key_id: int) -> str:
+        """Refuse the key from now on; returns its `hash_key` (the sessions it opened are known by it)."""
         with self._lock:
             doc = self._keys.get(doc_id=key_id)
             if doc is None:
                 raise NotFound(f"no API key with id {key_id}")
             self._keys.update({"revoked": True}, doc_ids=[key_id])
             self._key_index.pop(doc["hash"], None)
+            return doc["hash"]
 
     def api_key(self, key_id: int) -> ApiKey:
         """Raises NotFound for an unknown id."""

@@ -182,7 +182,16 @@ async def test_bad_users_are_refused(api):
 async def test_a_revoked_key_logs_in_no_more_and_signs_in_no_more(api):
     created = await api.post("/agents/1/keys", {"label": "temp"}, status=201)
     assert (await api.get_json("/whoami", token=created["key"]))["agent_ref"] == "tests/pole"
+    sessions = []
+    for key in (created["key"], api.pole_key):  # one session with the key to revoke, one with another
+        response = await api.client.post("/shepherd/login_user/", json={"apikey": key})
+        sessions.append((await response.json())["session_key"])
     revoked = await api.post(f"/keys/{created['id']}/revoke")
+    statuses = []
+    for session in sessions:
+        step = {"session_key": session, "obs": OBS4, "reward": 0.0, "done": False}
+        statuses.append((await api.client.post("/shepherd/env/", json=step)).status)
+    assert statuses == [401, 200]  # the revoked key's session ended; the other key's goes on
     assert revoked["revoked"] is True
     await api.get("/whoami", token=created["key"], status=401)
     response = await api.client.post("/shepherd/login_user/", json={"apikey": created["key"]})
