@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import logging
 from concurrent.futures import Future
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator
 
@@ -20,43 +19,21 @@ import yaml
 from aiohttp import web
 
 from shepherd.admin import AdminService
-from shepherd.graph import GraphManager, Session, Unauthorized
+from shepherd.graph import Session, Unauthorized
 from shepherd.http import admin, dashboard
 from shepherd.http.errors import Overloaded, body_limit_middleware, error_middleware
 from shepherd.http.limits import LoginThrottle, RateLimiter
 from shepherd.http.protocol import STEP_FIELDS, parse_login, parse_object, parse_step, session_key
 from shepherd.http.signins import SignInTable
-from shepherd.http.state import ADMIN, CREATED_ADMIN_TOKEN, DASHBOARD_FILES, LOCAL_CREDENTIAL, SIGNINS
+from shepherd.http.state import (ADMIN, CONFIG, CREATED_ADMIN_TOKEN, CREATED_KEYS, DASHBOARD_FILES, GRAPH,
+                                 LOCAL_CREDENTIAL, LOGIN_THROTTLE, OPENAPI, RATE_LIMITER, SIGNINS, STORE,
+                                 ServerConfig)
 from shepherd.spaces import action_to_json, space_to_json
 from shepherd.storage import DataFolderLock, Store, new_secret
 
 logger = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class ServerConfig:
-    """Everything `create_app` needs. Times are in seconds; None switches a limit off."""
-
-    graph_manager: GraphManager
-    data: Path
-    max_body_bytes: int = 1 << 20
-    session_idle_seconds: float = 600.0
-    act_timeout_seconds: float = 30.0
-    sweep_seconds: float = 5.0
-    max_sessions_per_agent: int | None = 1024
-    requests_per_second_per_key: float | None = 2000.0
-    burst_per_key: float | None = None  # default: one second's worth of requests
-
-
 OPENAPI_FILE = Path(__file__).with_name("openapi.yaml")
-
-CONFIG = web.AppKey("config", ServerConfig)
-GRAPH = web.AppKey("graph", GraphManager)
-STORE = web.AppKey("store", Store)
-CREATED_KEYS = web.AppKey("created_keys", dict)
-RATE_LIMITER = web.AppKey("rate_limiter", RateLimiter)
-LOGIN_THROTTLE = web.AppKey("login_throttle", LoginThrottle)
-OPENAPI = web.AppKey("openapi", bytes)
 
 
 def _json(data: object) -> web.Response:

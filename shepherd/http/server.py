@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from shepherd.http.app import CONFIG, CREATED_KEYS, ServerConfig, create_app
-from shepherd.http.state import CREATED_ADMIN_TOKEN, LOCAL_CREDENTIAL
+from shepherd.http.app import create_app
+from shepherd.http.state import CONFIG, CREATED_ADMIN_TOKEN, CREATED_KEYS, LOCAL_CREDENTIAL, ServerConfig
 from shepherd.storage import ServerFile, remove_server_file, write_server_file
 
 

@@ -9,7 +9,6 @@ import time
 import zipfile
 from pathlib import Path
 
-import pytest
 
 from shepherd.client import Client, run_env
 from tests.conftest import ROOT, TEST_PRESETS

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 
 from shepherd.graph import load_preset
 from shepherd.http import ServerConfig
-from shepherd.http.app import LOGIN_THROTTLE
+from shepherd.http.state import LOGIN_THROTTLE
 from shepherd.http.server import RunningServer
 from tests.conftest import TEST_PRESETS
 

@@ -11,7 +11,7 @@ import pytest
 
 from shepherd.graph import AgentSpec, GraphManager, Schedule, Session
 from shepherd.http import CREATED_KEYS, GRAPH, ServerConfig, create_app
-from shepherd.http.app import LOGIN_THROTTLE
+from shepherd.http.state import LOGIN_THROTTLE
 from shepherd.level import LevelManager
 
 OBS4 = [0.01, -0.02, 0.03, 0.04]
