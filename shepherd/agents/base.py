@@ -16,6 +16,7 @@ SB3's own ``train()``. The event loop only ever waits on futures.
 from __future__ import annotations
 
 import enum
+import functools
 import io
 import json
 import logging
@@ -27,7 +28,7 @@ from abc import ABC, abstractmethod
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
@@ -71,6 +72,11 @@ class Kind(enum.Enum):
     DRAIN = 8  # the server is stopping: answer what waits, and never make anyone wait again
 
 
+#: how a caller wants its answers handed over: given a function, run it on the caller's thread (for an
+#: asyncio caller, ``loop.call_soon_threadsafe``). The learner wakes each such caller once per batch.
+Deliver = Callable[[Callable[[], None]], Any]
+
+
 @dataclass(eq=False)
 class Message:
     """One request to the learner's worker thread."""
@@ -83,6 +89,7 @@ class Message:
     mode: ActMode = ActMode.GREEDY
     future: Future | None = None
     payload: Any = None
+    deliver: Deliver | None = None  # None: the future is completed on the learner's thread
 
 
 class SpacesEnv(gym.Env):
@@ -138,11 +145,11 @@ class PooledLearner(ABC):
         """Transitions learned from so far (SB3's ``num_timesteps``)."""
         return int(self.model.num_timesteps)
 
-    def begin_episode(self, actor: int, obs: Any, mode: ActMode) -> Future:
-        return self._submit(Message(Kind.BEGIN, actor, obs, 0.0, False, mode, Future()))
+    def begin_episode(self, actor: int, obs: Any, mode: ActMode, deliver: Deliver | None = None) -> Future:
+        return self._submit(Message(Kind.BEGIN, actor, obs, 0.0, False, mode, Future(), deliver=deliver))
 
-    def step(self, actor: int, reward: float, obs: Any, mode: ActMode) -> Future:
-        return self._submit(Message(Kind.STEP, actor, obs, reward, False, mode, Future()))
+    def step(self, actor: int, reward: float, obs: Any, mode: ActMode, deliver: Deliver | None = None) -> Future:
+        return self._submit(Message(Kind.STEP, actor, obs, reward, False, mode, Future(), deliver=deliver))
 
     def end_episode(self, actor: int, reward: float, obs: Any, truncated: bool, mode: ActMode) -> None:
         self._submit(Message(Kind.END, actor, obs, reward, truncated, mode))
@@ -183,6 +190,10 @@ class PooledLearner(ABC):
     # -- the worker thread -------------------------------------------------------------------------
     def _run(self) -> None:
         th.set_num_threads(1)  # two cores: leave one to the event loop
+        # SB3 builds a torch distribution for every act; validating its arguments costs a fifth of a small
+        # policy's forward and checks nothing a policy's own output can violate
+        th.distributions.Distribution.set_default_validate_args(False)
+        _outbox.items = []
         running = True
         last_idle = now()
         while running:
@@ -202,6 +213,7 @@ class PooledLearner(ABC):
                 self._fail_pending(batch)
                 continue
             running = self._guard(lambda: self._dispatch(batch)) is not False
+            _flush_outbox()
             if self.failure is not None:
                 self._fail_pending(batch)
             elif now() - last_idle > self.tick:  # busy agents need their housekeeping too
@@ -305,9 +317,35 @@ class PooledLearner(ABC):
         return action
 
 
+_outbox = threading.local()  # per learner thread: answers collected during one batch
+
+
 def reply(message: Message, action: Any) -> None:
-    if message.future is not None and not message.future.done():
-        message.future.set_result(action)
+    """Answer an act request: now, or (when its caller gave a ``deliver``) with the batch's other answers."""
+    future = message.future
+    if future is None or future.done():
+        return
+    items = getattr(_outbox, "items", None)
+    if message.deliver is None or items is None:
+        future.set_result(action)
+    else:
+        items.append((message.deliver, future, action))
+
+
+def _flush_outbox() -> None:
+    """Hand the batch's answers over: one wake-up per caller thread (event loop), however many answers."""
+    items, _outbox.items = _outbox.items, []
+    by_caller: dict[Deliver, list[tuple[Future, Any]]] = {}
+    for deliver, future, action in items:
+        by_caller.setdefault(deliver, []).append((future, action))
+    for deliver, answers in by_caller.items():
+        deliver(functools.partial(_set_results, answers))
+
+
+def _set_results(answers: list[tuple[Future, Any]]) -> None:
+    for future, action in answers:
+        if not future.done():  # a dropped session's request may have been cancelled meanwhile
+            future.set_result(action)
 
 
 def now() -> float:

@@ -61,11 +61,19 @@ class OnPolicyLearner(PooledLearner):
         self._last_dones = np.zeros(self.n_segments, dtype=np.float32)
 
     # -- the batched forward pass ------------------------------------------------------------------
-    @th.no_grad()
-    def _forward(self, observations: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Sampled actions, greedy actions, values and log-probabilities for a batch of observations."""
+    @th.inference_mode()
+    def _forward(self, observations: list, learning: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Sampled actions, greedy actions, values and log-probabilities for a batch of observations.
+
+        When nothing in the batch is learned from (evaluation, deployment), only the greedy actions are
+        computed: a third of the cost.
+        """
         policy = self.model.policy
         obs_tensor, _ = policy.obs_to_tensor(stack_observations(observations))
+        if not learning:
+            greedy = policy._predict(obs_tensor, deterministic=True).numpy()
+            unused = np.zeros(len(observations), dtype=np.float32)
+            return greedy, greedy, unused, unused
         features = policy.extract_features(obs_tensor)
         if policy.share_features_extractor:
             latent_pi, latent_vf = policy.mlp_extractor(features)
@@ -80,9 +88,12 @@ class OnPolicyLearner(PooledLearner):
         return sampled.numpy(), greedy.numpy(), values.numpy(), log_probs.numpy()
 
     def _process(self, messages: list[Message]) -> None:
-        forward = [m for m in messages if m.kind is not Kind.DROP]
+        # what needs the policy: every act, and the end of an episode that is learned from (its value)
+        forward = [m for m in messages if m.kind is not Kind.DROP and (m.kind is not Kind.END or m.mode.learns)]
+        outputs: dict[int, int] = {}
         if forward:
-            sampled, greedy, values, log_probs = self._forward([m.obs for m in forward])
+            learning = any(m.mode.learns for m in forward)
+            sampled, greedy, values, log_probs = self._forward([m.obs for m in forward], learning)
             outputs = {id(m): i for i, m in enumerate(forward)}
         for message in messages:
             actor = self._actors.setdefault(message.actor, _Actor())
@@ -90,7 +101,7 @@ class OnPolicyLearner(PooledLearner):
             if message.kind is Kind.DROP:
                 self._drop(message.actor)
                 continue
-            i = outputs[id(message)]
+            i = outputs.get(id(message), -1)  # -1: an unlearned episode's end, which uses no output
             if message.kind is Kind.BEGIN:
                 self._leave_segment(actor, bootstrap=True)
                 actor.new_episode = True

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import threading
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, AsyncIterator
@@ -86,28 +88,38 @@ async def env_step(request: web.Request) -> web.Response:
 
 
 async def _wait_for_action(future: Future, timeout: float, seq: int | None) -> Any:
-    """The learner's answer, or Overloaded after ``timeout``; the step stays in flight either way."""
+    """The learner's answer, or Overloaded after ``timeout``; the step stays in flight either way.
+
+    Learners complete the futures of a batch on this loop's thread (the sessions' ``deliver``), so
+    waiting costs one loop future and no thread hand-off of its own; a future completed elsewhere (an
+    error, a cancelled request) wakes the loop through ``call_soon_threadsafe``.
+    """
     if not future.done():
-        waiting = asyncio.wrap_future(future)
+        loop = asyncio.get_running_loop()
+        woken = loop.create_future()
+        future.add_done_callback(functools.partial(_wake, loop, threading.get_ident(), woken))
         try:
-            await asyncio.wait_for(asyncio.shield(waiting), timeout)
-        except asyncio.TimeoutError:
-            waiting.add_done_callback(_consume)
+            async with asyncio.timeout(timeout):
+                await woken
+        except TimeoutError:
             retry = ("send the same step again with the same seq to get its action" if seq is not None else
                      "its action is lost to this client; send steps with a seq to retry them safely")
             raise Overloaded(f"the agent did not answer within {timeout:g} s; {retry}", retry_after=1) from None
-        except asyncio.CancelledError:
-            if not future.cancelled():
-                raise  # this request itself is being cancelled (client gone, server stopping)
     if future.cancelled():  # the learner dropped it: the session ended while the step waited
         raise Unauthorized("the session ended (expired or logged out) while this step waited; log in again")
     return future.result()
 
 
-def _consume(future: asyncio.Future) -> None:
-    """Mark a late answer nobody waits for any more as retrieved (no 'never retrieved' warnings)."""
-    if not future.cancelled():
-        future.exception()
+def _wake(loop: asyncio.AbstractEventLoop, loop_thread: int, woken: asyncio.Future, _: Future) -> None:
+    if threading.get_ident() == loop_thread:
+        _set_woken(woken)
+    elif not loop.is_closed():
+        loop.call_soon_threadsafe(_set_woken, woken)
+
+
+def _set_woken(woken: asyncio.Future) -> None:
+    if not woken.done():
+        woken.set_result(None)
 
 
 async def logout(request: web.Request) -> web.Response:
@@ -144,6 +156,7 @@ async def _graph_context(app: web.Application) -> AsyncIterator[None]:
     store = await asyncio.to_thread(Store, config.data)
     graph = config.graph_manager
     graph.sessions.max_per_agent = config.max_sessions_per_agent
+    graph.sessions.deliver = asyncio.get_running_loop().call_soon_threadsafe
     try:
         app[CREATED_KEYS] = await asyncio.to_thread(graph.create_graph, store)
     except BaseException:
