@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import gc
 import logging
 import threading
 from concurrent.futures import Future
@@ -165,6 +166,9 @@ async def _graph_context(app: web.Application) -> AsyncIterator[None]:
         raise
     app[STORE] = store
     app[GRAPH] = graph
+    # torch, SB3 and the models are hundreds of thousands of long-lived objects: keep them out of the
+    # garbage collector's full passes, which would otherwise pause every request now and then
+    gc.freeze()
     sweeper = asyncio.create_task(_sweep_sessions(app))
     yield
     sweeper.cancel()
