@@ -155,8 +155,9 @@ class GraphManager:
                        space_to_json(parse_space(record.action_space)) == space_to_json(parse_space(spec.action_space)))
         if record.algorithm != spec.algorithm.upper() or not same_spaces:
             raise PresetError(
-                f"agent {spec.name!r} exists in the store with algorithm {record.algorithm} and other spaces; "
-                "its model cannot serve the preset's. Restart it from the admin commands, or use another --data")
+                f"agent {spec.name!r} exists in the store with algorithm {record.algorithm} and other spaces, "
+                "so its model cannot serve the preset's: give the preset's agent another name, or serve the "
+                "preset with another --data")
         if record.parameters != parameters:
             logger.info("agent %s: parameters updated from the preset", spec.name)
             record = self.store.update_agent(record.id, parameters=parameters)
