@@ -9,11 +9,12 @@ import argparse
 import logging
 import sys
 
-from shepherd.cli import serve
+from shepherd.cli import algorithms, serve
 from shepherd.cli.common import EXIT_USAGE, UsageError
 
 #: modules that add subcommands: each has ``add_parser(subparsers)``, which sets ``func`` (args -> exit code)
 COMMAND_MODULES: list = []
+COMMAND_MODULES.append(algorithms)
 
 
 def build_parser() -> argparse.ArgumentParser:
