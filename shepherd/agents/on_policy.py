@@ -103,6 +103,12 @@ class OnPolicyLearner(PooledLearner):
             self._act(actor, message, sampled[i], greedy[i], float(values[i]), float(log_probs[i]))
         if self._rollout_full():
             self._train()
+        elif self._waiting and self._free_segment():  # a session ended or left: its segment is free again
+            waiting, self._waiting = self._waiting, []
+            self._process(waiting)
+
+    def _free_segment(self) -> bool:
+        return any(o is None and p < self.n_steps for o, p in zip(self._owner, self._position))
 
     def _act(self, actor: _Actor, message: Message, sampled, greedy, value: float, log_prob: float) -> None:
         if message.mode is ActMode.GREEDY:
@@ -200,7 +206,7 @@ class OnPolicyLearner(PooledLearner):
 
     def _idle(self) -> None:
         """Hand segments of stalled sessions over when others are waiting for one."""
-        if not self._waiting or any(o is None and p < self.n_steps for o, p in zip(self._owner, self._position)):
+        if not self._waiting or self._free_segment():
             return
         deadline = now() - self.handover_timeout
         stalled = [a for a in self._actors.values() if a.segment is not None and a.last_seen < deadline]
