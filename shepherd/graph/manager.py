@@ -146,8 +146,11 @@ class GraphManager:
         parameters = dict(record.parameters)
         if not algorithm_info(record.algorithm).on_policy:
             parameters["learning_starts"] = self.schedule.heatup_steps  # heatup is SB3's learning_starts
-        learner = build_learner(record.algorithm, record.name, parse_space(record.observation_space),
-                                parse_space(record.action_space), parameters, self.schedule.improve_steps)
+        try:
+            learner = build_learner(record.algorithm, record.name, parse_space(record.observation_space),
+                                    parse_space(record.action_space), parameters, self.schedule.improve_steps)
+        except ParameterError as error:  # SB3 refused a combination the types allow
+            raise PresetError(f"agent {record.name!r}: {error}") from None
         runtime = AgentRuntime(record, learner, self.schedule, self.store, self._evaluated)
         if runtime.resume():
             logger.info("agent %s resumes from %s", record.name, runtime.model_path)

@@ -147,3 +147,16 @@ def test_bad_parameters_are_refused_when_the_agent_is_built():
     with pytest.raises(ParameterError, match="SAC rejected its parameters"):
         build_learner("SAC", "x", parse_space([[3], -1, 1]), parse_space([[1], -1, 1]), {"ent_coef": "often"},
                       None)
+
+
+def test_parameters_sb3_refuses_stop_the_preset_with_a_clear_error(tmp_path):
+    from shepherd.storage import Store
+
+    graph = GraphManager([AgentSpec("agent", "SAC", [[3], -1, 1], [[1], -1, 1], {"ent_coef": "often"})])
+    graph.check()  # a string is a valid type for ent_coef; SB3 checks the words
+    store = Store(tmp_path / "data")
+    try:
+        with pytest.raises(PresetError, match="agent 'agent': SAC rejected its parameters"):
+            graph.create_graph(store)
+    finally:
+        store.close()
