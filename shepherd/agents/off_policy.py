@@ -88,30 +88,30 @@ class OffPolicyLearner(PooledLearner):
 
     def _act(self, messages: list[Message]) -> None:
         """Answer act requests; those that need the policy share one forward pass."""
-        random = [self._acts_randomly(m) for m in messages]
-        needed = [m.obs for m, r in zip(messages, random) if not r]
+        randomly = [self._acts_randomly(m) for m in messages]
+        needed = [m.obs for m, r in zip(messages, randomly) if not r]
         explore, greedy = self._forward(needed) if needed else (None, None)
-        i = 0
-        for message, is_random in zip(messages, random):
-            if not is_random:
-                explore_action, greedy_action, i = explore[i], greedy[i], i + 1
+        row = 0
+        for message, is_random in zip(messages, randomly):
             if message.mode is ActMode.GREEDY:
-                reply(message, self._env_action(greedy_action))
+                reply(message, self._env_action(greedy[row]))
+                row += 1
                 continue
-            actor = self._actors.get(message.actor)
             if is_random:
                 buffer_action = self._random_action()
                 if self._box:
                     buffer_action = self.model.policy.scale_action(buffer_action)
             else:
-                buffer_action = explore_action
+                buffer_action = explore[row]
+                row += 1
+            actor = self._actors.get(message.actor)  # None: the session ended while this request waited
             if self._box:
                 if actor is not None and actor.noise is not None:
                     buffer_action = np.clip(buffer_action + actor.noise(), -1, 1)
                 action = self.model.policy.unscale_action(buffer_action)
             else:
                 action = buffer_action
-            if actor is not None:  # None: the session ended while this request waited
+            if actor is not None:
                 actor.obs, actor.action = message.obs, buffer_action
             reply(message, action)
 
