@@ -160,3 +160,28 @@ def test_parameters_sb3_refuses_stop_the_preset_with_a_clear_error(tmp_path):
             graph.create_graph(store)
     finally:
         store.close()
+
+
+def test_start_up_writes_the_registry_and_stores_values_typed(tmp_path):
+    from shepherd.storage import Store
+
+    graph = GraphManager([AgentSpec("agent", "A2C", [[3], -1, 1], ["MultiBinary", 2],
+                                    {"normalize_advantage": "False", "n_steps": "8", "gamma": "0.9",
+                                     "learning_rate": "lin_0.001", "policy_kwargs": '{"net_arch": [8]}'})])
+    store = Store(tmp_path / "data")
+    try:
+        graph.create_graph(store)
+        algorithms = {a["name"]: a for a in store.algorithms()}
+        assert list(algorithms) == list(ALGORITHMS)
+        assert algorithms["DQN"]["continuous"] is False and algorithms["SAC"]["continuous"] is True
+        sac = {p["name"]: p for p in store.parameters("SAC")}
+        assert sac["gamma"]["type"] == 2 and sac["buffer_size"]["type"] == 1 and sac["action_noise"]["type"] == 4
+        record = store.agents()[0]
+        assert record.parameters == {"normalize_advantage": False, "n_steps": 8, "gamma": 0.9,
+                                     "learning_rate": "lin_0.001", "policy_kwargs": {"net_arch": [8]}}
+        model = graph.runtime().learner.model
+        assert model.normalize_advantage is False and model.n_steps == 8 and model.gamma == 0.9
+        assert model.lr_schedule(0.5) == pytest.approx(0.0005)
+    finally:
+        graph.close()
+        store.close()
