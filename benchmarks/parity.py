@@ -55,21 +55,21 @@ class Case:
 
 
 CASES: dict[str, Case] = {
-    "PPO": Case("CartPole-v1", 40_960, {
+    "PPO": Case("CartPole-v1", 20_480, {
         "n_steps": 512, "batch_size": 64, "n_epochs": 10, "gamma": 0.98, "gae_lambda": 0.8,
         "ent_coef": 0.0, "learning_rate": "lin_0.001", "clip_range": "lin_0.2"}),
-    "A2C": Case("CartPole-v1", 50_000, {
+    "A2C": Case("CartPole-v1", 40_000, {
         "n_steps": 8, "gamma": 0.99, "ent_coef": 0.0, "learning_rate": "lin_0.001"}),
-    "DQN": Case("CartPole-v1", 50_000, {
+    "DQN": Case("CartPole-v1", 40_000, {
         "learning_rate": 2.3e-3, "batch_size": 64, "buffer_size": 100_000, "learning_starts": 1000,
         "gamma": 0.99, "target_update_interval": 10, "train_freq": 256, "gradient_steps": 128,
         "exploration_fraction": 0.16, "exploration_final_eps": 0.04, "policy_kwargs": {"net_arch": [256, 256]}}),
-    "SAC": Case("Pendulum-v1", 8_000, {
+    "SAC": Case("Pendulum-v1", 6_000, {
         "learning_rate": 1e-3, "learning_starts": 1000, "policy_kwargs": {"net_arch": [64, 64]}}),
-    "TD3": Case("Pendulum-v1", 10_000, {
+    "TD3": Case("Pendulum-v1", 8_000, {
         "learning_rate": 1e-3, "learning_starts": 1000, "action_noise": "normal", "action_noise_sigma": 0.1,
         "policy_kwargs": {"net_arch": [64, 64]}}),
-    "DDPG": Case("Pendulum-v1", 10_000, {
+    "DDPG": Case("Pendulum-v1", 8_000, {
         "learning_rate": 1e-3, "learning_starts": 1000, "action_noise": "ornstein-uhlenbeck",
         "action_noise_sigma": 0.1, "policy_kwargs": {"net_arch": [64, 64]}}),
 }
