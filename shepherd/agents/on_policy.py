@@ -62,8 +62,8 @@ class OnPolicyLearner(PooledLearner):
 
     # -- the batched forward pass ------------------------------------------------------------------
     @th.no_grad()
-    def _forward(self, observations: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Sampled actions, greedy actions, values and log-probabilities for a batch of observations."""
+    def _evaluate(self, observations: list) -> tuple[np.ndarray, th.Tensor]:
+        """Values and the policy's latent features of a batch of observations: the one forward pass."""
         policy = self.model.policy
         obs_tensor, _ = policy.obs_to_tensor(stack_observations(observations))
         features = policy.extract_features(obs_tensor)
@@ -72,25 +72,30 @@ class OnPolicyLearner(PooledLearner):
         else:
             latent_pi = policy.mlp_extractor.forward_actor(features[0])
             latent_vf = policy.mlp_extractor.forward_critic(features[1])
-        values = policy.value_net(latent_vf).flatten()
-        distribution = policy._get_action_dist_from_latent(latent_pi)
+        return policy.value_net(latent_vf).flatten().numpy(), latent_pi
+
+    @th.no_grad()
+    def _sample(self, latent_pi: th.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Sampled actions, greedy actions and log-probabilities of the rows that act now. Rows that only
+        end an episode or wait for a segment draw nothing, so the random numbers drawn are SB3's."""
+        distribution = self.model.policy._get_action_dist_from_latent(latent_pi)
         sampled = distribution.get_actions(deterministic=False)
         greedy = distribution.get_actions(deterministic=True)
-        log_probs = distribution.log_prob(sampled)
-        return sampled.numpy(), greedy.numpy(), values.numpy(), log_probs.numpy()
+        return sampled.numpy(), greedy.numpy(), distribution.log_prob(sampled).numpy()
 
     def _process(self, messages: list[Message]) -> None:
         forward = [m for m in messages if m.kind is not Kind.DROP]
         if forward:
-            sampled, greedy, values, log_probs = self._forward([m.obs for m in forward])
-            outputs = {id(m): i for i, m in enumerate(forward)}
+            values, latent_pi = self._evaluate([m.obs for m in forward])
+            row_of = {id(m): i for i, m in enumerate(forward)}
+        acting: list[tuple[Message, _Actor]] = []
         for message in messages:
             actor = self._actors.setdefault(message.actor, _Actor())
             actor.last_seen = now()
             if message.kind is Kind.DROP:
                 self._drop(message.actor)
                 continue
-            i = outputs[id(message)]
+            i = row_of[id(message)]
             if message.kind is Kind.BEGIN:
                 self._leave_segment(actor, bootstrap=True)
                 actor.new_episode = True
@@ -99,8 +104,19 @@ class OnPolicyLearner(PooledLearner):
             if message.kind is Kind.END:
                 self._leave_segment(actor, bootstrap=False)
                 actor.new_episode = True
-                continue
-            self._act(actor, message, sampled[i], greedy[i], float(values[i]), float(log_probs[i]))
+            elif message.mode is ActMode.RANDOM:  # on-policy heatup is refused by the graph; never stored
+                reply(message, self._random_action())
+            elif message.mode is ActMode.EXPLORE and actor.segment is None and self._claim(message.actor,
+                                                                                            actor) is None:
+                message.kind = Kind.ACT  # its transition is stored; only the action waits for the update
+                self._waiting.append(message)
+            else:
+                acting.append((message, actor))
+        if acting:
+            rows = [row_of[id(message)] for message, _ in acting]
+            sampled, greedy, log_probs = self._sample(latent_pi[th.as_tensor(rows, dtype=th.long)])
+            for j, (message, actor) in enumerate(acting):
+                self._act(actor, message, sampled[j], greedy[j], float(values[rows[j]]), float(log_probs[j]))
         if self._rollout_full():
             self._train()
         elif self._waiting and self._free_segment():  # a session ended or left: its segment is free again
@@ -111,17 +127,11 @@ class OnPolicyLearner(PooledLearner):
         return any(o is None and p < self.n_steps for o, p in zip(self._owner, self._position))
 
     def _act(self, actor: _Actor, message: Message, sampled, greedy, value: float, log_prob: float) -> None:
+        """Reply with the greedy action, or write the sampled one down the actor's segment and reply with it."""
         if message.mode is ActMode.GREEDY:
             reply(message, self._env_action(greedy))
             return
-        if message.mode is ActMode.RANDOM:  # on-policy heatup is refused by the graph; never stored
-            reply(message, self._random_action())
-            return
-        segment = actor.segment if actor.segment is not None else self._claim(message.actor, actor)
-        if segment is None:
-            message.kind = Kind.ACT  # its transition is stored; only the action waits for the update
-            self._waiting.append(message)
-            return
+        segment = actor.segment
         row = int(self._position[segment])
         self._write_row(row, segment, message.obs, sampled, value, log_prob,
                         start=actor.new_episode or actor.fresh_segment)
