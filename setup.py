@@ -9,7 +9,7 @@ setup(
                 "learners over JSON/HTTP",
     python_requires=">=3.10",
     packages=find_packages(include=["shepherd", "shepherd.*"]),
-    package_data={"shepherd": ["py.typed"]},
+    package_data={"shepherd": ["py.typed", "http/openapi.yaml", "http/static/*"]},
     install_requires=[
         "aiohttp>=3.9",
         "stable-baselines3>=2.3",
@@ -25,6 +25,8 @@ setup(
             "pytest-aiohttp>=1.0",
             "pytest-timeout>=2.2",
             "requests>=2.28",  # examples/seed_client.py, the original client, uses it
+            "schemathesis>=4.0",  # fuzzes the running server against its OpenAPI description
+            "playwright>=1.40",  # the dashboard's browser tests, driving the system's chromium (never its own)
         ],
     },
 )

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Install Shepherd into ./.venv. With --test, also what the test suite needs.
 #   scripts/install.sh          the server, its clients and presets
-#   scripts/install.sh --test   ... and pytest, the example clients' needs and Node.js
+#   scripts/install.sh --test   ... and pytest, Playwright, the example clients' needs, and (through apt,
+#                               when missing) Node.js and Chromium
 # torch is installed first, pinned to the CPU build that pip finds on this kind of machine, so that
 # stable-baselines3 sees it satisfied instead of pulling a multi-GB CUDA build.
 set -eu
@@ -15,10 +16,15 @@ $PIP install --upgrade pip
 $PIP install torch==2.13.0
 if [ "${1:-}" = "--test" ]; then
     $PIP install -e '.[test]'
-    if ! command -v node >/dev/null 2>&1; then
-        echo "installing Node.js for the JavaScript example client ..."
+    MISSING=""
+    command -v node >/dev/null 2>&1 || MISSING="nodejs"  # the JavaScript example client
+    command -v chromium >/dev/null 2>&1 || MISSING="$MISSING chromium"  # the dashboard's browser tests
+    if [ -n "$MISSING" ]; then
+        MISSING="${MISSING# }"
+        echo "installing $MISSING through apt ..."
         SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-        $SUDO apt-get update -q && $SUDO apt-get install -y -q nodejs
+        # shellcheck disable=SC2086
+        $SUDO apt-get update -q && $SUDO apt-get install -y -q $MISSING
     fi
 else
     $PIP install -e .

@@ -49,7 +49,7 @@ def to_json(value: Any) -> Any:
 class Client:
     """One session with a Shepherd server over a keep-alive HTTP connection. Not thread-safe."""
 
-    def __init__(self, url: str, apikey: str, timeout: float = 120.0) -> None:
+    def __init__(self, url: str, apikey: str, timeout: float = 120.0, retry_seconds: float = 30.0) -> None:
         parts = urlsplit(url if "://" in url else f"http://{url}")
         if parts.scheme not in ("http", "https"):
             raise ValueError(f"unsupported URL scheme {parts.scheme!r}")
@@ -60,7 +60,9 @@ class Client:
         self._timeout = timeout
         self._apikey = apikey
         self._connection: http.client.HTTPConnection | None = None
+        self.retry_seconds = retry_seconds
         self.session_key: str | None = None
+        self.seq = 0
         self.info: dict[str, Any] = {}
 
     def _connect(self) -> http.client.HTTPConnection:
@@ -94,16 +96,37 @@ class Client:
         """Log in with the API key; returns the server's reply (agent name and spaces)."""
         self.info = self.post("/shepherd/login_user/", {"apikey": self._apikey, "mode": mode})
         self.session_key = self.info["session_key"]
+        self.seq = 0
         return self.info
 
     def step(self, obs: Any, reward: float, done: bool, info: dict | None = None,
              truncated: bool = False) -> Any:
-        """Send one observation; returns the action, or None when ``done`` ended the episode."""
+        """Send one observation; returns the action, or None when ``done`` ended the episode.
+
+        Each step carries a sequence number, so a step whose reply was lost (connection dropped, 503
+        after a long update, 429) is sent again for up to ``retry_seconds`` and the server answers the
+        retry with the same action, counting the step once.
+
+        Raises:
+            ShepherdError: the server refused the step (401: the session is gone; log in again).
+        """
+        self.seq += 1
         payload = {"session_key": self.session_key, "obs": to_json(obs), "reward": float(reward),
-                   "done": bool(done), "info": info or {}}
+                   "done": bool(done), "info": info or {}, "seq": self.seq}
         if truncated:
             payload["truncated"] = True
-        return self.post("/shepherd/env/", payload)["action"]
+        deadline = time.monotonic() + self.retry_seconds
+        while True:
+            try:
+                return self.post("/shepherd/env/", payload)["action"]
+            except ShepherdError as error:
+                if error.status not in (429, 503) or time.monotonic() > deadline:
+                    raise
+                time.sleep(min(error.retry_after or 1.0, 5.0))
+            except (OSError, http.client.HTTPException):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     def logout(self) -> None:
         if self.session_key is not None:

@@ -27,7 +27,7 @@ class ServerProcess:
             [sys.executable, str(ROOT / "run.py"), *args, "--data", str(data), "--port", "0"],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=self._log_handle, text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        self.url = self.api_key = None
+        self.url = self.api_key = self.admin_token = None
         self.lines: list[str] = []
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -39,6 +39,8 @@ class ServerProcess:
                 self.url = match.group(1)
             if match := re.search(r"API key for agent \S+ \(.*\): (\S+)", line):
                 self.api_key = match.group(1)
+            if match := re.search(r"Admin token \(.*\): (\S+)", line):
+                self.admin_token = match.group(1)
             if line.startswith("Stop with Ctrl-C"):
                 return
         raise RuntimeError("server did not start in time")

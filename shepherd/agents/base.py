@@ -16,6 +16,7 @@ SB3's own ``train()``. The event loop only ever waits on futures.
 from __future__ import annotations
 
 import enum
+import functools
 import io
 import json
 import logging
@@ -27,7 +28,7 @@ from abc import ABC, abstractmethod
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
@@ -69,6 +70,12 @@ class Kind(enum.Enum):
     DROP = 5  # the actor is gone: close its partial data
     CHECKPOINT = 6
     STOP = 7
+    DRAIN = 8  # the server is stopping: answer what waits, and never make anyone wait again
+
+
+#: how a caller wants its answers handed over: given a function, run it on the caller's thread (for an
+#: asyncio caller, ``loop.call_soon_threadsafe``). The learner wakes each such caller once per batch.
+Deliver = Callable[[Callable[[], None]], Any]
 
 
 @dataclass(eq=False)
@@ -83,6 +90,7 @@ class Message:
     mode: ActMode = ActMode.GREEDY
     future: Future | None = None
     payload: Any = None
+    deliver: Deliver | None = None  # None: the future is completed on the learner's thread
 
 
 class SpacesEnv(gym.Env):
@@ -124,6 +132,7 @@ class PooledLearner(ABC):
         self.observation_space = model.observation_space
         self.action_space = model.action_space
         self.failure: str | None = None
+        self.draining = False
         self._queue: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name=f"learner-{name}", daemon=True)
@@ -137,11 +146,11 @@ class PooledLearner(ABC):
         """Transitions learned from so far (SB3's ``num_timesteps``)."""
         return int(self.model.num_timesteps)
 
-    def begin_episode(self, actor: int, obs: Any, mode: ActMode) -> Future:
-        return self._submit(Message(Kind.BEGIN, actor, obs, 0.0, False, mode, Future()))
+    def begin_episode(self, actor: int, obs: Any, mode: ActMode, deliver: Deliver | None = None) -> Future:
+        return self._submit(Message(Kind.BEGIN, actor, obs, 0.0, False, mode, Future(), deliver=deliver))
 
-    def step(self, actor: int, reward: float, obs: Any, mode: ActMode) -> Future:
-        return self._submit(Message(Kind.STEP, actor, obs, reward, False, mode, Future()))
+    def step(self, actor: int, reward: float, obs: Any, mode: ActMode, deliver: Deliver | None = None) -> Future:
+        return self._submit(Message(Kind.STEP, actor, obs, reward, False, mode, Future(), deliver=deliver))
 
     def end_episode(self, actor: int, reward: float, obs: Any, truncated: bool, mode: ActMode) -> None:
         self._submit(Message(Kind.END, actor, obs, reward, truncated, mode))
@@ -152,6 +161,11 @@ class PooledLearner(ABC):
     def checkpoint(self, path: Path, state: dict[str, Any]) -> Future:
         """Save weights, optimizer and counters, with ``state`` (the schedule's), atomically to ``path``."""
         return self._submit(Message(Kind.CHECKPOINT, future=Future(), payload=(path, state)))
+
+    def drain(self) -> None:
+        """The server is stopping: answer every request the learner holds back, now and from now on
+        (on-policy learners answer them unrecorded instead of waiting for an update)."""
+        self._submit(Message(Kind.DRAIN))
 
     def close(self, timeout: float = 60.0) -> None:
         """Stop the worker after everything queued so far is handled."""
@@ -177,6 +191,10 @@ class PooledLearner(ABC):
     # -- the worker thread -------------------------------------------------------------------------
     def _run(self) -> None:
         th.set_num_threads(1)  # two cores: leave one to the event loop
+        # SB3 builds a torch distribution for every act; validating its arguments costs a fifth of a small
+        # policy's forward and checks nothing a policy's own output can violate
+        th.distributions.Distribution.set_default_validate_args(False)
+        _outbox.items = []
         running = True
         last_idle = now()
         while running:
@@ -185,6 +203,7 @@ class PooledLearner(ABC):
             except queue.Empty:
                 last_idle = now()
                 self._guard(self._idle)
+                _flush_outbox()  # a handover may have answered requests that waited for a segment
                 continue
             while True:
                 try:
@@ -196,11 +215,13 @@ class PooledLearner(ABC):
                 self._fail_pending(batch)
                 continue
             running = self._guard(lambda: self._dispatch(batch)) is not False
+            _flush_outbox()
             if self.failure is not None:
                 self._fail_pending(batch)
             elif now() - last_idle > self.tick:  # busy agents need their housekeeping too
                 last_idle = now()
                 self._guard(self._idle)
+                _flush_outbox()
         logger.debug("learner %s stopped", self.name)
 
     def _guard(self, work):
@@ -220,7 +241,10 @@ class PooledLearner(ABC):
             if run:
                 self._process(run)
                 run = []
-            if message.kind is Kind.CHECKPOINT:
+            if message.kind is Kind.DRAIN:
+                self.draining = True
+                self._drain()
+            elif message.kind is Kind.CHECKPOINT:
                 path, state = message.payload
                 self._write_checkpoint(path, state)
                 message.future.set_result(path)
@@ -268,6 +292,9 @@ class PooledLearner(ABC):
     def _stop_waiting(self, error: Exception) -> None:
         """Answer every request held back by the learner with ``error``."""
 
+    def _drain(self) -> None:
+        """Answer every request held back by the learner with an action, without learning from it."""
+
     def _counters(self) -> dict[str, Any]:
         return {"num_timesteps": int(self.model.num_timesteps), "n_updates": int(self.model._n_updates)}
 
@@ -296,9 +323,35 @@ class PooledLearner(ABC):
         return action
 
 
+_outbox = threading.local()  # per learner thread: answers collected during one batch
+
+
 def reply(message: Message, action: Any) -> None:
-    if message.future is not None and not message.future.done():
-        message.future.set_result(action)
+    """Answer an act request: now, or (when its caller gave a ``deliver``) with the batch's other answers."""
+    future = message.future
+    if future is None or future.done():
+        return
+    items = getattr(_outbox, "items", None)
+    if message.deliver is None or items is None:
+        future.set_result(action)
+    else:
+        items.append((message.deliver, future, action))
+
+
+def _flush_outbox() -> None:
+    """Hand the batch's answers over: one wake-up per caller thread (event loop), however many answers."""
+    items, _outbox.items = _outbox.items, []
+    by_caller: dict[Deliver, list[tuple[Future, Any]]] = {}
+    for deliver, future, action in items:
+        by_caller.setdefault(deliver, []).append((future, action))
+    for deliver, answers in by_caller.items():
+        deliver(functools.partial(_set_results, answers))
+
+
+def _set_results(answers: list[tuple[Future, Any]]) -> None:
+    for future, action in answers:
+        if not future.done():  # a dropped session's request may have been cancelled meanwhile
+            future.set_result(action)
 
 
 def now() -> float:

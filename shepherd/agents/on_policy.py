@@ -61,7 +61,7 @@ class OnPolicyLearner(PooledLearner):
         self._last_dones = np.zeros(self.n_segments, dtype=np.float32)
 
     # -- the batched forward pass ------------------------------------------------------------------
-    @th.no_grad()
+    @th.inference_mode()
     def _evaluate(self, observations: list) -> tuple[np.ndarray, th.Tensor]:
         """Values and the policy's latent features of a batch of observations: the one forward pass."""
         policy = self.model.policy
@@ -74,7 +74,15 @@ class OnPolicyLearner(PooledLearner):
             latent_vf = policy.mlp_extractor.forward_critic(features[1])
         return policy.value_net(latent_vf).flatten().numpy(), latent_pi
 
-    @th.no_grad()
+    @th.inference_mode()
+    def _greedy(self, observations: list) -> np.ndarray:
+        """Greedy actions only, for batches that nothing learns from (evaluation, deployment): a third of
+        the cost of `_evaluate` and `_sample`."""
+        policy = self.model.policy
+        obs_tensor, _ = policy.obs_to_tensor(stack_observations(observations))
+        return policy._predict(obs_tensor, deterministic=True).numpy()
+
+    @th.inference_mode()
     def _sample(self, latent_pi: th.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Sampled actions, greedy actions and log-probabilities of the rows that act now. Rows that only
         end an episode or wait for a segment draw nothing, so the random numbers drawn are SB3's."""
@@ -84,7 +92,21 @@ class OnPolicyLearner(PooledLearner):
         return sampled.numpy(), greedy.numpy(), distribution.log_prob(sampled).numpy()
 
     def _process(self, messages: list[Message]) -> None:
-        forward = [m for m in messages if m.kind is not Kind.DROP]
+        # what needs the policy: every act, and the end of an episode that is learned from (its value)
+        forward = [m for m in messages if m.kind is not Kind.DROP and (m.kind is not Kind.END or m.mode.learns)]
+        if forward and not any(m.mode.learns for m in forward):
+            self._answer_greedy(messages, forward)
+        else:
+            self._learn_and_act(messages, forward)
+        if self._rollout_full():
+            self._train()
+        elif self._waiting and self._free_segment():  # a session ended or left: its segment is free again
+            waiting, self._waiting = self._waiting, []
+            self._process(waiting)
+
+    def _learn_and_act(self, messages: list[Message], forward: list[Message]) -> None:
+        """Complete transitions, claim segments, and answer every act with one forward pass."""
+        row_of: dict[int, int] = {}
         if forward:
             values, latent_pi = self._evaluate([m.obs for m in forward])
             row_of = {id(m): i for i, m in enumerate(forward)}
@@ -95,19 +117,18 @@ class OnPolicyLearner(PooledLearner):
             if message.kind is Kind.DROP:
                 self._drop(message.actor)
                 continue
-            i = row_of[id(message)]
             if message.kind is Kind.BEGIN:
                 self._leave_segment(actor, bootstrap=True)
                 actor.new_episode = True
             if message.kind in (Kind.STEP, Kind.END) and message.mode.learns and actor.pending:
-                self._complete(actor, message, float(values[i]))
+                self._complete(actor, message, float(values[row_of[id(message)]]))
             if message.kind is Kind.END:
                 self._leave_segment(actor, bootstrap=False)
                 actor.new_episode = True
             elif message.mode is ActMode.RANDOM:  # on-policy heatup is refused by the graph; never stored
                 reply(message, self._random_action())
-            elif message.mode is ActMode.EXPLORE and actor.segment is None and self._claim(message.actor,
-                                                                                            actor) is None:
+            elif (message.mode is ActMode.EXPLORE and actor.segment is None
+                  and self._claim(message.actor, actor) is None and not self.draining):
                 message.kind = Kind.ACT  # its transition is stored; only the action waits for the update
                 self._waiting.append(message)
             else:
@@ -117,11 +138,22 @@ class OnPolicyLearner(PooledLearner):
             sampled, greedy, log_probs = self._sample(latent_pi[th.as_tensor(rows, dtype=th.long)])
             for j, (message, actor) in enumerate(acting):
                 self._act(actor, message, sampled[j], greedy[j], float(values[rows[j]]), float(log_probs[j]))
-        if self._rollout_full():
-            self._train()
-        elif self._waiting and self._free_segment():  # a session ended or left: its segment is free again
-            waiting, self._waiting = self._waiting, []
-            self._process(waiting)
+
+    def _answer_greedy(self, messages: list[Message], forward: list[Message]) -> None:
+        """A batch that nothing learns from: greedy actions, and the bookkeeping of ends and departures."""
+        greedy = self._greedy([m.obs for m in forward])
+        row_of = {id(m): i for i, m in enumerate(forward)}
+        for message in messages:
+            actor = self._actors.setdefault(message.actor, _Actor())
+            actor.last_seen = now()
+            if message.kind is Kind.DROP:
+                self._drop(message.actor)
+                continue
+            if message.kind in (Kind.BEGIN, Kind.END):
+                self._leave_segment(actor, bootstrap=message.kind is Kind.BEGIN)
+                actor.new_episode = True
+            if message.kind is not Kind.END:
+                reply(message, self._env_action(greedy[row_of[id(message)]]))
 
     def _free_segment(self) -> bool:
         return any(o is None and p < self.n_steps for o, p in zip(self._owner, self._position))
@@ -132,6 +164,9 @@ class OnPolicyLearner(PooledLearner):
             reply(message, self._env_action(greedy))
             return
         segment = actor.segment
+        if segment is None:  # the server is stopping: answer, but learn nothing more from it
+            reply(message, self._env_action(sampled))
+            return
         row = int(self._position[segment])
         self._write_row(row, segment, message.obs, sampled, value, log_prob,
                         start=actor.new_episode or actor.fresh_segment)
@@ -227,6 +262,11 @@ class OnPolicyLearner(PooledLearner):
             self._leave_segment(actor, bootstrap=True)
         waiting, self._waiting = self._waiting, []
         self._process(waiting)
+
+    def _drain(self) -> None:
+        waiting, self._waiting = self._waiting, []
+        if waiting:
+            self._process(waiting)
 
     def _stop_waiting(self, error: Exception) -> None:
         waiting, self._waiting = self._waiting, []

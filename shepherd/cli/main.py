@@ -9,22 +9,30 @@ import argparse
 import logging
 import sys
 
-from shepherd.cli import algorithms, serve
+from shepherd.cli import agents, algorithms, keys, serve, users
 from shepherd.cli.common import EXIT_USAGE, UsageError
 
 #: modules that add subcommands: each has ``add_parser(subparsers)``, which sets ``func`` (args -> exit code)
-COMMAND_MODULES: list = []
-COMMAND_MODULES.append(algorithms)
+COMMAND_MODULES: list = [users, agents, keys, algorithms]
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line (exit status 2), pointing to the command's help."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"error: {message} (see `{self.prog} -h`)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="python run.py",
         description="Shepherd: reinforcement learning as a service. Serves a preset's agents over JSON/HTTP; "
                     "with --clients it also drives them with local gymnasium clients and exits 0 once the "
                     "preset's target evaluation return is reached (1 if not, 2 on bad usage).",
         epilog="Examples: python run.py -l | python run.py -p cartpole_ppo | "
-               "python run.py -p cartpole_ppo --clients 4")
+               "python run.py -p cartpole_ppo --clients 4 | python run.py agents list. The admin commands work "
+               "on the data folder's store when no server runs, and through the server that holds it when one "
+               "does.")
     parser.add_argument("-p", "--preset", help="preset to serve: a name from -l, or a path to a .py file")
     parser.add_argument("-l", "--list", action="store_true", help="list the presets and exit")
     serve.add_arguments(parser)

@@ -31,6 +31,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="create and print another API key for the preset's agents")
     parser.add_argument("--session-timeout", type=float, default=600.0, metavar="SECONDS",
                         help="end sessions idle for this long (default %(default)s)")
+    parser.add_argument("--act-timeout", type=float, default=30.0, metavar="SECONDS",
+                        help="answer a step whose action is not ready within this time with 503 and "
+                             "Retry-After (default %(default)s)")
+    parser.add_argument("--max-sessions", type=int, default=1024, metavar="N",
+                        help="sessions one agent may have at once; more logins get 429 (default %(default)s; "
+                             "0: no limit)")
+    parser.add_argument("--rate-limit", type=float, default=2000.0, metavar="PER_SECOND",
+                        help="requests per second per API key, summed over its sessions; more get 429 "
+                             "(default %(default)s; 0: no limit)")
+    parser.add_argument("--max-body", type=int, default=1 << 20, metavar="BYTES",
+                        help="largest request body; larger ones get 413 (default %(default)s)")
 
 
 def list_presets_command() -> int:
@@ -54,8 +65,12 @@ class Outcome:
 def serve_command(args: argparse.Namespace) -> int:
     from shepherd.graph import load_preset
 
-    if args.clients < 0:
-        raise UsageError("--clients must be 0 or more")
+    for name in ("clients", "max_sessions", "rate_limit"):
+        if getattr(args, name) < 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be 0 or more")
+    for name in ("session_timeout", "act_timeout", "max_body"):
+        if getattr(args, name) <= 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be positive")
     try:
         graph = load_preset(args.preset)
         if args.clients and graph.validation is None:
@@ -72,7 +87,9 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
     from shepherd.http.server import RunningServer
     from shepherd.storage import StoreError
 
-    config = ServerConfig(graph, args.data, session_idle_seconds=args.session_timeout)
+    config = ServerConfig(graph, args.data, session_idle_seconds=args.session_timeout,
+                          act_timeout_seconds=args.act_timeout, max_sessions_per_agent=args.max_sessions or None,
+                          requests_per_second_per_key=args.rate_limit or None, max_body_bytes=args.max_body)
     try:
         server = await RunningServer.start(config, args.host, args.port)
     except StoreError as error:
@@ -89,9 +106,9 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
     try:
         keys = dict(server.created_keys)
         if args.new_key:
-            for runtime in graph.runtimes.values():
+            for runtime in graph.preset_runtimes():
                 keys[runtime.record.name], _ = store.add_api_key(runtime.record.id, "created by --new-key")
-        announce(graph, server.url, args.data, keys)
+        announce(graph, server.url, args.data, keys, server.admin_token)
         if args.clients:
             runtime = graph.runtime(graph.validation.agent)
             local_key, record = store.add_api_key(runtime.record.id, "local clients of run.py --clients")
@@ -115,17 +132,24 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def announce(graph: GraphManager, url: str, data: Path, keys: dict[str, str]) -> None:
+def announce(graph: GraphManager, url: str, data: Path, keys: dict[str, str], admin_token: str = "") -> None:
     print(f"Shepherd serving preset {graph.name} at {url}  (data: {data.resolve()})")
     for runtime in graph.runtimes.values():
         learner = runtime.learner
         print(f"  agent {runtime.record.name}: {runtime.record.algorithm}, {runtime.tracker.steps} steps so far, "
               f"observations {learner.observation_space}, actions {learner.action_space}")
+    for agent_id, reason in graph.failures.items():
+        print(f"  agent id {agent_id} is not served: it {reason} (restart it from the admin commands)")
     print(f"Clients POST to {url}/shepherd/login_user/ with {{\"apikey\": ...}}, then to {url}/shepherd/env/")
     for name, key in keys.items():
         print(f"API key for agent {name} (shown once, the store keeps only its hash): {key}")
     if not keys:
         print("API key: shown when it was created; add --new-key to create another.")
+    print(f"Dashboard: {url}/shepherd/admin/  (sign in with the admin token or an agent's API key)")
+    if admin_token:
+        print(f"Admin token (shown once, the store keeps only its hash): {admin_token}")
+    else:
+        print("Admin token: shown at the first start; `python run.py admin-token` replaces it.")
     print("Stop with Ctrl-C: the agents are checkpointed and resume at the next start.", flush=True)
 
 

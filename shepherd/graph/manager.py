@@ -1,28 +1,31 @@
-"""The GraphManager: a preset's agents and schedule, and the sessions of the clients that drive them."""
+"""The GraphManager: a preset's agents and schedule, and the sessions of the clients that drive them.
+
+It serves every agent of the store, not only the preset's: agents added by the admin commands or API are
+started when the server starts, or at once when added while it runs. They follow `DEFAULT_SCHEDULE`
+(train forever, evaluate 5 episodes after every 10,000 training steps); an off-policy agent's heatup is
+its ``learning_starts`` parameter (SB3's default when not set). An agent can be restarted: its sessions
+end, its learner stops without a checkpoint, its model is deleted, and a fresh learner takes its place.
+"""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from shepherd.agents import (ParameterError, algorithm_info, build_learner, check_parameters, check_spaces,
-                             registry_records)
+from shepherd.agents import (AgentClosed, AgentFailed, ParameterError, algorithm_info, build_learner,
+                             check_parameters, check_spaces, parameters, registry_records)
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.graph.schedule import EvaluationResult, Schedule
 from shepherd.graph.sessions import Session, SessionTable, Unauthorized
 from shepherd.spaces import SpaceError, parse_space, space_to_json
-from shepherd.storage import AgentRecord, Store
+from shepherd.storage import AgentRecord, Store, hash_key
 
 logger = logging.getLogger(__name__)
 
 
 class PresetError(ValueError):
     """A preset (or a stored agent) is not valid; the message says what to fix."""
-
-
-class Conflict(RuntimeError):
-    """The request clashes with the session's state (for example, a step while one is in flight)."""
 
 
 @dataclass(frozen=True)
@@ -50,23 +53,32 @@ class PresetValidation:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
+#: the schedule of agents that no preset declares (added by the admin commands or API)
+DEFAULT_SCHEDULE = Schedule(improve_steps=None, steps_between_evaluation_periods=10_000, evaluation_episodes=5)
+
+
 class GraphManager:
-    """Holds a preset's agents and schedule; serves them to client sessions once `create_graph` ran.
+    """Holds a preset's agents and schedule; serves them, and every other agent of the store, to client
+    sessions once `create_graph` ran.
 
     Building one does no I/O and starts nothing, so presets can be listed and checked cheaply.
     """
 
     def __init__(self, agents: list[AgentSpec], schedule: Schedule | None = None,
                  validation: PresetValidation | None = None, owner: str = "shepherd",
-                 description: str = "") -> None:
+                 description: str = "", default_schedule: Schedule | None = None) -> None:
         self.agents = list(agents)
         self.schedule = schedule or Schedule()
+        self.default_schedule = default_schedule or DEFAULT_SCHEDULE
         self.validation = validation
         self.owner = owner
         self.description = description
         self.name = ""
         self.store: Store | None = None
         self.runtimes: dict[int, AgentRuntime] = {}
+        self.preset_ids: set[int] = set()  # the store ids of the preset's agents
+        self.failures: dict[int, str] = {}  # stored agents whose learner could not be built, and why
+        self.restarting: set[int] = set()
         self.sessions = SessionTable()
         self.evaluation_listeners: list[Callable[[AgentRuntime, EvaluationResult], None]] = []
 
@@ -126,7 +138,15 @@ class GraphManager:
                 created_keys[spec.name], _ = store.add_api_key(record.id, label="created by preset")
             else:
                 record = self._reconcile(record, spec, parameters)
+            self.preset_ids.add(record.id)
             self._start(record)
+        for record in store.agents():
+            if record.id not in self.runtimes:
+                try:
+                    self._start(record)
+                except Exception as error:  # noqa: BLE001 - one bad stored agent must not stop the others
+                    self.failures[record.id] = f"cannot be started: {error}"
+                    logger.error("agent %s (id %d) cannot be started: %s", record.name, record.id, error)
         return created_keys
 
     def _reconcile(self, record: AgentRecord, spec: AgentSpec, parameters: dict[str, Any]) -> AgentRecord:
@@ -143,20 +163,64 @@ class GraphManager:
         return record
 
     def _start(self, record: AgentRecord) -> AgentRuntime:
-        parameters = dict(record.parameters)
-        if not algorithm_info(record.algorithm).on_policy:
-            parameters["learning_starts"] = self.schedule.heatup_steps  # heatup is SB3's learning_starts
         try:
-            learner = build_learner(record.algorithm, record.name, parse_space(record.observation_space),
-                                    parse_space(record.action_space), parameters, self.schedule.improve_steps)
+            runtime = self.build_runtime(record)
         except ParameterError as error:  # SB3 refused a combination the types allow
             raise PresetError(f"agent {record.name!r}: {error}") from None
-        runtime = AgentRuntime(record, learner, self.schedule, self.store, self._evaluated)
+        self.install(runtime)
+        return runtime
+
+    def schedule_for(self, record: AgentRecord) -> Schedule:
+        """The preset's schedule for its agents; `default_schedule` for the others, with an off-policy
+        agent's ``learning_starts`` (or SB3's default) as its heatup."""
+        if record.id in self.preset_ids:
+            return self.schedule
+        if algorithm_info(record.algorithm).on_policy:
+            return replace(self.default_schedule, heatup_steps=0)
+        starts = record.parameters.get("learning_starts")
+        if starts is None:
+            starts = parameters(record.algorithm)["learning_starts"].default
+        return replace(self.default_schedule, heatup_steps=int(starts))
+
+    def build_runtime(self, record: AgentRecord) -> AgentRuntime:
+        """A runtime with a fresh learner, resumed from the agent's checkpoint if it has one; not started.
+        Blocks (builds the model, reads the checkpoint): run it off the event loop.
+
+        Raises:
+            ParameterError, SpaceError: the stored agent cannot be built.
+        """
+        schedule = self.schedule_for(record)
+        values = dict(record.parameters)
+        if not algorithm_info(record.algorithm).on_policy:
+            values["learning_starts"] = schedule.heatup_steps  # heatup is SB3's learning_starts
+        learner = build_learner(record.algorithm, record.name, parse_space(record.observation_space),
+                                parse_space(record.action_space), values, schedule.improve_steps)
+        runtime = AgentRuntime(record, learner, schedule, self.store, self._evaluated)
         if runtime.resume():
             logger.info("agent %s resumes from %s", record.name, runtime.model_path)
-        learner.start()
-        self.runtimes[record.id] = runtime
         return runtime
+
+    def install(self, runtime: AgentRuntime) -> None:
+        """Start a built runtime's learner and serve it to new sessions (on the event loop)."""
+        runtime.learner.start()
+        self.runtimes[runtime.record.id] = runtime
+        self.failures.pop(runtime.record.id, None)
+        self.restarting.discard(runtime.record.id)
+
+    def take_down(self, agent_id: int) -> tuple[AgentRuntime | None, int]:
+        """Begin a restart: end the agent's sessions, refuse new ones until `install` or `abort_restart`.
+
+        Returns its runtime (None if it was not served), for the caller to `discard` off the event loop,
+        and how many sessions ended.
+        """
+        self.restarting.add(agent_id)
+        ended = self.sessions.end_agent(agent_id)
+        return self.runtimes.pop(agent_id, None), ended
+
+    def abort_restart(self, agent_id: int, reason: str) -> None:
+        """A restart could not build the new learner: the agent stays down, marked failed."""
+        self.restarting.discard(agent_id)
+        self.failures[agent_id] = reason
 
     def _evaluated(self, runtime: AgentRuntime, result: EvaluationResult) -> None:
         for listener in self.evaluation_listeners:
@@ -165,10 +229,14 @@ class GraphManager:
     def runtime(self, agent_name: str | None = None) -> AgentRuntime:
         """The runtime of a preset agent by name (the first agent when no name is given)."""
         name = agent_name or self.agents[0].name
-        for runtime in self.runtimes.values():
+        for runtime in self.preset_runtimes():
             if runtime.record.name == name:
                 return runtime
         raise KeyError(name)
+
+    def preset_runtimes(self) -> list[AgentRuntime]:
+        """The runtimes of the preset's own agents (the store may hold others)."""
+        return [runtime for agent_id, runtime in self.runtimes.items() if agent_id in self.preset_ids]
 
     # -- sessions ------------------------------------------------------------------------------
     def login(self, apikey: str, evaluate_only: bool = False) -> Session:
@@ -176,14 +244,21 @@ class GraphManager:
 
         Raises:
             Unauthorized: the key is unknown or revoked, or its agent is not served here.
+            TooManySessions: the agent has its maximum number of sessions.
+            AgentClosed: the agent is restarting (retry in a moment).
+            AgentFailed: the agent's learner could not be built (an admin can restart it).
         """
         record = self.store.agent_for_key(apikey) if isinstance(apikey, str) and apikey else None
         if record is None:
             raise Unauthorized("unknown or revoked API key")
+        if record.id in self.restarting:
+            raise AgentClosed(f"agent {record.name} is restarting; log in again in a moment")
+        if record.id in self.failures:
+            raise AgentFailed(f"agent {record.name} {self.failures[record.id]}")
         runtime = self.runtimes.get(record.id)
         if runtime is None:
             raise Unauthorized("this API key's agent is not served by this server")
-        return self.sessions.open(runtime, evaluate_only)
+        return self.sessions.open(runtime, evaluate_only, client_id=hash_key(apikey))
 
     def session(self, key: Any) -> Session:
         """Raises Unauthorized for an unknown or expired session key."""
@@ -204,6 +279,12 @@ class GraphManager:
     def end_sessions(self) -> None:
         """End every session (their unfinished episodes are abandoned)."""
         self.sessions.end_all()
+
+    def abort(self) -> None:
+        """Stop the learners started so far without writing anything (a start that failed half-way)."""
+        for runtime in self.runtimes.values():
+            runtime.learner.close()
+        self.runtimes.clear()
 
     def close(self) -> None:
         """Checkpoint every agent and stop the learners. Blocks: run it off the event loop, after

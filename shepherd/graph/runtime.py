@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from typing import Any, Callable
 from shepherd.agents import PooledLearner
 from shepherd.graph.schedule import EvaluationResult, PhaseTracker, Schedule
 from shepherd.level import Episode, Phase
-from shepherd.storage import AgentRecord, EpisodeReturn, Store
+from shepherd.storage import AgentRecord, EpisodeReturn, Store, StoreError
 
 logger = logging.getLogger(__name__)
 
@@ -56,16 +57,29 @@ class AgentRuntime:
         self._on_evaluation = on_evaluation
         self._rate = collections.deque(maxlen=20)  # (time, steps) samples for steps/s
         self._last_checkpoint = (time.monotonic(), 0)
+        self._pending_checkpoint: Future | None = None
+        self.last_active = record.last_active  # wall time of the last step; stored at each checkpoint
+        self._stored_last_active = record.last_active
+        self._activity_lock = threading.Lock()
 
     @property
     def model_path(self) -> Path:
         return self.store.agent_folder(self.record.id) / MODEL_FILE
 
     def resume(self) -> bool:
-        """Load the last checkpoint if there is one; returns whether it did."""
+        """Load the last checkpoint if there is one; returns whether it did.
+
+        Raises:
+            StoreError: the checkpoint exists but cannot be loaded (damaged, or another agent's).
+        """
         if not self.model_path.exists():
             return False
-        state = self.learner.restore(self.model_path)
+        try:
+            state = self.learner.restore(self.model_path)
+        except Exception as error:  # noqa: BLE001 - whatever is wrong with it, never start over silently
+            raise StoreError(
+                f"the checkpoint {self.model_path} cannot be loaded ({type(error).__name__}: {error}); restore "
+                "it from a backup, or move it away to start this agent afresh") from None
         self.tracker.load(state.get("schedule", {}))
         self._last_checkpoint = (time.monotonic(), self.tracker.steps)
         logger.info("agent %s resumed at %d steps", self.record.name, self.tracker.steps)
@@ -76,6 +90,7 @@ class AgentRuntime:
         return self.tracker.begin_episode()
 
     def count_step(self, phase: Phase) -> None:
+        self.last_active = time.time()
         self.tracker.count_step(phase)
         steps = self.tracker.steps
         last_time, last_steps = self._last_checkpoint
@@ -104,11 +119,41 @@ class AgentRuntime:
         self._last_checkpoint = (time.monotonic(), self.tracker.steps)
         future = self.learner.checkpoint(self.model_path, {"schedule": self.tracker.state()})
         future.add_done_callback(self._checkpoint_done)
+        self._pending_checkpoint = future
         return future
 
     def _checkpoint_done(self, future: Future) -> None:
         if future.exception() is not None:
             logger.error("agent %s: checkpoint failed: %s", self.record.name, future.exception())
+            return
+        self._store_last_active()  # on the learner's thread: the store's rewrite never blocks the event loop
+
+    def _store_last_active(self) -> None:
+        with self._activity_lock:
+            last_active = self.last_active
+            if last_active == self._stored_last_active:
+                return
+            try:
+                self.store.update_agent(self.record.id, last_active=last_active)
+                self._stored_last_active = last_active
+            except Exception as error:  # noqa: BLE001 - the checkpoint itself is written; report and go on
+                logger.error("agent %s: storing its last activity failed: %s", self.record.name, error)
+
+    @property
+    def pending_checkpoint(self) -> Future | None:
+        """The last checkpoint queued, done or not (None before the first)."""
+        return self._pending_checkpoint
+
+    def clear_curve_memory(self) -> None:
+        """Forget the returns kept in memory for displays (the curve on disk is the store's)."""
+        self.train_returns.clear()
+        self.evaluations.clear()
+        self.episodes = 0
+
+    def discard(self, timeout: float = 60.0) -> None:
+        """Stop the learner without checkpointing: what it learned since the last checkpoint is dropped.
+        Blocks: run it off the event loop."""
+        self.learner.close(timeout)
 
     def close(self, timeout: float = 60.0) -> None:
         """Checkpoint (unless the learner failed), then stop the learner."""
@@ -117,6 +162,7 @@ class AgentRuntime:
                 self.checkpoint().result(timeout)
             except Exception as error:  # noqa: BLE001 - reported, and shutdown goes on
                 logger.error("agent %s: final checkpoint failed: %s", self.record.name, error)
+        self._store_last_active()
         self.learner.close(timeout)
 
     # -- display -------------------------------------------------------------------------------

@@ -1,12 +1,19 @@
-"""The table of open client sessions: one LevelManager each, found by an unguessable session key."""
+"""The table of open client sessions: one LevelManager each, found by an unguessable session key.
+
+A session holds at most one step in flight. A step may carry a sequence number (``seq``): sending the
+same number again (a retry after a timeout or a lost connection) gets the same action back and is
+recorded once; a higher number is the next step; a lower one is refused.
+"""
 
 from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from shepherd.agents.base import Deliver
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.level import LevelManager
 from shepherd.storage import new_secret
@@ -16,6 +23,33 @@ class Unauthorized(PermissionError):
     """An unknown or revoked API key, or an unknown or expired session key."""
 
 
+class Conflict(RuntimeError):
+    """The request clashes with the session's state (a step while another is in flight, a stale seq)."""
+
+
+class TooManySessions(RuntimeError):
+    """The agent has as many sessions as it may have; ``retry_after`` is in seconds."""
+
+    retry_after = 5
+
+
+@dataclass(frozen=True)
+class StepInput:
+    """One checked step of the protocol; ``seq`` is the client's optional sequence number."""
+
+    obs: Any
+    reward: float
+    done: bool
+    truncated: bool = False
+    seq: int | None = None
+
+
+def _answered(action: Any) -> Future:
+    future: Future = Future()
+    future.set_result(action)
+    return future
+
+
 @dataclass(eq=False)
 class Session:
     """One client's connection to one agent, between login and logout (or expiry)."""
@@ -23,13 +57,48 @@ class Session:
     key: str
     level: LevelManager
     runtime: AgentRuntime
-    busy: bool = False  # a step is waiting for its action
+    client_id: str = ""  # the `hash_key` of the API key that opened it: limits count per key, revoking ends it
+    last_seq: int | None = None
+    last_reply: Future | None = field(default=None, repr=False)
+    last_active: float = field(default_factory=time.monotonic)
+    in_request: int = 0  # requests of this session being answered right now
+
+    def active(self) -> None:
+        """Note a request starting or ending: idleness counts from the last one."""
+        self.last_active = time.monotonic()
+
+    @property
+    def busy(self) -> bool:
+        """A step is waiting for its action."""
+        return self.last_reply is not None and not self.last_reply.done()
+
+    def step(self, step: StepInput) -> Future:
+        """Hand a step to the LevelManager; the future gives the action, or None when the episode ended.
+
+        Raises:
+            Conflict: another step is still waiting for its action, or ``seq`` went backwards.
+        """
+        if step.seq is not None and self.last_seq is not None:
+            if step.seq == self.last_seq:
+                return self.last_reply  # a retry: the same answer, recorded once
+            if step.seq < self.last_seq:
+                raise Conflict(f"seq {step.seq} is older than this session's last step ({self.last_seq})")
+        if self.busy:
+            retry = f"retry it with seq {self.last_seq}" if self.last_seq is not None else "wait for it"
+            raise Conflict(f"the previous step of this session is still waiting for its action; {retry}")
+        reply = self.level.step(step.obs, step.reward, step.done, step.truncated)
+        self.last_seq = step.seq
+        self.last_reply = reply if reply is not None else _answered(None)
+        return self.last_reply
 
 
 class SessionTable:
     """Open sessions by key. Not thread-safe: the event loop owns it."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_per_agent: int | None = None) -> None:
+        self.max_per_agent = max_per_agent
+        #: how the learners hand actions to the sessions' owner (the server sets its event loop's)
+        self.deliver: Deliver | None = None
         self._by_key: dict[str, Session] = {}
         self._actor_ids = itertools.count(1)
 
@@ -39,9 +108,13 @@ class SessionTable:
     def __iter__(self) -> Iterator[Session]:
         return iter(list(self._by_key.values()))
 
-    def open(self, runtime: AgentRuntime, evaluate_only: bool = False) -> Session:
-        level = LevelManager(next(self._actor_ids), runtime, evaluate_only)
-        session = Session(new_secret(), level, runtime)
+    def open(self, runtime: AgentRuntime, evaluate_only: bool = False, client_id: str = "") -> Session:
+        """Raises TooManySessions when the agent has ``max_per_agent`` sessions already."""
+        if self.max_per_agent is not None and runtime.sessions >= self.max_per_agent:
+            raise TooManySessions(f"agent {runtime.record.name} has its maximum of {self.max_per_agent} "
+                                  "sessions; log out unused ones or retry later")
+        level = LevelManager(next(self._actor_ids), runtime, evaluate_only, self.deliver)
+        session = Session(new_secret(), level, runtime, client_id)
         self._by_key[session.key] = session
         runtime.sessions += 1
         return session
@@ -66,10 +139,21 @@ class SessionTable:
             self.end(session)
         return len(ending)
 
+    def end_client(self, client_id: str) -> int:
+        """End every session opened with one API key (by its `hash_key`); returns how many ended."""
+        ending = [s for s in self._by_key.values() if s.client_id == client_id]
+        for session in ending:
+            self.end(session)
+        return len(ending)
+
     def expire(self, idle_seconds: float) -> int:
-        """End sessions idle for longer than ``idle_seconds``; returns how many ended."""
+        """End sessions with no request for ``idle_seconds``; returns how many ended.
+
+        A request being answered keeps its session alive (its client is there, waiting); a step left
+        waiting for its action after its request timed out does not.
+        """
         deadline = time.monotonic() - idle_seconds
-        stale = [s for s in self._by_key.values() if not s.busy and s.level.last_active < deadline]
+        stale = [s for s in self._by_key.values() if not s.in_request and s.last_active < deadline]
         for session in stale:
             self.end(session)
         return len(stale)

@@ -1,51 +1,65 @@
-"""The aiohttp application: the client protocol of DESIGN.md over a GraphManager."""
+"""The aiohttp application: the client protocol of docs/protocol.md over a GraphManager, the admin API and
+the dashboard (``admin.py``, ``dashboard.py``; their state keys are in ``state.py``).
+
+Handlers parse and check a body once, at the edge, call one domain operation and serialise its result;
+domain errors become JSON errors in `errors.error_middleware`.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import gc
 import logging
-from dataclasses import dataclass
+import threading
+from concurrent.futures import Future
 from pathlib import Path
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 import orjson
+import yaml
 from aiohttp import web
 
-from shepherd.graph import Conflict, GraphManager
-from shepherd.http.errors import Overloaded, error_middleware
+from shepherd.admin import AdminService
+from shepherd.graph import Session, Unauthorized
+from shepherd.http import admin, dashboard
+from shepherd.http.errors import Overloaded, body_limit_middleware, error_middleware
+from shepherd.http.limits import LoginThrottle, RateLimiter
 from shepherd.http.protocol import STEP_FIELDS, parse_login, parse_object, parse_step, session_key
+from shepherd.http.signins import SignInTable
+from shepherd.http.state import (ADMIN, CONFIG, CREATED_ADMIN_TOKEN, CREATED_KEYS, DASHBOARD_FILES, GRAPH,
+                                 LOCAL_CREDENTIAL, LOGIN_THROTTLE, OPENAPI, RATE_LIMITER, SIGNINS, STORE,
+                                 ServerConfig)
 from shepherd.spaces import action_to_json, space_to_json
-from shepherd.storage import Store
+from shepherd.storage import DataFolderLock, Store, new_secret
 
 logger = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class ServerConfig:
-    """Everything `create_app` needs. Times are in seconds."""
-
-    graph_manager: GraphManager
-    data: Path
-    max_body_bytes: int = 1 << 20
-    session_idle_seconds: float = 600.0
-    act_timeout_seconds: float = 60.0
-    sweep_seconds: float = 5.0
-
-
-CONFIG = web.AppKey("config", ServerConfig)
-GRAPH = web.AppKey("graph", GraphManager)
-STORE = web.AppKey("store", Store)
-CREATED_KEYS = web.AppKey("created_keys", dict)
+OPENAPI_FILE = Path(__file__).with_name("openapi.yaml")
 
 
 def _json(data: object) -> web.Response:
     return web.Response(body=orjson.dumps(data), content_type="application/json")
 
 
+def _count_request(app: web.Application, session: Session) -> None:
+    limiter = app.get(RATE_LIMITER)
+    if limiter is not None:
+        limiter.take(session.client_id)
+
+
 async def login_user(request: web.Request) -> web.Response:
     login = parse_login(await request.read())
-    session = request.app[GRAPH].login(login.apikey, login.evaluate_only)
+    graph, throttle = request.app[GRAPH], request.app[LOGIN_THROTTLE]
+    address = request.remote or "?"
+    try:
+        session = graph.login(login.apikey, login.evaluate_only)
+    except PermissionError:
+        await asyncio.sleep(throttle.failed(address))  # slows down guessing, never blocks the loop
+        raise
+    throttle.succeeded(address)
+    _count_request(request.app, session)
     learner = session.runtime.learner
     return _json({"ok": True, "session_key": session.key, "agent": session.runtime.record.name,
                   "observation_space": space_to_json(learner.observation_space),
@@ -56,26 +70,57 @@ async def env_step(request: web.Request) -> web.Response:
     data = parse_object(await request.read(), STEP_FIELDS)
     graph = request.app[GRAPH]
     session = graph.session(session_key(data))
+    _count_request(request.app, session)
     learner = session.runtime.learner
     step = parse_step(data, learner.observation_space)
-    if step.obs is None:
+    if step is None:
         graph.logout(session.key)
         return _json({"ok": True})
-    if session.busy:
-        raise Conflict("a step of this session is still waiting for its action; send the next one after it")
-    session.busy = True
+    session.active()
+    session.in_request += 1
     try:
-        future = session.level.step(step.obs, step.reward, step.done, step.truncated)
-        if future is None:
-            return _json({"action": None})
-        timeout = request.app[CONFIG].act_timeout_seconds
-        try:
-            action = await asyncio.wait_for(asyncio.wrap_future(future), timeout)
-        except asyncio.TimeoutError:
-            raise Overloaded(f"the agent did not answer within {timeout:g} s", retry_after=1) from None
-        return _json({"action": action_to_json(learner.action_space, action)})
+        action = await _wait_for_action(session.step(step), request.app[CONFIG].act_timeout_seconds, step.seq)
     finally:
-        session.busy = False
+        session.in_request -= 1
+        session.active()
+    if action is None:
+        return _json({"action": None})
+    return _json({"action": action_to_json(learner.action_space, action)})
+
+
+async def _wait_for_action(future: Future, timeout: float, seq: int | None) -> Any:
+    """The learner's answer, or Overloaded after ``timeout``; the step stays in flight either way.
+
+    Learners complete the futures of a batch on this loop's thread (the sessions' ``deliver``), so
+    waiting costs one loop future and no thread hand-off of its own; a future completed elsewhere (an
+    error, a cancelled request) wakes the loop through ``call_soon_threadsafe``.
+    """
+    if not future.done():
+        loop = asyncio.get_running_loop()
+        woken = loop.create_future()
+        future.add_done_callback(functools.partial(_wake, loop, threading.get_ident(), woken))
+        try:
+            async with asyncio.timeout(timeout):
+                await woken
+        except TimeoutError:
+            retry = ("send the same step again with the same seq to get its action" if seq is not None else
+                     "its action is lost to this client; send steps with a seq to retry them safely")
+            raise Overloaded(f"the agent did not answer within {timeout:g} s; {retry}", retry_after=1) from None
+    if future.cancelled():  # the learner dropped it: the session ended while the step waited
+        raise Unauthorized("the session ended (expired or logged out) while this step waited; log in again")
+    return future.result()
+
+
+def _wake(loop: asyncio.AbstractEventLoop, loop_thread: int, woken: asyncio.Future, _: Future) -> None:
+    if threading.get_ident() == loop_thread:
+        _set_woken(woken)
+    elif not loop.is_closed():
+        loop.call_soon_threadsafe(_set_woken, woken)
+
+
+def _set_woken(woken: asyncio.Future) -> None:
+    if not woken.done():
+        woken.set_result(None)
 
 
 async def logout(request: web.Request) -> web.Response:
@@ -84,17 +129,46 @@ async def logout(request: web.Request) -> web.Response:
     return _json({"ok": True})
 
 
+async def openapi(request: web.Request) -> web.Response:
+    return web.Response(body=request.app[OPENAPI], content_type="application/json")
+
+
+async def _folder_lock_context(app: web.Application) -> AsyncIterator[None]:
+    """Hold the data folder's lock while serving: no other server or admin command opens its store."""
+    lock = DataFolderLock(app[CONFIG].data)
+    await asyncio.to_thread(lock.acquire)
+    yield
+    lock.release()
+
+
+async def _admin_context(app: web.Application) -> AsyncIterator[None]:
+    """The admin service; the admin token is created on the first start (shown once, stored hashed)."""
+    credential = new_secret()
+    service = AdminService(app[STORE], app[GRAPH], local_credential=credential)
+    app[CREATED_ADMIN_TOKEN] = await asyncio.to_thread(service.ensure_admin_token) or ""
+    app[LOCAL_CREDENTIAL] = credential
+    app[ADMIN] = service
+    app[SIGNINS] = SignInTable()
+    yield
+
+
 async def _graph_context(app: web.Application) -> AsyncIterator[None]:
     config = app[CONFIG]
     store = await asyncio.to_thread(Store, config.data)
     graph = config.graph_manager
+    graph.sessions.max_per_agent = config.max_sessions_per_agent
+    graph.sessions.deliver = asyncio.get_running_loop().call_soon_threadsafe
     try:
         app[CREATED_KEYS] = await asyncio.to_thread(graph.create_graph, store)
     except BaseException:
+        await asyncio.to_thread(graph.abort)
         await asyncio.to_thread(store.close)
         raise
     app[STORE] = store
     app[GRAPH] = graph
+    # torch, SB3 and the models are hundreds of thousands of long-lived objects: keep them out of the
+    # garbage collector's full passes, which would otherwise pause every request now and then
+    gc.freeze()
     sweeper = asyncio.create_task(_sweep_sessions(app))
     yield
     sweeper.cancel()
@@ -103,6 +177,15 @@ async def _graph_context(app: web.Application) -> AsyncIterator[None]:
     graph.end_sessions()
     await asyncio.to_thread(graph.close)
     await asyncio.to_thread(store.close)
+
+
+async def _drain(app: web.Application) -> None:
+    """Shutdown has begun (no new connections): answer every step a learner holds back, so that the
+    requests still open are answered before the graph is checkpointed and closed."""
+    graph = app.get(GRAPH)
+    if graph is not None:
+        for runtime in graph.runtimes.values():
+            runtime.learner.drain()
 
 
 async def _sweep_sessions(app: web.Application) -> None:
@@ -116,12 +199,45 @@ async def _sweep_sessions(app: web.Application) -> None:
 
 def create_app(config: ServerConfig) -> web.Application:
     """Build the application; the graph is created on startup and checkpointed on cleanup."""
-    app = web.Application(client_max_size=config.max_body_bytes, middlewares=[error_middleware])
+    app = web.Application(client_max_size=config.max_body_bytes,
+                          middlewares=[error_middleware, body_limit_middleware])
     app[CONFIG] = config
+    app[LOGIN_THROTTLE] = LoginThrottle()
+    app[OPENAPI] = orjson.dumps(yaml.safe_load(OPENAPI_FILE.read_text()))
+    if config.requests_per_second_per_key:
+        app[RATE_LIMITER] = RateLimiter(config.requests_per_second_per_key, config.burst_per_key)
+    app[DASHBOARD_FILES] = dashboard.load_files()
     app.router.add_routes([
         web.post("/shepherd/login_user/", login_user),
         web.post("/shepherd/env/", env_step),
         web.post("/shepherd/logout/", logout),
+        # the dashboard
+        web.get(dashboard.PAGE, dashboard.page),
+        web.get(dashboard.PAGE.rstrip("/"), dashboard.to_page),
+        web.get(dashboard.STATIC, dashboard.static_file),
+        web.post(dashboard.SIGNIN, dashboard.signin),
+        web.get(dashboard.SIGNIN, dashboard.signin_state),
+        web.post(dashboard.SIGNOUT, dashboard.signout),
+        # the admin API
+        web.get(admin.API + "/whoami", admin.whoami),
+        web.get(admin.API + "/users", admin.list_users),
+        web.post(admin.API + "/users", admin.add_user),
+        web.get(admin.API + "/algorithms", admin.list_algorithms),
+        web.post(admin.API + "/admin-token", admin.reset_admin_token),
+        web.get(admin.API + "/agents", admin.list_agents),
+        web.post(admin.API + "/agents", admin.add_agent),
+        web.get(admin.AGENT, admin.show_agent),
+        web.get(admin.AGENT + "/returns", admin.agent_returns),
+        web.get(admin.AGENT + "/returns.csv", admin.returns_csv),
+        web.get(admin.AGENT + "/model.zip", admin.model_zip),
+        web.post(admin.AGENT + "/delete-model", admin.delete_model),
+        web.post(admin.AGENT + "/delete-returns", admin.delete_returns),
+        web.post(admin.AGENT + "/restart", admin.restart_agent),
+        web.post(admin.AGENT + "/keys", admin.add_key),
+        web.get(admin.API + "/keys", admin.list_keys),
+        web.post(admin.KEY + "/revoke", admin.revoke_key),
+        web.get("/shepherd/openapi.json", openapi),
     ])
-    app.cleanup_ctx.append(_graph_context)
+    app.cleanup_ctx.extend([_folder_lock_context, _graph_context, _admin_context])
+    app.on_shutdown.append(_drain)
     return app

@@ -1,5 +1,5 @@
 """Domain errors mapped to JSON HTTP errors in one middleware: never a 200, never an ``ok`` key, never
-a traceback."""
+a traceback, never a key or a secret echoed back."""
 
 from __future__ import annotations
 
@@ -10,8 +10,11 @@ from typing import Awaitable, Callable
 import orjson
 from aiohttp import web
 
+from shepherd.admin import Forbidden, Invalid
 from shepherd.agents import AgentClosed, AgentFailed
-from shepherd.graph import Conflict, Unauthorized
+from shepherd.graph import Conflict, TooManySessions, Unauthorized
+from shepherd.http.limits import TooManyRequests, retry_after_header
+from shepherd.storage import AlreadyExists, NotFound
 
 logger = logging.getLogger(__name__)
 
@@ -23,17 +26,21 @@ class BadRequest(ValueError):
 class Overloaded(RuntimeError):
     """The agent could not answer in time; the client should retry after ``retry_after`` seconds."""
 
-    def __init__(self, message: str, retry_after: int = 1) -> None:
+    def __init__(self, message: str, retry_after: float = 1) -> None:
         super().__init__(message)
         self.retry_after = retry_after
 
 
-def json_error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
+def json_error(status: int, message: str, retry_after: float | None = None) -> web.Response:
+    headers = None if retry_after is None else {"Retry-After": retry_after_header(retry_after)}
     return web.Response(status=status, body=orjson.dumps({"error": message}), content_type="application/json",
                         headers=headers)
 
 
-_STATUS = ((BadRequest, 400), (Unauthorized, 401), (Conflict, 409))
+_STATUS = ((BadRequest, 400), (Invalid, 400), (Unauthorized, 401), (Forbidden, 403), (NotFound, 404),
+           (Conflict, 409), (AlreadyExists, 409))
+_HTTP_MESSAGES = {404: "no such path: {path}", 405: "{method} is not allowed on {path}",
+                  413: "the body is too large (limit {limit} bytes)"}
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -45,13 +52,15 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except web.HTTPException as error:
         if error.status < 400:
             raise
-        message = {404: f"no such path: {request.path}", 405: f"{request.method} is not allowed on {request.path}",
-                   413: "the body is too large"}.get(error.status, error.reason)
+        message = _HTTP_MESSAGES.get(error.status, "{reason}").format(
+            path=request.path, method=request.method, reason=error.reason, limit=request.client_max_size)
         return json_error(error.status, message)
     except (AgentFailed, AgentClosed) as error:
-        return json_error(503, f"the agent is not available: {error}", {"Retry-After": "5"})
+        return json_error(503, f"the agent is not available: {error}", retry_after=5)
     except Overloaded as error:
-        return json_error(503, str(error), {"Retry-After": str(error.retry_after)})
+        return json_error(503, str(error), retry_after=error.retry_after)
+    except (TooManyRequests, TooManySessions) as error:
+        return json_error(429, str(error), retry_after=error.retry_after)
     except asyncio.CancelledError:
         raise
     except Exception as error:  # noqa: BLE001 - every domain error has its status; the rest is a bug
@@ -60,3 +69,12 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
                 return json_error(status, str(error))
         logger.exception("unhandled error on %s %s", request.method, request.path)
         return json_error(500, "internal server error; the server log has the details")
+
+
+@web.middleware
+async def body_limit_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Refuse a body whose declared length is over the limit before reading any of it (413)."""
+    length = request.content_length
+    if length is not None and length > request.client_max_size:
+        raise web.HTTPRequestEntityTooLarge(max_size=request.client_max_size, actual_size=length)
+    return await handler(request)

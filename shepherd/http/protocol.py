@@ -9,10 +9,11 @@ from typing import Any
 import orjson
 from gymnasium import spaces
 
+from shepherd.graph import StepInput
 from shepherd.http.errors import BadRequest
 from shepherd.spaces import SpaceError, check_observation
 
-STEP_FIELDS = {"session_key", "obs", "reward", "done", "info", "truncated", "terminated"}
+STEP_FIELDS = {"session_key", "obs", "reward", "done", "info", "truncated", "terminated", "seq"}
 LOGIN_FIELDS = {"apikey", "mode"}
 
 
@@ -47,17 +48,6 @@ def parse_login(body: bytes) -> Login:
     return Login(apikey, mode == "evaluate")
 
 
-@dataclass(frozen=True)
-class Step:
-    """One checked step message; ``obs is None`` ends the session."""
-
-    session_key: str
-    obs: Any
-    reward: float
-    done: bool
-    truncated: bool
-
-
 def _flag(data: dict[str, Any], name: str) -> bool | None:
     value = data.get(name)
     if value is None:
@@ -74,11 +64,22 @@ def session_key(data: dict[str, Any]) -> str:
     return key
 
 
-def parse_step(data: dict[str, Any], observation_space: spaces.Space) -> Step:
-    """Check a step body (already parsed by `parse_object`) against the agent's observation space."""
-    key = session_key(data)
+def _seq(data: dict[str, Any]) -> int | None:
+    seq = data.get("seq")
+    if seq is None:
+        return None
+    if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < 2 ** 63:
+        raise BadRequest("'seq' must be a non-negative integer")
+    return seq
+
+
+def parse_step(data: dict[str, Any], observation_space: spaces.Space) -> StepInput | None:
+    """Check a step body (already parsed by `parse_object`) against the agent's observation space.
+
+    Returns None for ``"obs": null``, which ends the session.
+    """
     if data.get("obs", None) is None:
-        return Step(key, None, 0.0, False, False)
+        return None
     try:
         obs = check_observation(observation_space, data["obs"])
     except SpaceError as error:
@@ -100,4 +101,4 @@ def parse_step(data: dict[str, Any], observation_space: spaces.Space) -> Step:
         done = bool(terminated) or bool(truncated)
     # a time limit is bootstrapped only when the episode was not also terminated for real
     time_limit = bool(done and truncated and not terminated)
-    return Step(key, obs, float(reward), done, time_limit)
+    return StepInput(obs, float(reward), done, time_limit, _seq(data))

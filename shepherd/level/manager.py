@@ -9,12 +9,11 @@ return, length) and forwards each message to the learner as ``begin_episode`` / 
 from __future__ import annotations
 
 import enum
-import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from shepherd.agents.base import ActMode, PooledLearner
+from shepherd.agents.base import ActMode, Deliver, PooledLearner
 
 
 class Phase(enum.Enum):
@@ -56,17 +55,17 @@ class LevelManager:
     future action, or None when the episode ended (the reply is then ``{"action": null}``).
     """
 
-    def __init__(self, actor_id: int, host: EpisodeHost, evaluate_only: bool = False) -> None:
+    def __init__(self, actor_id: int, host: EpisodeHost, evaluate_only: bool = False,
+                 deliver: Deliver | None = None) -> None:
         self.actor_id = actor_id
         self.host = host
         self.evaluate_only = evaluate_only
+        self.deliver = deliver  # how the learner hands this session's actions over (see agents.base.Deliver)
         self.episode: Episode | None = None
-        self.last_active = time.monotonic()
         self.steps = 0
         self.closed = False
 
     def step(self, obs: Any, reward: float, done: bool, truncated: bool = False) -> Future | None:
-        self.last_active = time.monotonic()
         learner = self.host.learner
         episode = self.episode
         if episode is None:
@@ -74,7 +73,7 @@ class LevelManager:
                 return None
             phase = Phase.DEPLOY if self.evaluate_only else self.host.begin_episode()
             self.episode = Episode(phase)
-            return learner.begin_episode(self.actor_id, obs, MODES[phase])
+            return learner.begin_episode(self.actor_id, obs, MODES[phase], self.deliver)
         episode.total += reward
         episode.length += 1
         self.steps += 1
@@ -85,7 +84,7 @@ class LevelManager:
             self.episode = None
             self.host.end_episode(episode, completed=True)
             return None
-        return learner.step(self.actor_id, reward, obs, mode)
+        return learner.step(self.actor_id, reward, obs, mode, self.deliver)
 
     def close(self) -> None:
         """End the session: an unfinished episode is abandoned, the learner closes its partial data."""

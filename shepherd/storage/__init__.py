@@ -1,9 +1,12 @@
 """Persistence of a data folder: the tinydb store, return logs and atomic files."""
 
 from shepherd.storage.files import atomic_write_bytes
+from shepherd.storage.lock import (DataFolderLock, FolderBusy, ServerFile, read_server_file, remove_server_file,
+                                   write_server_file)
 from shepherd.storage.returns import EpisodeReturn, ReturnLog
 from shepherd.storage.store import (AgentRecord, AlreadyExists, ApiKey, NotFound, Store, StoreError, User,
                                     hash_key, new_secret)
 
-__all__ = ["AgentRecord", "AlreadyExists", "ApiKey", "EpisodeReturn", "NotFound", "ReturnLog", "Store",
-           "StoreError", "User", "atomic_write_bytes", "hash_key", "new_secret"]
+__all__ = ["AgentRecord", "AlreadyExists", "ApiKey", "DataFolderLock", "EpisodeReturn", "FolderBusy", "NotFound",
+           "ReturnLog", "ServerFile", "Store", "StoreError", "User", "atomic_write_bytes", "hash_key", "new_secret",
+           "read_server_file", "remove_server_file", "write_server_file"]

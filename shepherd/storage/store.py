@@ -125,6 +125,7 @@ class Store:
         self._keys = self._db.table("api_keys")
         self._algorithms = self._db.table("algorithms")
         self._parameters = self._db.table("parameters")
+        self._settings = self._db.table("settings")
         self._returns: dict[int, ReturnLog] = {}
         self._key_index: dict[str, dict[str, Any]] = {
             doc["hash"]: {**doc, "id": doc.doc_id} for doc in self._keys.all() if not doc.get("revoked")
@@ -148,6 +149,19 @@ class Store:
     def users(self) -> list[User]:
         with self._lock:
             return [User(id=doc.doc_id, **doc) for doc in self._users.all()]
+
+    def user(self, user_id: int) -> User:
+        """Raises NotFound for an unknown id."""
+        with self._lock:
+            doc = self._users.get(doc_id=user_id)
+            if doc is None:
+                raise NotFound(f"no user with id {user_id}")
+            return User(id=doc.doc_id, **doc)
+
+    def find_user(self, name: str) -> User | None:
+        with self._lock:
+            doc = self._users.get(Query().name == name)
+            return None if doc is None else User(id=doc.doc_id, **doc)
 
     # -- agents --------------------------------------------------------------------------------
     def add_agent(self, owner_id: int, name: str, algorithm: str, observation_space: Any,
@@ -185,6 +199,19 @@ class Store:
             self._agents.update(changes, doc_ids=[agent_id])
             return self.agent(agent_id)
 
+    def remove_agent(self, agent_id: int) -> None:
+        """Delete an agent that has no API key yet (undoing an `add_agent` whose learner could not be built).
+
+        Raises:
+            NotFound: no such agent.
+            ValueError: the agent has API keys.
+        """
+        with self._lock:
+            self.agent(agent_id)
+            if self._keys.search(Query().agent_id == agent_id):
+                raise ValueError(f"agent {agent_id} has API keys; it cannot be removed")
+            self._agents.remove(doc_ids=[agent_id])
+
     def agent_folder(self, agent_id: int) -> Path:
         return self.folder / "agents" / str(agent_id)
 
@@ -202,26 +229,51 @@ class Store:
 
     def agent_for_key(self, key: str) -> AgentRecord | None:
         """The agent a valid, unrevoked API key belongs to, or None."""
-        digest = hash_key(key)
+        return self.agent_for_digest(hash_key(key))
+
+    def agent_for_digest(self, digest: str) -> AgentRecord | None:
+        """The agent of the valid, unrevoked API key whose `hash_key` is ``digest``, or None."""
         with self._lock:
             doc = self._key_index.get(digest)
             if doc is None or not hmac.compare_digest(doc["hash"], digest):
                 return None
             return self.agent(doc["agent_id"])
 
-    def revoke_api_key(self, key_id: int) -> None:
+    def revoke_api_key(self, key_id: int) -> str:
+        """Refuse the key from now on; returns its `hash_key` (the sessions it opened are known by it)."""
         with self._lock:
             doc = self._keys.get(doc_id=key_id)
             if doc is None:
                 raise NotFound(f"no API key with id {key_id}")
             self._keys.update({"revoked": True}, doc_ids=[key_id])
             self._key_index.pop(doc["hash"], None)
+            return doc["hash"]
+
+    def api_key(self, key_id: int) -> ApiKey:
+        """Raises NotFound for an unknown id."""
+        with self._lock:
+            doc = self._keys.get(doc_id=key_id)
+            if doc is None:
+                raise NotFound(f"no API key with id {key_id}")
+            return ApiKey(id=doc.doc_id, agent_id=doc["agent_id"], label=doc["label"], created=doc["created"],
+                          revoked=doc["revoked"])
 
     def api_keys(self, agent_id: int | None = None) -> list[ApiKey]:
         with self._lock:
             docs = self._keys.all() if agent_id is None else self._keys.search(Query().agent_id == agent_id)
             return [ApiKey(id=d.doc_id, agent_id=d["agent_id"], label=d["label"], created=d["created"],
                            revoked=d["revoked"]) for d in docs]
+
+    # -- the admin token -----------------------------------------------------------------------
+    def admin_token_hash(self) -> str | None:
+        """The `hash_key` of the admin token, or None before the first server start."""
+        with self._lock:
+            doc = self._settings.get(Query().name == "admin_token")
+            return None if doc is None else doc["hash"]
+
+    def set_admin_token_hash(self, digest: str) -> None:
+        with self._lock:
+            self._settings.upsert({"name": "admin_token", "hash": digest}, Query().name == "admin_token")
 
     # -- algorithms and parameters -------------------------------------------------------------
     def put_algorithms(self, algorithms: list[dict[str, Any]], parameters: list[dict[str, Any]]) -> None:
@@ -255,6 +307,10 @@ class Store:
 
     def returns(self, agent_id: int) -> list[EpisodeReturn]:
         return self._return_log(agent_id).read()
+
+    def clear_returns(self, agent_id: int) -> None:
+        """Delete an agent's learning curve; the next `append_return` starts a new one."""
+        self._return_log(agent_id).clear()
 
     def close(self) -> None:
         with self._lock:

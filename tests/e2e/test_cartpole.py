@@ -9,7 +9,6 @@ import time
 import zipfile
 from pathlib import Path
 
-import pytest
 
 from shepherd.client import Client, run_env
 from tests.conftest import ROOT, TEST_PRESETS
@@ -91,40 +90,3 @@ def test_the_agent_resumes_after_a_restart(server_factory, tmp_path):
     second = checkpoint_state(data)
     assert second["schedule"]["steps"] > steps
     assert second["learner"]["n_updates"] > first["learner"]["n_updates"]
-
-
-def test_kill_9_loses_at_most_the_steps_since_the_last_checkpoint(server_factory, tmp_path):
-    data = tmp_path / "data"
-    key = None
-    for round_ in range(3):
-        server = server_factory(TINY, data=data)
-        key = key or server.api_key
-        stop = threading.Event()
-
-        def keep_driving():
-            client = Client(server.url, key, timeout=10)
-            try:
-                while not stop.is_set():
-                    run_env(client, "CartPole-v1", episodes=1, retry_seconds=2)
-            except Exception:  # noqa: BLE001 - the server is killed under it
-                pass
-            finally:
-                client.close()
-
-        driver = threading.Thread(target=keep_driving)
-        driver.start()
-        deadline = time.monotonic() + 30
-        model = data / "agents" / "1" / "model.zip"
-        while time.monotonic() < deadline and not (model.exists() and checkpoint_state(data)["schedule"]["steps"]
-                                                   > 300 * (round_ + 1)):
-            time.sleep(0.2)
-        time.sleep(0.37 * (round_ + 1))  # kill at a different moment each round
-        server.close()  # kill -9
-        stop.set()
-        driver.join(30)
-        saved = checkpoint_state(data)  # the zip is whole: written to a temporary file and renamed
-        resumed = server_factory(TINY, data=data)
-        assert any(f"PPO, {saved['schedule']['steps']} steps so far" in line for line in resumed.lines)
-        assert not list(model.parent.glob(".*.tmp"))
-        resumed.stop()
-    assert checkpoint_state(data)["schedule"]["steps"] > 900

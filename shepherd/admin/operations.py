@@ -1,0 +1,340 @@
+"""The admin operations one caller may perform (see `AdminService.acting_as`): users, agents, API keys,
+the admin token, the curve and the seed's special actions (export the model, delete it, delete the curve,
+restart the agent).
+
+The admin may do everything; the holder of an agent's API key sees and acts on that agent only, and any
+other agent is "not found", exactly as one that does not exist, so no name leaks.
+
+Special actions on one agent run one at a time (a lock per agent), and are safe while it learns: the
+model is deleted only after any checkpoint in flight is written (every write is a rename of a whole
+file, so a reader never sees half a model), the curve's log is cleared under its own lock, and a restart
+ends the agent's sessions before its learner stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import zipfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from shepherd.admin.errors import Forbidden, Invalid
+from shepherd.admin.names import check_name, match_agent
+from shepherd.admin.records import ActionResult, AgentView, CreatedKey, KeyView, NewAgent, Principal, UserView
+from shepherd.agents import ParameterError, algorithm_info, check_parameters, check_spaces, registry_records
+from shepherd.graph import AgentRuntime
+from shepherd.graph.runtime import MODEL_FILE
+from shepherd.spaces import SpaceError, parse_space
+from shepherd.storage import AgentRecord, AlreadyExists, EpisodeReturn, NotFound
+
+if TYPE_CHECKING:
+    from shepherd.admin.service import AdminService
+
+logger = logging.getLogger(__name__)
+
+SHARING_MODES = ("pooled",)
+CHECKPOINT_WAIT_SECONDS = 60.0
+
+
+class Operations:
+    """The admin operations one principal may perform. Each raises:
+
+    Forbidden: an admin operation asked with an agent's key.
+    NotFound: no such user, agent or key, or one the caller may not see.
+    Invalid: bad input (the message says what to fix).
+    AlreadyExists: a user or agent of that name exists.
+    """
+
+    def __init__(self, service: AdminService, principal: Principal) -> None:
+        self.service = service
+        self.principal = principal
+        self.store = service.store
+        self.graph = service.graph
+
+    # -- helpers -------------------------------------------------------------------------------
+    def require_admin(self, what: str) -> None:
+        """Raises Forbidden unless the caller is the admin (``what`` names the operation)."""
+        if not self.principal.admin:
+            raise Forbidden(f"{what} needs the admin token; an agent's API key gives access to that agent only")
+
+    def _record(self, agent_id: int) -> AgentRecord:
+        if not self.principal.admin and agent_id != self.principal.agent_id:
+            raise NotFound(f"no agent with id {agent_id}")
+        return self.store.agent(agent_id)
+
+    def _runtime(self, agent_id: int) -> AgentRuntime | None:
+        return None if self.graph is None else self.graph.runtimes.get(agent_id)
+
+    def _model_path(self, agent_id: int) -> Path:
+        return self.store.agent_folder(agent_id) / MODEL_FILE
+
+    def _owner_name(self, record: AgentRecord) -> str:
+        try:
+            return self.store.user(record.owner_id).name
+        except NotFound:
+            return f"user{record.owner_id}"
+
+    def _ref(self, record: AgentRecord) -> str:
+        return f"{self._owner_name(record)}/{record.name}"
+
+    def _view(self, record: AgentRecord) -> AgentView:
+        runtime = self._runtime(record.id)
+        path = self._model_path(record.id)
+        try:
+            stat = path.stat()
+            model = {"bytes": stat.st_size, "modified": stat.st_mtime}
+        except FileNotFoundError:
+            model = None
+        live: dict[str, Any] = {"served": False, "steps": 0, "steps_per_second": 0.0, "sessions": 0,
+                                "episodes": 0, "mean_train_return": None, "last_evaluation": None,
+                                "failure": None, "last_active": record.last_active}
+        if runtime is not None:
+            stats = runtime.stats()
+            evaluation = stats.last_evaluation
+            live.update(served=True, phase=stats.phase, steps=stats.steps,
+                        steps_per_second=round(stats.steps_per_second, 1), sessions=stats.sessions,
+                        episodes=stats.episodes, mean_train_return=stats.mean_train_return,
+                        last_evaluation=None if evaluation is None else {
+                            "period": evaluation.period, "steps": evaluation.steps,
+                            "mean_return": evaluation.mean_return},
+                        failure=stats.failure, last_active=runtime.last_active)
+        elif self.graph is not None and record.id in self.graph.restarting:
+            live["phase"] = "restarting"
+        elif self.graph is not None and record.id in self.graph.failures:
+            live.update(phase="failed", failure=self.graph.failures[record.id])
+        else:
+            live.update(phase="stopped", steps=_checkpoint_steps(path) if model else 0)
+        return AgentView(id=record.id, owner=self._owner_name(record), name=record.name,
+                         algorithm=record.algorithm, observation_space=record.observation_space,
+                         action_space=record.action_space, parameters=dict(record.parameters),
+                         sharing=record.sharing, created=record.created, model=model, **live)
+
+    # -- who am I ------------------------------------------------------------------------------
+    async def whoami(self) -> dict[str, Any]:
+        info = self.principal.to_json()
+        if self.principal.agent_id is not None:
+            info["agent_ref"] = self._ref(self._record(self.principal.agent_id))
+        return info
+
+    # -- users ---------------------------------------------------------------------------------
+    async def users(self) -> list[UserView]:
+        self.require_admin("listing users")
+        counts: dict[int, int] = {}
+        for record in self.store.agents():
+            counts[record.owner_id] = counts.get(record.owner_id, 0) + 1
+        return [UserView(user.id, user.name, user.created, counts.get(user.id, 0)) for user in self.store.users()]
+
+    async def add_user(self, name: str) -> UserView:
+        self.require_admin("adding users")
+        user = await asyncio.to_thread(self.store.add_user, check_name(name, "user"))
+        return UserView(user.id, user.name, user.created, 0)
+
+    # -- agents --------------------------------------------------------------------------------
+    async def agents(self) -> list[AgentView]:
+        if self.principal.admin:
+            records = self.store.agents()
+        else:
+            records = [self._record(self.principal.agent_id)]  # type: ignore[arg-type]
+        return [self._view(record) for record in records]
+
+    async def agent(self, agent_id: int) -> AgentView:
+        return self._view(self._record(agent_id))
+
+    async def resolve(self, ref: str) -> int:
+        """The id of the agent that ``ref`` names (see `match_agent`)."""
+        return match_agent(await self.agents(), ref).id
+
+    async def add_agent(self, new: NewAgent) -> AgentView:
+        """Create an agent after checking everything, up to building its learner; a server starts serving
+        it at once."""
+        self.require_admin("adding agents")
+        check_name(new.name, "agent")
+        owner = self.store.find_user(new.owner) if isinstance(new.owner, str) else None
+        if owner is None:
+            raise NotFound(f"no user named {new.owner!r}; add the user first")
+        if self.store.find_agent(owner.id, new.name) is not None:
+            raise AlreadyExists(f"user {owner.name} has an agent named {new.name!r} already")
+        algorithm, values = _checked(new)
+        record = await asyncio.to_thread(self.store.add_agent, owner.id, new.name, algorithm, new.observation_space,
+                                         new.action_space, values, new.sharing)
+        builder = self.service.builder()
+        try:
+            runtime = await asyncio.to_thread(builder.build_runtime, record)
+        except Exception as error:  # noqa: BLE001 - whatever SB3 refuses is the input's fault; undo the add
+            await asyncio.to_thread(self.store.remove_agent, record.id)
+            raise Invalid(f"{algorithm} cannot be built with these spaces and parameters: {error}") from None
+        if self.graph is not None:
+            self.graph.install(runtime)
+            logger.info("agent %s/%s added and served", owner.name, record.name)
+        return self._view(record)
+
+    # -- API keys ------------------------------------------------------------------------------
+    async def keys(self, agent_id: int | None = None) -> list[KeyView]:
+        self.require_admin("listing API keys")
+        if agent_id is not None:
+            self._record(agent_id)
+        refs = {record.id: self._ref(record) for record in self.store.agents()}
+        return [KeyView(key.id, key.agent_id, refs.get(key.agent_id, "?"), key.label, key.created, key.revoked)
+                for key in self.store.api_keys(agent_id)]
+
+    async def add_key(self, agent_id: int, label: str = "") -> CreatedKey:
+        self.require_admin("adding API keys")
+        record = self._record(agent_id)
+        if not isinstance(label, str) or len(label) > 100:
+            raise Invalid("a key's label is a string of at most 100 characters")
+        key, stored = await asyncio.to_thread(self.store.add_api_key, record.id, label)
+        return CreatedKey(key, stored.id, record.id, self._ref(record), label)
+
+    async def revoke_key(self, key_id: int) -> KeyView:
+        """Refuse the key from now on and end the sessions it opened on a running server."""
+        self.require_admin("revoking API keys")
+        digest = await asyncio.to_thread(self.store.revoke_api_key, key_id)
+        if self.graph is not None:
+            self.graph.sessions.end_client(digest)
+        key = self.store.api_key(key_id)
+        return KeyView(key.id, key.agent_id, self._ref(self.store.agent(key.agent_id)), key.label, key.created,
+                       key.revoked)
+
+    async def reset_admin_token(self) -> str:
+        """Replace the admin token; the old one stops working at once. Returns the new one (shown once)."""
+        self.require_admin("replacing the admin token")
+        return await asyncio.to_thread(self.service.new_admin_token)
+
+    # -- algorithms ----------------------------------------------------------------------------
+    async def algorithms(self) -> list[dict[str, Any]]:
+        """The algorithms and their typed parameters (the store's tables, filled by the server at start)."""
+        algorithms = self.store.algorithms()
+        if algorithms:
+            return [{**a, "parameters": self.store.parameters(a["name"])} for a in algorithms]
+        algorithms, parameters = registry_records()  # no server has filled the tables yet
+        return [{**a, "parameters": [p for p in parameters if p["algorithm"] == a["name"]]} for a in algorithms]
+
+    # -- the curve -----------------------------------------------------------------------------
+    async def returns(self, agent_id: int) -> list[EpisodeReturn]:
+        self._record(agent_id)
+        return await asyncio.to_thread(self.store.returns, agent_id)
+
+    # -- special actions -----------------------------------------------------------------------
+    async def export_model(self, agent_id: int) -> bytes:
+        """The agent's model zip (SB3's format, loadable with ``PPO.load``); a served agent checkpoints first
+        so that the zip has its latest weights.
+
+        Raises:
+            NotFound: the agent has no saved model yet.
+        """
+        record = self._record(agent_id)
+        path = self._model_path(agent_id)
+        async with self.service.lock(agent_id):
+            runtime = self._runtime(agent_id)
+            if runtime is not None and runtime.learner.failure is None and (runtime.tracker.steps or path.exists()):
+                await _settle(runtime.checkpoint(), record.name)
+            try:
+                return await asyncio.to_thread(path.read_bytes)
+            except FileNotFoundError:
+                raise NotFound(f"agent {self._ref(record)} has no saved model yet; it is written at its first "
+                               "checkpoint, once it has learned") from None
+
+    async def delete_model(self, agent_id: int) -> ActionResult:
+        record = self._record(agent_id)
+        async with self.service.lock(agent_id):
+            runtime = self._runtime(agent_id)
+            if runtime is not None and runtime.pending_checkpoint is not None:
+                await _settle(runtime.pending_checkpoint, record.name)  # never delete under a write
+            existed = await asyncio.to_thread(_unlink, self._model_path(agent_id))
+        ref = self._ref(record)
+        if not existed:
+            return ActionResult(False, f"agent {ref} has no saved model")
+        if runtime is not None:
+            return ActionResult(True, f"model of agent {ref} deleted; the agent keeps learning with its current "
+                                      "weights and saves them again at its next checkpoint (restart it to forget them)")
+        return ActionResult(True, f"model of agent {ref} deleted; it starts from scratch when next served")
+
+    async def delete_returns(self, agent_id: int) -> ActionResult:
+        record = self._record(agent_id)
+        async with self.service.lock(agent_id):
+            await asyncio.to_thread(self.store.clear_returns, agent_id)
+            runtime = self._runtime(agent_id)
+            if runtime is not None:
+                runtime.clear_curve_memory()
+        return ActionResult(True, f"learning curve of agent {self._ref(record)} deleted")
+
+    async def restart(self, agent_id: int) -> ActionResult:
+        """Forget the agent's model and counters and end its sessions (their keys are refused from now on);
+        a served agent gets a fresh learner at once. Also revives an agent whose learner failed."""
+        record = self._record(agent_id)
+        ref = self._ref(record)
+        async with self.service.lock(agent_id):
+            if self.graph is None:
+                await asyncio.to_thread(_unlink, self._model_path(agent_id))
+                return ActionResult(True, f"agent {ref} restarted: model and counters deleted")
+            old, ended = self.graph.take_down(agent_id)
+            try:
+                if old is not None:
+                    await asyncio.to_thread(old.discard)
+                await asyncio.to_thread(_unlink, self._model_path(agent_id))
+                runtime = await asyncio.to_thread(self.graph.build_runtime, self.store.agent(agent_id))
+            except (ParameterError, SpaceError) as error:
+                self.graph.abort_restart(agent_id, f"could not be restarted: {error}")
+                raise Invalid(f"agent {ref} cannot be rebuilt from its stored spaces and parameters: {error}") \
+                    from None
+            except BaseException as error:
+                self.graph.abort_restart(agent_id, f"could not be restarted: {type(error).__name__}: {error}")
+                raise
+            self.graph.install(runtime)
+        logger.info("agent %s restarted; %d session(s) ended", ref, ended)
+        return ActionResult(True, f"agent {ref} restarted: model and counters deleted, {ended} session(s) ended")
+
+
+def _checked(new: NewAgent) -> tuple[str, dict[str, Any]]:
+    """The canonical algorithm name and the typed parameter values of a new agent.
+
+    Raises:
+        Invalid: an unknown algorithm, bad spaces, spaces it cannot handle, or bad parameters.
+    """
+    if new.sharing not in SHARING_MODES:
+        raise Invalid(f"knowledge sharing {new.sharing!r} is not available; use one of {', '.join(SHARING_MODES)}")
+    if not isinstance(new.parameters, dict):
+        raise Invalid("parameters must be an object of name: value")
+    try:
+        info = algorithm_info(str(new.algorithm))
+        observation_space = parse_space(new.observation_space, "observation_space")
+        action_space = parse_space(new.action_space, "action_space")
+        check_spaces(info.name, observation_space, action_space)
+        values = check_parameters(info.name, new.parameters)
+    except (ParameterError, SpaceError) as error:
+        raise Invalid(str(error)) from None
+    for name, value in values.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise Invalid(f"{info.name} parameter {name!r} must be a finite number, got {value!r}")
+    return info.name, values
+
+
+async def _settle(future: Any, name: str) -> None:
+    """Wait for a checkpoint; a failed or slow one is logged, and the last whole file stays."""
+    try:
+        await asyncio.wait_for(asyncio.wrap_future(future), CHECKPOINT_WAIT_SECONDS)
+    except asyncio.CancelledError:
+        raise
+    except Exception as error:  # noqa: BLE001 - the file on disk is whole either way
+        logger.warning("agent %s: checkpoint not written (%s: %s)", name, type(error).__name__, error)
+
+
+def _unlink(path: Path) -> bool:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _checkpoint_steps(path: Path) -> int:
+    """The step count saved in a checkpoint (0 if it cannot be read)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            state = json.loads(archive.read("shepherd.json"))
+        return int(state.get("schedule", {}).get("steps", 0))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return 0

@@ -1,0 +1,79 @@
+"""The admin service: what every caller of the admin operations shares — the store, the GraphManager
+when a server runs (None when a command works on a data folder no server holds), the admin token's hash
+and the server's local credential — and authentication. `AdminService.acting_as(principal)` gives the
+`Operations` that caller may perform (``operations.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+
+from shepherd.admin.operations import Operations
+from shepherd.admin.records import ADMIN, Principal
+from shepherd.graph import GraphManager, Unauthorized
+from shepherd.storage import Store, hash_key, new_secret
+
+
+class AdminService:
+    """The shared state of the admin operations over one data folder."""
+
+    def __init__(self, store: Store, graph: GraphManager | None = None,
+                 local_credential: str | None = None) -> None:
+        self.store = store
+        self.graph = graph
+        self._local_digest = hash_key(local_credential) if local_credential else None
+        self._admin_digest = store.admin_token_hash()
+        self._locks: dict[int, asyncio.Lock] = {}
+
+    # -- authentication ------------------------------------------------------------------------
+    def ensure_admin_token(self) -> str | None:
+        """Create the admin token if the store has none; returns it, to be shown this once (the store keeps
+        its hash), or None if one existed. Blocks (writes the store)."""
+        if self._admin_digest is not None:
+            return None
+        return self.new_admin_token()
+
+    def new_admin_token(self) -> str:
+        """Replace the admin token (the old one stops working); returns the new one. Blocks (writes the store)."""
+        token = new_secret()
+        digest = hash_key(token)
+        self.store.set_admin_token_hash(digest)
+        self._admin_digest = digest
+        return token
+
+    def authenticate(self, token: str) -> Principal:
+        """Who holds ``token``: the admin token, the server's local credential, or an agent's API key.
+
+        Raises:
+            Unauthorized: none of them.
+        """
+        return self.authenticate_digest(hash_key(token))
+
+    def authenticate_digest(self, digest: str) -> Principal:
+        """As `authenticate`, from the token's `hash_key`; compared in constant time."""
+        for known in (self._admin_digest, self._local_digest):
+            if known is not None and hmac.compare_digest(known, digest):
+                return ADMIN
+        record = self.store.agent_for_digest(digest)
+        if record is not None:
+            return Principal(admin=False, agent_id=record.id)
+        raise Unauthorized("unknown or revoked token; sign in with the admin token or one of the agent's API keys")
+
+    def acting_as(self, principal: Principal) -> Operations:
+        return Operations(self, principal)
+
+    def lock(self, agent_id: int) -> asyncio.Lock:
+        lock = self._locks.get(agent_id)
+        if lock is None:
+            lock = self._locks[agent_id] = asyncio.Lock()
+        return lock
+
+    def builder(self) -> GraphManager:
+        """The GraphManager that builds learners: the server's, or a throwaway one (never started) that
+        checks a new agent when no server runs."""
+        if self.graph is not None:
+            return self.graph
+        graph = GraphManager([])
+        graph.store = self.store
+        return graph

@@ -1,0 +1,176 @@
+"""``python run.py agents``: add, list and show agents, and the seed's special actions: export the model
+zip, delete it, delete the learning curve, restart the agent."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from shepherd.cli.admin import add_data_option, command, table, when
+from shepherd.cli.common import EXIT_OK, UsageError
+
+AGENT_HELP = "the agent: its id, owner/name, or a name only one agent has"
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "agents", help="add, list and show agents; export, delete or restart their models",
+        description="Agents: an owner, an algorithm, spaces and parameter values. A running server serves "
+                    "an agent as soon as it is added; otherwise the next server start does.")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    add = actions.add_parser(
+        "add", help="add an agent for a user",
+        description="Add an agent. Spaces use the JSON syntax of docs/protocol.md: an integer n is "
+                    "Discrete(n), [shape, low, high] is a Box, an object of such specs is a Dict.",
+        epilog="Example: python run.py agents add alice cartpole --algorithm PPO "
+               "--observation-space '[[4], \"-inf\", \"inf\"]' --action-space 2 --param n_steps=64 --key")
+    add.add_argument("owner", help="the user who owns it (see `users add`)")
+    add.add_argument("name", help="its name, unique for its owner: 1-64 letters, digits, '_', '.' or '-'")
+    add.add_argument("--algorithm", required=True, help="the algorithm, e.g. PPO or DQN (checked against the registry)")
+    add.add_argument("--observation-space", required=True, type=json_value, metavar="JSON",
+                     help='e.g. \'[[4], "-inf", "inf"]\'')
+    add.add_argument("--action-space", required=True, type=json_value, metavar="JSON", help="e.g. 2")
+    add.add_argument("--param", action="append", default=[], type=parameter, metavar="NAME=VALUE",
+                     help="a stable-baselines3 parameter, checked against its type; repeat for more "
+                          "(VALUE is read as JSON when it parses, e.g. policy_kwargs='{\"net_arch\": [64, 64]}')")
+    add.add_argument("--sharing", default="pooled", help="knowledge-sharing mode (default %(default)s)")
+    add.add_argument("--key", action="store_true", help="also create an API key for it and print it")
+    add_data_option(add)
+    add.set_defaults(func=command(add_agent))
+
+    listing = actions.add_parser("list", help="list the agents with their phase, steps and sessions",
+                                 description="List the agents.")
+    add_data_option(listing)
+    listing.set_defaults(func=command(list_agents))
+
+    for name, work, summary in (
+            ("show", show_agent, "show an agent: spaces, parameters, phase, steps, sessions, model, keys"),
+            ("delete-model", delete_model, "delete the agent's saved model zip"),
+            ("delete-curve", delete_curve, "delete the agent's learning curve (its episode returns)"),
+            ("restart", restart_agent, "forget the agent's model and counters and end its sessions")):
+        sub = actions.add_parser(name, help=summary, description=summary[0].upper() + summary[1:] + ".")
+        sub.add_argument("agent", help=AGENT_HELP)
+        add_data_option(sub)
+        sub.set_defaults(func=command(work))
+
+    export = actions.add_parser("export", help="write the agent's model zip (stable-baselines3's format)",
+                                description="Write the agent's model zip; load it with e.g. PPO.load(path). "
+                                            "A running server checkpoints the agent first.")
+    export.add_argument("agent", help=AGENT_HELP)
+    export.add_argument("-o", "--output", type=Path, help="file to write (default OWNER-NAME-model.zip)")
+    add_data_option(export)
+    export.set_defaults(func=command(export_model))
+
+
+def json_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {text!r}") from None
+
+
+def parameter(text: str) -> tuple[str, Any]:
+    name, sep, raw = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    try:
+        value = json.loads(raw, parse_constant=_no_constant)
+    except ValueError:
+        value = raw  # a plain string; the parameter's type decides whether that is right
+    return name.strip(), value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a value")
+
+
+async def add_agent(operations, args: argparse.Namespace) -> int:
+    from shepherd.admin import NewAgent
+
+    parameters = dict(args.param)
+    if len(parameters) != len(args.param):
+        raise UsageError("a parameter is given twice")
+    view = await operations.add_agent(NewAgent(
+        owner=args.owner, name=args.name, algorithm=args.algorithm, observation_space=args.observation_space,
+        action_space=args.action_space, parameters=parameters, sharing=args.sharing))
+    served = "served now" if view.served else "served at the next server start"
+    print(f"agent {view.ref} added (id {view.id}, {view.algorithm}; {served})")
+    if args.key:
+        created = await operations.add_key(view.id, "created with the agent")
+        print(f"API key {created.id} (shown once, the store keeps only its hash):")
+        print(created.key)
+    else:
+        print(f"create an API key for it with: python run.py keys add {view.ref}")
+    return EXIT_OK
+
+
+async def list_agents(operations, args: argparse.Namespace) -> int:
+    agents = await operations.agents()
+    if not agents:
+        print("no agents")
+        return EXIT_OK
+    print(table(["ID", "AGENT", "ALGORITHM", "PHASE", "STEPS", "STEPS/S", "SESSIONS", "LAST ACTIVE"],
+                [[a.id, a.ref, a.algorithm, a.phase, a.steps, f"{a.steps_per_second:.0f}", a.sessions,
+                  when(a.last_active)] for a in agents]))
+    return EXIT_OK
+
+
+async def show_agent(operations, args: argparse.Namespace) -> int:
+    view = await operations.agent(await operations.resolve(args.agent))
+    evaluation = view.last_evaluation
+    model = view.model
+    rows = [
+        ("algorithm", f"{view.algorithm} (knowledge sharing: {view.sharing})"),
+        ("observation space", json.dumps(view.observation_space)),
+        ("action space", json.dumps(view.action_space)),
+        ("parameters", ", ".join(f"{k}={json.dumps(v)}" for k, v in view.parameters.items()) or "SB3's defaults"),
+        ("phase", view.phase + (f" ({view.failure})" if view.failure else "")),
+        ("steps", f"{view.steps} ({view.steps_per_second:.1f} steps/s)"),
+        ("sessions", view.sessions),
+        ("episodes", f"{view.episodes} since the server started" if view.served else "-"),
+        ("last evaluation", "-" if evaluation is None else
+         f"mean return {evaluation['mean_return']:.2f} at {evaluation['steps']} steps"),
+        ("model", "none" if model is None else f"{model['bytes']} bytes, saved {when(model['modified'])}"),
+        ("last activity", when(view.last_active)),
+        ("created", when(view.created)),
+    ]
+    if (await operations.whoami())["role"] == "admin":
+        keys = await operations.keys(view.id)
+        rows.append(("API keys", ", ".join(f"{k.id}{' (revoked)' if k.revoked else ''}"
+                                           f"{' ' + repr(k.label) if k.label else ''}" for k in keys) or "none"))
+    print(f"agent {view.ref} (id {view.id})")
+    for label, value in rows:
+        print(f"  {label:<18}{value}")
+    return EXIT_OK
+
+
+async def export_model(operations, args: argparse.Namespace) -> int:
+    from shepherd.storage import atomic_write_bytes
+
+    view = await operations.agent(await operations.resolve(args.agent))
+    data = await operations.export_model(view.id)
+    path = args.output or Path(f"{view.owner}-{view.name}-model.zip")
+    try:
+        atomic_write_bytes(path, data)
+    except OSError as error:
+        raise UsageError(f"cannot write {path}: {error.strerror or error}") from None
+    print(f"model of agent {view.ref} written to {path} ({len(data)} bytes)")
+    return EXIT_OK
+
+
+async def delete_model(operations, args: argparse.Namespace) -> int:
+    print((await operations.delete_model(await operations.resolve(args.agent))).message)
+    return EXIT_OK
+
+
+async def delete_curve(operations, args: argparse.Namespace) -> int:
+    print((await operations.delete_returns(await operations.resolve(args.agent))).message)
+    return EXIT_OK
+
+
+async def restart_agent(operations, args: argparse.Namespace) -> int:
+    print((await operations.restart(await operations.resolve(args.agent))).message)
+    return EXIT_OK

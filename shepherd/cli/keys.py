@@ -1,0 +1,69 @@
+"""``python run.py keys`` and ``admin-token``: API keys (one agent each; printed once, stored hashed) and
+the admin token that signs in to everything."""
+
+from __future__ import annotations
+
+import argparse
+
+from shepherd.cli.admin import add_data_option, command, table, when
+from shepherd.cli.common import EXIT_OK, UsageError
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("keys", help="add, list and revoke API keys",
+                                 description="An API key logs a client in to one agent, and signs in to that "
+                                             "agent's dashboard page. It is printed once; the store keeps only "
+                                             "its hash.")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    add = actions.add_parser("add", help="create a key for an agent", description="Create an API key.")
+    add.add_argument("agent", help="the agent: its id, owner/name, or a name only one agent has")
+    add.add_argument("--label", default="", help="a note on what the key is for")
+    add_data_option(add)
+    add.set_defaults(func=command(add_key))
+    listing = actions.add_parser("list", help="list keys (not the keys themselves)", description="List API keys.")
+    listing.add_argument("agent", nargs="?", help="only this agent's keys")
+    add_data_option(listing)
+    listing.set_defaults(func=command(list_keys))
+    revoke = actions.add_parser("revoke", help="revoke a key by its id",
+                                description="Revoke an API key: new logins with it are refused and the sessions "
+                                            "it opened on a running server end.")
+    revoke.add_argument("key_id", type=int, help="the key's id, from `keys list`")
+    add_data_option(revoke)
+    revoke.set_defaults(func=command(revoke_key))
+
+    token = commands.add_parser("admin-token", help="replace the admin token and print the new one",
+                                description="Replace the admin token (which signs in to every agent); the old "
+                                            "one stops working. The new one is printed once.")
+    add_data_option(token)
+    token.set_defaults(func=command(reset_admin_token))
+
+
+async def add_key(operations, args: argparse.Namespace) -> int:
+    created = await operations.add_key(await operations.resolve(args.agent), args.label)
+    print(f"API key {created.id} for agent {created.agent} (shown once, the store keeps only its hash):")
+    print(created.key)
+    return EXIT_OK
+
+
+async def list_keys(operations, args: argparse.Namespace) -> int:
+    agent_id = None if args.agent is None else await operations.resolve(args.agent)
+    keys = await operations.keys(agent_id)
+    print(table(["ID", "AGENT", "LABEL", "CREATED", "STATE"],
+                [[k.id, k.agent, k.label or "-", when(k.created), "revoked" if k.revoked else "valid"]
+                 for k in keys]) if keys else "no API keys")
+    return EXIT_OK
+
+
+async def revoke_key(operations, args: argparse.Namespace) -> int:
+    if args.key_id <= 0:
+        raise UsageError("a key id is a positive integer (see `keys list`)")
+    key = await operations.revoke_key(args.key_id)
+    print(f"API key {key.id} of agent {key.agent} revoked")
+    return EXIT_OK
+
+
+async def reset_admin_token(operations, args: argparse.Namespace) -> int:
+    token = await operations.reset_admin_token()
+    print("new admin token (shown once, the store keeps only its hash; the old one no longer works):")
+    print(token)
+    return EXIT_OK

@@ -1,0 +1,225 @@
+"""The JSON admin API under ``/shepherd/admin/api/``: thin handlers over `shepherd.admin.Operations`.
+
+A request is authorised by ``Authorization: Bearer <token>`` (the admin token, the server's local
+credential, or one of an agent's API keys, which gives access to that agent only), or by the dashboard's
+sign-in cookie, in which case a state-changing request must also carry the sign-in's CSRF token in
+``X-CSRF-Token``. Errors are the domain exceptions, mapped to statuses by the error middleware.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import io
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from shepherd.admin import Forbidden, NewAgent, Operations, Principal
+from shepherd.graph import Unauthorized
+from shepherd.http.errors import BadRequest
+from shepherd.http.protocol import parse_object
+from shepherd.http.signins import COOKIE, CSRF_HEADER, csrf_matches
+from shepherd.http.state import ADMIN, SIGNINS
+
+API = "/shepherd/admin/api"
+AGENT = API + "/agents/{agent_id:\\d{1,12}}"  # route pattern of one agent's resources
+KEY = API + "/keys/{key_id:\\d{1,12}}"
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+NO_STORE = {"Cache-Control": "no-store"}
+
+
+def respond(data: Any, status: int = 200) -> web.Response:
+    """A JSON reply (records are dataclasses, which orjson writes as objects), never cached."""
+    return web.Response(status=status, body=orjson.dumps(data), content_type="application/json", headers=NO_STORE)
+
+
+def principal(request: web.Request) -> Principal:
+    """Who sends the request: from its Bearer token, or from its sign-in cookie (CSRF-checked).
+
+    Raises:
+        Unauthorized: no credential, or an unknown, revoked or expired one.
+        Forbidden: a cookie-authorised change without the sign-in's CSRF token.
+    """
+    service = request.app[ADMIN]
+    header = request.headers.get("Authorization")
+    if header is not None:
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Unauthorized("send the token as 'Authorization: Bearer <token>'")
+        return service.authenticate(token.strip())
+    signins = request.app[SIGNINS]
+    signin = signins.get(request.cookies.get(COOKIE))
+    if signin is None:
+        raise Unauthorized("sign in with the admin token or an API key, or send 'Authorization: Bearer <token>'")
+    if request.method not in SAFE_METHODS and not csrf_matches(signin, request.headers.get(CSRF_HEADER)):
+        raise Forbidden(f"missing or wrong {CSRF_HEADER} header; reload the dashboard")
+    try:
+        return service.authenticate_digest(signin.digest)
+    except Unauthorized:
+        signins.end(signin.id)
+        raise
+
+
+def operations(request: web.Request) -> Operations:
+    return request.app[ADMIN].acting_as(principal(request))
+
+
+async def body_object(request: web.Request, fields: set[str]) -> dict[str, Any]:
+    """The request's JSON object (an empty body is an empty object); raises BadRequest."""
+    body = await request.read()
+    return parse_object(body, fields) if body.strip() else {}
+
+
+def agent_id(request: web.Request) -> int:
+    return int(request.match_info["agent_id"])
+
+
+def text_field(data: dict[str, Any], name: str, default: str | None = None) -> str:
+    value = data.get(name, default)
+    if not isinstance(value, str):
+        raise BadRequest(f"'{name}' (a string) is required")
+    return value
+
+
+# -- who am I, users, algorithms --------------------------------------------------------------------
+async def whoami(request: web.Request) -> web.Response:
+    return respond(await operations(request).whoami())
+
+
+async def list_users(request: web.Request) -> web.Response:
+    return respond(await operations(request).users())
+
+
+async def add_user(request: web.Request) -> web.Response:
+    ops = operations(request)
+    ops.require_admin("adding users")  # before reading the body: a key holder learns nothing from it
+    data = await body_object(request, {"name"})
+    return respond(await ops.add_user(text_field(data, "name")), status=201)
+
+
+async def list_algorithms(request: web.Request) -> web.Response:
+    return respond(await operations(request).algorithms())
+
+
+async def reset_admin_token(request: web.Request) -> web.Response:
+    ops = operations(request)
+    ops.require_admin("replacing the admin token")
+    await body_object(request, set())
+    return respond({"token": await ops.reset_admin_token()})
+
+
+# -- agents ---------------------------------------------------------------------------------------
+NEW_AGENT_FIELDS = {"owner", "name", "algorithm", "observation_space", "action_space", "parameters", "sharing"}
+
+
+async def list_agents(request: web.Request) -> web.Response:
+    return respond(await operations(request).agents())
+
+
+async def add_agent(request: web.Request) -> web.Response:
+    ops = operations(request)
+    ops.require_admin("adding agents")
+    data = await body_object(request, NEW_AGENT_FIELDS)
+    for name in ("observation_space", "action_space"):
+        if name not in data:
+            raise BadRequest(f"'{name}' is required (the JSON space syntax of docs/protocol.md)")
+    parameters = data.get("parameters", {})
+    if not isinstance(parameters, dict):
+        raise BadRequest("'parameters' must be an object of name: value")
+    new = NewAgent(owner=text_field(data, "owner"), name=text_field(data, "name"),
+                   algorithm=text_field(data, "algorithm"), observation_space=data["observation_space"],
+                   action_space=data["action_space"], parameters=parameters,
+                   sharing=text_field(data, "sharing", "pooled"))
+    return respond(await ops.add_agent(new), status=201)
+
+
+async def show_agent(request: web.Request) -> web.Response:
+    return respond(await operations(request).agent(agent_id(request)))
+
+
+# -- the curve ------------------------------------------------------------------------------------
+def _query_number(request: web.Request, name: str, kind: type) -> Any:
+    raw = request.query.get(name)
+    if raw is None:
+        return None
+    try:
+        return kind(raw)
+    except ValueError:
+        raise BadRequest(f"query parameter {name!r} must be a number") from None
+
+
+async def agent_returns(request: web.Request) -> web.Response:
+    """The episode returns, from ``offset`` on; a client polling with ``offset`` and ``first`` (the time of
+    the first record it has) gets everything again, with ``"reset": true``, when the curve was deleted."""
+    ops = operations(request)
+    records = await ops.returns(agent_id(request))
+    offset = _query_number(request, "offset", int) or 0
+    first = _query_number(request, "first", float)
+    reset = offset < 0 or offset > len(records) or (
+        offset > 0 and first is not None and (not records or records[0].time != first))
+    if reset:
+        offset = 0
+    return respond({"total": len(records), "offset": offset, "reset": reset, "returns": records[offset:]})
+
+
+async def returns_csv(request: web.Request) -> web.Response:
+    ops = operations(request)
+    view = await ops.agent(agent_id(request))
+    records = await ops.returns(view.id)
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["episode", "time_unix", "time_utc", "return", "length", "phase"])
+    for number, record in enumerate(records, 1):
+        when = datetime.datetime.fromtimestamp(record.time, datetime.timezone.utc).isoformat(timespec="seconds")
+        writer.writerow([number, f"{record.time:.3f}", when, repr(record.value), record.length, record.phase])
+    return web.Response(text=out.getvalue(), content_type="text/csv", headers={
+        **NO_STORE, "Content-Disposition": f'attachment; filename="{view.owner}-{view.name}-returns.csv"'})
+
+
+# -- special actions ------------------------------------------------------------------------------
+async def model_zip(request: web.Request) -> web.Response:
+    ops = operations(request)
+    view = await ops.agent(agent_id(request))
+    data = await ops.export_model(view.id)
+    return web.Response(body=data, content_type="application/zip", headers={
+        **NO_STORE, "Content-Disposition": f'attachment; filename="{view.owner}-{view.name}-model.zip"'})
+
+
+async def delete_model(request: web.Request) -> web.Response:
+    ops = operations(request)
+    await body_object(request, set())
+    return respond(await ops.delete_model(agent_id(request)))
+
+
+async def delete_returns(request: web.Request) -> web.Response:
+    ops = operations(request)
+    await body_object(request, set())
+    return respond(await ops.delete_returns(agent_id(request)))
+
+
+async def restart_agent(request: web.Request) -> web.Response:
+    ops = operations(request)
+    await body_object(request, set())
+    return respond(await ops.restart(agent_id(request)))
+
+
+# -- API keys -------------------------------------------------------------------------------------
+async def list_keys(request: web.Request) -> web.Response:
+    ops = operations(request)
+    return respond(await ops.keys(_query_number(request, "agent", int)))
+
+
+async def add_key(request: web.Request) -> web.Response:
+    ops = operations(request)
+    ops.require_admin("adding API keys")
+    data = await body_object(request, {"label"})
+    return respond(await ops.add_key(agent_id(request), text_field(data, "label", "")), status=201)
+
+
+async def revoke_key(request: web.Request) -> web.Response:
+    ops = operations(request)
+    ops.require_admin("revoking API keys")
+    await body_object(request, set())
+    return respond(await ops.revoke_key(int(request.match_info["key_id"])))

@@ -1,0 +1,104 @@
+"""Request-rate limits per API key, and slowing down repeated failed logins from one address.
+
+Both keep bounded state: buckets and failure counts live in LRU tables with a fixed capacity, so a
+flood of new keys or addresses cannot grow the server's memory.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import time
+from dataclasses import dataclass
+
+
+class TooManyRequests(RuntimeError):
+    """The caller is over a rate limit; it may retry after ``retry_after`` seconds."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class _LRU(collections.OrderedDict):
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = capacity
+
+    def touch(self, key, default):
+        value = self.pop(key, None)
+        if value is None:
+            value = default()
+            if len(self) >= self.capacity:
+                self.popitem(last=False)
+        self[key] = value
+        return value
+
+
+@dataclass
+class _Bucket:
+    tokens: float
+    stamp: float
+
+
+class RateLimiter:
+    """A token bucket per client id: ``rate`` requests a second on average, bursts up to ``burst``."""
+
+    def __init__(self, rate: float, burst: float | None = None, capacity: int = 100_000) -> None:
+        if rate <= 0:
+            raise ValueError("rate must be positive")
+        self.rate = rate
+        self.burst = burst if burst is not None else rate
+        self._buckets = _LRU(capacity)
+
+    def take(self, client_id: str, now: float | None = None) -> None:
+        """Count one request.
+
+        Raises:
+            TooManyRequests: the bucket is empty; ``retry_after`` says when a token is back.
+        """
+        now = time.monotonic() if now is None else now
+        bucket = self._buckets.touch(client_id, lambda: _Bucket(self.burst, now))
+        bucket.tokens = min(self.burst, bucket.tokens + (now - bucket.stamp) * self.rate)
+        bucket.stamp = now
+        if bucket.tokens < 1.0:
+            wait = (1.0 - bucket.tokens) / self.rate
+            raise TooManyRequests(f"too many requests for this API key (limit {self.rate:g}/s); slow down", wait)
+        bucket.tokens -= 1.0
+
+
+@dataclass
+class _Failures:
+    count: int
+    first: float
+
+
+class LoginThrottle:
+    """Slows down failed logins from one address: after ``free`` failures within ``window`` seconds,
+    each further failure is answered only after a delay that doubles, up to ``max_delay``."""
+
+    def __init__(self, free: int = 5, window: float = 300.0, base_delay: float = 0.25, max_delay: float = 5.0,
+                 capacity: int = 10_000) -> None:
+        self.free = free
+        self.window = window
+        self.base_delay = base_delay
+        self.max_delay = max_delay
+        self._failures = _LRU(capacity)
+
+    def failed(self, address: str, now: float | None = None) -> float:
+        """Record a failed login; returns how long to wait before answering it (seconds)."""
+        now = time.monotonic() if now is None else now
+        record = self._failures.touch(address, lambda: _Failures(0, now))
+        if now - record.first > self.window:
+            record.count, record.first = 0, now
+        record.count += 1
+        over = record.count - self.free
+        return 0.0 if over <= 0 else min(self.max_delay, self.base_delay * 2 ** (over - 1))
+
+    def succeeded(self, address: str) -> None:
+        self._failures.pop(address, None)
+
+
+def retry_after_header(seconds: float) -> str:
+    """Retry-After takes whole seconds; never 0, which would invite an immediate retry storm."""
+    return str(max(1, math.ceil(seconds)))

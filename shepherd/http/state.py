@@ -1,0 +1,56 @@
+"""The application's configuration and state, as ``web.AppKey``s declared in this one place (set up by
+`create_app` and its cleanup contexts)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiohttp import web
+
+from shepherd.admin import AdminService
+from shepherd.graph import GraphManager
+from shepherd.http.limits import LoginThrottle, RateLimiter
+from shepherd.http.signins import SignInTable
+from shepherd.storage import Store
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything `create_app` needs. Times are in seconds; None switches a limit off."""
+
+    graph_manager: GraphManager
+    data: Path
+    max_body_bytes: int = 1 << 20
+    session_idle_seconds: float = 600.0
+    act_timeout_seconds: float = 30.0
+    sweep_seconds: float = 5.0
+    max_sessions_per_agent: int | None = 1024
+    requests_per_second_per_key: float | None = 2000.0
+    burst_per_key: float | None = None  # default: one second's worth of requests
+
+
+#: the configuration the app was created with
+CONFIG = web.AppKey("config", ServerConfig)
+#: the served graph: agents, their learners, the client sessions
+GRAPH = web.AppKey("graph", GraphManager)
+#: the data folder's store (owned by the server while it runs)
+STORE = web.AppKey("store", Store)
+#: API keys created at this start, by agent name (shown once by the command line)
+CREATED_KEYS = web.AppKey("created_keys", dict)
+#: requests per second per API key (absent when switched off)
+RATE_LIMITER = web.AppKey("rate_limiter", RateLimiter)
+#: slows down failed logins per address
+LOGIN_THROTTLE = web.AppKey("login_throttle", LoginThrottle)
+#: the OpenAPI description, as JSON bytes
+OPENAPI = web.AppKey("openapi", bytes)
+#: the admin operations over the served store and graph
+ADMIN = web.AppKey("admin", AdminService)
+#: the dashboard's sign-ins (cookie id -> token hash and CSRF token)
+SIGNINS = web.AppKey("signins", SignInTable)
+#: the admin token created at this start ("" if the store had one): shown once by the command line
+CREATED_ADMIN_TOKEN = web.AppKey("created_admin_token", str)
+#: this run's local admin credential, published in the data folder for the admin commands
+LOCAL_CREDENTIAL = web.AppKey("local_credential", str)
+#: the dashboard's files (name -> bytes), read once when the app is created
+DASHBOARD_FILES = web.AppKey("dashboard_files", dict)

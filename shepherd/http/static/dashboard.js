@@ -1,0 +1,290 @@
+/* The Shepherd dashboard: sign in, list the agents you may see, draw the selected agent's learning curve
+   (polled every two seconds), and send the special actions as POSTs carrying the sign-in's CSRF token.
+   Server data is only ever put in the page as text, never as HTML. */
+"use strict";
+
+const POLL_MS = 2000;
+const AVERAGE_WINDOW = 20;
+const $ = (selector) => document.querySelector(selector);
+
+const state = {
+  csrf: null,     // the sign-in's CSRF token, kept in memory only
+  me: null,       // {role, agent, agent_ref}
+  agents: [],
+  selected: null, // agent id
+  curve: { agent: null, records: [] },
+  timer: null,
+  busy: false,
+};
+
+class ApiError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+async function call(method, path, body) {
+  const headers = { Accept: "application/json" };
+  const init = { method, headers, credentials: "same-origin", cache: "no-store" };
+  if (method !== "GET") {
+    headers["Content-Type"] = "application/json";
+    if (state.csrf) headers["X-CSRF-Token"] = state.csrf;
+    init.body = JSON.stringify(body || {});
+  }
+  const response = await fetch("api" + path, init);
+  if (!response.ok) {
+    let message = `HTTP ${response.status}`;
+    try { message = (await response.json()).error || message; } catch (e) { /* not JSON */ }
+    throw new ApiError(response.status, message);
+  }
+  return response;
+}
+
+const getJson = async (path) => (await call("GET", path)).json();
+const postJson = async (path, body) => (await call("POST", path, body)).json();
+
+/* -- signing in and out ------------------------------------------------------------------------ */
+function showSignIn(message) {
+  clearInterval(state.timer);
+  Object.assign(state, { csrf: null, me: null, agents: [], selected: null, curve: { agent: null, records: [] } });
+  $("#signin-view").hidden = false;
+  $("#agents-view").hidden = true;
+  $("#agent-view").hidden = true;
+  $("#signout").hidden = true;
+  $("#who").textContent = "";
+  $("#signin-error").textContent = message || "";
+  $("#token").focus();
+}
+
+function signedIn(info) {
+  state.csrf = info.csrf;
+  state.me = info;
+  $("#who").textContent = info.role === "admin" ? "signed in as admin" : `signed in with a key of agent ${info.agent_ref}`;
+  $("#signin-view").hidden = true;
+  $("#agents-view").hidden = false;
+  $("#signout").hidden = false;
+  $("#token").value = "";
+  if (info.role !== "admin") state.selected = info.agent;
+  refresh();
+  clearInterval(state.timer);
+  state.timer = setInterval(refresh, POLL_MS);
+}
+
+$("#signin-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  $("#signin-error").textContent = "";
+  try {
+    signedIn(await postJson("/signin", { token: $("#token").value.trim() }));
+  } catch (error) {
+    $("#signin-error").textContent = error.message;
+  }
+});
+
+$("#signout").addEventListener("click", async () => {
+  try { await postJson("/signout"); } catch (error) { /* signed out either way */ }
+  showSignIn("Signed out.");
+});
+
+/* -- the agents table -------------------------------------------------------------------------- */
+function cell(row, text, className) {
+  const td = row.insertCell();
+  td.textContent = text;
+  if (className) td.className = className;
+  return td;
+}
+
+function spaceText(spec) {
+  return JSON.stringify(spec);
+}
+
+function ago(seconds) {
+  if (!seconds) return "never";
+  const age = Math.max(0, Date.now() / 1000 - seconds);
+  if (age < 60) return `${Math.round(age)} s ago`;
+  if (age < 3600) return `${Math.round(age / 60)} min ago`;
+  if (age < 86400) return `${Math.round(age / 3600)} h ago`;
+  return new Date(seconds * 1000).toLocaleDateString();
+}
+
+function renderAgents() {
+  const body = $("#agents tbody");
+  body.replaceChildren();
+  $("#no-agents").hidden = state.agents.length > 0;
+  for (const agent of state.agents) {
+    const row = body.insertRow();
+    row.dataset.agent = agent.id;
+    if (agent.id === state.selected) row.classList.add("selected");
+    cell(row, `${agent.owner}/${agent.name}`);
+    cell(row, agent.algorithm);
+    cell(row, "").appendChild(document.createElement("code")).textContent = spaceText(agent.observation_space);
+    cell(row, "").appendChild(document.createElement("code")).textContent = spaceText(agent.action_space);
+    const phase = cell(row, "").appendChild(document.createElement("span"));
+    phase.className = `phase ${agent.phase}`;
+    phase.textContent = agent.phase;
+    cell(row, agent.steps.toLocaleString(), "number");
+    cell(row, agent.steps_per_second.toFixed(0), "number");
+    cell(row, String(agent.sessions), "number");
+    cell(row, ago(agent.last_active));
+    row.tabIndex = 0;
+    row.addEventListener("click", () => select(agent.id));
+    row.addEventListener("keydown", (event) => { if (event.key === "Enter") select(agent.id); });
+  }
+}
+
+function select(agentId) {
+  state.selected = agentId;
+  $("#action-status").textContent = "";
+  refresh();
+}
+
+/* -- one agent --------------------------------------------------------------------------------- */
+function fact(list, term, text) {
+  list.appendChild(document.createElement("dt")).textContent = term;
+  list.appendChild(document.createElement("dd")).textContent = text;
+}
+
+function renderAgent(agent) {
+  $("#agent-view").hidden = false;
+  $("#agent-title").textContent = `${agent.owner}/${agent.name}`;
+  const facts = $("#agent-facts");
+  facts.replaceChildren();
+  fact(facts, "Algorithm", `${agent.algorithm} (knowledge sharing: ${agent.sharing})`);
+  fact(facts, "Observation space", spaceText(agent.observation_space));
+  fact(facts, "Action space", spaceText(agent.action_space));
+  const parameters = Object.entries(agent.parameters).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(", ");
+  fact(facts, "Parameters", parameters || "stable-baselines3's defaults");
+  let phase = agent.phase;
+  if (agent.failure) phase += ` (${agent.failure})`;
+  fact(facts, "Phase", phase);
+  fact(facts, "Steps", `${agent.steps.toLocaleString()} (${agent.steps_per_second.toFixed(1)} steps/s)`);
+  fact(facts, "Sessions connected", String(agent.sessions));
+  const evaluation = agent.last_evaluation;
+  fact(facts, "Last evaluation", evaluation
+    ? `mean return ${evaluation.mean_return.toFixed(1)} at ${evaluation.steps.toLocaleString()} steps` : "none yet");
+  fact(facts, "Saved model", agent.model
+    ? `${(agent.model.bytes / 1024).toFixed(0)} KiB, saved ${ago(agent.model.modified)}` : "none");
+  fact(facts, "Last activity", ago(agent.last_active));
+}
+
+async function refreshCurve(agentId) {
+  const curve = state.curve.agent === agentId ? state.curve : { agent: agentId, records: [] };
+  const known = curve.records;
+  let path = `/agents/${agentId}/returns?offset=${known.length}`;
+  if (known.length) path += `&first=${known[0].time}`;
+  const reply = await getJson(path);
+  curve.records = reply.reset ? reply.returns : known.concat(reply.returns);
+  state.curve = curve;
+  drawCurve(curve.records);
+}
+
+function drawCurve(records) {
+  const series = { train: [], evaluation: [], deploy: [], average: [] };
+  let steps = 0;
+  for (const record of records) {
+    if (record.phase === "train" || record.phase === "heatup") {
+      steps += record.length;
+      series.train.push([steps, record.value]);
+    } else if (record.phase === "evaluate") {
+      series.evaluation.push([steps, record.value]);
+    } else {
+      series.deploy.push([steps, record.value]);
+    }
+  }
+  series.average = ShepherdChart.movingAverage(series.train, AVERAGE_WINDOW);
+  const canvas = $("#curve");
+  ShepherdChart.drawCurve(canvas, series);
+  canvas.dataset.episodes = String(records.length);
+  const last = series.average.length ? series.average[series.average.length - 1][1].toFixed(1) : "-";
+  $("#curve-summary").textContent =
+    `${records.length} episodes: ${series.train.length} training, ${series.evaluation.length} evaluation; ` +
+    `moving average ${last}`;
+}
+
+/* -- polling ----------------------------------------------------------------------------------- */
+async function refresh() {
+  if (state.busy || !state.csrf) return;
+  state.busy = true;
+  try {
+    state.agents = await getJson("/agents");
+    renderAgents();
+    const agent = state.agents.find((a) => a.id === state.selected);
+    if (agent) {
+      renderAgent(agent);
+      await refreshCurve(agent.id);
+    } else {
+      $("#agent-view").hidden = true;
+    }
+  } catch (error) {
+    if (error.status === 401) showSignIn("Your sign-in has ended (the key was revoked, or the server restarted).");
+    else $("#action-status").textContent = `Refresh failed: ${error.message}`;
+  } finally {
+    state.busy = false;
+  }
+}
+
+/* -- special actions --------------------------------------------------------------------------- */
+function selectedAgent() {
+  return state.agents.find((a) => a.id === state.selected);
+}
+
+async function download(path) {
+  const response = await call("GET", path);
+  const disposition = response.headers.get("Content-Disposition") || "";
+  const match = /filename="([^"]+)"/.exec(disposition);
+  const url = URL.createObjectURL(await response.blob());
+  const link = document.createElement("a");
+  link.href = url;
+  link.download = match ? match[1] : "download";
+  document.body.appendChild(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10000);
+}
+
+async function act(button, work) {
+  const status = $("#action-status");
+  button.disabled = true;
+  status.textContent = "Working...";
+  try {
+    status.textContent = (await work()) || "";
+  } catch (error) {
+    status.textContent = error.message;
+  } finally {
+    button.disabled = false;
+  }
+}
+
+$("#download-model").addEventListener("click", (event) => {
+  const agent = selectedAgent();
+  if (agent) act(event.currentTarget, async () => { await download(`/agents/${agent.id}/model.zip`); return "Model downloaded."; });
+});
+
+$("#download-returns").addEventListener("click", (event) => {
+  const agent = selectedAgent();
+  if (agent) act(event.currentTarget, async () => { await download(`/agents/${agent.id}/returns.csv`); return "Returns downloaded."; });
+});
+
+for (const button of document.querySelectorAll("button[data-action]")) {
+  button.addEventListener("click", () => {
+    const agent = selectedAgent();
+    if (!agent) return;
+    const question = button.dataset.confirm.replace("AGENT", `${agent.owner}/${agent.name}`);
+    if (!window.confirm(question)) return;
+    act(button, async () => {
+      const result = await postJson(`/agents/${agent.id}/${button.dataset.action}`);
+      if (button.dataset.action !== "delete-model") state.curve = { agent: null, records: [] };
+      await refresh();
+      return result.message;
+    });
+  });
+}
+
+/* -- start: resume a sign-in kept by the cookie, or ask for a token ----------------------------- */
+(async () => {
+  try {
+    signedIn(await getJson("/signin"));
+  } catch (error) {
+    showSignIn("");
+  }
+})();

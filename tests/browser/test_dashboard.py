@@ -1,0 +1,248 @@
+"""The dashboard in real headless Chromium: sign in, watch the curve grow while a local client trains,
+download the model and the returns, restart the agent and see its sessions refused, and sign in as
+another owner and see nothing of the first.
+
+``SHEPHERD_DASHBOARD_SCREENSHOT=docs/dashboard.png`` also saves the screenshot there, after a longer run.
+"""
+
+from __future__ import annotations
+
+import http.client
+import io
+import json
+import os
+import shutil
+import threading
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+from stable_baselines3 import PPO
+
+from shepherd.client import Client, ShepherdError, run_env
+
+SCREENSHOT = os.environ.get("SHEPHERD_DASHBOARD_SCREENSHOT")
+OBS4 = [0.0, 0.01, 0.0, -0.01]
+
+
+class Trainer:
+    """A local gymnasium client training an agent over HTTP, on a thread, until stopped."""
+
+    def __init__(self, url: str, key: str) -> None:
+        self.client = Client(url, key, timeout=30)
+        self.episodes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        seed = 0
+        while not self._stop.is_set():
+            run_env(self.client, "CartPole-v1", seed=seed, episodes=1, retry_seconds=5)
+            self.episodes += 1
+            seed += 1
+
+    def wait(self, episodes: int, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.episodes < episodes and time.monotonic() < deadline and self._thread.is_alive():
+            time.sleep(0.1)
+        assert self.episodes >= episodes
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+        assert not self._thread.is_alive()
+        self.client.logout()
+        self.client.close()
+
+
+def admin_api(server, path, body=None):
+    host, port = server.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        connection.request("GET" if body is None else "POST", "/shepherd/admin/api" + path,
+                           None if body is None else json.dumps(body),
+                           {"Authorization": f"Bearer {server.admin_token}", "Content-Type": "application/json"})
+        response = connection.getresponse()
+        data = json.loads(response.read())
+        assert response.status < 300, data
+        return data
+    finally:
+        connection.close()
+
+
+def sign_in(page, server, token):
+    page.goto(server.url + "/shepherd/admin/")
+    page.wait_for_selector("#signin-form")
+    page.fill("#token", token)
+    page.click("#signin-form button[type=submit]")
+
+
+def episodes_drawn(page) -> int:
+    return int(page.get_attribute("#curve", "data-episodes") or 0)
+
+
+def wait_for_episodes(page, at_least: int, timeout_ms: int = 90_000) -> None:
+    page.wait_for_function(
+        f"() => Number(document.querySelector('#curve').dataset.episodes || 0) >= {at_least}", timeout=timeout_ms)
+
+
+COUNT_ORANGE = """() => {
+  const canvas = document.querySelector('#curve');
+  const pixels = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+  let count = 0;
+  for (let i = 0; i < pixels.length; i += 4) {
+    if (pixels[i] > 200 && pixels[i + 1] > 90 && pixels[i + 1] < 150 && pixels[i + 2] < 60) count++;
+  }
+  return count;
+}"""
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    yield page
+    context.close()
+    assert not errors, errors
+
+
+def test_sign_in_and_watch_the_curve_grow_while_a_client_trains(page, server, tmp_path):
+    sign_in(page, server, "not-a-token")
+    page.wait_for_function("() => document.querySelector('#signin-error').textContent.length > 0")
+    assert "unknown or revoked token" in page.text_content("#signin-error")
+    assert page.is_hidden("#agents-view")
+
+    sign_in(page, server, server.admin_token)
+    page.wait_for_selector("#agents tbody tr")
+    assert page.text_content("#who") == "signed in as admin"
+    page.click("#agents tbody tr:has-text('tests/cartpole')")
+    page.wait_for_selector("#agent-view:not([hidden])")
+    assert page.text_content("#agent-title") == "tests/cartpole"
+    assert "n_steps=64" in page.text_content("#agent-facts")
+    start = episodes_drawn(page)
+
+    trainer = Trainer(server.url, server.api_key)
+    try:
+        wait_for_episodes(page, start + 5)
+        first_count = episodes_drawn(page)
+        first_image = page.evaluate("() => document.querySelector('#curve').toDataURL()")
+        row = page.locator("#agents tbody tr:has-text('tests/cartpole') td")
+        assert row.nth(7).text_content() == "1"  # one session connected
+        wait_for_episodes(page, first_count + 10)  # the page polls: the curve grows by itself
+        assert page.evaluate("() => document.querySelector('#curve').toDataURL()") != first_image
+        assert int(row.nth(5).text_content().replace(",", "")) > 0
+        assert float(row.nth(6).text_content()) > 0  # steps/s
+        page.wait_for_function(
+            "() => /[1-9][0-9]* evaluation/.test(document.querySelector('#curve-summary').textContent)",
+            timeout=120_000)
+        page.wait_for_timeout(2500)  # one more poll draws the evaluation points
+        assert page.evaluate(COUNT_ORANGE) > 20  # evaluation returns are drawn, in their colour
+        if SCREENSHOT:  # a longer run, for the picture in the README
+            wait_for_episodes(page, 160, timeout_ms=240_000)
+            page.wait_for_timeout(2500)
+    finally:
+        trainer.stop()
+    summary = page.text_content("#curve-summary")
+    assert "training" in summary and "moving average" in summary
+    page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
+    if SCREENSHOT:
+        shutil.copy(tmp_path / "dashboard.png", SCREENSHOT)
+
+
+def test_download_the_model_zip_and_the_returns_csv(page, server, tmp_path):
+    if not admin_api(server, "/agents/1")["model"]:  # when run alone: learn a little first
+        trainer = Trainer(server.url, server.api_key)
+        try:
+            trainer.wait(episodes=10)
+        finally:
+            trainer.stop()
+    sign_in(page, server, server.api_key)  # the agent's own key sees its own page
+    page.wait_for_selector("#agent-view:not([hidden])")
+    with page.expect_download() as download_info:
+        page.click("#download-model")
+    download = download_info.value
+    assert download.suggested_filename == "tests-cartpole-model.zip"
+    data = Path(download.path()).read_bytes()
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        assert archive.testzip() is None and "shepherd.json" in archive.namelist()
+    model = PPO.load(io.BytesIO(data), device="cpu")
+    assert int(model.predict(OBS4, deterministic=True)[0]) in (0, 1)
+
+    with page.expect_download() as download_info:
+        page.click("#download-returns")
+    download = download_info.value
+    assert download.suggested_filename == "tests-cartpole-returns.csv"
+    lines = Path(download.path()).read_text().splitlines()
+    assert lines[0] == "episode,time_unix,time_utc,return,length,phase" and len(lines) > 1
+    assert page.text_content("#action-status") == "Returns downloaded."
+
+
+def test_restart_the_agent_and_see_its_sessions_refused(page, server):
+    client = Client(server.url, server.api_key, timeout=30)
+    client.login()
+    assert client.step(OBS4, 0.0, False) in (0, 1)
+    sign_in(page, server, server.admin_token)
+    page.click("#agents tbody tr:has-text('tests/cartpole')")
+    page.wait_for_selector("#agent-view:not([hidden])")
+
+    page.once("dialog", lambda dialog: dialog.dismiss())  # a change of mind: nothing happens
+    page.click("button[data-action=restart]")
+    assert client.step(OBS4, 1.0, False) in (0, 1)
+
+    questions = []
+
+    def accept(dialog):
+        questions.append(dialog.message)
+        dialog.accept()
+
+    page.once("dialog", accept)
+    page.click("button[data-action=restart]")
+    page.wait_for_function("() => document.querySelector('#action-status').textContent.includes('restarted')")
+    assert "Restart tests/cartpole?" in questions[0]
+    assert "1 session(s) ended" in page.text_content("#action-status")
+    with pytest.raises(ShepherdError) as refused:
+        client.step(OBS4, 1.0, False)
+    assert refused.value.status == 401
+    client.close()
+    page.wait_for_function("() => document.querySelector('#agent-facts').textContent.includes('Saved model')")
+    facts = page.text_content("#agent-facts")
+    assert "Steps0 (" in facts and "Saved modelnone" in facts
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("button[data-action=delete-returns]")
+    page.wait_for_function("() => document.querySelector('#curve-summary').textContent.startsWith('0 episodes')")
+
+
+def test_another_owner_sees_nothing_of_the_first(page, server):
+    admin_api(server, "/users", {"name": "bob"})
+    rover = admin_api(server, "/agents", {"owner": "bob", "name": "rover", "algorithm": "DQN",
+                                          "observation_space": [[3], -1, 1], "action_space": 4})
+    bob_key = admin_api(server, f"/agents/{rover['id']}/keys", {"label": "browser test"})["key"]
+    sign_in(page, server, bob_key)
+    page.wait_for_selector("#agent-view:not([hidden])")
+    assert page.text_content("#who") == "signed in with a key of agent bob/rover"
+    assert page.locator("#agents tbody tr").count() == 1
+    assert page.text_content("#agent-title") == "bob/rover"
+    body = page.text_content("body")
+    assert "cartpole" not in body and "tests/" not in body
+    # the page's own credentials cannot reach the first owner's agent either
+    statuses = page.evaluate("""async () => {
+      const get = async (path) => (await fetch(path, {credentials: 'same-origin'})).status;
+      const post = async (path, headers) => (await fetch(path, {method: 'POST', credentials: 'same-origin',
+                                                               headers, body: '{}'})).status;
+      return [await get('api/agents/1'), await get('api/agents/1/model.zip'), await get('api/users'),
+              await post('api/agents/1/restart', {}), await post('api/agents/%d/delete-returns', {})];
+    }""" % rover["id"])
+    assert statuses == [404, 404, 403, 403, 403]  # the last two: no CSRF token, refused before anything
+    with_token = page.evaluate("""async () => {
+      const csrf = (await (await fetch('api/signin')).json()).csrf;
+      const response = await fetch('api/agents/1/restart', {method: 'POST', credentials: 'same-origin',
+                                   headers: {'X-CSRF-Token': csrf}, body: '{}'});
+      return [response.status, await response.text()];
+    }""")
+    assert with_token[0] == 404 and "cartpole" not in with_token[1]
+    assert admin_api(server, "/agents/1")["phase"] != "restarting"

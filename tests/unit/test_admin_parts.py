@@ -1,0 +1,82 @@
+"""Small parts of the admin surface: sign-ins and their CSRF tokens, the data-folder lock and the published
+server file, and how the command line names agents."""
+
+import stat
+
+import pytest
+
+from shepherd.admin import AgentView, Invalid, match_agent
+from shepherd.http import signins as signins_module
+from shepherd.http.signins import SignInTable, csrf_matches
+from shepherd.storage import (DataFolderLock, FolderBusy, NotFound, ServerFile, read_server_file, remove_server_file,
+                              write_server_file)
+
+
+def test_sign_ins_expire_when_idle_and_the_oldest_go_past_the_limit(monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(signins_module.time, "monotonic", lambda: now[0])
+    table = SignInTable(idle_seconds=60, limit=2)
+    first = table.open("digest-1")
+    assert table.get(first.id) == first and len(first.id) >= 40 and first.csrf != first.id
+    now[0] += 59
+    assert table.get(first.id) == first  # using it keeps it open ...
+    now[0] += 59
+    assert table.get(first.id) == first
+    now[0] += 61
+    assert table.get(first.id) is None  # ... idle for too long, it is gone
+    a, b, c = table.open("a"), table.open("b"), table.open("c")
+    assert table.get(a.id) is None and table.get(b.id) == b and table.get(c.id) == c and len(table) == 2
+    table.end(b.id)
+    assert table.get(b.id) is None and table.get(None) is None and table.get("") is None
+
+
+def test_csrf_tokens_must_match_exactly():
+    signin = SignInTable().open("digest")
+    assert csrf_matches(signin, signin.csrf)
+    for wrong in (None, "", signin.csrf[:-1], signin.csrf + "x", "é" * 43):
+        assert not csrf_matches(signin, wrong)
+
+
+def test_the_folder_lock_is_exclusive_and_released(tmp_path):
+    first = DataFolderLock(tmp_path)
+    first.acquire()
+    second = DataFolderLock(tmp_path)
+    with pytest.raises(FolderBusy, match="another Shepherd server"):
+        second.acquire()
+    assert second.try_acquire() is False and not second.held
+    first.release()
+    assert second.try_acquire() is True
+    second.release()
+
+
+def test_the_server_file_is_private_and_tolerates_damage(tmp_path):
+    assert read_server_file(tmp_path) is None
+    info = ServerFile("http://127.0.0.1:8123", "secret", 42)
+    write_server_file(tmp_path, info)
+    assert stat.S_IMODE((tmp_path / "server.json").stat().st_mode) == 0o600
+    assert read_server_file(tmp_path) == info
+    (tmp_path / "server.json").write_text("{half")
+    assert read_server_file(tmp_path) is None
+    remove_server_file(tmp_path)
+    remove_server_file(tmp_path)
+    assert not (tmp_path / "server.json").exists()
+
+
+def view(agent_id, owner, name):
+    return AgentView(id=agent_id, owner=owner, name=name, algorithm="PPO", observation_space=2, action_space=2,
+                     parameters={}, sharing="pooled", created=0.0, last_active=0.0, served=False, phase="stopped",
+                     steps=0, steps_per_second=0.0, sessions=0, episodes=0, mean_train_return=None,
+                     last_evaluation=None, failure=None, model=None)
+
+
+def test_agents_are_named_by_id_owner_and_name_or_a_unique_name():
+    views = [view(1, "alice", "pole"), view(2, "bob", "pole"), view(3, "bob", "arm")]
+    assert match_agent(views, "2").ref == "bob/pole"
+    assert match_agent(views, "alice/pole").id == 1
+    assert match_agent(views, " arm ").id == 3
+    with pytest.raises(Invalid, match=r"several agents are named 'pole' \(alice/pole, bob/pole\)"):
+        match_agent(views, "pole")
+    for missing in ("9", "carol/pole", "leg", "alice/arm"):
+        with pytest.raises(NotFound):
+            match_agent(views, missing)
+    assert AgentView.from_json({**views[0].to_json(), "added_later": 1}) == views[0]

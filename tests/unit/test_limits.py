@@ -1,0 +1,39 @@
+"""Rate limits per key and the failed-login throttle, with an explicit clock."""
+
+import pytest
+
+from shepherd.http.limits import LoginThrottle, RateLimiter, TooManyRequests, retry_after_header
+
+
+def test_a_bucket_allows_its_burst_then_refuses_until_tokens_come_back():
+    limiter = RateLimiter(rate=10, burst=3)
+    for _ in range(3):
+        limiter.take("key", now=100.0)
+    with pytest.raises(TooManyRequests) as refused:
+        limiter.take("key", now=100.0)
+    assert refused.value.retry_after == pytest.approx(0.1)
+    limiter.take("other", now=100.0)  # keys have their own buckets
+    limiter.take("key", now=100.11)  # one token back after 1/rate seconds
+    with pytest.raises(TooManyRequests):
+        limiter.take("key", now=100.12)
+
+
+def test_buckets_are_bounded_in_number():
+    limiter = RateLimiter(rate=1, burst=1, capacity=100)
+    for i in range(1000):
+        limiter.take(f"key-{i}", now=0.0)
+    assert len(limiter._buckets) == 100
+
+
+def test_failed_logins_are_free_at_first_then_slowed_down_doubling_up_to_a_cap():
+    throttle = LoginThrottle(free=3, window=60, base_delay=0.5, max_delay=4)
+    delays = [throttle.failed("10.0.0.1", now=float(i)) for i in range(8)]
+    assert delays == [0, 0, 0, 0.5, 1, 2, 4, 4]
+    assert throttle.failed("10.0.0.2", now=8.0) == 0  # another address is not slowed
+    assert throttle.failed("10.0.0.1", now=100.0) == 0  # the window passed
+    throttle.succeeded("10.0.0.1")
+    assert "10.0.0.1" not in throttle._failures
+
+
+def test_retry_after_is_whole_seconds_and_never_zero():
+    assert retry_after_header(0.01) == "1" and retry_after_header(1.2) == "2" and retry_after_header(3) == "3"
