@@ -1,4 +1,4 @@
-"""Pooled on-policy learning (PPO): rollouts made of fixed-length segments, each filled by one client.
+"""Pooled on-policy learning (PPO, A2C): rollouts made of fixed-length segments, each filled by one client.
 
 SB3's ``RolloutBuffer`` has ``n_envs`` columns of ``n_steps`` rows. Here a column is a *segment*: a
 client session claims a free one when it needs to act, writes its transitions down it, and releases it
@@ -38,7 +38,7 @@ class _Actor:
 
 
 class OnPolicyLearner(PooledLearner):
-    """PPO (and any SB3 on-policy algorithm) fed by segments from many sessions."""
+    """PPO or A2C (any SB3 on-policy algorithm) fed by segments from many sessions."""
 
     #: a session holding a segment while others wait for one loses it after this many idle seconds
     handover_timeout = 5.0
