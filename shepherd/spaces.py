@@ -5,6 +5,8 @@ Syntax (as in the original Shepherd):
 - an integer ``n`` is ``Discrete(n)``;
 - ``[shape, low, high]`` is a float32 ``Box``; ``low``/``high`` are numbers, ``"-inf"``/``"inf"``, or
   nested lists in the box's shape;
+- ``["MultiDiscrete", [n1, n2, ...]]`` is ``MultiDiscrete([n1, n2, ...])``;
+- ``["MultiBinary", n]`` (or ``["MultiBinary", [n1, n2]]``) is ``MultiBinary``;
 - an object maps names to such specs and is a ``Dict`` space (observations only).
 """
 
@@ -51,6 +53,8 @@ def parse_space(spec: Any, where: str = "space") -> spaces.Space:
         if spec < 1:
             raise SpaceError(f"{where}: a discrete space needs at least 1 value, got {spec}")
         return spaces.Discrete(spec)
+    if isinstance(spec, list) and len(spec) == 2 and isinstance(spec[0], str):
+        return _parse_multi(spec[0], spec[1], where)
     if isinstance(spec, list):
         if len(spec) != 3:
             raise SpaceError(f"{where}: a box is [shape, low, high], got a list of {len(spec)} items")
@@ -84,7 +88,29 @@ def parse_space(spec: Any, where: str = "space") -> spaces.Space:
                 raise SpaceError(f"{where}.{key}: dict spaces cannot be nested")
             items[str(key)] = sub_space
         return spaces.Dict(items)
-    raise SpaceError(f"{where}: expected an integer, [shape, low, high] or an object, got {type(spec).__name__}")
+    raise SpaceError(f"{where}: expected an integer, [shape, low, high], [\"MultiDiscrete\", [n, ...]], "
+                     f"[\"MultiBinary\", n] or an object, got {type(spec).__name__}")
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _parse_multi(kind: str, arg: Any, where: str) -> spaces.Space:
+    if kind == "MultiDiscrete":
+        if not isinstance(arg, list) or not arg or not all(_positive_int(n) for n in arg):
+            raise SpaceError(f"{where}: MultiDiscrete takes a list of positive integers (values per "
+                             f"dimension), got {arg!r}")
+        return spaces.MultiDiscrete(arg)
+    if kind == "MultiBinary":
+        if _positive_int(arg):
+            return spaces.MultiBinary(arg)
+        if isinstance(arg, list) and arg and all(_positive_int(n) for n in arg):
+            return spaces.MultiBinary(arg)
+        raise SpaceError(f"{where}: MultiBinary takes a positive integer or a list of them (its shape), "
+                         f"got {arg!r}")
+    raise SpaceError(f"{where}: unknown space {kind!r}; a 2-item list is [\"MultiDiscrete\", [n, ...]] or "
+                     f"[\"MultiBinary\", n]")
 
 
 def _json_number(v: float) -> float | str:
@@ -109,6 +135,11 @@ def space_to_json(space: spaces.Space) -> SpaceSpec:
         return int(space.n)
     if isinstance(space, spaces.Box):
         return [list(space.shape), _json_bound(space.low), _json_bound(space.high)]
+    if isinstance(space, spaces.MultiDiscrete) and space.nvec.ndim == 1 and not np.any(space.start):
+        return ["MultiDiscrete", [int(n) for n in space.nvec]]
+    if isinstance(space, spaces.MultiBinary):
+        shape = [int(n) for n in np.atleast_1d(space.n)]
+        return ["MultiBinary", shape[0] if len(shape) == 1 else shape]
     if isinstance(space, spaces.Dict):
         return {key: space_to_json(sub) for key, sub in space.spaces.items()}
     raise SpaceError(f"space {space} has no JSON form")
@@ -147,6 +178,8 @@ def check_observation(space: spaces.Space, value: Any, where: str = "obs") -> Ob
         if not 0 <= value - int(space.start) < space.n:
             raise SpaceError(f"{where} is {value}, outside [0, {space.n - 1}]")
         return np.int64(value)
+    if isinstance(space, (spaces.MultiDiscrete, spaces.MultiBinary)):
+        return _check_integers(space, value, where)
     if isinstance(space, spaces.Dict):
         if not isinstance(value, dict):
             raise SpaceError(f"{where} must be an object with keys {sorted(space.spaces)}")
@@ -158,14 +191,29 @@ def check_observation(space: spaces.Space, value: Any, where: str = "obs") -> Ob
     raise SpaceError(f"{where}: observation space {space} is not supported")
 
 
+def _check_integers(space: spaces.MultiDiscrete | spaces.MultiBinary, value: Any, where: str) -> np.ndarray:
+    upper = space.nvec if isinstance(space, spaces.MultiDiscrete) else np.full(space.shape, 2)
+    if not isinstance(value, list):
+        raise SpaceError(f"{where} must be a list of integers of shape {list(space.shape)}")
+    try:
+        raw = np.array(value)
+    except ValueError:
+        raise SpaceError(f"{where} is a ragged list; expected shape {list(space.shape)}") from None
+    if raw.dtype.kind not in "iu" or raw.shape != space.shape:
+        raise SpaceError(f"{where} must be a list of integers of shape {list(space.shape)}")
+    if np.any(raw < 0) or np.any(raw >= upper):
+        raise SpaceError(f"{where} has a value outside its range (0 to {upper.tolist()} minus 1)")
+    return raw.astype(space.dtype)
+
+
 def action_to_json(space: spaces.Space, action: Any) -> Any:
-    """Convert an action chosen by a learner to its JSON value (int, or nested list for boxes)."""
+    """Convert an action chosen by a learner to its JSON value (an int, or nested lists in the space's shape)."""
     if isinstance(space, spaces.Discrete):
         return int(np.asarray(action).reshape(-1)[0])
     if isinstance(space, spaces.Box):
         return np.asarray(action, dtype=np.float64).reshape(space.shape).tolist()
     if isinstance(space, (spaces.MultiDiscrete, spaces.MultiBinary)):
-        return np.asarray(action, dtype=np.int64).reshape(-1).tolist()
+        return np.asarray(action).astype(np.int64).reshape(space.shape).tolist()
     raise SpaceError(f"action space {space} is not supported")
 
 

@@ -1,9 +1,10 @@
 """Agents: the learner interface and the pooled stable-baselines3 learners behind it."""
 
 from shepherd.agents.base import ActMode, AgentClosed, AgentFailed, PooledLearner
-from shepherd.agents.registry import (ALGORITHMS, ParameterError, algorithm_info, build_learner,
-                                      check_parameters, check_spaces, parameters, registry_records)
+from shepherd.agents.parameters import Parameter, ParameterError, ParamType
+from shepherd.agents.registry import (ALGORITHMS, algorithm_info, build_learner, check_parameters, check_spaces,
+                                      parameters, registry_records, sb3_arguments)
 
-__all__ = ["ALGORITHMS", "ActMode", "AgentClosed", "AgentFailed", "ParameterError", "PooledLearner",
-           "algorithm_info", "build_learner", "check_parameters", "check_spaces", "parameters",
-           "registry_records"]
+__all__ = ["ALGORITHMS", "ActMode", "AgentClosed", "AgentFailed", "ParamType", "Parameter", "ParameterError",
+           "PooledLearner", "algorithm_info", "build_learner", "check_parameters", "check_spaces", "parameters",
+           "registry_records", "sb3_arguments"]

@@ -33,6 +33,7 @@ from typing import Any, Callable
 import gymnasium as gym
 import numpy as np
 import torch as th
+from stable_baselines3.common.save_util import load_from_zip_file, recursive_setattr
 
 from shepherd.storage.files import atomic_write_bytes
 
@@ -202,6 +203,7 @@ class PooledLearner(ABC):
             except queue.Empty:
                 last_idle = now()
                 self._guard(self._idle)
+                _flush_outbox()  # a handover may have answered requests that waited for a segment
                 continue
             while True:
                 try:
@@ -219,6 +221,7 @@ class PooledLearner(ABC):
             elif now() - last_idle > self.tick:  # busy agents need their housekeeping too
                 last_idle = now()
                 self._guard(self._idle)
+                _flush_outbox()
         logger.debug("learner %s stopped", self.name)
 
     def _guard(self, work):
@@ -271,7 +274,10 @@ class PooledLearner(ABC):
         """Load a checkpoint written by `checkpoint` (before `start`); returns the state saved with it."""
         with zipfile.ZipFile(path) as archive:
             state = json.loads(archive.read(CHECKPOINT_STATE))
-        self.model.set_parameters(str(path), exact_match=True, device="cpu")
+        _, params, variables = load_from_zip_file(path, device="cpu")
+        self.model.set_parameters(params, exact_match=True, device="cpu")
+        for name, tensor in (variables or {}).items():  # e.g. SAC's entropy coefficient, not in set_parameters
+            recursive_setattr(self.model, f"{name}.data", tensor.data)
         self._restore_counters(state.get("learner", {}))
         return state
 

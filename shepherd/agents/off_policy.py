@@ -1,35 +1,54 @@
-"""Pooled off-policy learning (DQN): every session's transitions go into one SB3 replay buffer.
+"""Pooled off-policy learning (DQN, SAC, TD3, DDPG): every session's transitions go into one replay buffer.
 
-The learner mirrors SB3's ``collect_rollouts`` for one environment, counted in transitions over all
-sessions: random actions until ``learning_starts`` (Shepherd's heatup), epsilon-greedy exploration
-following SB3's schedule, ``_on_step`` after each transition (target network, exploration rate), and
-``train(gradient_steps)`` after every ``train_freq`` transitions. Time limits are stored as SB3 stores
-them (``TimeLimit.truncated`` in ``infos``), so the replay buffer bootstraps them.
+The learner mirrors SB3's ``collect_rollouts`` and ``_sample_action`` for one environment, counted in
+transitions over all sessions:
+
+- random actions until ``learning_starts`` (Shepherd's heatup); then the learner's exploration policy:
+  epsilon-greedy for DQN, a sample of SAC's squashed Gaussian, TD3's and DDPG's deterministic actor;
+- for ``Box`` actions the replay buffer stores the action scaled into [-1, 1] (plus action noise, clipped
+  to [-1, 1]) and the client gets it unscaled into ``[low, high]``, exactly as SB3 does;
+- action noise (``NormalActionNoise``, ``OrnsteinUhlenbeckActionNoise``) is kept per session and reset when
+  its episode starts, as SB3's ``VectorizedActionNoise`` keeps one per environment: an Ornstein-Uhlenbeck
+  process never mixes two clients' noise;
+- ``_on_step`` after each transition (DQN's target network and exploration rate), and
+  ``train(gradient_steps)`` after every ``train_freq`` transitions once past ``learning_starts``;
+- time limits are stored as SB3 stores them (``TimeLimit.truncated`` in ``infos``), so they are bootstrapped.
+
+Within one worker iteration the transitions that arrived are stored first (and trained on, when due), then
+every pending act request is answered by one batched forward pass: an action is chosen with the weights
+and the step count SB3 would have at that point.
 """
 
 from __future__ import annotations
 
+import copy
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.noise import ActionNoise
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.type_aliases import TrainFrequencyUnit
 
 from shepherd.agents.base import ActMode, Kind, Message, PooledLearner, reply, stack_observations
 
+logger = logging.getLogger(__name__)
+
 
 @dataclass
 class _Actor:
-    """A session's last observation and action, waiting for their outcome."""
+    """A session's last observation and action, waiting for their outcome, and its own action noise."""
 
     obs: Any = None
-    action: Any = None
+    action: Any = None  # as the replay buffer stores it: scaled into [-1, 1] for boxes
+    noise: ActionNoise | None = None
 
 
-class DQNLearner(PooledLearner):
-    """DQN fed by many sessions through one replay buffer."""
+class OffPolicyLearner(PooledLearner):
+    """An SB3 off-policy algorithm (DQN, SAC, TD3, DDPG) fed by many sessions through one replay buffer."""
 
     def __init__(self, model: OffPolicyAlgorithm, name: str, total_steps: int | None) -> None:
         super().__init__(model, name, total_steps)
@@ -37,50 +56,93 @@ class DQNLearner(PooledLearner):
             raise ValueError("train_freq must be counted in steps for a pooled learner, not episodes")
         self._actors: dict[int, _Actor] = {}
         self._since_train = 0
+        self._box = isinstance(self.action_space, spaces.Box)
+        actor = getattr(model.policy, "actor", None)
+        self._stochastic = hasattr(actor, "get_action_dist_params")  # SAC's policy samples; TD3's does not
+        self._min_buffer = 1  # transitions needed before training; more after a restore (empty buffer)
         model.policy.set_training_mode(False)
 
-    @th.no_grad()
-    def _greedy(self, observations: list) -> np.ndarray:
-        policy = self.model.policy
-        obs_tensor, _ = policy.obs_to_tensor(stack_observations(observations))
-        return policy._predict(obs_tensor, deterministic=True).numpy()
-
+    # -- the worker's work -------------------------------------------------------------------------
     def _process(self, messages: list[Message]) -> None:
-        acting = [m for m in messages if m.kind in (Kind.BEGIN, Kind.STEP, Kind.ACT) and self._needs_policy(m)]
-        greedy = self._greedy([m.obs for m in acting]) if acting else None
-        index = {id(m): i for i, m in enumerate(acting)}
+        acting = []
         for message in messages:
             if message.kind is Kind.DROP:
                 self._actors.pop(message.actor, None)
                 continue
-            actor = self._actors.setdefault(message.actor, _Actor())
+            actor = self._actors.get(message.actor)
+            if actor is None:
+                actor = self._actors[message.actor] = _Actor(noise=copy.deepcopy(self.model.action_noise))
             if message.kind is Kind.BEGIN:
                 actor.obs = None
-            if message.kind in (Kind.STEP, Kind.END) and message.mode.learns and actor.obs is not None:
+                if actor.noise is not None:
+                    actor.noise.reset()
+            elif message.mode.learns and actor.obs is not None:
                 self._store(actor, message)
             if message.kind is Kind.END:
                 actor.obs = None
-                continue
-            i = index.get(id(message))
-            action = self._random_action() if i is None else greedy[i]
-            if message.mode.learns:
-                actor.obs, actor.action = message.obs, action
-            reply(message, action)
+            else:
+                acting.append(message)
         self._train_if_due()
+        if acting:
+            self._act(acting)
 
-    def _needs_policy(self, message: Message) -> bool:
+    def _act(self, messages: list[Message]) -> None:
+        """Answer act requests; those that need the policy share one forward pass."""
+        randomly = [self._acts_randomly(m) for m in messages]
+        needed = [m.obs for m, r in zip(messages, randomly) if not r]
+        explore, greedy = self._forward(needed) if needed else (None, None)
+        row = 0
+        for message, is_random in zip(messages, randomly):
+            if message.mode is ActMode.GREEDY:
+                reply(message, self._env_action(greedy[row]))
+                row += 1
+                continue
+            if is_random:
+                buffer_action = self._random_action()
+                if self._box:
+                    buffer_action = self.model.policy.scale_action(buffer_action)
+            else:
+                buffer_action = explore[row]
+                row += 1
+            actor = self._actors.get(message.actor)  # None: the session ended while this request waited
+            if self._box:
+                if actor is not None and actor.noise is not None:
+                    buffer_action = np.clip(buffer_action + actor.noise(), -1, 1)
+                action = self.model.policy.unscale_action(buffer_action)
+            else:
+                action = buffer_action
+            if actor is not None:
+                actor.obs, actor.action = message.obs, buffer_action
+            reply(message, action)
+
+    def _acts_randomly(self, message: Message) -> bool:
+        """SB3's choice between a random action and the policy's (DQN: epsilon-greedy)."""
         if message.mode is ActMode.GREEDY:
-            return True
-        if message.mode is ActMode.RANDOM or self.model.num_timesteps < self.model.learning_starts:
             return False
-        return np.random.rand() >= self.model.exploration_rate
+        if message.mode is ActMode.RANDOM or self.model.num_timesteps < self.model.learning_starts:
+            return True
+        return not self._box and np.random.rand() < getattr(self.model, "exploration_rate", 0.0)
+
+    @th.no_grad()
+    def _forward(self, observations: list) -> tuple[np.ndarray, np.ndarray]:
+        """Exploration and greedy actions for a batch, from one forward pass (boxes: scaled, in [-1, 1])."""
+        policy = self.model.policy
+        obs_tensor, _ = policy.obs_to_tensor(stack_observations(observations))
+        if self._stochastic:  # SAC: a sample of the squashed Gaussian explores; its mode is greedy
+            mean, log_std, kwargs = policy.actor.get_action_dist_params(obs_tensor)
+            distribution = policy.actor.action_dist.proba_distribution(mean, log_std, **kwargs)
+            explore = distribution.get_actions(deterministic=False)
+            greedy = distribution.get_actions(deterministic=True)
+        else:  # DQN's argmax, TD3's and DDPG's deterministic actor
+            explore = greedy = policy._predict(obs_tensor, deterministic=True)
+        shape = (-1, *self.action_space.shape)
+        return explore.numpy().reshape(shape), greedy.numpy().reshape(shape)
 
     def _store(self, actor: _Actor, message: Message) -> None:
         done = message.kind is Kind.END
         model = self.model
-        action = np.asarray(actor.action).reshape(1, -1)
         model.replay_buffer.add(
-            _batch1(actor.obs), _batch1(message.obs), action,
+            _batch1(actor.obs), _batch1(message.obs), np.asarray(actor.action).reshape(1, -1),
             np.array([message.reward], dtype=np.float32), np.array([done]),
             [{"TimeLimit.truncated": bool(done and message.truncated)}],
         )
@@ -98,20 +160,30 @@ class DQNLearner(PooledLearner):
         if model.num_timesteps <= model.learning_starts:  # as SB3: collected, but no update yet
             return
         per_round = model.gradient_steps if model.gradient_steps >= 0 else frequency
-        if model.replay_buffer.size() < model.batch_size:
+        if per_round <= 0 or model.replay_buffer.size() < self._min_buffer:
             return
+        self._min_buffer = 1
         model.train(gradient_steps=rounds * per_round, batch_size=model.batch_size)
         model.policy.set_training_mode(False)
 
+    # -- checkpoints -------------------------------------------------------------------------------
     def _counters(self) -> dict[str, Any]:
-        return {**super()._counters(), "n_calls": int(self.model._n_calls), "since_train": self._since_train}
+        return {**super()._counters(), "n_calls": int(getattr(self.model, "_n_calls", 0)),
+                "since_train": self._since_train}
 
     def _restore_counters(self, counters: dict[str, Any]) -> None:
         super()._restore_counters(counters)
-        self.model._n_calls = int(counters.get("n_calls", 0))
+        model = self.model
+        if hasattr(model, "_n_calls"):  # DQN counts its _on_step calls (target updates)
+            model._n_calls = int(counters.get("n_calls", 0))
         self._since_train = int(counters.get("since_train", 0))
         self._progress_remaining()
-        self.model.exploration_rate = self.model.exploration_schedule(self.model._current_progress_remaining)
+        if hasattr(model, "exploration_schedule"):
+            model.exploration_rate = model.exploration_schedule(model._current_progress_remaining)
+        # SB3's zip holds no replay buffer: refill it before training again rather than overfit a few steps
+        self._min_buffer = max(1, model.batch_size, model.learning_starts)
+        logger.info("agent %s: training resumes once the replay buffer holds %d transitions", self.name,
+                    self._min_buffer)
 
 
 def _batch1(obs: Any) -> Any:

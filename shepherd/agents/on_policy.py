@@ -1,4 +1,4 @@
-"""Pooled on-policy learning (PPO): rollouts made of fixed-length segments, each filled by one client.
+"""Pooled on-policy learning (PPO, A2C): rollouts made of fixed-length segments, each filled by one client.
 
 SB3's ``RolloutBuffer`` has ``n_envs`` columns of ``n_steps`` rows. Here a column is a *segment*: a
 client session claims a free one when it needs to act, writes its transitions down it, and releases it
@@ -38,7 +38,7 @@ class _Actor:
 
 
 class OnPolicyLearner(PooledLearner):
-    """PPO (and any SB3 on-policy algorithm) fed by segments from many sessions."""
+    """PPO or A2C (any SB3 on-policy algorithm) fed by segments from many sessions."""
 
     #: a session holding a segment while others wait for one loses it after this many idle seconds
     handover_timeout = 5.0
@@ -62,76 +62,110 @@ class OnPolicyLearner(PooledLearner):
 
     # -- the batched forward pass ------------------------------------------------------------------
     @th.inference_mode()
-    def _forward(self, observations: list, learning: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Sampled actions, greedy actions, values and log-probabilities for a batch of observations.
-
-        When nothing in the batch is learned from (evaluation, deployment), only the greedy actions are
-        computed: a third of the cost.
-        """
+    def _evaluate(self, observations: list) -> tuple[np.ndarray, th.Tensor]:
+        """Values and the policy's latent features of a batch of observations: the one forward pass."""
         policy = self.model.policy
         obs_tensor, _ = policy.obs_to_tensor(stack_observations(observations))
-        if not learning:
-            greedy = policy._predict(obs_tensor, deterministic=True).numpy()
-            unused = np.zeros(len(observations), dtype=np.float32)
-            return greedy, greedy, unused, unused
         features = policy.extract_features(obs_tensor)
         if policy.share_features_extractor:
             latent_pi, latent_vf = policy.mlp_extractor(features)
         else:
             latent_pi = policy.mlp_extractor.forward_actor(features[0])
             latent_vf = policy.mlp_extractor.forward_critic(features[1])
-        values = policy.value_net(latent_vf).flatten()
-        distribution = policy._get_action_dist_from_latent(latent_pi)
+        return policy.value_net(latent_vf).flatten().numpy(), latent_pi
+
+    @th.inference_mode()
+    def _greedy(self, observations: list) -> np.ndarray:
+        """Greedy actions only, for batches that nothing learns from (evaluation, deployment): a third of
+        the cost of `_evaluate` and `_sample`."""
+        policy = self.model.policy
+        obs_tensor, _ = policy.obs_to_tensor(stack_observations(observations))
+        return policy._predict(obs_tensor, deterministic=True).numpy()
+
+    @th.inference_mode()
+    def _sample(self, latent_pi: th.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Sampled actions, greedy actions and log-probabilities of the rows that act now. Rows that only
+        end an episode or wait for a segment draw nothing, so the random numbers drawn are SB3's."""
+        distribution = self.model.policy._get_action_dist_from_latent(latent_pi)
         sampled = distribution.get_actions(deterministic=False)
         greedy = distribution.get_actions(deterministic=True)
-        log_probs = distribution.log_prob(sampled)
-        return sampled.numpy(), greedy.numpy(), values.numpy(), log_probs.numpy()
+        return sampled.numpy(), greedy.numpy(), distribution.log_prob(sampled).numpy()
 
     def _process(self, messages: list[Message]) -> None:
         # what needs the policy: every act, and the end of an episode that is learned from (its value)
         forward = [m for m in messages if m.kind is not Kind.DROP and (m.kind is not Kind.END or m.mode.learns)]
-        outputs: dict[int, int] = {}
+        if forward and not any(m.mode.learns for m in forward):
+            self._answer_greedy(messages, forward)
+        else:
+            self._learn_and_act(messages, forward)
+        if self._rollout_full():
+            self._train()
+        elif self._waiting and self._free_segment():  # a session ended or left: its segment is free again
+            waiting, self._waiting = self._waiting, []
+            self._process(waiting)
+
+    def _learn_and_act(self, messages: list[Message], forward: list[Message]) -> None:
+        """Complete transitions, claim segments, and answer every act with one forward pass."""
+        row_of: dict[int, int] = {}
         if forward:
-            learning = any(m.mode.learns for m in forward)
-            sampled, greedy, values, log_probs = self._forward([m.obs for m in forward], learning)
-            outputs = {id(m): i for i, m in enumerate(forward)}
+            values, latent_pi = self._evaluate([m.obs for m in forward])
+            row_of = {id(m): i for i, m in enumerate(forward)}
+        acting: list[tuple[Message, _Actor]] = []
         for message in messages:
             actor = self._actors.setdefault(message.actor, _Actor())
             actor.last_seen = now()
             if message.kind is Kind.DROP:
                 self._drop(message.actor)
                 continue
-            i = outputs.get(id(message), -1)  # -1: an unlearned episode's end, which uses no output
             if message.kind is Kind.BEGIN:
                 self._leave_segment(actor, bootstrap=True)
                 actor.new_episode = True
             if message.kind in (Kind.STEP, Kind.END) and message.mode.learns and actor.pending:
-                self._complete(actor, message, float(values[i]))
+                self._complete(actor, message, float(values[row_of[id(message)]]))
             if message.kind is Kind.END:
                 self._leave_segment(actor, bootstrap=False)
                 actor.new_episode = True
+            elif message.mode is ActMode.RANDOM:  # on-policy heatup is refused by the graph; never stored
+                reply(message, self._random_action())
+            elif (message.mode is ActMode.EXPLORE and actor.segment is None
+                  and self._claim(message.actor, actor) is None and not self.draining):
+                message.kind = Kind.ACT  # its transition is stored; only the action waits for the update
+                self._waiting.append(message)
+            else:
+                acting.append((message, actor))
+        if acting:
+            rows = [row_of[id(message)] for message, _ in acting]
+            sampled, greedy, log_probs = self._sample(latent_pi[th.as_tensor(rows, dtype=th.long)])
+            for j, (message, actor) in enumerate(acting):
+                self._act(actor, message, sampled[j], greedy[j], float(values[rows[j]]), float(log_probs[j]))
+
+    def _answer_greedy(self, messages: list[Message], forward: list[Message]) -> None:
+        """A batch that nothing learns from: greedy actions, and the bookkeeping of ends and departures."""
+        greedy = self._greedy([m.obs for m in forward])
+        row_of = {id(m): i for i, m in enumerate(forward)}
+        for message in messages:
+            actor = self._actors.setdefault(message.actor, _Actor())
+            actor.last_seen = now()
+            if message.kind is Kind.DROP:
+                self._drop(message.actor)
                 continue
-            self._act(actor, message, sampled[i], greedy[i], float(values[i]), float(log_probs[i]))
-        if self._rollout_full():
-            self._train()
-        elif self._waiting and self._free_segment():  # a session left or ended: its segment is free
-            waiting, self._waiting = self._waiting, []
-            self._process(waiting)
+            if message.kind in (Kind.BEGIN, Kind.END):
+                self._leave_segment(actor, bootstrap=message.kind is Kind.BEGIN)
+                actor.new_episode = True
+            if message.kind is not Kind.END:
+                reply(message, self._env_action(greedy[row_of[id(message)]]))
+
+    def _free_segment(self) -> bool:
+        return any(o is None and p < self.n_steps for o, p in zip(self._owner, self._position))
 
     def _act(self, actor: _Actor, message: Message, sampled, greedy, value: float, log_prob: float) -> None:
+        """Reply with the greedy action, or write the sampled one down the actor's segment and reply with it."""
         if message.mode is ActMode.GREEDY:
             reply(message, self._env_action(greedy))
             return
-        if message.mode is ActMode.RANDOM:  # on-policy heatup is refused by the graph; never stored
-            reply(message, self._random_action())
-            return
-        segment = actor.segment if actor.segment is not None else self._claim(message.actor, actor)
-        if segment is None and self.draining:  # stopping: answer, but learn nothing more from it
+        segment = actor.segment
+        if segment is None:  # the server is stopping: answer, but learn nothing more from it
             reply(message, self._env_action(sampled))
-            return
-        if segment is None:
-            message.kind = Kind.ACT  # its transition is stored; only the action waits for the update
-            self._waiting.append(message)
             return
         row = int(self._position[segment])
         self._write_row(row, segment, message.obs, sampled, value, log_prob,
@@ -199,9 +233,6 @@ class OnPolicyLearner(PooledLearner):
             self._waiting.remove(message)
             if message.future is not None and not message.future.done():
                 message.future.cancel()
-
-    def _free_segment(self) -> bool:
-        return any(o is None and p < self.n_steps for o, p in zip(self._owner, self._position))
 
     def _rollout_full(self) -> bool:
         return bool(np.all(self._position == self.n_steps))

@@ -1,60 +1,37 @@
-"""The algorithms Shepherd serves, their typed parameters (read from SB3's signatures), and model building.
+"""The algorithms Shepherd serves, their typed parameters (read from SB3), the spaces they handle, and models.
 
-Parameter types follow the original Shepherd: 1 integer, 2 float, 3 boolean, 4 string; 5 is a JSON
-object (``policy_kwargs``). Float parameters that SB3 also accepts as a schedule take ``"lin_<start>"``
-(linear from ``start`` to 0 over the training budget), as RL Zoo writes them.
+Every algorithm is an SB3 class wrapped by a pooled learner: PPO and A2C by the on-policy learner, DQN, SAC,
+TD3 and DDPG by the off-policy learner. Their parameters are SB3's constructor arguments (see
+`shepherd.agents.parameters` for the types), less the few a pooled learner cannot honour, plus a few of
+Shepherd's own (``n_envs`` for on-policy learners, ``action_noise`` for continuous off-policy ones).
 """
 
 from __future__ import annotations
 
-import collections.abc
-import enum
-import inspect
-import json
-import types
-import typing
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import numpy as np
 import torch as th
 from gymnasium import spaces
-from stable_baselines3 import DQN, PPO
+from stable_baselines3 import A2C, DDPG, DQN, PPO, SAC, TD3
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.logger import Logger
+from stable_baselines3.common.noise import ActionNoise, NormalActionNoise, OrnsteinUhlenbeckActionNoise
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from shepherd.agents.base import PooledLearner, SpacesEnv
-from shepherd.agents.off_policy import DQNLearner
+from shepherd.agents.off_policy import OffPolicyLearner
 from shepherd.agents.on_policy import OnPolicyLearner
+from shepherd.agents.parameters import (LinearSchedule, Parameter, ParameterError, ParamType, coerce,
+                                        from_signature)
 
-
-class ParameterError(ValueError):
-    """A parameter name is unknown for its algorithm, or its value has the wrong type."""
-
-
-class ParamType(enum.IntEnum):
-    INT = 1
-    FLOAT = 2
-    BOOL = 3
-    STR = 4
-    JSON = 5
-
-
-@dataclass(frozen=True)
-class Parameter:
-    """One hyperparameter of an algorithm: name, type, default and whether it may be None or a schedule."""
-
-    algorithm: str
-    name: str
-    type: ParamType
-    default: Any
-    nullable: bool = False
-    schedule: bool = False
-    doc: str = ""
-
-    def record(self) -> dict[str, Any]:
-        return {"algorithm": self.algorithm, "name": self.name, "type": int(self.type),
-                "default": self.default, "nullable": self.nullable, "schedule": self.schedule, "doc": self.doc}
+_DISCRETE = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
+_GSDE = "gSDE's exploration matrix would be shared by every client of the agent; use the default noise"
+_OFF_POLICY_EXCLUDED = (
+    ("n_steps", "n-step returns need one client's consecutive steps, and the replay buffer mixes clients"),
+    ("optimize_memory_usage", "it takes the next observation from the next row, which may be another client's"),
+)
 
 
 @dataclass(frozen=True)
@@ -64,47 +41,61 @@ class Algorithm:
     name: str
     sb3_class: type[BaseAlgorithm]
     learner: type[PooledLearner]
-    on_policy: bool
     action_spaces: tuple[type[spaces.Space], ...]
     # parameters SB3 has but a pooled learner cannot honour, with the reason
     excluded: tuple[tuple[str, str], ...] = ()
 
     @property
+    def on_policy(self) -> bool:
+        return self.learner is OnPolicyLearner
+
+    @property
     def continuous(self) -> bool:
+        """The original Shepherd's flag: whether the algorithm handles continuous (Box) actions."""
         return spaces.Box in self.action_spaces
 
 
 ALGORITHMS: dict[str, Algorithm] = {
-    "PPO": Algorithm("PPO", PPO, OnPolicyLearner, True,
-                     (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)),
-    "DQN": Algorithm("DQN", DQN, DQNLearner, False, (spaces.Discrete,),
-                     excluded=(("n_steps", "n-step returns need one client's consecutive steps"),)),
+    "PPO": Algorithm("PPO", PPO, OnPolicyLearner, _DISCRETE,
+                     (("use_sde", _GSDE), ("sde_sample_freq", _GSDE))),
+    "A2C": Algorithm("A2C", A2C, OnPolicyLearner, _DISCRETE,
+                     (("use_sde", _GSDE), ("sde_sample_freq", _GSDE))),
+    "DQN": Algorithm("DQN", DQN, OffPolicyLearner, (spaces.Discrete,), _OFF_POLICY_EXCLUDED),
+    "SAC": Algorithm("SAC", SAC, OffPolicyLearner, (spaces.Box,),
+                     _OFF_POLICY_EXCLUDED + (("use_sde", _GSDE), ("sde_sample_freq", _GSDE),
+                                             ("use_sde_at_warmup", _GSDE))),
+    "TD3": Algorithm("TD3", TD3, OffPolicyLearner, (spaces.Box,), _OFF_POLICY_EXCLUDED),
+    "DDPG": Algorithm("DDPG", DDPG, OffPolicyLearner, (spaces.Box,), _OFF_POLICY_EXCLUDED),
 }
 
 # Constructor arguments that are Shepherd's business, not the user's.
 _NOT_PARAMETERS = {"self", "policy", "env", "tensorboard_log", "verbose", "device", "_init_setup_model",
                    "rollout_buffer_class", "rollout_buffer_kwargs", "replay_buffer_class",
-                   "replay_buffer_kwargs", "stats_window_size", "action_noise"}
+                   "replay_buffer_kwargs", "stats_window_size"}
 
-_EXTRA = {
-    True: [Parameter("", "n_envs", ParamType.INT, 1,
-                     doc="rollout segments (SB3's n_envs): a rollout is n_envs segments of n_steps, "
-                         "each filled by one client; use about as many as clients")],
-    False: [],
-}
+NOISES = ("normal", "ornstein-uhlenbeck")
 
 
-def _type_of(annotation: Any) -> tuple[ParamType, bool, bool]:
-    is_union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
-    args = typing.get_args(annotation) if is_union else (annotation,)
-    nullable = type(None) in args
-    schedule = any(typing.get_origin(a) is collections.abc.Callable for a in args)
-    plain = [typing.get_origin(a) or a for a in args if a is not type(None)]
-    for python_type, param_type in ((bool, ParamType.BOOL), (int, ParamType.INT), (float, ParamType.FLOAT),
-                                    (str, ParamType.STR), (dict, ParamType.JSON)):
-        if python_type in plain:
-            return param_type, nullable, schedule
-    return ParamType.JSON, nullable, schedule
+def _shepherd_parameters(info: Algorithm) -> list[Parameter]:
+    """Parameters Shepherd adds to SB3's, or whose SB3 form (an object) it replaces by plain values."""
+    if info.on_policy:
+        return [Parameter(info.name, "n_envs", ParamType.INT, 1, doc=(
+            "rollout segments (SB3's n_envs): a rollout is n_envs segments of n_steps transitions, each "
+            "filled by one client; use about as many as clients"))]
+    if not info.continuous:
+        return []
+    return [
+        Parameter(info.name, "action_noise", ParamType.STR, None, nullable=True, choices=NOISES, doc=(
+            "exploration noise added to the policy's action (scaled to [-1, 1]), one process per client: "
+            "normal or ornstein-uhlenbeck; none by default, as in SB3")),
+        Parameter(info.name, "action_noise_sigma", ParamType.FLOAT, 0.1,
+                  doc="standard deviation of the action noise, in actions scaled to [-1, 1]"),
+        Parameter(info.name, "action_noise_theta", ParamType.FLOAT, 0.15,
+                  doc="rate of mean reversion of the ornstein-uhlenbeck noise"),
+    ]
+
+
+_HEATUP_DOC = "set by the schedule's heatup_steps (random actions that fill the replay buffer first)"
 
 
 def parameters(algorithm: str) -> dict[str, Parameter]:
@@ -114,80 +105,21 @@ def parameters(algorithm: str) -> dict[str, Parameter]:
         ParameterError: the algorithm is unknown.
     """
     info = algorithm_info(algorithm)
-    found: dict[str, Parameter] = {}
-    excluded = dict(info.excluded)
-    for name, arg in inspect.signature(info.sb3_class.__init__).parameters.items():
-        if name in _NOT_PARAMETERS or name in excluded:
-            continue
-        param_type, nullable, schedule = _type_of(arg.annotation)
-        default = None if arg.default is inspect.Parameter.empty else arg.default
-        if isinstance(default, tuple):
-            default = list(default)
-        found[name] = Parameter(info.name, name, param_type, default, nullable or default is None, schedule)
-    for extra in _EXTRA[info.on_policy]:
-        found[extra.name] = Parameter(info.name, extra.name, extra.type, extra.default, doc=extra.doc)
+    found = from_signature(info.name, info.sb3_class, _NOT_PARAMETERS | dict(info.excluded).keys())
+    if "learning_starts" in found:
+        found["learning_starts"] = Parameter(info.name, "learning_starts", ParamType.INT,
+                                             found["learning_starts"].default, doc=_HEATUP_DOC)
+    for extra in _shepherd_parameters(info):
+        found[extra.name] = extra
     return found
 
 
 def algorithm_info(algorithm: str) -> Algorithm:
+    """Raises ParameterError for an unknown algorithm, listing the available ones."""
     try:
-        return ALGORITHMS[algorithm.upper()]
+        return ALGORITHMS[str(algorithm).upper()]
     except KeyError:
         raise ParameterError(f"unknown algorithm {algorithm!r}; available: {', '.join(ALGORITHMS)}") from None
-
-
-def _coerce(param: Parameter, value: Any) -> Any:
-    where = f"{param.algorithm} parameter {param.name!r}"
-    if value is None:
-        if param.nullable:
-            return None
-        raise ParameterError(f"{where} cannot be null")
-    if param.type is ParamType.BOOL:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, int) and value in (0, 1):
-            return bool(value)
-        if isinstance(value, str) and value.strip().lower() in ("true", "false", "1", "0", "yes", "no"):
-            return value.strip().lower() in ("true", "1", "yes")
-        raise ParameterError(f"{where} must be a boolean, got {value!r}")
-    if param.type is ParamType.INT:
-        number = value
-        if isinstance(value, str):
-            try:
-                number = float(value)
-            except ValueError:
-                raise ParameterError(f"{where} must be an integer, got {value!r}") from None
-        if isinstance(number, bool) or not isinstance(number, (int, float)) or float(number) != int(number):
-            raise ParameterError(f"{where} must be an integer, got {value!r}")
-        return int(number)
-    if param.type is ParamType.FLOAT:
-        if param.schedule and isinstance(value, str) and value.startswith("lin_"):
-            try:
-                float(value[4:])
-            except ValueError:
-                raise ParameterError(f"{where}: a linear schedule is written lin_<start>, got {value!r}") \
-                    from None
-            return value
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                raise ParameterError(f"{where} must be a number, got {value!r}") from None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ParameterError(f"{where} must be a number, got {value!r}")
-        return float(value)
-    if param.type is ParamType.STR:
-        if not isinstance(value, str):
-            raise ParameterError(f"{where} must be a string, got {value!r}")
-        return value
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            raise ParameterError(f"{where} must be a JSON object, got {value!r}") from None
-    if not isinstance(value, (dict, list)):
-        raise ParameterError(f"{where} must be a JSON object, got {value!r}")
-    return value
 
 
 def check_parameters(algorithm: str, values: dict[str, Any]) -> dict[str, Any]:
@@ -196,26 +128,30 @@ def check_parameters(algorithm: str, values: dict[str, Any]) -> dict[str, Any]:
     Raises:
         ParameterError: an unknown name (the message lists the known ones) or a wrong type.
     """
+    info = algorithm_info(algorithm)
     known = parameters(algorithm)
-    excluded = dict(algorithm_info(algorithm).excluded)
+    excluded = dict(info.excluded)
     checked = {}
     for name, value in values.items():
         if name in excluded:
-            raise ParameterError(f"{algorithm} parameter {name!r} is not available in Shepherd: {excluded[name]}")
+            raise ParameterError(f"{info.name} parameter {name!r} is not available in Shepherd: {excluded[name]}")
         if name not in known:
-            raise ParameterError(f"{algorithm} has no parameter {name!r}; known: {', '.join(sorted(known))}")
-        checked[name] = _coerce(known[name], value)
+            raise ParameterError(f"{info.name} has no parameter {name!r}; known: {', '.join(sorted(known))}")
+        checked[name] = coerce(known[name], value)
     return checked
 
 
-class LinearSchedule:
-    """RL Zoo's ``lin_<start>``: from ``start`` at the beginning to 0 at the end of the budget."""
-
-    def __init__(self, start: float) -> None:
-        self.start = start
-
-    def __call__(self, progress_remaining: float) -> float:
-        return progress_remaining * self.start
+def check_spaces(algorithm: str, observation_space: spaces.Space, action_space: spaces.Space) -> None:
+    """Raises ParameterError if the algorithm cannot act in ``action_space``, naming those that can."""
+    info = algorithm_info(algorithm)
+    if not isinstance(action_space, info.action_spaces):
+        able = [a.name for a in ALGORITHMS.values() if isinstance(action_space, a.action_spaces)]
+        raise ParameterError(f"{info.name} cannot handle {type(action_space).__name__} actions; "
+                             f"algorithms that can: {', '.join(able) or 'none'}")
+    if isinstance(action_space, spaces.Box) and not (
+            np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
+        raise ParameterError("a Box action space needs finite low and high bounds: the policy's actions are "
+                             "scaled into them")
 
 
 _ACTIVATIONS: dict[str, Callable[..., th.nn.Module]] = {
@@ -226,6 +162,8 @@ _ACTIVATIONS: dict[str, Callable[..., th.nn.Module]] = {
 def _policy_kwargs(value: dict[str, Any] | None) -> dict[str, Any] | None:
     if not value:
         return value
+    if not isinstance(value, dict):
+        raise ParameterError("policy_kwargs must be a JSON object, such as {\"net_arch\": [64, 64]}")
     kwargs = dict(value)
     activation = kwargs.get("activation_fn")
     if isinstance(activation, str):
@@ -235,13 +173,45 @@ def _policy_kwargs(value: dict[str, Any] | None) -> dict[str, Any] | None:
     return kwargs
 
 
-def check_spaces(algorithm: str, observation_space: spaces.Space, action_space: spaces.Space) -> None:
-    """Raises ParameterError if the algorithm cannot act in ``action_space``, naming those that can."""
+def _action_noise(kwargs: dict[str, Any], action_space: spaces.Space) -> ActionNoise | None:
+    kind = kwargs.pop("action_noise", None)
+    sigma = kwargs.pop("action_noise_sigma", 0.1)
+    theta = kwargs.pop("action_noise_theta", 0.15)
+    if kind is None:
+        return None
+    mean = np.zeros(action_space.shape, dtype=np.float32)
+    deviation = np.full(action_space.shape, sigma, dtype=np.float32)
+    if kind == "normal":
+        return NormalActionNoise(mean, deviation)
+    return OrnsteinUhlenbeckActionNoise(mean, deviation, theta=theta)
+
+
+def sb3_arguments(algorithm: str, action_space: spaces.Space, values: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """SB3 constructor keyword arguments for parameter values, and the number of envs (rollout segments).
+
+    What an agent's model is built with; the parity benchmark builds SB3's own model with it too.
+
+    Raises:
+        ParameterError: bad parameter values.
+    """
     info = algorithm_info(algorithm)
-    if not isinstance(action_space, info.action_spaces):
-        able = [a.name for a in ALGORITHMS.values() if isinstance(action_space, a.action_spaces)]
-        raise ParameterError(f"{info.name} cannot handle {type(action_space).__name__} actions; "
-                             f"algorithms that can: {', '.join(able) or 'none'}")
+    known = parameters(algorithm)
+    kwargs = check_parameters(algorithm, values)
+    n_envs = kwargs.pop("n_envs", 1)
+    if n_envs < 1:
+        raise ParameterError(f"{info.name} parameter 'n_envs' must be at least 1")
+    if info.continuous and not info.on_policy:
+        kwargs["action_noise"] = _action_noise(kwargs, action_space)
+    for key, value in list(kwargs.items()):
+        if isinstance(value, str) and value.startswith("lin_") and known[key].schedule:
+            kwargs[key] = LinearSchedule(float(value[4:]))
+    if "policy_kwargs" in kwargs:
+        kwargs["policy_kwargs"] = _policy_kwargs(kwargs["policy_kwargs"])
+    return kwargs, n_envs
+
+
+def policy_name(observation_space: spaces.Space) -> str:
+    return "MultiInputPolicy" if isinstance(observation_space, spaces.Dict) else "MlpPolicy"
 
 
 def build_learner(algorithm: str, name: str, observation_space: spaces.Space, action_space: spaces.Space,
@@ -253,20 +223,14 @@ def build_learner(algorithm: str, name: str, observation_space: spaces.Space, ac
     """
     info = algorithm_info(algorithm)
     check_spaces(algorithm, observation_space, action_space)
-    kwargs = check_parameters(algorithm, values)
-    n_envs = kwargs.pop("n_envs", 1)
-    for key, value in list(kwargs.items()):
-        if isinstance(value, str) and value.startswith("lin_") and parameters(algorithm)[key].schedule:
-            kwargs[key] = LinearSchedule(float(value[4:]))
-    kwargs["policy_kwargs"] = _policy_kwargs(kwargs.get("policy_kwargs"))
-    policy = "MultiInputPolicy" if isinstance(observation_space, spaces.Dict) else "MlpPolicy"
+    kwargs, n_envs = sb3_arguments(algorithm, action_space, values)
     env = DummyVecEnv([lambda: SpacesEnv(observation_space, action_space)] * n_envs)
     try:
-        model = info.sb3_class(policy, env, device="cpu", verbose=0, **kwargs)
-    except (ValueError, AssertionError, TypeError) as error:
+        model = info.sb3_class(policy_name(observation_space), env, device="cpu", verbose=0, **kwargs)
+        model.set_logger(Logger(folder=None, output_formats=[]))
+        return info.learner(model, name, total_steps)
+    except (ValueError, AssertionError, TypeError, KeyError) as error:
         raise ParameterError(f"{info.name} rejected its parameters: {error}") from None
-    model.set_logger(Logger(folder=None, output_formats=[]))
-    return info.learner(model, name, total_steps)
 
 
 def registry_records() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -9,11 +9,11 @@ import argparse
 import logging
 import sys
 
-from shepherd.cli import agents, keys, serve, users
+from shepherd.cli import agents, algorithms, keys, serve, users
 from shepherd.cli.common import EXIT_USAGE, UsageError
 
 #: modules that add subcommands: each has ``add_parser(subparsers)``, which sets ``func`` (args -> exit code)
-COMMAND_MODULES: list = [users, agents, keys]
+COMMAND_MODULES: list = [users, agents, keys, algorithms]
 
 
 class Parser(argparse.ArgumentParser):

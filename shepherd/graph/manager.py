@@ -164,7 +164,10 @@ class GraphManager:
         return record
 
     def _start(self, record: AgentRecord) -> AgentRuntime:
-        runtime = self.build_runtime(record)
+        try:
+            runtime = self.build_runtime(record)
+        except ParameterError as error:  # SB3 refused a combination the types allow
+            raise PresetError(f"agent {record.name!r}: {error}") from None
         self.install(runtime)
         return runtime
 

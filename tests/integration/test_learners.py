@@ -177,3 +177,113 @@ def test_a_failing_learner_fails_its_requests_and_stays_failed(learners):
     assert "FloatingPointError" in learner.failure
     with pytest.raises(AgentFailed):
         learner.begin_episode(3, obs(0), GREEDY).result(1)
+
+
+BOX_OBS = parse_space([[3], -1, 1])
+BOX_ACT = parse_space([[2], [-1.0, 0.0], [1.0, 10.0]])
+
+
+def continuous(algorithm, **params):
+    learner = build_learner(algorithm, "test", BOX_OBS, BOX_ACT,
+                            {"seed": 0, "policy_kwargs": {"net_arch": [8]}, **params}, None)
+    learner.start()
+    return learner
+
+
+def test_ornstein_uhlenbeck_noise_is_kept_per_client_and_reset_with_its_episode():
+    learner = continuous("DDPG", learning_starts=0, train_freq=10**6, action_noise="ornstein-uhlenbeck",
+                         action_noise_sigma=0.05, action_noise_theta=0.15)
+    try:
+        zero = np.zeros(3, dtype=np.float32)
+        mean = np.asarray(learner.begin_episode(9, zero, GREEDY).result(10))
+        scaled_mean = learner.model.policy.scale_action(mean)
+        np.random.seed(123)  # the worker thread draws the noise from numpy's global generator ...
+        draws = np.random.RandomState(123)  # ... which these draws mirror, in the same order
+        noise = [np.zeros(2), np.zeros(2)]  # each client's own OU process, as it should be
+        expected, got = [], []
+        sequence = [(0, "begin"), (1, "begin")] + [(i % 2, "step") for i in range(8)] + [(0, "end"), (0, "begin"),
+                                                                                      (1, "step"), (0, "step")]
+        for client, what in sequence:
+            if what == "end":
+                learner.end_episode(client + 1, 0.0, zero, False, EXPLORE)
+                noise[client] = np.zeros(2)
+                continue
+            call = learner.begin_episode if what == "begin" else (
+                lambda actor, obs, mode: learner.step(actor, 0.0, obs, mode))
+            got.append(np.asarray(call(client + 1, zero, EXPLORE).result(10)))
+            noise[client] = (noise[client] + 0.15 * (0 - noise[client]) * 1e-2
+                             + 0.05 * np.sqrt(1e-2) * draws.normal(size=2))
+            expected.append(learner.model.policy.unscale_action(np.clip(scaled_mean + noise[client], -1, 1)))
+        assert np.allclose(np.stack(got), np.stack(expected), atol=1e-5)
+        assert not np.allclose(got[2], got[3])  # the two clients' noises differ
+    finally:
+        learner.close()
+
+
+def test_box_actions_are_scaled_clipped_and_stored_as_sb3_does():
+    learner = continuous("TD3", learning_starts=4, train_freq=10**6, action_noise="normal", action_noise_sigma=5.0)
+    try:
+        obs3 = np.array([0.1, -0.2, 0.3], dtype=np.float32)
+        greedy = np.asarray(learner.begin_episode(1, obs3, GREEDY).result(10))
+        with th.no_grad():
+            actor_out = learner.model.actor(th.as_tensor(obs3[None])).numpy()[0]
+        assert np.allclose(greedy, learner.model.policy.unscale_action(actor_out), atol=1e-6)
+        replies = [np.asarray(learner.begin_episode(2, obs3, RANDOM).result(10))]
+        replies += [np.asarray(learner.step(2, 0.0, obs3, EXPLORE if i > 3 else RANDOM).result(10)) for i in range(12)]
+        learner.end_episode(2, 0.0, obs3, False, EXPLORE)
+        learner.begin_episode(3, obs3, GREEDY).result(10)  # a round trip: everything before it is stored
+        replies = np.stack(replies)
+        assert np.all(replies >= BOX_ACT.low) and np.all(replies <= BOX_ACT.high)
+        assert np.any(replies == BOX_ACT.high) and np.any(replies == BOX_ACT.low)  # noise of 5 is clipped
+        stored = learner.model.replay_buffer.actions[:13, 0]
+        assert np.allclose(stored, learner.model.policy.scale_action(replies), atol=1e-5)  # in [-1, 1]
+        assert np.all(np.abs(stored) <= 1)
+    finally:
+        learner.close()
+
+
+def test_sac_explores_by_sampling_and_acts_greedily_with_its_mean():
+    learner = continuous("SAC", learning_starts=0, train_freq=10**6)
+    try:
+        obs3 = np.zeros(3, dtype=np.float32)
+        learner.begin_episode(1, obs3, EXPLORE).result(10)
+        explored = {tuple(np.round(learner.step(1, 0.0, obs3, EXPLORE).result(10), 5)) for _ in range(10)}
+        greedy = {tuple(np.round(learner.begin_episode(2 + i, obs3, GREEDY).result(10), 5)) for i in range(5)}
+        assert len(explored) == 10 and len(greedy) == 1
+        with th.no_grad():
+            mean = th.tanh(learner.model.actor.get_action_dist_params(th.as_tensor(obs3[None]))[0]).numpy()[0]
+        assert np.allclose(next(iter(greedy)), learner.model.policy.unscale_action(mean), atol=1e-4)
+    finally:
+        learner.close()
+
+
+@pytest.mark.parametrize("algorithm", ["SAC", "TD3", "DDPG"])
+def test_off_policy_training_follows_train_freq_gradient_steps_and_learning_starts(algorithm):
+    learner = continuous(algorithm, learning_starts=10, train_freq=5, gradient_steps=3, batch_size=4)
+    try:
+        obs3 = np.zeros(3, dtype=np.float32)
+        learner.begin_episode(1, obs3, RANDOM).result(10)
+        for _ in range(10):
+            learner.step(1, 1.0, obs3, RANDOM).result(10)
+        assert learner.model._n_updates == 0  # 10 steps: not past learning_starts
+        for _ in range(10):
+            learner.step(1, 1.0, obs3, EXPLORE).result(10)
+        assert learner.steps == 20 and learner.model._n_updates == 6  # trained at 15 and 20, 3 steps each
+    finally:
+        learner.close()
+
+
+def test_sac_checkpoint_keeps_its_entropy_coefficient(tmp_path):
+    learner = continuous("SAC", learning_starts=0, batch_size=4)
+    try:
+        learner.begin_episode(1, np.zeros(3, dtype=np.float32), EXPLORE).result(10)
+        for i in range(30):
+            learner.step(1, float(i), np.full(3, i / 30, dtype=np.float32), EXPLORE).result(10)
+        learner.checkpoint(tmp_path / "sac.zip", {}).result(10)
+        fresh = build_learner("SAC", "copy", BOX_OBS, BOX_ACT, {"seed": 1, "policy_kwargs": {"net_arch": [8]}}, None)
+        fresh.restore(tmp_path / "sac.zip")
+        assert learner.model.log_ent_coef.item() != 0.0
+        assert fresh.model.log_ent_coef.item() == learner.model.log_ent_coef.item()
+        assert fresh.steps == 30 and fresh._min_buffer == 256  # an empty buffer refills before training
+    finally:
+        learner.close()

@@ -1,9 +1,26 @@
-"""Algorithm parameters: read from SB3's signatures, checked against their types."""
+"""Algorithm parameters: read from SB3's signatures, checked against their types; spaces per algorithm."""
 
+import numpy as np
 import pytest
+from gymnasium import spaces
+from stable_baselines3.common.noise import NormalActionNoise, OrnsteinUhlenbeckActionNoise
 
-from shepherd.agents import ParameterError, check_parameters, parameters
-from shepherd.agents.registry import ParamType, registry_records
+from shepherd.agents import (ALGORITHMS, ParameterError, ParamType, check_parameters, check_spaces, parameters,
+                             registry_records, sb3_arguments)
+from shepherd.agents.parameters import LinearSchedule
+from shepherd.spaces import parse_space
+
+BOX1 = parse_space([[1], -2, 2])
+
+
+def test_the_six_algorithms():
+    assert list(ALGORITHMS) == ["PPO", "A2C", "DQN", "SAC", "TD3", "DDPG"]
+
+
+def test_parameter_types_are_numbered_as_in_the_seed():
+    # user guide 1.1.5: 1 integer, 2 float; value columns value_int, value_float, value_bool, value_str
+    assert [(t.name, t.value) for t in ParamType] == [("INT", 1), ("FLOAT", 2), ("BOOL", 3), ("STR", 4),
+                                                       ("JSON", 5)]
 
 
 def test_parameters_are_typed_from_sb3():
@@ -14,7 +31,14 @@ def test_parameters_are_typed_from_sb3():
     assert ppo["learning_rate"].schedule and ppo["target_kl"].nullable
     assert ppo["policy_kwargs"].type is ParamType.JSON
     assert "n_envs" in ppo and "env" not in ppo and "verbose" not in ppo
+    assert "clipping" in ppo["clip_range"].doc.lower()  # docs come from SB3's docstrings
     assert "n_steps" not in parameters("DQN")  # n-step returns would mix clients
+    sac = parameters("SAC")
+    assert sac["ent_coef"].type is ParamType.FLOAT and sac["ent_coef"].text and sac["ent_coef"].default == "auto"
+    assert sac["action_noise"].type is ParamType.STR and sac["action_noise"].default is None
+    assert "heatup_steps" in sac["learning_starts"].doc
+    assert "action_noise" not in parameters("DQN") and "n_envs" not in parameters("TD3")
+    assert parameters("a2c")["n_steps"].default == 5 and parameters("DDPG")["tau"].default == 0.005
 
 
 def test_values_are_converted_to_their_type():
@@ -23,28 +47,85 @@ def test_values_are_converted_to_their_type():
                                        "policy_kwargs": '{"net_arch": [8]}'})
     assert checked == {"normalize_advantage": False, "n_steps": 32, "gamma": 0.9, "learning_rate": "lin_0.001",
                        "batch_size": 64, "policy_kwargs": {"net_arch": [8]}}
+    assert check_parameters("A2C", {"use_rms_prop": "false", "normalize_advantage": 1}) == {
+        "use_rms_prop": False, "normalize_advantage": True}
+    assert check_parameters("SAC", {"ent_coef": "auto_0.1", "target_entropy": "-2"}) == {
+        "ent_coef": "auto_0.1", "target_entropy": -2.0}
+    assert check_parameters("TD3", {"action_noise": "ornstein-uhlenbeck", "action_noise_sigma": "0.2"}) == {
+        "action_noise": "ornstein-uhlenbeck", "action_noise_sigma": 0.2}
 
 
-@pytest.mark.parametrize("values, words", [
-    ({"nope": 1}, "has no parameter 'nope'"),
-    ({"n_steps": 3.5}, "'n_steps' must be an integer"),
-    ({"n_steps": True}, "'n_steps' must be an integer"),
-    ({"gamma": "high"}, "'gamma' must be a number"),
-    ({"normalize_advantage": "maybe"}, "must be a boolean"),
-    ({"learning_rate": "lin_x"}, "lin_<start>"),
-    ({"gamma": None}, "cannot be null"),
+@pytest.mark.parametrize("algorithm, values, words", [
+    ("PPO", {"nope": 1}, "PPO has no parameter 'nope'; known: "),
+    ("PPO", {"n_steps": 3.5}, "'n_steps' must be an integer"),
+    ("PPO", {"n_steps": True}, "'n_steps' must be an integer"),
+    ("PPO", {"gamma": "high"}, "'gamma' must be a number"),
+    ("PPO", {"normalize_advantage": "maybe"}, "'normalize_advantage' must be a boolean"),
+    ("PPO", {"learning_rate": "lin_x"}, "lin_<start>"),
+    ("PPO", {"gamma": None}, "'gamma' cannot be null"),
+    ("PPO", {"use_sde": True}, "'use_sde' is not available in Shepherd: gSDE"),
+    ("A2C", {"policy_kwargs": 3}, "'policy_kwargs' must be a JSON object"),
+    ("DQN", {"n_steps": 3}, "'n_steps' is not available in Shepherd: n-step"),
+    ("SAC", {"optimize_memory_usage": True}, "'optimize_memory_usage' is not available"),
+    ("SAC", {"buffer_size": "big"}, "SAC parameter 'buffer_size' must be an integer"),
+    ("TD3", {"action_noise": "pink"}, "'action_noise' must be one of normal, ornstein-uhlenbeck"),
+    ("DDPG", {"policy_delay": 2}, "DDPG has no parameter 'policy_delay'"),
+    ("DQN", {"action_noise": "normal"}, "DQN has no parameter 'action_noise'"),
 ])
-def test_bad_values_name_the_parameter(values, words):
+def test_bad_values_name_the_parameter(algorithm, values, words):
     with pytest.raises(ParameterError, match=words.replace("(", r"\(")):
-        check_parameters("PPO", values)
+        check_parameters(algorithm, values)
 
 
 def test_unknown_algorithm():
-    with pytest.raises(ParameterError, match="unknown algorithm 'XYZ'; available: PPO, DQN"):
+    with pytest.raises(ParameterError, match="unknown algorithm 'XYZ'; available: PPO, A2C, DQN, SAC, TD3, DDPG"):
         parameters("XYZ")
+
+
+def test_sb3_arguments_build_schedules_noise_and_activations():
+    kwargs, n_envs = sb3_arguments("TD3", BOX1, {"learning_rate": "lin_0.01", "action_noise": "normal",
+                                                 "action_noise_sigma": 0.3,
+                                                 "policy_kwargs": {"net_arch": [8], "activation_fn": "tanh"}})
+    assert n_envs == 1 and isinstance(kwargs["learning_rate"], LinearSchedule)
+    assert kwargs["learning_rate"](0.5) == pytest.approx(0.005)
+    assert isinstance(kwargs["action_noise"], NormalActionNoise) and kwargs["action_noise"]._sigma[0] == 0.3
+    assert kwargs["policy_kwargs"]["activation_fn"].__name__ == "Tanh"
+    assert "action_noise_sigma" not in kwargs
+    kwargs, _ = sb3_arguments("DDPG", BOX1, {"action_noise": "ornstein-uhlenbeck"})
+    assert isinstance(kwargs["action_noise"], OrnsteinUhlenbeckActionNoise)
+    assert sb3_arguments("DDPG", BOX1, {})[0] == {"action_noise": None}
+    assert sb3_arguments("PPO", BOX1, {"n_envs": 4}) == ({}, 4)
+    with pytest.raises(ParameterError, match="activation_fn 'swish' unknown"):
+        sb3_arguments("PPO", BOX1, {"policy_kwargs": {"activation_fn": "swish"}})
+
+
+@pytest.mark.parametrize("action_space, able", [
+    (2, ["PPO", "A2C", "DQN"]),
+    ([[2], -1, 1], ["PPO", "A2C", "SAC", "TD3", "DDPG"]),
+    (["MultiDiscrete", [3, 2]], ["PPO", "A2C"]),
+    (["MultiBinary", 3], ["PPO", "A2C"]),
+])
+def test_spaces_an_algorithm_cannot_handle_are_refused_naming_those_that_can(action_space, able):
+    space = parse_space(action_space)
+    obs = parse_space([[3], "-inf", "inf"])
+    for algorithm in ALGORITHMS:
+        if algorithm in able:
+            check_spaces(algorithm, obs, space)
+        else:
+            with pytest.raises(ParameterError, match=f"algorithms that can: {', '.join(able)}$"):
+                check_spaces(algorithm, obs, space)
+
+
+def test_unbounded_box_actions_are_refused():
+    with pytest.raises(ParameterError, match="finite low and high"):
+        check_spaces("SAC", BOX1, parse_space([[2], "-inf", "inf"]))
 
 
 def test_registry_records_carry_the_continuous_flag():
     algorithms, params = registry_records()
-    assert {a["name"]: a["continuous"] for a in algorithms} == {"PPO": True, "DQN": False}
+    assert {a["name"]: a["continuous"] for a in algorithms} == {
+        "PPO": True, "A2C": True, "DQN": False, "SAC": True, "TD3": True, "DDPG": True}
+    assert {a["name"] for a in algorithms if a["on_policy"]} == {"PPO", "A2C"}
     assert all(p["type"] in (1, 2, 3, 4, 5) for p in params)
+    assert {p["algorithm"] for p in params} == set(ALGORITHMS)
+    assert np.all([isinstance(p["doc"], str) for p in params])

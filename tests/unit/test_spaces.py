@@ -84,3 +84,40 @@ def test_actions_to_and_from_json():
     assert action_from_json(box, as_json).shape == (2, 2)
     assert action_to_json(spaces.MultiDiscrete([3, 3]), np.array([2, 1])) == [2, 1]
     assert action_from_json(spaces.Discrete(2), 1) == 1
+
+
+@pytest.mark.parametrize("spec, space", [
+    (["MultiDiscrete", [3, 4]], spaces.MultiDiscrete([3, 4])),
+    (["MultiBinary", 4], spaces.MultiBinary(4)),
+    (["MultiBinary", [2, 3]], spaces.MultiBinary([2, 3])),
+])
+def test_multi_discrete_and_multi_binary_round_trip(spec, space):
+    parsed = parse_space(spec)
+    assert parsed == space
+    assert space_to_json(parsed) == spec
+    assert parse_space(space_to_json(parsed)) == space
+
+
+@pytest.mark.parametrize("spec, words", [
+    (["MultiDiscrete", []], "list of positive integers"), (["MultiDiscrete", [3, 0]], "list of positive"),
+    (["MultiDiscrete", 3], "list of positive"), (["MultiBinary", 0], "positive integer"),
+    (["MultiBinary", [2, True]], "positive integer"), (["Tuple", [2]], "unknown space 'Tuple'"),
+])
+def test_bad_multi_specs_are_refused(spec, words):
+    with pytest.raises(SpaceError, match=words):
+        parse_space(spec)
+
+
+def test_multi_discrete_and_multi_binary_observations_and_actions():
+    multi = parse_space(["MultiDiscrete", [3, 4]])
+    assert check_observation(multi, [2, 3]).tolist() == [2, 3]
+    for bad, words in (([3, 0], "outside its range"), ([1], "shape"), ([1.5, 0], "integers"), (2, "list")):
+        with pytest.raises(SpaceError, match=words):
+            check_observation(multi, bad)
+    binary = parse_space(["MultiBinary", [2, 2]])
+    assert check_observation(binary, [[0, 1], [1, 1]]).shape == (2, 2)
+    with pytest.raises(SpaceError, match="outside its range"):
+        check_observation(binary, [[0, 2], [1, 1]])
+    assert action_to_json(binary, np.array([1.0, 0.0, 0.0, 1.0], dtype=np.float32)) == [[1, 0], [0, 1]]
+    assert action_to_json(spaces.MultiBinary(3), np.array([[1, 0, 1]])) == [1, 0, 1]
+    assert action_from_json(multi, [2, 1]).tolist() == [2, 1]

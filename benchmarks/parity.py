@@ -1,0 +1,228 @@
+"""Parity: does an agent learn through Shepherd as well as with SB3's own ``learn()``?
+
+For each algorithm, the same hyperparameters and step budget are trained two ways, over several seeds:
+SB3's ``learn()`` on a local gymnasium env, and a Shepherd server over loopback HTTP (a real
+``RunningServer``) driven by one ``shepherd.client.Client``. Each final model is then evaluated greedily on
+the same evaluation episodes (same env seeds). The table gives both medians and their ratio on returns
+normalised to the env's random-to-solved range (0 = a random policy, measured here on the same episodes;
+1 = the env's reward threshold, or the documented value below). Target: ratio >= 0.9.
+
+    .venv/bin/python benchmarks/parity.py                        # every algorithm, 3 seeds
+    .venv/bin/python benchmarks/parity.py --algos SAC,TD3 --seeds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+import torch as th
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from shepherd.agents import algorithm_info, sb3_arguments  # noqa: E402
+from shepherd.agents.registry import policy_name  # noqa: E402
+from shepherd.client import Client, run_env  # noqa: E402
+from shepherd.graph import AgentSpec, GraphManager, Schedule  # noqa: E402
+from shepherd.http import ServerConfig  # noqa: E402
+from shepherd.http.server import RunningServer  # noqa: E402
+from shepherd.spaces import action_from_json, space_to_json  # noqa: E402
+
+logger = logging.getLogger(__name__)
+
+SOLVED = {"Pendulum-v1": -150.0}  # no reward threshold in gymnasium's spec: RL Zoo's SAC and TD3 reach it
+
+
+@dataclass(frozen=True)
+class Case:
+    """One algorithm's benchmark: env, budget and hyperparameters (RL Zoo's, budgets cut for 2 cores)."""
+
+    env_id: str
+    steps: int
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+CASES: dict[str, Case] = {
+    "PPO": Case("CartPole-v1", 20_480, {
+        "n_steps": 512, "batch_size": 64, "n_epochs": 10, "gamma": 0.98, "gae_lambda": 0.8,
+        "ent_coef": 0.0, "learning_rate": "lin_0.001", "clip_range": "lin_0.2"}),
+    "A2C": Case("CartPole-v1", 40_000, {
+        "n_steps": 8, "gamma": 0.99, "ent_coef": 0.0, "learning_rate": "lin_0.001"}),
+    "DQN": Case("CartPole-v1", 40_000, {
+        "learning_rate": 2.3e-3, "batch_size": 64, "buffer_size": 100_000, "learning_starts": 1000,
+        "gamma": 0.99, "target_update_interval": 10, "train_freq": 256, "gradient_steps": 128,
+        "exploration_fraction": 0.16, "exploration_final_eps": 0.04, "policy_kwargs": {"net_arch": [256, 256]}}),
+    "SAC": Case("Pendulum-v1", 6_000, {
+        "learning_rate": 1e-3, "learning_starts": 1000, "policy_kwargs": {"net_arch": [64, 64]}}),
+    "TD3": Case("Pendulum-v1", 8_000, {
+        "learning_rate": 1e-3, "learning_starts": 1000, "action_noise": "normal", "action_noise_sigma": 0.1,
+        "policy_kwargs": {"net_arch": [64, 64]}}),
+    "DDPG": Case("Pendulum-v1", 8_000, {
+        "learning_rate": 1e-3, "learning_starts": 1000, "action_noise": "ornstein-uhlenbeck",
+        "action_noise_sigma": 0.1, "policy_kwargs": {"net_arch": [64, 64]}}),
+}
+
+
+def evaluate(policy: Callable[[Any], Any], env_id: str, seed: int, episodes: int) -> list[float]:
+    """Returns of ``episodes`` episodes of a policy; the env's first reset is seeded."""
+    env = gym.make(env_id)
+    returns = []
+    obs, _ = env.reset(seed=seed)
+    for _ in range(episodes):
+        total, done = 0.0, False
+        while not done:
+            obs, reward, terminated, truncated, _ = env.step(policy(obs))
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+        obs, _ = env.reset()
+    env.close()
+    return returns
+
+
+def sb3_run(algorithm: str, case: Case, seed: int, episodes: int) -> list[float]:
+    """SB3's own ``learn()`` on a local env, then a greedy evaluation."""
+    from stable_baselines3.common.env_util import make_vec_env
+
+    env = gym.make(case.env_id)
+    kwargs, n_envs = sb3_arguments(algorithm, env.action_space, {**case.params, "seed": seed})
+    vec_env = make_vec_env(case.env_id, n_envs=n_envs, seed=seed)
+    model = algorithm_info(algorithm).sb3_class(policy_name(env.observation_space), vec_env, device="cpu",
+                                                verbose=0, **kwargs)
+    model.learn(case.steps)
+    return evaluate(lambda obs: model.predict(obs, deterministic=True)[0], case.env_id, 10_000 + seed, episodes)
+
+
+def _train_client(url: str, key: str, env_id: str, seed: int, steps: int) -> None:
+    """Exactly ``steps`` transitions through one client session, then log out."""
+    client = Client(url, key)
+    env = gym.make(env_id)
+    try:
+        client.login()
+        obs, _ = env.reset(seed=seed)
+        action = client.step(obs, 0.0, False)
+        for _ in range(steps):
+            obs, reward, terminated, truncated, _ = env.step(action_from_json(env.action_space, action))
+            action = client.step(obs, reward, terminated or truncated, truncated=truncated and not terminated)
+            if action is None:
+                obs, _ = env.reset()
+                action = client.step(obs, 0.0, False)
+        client.logout()
+    finally:
+        client.close()
+        env.close()
+
+
+def _evaluate_client(url: str, key: str, env_id: str, seed: int, episodes: int) -> list[float]:
+    client = Client(url, key)
+    try:
+        client.login(mode="evaluate")
+        returns = run_env(client, env_id, seed=seed, episodes=episodes, mode="evaluate")
+        client.logout()
+        return returns
+    finally:
+        client.close()
+
+
+async def _shepherd(algorithm: str, case: Case, seed: int, episodes: int, data: Path) -> list[float]:
+    env = gym.make(case.env_id)
+    params = {**case.params, "seed": seed}
+    heatup = params.get("learning_starts", 0) if not algorithm_info(algorithm).on_policy else 0
+    graph = GraphManager(
+        agents=[AgentSpec("parity", algorithm, space_to_json(env.observation_space),
+                          space_to_json(env.action_space), params)],
+        schedule=Schedule(heatup_steps=heatup, improve_steps=case.steps, steps_between_evaluation_periods=None,
+                          evaluation_episodes=0, checkpoint_every_steps=10 * case.steps,
+                          checkpoint_every_seconds=3600.0))
+    server = await RunningServer.start(ServerConfig(graph, data), "127.0.0.1", 0)
+    try:
+        key = server.created_keys["parity"]
+        await asyncio.to_thread(_train_client, server.url, key, case.env_id, seed, case.steps)
+        learned = graph.runtime("parity").learner.steps
+        if learned != case.steps:
+            raise RuntimeError(f"Shepherd learned from {learned} transitions, not {case.steps}")
+        return await asyncio.to_thread(_evaluate_client, server.url, key, case.env_id, 10_000 + seed, episodes)
+    finally:
+        await server.stop()
+
+
+def shepherd_run(algorithm: str, case: Case, seed: int, episodes: int) -> list[float]:
+    """Shepherd over loopback HTTP with one client, then a greedy evaluation through an evaluate session."""
+    with tempfile.TemporaryDirectory(prefix="shepherd-parity-") as folder:
+        return asyncio.run(_shepherd(algorithm, case, seed, episodes, Path(folder)))
+
+
+def normalise(value: float, random: float, solved: float) -> float:
+    return (value - random) / (solved - random)
+
+
+def row_text(row: tuple) -> str:
+    """One algorithm's line of the Markdown table."""
+    algorithm, case, random_return, solved, results, sb3, shepherd, ratio, seconds = row
+    per_seed = {way: ", ".join(f"{v:.1f}" for v in values) for way, values in results.items()}
+    return (f"| {algorithm} | {case.env_id} | {case.steps:,} | {random_return:.1f} | {solved:g} | "
+            f"{per_seed['sb3']} | {per_seed['shepherd']} | {sb3:.1f} | {shepherd:.1f} | "
+            f"{ratio:.2f}{'' if ratio >= 0.9 else ' (below 0.9)'} | "
+            f"{seconds['sb3']:.0f} s / {seconds['shepherd']:.0f} s |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--algos", default=",".join(CASES), help="comma-separated (default: all six)")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per algorithm and way (default 3)")
+    parser.add_argument("--episodes", type=int, default=10, help="evaluation episodes per model (default 10)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    th.set_num_threads(1)  # as the learner threads do
+    algorithms = [a.strip().upper() for a in args.algos.split(",") if a.strip()]
+    for algorithm in algorithms:
+        if algorithm not in CASES:
+            parser.error(f"unknown algorithm {algorithm}; choose from {', '.join(CASES)}")
+    print(f"parity benchmark, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
+          f"{platform.processor() or platform.machine()}, python {platform.python_version()}, "
+          f"torch {th.__version__}, {args.seeds} seeds, {args.episodes} evaluation episodes", flush=True)
+    rows = []
+    for algorithm in algorithms:
+        case = CASES[algorithm]
+        solved = SOLVED.get(case.env_id, gym.spec(case.env_id).reward_threshold)
+        env = gym.make(case.env_id)
+        env.action_space.seed(0)
+        random_return = statistics.median(
+            statistics.fmean(evaluate(lambda obs: env.action_space.sample(), case.env_id, 10_000 + s,
+                                      args.episodes)) for s in range(args.seeds))
+        results: dict[str, list[float]] = {"sb3": [], "shepherd": []}
+        seconds = {"sb3": 0.0, "shepherd": 0.0}
+        for seed in range(args.seeds):
+            for way, run in (("sb3", sb3_run), ("shepherd", shepherd_run)):
+                started = time.monotonic()
+                results[way].append(statistics.fmean(run(algorithm, case, seed, args.episodes)))
+                seconds[way] += time.monotonic() - started
+            print(f"  {algorithm} seed {seed}: sb3 {results['sb3'][-1]:9.2f}  shepherd "
+                  f"{results['shepherd'][-1]:9.2f}", flush=True)
+        sb3, shepherd = statistics.median(results["sb3"]), statistics.median(results["shepherd"])
+        ratio = normalise(shepherd, random_return, solved) / normalise(sb3, random_return, solved)
+        rows.append((algorithm, case, random_return, solved, results, sb3, shepherd, ratio, seconds))
+        print(f"  {row_text(rows[-1])}", flush=True)
+    print()
+    print("| algorithm | env | steps | random | solved | SB3 learn() per seed | Shepherd per seed | SB3 median "
+          "| Shepherd median | ratio (normalised) | time SB3 / Shepherd |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for row in rows:
+        print(row_text(row))
+    return 0 if all(row[7] >= 0.9 for row in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

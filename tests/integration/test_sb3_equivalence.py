@@ -1,0 +1,78 @@
+"""With one client, a pooled learner does exactly what SB3's own ``learn()`` does: the same weights.
+
+Both runs start from the same seed and see the same env episodes. SB3's ``learn()`` and the learner draw
+their random numbers (torch's sampling, numpy's replay sampling and action noise, the action space's random
+actions) in the same order only if the learner reproduces SB3's ``collect_rollouts``: exploration,
+``learning_starts``, ``train_freq``/``gradient_steps``, the time-limit bootstrap, action scaling and noise.
+Any difference in what is stored or when it trains makes the weights differ by far more than the
+tolerance, which only allows for float rounding (a batch of two rows, such as an episode's end and the next
+one's start, is not summed in the same order as two batches of one).
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch as th
+
+from shepherd.agents import ActMode, algorithm_info, build_learner, sb3_arguments
+from shepherd.spaces import parse_space, space_to_json
+
+CASES = {
+    "PPO": ("CartPole-v1", 256, {"n_steps": 64, "batch_size": 32, "n_epochs": 2, "learning_rate": "lin_0.001"}),
+    "A2C": ("CartPole-v1", 200, {"n_steps": 8, "learning_rate": "lin_0.001"}),
+    "DQN": ("CartPole-v1", 300, {"learning_starts": 100, "batch_size": 16, "train_freq": 4, "gradient_steps": 2,
+                                 "target_update_interval": 50, "exploration_fraction": 0.5}),
+    "SAC": ("Pendulum-v1", 300, {"learning_starts": 100, "batch_size": 16, "train_freq": 2}),
+    "TD3": ("Pendulum-v1", 300, {"learning_starts": 100, "batch_size": 16, "action_noise": "normal"}),
+    "DDPG": ("Pendulum-v1", 300, {"learning_starts": 100, "batch_size": 16, "action_noise": "ornstein-uhlenbeck",
+                                  "gradient_steps": -1, "train_freq": 3}),
+}
+
+
+def sb3_weights(algorithm: str, env_id: str, steps: int, params: dict) -> dict[str, th.Tensor]:
+    from stable_baselines3.common.env_util import make_vec_env
+
+    env = make_vec_env(env_id, n_envs=1)
+    kwargs, _ = sb3_arguments(algorithm, env.action_space, params)
+    model = algorithm_info(algorithm).sb3_class("MlpPolicy", env, device="cpu", **kwargs)
+    model.learn(steps)
+    return model.policy.state_dict()
+
+
+def shepherd_weights(algorithm: str, env_id: str, steps: int, params: dict) -> dict[str, th.Tensor]:
+    env = gym.make(env_id)
+    learner = build_learner(algorithm, "same", parse_space(space_to_json(env.observation_space)),
+                            parse_space(space_to_json(env.action_space)), params, steps)
+    learner.start()
+    try:
+        obs, _ = env.reset(seed=params["seed"])  # SB3 seeds its env with the model's seed
+        action = learner.begin_episode(1, obs, ActMode.EXPLORE).result(30)
+        for _ in range(steps):
+            obs, reward, terminated, truncated, _ = env.step(np.asarray(action).reshape(env.action_space.shape))
+            if terminated or truncated:
+                learner.end_episode(1, float(reward), obs, truncated and not terminated, ActMode.EXPLORE)
+                obs, _ = env.reset()
+                action = learner.begin_episode(1, obs, ActMode.EXPLORE).result(30)
+            else:
+                action = learner.step(1, float(reward), obs, ActMode.EXPLORE).result(30)
+        learner.begin_episode(2, obs, ActMode.GREEDY).result(30)  # a round trip: everything is learned
+        assert learner.failure is None and learner.steps == steps
+        return learner.model.policy.state_dict()
+    finally:
+        learner.close()
+
+
+@pytest.mark.parametrize("algorithm", list(CASES))
+def test_one_client_learns_exactly_as_sb3_learn(algorithm):
+    env_id, steps, params = CASES[algorithm]
+    params = {**params, "seed": 3, "policy_kwargs": {"net_arch": [16]}}
+    expected = sb3_weights(algorithm, env_id, steps, params)
+    got = shepherd_weights(algorithm, env_id, steps, params)
+    assert expected.keys() == got.keys()
+    initial = build_learner(algorithm, "fresh", *(parse_space(space_to_json(s)) for s in (
+        gym.make(env_id).observation_space, gym.make(env_id).action_space)), params, steps).model.policy.state_dict()
+    assert any(not th.equal(initial[k], got[k]) for k in got), "the weights moved"
+    for name in expected:
+        assert th.allclose(expected[name], got[name], rtol=1e-4, atol=1e-5), f"{algorithm}: {name} differs"
