@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import gymnasium as gym
-import numpy as np
 import torch as th
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-from gymnasium import spaces
 from stable_baselines3.common.noise import NormalActionNoise, OrnsteinUhlenbeckActionNoise
 
 from shepherd.agents import (ALGORITHMS, ParameterError, ParamType, check_parameters, check_spaces, parameters,
