@@ -22,6 +22,12 @@ SpaceSpec = Union[int, list, dict]
 Observation = Union[int, np.ndarray, dict[str, Any]]
 
 
+#: the largest spaces an agent may have: a box of ~1M numbers (a 1024x1024 image), 65,536 choices. Past
+#: them a policy's first or last layer alone would hold hundreds of millions of weights.
+MAX_BOX_ELEMENTS = 1 << 20
+MAX_CHOICES = 1 << 16
+
+
 class SpaceError(ValueError):
     """A space spec, an observation or an action does not fit; the message says what and where."""
 
@@ -52,6 +58,7 @@ def parse_space(spec: Any, where: str = "space") -> spaces.Space:
     if isinstance(spec, int):
         if spec < 1:
             raise SpaceError(f"{where}: a discrete space needs at least 1 value, got {spec}")
+        _at_most(spec, MAX_CHOICES, where, "discrete values")
         return spaces.Discrete(spec)
     if isinstance(spec, list) and len(spec) == 2 and isinstance(spec[0], str):
         return _parse_multi(spec[0], spec[1], where)
@@ -65,6 +72,7 @@ def parse_space(spec: Any, where: str = "space") -> spaces.Space:
             isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape
         ):
             raise SpaceError(f"{where}: the shape of a box is a list of positive integers, got {shape!r}")
+        _at_most(math.prod(shape), MAX_BOX_ELEMENTS, where, "numbers in a box")  # before allocating it
         low_v, high_v = _bound(low, f"{where} low"), _bound(high, f"{where} high")
         try:
             low_a = np.broadcast_to(np.asarray(low_v, dtype=np.float64), shape)
@@ -92,6 +100,11 @@ def parse_space(spec: Any, where: str = "space") -> spaces.Space:
                      f"[\"MultiBinary\", n] or an object, got {type(spec).__name__}")
 
 
+def _at_most(count: int, limit: int, where: str, what: str) -> None:
+    if count > limit:
+        raise SpaceError(f"{where}: {count:,} {what} is more than Shepherd serves ({limit:,} at most)")
+
+
 def _positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
@@ -101,11 +114,11 @@ def _parse_multi(kind: str, arg: Any, where: str) -> spaces.Space:
         if not isinstance(arg, list) or not arg or not all(_positive_int(n) for n in arg):
             raise SpaceError(f"{where}: MultiDiscrete takes a list of positive integers (values per "
                              f"dimension), got {arg!r}")
+        _at_most(sum(arg), MAX_CHOICES, where, "discrete values in all")
         return spaces.MultiDiscrete(arg)
     if kind == "MultiBinary":
-        if _positive_int(arg):
-            return spaces.MultiBinary(arg)
-        if isinstance(arg, list) and arg and all(_positive_int(n) for n in arg):
+        if _positive_int(arg) or (isinstance(arg, list) and arg and all(_positive_int(n) for n in arg)):
+            _at_most(math.prod(arg) if isinstance(arg, list) else arg, MAX_CHOICES, where, "binary values")
             return spaces.MultiBinary(arg)
         raise SpaceError(f"{where}: MultiBinary takes a positive integer or a list of them (its shape), "
                          f"got {arg!r}")
@@ -157,6 +170,9 @@ def check_observation(space: spaces.Space, value: Any, where: str = "obs") -> Ob
     if isinstance(space, spaces.Box):
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             value = [value]
+        if len(space.shape) == 1 and type(value) is list and len(value) == space.shape[0] and _flat_numbers(value):
+            # the common case (a vector of JSON numbers, which are finite): no nested checks, no errstate
+            return np.array(value, dtype=np.float32)
         if not isinstance(value, list):
             raise SpaceError(f"{where} must be a list of numbers of shape {list(space.shape)}")
         try:
@@ -206,9 +222,26 @@ def _check_integers(space: spaces.MultiDiscrete | spaces.MultiBinary, value: Any
     return raw.astype(space.dtype)
 
 
+def _flat_numbers(values: list) -> bool:
+    """Every item an int or a float (never a bool) whose float32 is finite."""
+    for item in values:
+        kind = type(item)
+        if kind is float:
+            if not -_F32_MAX <= item <= _F32_MAX:  # false for NaN too
+                return False
+        elif kind is not int or not -_F32_MAX <= item <= _F32_MAX:
+            return False
+    return True
+
+
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
 def action_to_json(space: spaces.Space, action: Any) -> Any:
     """Convert an action chosen by a learner to its JSON value (an int, or nested lists in the space's shape)."""
     if isinstance(space, spaces.Discrete):
+        if isinstance(action, (int, np.integer)):
+            return int(action)
         return int(np.asarray(action).reshape(-1)[0])
     if isinstance(space, spaces.Box):
         return np.asarray(action, dtype=np.float64).reshape(space.shape).tolist()

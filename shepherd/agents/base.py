@@ -303,6 +303,18 @@ class PooledLearner(ABC):
         self.model._n_updates = int(counters.get("n_updates", 0))
 
     # -- helpers for subclasses ------------------------------------------------------------------
+    def _check_finite(self) -> None:
+        """After an update: a NaN or infinite weight fails the agent (SB3 would go on training silently).
+
+        Raises:
+            FloatingPointError: naming the update; the worker marks the agent failed with it.
+        """
+        for name, parameter in self.model.policy.named_parameters():
+            if not bool(th.isfinite(parameter).all()):
+                raise FloatingPointError(
+                    f"update {self.model._n_updates} made the policy's {name} NaN or infinite (a learning rate "
+                    "too high, or rewards too large?); restart the agent with other parameters")
+
     def _progress_remaining(self) -> None:
         """Set SB3's progress (1 -> 0 over the training budget) that drives its schedules."""
         if self.total_steps:

@@ -24,7 +24,7 @@ from aiohttp import web
 from shepherd.admin import AdminService
 from shepherd.graph import Session, Unauthorized
 from shepherd.http import admin, dashboard
-from shepherd.http.errors import Overloaded, body_limit_middleware, error_middleware
+from shepherd.http.errors import Overloaded, error_middleware
 from shepherd.http.limits import LoginThrottle, RateLimiter
 from shepherd.http.protocol import STEP_FIELDS, parse_login, parse_object, parse_step, session_key
 from shepherd.http.signins import SignInTable
@@ -200,7 +200,7 @@ async def _sweep_sessions(app: web.Application) -> None:
 def create_app(config: ServerConfig) -> web.Application:
     """Build the application; the graph is created on startup and checkpointed on cleanup."""
     app = web.Application(client_max_size=config.max_body_bytes,
-                          middlewares=[error_middleware, body_limit_middleware])
+                          middlewares=[error_middleware])
     app[CONFIG] = config
     app[LOGIN_THROTTLE] = LoginThrottle()
     app[OPENAPI] = orjson.dumps(yaml.safe_load(OPENAPI_FILE.read_text()))

@@ -47,7 +47,12 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Map domain errors to JSON errors; refuse a body whose declared length is over the limit before
+    reading any of it (413)."""
     try:
+        length = request.content_length
+        if length is not None and length > request.client_max_size:
+            raise web.HTTPRequestEntityTooLarge(max_size=request.client_max_size, actual_size=length)
         return await handler(request)
     except web.HTTPException as error:
         if error.status < 400:
@@ -69,12 +74,3 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
                 return json_error(status, str(error))
         logger.exception("unhandled error on %s %s", request.method, request.path)
         return json_error(500, "internal server error; the server log has the details")
-
-
-@web.middleware
-async def body_limit_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Refuse a body whose declared length is over the limit before reading any of it (413)."""
-    length = request.content_length
-    if length is not None and length > request.client_max_size:
-        raise web.HTTPRequestEntityTooLarge(max_size=request.client_max_size, actual_size=length)
-    return await handler(request)

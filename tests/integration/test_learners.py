@@ -287,3 +287,28 @@ def test_sac_checkpoint_keeps_its_entropy_coefficient(tmp_path):
         assert fresh.steps == 30 and fresh._min_buffer == 256  # an empty buffer refills before training
     finally:
         learner.close()
+
+
+@pytest.mark.parametrize("algorithm, params, reward", [
+    ("PPO", dict(n_envs=1, n_steps=8, batch_size=8, n_epochs=1), 1e38),  # rewards too large: the loss overflows
+    ("DQN", dict(learning_starts=0, batch_size=4, train_freq=4, gradient_steps=1, learning_rate=1e30), 1.0),
+])
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # as in production: numpy warns and goes on with inf
+def test_an_update_that_makes_the_weights_nan_fails_the_agent_with_the_reason(learners, algorithm, params, reward):
+    learner = learners(algorithm, **params)
+    learner.begin_episode(1, obs(0), EXPLORE).result(10)
+    with pytest.raises(AgentFailed, match="NaN or infinite"):
+        for i in range(64):
+            learner.step(1, reward, obs(i % 3), EXPLORE).result(10)
+    assert "FloatingPointError" in learner.failure and "restart the agent" in learner.failure
+
+
+@pytest.mark.parametrize("algorithm", ["PPO", "A2C"])
+@pytest.mark.parametrize("action_spec", [3, [[2], -1, 1], ["MultiDiscrete", [3, 4]], ["MultiBinary", 3]])
+def test_the_greedy_fast_path_gives_sb3s_deterministic_actions(algorithm, action_spec):
+    observation_space = parse_space([[5], "-inf", "inf"])
+    learner = build_learner(algorithm, "t", observation_space, parse_space(action_spec), {"seed": 3}, None)
+    batch = [np.random.default_rng(i).normal(size=5).astype(np.float32) for i in range(64)]
+    with th.no_grad():
+        expected = learner.model.policy._predict(th.as_tensor(np.stack(batch)), deterministic=True).numpy()
+    assert np.array_equal(learner._greedy(batch), expected)

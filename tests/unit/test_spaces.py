@@ -121,3 +121,15 @@ def test_multi_discrete_and_multi_binary_observations_and_actions():
     assert action_to_json(binary, np.array([1.0, 0.0, 0.0, 1.0], dtype=np.float32)) == [[1, 0], [0, 1]]
     assert action_to_json(spaces.MultiBinary(3), np.array([[1, 0, 1]])) == [1, 0, 1]
     assert action_from_json(multi, [2, 1]).tolist() == [2, 1]
+
+
+@pytest.mark.parametrize("spec, words", [
+    (100_000, "100,000 discrete values"),
+    ([[1 << 30], 0, 1], "1,073,741,824 numbers in a box"),
+    ([[4096, 4096, 3], 0, 255], "numbers in a box"),
+    (["MultiDiscrete", [40_000, 40_000]], "80,000 discrete values in all"),
+    (["MultiBinary", [300, 300]], "90,000 binary values"),
+])
+def test_spaces_too_large_to_serve_are_refused_before_anything_is_allocated(spec, words):
+    with pytest.raises(SpaceError, match=words):
+        parse_space(spec)
