@@ -82,32 +82,44 @@ def sessions(url: str, apikey: str, count: int, mode: str = "evaluate") -> list[
 
 
 def forward_costs() -> dict:
-    """Microseconds per call of SB3's CartPole PPO policy: raw forward, predict(), a batch of 16."""
+    """Microseconds per call of SB3's CartPole PPO policy (the median of 7 rounds, as this machine's
+    speed wanders): the raw torch forward of its actor on a ready tensor (layers and argmax), SB3's
+    predict(), a raw forward of 16 observations, and Shepherd's learner's greedy batch of one."""
+    import statistics
+
     import gymnasium as gym
     import numpy as np
     import torch as th
     from stable_baselines3 import PPO
 
+    from shepherd.agents import build_learner
+    from shepherd.spaces import parse_space
+
     th.set_num_threads(1)  # as Shepherd's learners run
     model = PPO("MlpPolicy", gym.make("CartPole-v1"), device="cpu")
     policy = model.policy.eval()
-    one = th.as_tensor(np.asarray([OBS], dtype=np.float32))
-    sixteen = th.as_tensor(np.asarray([OBS] * 16, dtype=np.float32))
+    learner = build_learner("PPO", "bench", parse_space([[4], "-inf", "inf"]), parse_space(2), {}, None)
     obs = np.asarray(OBS, dtype=np.float32)
 
-    def per_call(function, repeat=3000) -> float:
-        for _ in range(200):
-            function()
-        started = time.perf_counter()
-        for _ in range(repeat):
-            function()
-        return (time.perf_counter() - started) / repeat * 1e6
+    def raw(rows: int):
+        tensor = th.as_tensor(np.asarray([OBS] * rows, dtype=np.float32))
+        return lambda: policy.action_net(policy.mlp_extractor.forward_actor(tensor)).argmax(dim=1)
 
-    with th.no_grad():
-        raw = per_call(lambda: policy._predict(one, deterministic=True))
-        batch = per_call(lambda: policy._predict(sixteen, deterministic=True))
+    def per_call(function, repeat=2000) -> float:
+        rounds = []
+        for _ in range(7):
+            started = time.perf_counter()
+            for _ in range(repeat):
+                function()
+            rounds.append((time.perf_counter() - started) / repeat * 1e6)
+        return statistics.median(rounds)
+
+    with th.inference_mode():
+        raw_one, raw_sixteen = per_call(raw(1)), per_call(raw(16))
     predict = per_call(lambda: model.predict(obs, deterministic=True))
-    return {"raw_forward_us": raw, "predict_us": predict, "batch16_us": batch, "batch16_per_obs_us": batch / 16}
+    shepherd = per_call(lambda: learner._greedy([obs]))
+    return {"raw_forward_us": raw_one, "predict_us": predict, "batch16_us": raw_sixteen,
+            "batch16_per_obs_us": raw_sixteen / 16, "shepherd_greedy_us": shepherd}
 
 
 def echo_runs(seconds: float, concurrencies: list[int]) -> dict:
@@ -187,6 +199,9 @@ else:
     params = dict(learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000, gamma=0.99,
                   target_update_interval=10, train_freq=256, gradient_steps=128, exploration_fraction=0.16,
                   exploration_final_eps=0.04, policy_kwargs=dict(net_arch=[256, 256]))
+    # SB3 counts train_freq in steps of the vectorised env (n_envs transitions each); Shepherd counts
+    # transitions over all clients. 256 transitions between updates on both sides, as RL Zoo's one env.
+    params["train_freq"] = 256 // n_envs
     model = DQN("MlpPolicy", make_vec_env("CartPole-v1", n_envs=n_envs, seed=0), seed=0, **params)
     chunk = 2560
 model.learn(chunk)  # warm-up, as the Shepherd side gets
@@ -313,9 +328,10 @@ def table(results: dict) -> list[tuple[str, str, str, str]]:
     rows = []
     forward = results.get("forward")
     if forward:
-        rows.append(("raw policy forward / predict() / batch of 16",
+        rows.append(("raw policy forward / predict() / raw batch of 16",
                      f"{forward['raw_forward_us']:.0f} / {forward['predict_us']:.0f} / {forward['batch16_us']:.0f} us",
-                     f"{forward['batch16_per_obs_us']:.1f} us per observation in a batch", ""))
+                     f"{forward['batch16_per_obs_us']:.1f} us per observation in a batch; Shepherd's greedy "
+                     f"batch of one {forward['shepherd_greedy_us']:.0f} us", ""))
     echo, shepherd = results.get("echo"), results.get("shepherd")
     if echo and shepherd:
         for codec in ("std", "orjson"):

@@ -16,12 +16,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+import gymnasium as gym
 import numpy as np
 import torch as th
 from stable_baselines3.common.buffers import DictRolloutBuffer, RolloutBuffer
 from stable_baselines3.common.distributions import (BernoulliDistribution, CategoricalDistribution,
                                                     DiagGaussianDistribution, MultiCategoricalDistribution)
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+from stable_baselines3.common.torch_layers import FlattenExtractor
 
 from shepherd.agents.base import ActMode, Kind, Message, PooledLearner, now, reply, stack_observations
 
@@ -54,6 +56,10 @@ class OnPolicyLearner(PooledLearner):
         self._waiting: list[Message] = []
         self._reset_rollout()
         model.policy.set_training_mode(False)
+        # float vectors through SB3's flatten extractor: the greedy path can hand them to the layers as they are
+        self._vector_observations = (isinstance(model.observation_space, gym.spaces.Box)
+                                     and len(model.observation_space.shape) == 1
+                                     and isinstance(model.policy.features_extractor, FlattenExtractor))
 
     def _reset_rollout(self) -> None:
         self.buffer.reset()
@@ -76,7 +82,7 @@ class OnPolicyLearner(PooledLearner):
             latent_vf = policy.mlp_extractor.forward_critic(features[1])
         return policy.value_net(latent_vf).flatten().numpy(), latent_pi
 
-    @th.inference_mode()
+    @th.no_grad()
     def _greedy(self, observations: list) -> np.ndarray:
         """Greedy actions only, for batches that nothing learns from (evaluation, deployment).
 
@@ -85,10 +91,13 @@ class OnPolicyLearner(PooledLearner):
         mostly that object's Python. Sampling (training) keeps SB3's distributions, and its random numbers.
         """
         policy = self.model.policy
-        obs_tensor, _ = policy.obs_to_tensor(stack_observations(observations))
-        features = policy.extract_features(obs_tensor)
-        latent_pi = policy.mlp_extractor.forward_actor(features if policy.share_features_extractor else features[0])
-        out = policy.action_net(latent_pi)
+        if self._vector_observations:  # SB3's preprocessing and flattening would change nothing
+            obs_tensor = features = th.from_numpy(np.stack(observations).astype(np.float32, copy=False))
+        else:
+            obs_tensor, _ = policy.obs_to_tensor(stack_observations(observations))
+            features = policy.extract_features(obs_tensor)
+            features = features if policy.share_features_extractor else features[0]
+        out = policy.action_net(policy.mlp_extractor.policy_net(features))
         distribution = policy.action_dist
         if isinstance(distribution, CategoricalDistribution):
             actions = out.argmax(dim=1)
