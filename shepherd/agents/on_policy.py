@@ -64,6 +64,7 @@ class OnPolicyLearner(PooledLearner):
     def _reset_rollout(self) -> None:
         self.buffer.reset()
         self._position = np.zeros(self.n_segments, dtype=np.int64)
+        self._rows_left = self.n_segments * self.n_steps  # rows without a reward yet: 0 is a full rollout
         self._owner: list[int | None] = [None] * self.n_segments
         self._last_values = np.zeros(self.n_segments, dtype=np.float32)
         self._last_dones = np.zeros(self.n_segments, dtype=np.float32)
@@ -226,6 +227,7 @@ class OnPolicyLearner(PooledLearner):
             reward += self.model.gamma * next_value
         self.buffer.rewards[row, segment] = reward
         self._position[segment] = row + 1
+        self._rows_left -= 1
         self.model.num_timesteps += 1
         actor.pending = False
         if row + 1 == self.n_steps:
@@ -265,7 +267,7 @@ class OnPolicyLearner(PooledLearner):
                 message.future.cancel()
 
     def _rollout_full(self) -> bool:
-        return bool(np.all(self._position == self.n_steps))
+        return self._rows_left == 0
 
     def _train(self) -> None:
         buffer = self.buffer
