@@ -10,7 +10,9 @@ Usage, seen from one client session (a LevelManager); every call is thread-safe 
 
 Many actors (sessions) feed one learner. The learner's worker thread drains everything pending, answers
 all act requests with one batched forward pass, stores transitions in SB3's own buffers and trains with
-SB3's own ``train()``. The event loop only ever waits on futures.
+SB3's own ``train()``. The event loop only ever waits on futures, with one exception: a greedy step of a
+small MLP policy is answered at once from a numpy snapshot of the actor (see `shepherd.agents.inline`),
+cheaper than any hand-over to the worker.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import numpy as np
 import torch as th
 from stable_baselines3.common.save_util import load_from_zip_file, recursive_setattr
 
+from shepherd.agents import inline
 from shepherd.storage.files import atomic_write_bytes
 
 logger = logging.getLogger(__name__)
@@ -135,6 +138,12 @@ class PooledLearner(ABC):
         self.draining = False
         self._queue: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self._closed = False
+        # greedy acts of small policies are answered on the caller's thread from a numpy copy of the actor
+        # (agents.inline): built by the worker when one is asked for, rebuilt after updates while in use
+        self._inline: inline.Greedy | None = None
+        self._inline_used = False
+        self._inline_possible = True
+        self._inline_checked = False
         self._thread = threading.Thread(target=self._run, name=f"learner-{name}", daemon=True)
 
     # -- the interface, called from any thread ---------------------------------------------------
@@ -150,6 +159,18 @@ class PooledLearner(ABC):
         return self._submit(Message(Kind.BEGIN, actor, obs, 0.0, False, mode, Future(), deliver=deliver))
 
     def step(self, actor: int, reward: float, obs: Any, mode: ActMode, deliver: Deliver | None = None) -> Future:
+        greedy = self._inline
+        if greedy is not None and mode is ActMode.GREEDY and self.failure is None and not self._closed:
+            self._inline_used = True
+            try:
+                action = self._env_action(greedy(obs))
+            except Exception:  # a snapshot's bug must cost speed, not the request: the worker answers it
+                logger.exception("agent %s: the greedy snapshot failed; the learner answers instead", self.name)
+                self._inline, self._inline_possible = None, False
+            else:
+                future: Future = Future()
+                future.set_result(action)
+                return future
         return self._submit(Message(Kind.STEP, actor, obs, reward, False, mode, Future(), deliver=deliver))
 
     def end_episode(self, actor: int, reward: float, obs: Any, truncated: bool, mode: ActMode) -> None:
@@ -233,6 +254,9 @@ class PooledLearner(ABC):
             return True
 
     def _dispatch(self, batch: list[Message]) -> bool:
+        if self._inline is None and self._inline_possible and any(
+                m.mode is ActMode.GREEDY and m.kind in (Kind.BEGIN, Kind.STEP) for m in batch):
+            self._refresh_inline()  # before answering: the session's next greedy step finds it ready
         run: list[Message] = []
         for message in batch:
             if message.kind in (Kind.BEGIN, Kind.STEP, Kind.END, Kind.ACT, Kind.DROP):
@@ -254,6 +278,17 @@ class PooledLearner(ABC):
         if run:
             self._process(run)
         return True
+
+    def _refresh_inline(self) -> None:
+        self._inline_used = False
+        greedy = inline.snapshot(self.model.policy, self.observation_space)
+        if greedy is not None and not self._inline_checked:  # the first one proves itself against torch
+            self._inline_checked = True
+            if not inline.agrees(greedy, self.model.policy, self.observation_space):
+                logger.warning("agent %s: the greedy snapshot disagrees with the policy; not used", self.name)
+                greedy = None
+        self._inline = greedy
+        self._inline_possible = greedy is not None
 
     def _fail_pending(self, batch: list[Message]) -> None:
         error = AgentFailed(self.failure or "failed")
@@ -279,6 +314,7 @@ class PooledLearner(ABC):
         for name, tensor in (variables or {}).items():  # e.g. SAC's entropy coefficient, not in set_parameters
             recursive_setattr(self.model, f"{name}.data", tensor.data)
         self._restore_counters(state.get("learner", {}))
+        self._inline = None
         return state
 
     # -- subclass hooks --------------------------------------------------------------------------
@@ -303,6 +339,16 @@ class PooledLearner(ABC):
         self.model._n_updates = int(counters.get("n_updates", 0))
 
     # -- helpers for subclasses ------------------------------------------------------------------
+    def _after_update(self) -> None:
+        """After every update of the weights: check them, and renew the greedy snapshot if it is in use
+        (else drop it: the next greedy act that reaches the worker builds a fresh one)."""
+        self._check_finite()
+        if self._inline is not None:
+            if self._inline_used:
+                self._refresh_inline()
+            else:
+                self._inline = None
+
     def _check_finite(self) -> None:
         """After an update: a NaN or infinite weight fails the agent (SB3 would go on training silently).
 

@@ -164,7 +164,7 @@ class OffPolicyLearner(PooledLearner):
             return
         self._min_buffer = 1
         model.train(gradient_steps=rounds * per_round, batch_size=model.batch_size)
-        self._check_finite()
+        self._after_update()
         model.policy.set_training_mode(False)
 
     # -- checkpoints -------------------------------------------------------------------------------

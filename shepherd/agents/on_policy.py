@@ -275,7 +275,7 @@ class OnPolicyLearner(PooledLearner):
         buffer.compute_returns_and_advantage(th.as_tensor(self._last_values), self._last_dones)
         self._progress_remaining()
         self.model.train()
-        self._check_finite()
+        self._after_update()
         self.model.policy.set_training_mode(False)
         self._reset_rollout()
         waiting, self._waiting = self._waiting, []

@@ -1,10 +1,14 @@
 """The pooled SB3 learners on tiny budgets: segments, waiting, handover, bootstrapping, checkpoints."""
 
+import time
+
 import numpy as np
 import pytest
 import torch as th
 
 from shepherd.agents import ActMode, AgentFailed, build_learner
+from shepherd.agents import inline
+from shepherd.agents.inline import agrees, snapshot
 from shepherd.spaces import parse_space
 
 OBS = parse_space([[4], "-inf", "inf"])
@@ -312,3 +316,82 @@ def test_the_greedy_fast_path_gives_sb3s_deterministic_actions(algorithm, action
     with th.no_grad():
         expected = learner.model.policy._predict(th.as_tensor(np.stack(batch)), deterministic=True).numpy()
     assert np.array_equal(learner._greedy(batch), expected)
+
+
+SNAPSHOT_CASES = [
+    ("PPO", 3), ("PPO", [[2], -1, 1]), ("PPO", ["MultiDiscrete", [3, 4]]), ("PPO", ["MultiBinary", 3]),
+    ("A2C", 3), ("A2C", [[2], -1, 1]), ("DQN", 3), ("SAC", [[2], -1, 1]), ("TD3", [[2], 0, 5]),
+    ("DDPG", [[2], -1, 1]),
+]
+
+
+@pytest.mark.parametrize("algorithm, action_spec", SNAPSHOT_CASES)
+def test_the_greedy_snapshot_gives_sb3s_deterministic_actions(algorithm, action_spec):
+    observation_space = parse_space([[5], "-inf", "inf"])
+    params = {"seed": 3, "policy_kwargs": {"net_arch": [32, 16], "activation_fn": "relu"}}
+    learner = build_learner(algorithm, "t", observation_space, parse_space(action_spec), params, None)
+    greedy = snapshot(learner.model.policy, observation_space)
+    assert greedy is not None
+    for i in range(64):
+        row = np.random.default_rng(i).normal(size=5).astype(np.float32)
+        with th.no_grad():
+            expected = learner.model.policy._predict(th.as_tensor(row[None]), deterministic=True).numpy()[0]
+        ours = greedy(row)
+        if np.issubdtype(expected.dtype, np.integer) or algorithm in ("PPO", "A2C") and expected.dtype == bool:
+            assert np.array_equal(ours, expected)
+        else:
+            assert np.allclose(ours, expected, atol=1e-5)
+        assert np.shape(ours) == np.shape(expected)
+    assert agrees(greedy, learner.model.policy, observation_space)
+
+
+def test_no_snapshot_where_numpy_would_not_be_sb3():
+    dict_space = parse_space({"a": [[2], -1, 1], "b": 3})
+    learner = build_learner("PPO", "t", dict_space, ACT, {"seed": 0}, None)
+    assert snapshot(learner.model.policy, dict_space) is None  # MultiInputPolicy: learner, batched
+    big = build_learner("PPO", "t", OBS, ACT, {"seed": 0, "policy_kwargs": {"net_arch": [512, 512]}}, None)
+    assert snapshot(big.model.policy, OBS) is None  # too large to run on the event loop
+    elu = build_learner("DQN", "t", OBS, ACT, {"seed": 0, "policy_kwargs": {"activation_fn": "elu"}}, None)
+    assert snapshot(elu.model.policy, OBS) is None
+
+
+def test_greedy_steps_are_answered_inline_with_the_weights_of_the_last_update(learners):
+    learner = ppo(learners)
+    assert learner.begin_episode(9, obs(0.1), GREEDY).result(10) is not None
+    assert learner._inline is not None  # the worker built a snapshot when a greedy act reached it
+    answer = learner.step(9, 1.0, obs(0.2), GREEDY)
+    assert answer.done()  # answered at once, on this thread
+    before = learner._inline
+    for actor in (1, 2):  # a full rollout from two training sessions: an update
+        learner.begin_episode(actor, obs(actor), EXPLORE).result(10)
+        for _ in range(3):
+            learner.step(actor, 1.0, obs(actor), EXPLORE).result(10)
+    learner.step(1, 1.0, obs(1), EXPLORE)
+    learner.step(2, 1.0, obs(2), EXPLORE)
+    deadline = time.monotonic() + 10
+    while learner.model._n_updates == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)
+    assert learner.model._n_updates > 0
+    assert learner._inline is not before and learner._inline is not None  # in use, so renewed
+    row = np.linspace(-1, 1, 4).astype(np.float32)
+    with th.no_grad():
+        expected = learner.model.policy._predict(th.as_tensor(row[None]), deterministic=True).numpy()[0]
+    assert learner.step(9, 0.0, row, GREEDY).result(0) == expected
+
+
+def test_a_failed_agent_answers_greedy_steps_with_its_failure(learners):
+    learner = ppo(learners)
+    learner.begin_episode(9, obs(0.1), GREEDY).result(10)
+    assert learner._inline is not None
+    learner.failure = "RuntimeError: boom"
+    with pytest.raises(AgentFailed, match="boom"):
+        learner.step(9, 1.0, obs(0.2), GREEDY).result(10)
+
+
+def test_a_snapshot_that_disagrees_with_the_policy_is_never_used(learners, monkeypatch):
+    monkeypatch.setattr(inline, "snapshot", lambda policy, space: lambda obs: np.int64(7))
+    learner = ppo(learners)
+    assert learner.begin_episode(9, obs(0.1), GREEDY).result(10) in (0, 1)
+    assert learner._inline is None and not learner._inline_possible
+    assert learner.step(9, 1.0, obs(0.2), GREEDY).result(10) in (0, 1)  # answered by the worker
