@@ -11,7 +11,8 @@ a session of its own; it drives the bare aiohttp JSON echo server (benchmarks/ec
 same body and concurrency as Shepherd, which shows what the generator and the machine can do at all.
 Everything runs on 127.0.0.1 and stops by itself.
 
-- forward: a raw torch forward of SB3's CartPole PPO policy, SB3's predict(), and a batch of 16;
+- forward: a raw torch forward of SB3's CartPole PPO policy, SB3's predict(), a batch of 16, and
+  Shepherd's two greedy paths (the learner's batch of one, the numpy snapshot of the event loop);
 - P1: one client, inference only (a session in evaluate mode): Shepherd's round trip against
   (echo round trip + raw forward), target <= 1.25x;
 - P2: 64 clients of one agent, inference only: steps/s against the echo at 64 connections (>= 0.5x)
@@ -117,9 +118,18 @@ def forward_costs() -> dict:
     with th.inference_mode():
         raw_one, raw_sixteen = per_call(raw(1)), per_call(raw(16))
     predict = per_call(lambda: model.predict(obs, deterministic=True))
-    shepherd = per_call(lambda: learner._greedy([obs]))
-    return {"raw_forward_us": raw_one, "predict_us": predict, "batch16_us": raw_sixteen,
-            "batch16_per_obs_us": raw_sixteen / 16, "shepherd_greedy_us": shepherd}
+    figures = {"raw_forward_us": raw_one, "predict_us": predict, "batch16_us": raw_sixteen,
+               "batch16_per_obs_us": raw_sixteen / 16}
+    if hasattr(learner, "_greedy"):  # (older trees, measured for before-and-after figures, lack these)
+        figures["shepherd_greedy_us"] = per_call(lambda: learner._greedy([obs]))
+    try:
+        from shepherd.agents.inline import snapshot
+    except ImportError:
+        pass
+    else:
+        greedy = snapshot(learner.model.policy, learner.observation_space)
+        figures["shepherd_snapshot_us"] = per_call(lambda: greedy(obs))
+    return figures
 
 
 def echo_runs(seconds: float, concurrencies: list[int]) -> dict:
@@ -330,8 +340,11 @@ def table(results: dict) -> list[tuple[str, str, str, str]]:
     if forward:
         rows.append(("raw policy forward / predict() / raw batch of 16",
                      f"{forward['raw_forward_us']:.0f} / {forward['predict_us']:.0f} / {forward['batch16_us']:.0f} us",
-                     f"{forward['batch16_per_obs_us']:.1f} us per observation in a batch; Shepherd's greedy "
-                     f"batch of one {forward['shepherd_greedy_us']:.0f} us", ""))
+                     f"{forward['batch16_per_obs_us']:.1f} us per observation in a batch" + "".join(
+                         f"; {label} {forward[key]:.0f} us" for key, label in (
+                             ("shepherd_greedy_us", "Shepherd's learner, greedy batch of one"),
+                             ("shepherd_snapshot_us", "its numpy snapshot, one observation")) if key in forward),
+                     ""))
     echo, shepherd = results.get("echo"), results.get("shepherd")
     if echo and shepherd:
         for codec in ("std", "orjson"):
