@@ -21,7 +21,8 @@ Everything runs on 127.0.0.1 and stops by itself.
   (>= 0.8x), same hyperparameters (RL Zoo's for CartPole);
 - P4: memory of 10,000 logged-in sessions (RSS; <= 20 KB each);
 - P5: the step path with 1,000,000 episode returns stored against none, and the cost of one append;
-- scaling: steps/s and p99 at 1, 4, 16, 64, 256 clients, Shepherd and echo, drawn in docs/scaling.png.
+- scaling: steps/s, p99 and the server's CPU time per request at 1, 4, 16, 64, 256 clients, Shepherd and
+  echo, drawn in docs/scaling.png.
 """
 
 from __future__ import annotations
@@ -138,17 +139,25 @@ def echo_runs(seconds: float, concurrencies: list[int]) -> dict:
         echo = Echo(codec)
         try:
             for n in concurrencies:
-                results[f"{codec}_{n}"] = wrk(echo.url, ["-"], n, seconds)
+                results[f"{codec}_{n}"] = measured(echo, ["-"], n, seconds)
         finally:
             echo.stop()
     return results
+
+
+def measured(server, keys: list[str], connections: int, seconds: float) -> dict:
+    """A wrk run, with the server's CPU time per request (what the server itself spends on one)."""
+    before = server.cpu_seconds()
+    summary = wrk(server.url, keys, connections, seconds)
+    summary["server_cpu_us_per_request"] = (server.cpu_seconds() - before) / max(1, summary["requests"]) * 1e6
+    return summary
 
 
 def inference_runs(seconds: float, concurrencies: list[int], data: Path) -> dict:
     server = Shepherd(PPO_PRESET, data, "--max-sessions", "0", "--rate-limit", "0")
     try:
         keys = sessions(server.url, server.keys["perf-ppo"], max(concurrencies))
-        return {str(n): wrk(server.url, keys[:n], n, seconds) for n in concurrencies}
+        return {str(n): measured(server, keys[:n], n, seconds) for n in concurrencies}
     finally:
         server.stop()
 
@@ -244,26 +253,40 @@ def memory_per_session(count: int, data: Path) -> dict:
             "kb_per_session": (after - before) * 1024 / count}
 
 
-def records(seconds: float, data: Path) -> dict:
-    """The step path with episodes ending every 10 steps, with no returns stored and with 1,000,000."""
+def records(seconds: float, data: Path, rounds: int = 3) -> dict:
+    """The step path with episodes ending every 10 steps, with no returns stored and with 1,000,000.
+
+    Both servers run side by side and are measured in turns, ``rounds`` times each, and the round with
+    the median p50 counts: this machine's speed drifts by more than the difference sought."""
+    import statistics
+
     from shepherd.storage import EpisodeReturn, ReturnLog
 
-    figures = {}
-    for stored in (0, 1_000_000):
-        folder = data / f"returns-{stored}"
-        first = Shepherd(PPO_PRESET, folder)  # creates the store, the agent and its key
-        apikey = first.keys["perf-ppo"]
-        first.stop()
-        log = folder / "agents" / "1" / "returns.jsonl"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        line = '{"time":1.0,"value":10.0,"length":10,"phase":"deploy"}\n'
-        log.write_text(line * stored)
-        server = Shepherd(PPO_PRESET, folder, "--rate-limit", "0")
-        try:
-            keys = sessions(server.url, apikey, 1)
-            figures[f"step_{stored}"] = wrk(server.url, keys, 1, seconds, done_every=10)
-        finally:
+    figures: dict = {}
+    servers, keys, logs = {}, {}, {}
+    try:
+        for stored in (0, 1_000_000):
+            folder = data / f"returns-{stored}"
+            first = Shepherd(PPO_PRESET, folder)  # creates the store, the agent and its key
+            apikey = first.keys["perf-ppo"]
+            first.stop()
+            log = logs[stored] = folder / "agents" / "1" / "returns.jsonl"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            line = '{"time":1.0,"value":10.0,"length":10,"phase":"deploy"}\n'
+            log.write_text(line * stored)
+            servers[stored] = Shepherd(PPO_PRESET, folder, "--rate-limit", "0")
+            keys[stored] = sessions(servers[stored].url, apikey, 1)
+        runs: dict[int, list[dict]] = {0: [], 1_000_000: []}
+        for _ in range(rounds):
+            for stored, server in servers.items():
+                runs[stored].append(wrk(server.url, keys[stored], 1, max(2.0, seconds / 2), done_every=10))
+        for stored, measured in runs.items():
+            median = statistics.median_low(run["p50_ms"] for run in measured)
+            figures[f"step_{stored}"] = next(run for run in measured if run["p50_ms"] == median)
+    finally:
+        for server in servers.values():
             server.stop()
+    for stored, log in logs.items():
         appends = ReturnLog(log)
         started = time.perf_counter()
         for _ in range(1000):
@@ -369,7 +392,7 @@ def table(results: dict) -> list[tuple[str, str, str, str]]:
             run, base = shepherd[str(n)], echo[f"orjson_{n}"]
             rows.append((f"scaling: {n} clients", f"{run['per_s']:,.0f}/s, p99 {run['p99_ms']:.1f} ms",
                          f"echo {base['per_s']:,.0f}/s, p99 {base['p99_ms']:.1f} ms: "
-                         f"{run['per_s'] / base['per_s']:.2f}x", ""))
+                         f"{run['per_s'] / base['per_s']:.2f}x", _cpu(run, base)))
     for algorithm, figures in results.get("p3", {}).items():
         rows.append((f"P3 training {algorithm}", f"{figures['shepherd_steps_per_s']:,.0f} steps/s",
                      f"SB3 learn() {figures['sb3_steps_per_s']:,.0f} steps/s: {figures['ratio']:.2f}x",
@@ -389,6 +412,13 @@ def table(results: dict) -> list[tuple[str, str, str, str]]:
         rows.append(("P5 one append", f"{p5['append_1000000_us']:.1f} us with 1,000,000 stored",
                      f"{p5['append_0_us']:.1f} us with none", ""))
     return rows
+
+
+def _cpu(run: dict, base: dict) -> str:
+    if "server_cpu_us_per_request" not in run:
+        return ""
+    return (f"server CPU {run['server_cpu_us_per_request']:.0f} us/request "
+            f"(echo {base['server_cpu_us_per_request']:.0f})")
 
 
 def main() -> int:
