@@ -114,8 +114,8 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
             local_key, record = store.add_api_key(runtime.record.id, "local clients of run.py --clients")
             local_key_id = record.id
             clients = await start_clients(server.url, local_key, graph.validation, args.clients)
-            watch(graph, runtime, outcome, stop)
-            monitor = asyncio.create_task(progress(graph.validation, runtime, clients, outcome, stop))
+            watch(graph, runtime.record.id, outcome, stop)
+            monitor = asyncio.create_task(progress(graph, runtime.record.id, clients, outcome, stop))
         await stop.wait()
     finally:
         if monitor is not None:
@@ -179,12 +179,13 @@ async def stop_clients(clients: list[asyncio.subprocess.Process]) -> None:
             await process.wait()
 
 
-def watch(graph: GraphManager, runtime: AgentRuntime, outcome: Outcome, stop: asyncio.Event) -> None:
-    """Decide the run's outcome from each evaluation of the validated agent."""
+def watch(graph: GraphManager, agent_id: int, outcome: Outcome, stop: asyncio.Event) -> None:
+    """Decide the run's outcome from each evaluation of the validated agent (by id: a restart of the
+    agent, from the dashboard or the admin commands, gives it a new runtime)."""
     validation = graph.validation
 
-    def on_evaluation(evaluated: AgentRuntime, result: EvaluationResult) -> None:
-        if evaluated is not runtime or outcome.code is not None:
+    def on_evaluation(runtime: AgentRuntime, result: EvaluationResult) -> None:
+        if runtime.record.id != agent_id or outcome.code is not None:
             return
         if result.mean_return >= validation.target_return:
             outcome.code = EXIT_OK
@@ -200,15 +201,19 @@ def watch(graph: GraphManager, runtime: AgentRuntime, outcome: Outcome, stop: as
     graph.evaluation_listeners.append(on_evaluation)
 
 
-async def progress(validation: PresetValidation, runtime: AgentRuntime, clients: list, outcome: Outcome,
+async def progress(graph: GraphManager, agent_id: int, clients: list, outcome: Outcome,
                    stop: asyncio.Event) -> None:
     """Print a live progress line; stop on timeout or when every client has died."""
+    validation = graph.validation
     interactive = sys.stdout.isatty()
     started = last_line = time.monotonic()
     while not stop.is_set():
         await asyncio.sleep(1.0)
         if stop.is_set():  # decided meanwhile (target reached, signal): keep that outcome
             return
+        runtime = graph.runtimes.get(agent_id)  # looked up each time: a restart replaces it
+        if runtime is None:
+            continue
         stats = runtime.stats()
         evaluation = stats.last_evaluation
         train = "-" if stats.mean_train_return is None else f"{stats.mean_train_return:.1f}"

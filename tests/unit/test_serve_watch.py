@@ -1,0 +1,24 @@
+"""`run.py --clients` decides its outcome from the validated agent's evaluations, across restarts."""
+
+import asyncio
+from types import SimpleNamespace
+
+from shepherd.cli.serve import EXIT_OK, Outcome, watch
+from shepherd.graph import PresetValidation
+from shepherd.graph.schedule import EvaluationResult
+
+
+def runtime(agent_id):
+    return SimpleNamespace(record=SimpleNamespace(id=agent_id), tracker=SimpleNamespace(finished=False))
+
+
+def test_an_evaluation_of_the_restarted_agent_still_decides_the_run():
+    graph = SimpleNamespace(validation=PresetValidation("CartPole-v1", target_return=475, max_steps=10_000),
+                            evaluation_listeners=[])
+    outcome, stop = Outcome(), asyncio.Event()
+    watch(graph, 7, outcome, stop)
+    (listener,) = graph.evaluation_listeners
+    listener(runtime(8), EvaluationResult(1, 500, 500.0, (500.0,)))  # another agent: not ours
+    assert outcome.code is None and not stop.is_set()
+    listener(runtime(7), EvaluationResult(1, 600, 480.0, (480.0,)))  # a new runtime of agent 7 (restarted)
+    assert outcome.code == EXIT_OK and stop.is_set() and "target reached" in outcome.reason
