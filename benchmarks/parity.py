@@ -9,6 +9,7 @@ normalised to the env's random-to-solved range (0 = a random policy, measured he
 
     .venv/bin/python benchmarks/parity.py                        # every algorithm, 3 seeds
     .venv/bin/python benchmarks/parity.py --algos SAC,TD3 --seeds 5
+    .venv/bin/python benchmarks/parity.py --algos A2C --seeds 10 --first-seed 10   # seeds 10..19
 """
 
 from __future__ import annotations
@@ -181,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--algos", default=",".join(CASES), help="comma-separated (default: all six)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per algorithm and way (default 3)")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="the first seed (default 0): split a long run over processes")
     parser.add_argument("--episodes", type=int, default=10, help="evaluation episodes per model (default 10)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
@@ -193,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{platform.processor() or platform.machine()}, python {platform.python_version()}, "
           f"torch {th.__version__}, {args.seeds} seeds, {args.episodes} evaluation episodes", flush=True)
     rows = []
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
     for algorithm in algorithms:
         case = CASES[algorithm]
         solved = SOLVED.get(case.env_id, gym.spec(case.env_id).reward_threshold)
@@ -200,10 +204,10 @@ def main(argv: list[str] | None = None) -> int:
         env.action_space.seed(0)
         random_return = statistics.median(
             statistics.fmean(evaluate(lambda obs: env.action_space.sample(), case.env_id, 10_000 + s,
-                                      args.episodes)) for s in range(args.seeds))
+                                      args.episodes)) for s in seeds)
         results: dict[str, list[float]] = {"sb3": [], "shepherd": []}
         seconds = {"sb3": 0.0, "shepherd": 0.0}
-        for seed in range(args.seeds):
+        for seed in seeds:
             for way, run in (("sb3", sb3_run), ("shepherd", shepherd_run)):
                 started = time.monotonic()
                 results[way].append(statistics.fmean(run(algorithm, case, seed, args.episodes)))
