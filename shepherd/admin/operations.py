@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 from shepherd.admin.errors import Forbidden, Invalid
 from shepherd.admin.names import check_name, match_agent
 from shepherd.admin.records import ActionResult, AgentView, CreatedKey, KeyView, NewAgent, Principal, UserView
-from shepherd.agents import ParameterError, algorithm_info, check_parameters, check_spaces, registry_records
+from shepherd.agents import ParameterError, check_agent, registry_records
 from shepherd.graph import AgentRuntime
 from shepherd.graph.runtime import MODEL_FILE
-from shepherd.spaces import SpaceError, parse_space
+from shepherd.spaces import SpaceError
 from shepherd.storage import AgentRecord, AlreadyExists, EpisodeReturn, NotFound
 
 if TYPE_CHECKING:
@@ -35,7 +34,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-SHARING_MODES = ("pooled",)
 CHECKPOINT_WAIT_SECONDS = 60.0
 
 
@@ -294,21 +292,11 @@ def _checked(new: NewAgent) -> tuple[str, dict[str, Any]]:
     Raises:
         Invalid: an unknown algorithm, bad spaces, spaces it cannot handle, or bad parameters.
     """
-    if new.sharing not in SHARING_MODES:
-        raise Invalid(f"knowledge sharing {new.sharing!r} is not available; use one of {', '.join(SHARING_MODES)}")
-    if not isinstance(new.parameters, dict):
-        raise Invalid("parameters must be an object of name: value")
     try:
-        info = algorithm_info(str(new.algorithm))
-        observation_space = parse_space(new.observation_space, "observation_space")
-        action_space = parse_space(new.action_space, "action_space")
-        check_spaces(info.name, observation_space, action_space)
-        values = check_parameters(info.name, new.parameters)
+        info, values = check_agent(new.algorithm, new.observation_space, new.action_space, new.parameters,
+                                   new.sharing)
     except (ParameterError, SpaceError) as error:
         raise Invalid(str(error)) from None
-    for name, value in values.items():
-        if isinstance(value, float) and not math.isfinite(value):
-            raise Invalid(f"{info.name} parameter {name!r} must be a finite number, got {value!r}")
     return info.name, values
 
 

@@ -8,6 +8,7 @@ Shepherd's own (``n_envs`` for on-policy learners, ``action_noise`` for continuo
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -25,6 +26,7 @@ from shepherd.agents.off_policy import OffPolicyLearner
 from shepherd.agents.on_policy import OnPolicyLearner
 from shepherd.agents.parameters import (LinearSchedule, Parameter, ParameterError, ParamType, coerce,
                                         from_signature)
+from shepherd.spaces import parse_space
 
 _DISCRETE = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
 _GSDE = "gSDE's exploration matrix would be shared by every client of the agent; use the default noise"
@@ -126,7 +128,8 @@ def check_parameters(algorithm: str, values: dict[str, Any]) -> dict[str, Any]:
     """Check parameter values against their types; returns them converted (``"False"`` is False).
 
     Raises:
-        ParameterError: an unknown name (the message lists the known ones) or a wrong type.
+        ParameterError: an unknown name (the message lists the known ones), a wrong type, or a float that
+            is not finite.
     """
     info = algorithm_info(algorithm)
     known = parameters(algorithm)
@@ -138,6 +141,8 @@ def check_parameters(algorithm: str, values: dict[str, Any]) -> dict[str, Any]:
         if name not in known:
             raise ParameterError(f"{info.name} has no parameter {name!r}; known: {', '.join(sorted(known))}")
         checked[name] = coerce(known[name], value)
+        if isinstance(checked[name], float) and not math.isfinite(checked[name]):
+            raise ParameterError(f"{info.name} parameter {name!r} must be a finite number, got {value!r}")
     return checked
 
 
@@ -152,6 +157,30 @@ def check_spaces(algorithm: str, observation_space: spaces.Space, action_space: 
             np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
         raise ParameterError("a Box action space needs finite low and high bounds: the policy's actions are "
                              "scaled into them")
+
+
+#: how the clients of one agent share what they learn: all of them feed one learner
+SHARING_MODES = ("pooled",)
+
+
+def check_agent(algorithm: str, observation_space: Any, action_space: Any, values: Any,
+                sharing: str = "pooled") -> tuple[Algorithm, dict[str, Any]]:
+    """Check a whole agent definition (spaces as JSON specs), as a preset or the admin service gives it;
+    returns the algorithm and the typed parameter values.
+
+    Raises:
+        ParameterError: an unknown algorithm or sharing mode, spaces the algorithm cannot handle, or a bad
+            parameter (unknown, of the wrong type, or a float that is not finite).
+        SpaceError: a space that is not valid JSON space syntax.
+    """
+    if sharing not in SHARING_MODES:
+        raise ParameterError(f"knowledge sharing {sharing!r} is not available; use one of {', '.join(SHARING_MODES)}")
+    if not isinstance(values, dict):
+        raise ParameterError("parameters must be an object of name: value")
+    info = algorithm_info(algorithm)
+    check_spaces(info.name, parse_space(observation_space, "observation_space"),
+                 parse_space(action_space, "action_space"))
+    return info, check_parameters(info.name, values)
 
 
 _ACTIVATIONS: dict[str, Callable[..., th.nn.Module]] = {

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from shepherd.agents import (AgentClosed, AgentFailed, ParameterError, algorithm_info, build_learner,
-                             check_parameters, check_spaces, parameters, registry_records)
+                             check_agent, check_parameters, parameters, registry_records)
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.graph.schedule import EvaluationResult, Schedule
 from shepherd.graph.sessions import Session, SessionTable, Unauthorized
@@ -97,14 +97,10 @@ class GraphManager:
         for spec in self.agents:
             where = f"agent {spec.name!r}"
             try:
-                info = algorithm_info(spec.algorithm)
-                check_spaces(spec.algorithm, parse_space(spec.observation_space, "observation_space"),
-                             parse_space(spec.action_space, "action_space"))
-                check_parameters(spec.algorithm, spec.parameters)
+                info, _ = check_agent(spec.algorithm, spec.observation_space, spec.action_space, spec.parameters,
+                                      spec.sharing)
             except (ParameterError, SpaceError) as error:
                 raise PresetError(f"{where}: {error}") from None
-            if spec.sharing != "pooled":
-                raise PresetError(f"{where}: knowledge sharing {spec.sharing!r} is not available; use 'pooled'")
             starts = spec.parameters.get("learning_starts")
             if not info.on_policy and starts is not None and int(starts) != self.schedule.heatup_steps:
                 raise PresetError(f"{where}: learning_starts is the schedule's heatup_steps "

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from stable_baselines3.common.noise import NormalActionNoise, OrnsteinUhlenbeckActionNoise
 
-from shepherd.agents import (ALGORITHMS, ParameterError, ParamType, check_parameters, check_spaces, parameters,
-                             registry_records, sb3_arguments)
+from shepherd.agents import (ALGORITHMS, ParameterError, ParamType, check_agent, check_parameters, check_spaces,
+                             parameters, registry_records, sb3_arguments)
 from shepherd.agents.parameters import LinearSchedule
 from shepherd.spaces import parse_space
 
@@ -128,3 +128,29 @@ def test_registry_records_carry_the_continuous_flag():
     assert all(p["type"] in (1, 2, 3, 4, 5) for p in params)
     assert {p["algorithm"] for p in params} == set(ALGORITHMS)
     assert np.all([isinstance(p["doc"], str) for p in params])
+
+
+@pytest.mark.parametrize("algorithm, obs, act, values, sharing, words", [
+    ("PPO", [[4], -1, 1], 2, {"learning_rate": "nan"}, "pooled", "'learning_rate' must be a finite number"),
+    ("PPO", [[4], -1, 1], 2, {}, "federated", "knowledge sharing 'federated' is not available"),
+    ("PPO", [[4], -1, 1], 2, ["gamma", 0.9], "pooled", "parameters must be an object"),
+    ("SAC", [[4], -1, 1], 2, {}, "pooled", "SAC cannot handle Discrete actions"),
+    ("XYZ", [[4], -1, 1], 2, {}, "pooled", "unknown algorithm 'XYZ'"),
+])
+def test_an_agent_definition_is_checked_whole_in_one_place(algorithm, obs, act, values, sharing, words):
+    with pytest.raises(ParameterError, match=words):
+        check_agent(algorithm, obs, act, values, sharing)
+
+
+def test_a_preset_and_the_admin_service_refuse_the_same_definitions():
+    from shepherd.admin.errors import Invalid
+    from shepherd.admin.operations import _checked
+    from shepherd.admin.records import NewAgent
+    from shepherd.graph import AgentSpec, GraphManager, PresetError
+
+    bad = {"learning_rate": float("inf")}
+    with pytest.raises(PresetError, match="agent 'a': PPO parameter 'learning_rate' must be a finite number"):
+        GraphManager([AgentSpec("a", "ppo", [[4], -1, 1], 2, bad)]).check()
+    with pytest.raises(Invalid, match="PPO parameter 'learning_rate' must be a finite number"):
+        _checked(NewAgent("alice", "a", "ppo", [[4], -1, 1], 2, bad))
+    assert _checked(NewAgent("alice", "a", "ppo", [[4], -1, 1], 2, {"gamma": "0.9"})) == ("PPO", {"gamma": 0.9})
