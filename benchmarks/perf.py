@@ -121,6 +121,7 @@ def forward_costs() -> dict:
     predict = per_call(lambda: model.predict(obs, deterministic=True))
     figures = {"raw_forward_us": raw_one, "predict_us": predict, "batch16_us": raw_sixteen,
                "batch16_per_obs_us": raw_sixteen / 16}
+    learner = getattr(learner, "algorithm", learner)  # (older trees: the learner itself)
     if hasattr(learner, "_greedy"):  # (older trees, measured for before-and-after figures, lack these)
         figures["shepherd_greedy_us"] = per_call(lambda: learner._greedy([obs]))
     try:

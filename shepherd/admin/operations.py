@@ -14,18 +14,15 @@ ends the agent's sessions before its learner stops.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shepherd.admin.errors import Forbidden, Invalid
 from shepherd.admin.names import check_name, match_agent
 from shepherd.admin.records import ActionResult, AgentView, CreatedKey, KeyView, NewAgent, Principal, UserView
-from shepherd.agents import ParameterError, check_agent, registry_records
+from shepherd.agents import ParameterError, check_agent, checkpoint, registry_records
 from shepherd.graph import AgentRuntime
-from shepherd.graph.runtime import MODEL_FILE
 from shepherd.spaces import SpaceError
 from shepherd.storage import AgentRecord, AlreadyExists, EpisodeReturn, NotFound
 
@@ -67,7 +64,7 @@ class Operations:
         return None if self.graph is None else self.graph.runtimes.get(agent_id)
 
     def _model_path(self, agent_id: int) -> Path:
-        return self.store.agent_folder(agent_id) / MODEL_FILE
+        return checkpoint.model_path(self.store.agent_folder(agent_id))
 
     def _owner_name(self, record: AgentRecord) -> str:
         try:
@@ -104,7 +101,7 @@ class Operations:
         elif self.graph is not None and record.id in self.graph.failures:
             live.update(phase="failed", failure=self.graph.failures[record.id])
         else:
-            live.update(phase="stopped", steps=_checkpoint_steps(path) if model else 0)
+            live.update(phase="stopped", steps=checkpoint.saved_steps(path) if model else 0)
         return AgentView(id=record.id, owner=self._owner_name(record), name=record.name,
                          algorithm=record.algorithm, observation_space=record.observation_space,
                          action_space=record.action_space, parameters=dict(record.parameters),
@@ -316,13 +313,3 @@ def _unlink(path: Path) -> bool:
     except FileNotFoundError:
         return False
     return True
-
-
-def _checkpoint_steps(path: Path) -> int:
-    """The step count saved in a checkpoint (0 if it cannot be read)."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            state = json.loads(archive.read("shepherd.json"))
-        return int(state.get("schedule", {}).get("steps", 0))
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
-        return 0

@@ -15,7 +15,8 @@ ones up to float rounding (numpy's and torch's float32 matrix products may round
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import logging
+from typing import Any, Callable, Mapping, Union
 
 import gymnasium as gym
 import numpy as np
@@ -25,11 +26,17 @@ from stable_baselines3.common.distributions import (BernoulliDistribution, Categ
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.torch_layers import FlattenExtractor
 
+from shepherd.agents.core import WeightSource
+
+logger = logging.getLogger(__name__)
+
 #: the largest actor (in weights) answered on the event loop: about 30 us for one observation on this
 #: machine's cores; larger ones are answered by the learner, batched, where a batch amortises them
 MAX_WEIGHTS = 100_000
 
 Greedy = Callable[[Any], np.ndarray]
+#: one step of a plan: a linear layer's weight and bias names, or an activation
+Step = Union[tuple[str, Union[str, None]], Callable[[np.ndarray], np.ndarray]]
 _ACTIVATIONS: dict[type, Callable[[np.ndarray], np.ndarray]] = {
     th.nn.Tanh: np.tanh,
     th.nn.ReLU: lambda x: np.maximum(x, 0),
@@ -39,14 +46,60 @@ _ACTIVATIONS: dict[type, Callable[[np.ndarray], np.ndarray]] = {
 
 
 def snapshot(policy: Any, observation_space: gym.Space) -> Greedy | None:
-    """A function from one observation to SB3's deterministic action (before `_env_action`), computed
-    with numpy from a copy of ``policy``'s weights now; None if this policy is not served that way."""
+    """A function from one observation to SB3's deterministic action (before the action transform),
+    computed with numpy from a copy of ``policy``'s weights now; None if this policy is not served that way."""
+    found = plan(policy, observation_space)
+    return None if found is None else found.bind(weights_of(policy))
+
+
+def weights_of(policy: th.nn.Module) -> dict[str, np.ndarray]:
+    """A copy of a policy's weights as numpy arrays, by ``state_dict`` name."""
+    return {name: tensor.detach().cpu().numpy().copy() for name, tensor in policy.state_dict().items()}
+
+
+class Plan:
+    """The shape of a policy's greedy path (layers by weight name, activations, the head), without weights.
+
+    Built once from the policy; `bind` makes the numpy function of a set of published weights.
+    """
+
+    def __init__(self, steps: list[Step], head: Callable[[np.ndarray], np.ndarray]) -> None:
+        self.steps = steps
+        self.head = head
+
+    def bind(self, arrays: Mapping[str, np.ndarray]) -> Greedy:
+        """The greedy function with these weights (arrays by ``state_dict`` name, as `weights_of` gives)."""
+        layers: list[tuple[np.ndarray, np.ndarray] | Callable[[np.ndarray], np.ndarray]] = []
+        for step in self.steps:
+            if isinstance(step, tuple):
+                weight = np.ascontiguousarray(arrays[step[0]].T)  # (in, out): x @ weight
+                bias = arrays[step[1]] if step[1] is not None else np.zeros(weight.shape[1], dtype=np.float32)
+                layers.append((weight, bias))
+            else:
+                layers.append(step)
+        head = self.head
+
+        def greedy(obs: Any) -> np.ndarray:
+            x = np.asarray(obs, dtype=np.float32).reshape(-1)
+            for layer in layers:
+                if isinstance(layer, tuple):
+                    x = x @ layer[0] + layer[1]
+                else:
+                    x = layer(x)
+            return head(x)
+
+        return greedy
+
+
+def plan(policy: Any, observation_space: gym.Space) -> Plan | None:
+    """The greedy plan of a policy, or None if numpy cannot serve it (see the module's docstring)."""
     if not (isinstance(observation_space, gym.spaces.Box) and len(observation_space.shape) == 1):
         return None
     try:
-        return _build(policy)
+        found = _build(policy)
     except _Unsupported:
         return None
+    return found
 
 
 def agrees(greedy: Greedy, policy: Any, observation_space: gym.Space, samples: int = 8) -> bool:
@@ -68,37 +121,39 @@ class _Unsupported(Exception):
     pass
 
 
-def _build(policy: Any) -> Greedy:
+def _build(policy: Any) -> Plan:
     if isinstance(policy, ActorCriticPolicy):  # PPO, A2C
         _flat(policy.pi_features_extractor)
-        layers = _layers(policy.mlp_extractor.policy_net) + _layers(policy.action_net)
-        return _head(layers, policy.action_dist)
+        steps = _layers(policy.mlp_extractor.policy_net, "mlp_extractor.policy_net.") + _layers(
+            policy.action_net, "action_net.")
+        return _sized(policy, steps, _head(policy.action_dist))
     q_net = getattr(policy, "q_net", None)
     if q_net is not None and hasattr(q_net, "q_net"):  # DQN: the argmax of the Q-values
         _flat(q_net.features_extractor)
-        return _with(_layers(q_net.q_net), lambda out: out.argmax())
+        return _sized(policy, _layers(q_net.q_net, "q_net.q_net."), lambda out: out.argmax())
     actor = getattr(policy, "actor", None)
     if actor is not None and hasattr(actor, "latent_pi"):  # SAC: the mode of a squashed Gaussian
         if getattr(actor, "use_sde", False):
             raise _Unsupported("gSDE")
         _flat(actor.features_extractor)
-        return _with(_layers(actor.latent_pi) + _layers(actor.mu), np.tanh)
+        return _sized(policy, _layers(actor.latent_pi, "actor.latent_pi.") + _layers(actor.mu, "actor.mu."),
+                      np.tanh)
     if actor is not None and hasattr(actor, "mu"):  # TD3, DDPG: the deterministic actor (ends in tanh)
         _flat(actor.features_extractor)
-        return _with(_layers(actor.mu), lambda out: out)
+        return _sized(policy, _layers(actor.mu, "actor.mu."), lambda out: out)
     raise _Unsupported(type(policy).__name__)
 
 
-def _head(layers: list, distribution: Any) -> Greedy:
+def _head(distribution: Any) -> Callable[[np.ndarray], np.ndarray]:
     if isinstance(distribution, CategoricalDistribution):
-        return _with(layers, lambda out: out.argmax())
+        return lambda out: out.argmax()
     if isinstance(distribution, MultiCategoricalDistribution):
         bounds = np.cumsum(distribution.action_dims)[:-1]
-        return _with(layers, lambda out: np.array([part.argmax() for part in np.split(out, bounds)]))
+        return lambda out: np.array([part.argmax() for part in np.split(out, bounds)])
     if isinstance(distribution, BernoulliDistribution):
-        return _with(layers, lambda out: (out > 0).astype(np.float32))  # round(sigmoid(logit)), as torch
+        return lambda out: (out > 0).astype(np.float32)  # round(sigmoid(logit)), as torch
     if isinstance(distribution, DiagGaussianDistribution):
-        return _with(layers, lambda out: out)  # the mean
+        return lambda out: out  # the mean
     raise _Unsupported(type(distribution).__name__)
 
 
@@ -107,32 +162,75 @@ def _flat(extractor: Any) -> None:
         raise _Unsupported(type(extractor).__name__)
 
 
-def _layers(module: th.nn.Module) -> list[tuple[np.ndarray, np.ndarray] | Callable]:
-    """The module as numpy steps: (weight, bias) pairs for linear layers, functions for activations."""
+def _layers(module: th.nn.Module, prefix: str) -> list[Step]:
+    """The module as steps: (weight name, bias name) for linear layers, functions for activations."""
     if isinstance(module, th.nn.Sequential):
-        return [step for child in module for step in _layers(child)]
+        return [step for index, child in enumerate(module) for step in _layers(child, f"{prefix}{index}.")]
     if isinstance(module, th.nn.Linear):
-        weight = module.weight.detach().numpy().T.copy()  # (in, out): x @ weight
-        bias = (module.bias.detach().numpy().copy() if module.bias is not None
-                else np.zeros(weight.shape[1], dtype=np.float32))
-        return [(weight, bias)]
+        return [(f"{prefix}weight", f"{prefix}bias" if module.bias is not None else None)]
     activation = _ACTIVATIONS.get(type(module))
     if activation is None:
         raise _Unsupported(type(module).__name__)
     return [activation]
 
 
-def _with(layers: list, head: Callable[[np.ndarray], np.ndarray]) -> Greedy:
-    if sum(step[0].size + step[1].size for step in layers if isinstance(step, tuple)) > MAX_WEIGHTS:
+def _sized(policy: th.nn.Module, steps: list[Step], head: Callable[[np.ndarray], np.ndarray]) -> Plan:
+    state = policy.state_dict()
+    size = sum(state[name].numel() for step in steps if isinstance(step, tuple) for name in step if name)
+    if size > MAX_WEIGHTS:
         raise _Unsupported("too large for the event loop")
+    return Plan(steps, head)
 
-    def greedy(obs: Any) -> np.ndarray:
-        x = np.asarray(obs, dtype=np.float32).reshape(-1)
-        for step in layers:
-            if isinstance(step, tuple):
-                x = x @ step[0] + step[1]
-            else:
-                x = step(x)
-        return head(x)
 
-    return greedy
+class GreedyActor:
+    """Greedy actions on the caller's thread, from the weights a learner publishes (`WeightSource`).
+
+    It acts only with the learner's current version: when none is published yet, or the published one is
+    older, `act` returns None (the learner answers that step) and asking makes the learner publish anew.
+    """
+
+    def __init__(self, plan: Plan, source: WeightSource, to_env: Callable[[np.ndarray], Any], name: str) -> None:
+        self.plan = plan
+        self.source = source
+        self.to_env = to_env
+        self.name = name
+        self.broken = False
+        self._greedy: Greedy | None = None
+        self._version = -1
+
+    def act(self, obs: Any) -> tuple[Any, int] | None:
+        """The action for ``obs`` and the policy version that chose it, or None: ask the learner."""
+        if self.broken:
+            return None
+        weights = self.source.latest_weights()
+        if weights is None or weights.version != self.source.version:
+            return None
+        if weights.version != self._version:
+            self._greedy, self._version = self.plan.bind(weights.arrays), weights.version
+        try:
+            return self.to_env(self._greedy(obs)), weights.version  # type: ignore[misc]
+        except Exception:  # a snapshot's bug must cost speed, not the request: the learner answers it
+            logger.exception("agent %s: the greedy snapshot failed; the learner answers instead", self.name)
+            self.broken = True
+            return None
+
+    def prepare(self) -> None:
+        """Greedy steps are coming: have the learner publish its current weights."""
+        self.source.latest_weights()
+
+    def forget(self) -> None:
+        """Drop the bound weights (the learner's were replaced)."""
+        self._greedy, self._version = None, -1
+
+
+def greedy_actor(policy: Any, observation_space: gym.Space, source: WeightSource,
+                 to_env: Callable[[np.ndarray], Any], name: str) -> GreedyActor | None:
+    """A greedy actor for a policy that numpy can serve and that agrees with torch on its current
+    weights; None otherwise. Call it before the learner starts (it reads the policy)."""
+    found = plan(policy, observation_space)
+    if found is None:
+        return None
+    if not agrees(found.bind(weights_of(policy)), policy, observation_space):
+        logger.warning("agent %s: the greedy snapshot disagrees with the policy; not used", name)
+        return None
+    return GreedyActor(found, source, to_env, name)

@@ -33,7 +33,8 @@ from stable_baselines3.common.noise import ActionNoise
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.type_aliases import TrainFrequencyUnit
 
-from shepherd.agents.base import ActMode, Kind, Message, PooledLearner, reply, stack_observations
+from shepherd.agents.core import ActMode, Kind, Request
+from shepherd.agents.sb3 import SB3Algorithm, stack_observations
 
 logger = logging.getLogger(__name__)
 
@@ -47,11 +48,11 @@ class _Actor:
     noise: ActionNoise | None = None
 
 
-class OffPolicyLearner(PooledLearner):
+class OffPolicyAdapter(SB3Algorithm):
     """An SB3 off-policy algorithm (DQN, SAC, TD3, DDPG) fed by many sessions through one replay buffer."""
 
     def __init__(self, model: OffPolicyAlgorithm, name: str, total_steps: int | None) -> None:
-        super().__init__(model, name, total_steps)
+        super().__init__(model, name, total_steps, scaled_actions=True)  # SB3's off-policy actors act in [-1, 1]
         if model.train_freq.unit is not TrainFrequencyUnit.STEP:
             raise ValueError("train_freq must be counted in steps for a pooled learner, not episodes")
         self._actors: dict[int, _Actor] = {}
@@ -63,7 +64,7 @@ class OffPolicyLearner(PooledLearner):
         model.policy.set_training_mode(False)
 
     # -- the worker's work -------------------------------------------------------------------------
-    def _process(self, messages: list[Message]) -> None:
+    def process(self, messages: list[Request]) -> None:
         acting = []
         for message in messages:
             if message.kind is Kind.DROP:
@@ -86,7 +87,7 @@ class OffPolicyLearner(PooledLearner):
         if acting:
             self._act(acting)
 
-    def _act(self, messages: list[Message]) -> None:
+    def _act(self, messages: list[Request]) -> None:
         """Answer act requests; those that need the policy share one forward pass."""
         randomly = [self._acts_randomly(m) for m in messages]
         needed = [m.obs for m, r in zip(messages, randomly) if not r]
@@ -94,13 +95,13 @@ class OffPolicyLearner(PooledLearner):
         row = 0
         for message, is_random in zip(messages, randomly):
             if message.mode is ActMode.GREEDY:
-                reply(message, self._env_action(greedy[row]))
+                self.answer(message, greedy[row])
                 row += 1
                 continue
             if is_random:
                 buffer_action = self._random_action()
                 if self._box:
-                    buffer_action = self.model.policy.scale_action(buffer_action)
+                    buffer_action = self.actions.to_policy(buffer_action)
             else:
                 buffer_action = explore[row]
                 row += 1
@@ -108,14 +109,14 @@ class OffPolicyLearner(PooledLearner):
             if self._box:
                 if actor is not None and actor.noise is not None:
                     buffer_action = np.clip(buffer_action + actor.noise(), -1, 1)
-                action = self.model.policy.unscale_action(buffer_action)
+                action = self.actions.to_env(buffer_action)
             else:
                 action = buffer_action
             if actor is not None:
                 actor.obs, actor.action = message.obs, buffer_action
-            reply(message, action)
+            self.answer_env(message, action)
 
-    def _acts_randomly(self, message: Message) -> bool:
+    def _acts_randomly(self, message: Request) -> bool:
         """SB3's choice between a random action and the policy's (DQN: epsilon-greedy)."""
         if message.mode is ActMode.GREEDY:
             return False
@@ -138,7 +139,7 @@ class OffPolicyLearner(PooledLearner):
         shape = (-1, *self.action_space.shape)
         return explore.numpy().reshape(shape), greedy.numpy().reshape(shape)
 
-    def _store(self, actor: _Actor, message: Message) -> None:
+    def _store(self, actor: _Actor, message: Request) -> None:
         done = message.kind is Kind.END
         model = self.model
         model.replay_buffer.add(
@@ -164,7 +165,7 @@ class OffPolicyLearner(PooledLearner):
             return
         self._min_buffer = 1
         model.train(gradient_steps=rounds * per_round, batch_size=model.batch_size)
-        self._after_update()
+        self.after_update()
         model.policy.set_training_mode(False)
 
     # -- checkpoints -------------------------------------------------------------------------------

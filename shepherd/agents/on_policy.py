@@ -14,6 +14,7 @@ the next writer starts with ``episode_start`` set, so GAE never crosses from one
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -25,7 +26,8 @@ from stable_baselines3.common.distributions import (BernoulliDistribution, Categ
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.torch_layers import FlattenExtractor
 
-from shepherd.agents.base import ActMode, Kind, Message, PooledLearner, now, reply, stack_observations
+from shepherd.agents.core import ActMode, Kind, Outcome, Request
+from shepherd.agents.sb3 import SB3Algorithm, stack_observations
 
 logger = logging.getLogger(__name__)
 
@@ -41,19 +43,20 @@ class _Actor:
     last_seen: float = 0.0
 
 
-class OnPolicyLearner(PooledLearner):
+class OnPolicyAdapter(SB3Algorithm):
     """PPO or A2C (any SB3 on-policy algorithm) fed by segments from many sessions."""
 
     #: a session holding a segment while others wait for one loses it after this many idle seconds
     handover_timeout = 5.0
 
     def __init__(self, model: OnPolicyAlgorithm, name: str, total_steps: int | None) -> None:
-        super().__init__(model, name, total_steps)
+        # SB3 clips a Gaussian policy's actions to the box, and unscales squashed (gSDE) ones
+        super().__init__(model, name, total_steps, scaled_actions=bool(getattr(model.policy, "squash_output", False)))
         self.buffer: RolloutBuffer | DictRolloutBuffer = model.rollout_buffer
         self.n_steps = model.n_steps
         self.n_segments = model.n_envs
         self._actors: dict[int, _Actor] = {}
-        self._waiting: list[Message] = []
+        self._waiting: list[Request] = []
         self._reset_rollout()
         model.policy.set_training_mode(False)
         # float vectors through SB3's flatten extractor: the greedy path can hand them to the layers as they are
@@ -122,7 +125,7 @@ class OnPolicyLearner(PooledLearner):
         greedy = distribution.get_actions(deterministic=True)
         return sampled.numpy(), greedy.numpy(), distribution.log_prob(sampled).numpy()
 
-    def _process(self, messages: list[Message]) -> None:
+    def process(self, messages: list[Request]) -> None:
         # what needs the policy: every act, and the end of an episode that is learned from (its value)
         forward = [m for m in messages if m.kind is not Kind.DROP and (m.kind is not Kind.END or m.mode.learns)]
         if forward and not any(m.mode.learns for m in forward):
@@ -133,18 +136,18 @@ class OnPolicyLearner(PooledLearner):
             self._train()
         elif self._waiting and self._free_segment():  # a session ended or left: its segment is free again
             waiting, self._waiting = self._waiting, []
-            self._process(waiting)
+            self.process(waiting)
 
-    def _learn_and_act(self, messages: list[Message], forward: list[Message]) -> None:
+    def _learn_and_act(self, messages: list[Request], forward: list[Request]) -> None:
         """Complete transitions, claim segments, and answer every act with one forward pass."""
         row_of: dict[int, int] = {}
         if forward:
             values, latent_pi = self._evaluate([m.obs for m in forward])
             row_of = {id(m): i for i, m in enumerate(forward)}
-        acting: list[tuple[Message, _Actor]] = []
+        acting: list[tuple[Request, _Actor]] = []
         for message in messages:
             actor = self._actors.setdefault(message.actor, _Actor())
-            actor.last_seen = now()
+            actor.last_seen = time.monotonic()
             if message.kind is Kind.DROP:
                 self._drop(message.actor)
                 continue
@@ -157,7 +160,7 @@ class OnPolicyLearner(PooledLearner):
                 self._leave_segment(actor, bootstrap=False)
                 actor.new_episode = True
             elif message.mode is ActMode.RANDOM:  # on-policy heatup is refused by the graph; never stored
-                reply(message, self._random_action())
+                self.answer_env(message, self._random_action())
             elif (message.mode is ActMode.EXPLORE and actor.segment is None
                   and self._claim(message.actor, actor) is None and not self.draining):
                 message.kind = Kind.ACT  # its transition is stored; only the action waits for the update
@@ -170,13 +173,13 @@ class OnPolicyLearner(PooledLearner):
             for j, (message, actor) in enumerate(acting):
                 self._act(actor, message, sampled[j], greedy[j], float(values[rows[j]]), float(log_probs[j]))
 
-    def _answer_greedy(self, messages: list[Message], forward: list[Message]) -> None:
+    def _answer_greedy(self, messages: list[Request], forward: list[Request]) -> None:
         """A batch that nothing learns from: greedy actions, and the bookkeeping of ends and departures."""
         greedy = self._greedy([m.obs for m in forward])
         row_of = {id(m): i for i, m in enumerate(forward)}
         for message in messages:
             actor = self._actors.setdefault(message.actor, _Actor())
-            actor.last_seen = now()
+            actor.last_seen = time.monotonic()
             if message.kind is Kind.DROP:
                 self._drop(message.actor)
                 continue
@@ -184,25 +187,25 @@ class OnPolicyLearner(PooledLearner):
                 self._leave_segment(actor, bootstrap=message.kind is Kind.BEGIN)
                 actor.new_episode = True
             if message.kind is not Kind.END:
-                reply(message, self._env_action(greedy[row_of[id(message)]]))
+                self.answer(message, greedy[row_of[id(message)]])
 
     def _free_segment(self) -> bool:
         return any(o is None and p < self.n_steps for o, p in zip(self._owner, self._position))
 
-    def _act(self, actor: _Actor, message: Message, sampled, greedy, value: float, log_prob: float) -> None:
+    def _act(self, actor: _Actor, message: Request, sampled, greedy, value: float, log_prob: float) -> None:
         """Reply with the greedy action, or write the sampled one down the actor's segment and reply with it."""
         if message.mode is ActMode.GREEDY:
-            reply(message, self._env_action(greedy))
+            self.answer(message, greedy)
             return
         segment = actor.segment
         if segment is None:  # the server is stopping: answer, but learn nothing more from it
-            reply(message, self._env_action(sampled))
+            self.answer(message, sampled)
             return
         row = int(self._position[segment])
         self._write_row(row, segment, message.obs, sampled, value, log_prob,
                         start=actor.new_episode or actor.fresh_segment)
         actor.pending, actor.new_episode, actor.fresh_segment = True, False, False
-        reply(message, self._env_action(sampled))
+        self.answer(message, sampled)
 
     def _write_row(self, row: int, segment: int, obs, action, value: float, log_prob: float,
                    start: bool) -> None:
@@ -217,7 +220,7 @@ class OnPolicyLearner(PooledLearner):
         buffer.log_probs[row, segment] = log_prob
         buffer.episode_starts[row, segment] = float(start)
 
-    def _complete(self, actor: _Actor, message: Message, next_value: float) -> None:
+    def _complete(self, actor: _Actor, message: Request, next_value: float) -> None:
         """Store the reward of the pending row; bootstrap a time limit with the next value."""
         segment = actor.segment
         row = int(self._position[segment])
@@ -263,8 +266,7 @@ class OnPolicyLearner(PooledLearner):
             self._leave_segment(actor, bootstrap=True)
         for message in [m for m in self._waiting if m.actor == actor_id]:
             self._waiting.remove(message)
-            if message.future is not None and not message.future.done():
-                message.future.cancel()
+            self.refuse(message, Outcome.DROPPED)
 
     def _rollout_full(self) -> bool:
         return self._rows_left == 0
@@ -275,18 +277,18 @@ class OnPolicyLearner(PooledLearner):
         buffer.compute_returns_and_advantage(th.as_tensor(self._last_values), self._last_dones)
         self._progress_remaining()
         self.model.train()
-        self._after_update()
+        self.after_update()
         self.model.policy.set_training_mode(False)
         self._reset_rollout()
         waiting, self._waiting = self._waiting, []
         if waiting:
-            self._process(waiting)
+            self.process(waiting)
 
-    def _idle(self) -> None:
+    def idle(self) -> None:
         """Hand segments of stalled sessions over when others are waiting for one."""
         if not self._waiting or self._free_segment():
             return
-        deadline = now() - self.handover_timeout
+        deadline = time.monotonic() - self.handover_timeout
         stalled = [a for a in self._actors.values() if a.segment is not None and a.last_seen < deadline]
         if not stalled:
             return
@@ -294,16 +296,15 @@ class OnPolicyLearner(PooledLearner):
             logger.info("agent %s: a stalled session hands its segment over", self.name)
             self._leave_segment(actor, bootstrap=True)
         waiting, self._waiting = self._waiting, []
-        self._process(waiting)
+        self.process(waiting)
 
-    def _drain(self) -> None:
+    def drain(self) -> None:
         waiting, self._waiting = self._waiting, []
         if waiting:
-            self._process(waiting)
+            self.process(waiting)
 
-    def _stop_waiting(self, error: Exception) -> None:
+    def stop_waiting(self, outcome: Outcome, detail: str) -> None:
         waiting, self._waiting = self._waiting, []
         for message in waiting:
-            if message.future is not None and not message.future.done():
-                message.future.set_exception(error)
+            self.refuse(message, outcome, detail)
 

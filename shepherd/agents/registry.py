@@ -21,11 +21,13 @@ from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.noise import ActionNoise, NormalActionNoise, OrnsteinUhlenbeckActionNoise
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from shepherd.agents.base import PooledLearner, SpacesEnv
-from shepherd.agents.off_policy import OffPolicyLearner
-from shepherd.agents.on_policy import OnPolicyLearner
+from shepherd.agents import inline
+from shepherd.agents.off_policy import OffPolicyAdapter
+from shepherd.agents.on_policy import OnPolicyAdapter
 from shepherd.agents.parameters import (LinearSchedule, Parameter, ParameterError, ParamType, coerce,
                                         from_signature)
+from shepherd.agents.sb3 import SB3Algorithm, SpacesEnv
+from shepherd.agents.worker import ThreadedLearner
 from shepherd.spaces import parse_space
 
 _DISCRETE = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
@@ -38,18 +40,18 @@ _OFF_POLICY_EXCLUDED = (
 
 @dataclass(frozen=True)
 class Algorithm:
-    """An SB3 algorithm, the learner that pools it, and which action spaces it handles."""
+    """An SB3 algorithm, the family adapter that feeds it, and which action spaces it handles."""
 
     name: str
     sb3_class: type[BaseAlgorithm]
-    learner: type[PooledLearner]
+    family: type[SB3Algorithm]
     action_spaces: tuple[type[spaces.Space], ...]
     # parameters SB3 has but a pooled learner cannot honour, with the reason
     excluded: tuple[tuple[str, str], ...] = ()
 
     @property
     def on_policy(self) -> bool:
-        return self.learner is OnPolicyLearner
+        return self.family is OnPolicyAdapter
 
     @property
     def continuous(self) -> bool:
@@ -58,16 +60,16 @@ class Algorithm:
 
 
 ALGORITHMS: dict[str, Algorithm] = {
-    "PPO": Algorithm("PPO", PPO, OnPolicyLearner, _DISCRETE,
+    "PPO": Algorithm("PPO", PPO, OnPolicyAdapter, _DISCRETE,
                      (("use_sde", _GSDE), ("sde_sample_freq", _GSDE))),
-    "A2C": Algorithm("A2C", A2C, OnPolicyLearner, _DISCRETE,
+    "A2C": Algorithm("A2C", A2C, OnPolicyAdapter, _DISCRETE,
                      (("use_sde", _GSDE), ("sde_sample_freq", _GSDE))),
-    "DQN": Algorithm("DQN", DQN, OffPolicyLearner, (spaces.Discrete,), _OFF_POLICY_EXCLUDED),
-    "SAC": Algorithm("SAC", SAC, OffPolicyLearner, (spaces.Box,),
+    "DQN": Algorithm("DQN", DQN, OffPolicyAdapter, (spaces.Discrete,), _OFF_POLICY_EXCLUDED),
+    "SAC": Algorithm("SAC", SAC, OffPolicyAdapter, (spaces.Box,),
                      _OFF_POLICY_EXCLUDED + (("use_sde", _GSDE), ("sde_sample_freq", _GSDE),
                                              ("use_sde_at_warmup", _GSDE))),
-    "TD3": Algorithm("TD3", TD3, OffPolicyLearner, (spaces.Box,), _OFF_POLICY_EXCLUDED),
-    "DDPG": Algorithm("DDPG", DDPG, OffPolicyLearner, (spaces.Box,), _OFF_POLICY_EXCLUDED),
+    "TD3": Algorithm("TD3", TD3, OffPolicyAdapter, (spaces.Box,), _OFF_POLICY_EXCLUDED),
+    "DDPG": Algorithm("DDPG", DDPG, OffPolicyAdapter, (spaces.Box,), _OFF_POLICY_EXCLUDED),
 }
 
 # Constructor arguments that are Shepherd's business, not the user's.
@@ -244,8 +246,8 @@ def policy_name(observation_space: spaces.Space) -> str:
 
 
 def build_learner(algorithm: str, name: str, observation_space: spaces.Space, action_space: spaces.Space,
-                  values: dict[str, Any], total_steps: int | None) -> PooledLearner:
-    """Build a fresh SB3 model for the spaces and wrap it in its pooled learner (not yet started).
+                  values: dict[str, Any], total_steps: int | None) -> ThreadedLearner:
+    """Build a fresh SB3 model for the spaces, wrapped in its family's adapter on a worker (not yet started).
 
     Raises:
         ParameterError: bad parameters or spaces the algorithm cannot handle.
@@ -257,9 +259,11 @@ def build_learner(algorithm: str, name: str, observation_space: spaces.Space, ac
     try:
         model = info.sb3_class(policy_name(observation_space), env, device="cpu", verbose=0, **kwargs)
         model.set_logger(Logger(folder=None, output_formats=[]))
-        return info.learner(model, name, total_steps)
+        adapter = info.family(model, name, total_steps)
     except (ValueError, AssertionError, TypeError, KeyError) as error:
         raise ParameterError(f"{info.name} rejected its parameters: {error}") from None
+    greedy = inline.greedy_actor(model.policy, observation_space, adapter, adapter.actions.to_env, name)
+    return ThreadedLearner(adapter, greedy)
 
 
 def registry_records() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -135,9 +135,8 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
 def announce(graph: GraphManager, url: str, data: Path, keys: dict[str, str], admin_token: str = "") -> None:
     print(f"Shepherd serving preset {graph.name} at {url}  (data: {data.resolve()})")
     for runtime in graph.runtimes.values():
-        learner = runtime.learner
         print(f"  agent {runtime.record.name}: {runtime.record.algorithm}, {runtime.tracker.steps} steps so far, "
-              f"observations {learner.observation_space}, actions {learner.action_space}")
+              f"observations {runtime.observation_space}, actions {runtime.action_space}")
     for agent_id, reason in graph.failures.items():
         print(f"  agent id {agent_id} is not served: it {reason} (restart it from the admin commands)")
     print(f"Clients POST to {url}/shepherd/login_user/ with {{\"apikey\": ...}}, then to {url}/shepherd/env/")

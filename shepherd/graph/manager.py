@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from shepherd.agents import (AgentClosed, AgentFailed, ParameterError, algorithm_info, build_learner,
+from shepherd.agents import (AgentClosed, AgentFailed, Deliver, ParameterError, algorithm_info, build_learner,
                              check_agent, check_parameters, parameters, registry_records)
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.graph.schedule import EvaluationResult, Schedule
@@ -80,6 +80,8 @@ class GraphManager:
         self.failures: dict[int, str] = {}  # stored agents whose learner could not be built, and why
         self.restarting: set[int] = set()
         self.sessions = SessionTable()
+        #: how learners hand answers to the thread that drives the graph (the server sets its event loop's)
+        self.deliver: Deliver | None = None
         self.evaluation_listeners: list[Callable[[AgentRuntime, EvaluationResult], None]] = []
 
     # -- checking ------------------------------------------------------------------------------
@@ -199,7 +201,7 @@ class GraphManager:
 
     def install(self, runtime: AgentRuntime) -> None:
         """Start a built runtime's learner and serve it to new sessions (on the event loop)."""
-        runtime.learner.start()
+        runtime.learner.start(self.deliver)
         self.runtimes[runtime.record.id] = runtime
         self.failures.pop(runtime.record.id, None)
         self.restarting.discard(runtime.record.id)

@@ -11,14 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from shepherd.agents import PooledLearner
+from shepherd.agents import ThreadedLearner, checkpoint as checkpoint_format
 from shepherd.graph.schedule import EvaluationResult, PhaseTracker, Schedule
 from shepherd.level import Episode, Phase
+from shepherd.spaces import parse_space
 from shepherd.storage import AgentRecord, EpisodeReturn, Store, StoreError
 
 logger = logging.getLogger(__name__)
-
-MODEL_FILE = "model.zip"
 
 
 @dataclass(frozen=True)
@@ -43,9 +42,11 @@ class AgentRuntime:
     work on its own thread.
     """
 
-    def __init__(self, record: AgentRecord, learner: PooledLearner, schedule: Schedule, store: Store,
+    def __init__(self, record: AgentRecord, learner: ThreadedLearner, schedule: Schedule, store: Store,
                  on_evaluation: Callable[[AgentRuntime, EvaluationResult], None] | None = None) -> None:
         self.record = record
+        self.observation_space = parse_space(record.observation_space)
+        self.action_space = parse_space(record.action_space)
         self.learner = learner
         self.schedule = schedule
         self.store = store
@@ -64,7 +65,7 @@ class AgentRuntime:
 
     @property
     def model_path(self) -> Path:
-        return self.store.agent_folder(self.record.id) / MODEL_FILE
+        return checkpoint_format.model_path(self.store.agent_folder(self.record.id))
 
     def resume(self) -> bool:
         """Load the last checkpoint if there is one; returns whether it did.

@@ -13,7 +13,6 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from shepherd.agents.base import Deliver
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.level import LevelManager
 from shepherd.storage import new_secret
@@ -97,8 +96,6 @@ class SessionTable:
 
     def __init__(self, max_per_agent: int | None = None) -> None:
         self.max_per_agent = max_per_agent
-        #: how the learners hand actions to the sessions' owner (the server sets its event loop's)
-        self.deliver: Deliver | None = None
         self._by_key: dict[str, Session] = {}
         self._actor_ids = itertools.count(1)
 
@@ -113,7 +110,7 @@ class SessionTable:
         if self.max_per_agent is not None and runtime.sessions >= self.max_per_agent:
             raise TooManySessions(f"agent {runtime.record.name} has its maximum of {self.max_per_agent} "
                                   "sessions; log out unused ones or retry later")
-        level = LevelManager(next(self._actor_ids), runtime, evaluate_only, self.deliver)
+        level = LevelManager(next(self._actor_ids), runtime, evaluate_only)
         session = Session(new_secret(), level, runtime, client_id)
         self._by_key[session.key] = session
         runtime.sessions += 1

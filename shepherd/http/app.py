@@ -60,7 +60,7 @@ async def login_user(request: web.Request) -> web.Response:
         raise
     throttle.succeeded(address)
     _count_request(request.app, session)
-    learner = session.runtime.learner
+    learner = session.runtime
     return _json({"ok": True, "session_key": session.key, "agent": session.runtime.record.name,
                   "observation_space": space_to_json(learner.observation_space),
                   "action_space": space_to_json(learner.action_space)})
@@ -71,7 +71,7 @@ async def env_step(request: web.Request) -> web.Response:
     graph = request.app[GRAPH]
     session = graph.session(session_key(data))
     _count_request(request.app, session)
-    learner = session.runtime.learner
+    learner = session.runtime
     step = parse_step(data, learner.observation_space)
     if step is None:
         graph.logout(session.key)
@@ -157,7 +157,7 @@ async def _graph_context(app: web.Application) -> AsyncIterator[None]:
     store = await asyncio.to_thread(Store, config.data)
     graph = config.graph_manager
     graph.sessions.max_per_agent = config.max_sessions_per_agent
-    graph.sessions.deliver = asyncio.get_running_loop().call_soon_threadsafe
+    graph.deliver = asyncio.get_running_loop().call_soon_threadsafe
     try:
         app[CREATED_KEYS] = await asyncio.to_thread(graph.create_graph, store)
     except BaseException:

@@ -13,7 +13,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from shepherd.agents.base import ActMode, Deliver, PooledLearner
+from shepherd.agents import ActMode, ThreadedLearner
 
 
 class Phase(enum.Enum):
@@ -39,7 +39,7 @@ class Episode:
 class EpisodeHost(Protocol):
     """What a LevelManager needs from the graph: the learner and the agent's schedule."""
 
-    learner: PooledLearner
+    learner: ThreadedLearner
 
     def begin_episode(self) -> Phase: ...
 
@@ -55,12 +55,10 @@ class LevelManager:
     future action, or None when the episode ended (the reply is then ``{"action": null}``).
     """
 
-    def __init__(self, actor_id: int, host: EpisodeHost, evaluate_only: bool = False,
-                 deliver: Deliver | None = None) -> None:
+    def __init__(self, actor_id: int, host: EpisodeHost, evaluate_only: bool = False) -> None:
         self.actor_id = actor_id
         self.host = host
         self.evaluate_only = evaluate_only
-        self.deliver = deliver  # how the learner hands this session's actions over (see agents.base.Deliver)
         self.episode: Episode | None = None
         self.steps = 0
         self.closed = False
@@ -73,7 +71,7 @@ class LevelManager:
                 return None
             phase = Phase.DEPLOY if self.evaluate_only else self.host.begin_episode()
             self.episode = Episode(phase)
-            return learner.begin_episode(self.actor_id, obs, MODES[phase], self.deliver)
+            return learner.begin_episode(self.actor_id, obs, MODES[phase])
         episode.total += reward
         episode.length += 1
         self.steps += 1
@@ -84,7 +82,7 @@ class LevelManager:
             self.episode = None
             self.host.end_episode(episode, completed=True)
             return None
-        return learner.step(self.actor_id, reward, obs, mode, self.deliver)
+        return learner.step(self.actor_id, reward, obs, mode)
 
     def close(self) -> None:
         """End the session: an unfinished episode is abandoned, the learner closes its partial data."""

@@ -198,7 +198,7 @@ async def _settle(client, runtime):
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         await asyncio.sleep(0.1)
-        if len(client.graph.sessions) == 0 and not runtime.learner._actors:
+        if len(client.graph.sessions) == 0 and not runtime.learner.algorithm._actors:
             return
     raise AssertionError("sessions or learner actors were not released")
 

@@ -17,7 +17,7 @@ async def test_a_step_waiting_for_an_update_is_answered_when_the_server_stops(tm
     graph = GraphManager(owner="tests", schedule=Schedule(), agents=[
         AgentSpec("pole", "PPO", [[4], "-inf", "inf"], 2, {"n_envs": 2, "n_steps": 4, "batch_size": 8})])
     server = await RunningServer.start(ServerConfig(graph, tmp_path / "data"), "127.0.0.1", 0)
-    graph.runtime().learner.handover_timeout = 600  # the holder keeps its segment: nothing frees it
+    graph.runtime().learner.algorithm.handover_timeout = 600  # the holder keeps its segment: nothing frees it
     url = server.url + "/shepherd/"
     async with aiohttp.ClientSession() as http:
         async def post(path, body):

@@ -62,18 +62,18 @@ def test_ppo_fills_segments_then_trains_and_answers_the_waiting(learners):
 def test_ppo_bootstraps_a_time_limit_and_a_vanished_session(learners):
     learner = ppo(learners, gamma=0.5)
     captured = {}
-    real_compute = learner.buffer.compute_returns_and_advantage
+    real_compute = learner.algorithm.buffer.compute_returns_and_advantage
 
     def capture(last_values, dones):  # runs just before the update, with the rollout's policy
-        captured["rewards"] = learner.buffer.rewards.copy()
-        captured["starts"] = learner.buffer.episode_starts.copy()
+        captured["rewards"] = learner.algorithm.buffer.rewards.copy()
+        captured["starts"] = learner.algorithm.buffer.episode_starts.copy()
         captured["dones"] = dones.copy()
         with th.no_grad():
             values = learner.model.policy.predict_values(th.as_tensor(np.stack([obs(2), obs(4)])))
         captured["v_terminal"], captured["v_pending"] = values.flatten().tolist()
         real_compute(last_values, dones)
 
-    learner.buffer.compute_returns_and_advantage = capture
+    learner.algorithm.buffer.compute_returns_and_advantage = capture
     # actor 1: a 2-step episode cut by a time limit, segment 0 rows 0-1
     learner.begin_episode(1, obs(0), EXPLORE).result(10)
     learner.step(1, 1.0, obs(1), EXPLORE).result(10)
@@ -98,7 +98,7 @@ def test_ppo_bootstraps_a_time_limit_and_a_vanished_session(learners):
 
 def test_ppo_hands_a_stalled_segment_over(learners):
     learner = ppo(learners)
-    learner.handover_timeout = 0.2
+    learner.algorithm.handover_timeout = 0.2
     learner.begin_episode(1, obs(0), EXPLORE).result(10)
     learner.begin_episode(2, obs(0), EXPLORE).result(10)
     for _ in range(3):
@@ -288,7 +288,7 @@ def test_sac_checkpoint_keeps_its_entropy_coefficient(tmp_path):
         fresh.restore(tmp_path / "sac.zip")
         assert learner.model.log_ent_coef.item() != 0.0
         assert fresh.model.log_ent_coef.item() == learner.model.log_ent_coef.item()
-        assert fresh.steps == 30 and fresh._min_buffer == 256  # an empty buffer refills before training
+        assert fresh.steps == 30 and fresh.algorithm._min_buffer == 256  # an empty buffer refills before training
     finally:
         learner.close()
 
@@ -315,7 +315,7 @@ def test_the_greedy_fast_path_gives_sb3s_deterministic_actions(algorithm, action
     batch = [np.random.default_rng(i).normal(size=5).astype(np.float32) for i in range(64)]
     with th.no_grad():
         expected = learner.model.policy._predict(th.as_tensor(np.stack(batch)), deterministic=True).numpy()
-    assert np.array_equal(learner._greedy(batch), expected)
+    assert np.array_equal(learner.algorithm._greedy(batch), expected)
 
 
 SNAPSHOT_CASES = [
@@ -358,10 +358,10 @@ def test_no_snapshot_where_numpy_would_not_be_sb3():
 def test_greedy_steps_are_answered_inline_with_the_weights_of_the_last_update(learners):
     learner = ppo(learners)
     assert learner.begin_episode(9, obs(0.1), GREEDY).result(10) is not None
-    assert learner._inline is not None  # the worker built a snapshot when a greedy act reached it
+    before = learner.algorithm.latest_weights()
+    assert before is not None  # published by the worker when a greedy episode began
     answer = learner.step(9, 1.0, obs(0.2), GREEDY)
-    assert answer.done()  # answered at once, on this thread
-    before = learner._inline
+    assert answer.done() and answer.policy_version == 0  # answered at once, on this thread
     for actor in (1, 2):  # a full rollout from two training sessions: an update
         learner.begin_episode(actor, obs(actor), EXPLORE).result(10)
         for _ in range(3):
@@ -373,25 +373,27 @@ def test_greedy_steps_are_answered_inline_with_the_weights_of_the_last_update(le
         time.sleep(0.01)
     time.sleep(0.1)
     assert learner.model._n_updates > 0
-    assert learner._inline is not before and learner._inline is not None  # in use, so renewed
+    renewed = learner.algorithm.latest_weights()
+    assert renewed is not None and renewed.version == learner.algorithm.version > before.version  # in use
     row = np.linspace(-1, 1, 4).astype(np.float32)
     with th.no_grad():
         expected = learner.model.policy._predict(th.as_tensor(row[None]), deterministic=True).numpy()[0]
-    assert learner.step(9, 0.0, row, GREEDY).result(0) == expected
+    answer = learner.step(9, 0.0, row, GREEDY)
+    assert answer.done() and answer.result(0) == expected and answer.policy_version == renewed.version
 
 
 def test_a_failed_agent_answers_greedy_steps_with_its_failure(learners):
     learner = ppo(learners)
     learner.begin_episode(9, obs(0.1), GREEDY).result(10)
-    assert learner._inline is not None
+    assert learner.step(9, 1.0, obs(0.2), GREEDY).done()  # the snapshot answers
     learner.failure = "RuntimeError: boom"
     with pytest.raises(AgentFailed, match="boom"):
         learner.step(9, 1.0, obs(0.2), GREEDY).result(10)
 
 
 def test_a_snapshot_that_disagrees_with_the_policy_is_never_used(learners, monkeypatch):
-    monkeypatch.setattr(inline, "snapshot", lambda policy, space: lambda obs: np.int64(7))
+    monkeypatch.setattr(inline.Plan, "bind", lambda plan, arrays: lambda obs: np.int64(7))
     learner = ppo(learners)
+    assert learner.greedy is None
     assert learner.begin_episode(9, obs(0.1), GREEDY).result(10) in (0, 1)
-    assert learner._inline is None and not learner._inline_possible
     assert learner.step(9, 1.0, obs(0.2), GREEDY).result(10) in (0, 1)  # answered by the worker

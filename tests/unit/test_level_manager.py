@@ -15,11 +15,11 @@ class FakeLearner:
         future.set_result(value)
         return future
 
-    def begin_episode(self, actor, obs, mode, deliver=None):
+    def begin_episode(self, actor, obs, mode):
         self.calls.append(("begin", actor, obs, mode))
         return self._future("a0")
 
-    def step(self, actor, reward, obs, mode, deliver=None):
+    def step(self, actor, reward, obs, mode):
         self.calls.append(("step", actor, reward, obs, mode))
         return self._future("a1")
 

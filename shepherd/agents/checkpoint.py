@@ -1,0 +1,53 @@
+"""The checkpoint: where an agent's model file lives and what it holds, known in this one place.
+
+A checkpoint is stable-baselines3's own zip (loadable with ``PPO.load``) with one more member,
+``shepherd.json``: the learner's counters (``learner``) and the graph's schedule progress (``schedule``).
+It is written to a temporary file and renamed, so a reader never sees half of one.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from shepherd.storage.files import atomic_write_bytes
+
+MODEL_FILE = "model.zip"
+STATE_MEMBER = "shepherd.json"
+
+
+def model_path(agent_folder: Path) -> Path:
+    """Where an agent's checkpoint lives in its folder."""
+    return agent_folder / MODEL_FILE
+
+
+def write(path: Path, model_zip: bytes, learner: dict[str, Any], state: dict[str, Any]) -> None:
+    """Add the counters and ``state`` to SB3's zip and write it atomically to ``path``."""
+    buffer = io.BytesIO(model_zip)
+    with zipfile.ZipFile(buffer, "a") as archive:
+        archive.writestr(STATE_MEMBER, json.dumps({"learner": learner, **state}))
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def read_state(path: Path) -> dict[str, Any]:
+    """What `write` added: ``{"learner": ..., "schedule": ...}``.
+
+    Raises:
+        OSError, KeyError, ValueError, zipfile.BadZipFile: the file is missing or not a checkpoint.
+    """
+    with zipfile.ZipFile(path) as archive:
+        state = json.loads(archive.read(STATE_MEMBER))
+    if not isinstance(state, dict):
+        raise ValueError(f"{STATE_MEMBER} in {path} is not an object")
+    return state
+
+
+def saved_steps(path: Path) -> int:
+    """The schedule's step count saved in a checkpoint (0 if there is none or it cannot be read)."""
+    try:
+        return int(read_state(path).get("schedule", {}).get("steps", 0))
+    except (OSError, KeyError, ValueError, TypeError, AttributeError, zipfile.BadZipFile):
+        return 0

@@ -1,0 +1,163 @@
+"""The engine room's interfaces: what a learner is fed, what it answers, and the plain data in between.
+
+A learner is fed episodes by many actors (one per client session), in Dopamine's push style, and answers
+every act request with an action and the policy version that chose it::
+
+    learner.start(deliver)                                  # once: how answers reach the caller's thread
+    action = learner.begin_episode(actor, obs, mode)        # a future action
+    while episode goes on:
+        action = learner.step(actor, reward, obs, mode)     # completes (obs, action, reward), acts anew
+    learner.end_episode(actor, reward, obs, truncated, mode)
+    learner.end_actor(actor)                                # the session is gone: close its partial data
+
+Between the caller and the learner's worker only plain data travels (`Request`, `Answer`): a ticket
+number stands for the caller's future, so a learner could sit in another process behind the same calls.
+Weights leave a learner as `VersionedWeights` (numpy arrays and a version) through a `WeightSource`: the
+greedy snapshot, an export or another process pull them from there.
+"""
+
+from __future__ import annotations
+
+import enum
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Protocol, Union
+
+import numpy as np
+
+#: an observation as the learner takes it: an array, or a dict of arrays for a ``Dict`` space
+Observation = Union[np.ndarray, Mapping[str, np.ndarray]]
+#: an action as the client gets it before JSON: an integer, or an array in the action space's shape
+EnvAction = Union[int, np.integer, np.ndarray]
+#: how a caller wants answers run on its own thread (for an asyncio caller, ``loop.call_soon_threadsafe``)
+Deliver = Callable[[Callable[[], None]], Any]
+
+
+class ActMode(enum.Enum):
+    """How an action is chosen, and whether the learner learns from the step."""
+
+    RANDOM = "random"  # heatup: uniform random actions, transitions stored
+    EXPLORE = "explore"  # training: the learner's exploration policy, transitions stored
+    GREEDY = "greedy"  # evaluation and deployment: deterministic policy, nothing stored
+
+    @property
+    def learns(self) -> bool:
+        return self is not ActMode.GREEDY
+
+
+class AgentFailed(RuntimeError):
+    """The learner stopped after an error; the message gives the reason."""
+
+
+class AgentClosed(RuntimeError):
+    """The learner was shut down (server stopping or agent restarted)."""
+
+
+class Kind(enum.Enum):
+    """What a `Request` asks of the learner."""
+
+    BEGIN = 1  # new episode: act on its first observation
+    STEP = 2  # complete the pending transition, act on the new observation
+    END = 3  # complete the pending transition; the episode is over
+    ACT = 4  # act only (a request put back to wait, for example for a free rollout segment)
+    DROP = 5  # the actor is gone: close its partial data
+
+
+@dataclass(eq=False)
+class Request:
+    """One episode message to a learner; plain data. ``ticket`` names the answer the caller waits for
+    (0: none is awaited)."""
+
+    kind: Kind
+    actor: int
+    obs: Any = None
+    reward: float = 0.0
+    truncated: bool = False
+    mode: ActMode = ActMode.GREEDY
+    ticket: int = 0
+
+
+class Outcome(enum.Enum):
+    """How a request was answered."""
+
+    ACTION = 1
+    FAILED = 2  # the learner failed: ``detail`` is the reason
+    CLOSED = 3  # the learner was shut down
+    DROPPED = 4  # the actor ended while its request waited
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The answer to one ticket; plain data. ``version`` is the policy version that chose ``action``."""
+
+    ticket: int
+    outcome: Outcome
+    action: Any = None
+    version: int = 0
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class VersionedWeights:
+    """A policy's weights at one version, as numpy arrays by SB3's ``state_dict`` names."""
+
+    version: int
+    arrays: Mapping[str, np.ndarray] = field(repr=False)
+
+
+class ActionFuture(Future):  # type: ignore[type-arg]
+    """A future action that also tells which policy version chose it (set before its result)."""
+
+    policy_version: int = 0
+
+
+class WeightSource(Protocol):
+    """Versioned weights, published by a learner after its updates."""
+
+    @property
+    def version(self) -> int:
+        """The version of the learner's current weights (one more after every update)."""
+
+    def latest_weights(self) -> VersionedWeights | None:
+        """The last weights published, or None before any; asking makes the learner publish from now on."""
+
+
+class Learner(Protocol):
+    """Episodes fed by many actors; answers handed back with the function given to `start`."""
+
+    name: str
+    failure: str | None
+
+    @property
+    def steps(self) -> int:
+        """Transitions learned from so far."""
+
+    def start(self, deliver: Deliver | None = None) -> None:
+        """Start the worker; ``deliver`` runs each batch's answers on the caller's thread (None: on the
+        learner's)."""
+
+    def begin_episode(self, actor: int, obs: Observation, mode: ActMode) -> ActionFuture: ...
+
+    def step(self, actor: int, reward: float, obs: Observation, mode: ActMode) -> ActionFuture: ...
+
+    def end_episode(self, actor: int, reward: float, obs: Observation, truncated: bool, mode: ActMode) -> None: ...
+
+    def end_actor(self, actor: int) -> None: ...
+
+    def drain(self) -> None:
+        """The server is stopping: answer every held-back request now, and never hold one back again."""
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Stop after everything queued so far is handled."""
+
+
+class Checkpointable(Protocol):
+    """A learner whose state (weights, optimizer, counters) is saved to and loaded from one file."""
+
+    def checkpoint(self, path: Path, state: dict[str, Any]) -> Future:  # type: ignore[type-arg]
+        """Write the learner's state with ``state`` (the schedule's) to ``path``, atomically, on the
+        learner's thread; the future gives ``path`` when written."""
+
+    def restore(self, path: Path) -> dict[str, Any]:
+        """Load a checkpoint before `start`; returns the state saved with it."""

@@ -1,0 +1,181 @@
+"""What every stable-baselines3 family adapter shares: the model, answers, versioned weights, checkpoints.
+
+An adapter is the `Algorithm` a `ThreadedLearner` drives: it keeps SB3's policy, buffers, ``train()`` and
+save format, and replaces only SB3's collection loop, because here the clients, not the learner, drive
+time. The on-policy and off-policy families subclass `SB3Algorithm` (``on_policy.py``, ``off_policy.py``).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch as th
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.save_util import load_from_zip_file, recursive_setattr
+
+from shepherd.agents import checkpoint
+from shepherd.agents.core import Answer, Outcome, Request, VersionedWeights
+from shepherd.agents.inline import weights_of
+from shepherd.agents.transforms import ActionTransform, Identity, ObservationTransform
+
+logger = logging.getLogger(__name__)
+
+
+class SpacesEnv(gym.Env):
+    """An environment that only carries spaces: the remote client, not SB3, drives time."""
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space) -> None:
+        self.observation_space = observation_space
+        self.action_space = action_space
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> Any:
+        raise RuntimeError("a Shepherd agent's environment is driven by its remote clients")
+
+    def step(self, action: Any) -> Any:
+        raise RuntimeError("a Shepherd agent's environment is driven by its remote clients")
+
+
+def stack_observations(observations: list[Any]) -> Any:
+    """Stack single observations (arrays, or dicts of arrays) into one batch."""
+    first = observations[0]
+    if isinstance(first, dict):
+        return {key: np.stack([obs[key] for obs in observations]) for key in first}
+    return np.stack([np.asarray(obs) for obs in observations])
+
+
+class SB3Algorithm:
+    """An SB3 model as a worker's `Algorithm`, and the `WeightSource` of its policy.
+
+    Subclasses implement `process` (and, if they hold requests back, `drain` and `stop_waiting`).
+    """
+
+    def __init__(self, model: BaseAlgorithm, name: str, total_steps: int | None, scaled_actions: bool) -> None:
+        self.model = model
+        self.name = name
+        self.total_steps = total_steps
+        self.observation_space = model.observation_space
+        self.action_space = model.action_space
+        self.draining = False
+        self.observations: ObservationTransform = Identity()
+        self.actions = ActionTransform(model.action_space, scaled_actions)
+        self._answers: list[Answer] = []
+        self._version = 0
+        self._published: VersionedWeights | None = None
+        self._wanted = False  # someone asked for weights: publish them after updates
+
+    @property
+    def steps(self) -> int:
+        """Transitions learned from so far (SB3's ``num_timesteps``)."""
+        return int(self.model.num_timesteps)
+
+    # -- answers ---------------------------------------------------------------------------------
+    def answer(self, request: Request, policy_action: Any) -> None:
+        """Answer an act request with a policy output, through the action transform."""
+        self.answer_env(request, self.actions.to_env(policy_action))
+
+    def answer_env(self, request: Request, action: Any) -> None:
+        """Answer an act request with an action already in the client's space."""
+        if request.ticket:
+            self._answers.append(Answer(request.ticket, Outcome.ACTION, action, self._version))
+
+    def refuse(self, request: Request, outcome: Outcome, detail: str = "") -> None:
+        if request.ticket:
+            self._answers.append(Answer(request.ticket, outcome, detail=detail))
+
+    def take_answers(self) -> list[Answer]:
+        answers, self._answers = self._answers, []
+        return answers
+
+    # -- the WeightSource ------------------------------------------------------------------------
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def latest_weights(self) -> VersionedWeights | None:
+        self._wanted = True
+        return self._published
+
+    def before_batch(self) -> None:
+        published = self._published
+        if self._wanted and (published is None or published.version != self._version):
+            self._publish()
+
+    def _publish(self) -> None:
+        self._published = VersionedWeights(self._version, weights_of(self.model.policy))
+
+    # -- hooks -----------------------------------------------------------------------------------
+    def process(self, requests: list[Request]) -> None:
+        raise NotImplementedError
+
+    def idle(self) -> None:
+        pass
+
+    def drain(self) -> None:
+        pass
+
+    def stop_waiting(self, outcome: Outcome, detail: str) -> None:
+        pass
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    def write_checkpoint(self, path: Path, state: dict[str, Any]) -> None:
+        buffer = io.BytesIO()
+        self.model.save(buffer)
+        counters = {**self._counters(), "version": self._version, "observations": self.observations.state()}
+        checkpoint.write(path, buffer.getvalue(), counters, state)
+        logger.info("agent %s checkpointed at %d steps", self.name, self.steps)
+
+    def restore(self, path: Path) -> dict[str, Any]:
+        state = checkpoint.read_state(path)
+        _, params, variables = load_from_zip_file(path, device="cpu")
+        self.model.set_parameters(params, exact_match=True, device="cpu")
+        for name, tensor in (variables or {}).items():  # e.g. SAC's entropy coefficient, not in set_parameters
+            recursive_setattr(self.model, f"{name}.data", tensor.data)
+        counters = state.get("learner", {})
+        self._restore_counters(counters)
+        self._version = int(counters.get("version", self.model._n_updates))
+        self.observations.load(counters.get("observations", {}))
+        self._published = None
+        return state
+
+    def _counters(self) -> dict[str, Any]:
+        return {"num_timesteps": int(self.model.num_timesteps), "n_updates": int(self.model._n_updates)}
+
+    def _restore_counters(self, counters: dict[str, Any]) -> None:
+        self.model.num_timesteps = int(counters.get("num_timesteps", 0))
+        self.model._n_updates = int(counters.get("n_updates", 0))
+
+    # -- helpers for subclasses ------------------------------------------------------------------
+    def after_update(self) -> None:
+        """After every update of the weights: check them, count a new version, and publish it if wanted."""
+        self._check_finite()
+        self._version += 1
+        if self._wanted:
+            self._wanted = False  # published once more; a reader asking again keeps it coming
+            self._publish()
+
+    def _check_finite(self) -> None:
+        """After an update: a NaN or infinite weight fails the agent (SB3 would go on training silently).
+
+        Raises:
+            FloatingPointError: naming the update; the worker marks the agent failed with it.
+        """
+        for name, parameter in self.model.policy.named_parameters():
+            if not bool(th.isfinite(parameter).all()):
+                raise FloatingPointError(
+                    f"update {self.model._n_updates} made the policy's {name} NaN or infinite (a learning rate "
+                    "too high, or rewards too large?); restart the agent with other parameters")
+
+    def _progress_remaining(self) -> None:
+        """Set SB3's progress (1 -> 0 over the training budget) that drives its schedules."""
+        if self.total_steps:
+            self.model._update_current_progress_remaining(self.model.num_timesteps, self.total_steps)
+        else:
+            self.model._current_progress_remaining = 1.0
+
+    def _random_action(self) -> Any:
+        return self.action_space.sample()

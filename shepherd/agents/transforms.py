@@ -1,0 +1,70 @@
+"""The transform stage between a client and a policy: observations in, actions out.
+
+A learner and its greedy snapshot apply the same stage, so an action is the same whichever answers it.
+Today the stage is SB3's own action handling (scaling into [-1, 1] and back, clipping to a ``Box``);
+observation filters (normalisation, frame stacking) belong here too, as further `ObservationTransform`s,
+with their statistics saved by `state` in the checkpoint.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+from gymnasium import spaces
+
+from shepherd.agents.core import Observation
+
+
+class ObservationTransform(Protocol):
+    """A filter from the client's observation to the policy's input."""
+
+    def __call__(self, obs: Observation) -> Observation: ...
+
+    def state(self) -> dict[str, Any]:
+        """Statistics to save with a checkpoint."""
+
+    def load(self, state: dict[str, Any]) -> None: ...
+
+
+class Identity:
+    """No observation filter: the policy sees what the client sends."""
+
+    def __call__(self, obs: Observation) -> Observation:
+        return obs
+
+    def state(self) -> dict[str, Any]:
+        return {}
+
+    def load(self, state: dict[str, Any]) -> None:
+        pass
+
+
+class ActionTransform:
+    """SB3's action handling for one policy: what the client gets for a policy output, and back.
+
+    Off-policy policies and squashed (gSDE) ones act in [-1, 1] and are unscaled into a ``Box``; other
+    Gaussian policies are clipped to it, as SB3's ``predict`` does. Discrete actions pass unchanged.
+    """
+
+    def __init__(self, action_space: spaces.Space, scaled: bool) -> None:
+        self.box = isinstance(action_space, spaces.Box)
+        self.scaled = self.box and scaled
+        if self.box:
+            assert isinstance(action_space, spaces.Box)
+            self.low = action_space.low
+            self.high = action_space.high
+
+    def to_env(self, action: Any) -> Any:
+        """The action the client gets for a policy output."""
+        if not self.box:
+            return action
+        if self.scaled:
+            return self.low + 0.5 * (np.asarray(action) + 1.0) * (self.high - self.low)
+        return np.clip(action, self.low, self.high)
+
+    def to_policy(self, action: Any) -> Any:
+        """A client-space action as the policy (and a replay buffer) sees it: scaled into [-1, 1]."""
+        if not self.scaled:
+            return action
+        return 2.0 * ((np.asarray(action) - self.low) / (self.high - self.low)) - 1.0

@@ -1,0 +1,267 @@
+"""The batching worker: one thread and one queue in front of any learner algorithm.
+
+`ThreadedLearner` is the `Learner` that callers hold. It turns calls into plain `Request`s with a ticket,
+queues them, and keeps the caller's futures by ticket. Its thread drains everything pending and hands the
+run to the algorithm (`Algorithm.process`), which answers act requests with one batched forward pass; the
+batch's `Answer`s then go back to the caller's thread with one wake-up (the ``deliver`` given to `start`).
+A greedy step is answered on the caller's thread at once when the algorithm's weights can be served by a
+numpy snapshot (`shepherd.agents.inline.GreedyActor`).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch as th
+
+from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFailed, Answer, Deliver, Kind,
+                                  Observation, Outcome, Request)
+from shepherd.agents.inline import GreedyActor
+
+logger = logging.getLogger(__name__)
+
+
+class Algorithm(Protocol):
+    """What the worker drives: one learning algorithm, called only on the worker's thread."""
+
+    name: str
+    draining: bool
+
+    @property
+    def steps(self) -> int: ...
+
+    def process(self, requests: list[Request]) -> None:
+        """Handle episode requests in arrival order; answer every act with one batched forward pass."""
+
+    def take_answers(self) -> list[Answer]:
+        """The answers given since the last call."""
+
+    def idle(self) -> None:
+        """Housekeeping, called when the queue was quiet for a while."""
+
+    def drain(self) -> None:
+        """Answer every request held back, without learning from it."""
+
+    def stop_waiting(self, outcome: Outcome, detail: str) -> None:
+        """Answer every request held back with a refusal."""
+
+    def before_batch(self) -> None:
+        """Called before each batch (publish weights that someone waits for)."""
+
+    def write_checkpoint(self, path: Path, state: dict[str, Any]) -> None: ...
+
+    def restore(self, path: Path) -> dict[str, Any]: ...
+
+
+@dataclass(eq=False)
+class _Control:
+    """A request to the worker itself, not to the algorithm."""
+
+    what: str  # "checkpoint", "drain" or "stop"
+    future: Future | None = None  # type: ignore[type-arg]
+    payload: Any = None
+
+
+class ThreadedLearner:
+    """An `Algorithm` on a worker thread, behind the `Learner` calls; every call is thread-safe."""
+
+    #: how long the worker sleeps when idle before calling `Algorithm.idle` (seconds)
+    tick = 0.5
+
+    def __init__(self, algorithm: Algorithm, greedy: GreedyActor | None = None) -> None:
+        self.algorithm = algorithm
+        self.name = algorithm.name
+        self.failure: str | None = None
+        self.greedy = greedy
+        self._queue: queue.SimpleQueue[Request | _Control] = queue.SimpleQueue()
+        self._futures: dict[int, ActionFuture] = {}
+        self._tickets = iter(range(1, 1 << 62))
+        self._deliver: Deliver | None = None
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name=f"learner-{self.name}", daemon=True)
+
+    @property
+    def model(self) -> Any:
+        """The algorithm's model (SB3's), for reading: touch it only while the worker is stopped."""
+        return getattr(self.algorithm, "model", None)
+
+    # -- the Learner calls, from any thread ------------------------------------------------------
+    @property
+    def steps(self) -> int:
+        return self.algorithm.steps
+
+    def start(self, deliver: Deliver | None = None) -> None:
+        self._deliver = deliver
+        self._thread.start()
+
+    def begin_episode(self, actor: int, obs: Observation, mode: ActMode) -> ActionFuture:
+        if mode is ActMode.GREEDY and self.greedy is not None:
+            self.greedy.prepare()  # the episode's next steps can be answered at once
+        return self._ask(Request(Kind.BEGIN, actor, obs, 0.0, False, mode))
+
+    def step(self, actor: int, reward: float, obs: Observation, mode: ActMode) -> ActionFuture:
+        if mode is ActMode.GREEDY and self.greedy is not None and self.failure is None and not self._closed:
+            answered = self.greedy.act(obs)
+            if answered is not None:
+                future = ActionFuture()
+                future.policy_version = answered[1]
+                future.set_result(answered[0])
+                return future
+        return self._ask(Request(Kind.STEP, actor, obs, reward, False, mode))
+
+    def end_episode(self, actor: int, reward: float, obs: Observation, truncated: bool, mode: ActMode) -> None:
+        self._put(Request(Kind.END, actor, obs, reward, truncated, mode))
+
+    def end_actor(self, actor: int) -> None:
+        self._put(Request(Kind.DROP, actor))
+
+    def checkpoint(self, path: Path, state: dict[str, Any]) -> Future:  # type: ignore[type-arg]
+        future: Future = Future()  # type: ignore[type-arg]
+        if self._refused(future):
+            return future
+        self._queue.put(_Control("checkpoint", future, (path, state)))
+        return future
+
+    def restore(self, path: Path) -> dict[str, Any]:
+        state = self.algorithm.restore(path)
+        if self.greedy is not None:
+            self.greedy.forget()
+        return state
+
+    def drain(self) -> None:
+        self._queue.put(_Control("drain"))
+
+    def close(self, timeout: float = 60.0) -> None:
+        if not self._closed:
+            self._closed = True
+            self._queue.put(_Control("stop"))
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def _ask(self, request: Request) -> ActionFuture:
+        future = ActionFuture()
+        if not self._refused(future):
+            request.ticket = next(self._tickets)
+            self._futures[request.ticket] = future
+            self._queue.put(request)
+        return future
+
+    def _put(self, request: Request) -> None:
+        if self.failure is None and not self._closed:
+            self._queue.put(request)
+
+    def _refused(self, future: Future) -> bool:  # type: ignore[type-arg]
+        if self.failure is not None:
+            future.set_exception(AgentFailed(self.failure))
+        elif self._closed:
+            future.set_exception(AgentClosed(f"agent {self.name} is shut down"))
+        else:
+            return False
+        return True
+
+    # -- answers, on the caller's thread ---------------------------------------------------------
+    def _hand_over(self, answers: list[Answer]) -> None:
+        if not answers:
+            return
+        if self._deliver is None:
+            self._resolve(answers)
+        else:
+            self._deliver(functools.partial(self._resolve, answers))
+
+    def _resolve(self, answers: list[Answer]) -> None:
+        for answer in answers:
+            future = self._futures.pop(answer.ticket, None)
+            if future is None or future.done():
+                continue
+            if answer.outcome is Outcome.ACTION:
+                future.policy_version = answer.version
+                future.set_result(answer.action)
+            elif answer.outcome is Outcome.DROPPED:
+                future.cancel()
+            elif answer.outcome is Outcome.FAILED:
+                future.set_exception(AgentFailed(answer.detail))
+            else:
+                future.set_exception(AgentClosed(answer.detail))
+
+    # -- the worker thread -----------------------------------------------------------------------
+    def _run(self) -> None:
+        th.set_num_threads(1)  # two cores: leave one to the event loop
+        # SB3 builds a torch distribution for every act; validating its arguments costs a fifth of a small
+        # policy's forward and checks nothing a policy's own output can violate
+        th.distributions.Distribution.set_default_validate_args(False)
+        running = True
+        last_idle = time.monotonic()
+        while running:
+            try:
+                batch = [self._queue.get(timeout=self.tick)]
+            except queue.Empty:
+                last_idle = time.monotonic()
+                self._guard(self.algorithm.idle)
+                continue
+            while True:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            if self.failure is None:
+                running = self._guard(lambda: self._dispatch(batch)) is not False
+            if self.failure is not None:  # failed now or earlier: answer, never process
+                running = running and not any(isinstance(m, _Control) and m.what == "stop" for m in batch)
+                self._fail_pending(batch)
+            elif time.monotonic() - last_idle > self.tick:  # busy agents need their housekeeping too
+                last_idle = time.monotonic()
+                self._guard(self.algorithm.idle)
+        logger.debug("learner %s stopped", self.name)
+
+    def _guard(self, work: Any) -> Any:
+        try:
+            return work()
+        except Exception as error:  # a learner bug or a NaN loss must not take the server down
+            logger.exception("learner %s failed", self.name)
+            self.failure = f"{type(error).__name__}: {error}"
+            return True
+        finally:
+            self._hand_over(self.algorithm.take_answers())
+
+    def _dispatch(self, batch: list[Request | _Control]) -> bool:
+        algorithm = self.algorithm
+        algorithm.before_batch()
+        run: list[Request] = []
+        for message in batch:
+            if isinstance(message, Request):
+                run.append(message)
+                continue
+            if run:
+                algorithm.process(run)
+                run = []
+            if message.what == "drain":
+                algorithm.draining = True
+                algorithm.drain()
+            elif message.what == "checkpoint":
+                path, state = message.payload
+                algorithm.write_checkpoint(path, state)
+                message.future.set_result(path)  # type: ignore[union-attr]
+            elif message.what == "stop":
+                algorithm.stop_waiting(Outcome.CLOSED, f"agent {self.name} is shut down")
+                return False
+        if run:
+            algorithm.process(run)
+        return True
+
+    def _fail_pending(self, batch: list[Request | _Control]) -> None:
+        reason = self.failure or "failed"
+        answers = [Answer(m.ticket, Outcome.FAILED, detail=reason) for m in batch
+                   if isinstance(m, Request) and m.ticket]
+        self._hand_over(answers)
+        for message in batch:
+            if isinstance(message, _Control) and message.future is not None and not message.future.done():
+                message.future.set_exception(AgentFailed(reason))
+        self._guard(lambda: self.algorithm.stop_waiting(Outcome.FAILED, reason))
