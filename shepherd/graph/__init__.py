@@ -1,11 +1,12 @@
 """Graph: the GraphManager, its schedule and phases, checkpoints and preset loading."""
 
-from shepherd.graph.manager import DEFAULT_SCHEDULE, AgentSpec, GraphManager, PresetError, PresetValidation
+from shepherd.graph.manager import DEFAULT_SCHEDULE, AgentSpec, GraphManager, PresetError, PresetValidation, Serving
 from shepherd.graph.presets import list_presets, load_preset
 from shepherd.graph.runtime import AgentRuntime, AgentStats
 from shepherd.graph.schedule import EvaluationResult, PhaseTracker, Schedule
-from shepherd.graph.sessions import Conflict, Session, SessionTable, StepInput, TooManySessions, Unauthorized
+from shepherd.graph.sessions import (Acted, ActTimeout, Conflict, Session, SessionTable, StepInput, TooManySessions,
+                                     Unauthorized)
 
-__all__ = ["DEFAULT_SCHEDULE", "AgentRuntime", "AgentSpec", "AgentStats", "Conflict", "EvaluationResult",
-           "GraphManager", "PhaseTracker", "PresetError", "PresetValidation", "Schedule", "Session", "SessionTable",
+__all__ = ["DEFAULT_SCHEDULE", "ActTimeout", "Acted", "AgentRuntime", "AgentSpec", "AgentStats", "Conflict", "EvaluationResult",
+           "GraphManager", "PhaseTracker", "PresetError", "PresetValidation", "Schedule", "Serving", "Session", "SessionTable",
            "StepInput", "TooManySessions", "Unauthorized", "list_presets", "load_preset"]

@@ -17,7 +17,7 @@ from shepherd.agents import (AgentClosed, AgentFailed, Deliver, ParameterError, 
                              check_agent, check_parameters, parameters, registry_records)
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.graph.schedule import EvaluationResult, Schedule
-from shepherd.graph.sessions import Session, SessionTable, Unauthorized
+from shepherd.graph.sessions import Acted, Session, SessionTable, StepInput, Unauthorized
 from shepherd.spaces import SpaceError, parse_space, space_to_json
 from shepherd.storage import AgentRecord, Store, hash_key
 
@@ -53,6 +53,19 @@ class PresetValidation:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Serving:
+    """How a graph serves its sessions, given once to `GraphManager.create_graph`.
+
+    ``deliver`` runs the learners' answers on the thread that drives the graph (an event loop's
+    ``call_soon_threadsafe``; None: on the learners' threads, for callers that block on futures).
+    """
+
+    deliver: Deliver | None = None
+    act_timeout_seconds: float = 30.0
+    max_sessions_per_agent: int | None = None
+
+
 #: the schedule of agents that no preset declares (added by the admin commands or API)
 DEFAULT_SCHEDULE = Schedule(improve_steps=None, steps_between_evaluation_periods=10_000, evaluation_episodes=5)
 
@@ -79,9 +92,8 @@ class GraphManager:
         self.preset_ids: set[int] = set()  # the store ids of the preset's agents
         self.failures: dict[int, str] = {}  # stored agents whose learner could not be built, and why
         self.restarting: set[int] = set()
+        self.serving = Serving()
         self.sessions = SessionTable()
-        #: how learners hand answers to the thread that drives the graph (the server sets its event loop's)
-        self.deliver: Deliver | None = None
         self.evaluation_listeners: list[Callable[[AgentRuntime, EvaluationResult], None]] = []
 
     # -- checking ------------------------------------------------------------------------------
@@ -114,8 +126,9 @@ class GraphManager:
             raise PresetError(f"validation names agent {self.validation.agent!r}, which the preset lacks")
 
     # -- building ------------------------------------------------------------------------------
-    def create_graph(self, store: Store) -> dict[str, str]:
-        """Create what the preset declares in the store and start its agents (resuming checkpoints).
+    def create_graph(self, store: Store, serving: Serving | None = None) -> dict[str, str]:
+        """Create what the preset declares in the store and start its agents (resuming checkpoints), to
+        serve sessions as ``serving`` says.
 
         Returns the API keys created now, by agent name (shown once; the store keeps only hashes).
 
@@ -124,6 +137,8 @@ class GraphManager:
         """
         self.check()
         self.store = store
+        self.serving = serving or Serving()
+        self.sessions = SessionTable(self.serving.max_sessions_per_agent)
         store.put_algorithms(*registry_records())
         owner = store.ensure_user(self.owner)
         created_keys = {}
@@ -201,7 +216,7 @@ class GraphManager:
 
     def install(self, runtime: AgentRuntime) -> None:
         """Start a built runtime's learner and serve it to new sessions (on the event loop)."""
-        runtime.learner.start(self.deliver)
+        runtime.learner.start(self.serving.deliver)
         self.runtimes[runtime.record.id] = runtime
         self.failures.pop(runtime.record.id, None)
         self.restarting.discard(runtime.record.id)
@@ -262,6 +277,11 @@ class GraphManager:
     def session(self, key: Any) -> Session:
         """Raises Unauthorized for an unknown or expired session key."""
         return self.sessions.get(key)
+
+    async def step(self, session: Session, step: StepInput) -> Acted:
+        """One step of a session: the learner's action (None when the episode ended), awaited on the
+        event loop that drives the graph. Raises what `Session.step` raises."""
+        return await session.step(step, self.serving.act_timeout_seconds)
 
     def logout(self, key: Any) -> None:
         self.sessions.end(self.sessions.get(key))

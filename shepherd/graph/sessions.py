@@ -1,18 +1,26 @@
 """The table of open client sessions: one LevelManager each, found by an unguessable session key.
 
 A session holds at most one step in flight. A step may carry a sequence number (``seq``): sending the
-same number again (a retry after a timeout or a lost connection) gets the same action back and is
-recorded once; a higher number is the next step; a lower one is refused.
+same step again with the same number (a retry after a timeout or a lost connection) gets the same action
+back and is recorded once; the same number with another step is refused; a higher number is the next step;
+a lower one is refused. `Session.step` is the one awaitable call of a step: it owns the retries, the
+requests in flight, idleness and the wait for the learner's answer on the caller's event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import itertools
+import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+import numpy as np
+
+from shepherd.agents import ActionFuture
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.level import LevelManager
 from shepherd.storage import new_secret
@@ -24,6 +32,12 @@ class Unauthorized(PermissionError):
 
 class Conflict(RuntimeError):
     """The request clashes with the session's state (a step while another is in flight, a stale seq)."""
+
+
+class ActTimeout(RuntimeError):
+    """The learner did not answer a step in time; the client may retry after ``retry_after`` seconds."""
+
+    retry_after = 1
 
 
 class TooManySessions(RuntimeError):
@@ -43,10 +57,31 @@ class StepInput:
     seq: int | None = None
 
 
-def _answered(action: Any) -> Future:
-    future: Future = Future()
+@dataclass(frozen=True)
+class Acted:
+    """A step's answer: the action (None when the episode ended) and the policy version that chose it."""
+
+    action: Any
+    policy_version: int = 0
+
+
+def _answered(action: Any) -> ActionFuture:
+    future = ActionFuture()
     future.set_result(action)
     return future
+
+
+def _same_observation(a: Any, b: Any) -> bool:
+    if isinstance(a, dict) or isinstance(b, dict):
+        return (isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys()
+                and all(np.array_equal(a[key], b[key]) for key in a))
+    return bool(np.array_equal(a, b))
+
+
+def same_step(a: StepInput, b: StepInput) -> bool:
+    """Whether two steps carry the same content (a true retry)."""
+    return (a.reward == b.reward and a.done == b.done and a.truncated == b.truncated
+            and _same_observation(a.obs, b.obs))
 
 
 @dataclass(eq=False)
@@ -58,7 +93,8 @@ class Session:
     runtime: AgentRuntime
     client_id: str = ""  # the `hash_key` of the API key that opened it: limits count per key, revoking ends it
     last_seq: int | None = None
-    last_reply: Future | None = field(default=None, repr=False)
+    last_step: StepInput | None = field(default=None, repr=False)
+    last_reply: ActionFuture | None = field(default=None, repr=False)
     last_active: float = field(default_factory=time.monotonic)
     in_request: int = 0  # requests of this session being answered right now
 
@@ -71,24 +107,87 @@ class Session:
         """A step is waiting for its action."""
         return self.last_reply is not None and not self.last_reply.done()
 
-    def step(self, step: StepInput) -> Future:
-        """Hand a step to the LevelManager; the future gives the action, or None when the episode ended.
+    @property
+    def observation_space(self) -> Any:
+        return self.runtime.observation_space
+
+    @property
+    def action_space(self) -> Any:
+        return self.runtime.action_space
+
+    async def step(self, step: StepInput, timeout: float) -> Acted:
+        """Take one step: the learner's action for it, waited for on this event loop.
 
         Raises:
-            Conflict: another step is still waiting for its action, or ``seq`` went backwards.
+            Conflict: another step is still waiting for its action, ``seq`` went backwards, or a retry
+                carries another step than the one first sent with its ``seq``.
+            ActTimeout: no answer within ``timeout`` seconds (the step stays in flight: a retry with the
+                same ``seq`` gets its action).
+            Unauthorized: the session ended while the step waited.
+            AgentFailed, AgentClosed: the agent failed or is shutting down.
         """
+        self.active()
+        self.in_request += 1
+        try:
+            future = self._hand_over(step)
+            action = await _wait(future, timeout, step.seq)
+            return Acted(action, future.policy_version)
+        finally:
+            self.in_request -= 1
+            self.active()
+
+    def _hand_over(self, step: StepInput) -> ActionFuture:
+        """Hand a step to the LevelManager; the future gives the action, or None when the episode ended."""
         if step.seq is not None and self.last_seq is not None:
             if step.seq == self.last_seq:
-                return self.last_reply  # a retry: the same answer, recorded once
+                if self.last_step is not None and not same_step(step, self.last_step):
+                    raise Conflict(f"seq {step.seq} was already sent with another step; a retry must repeat "
+                                   "the step exactly, and a new step needs the next seq")
+                return self.last_reply  # type: ignore[return-value]  # a retry: the same answer, recorded once
             if step.seq < self.last_seq:
                 raise Conflict(f"seq {step.seq} is older than this session's last step ({self.last_seq})")
         if self.busy:
             retry = f"retry it with seq {self.last_seq}" if self.last_seq is not None else "wait for it"
             raise Conflict(f"the previous step of this session is still waiting for its action; {retry}")
         reply = self.level.step(step.obs, step.reward, step.done, step.truncated)
-        self.last_seq = step.seq
+        self.last_seq, self.last_step = step.seq, step
         self.last_reply = reply if reply is not None else _answered(None)
         return self.last_reply
+
+
+async def _wait(future: Future, timeout: float, seq: int | None) -> Any:  # type: ignore[type-arg]
+    """The learner's answer, or ActTimeout after ``timeout``; the step stays in flight either way.
+
+    Learners complete the futures of a batch on this loop's thread (the ``deliver`` they were started
+    with), so waiting costs one loop future and no thread hand-off of its own; a future completed
+    elsewhere (a refusal, a cancelled request) wakes the loop through ``call_soon_threadsafe``.
+    """
+    if not future.done():
+        loop = asyncio.get_running_loop()
+        woken = loop.create_future()
+        future.add_done_callback(functools.partial(_wake, loop, threading.get_ident(), woken))
+        try:
+            async with asyncio.timeout(timeout):
+                await woken
+        except TimeoutError:
+            retry = ("send the same step again with the same seq to get its action" if seq is not None else
+                     "its action is lost to this client; send steps with a seq to retry them safely")
+            raise ActTimeout(f"the agent did not answer within {timeout:g} s; {retry}") from None
+    if future.cancelled():  # the learner dropped it: the session ended while the step waited
+        raise Unauthorized("the session ended (expired or logged out) while this step waited; log in again")
+    return future.result()
+
+
+def _wake(loop: asyncio.AbstractEventLoop, loop_thread: int, woken: asyncio.Future, _: Future) -> None:  # type: ignore[type-arg]
+    if threading.get_ident() == loop_thread:
+        _set_woken(woken)
+    elif not loop.is_closed():
+        loop.call_soon_threadsafe(_set_woken, woken)
+
+
+def _set_woken(woken: asyncio.Future) -> None:  # type: ignore[type-arg]
+    if not woken.done():
+        woken.set_result(None)
 
 
 class SessionTable:

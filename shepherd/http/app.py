@@ -9,22 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import gc
 import logging
-import threading
-from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import AsyncIterator
 
 import orjson
 import yaml
 from aiohttp import web
 
 from shepherd.admin import AdminService
-from shepherd.graph import Session, Unauthorized
+from shepherd.graph import Serving, Session
 from shepherd.http import admin, dashboard
-from shepherd.http.errors import Overloaded, error_middleware
+from shepherd.http.errors import error_middleware
 from shepherd.http.limits import LoginThrottle, RateLimiter
 from shepherd.http.protocol import STEP_FIELDS, parse_login, parse_object, parse_step, session_key
 from shepherd.http.signins import SignInTable
@@ -71,56 +68,14 @@ async def env_step(request: web.Request) -> web.Response:
     graph = request.app[GRAPH]
     session = graph.session(session_key(data))
     _count_request(request.app, session)
-    learner = session.runtime
-    step = parse_step(data, learner.observation_space)
+    step = parse_step(data, session.observation_space)
     if step is None:
         graph.logout(session.key)
         return _json({"ok": True})
-    session.active()
-    session.in_request += 1
-    try:
-        action = await _wait_for_action(session.step(step), request.app[CONFIG].act_timeout_seconds, step.seq)
-    finally:
-        session.in_request -= 1
-        session.active()
-    if action is None:
+    acted = await graph.step(session, step)
+    if acted.action is None:
         return _json({"action": None})
-    return _json({"action": action_to_json(learner.action_space, action)})
-
-
-async def _wait_for_action(future: Future, timeout: float, seq: int | None) -> Any:
-    """The learner's answer, or Overloaded after ``timeout``; the step stays in flight either way.
-
-    Learners complete the futures of a batch on this loop's thread (the sessions' ``deliver``), so
-    waiting costs one loop future and no thread hand-off of its own; a future completed elsewhere (an
-    error, a cancelled request) wakes the loop through ``call_soon_threadsafe``.
-    """
-    if not future.done():
-        loop = asyncio.get_running_loop()
-        woken = loop.create_future()
-        future.add_done_callback(functools.partial(_wake, loop, threading.get_ident(), woken))
-        try:
-            async with asyncio.timeout(timeout):
-                await woken
-        except TimeoutError:
-            retry = ("send the same step again with the same seq to get its action" if seq is not None else
-                     "its action is lost to this client; send steps with a seq to retry them safely")
-            raise Overloaded(f"the agent did not answer within {timeout:g} s; {retry}", retry_after=1) from None
-    if future.cancelled():  # the learner dropped it: the session ended while the step waited
-        raise Unauthorized("the session ended (expired or logged out) while this step waited; log in again")
-    return future.result()
-
-
-def _wake(loop: asyncio.AbstractEventLoop, loop_thread: int, woken: asyncio.Future, _: Future) -> None:
-    if threading.get_ident() == loop_thread:
-        _set_woken(woken)
-    elif not loop.is_closed():
-        loop.call_soon_threadsafe(_set_woken, woken)
-
-
-def _set_woken(woken: asyncio.Future) -> None:
-    if not woken.done():
-        woken.set_result(None)
+    return _json({"action": action_to_json(session.action_space, acted.action)})
 
 
 async def logout(request: web.Request) -> web.Response:
@@ -156,10 +111,11 @@ async def _graph_context(app: web.Application) -> AsyncIterator[None]:
     config = app[CONFIG]
     store = await asyncio.to_thread(Store, config.data)
     graph = config.graph_manager
-    graph.sessions.max_per_agent = config.max_sessions_per_agent
-    graph.deliver = asyncio.get_running_loop().call_soon_threadsafe
+    serving = Serving(deliver=asyncio.get_running_loop().call_soon_threadsafe,
+                      act_timeout_seconds=config.act_timeout_seconds,
+                      max_sessions_per_agent=config.max_sessions_per_agent)
     try:
-        app[CREATED_KEYS] = await asyncio.to_thread(graph.create_graph, store)
+        app[CREATED_KEYS] = await asyncio.to_thread(graph.create_graph, store, serving)
     except BaseException:
         await asyncio.to_thread(graph.abort)
         await asyncio.to_thread(store.close)

@@ -12,7 +12,7 @@ from aiohttp import web
 
 from shepherd.admin import Forbidden, Invalid
 from shepherd.agents import AgentClosed, AgentFailed
-from shepherd.graph import Conflict, TooManySessions, Unauthorized
+from shepherd.graph import ActTimeout, Conflict, TooManySessions, Unauthorized
 from shepherd.http.limits import TooManyRequests, retry_after_header
 from shepherd.storage import AlreadyExists, NotFound
 
@@ -21,14 +21,6 @@ logger = logging.getLogger(__name__)
 
 class BadRequest(ValueError):
     """The body is malformed or does not fit the agent's spaces."""
-
-
-class Overloaded(RuntimeError):
-    """The agent could not answer in time; the client should retry after ``retry_after`` seconds."""
-
-    def __init__(self, message: str, retry_after: float = 1) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
 
 
 def json_error(status: int, message: str, retry_after: float | None = None) -> web.Response:
@@ -62,7 +54,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return json_error(error.status, message)
     except (AgentFailed, AgentClosed) as error:
         return json_error(503, f"the agent is not available: {error}", retry_after=5)
-    except Overloaded as error:
+    except ActTimeout as error:
         return json_error(503, str(error), retry_after=error.retry_after)
     except (TooManyRequests, TooManySessions) as error:
         return json_error(429, str(error), retry_after=error.retry_after)

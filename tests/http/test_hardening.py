@@ -65,6 +65,19 @@ async def test_a_retried_step_gets_the_same_action_and_counts_once(make_client):
     assert runtime.episodes == 1 and runtime.tracker.steps == 3
 
 
+async def test_the_same_seq_with_another_step_is_a_conflict(make_client):
+    client = await make_client()
+    key = await login(client)
+    for seq in (1, 2):
+        assert (await step(client, key, seq)).status == 200
+    runtime = client.graph.runtime()
+    other_reward = await step(client, key, seq=2, reward=0.5)
+    assert other_reward.status == 409 and "another step" in (await other_reward.json())["error"]
+    other_end = await step(client, key, seq=2, done=True)
+    assert other_end.status == 409
+    assert (await step(client, key, seq=2)).status == 200 and runtime.tracker.steps == 1  # the true retry
+
+
 async def test_a_step_waiting_past_the_act_timeout_gets_503_and_its_retry_the_action(make_client):
     client = await make_client(act_timeout_seconds=0.3)
     waiter, holder = await login(client), await login(client)
