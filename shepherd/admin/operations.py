@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from shepherd.admin.errors import Forbidden, Invalid
 from shepherd.admin.names import check_name, match_agent
 from shepherd.admin.records import ActionResult, AgentView, CreatedKey, KeyView, NewAgent, Principal, UserView
+from shepherd.definition import AgentDefinition
 from shepherd.agents import ParameterError, check_agent, checkpoint, registry_records
 from shepherd.graph import AgentRuntime
 from shepherd.spaces import SpaceError
@@ -146,15 +147,17 @@ class Operations:
         """Create an agent after checking everything, up to building its learner; a server starts serving
         it at once."""
         self.require_admin("adding agents")
-        check_name(new.name, "agent")
+        definition = new.definition
+        check_name(definition.name, "agent")
         owner = self.store.find_user(new.owner) if isinstance(new.owner, str) else None
         if owner is None:
             raise NotFound(f"no user named {new.owner!r}; add the user first")
-        if self.store.find_agent(owner.id, new.name) is not None:
-            raise AlreadyExists(f"user {owner.name} has an agent named {new.name!r} already")
-        algorithm, values = _checked(new)
-        record = await asyncio.to_thread(self.store.add_agent, owner.id, new.name, algorithm, new.observation_space,
-                                         new.action_space, values, new.sharing)
+        if self.store.find_agent(owner.id, definition.name) is not None:
+            raise AlreadyExists(f"user {owner.name} has an agent named {definition.name!r} already")
+        algorithm, values = _checked(definition)
+        record = await asyncio.to_thread(self.store.add_agent, owner.id, definition.name, algorithm,
+                                         definition.observation_space, definition.action_space, values,
+                                         definition.sharing.value)
         builder = self.service.builder()
         try:
             runtime = await asyncio.to_thread(builder.build_runtime, record)
@@ -283,15 +286,14 @@ class Operations:
         return ActionResult(True, f"agent {ref} restarted: model and counters deleted, {ended} session(s) ended")
 
 
-def _checked(new: NewAgent) -> tuple[str, dict[str, Any]]:
+def _checked(definition: AgentDefinition) -> tuple[str, dict[str, Any]]:
     """The canonical algorithm name and the typed parameter values of a new agent.
 
     Raises:
         Invalid: an unknown algorithm, bad spaces, spaces it cannot handle, or bad parameters.
     """
     try:
-        info, values = check_agent(new.algorithm, new.observation_space, new.action_space, new.parameters,
-                                   new.sharing)
+        info, values = check_agent(definition)
     except (ParameterError, SpaceError) as error:
         raise Invalid(str(error)) from None
     return info.name, values

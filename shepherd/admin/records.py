@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any, TypeVar
+
+from shepherd.definition import AgentDefinition
 
 T = TypeVar("T")
 
@@ -36,17 +38,14 @@ ADMIN = Principal(admin=True)
 
 
 @dataclass(frozen=True)
-class NewAgent(JsonRecord):
-    """An agent to create: its owner's name, its name, algorithm, spaces (JSON specs), parameter values and
-    knowledge-sharing mode. Checked by the service, not here."""
+class NewAgent:
+    """An agent to create: its owner's name and its definition. Checked by the service, not here."""
 
     owner: str
-    name: str
-    algorithm: str
-    observation_space: Any
-    action_space: Any
-    parameters: dict[str, Any] = field(default_factory=dict)
-    sharing: str = "pooled"
+    definition: AgentDefinition
+
+    def to_json(self) -> dict[str, Any]:
+        return {"owner": self.owner, **self.definition.to_json()}
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,11 @@
 from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFailed, Checkpointable, Deliver, Learner,
                                   VersionedWeights, WeightSource)
 from shepherd.agents.parameters import Parameter, ParameterError, ParamType
-from shepherd.agents.registry import (ALGORITHMS, SHARING_MODES, algorithm_info, build_learner, check_agent,
+from shepherd.agents.registry import (ALGORITHMS, SHARING_MODES, algorithm_info, build_learner, check_agent, learner_for,
                                       check_parameters, check_spaces, parameters, registry_records, sb3_arguments)
 from shepherd.agents.worker import ThreadedLearner
 
 __all__ = ["ALGORITHMS", "SHARING_MODES", "ActMode", "ActionFuture", "AgentClosed", "AgentFailed", "Checkpointable",
            "Deliver", "Learner", "ParamType", "Parameter", "ParameterError", "ThreadedLearner", "VersionedWeights",
-           "WeightSource", "algorithm_info", "build_learner", "check_agent", "check_parameters", "check_spaces",
+           "WeightSource", "algorithm_info", "build_learner", "check_agent", "check_parameters", "check_spaces", "learner_for",
            "parameters", "registry_records", "sb3_arguments"]

@@ -28,6 +28,7 @@ from shepherd.agents.parameters import (LinearSchedule, Parameter, ParameterErro
                                         from_signature)
 from shepherd.agents.sb3 import SB3Algorithm, SpacesEnv
 from shepherd.agents.worker import ThreadedLearner
+from shepherd.definition import AgentDefinition, Sharing
 from shepherd.spaces import parse_space
 
 _DISCRETE = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
@@ -161,12 +162,11 @@ def check_spaces(algorithm: str, observation_space: spaces.Space, action_space: 
                              "scaled into them")
 
 
-#: how the clients of one agent share what they learn: all of them feed one learner
-SHARING_MODES = ("pooled",)
+#: how the clients of one agent share what they learn (`LEARNER_FACTORIES` builds each mode's learner)
+SHARING_MODES = tuple(mode.value for mode in Sharing)
 
 
-def check_agent(algorithm: str, observation_space: Any, action_space: Any, values: Any,
-                sharing: str = "pooled") -> tuple[Algorithm, dict[str, Any]]:
+def check_agent(definition: AgentDefinition) -> tuple[Algorithm, dict[str, Any]]:
     """Check a whole agent definition (spaces as JSON specs), as a preset or the admin service gives it;
     returns the algorithm and the typed parameter values.
 
@@ -175,14 +175,17 @@ def check_agent(algorithm: str, observation_space: Any, action_space: Any, value
             parameter (unknown, of the wrong type, or a float that is not finite).
         SpaceError: a space that is not valid JSON space syntax.
     """
-    if sharing not in SHARING_MODES:
-        raise ParameterError(f"knowledge sharing {sharing!r} is not available; use one of {', '.join(SHARING_MODES)}")
-    if not isinstance(values, dict):
+    if not isinstance(definition.sharing, Sharing):
+        try:
+            Sharing.parse(definition.sharing)
+        except ValueError as error:
+            raise ParameterError(str(error)) from None
+    if not isinstance(definition.parameters, dict):
         raise ParameterError("parameters must be an object of name: value")
-    info = algorithm_info(algorithm)
-    check_spaces(info.name, parse_space(observation_space, "observation_space"),
-                 parse_space(action_space, "action_space"))
-    return info, check_parameters(info.name, values)
+    info = algorithm_info(definition.algorithm)
+    check_spaces(info.name, parse_space(definition.observation_space, "observation_space"),
+                 parse_space(definition.action_space, "action_space"))
+    return info, check_parameters(info.name, definition.parameters)
 
 
 _ACTIVATIONS: dict[str, Callable[..., th.nn.Module]] = {
@@ -264,6 +267,24 @@ def build_learner(algorithm: str, name: str, observation_space: spaces.Space, ac
         raise ParameterError(f"{info.name} rejected its parameters: {error}") from None
     greedy = inline.greedy_actor(model.policy, observation_space, adapter, adapter.actions.to_env, name)
     return ThreadedLearner(adapter, greedy)
+
+
+#: how each sharing mode builds an agent's learner: (algorithm, name, spaces, values, total steps) -> learner
+LEARNER_FACTORIES: dict[Sharing, Callable[[str, str, spaces.Space, spaces.Space, dict[str, Any], int | None],
+                                          ThreadedLearner]] = {Sharing.POOLED: build_learner}
+
+
+def learner_for(definition: AgentDefinition, values: dict[str, Any], total_steps: int | None) -> ThreadedLearner:
+    """The learner of an agent, as its sharing mode builds it (not yet started).
+
+    Raises:
+        ParameterError: bad parameters, spaces the algorithm cannot handle, or an unknown sharing mode.
+    """
+    factory = LEARNER_FACTORIES.get(Sharing.parse(definition.sharing))
+    if factory is None:
+        raise ParameterError(f"knowledge sharing {definition.sharing} has no learner here")
+    return factory(definition.algorithm, definition.name, parse_space(definition.observation_space),
+                   parse_space(definition.action_space), values, total_steps)
 
 
 def registry_records() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

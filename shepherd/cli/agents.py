@@ -10,6 +10,7 @@ from typing import Any
 
 from shepherd.cli.admin import add_data_option, command, table, when
 from shepherd.cli.common import EXIT_OK, UsageError
+from shepherd.definition import Sharing
 
 AGENT_HELP = "the agent: its id, owner/name, or a name only one agent has"
 
@@ -36,7 +37,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     add.add_argument("--param", action="append", default=[], type=parameter, metavar="NAME=VALUE",
                      help="a stable-baselines3 parameter, checked against its type; repeat for more "
                           "(VALUE is read as JSON when it parses, e.g. policy_kwargs='{\"net_arch\": [64, 64]}')")
-    add.add_argument("--sharing", default="pooled", help="knowledge-sharing mode (default %(default)s)")
+    add.add_argument("--sharing", default=Sharing.POOLED.value, help="knowledge-sharing mode (default %(default)s)")
     add.add_argument("--key", action="store_true", help="also create an API key for it and print it")
     add_data_option(add)
     add.set_defaults(func=command(add_agent))
@@ -89,13 +90,14 @@ def _no_constant(name: str) -> Any:
 
 async def add_agent(operations, args: argparse.Namespace) -> int:
     from shepherd.admin import NewAgent
+    from shepherd.definition import AgentDefinition
 
     parameters = dict(args.param)
     if len(parameters) != len(args.param):
         raise UsageError("a parameter is given twice")
-    view = await operations.add_agent(NewAgent(
-        owner=args.owner, name=args.name, algorithm=args.algorithm, observation_space=args.observation_space,
-        action_space=args.action_space, parameters=parameters, sharing=args.sharing))
+    view = await operations.add_agent(NewAgent(owner=args.owner, definition=AgentDefinition(
+        name=args.name, algorithm=args.algorithm, observation_space=args.observation_space,
+        action_space=args.action_space, parameters=parameters, sharing=args.sharing)))
     served = "served now" if view.served else "served at the next server start"
     print(f"agent {view.ref} added (id {view.id}, {view.algorithm}; {served})")
     if args.key:

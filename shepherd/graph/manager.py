@@ -13,11 +13,12 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from shepherd.agents import (AgentClosed, AgentFailed, Deliver, ParameterError, algorithm_info, build_learner,
+from shepherd.agents import (AgentClosed, AgentFailed, Deliver, ParameterError, algorithm_info, learner_for,
                              check_agent, check_parameters, parameters, registry_records)
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.graph.schedule import EvaluationResult, Schedule
 from shepherd.graph.sessions import Acted, Session, SessionTable, StepInput, Unauthorized
+from shepherd.definition import AgentDefinition, Sharing
 from shepherd.spaces import SpaceError, parse_space, space_to_json
 from shepherd.storage import AgentRecord, Store, hash_key
 
@@ -28,16 +29,8 @@ class PresetError(ValueError):
     """A preset (or a stored agent) is not valid; the message says what to fix."""
 
 
-@dataclass(frozen=True)
-class AgentSpec:
-    """An agent declared by a preset: algorithm, spaces in Shepherd's JSON syntax, parameter values."""
-
-    name: str
-    algorithm: str
-    observation_space: Any
-    action_space: Any
-    parameters: dict[str, Any] = field(default_factory=dict)
-    sharing: str = "pooled"
+#: an agent as a preset declares it (the one agent definition, by the name presets know)
+AgentSpec = AgentDefinition
 
 
 @dataclass(frozen=True)
@@ -111,8 +104,7 @@ class GraphManager:
         for spec in self.agents:
             where = f"agent {spec.name!r}"
             try:
-                info, _ = check_agent(spec.algorithm, spec.observation_space, spec.action_space, spec.parameters,
-                                      spec.sharing)
+                info, _ = check_agent(spec)
             except (ParameterError, SpaceError) as error:
                 raise PresetError(f"{where}: {error}") from None
             starts = spec.parameters.get("learning_starts")
@@ -147,7 +139,7 @@ class GraphManager:
             parameters = check_parameters(spec.algorithm, spec.parameters)
             if record is None:
                 record = store.add_agent(owner.id, spec.name, spec.algorithm.upper(), spec.observation_space,
-                                         spec.action_space, parameters, spec.sharing)
+                                         spec.action_space, parameters, Sharing.parse(spec.sharing).value)
                 created_keys[spec.name], _ = store.add_api_key(record.id, label="created by preset")
             else:
                 record = self._reconcile(record, spec, parameters)
@@ -207,8 +199,7 @@ class GraphManager:
         values = dict(record.parameters)
         if not algorithm_info(record.algorithm).on_policy:
             values["learning_starts"] = schedule.heatup_steps  # heatup is SB3's learning_starts
-        learner = build_learner(record.algorithm, record.name, parse_space(record.observation_space),
-                                parse_space(record.action_space), values, schedule.improve_steps)
+        learner = learner_for(record.definition, values, schedule.improve_steps)
         runtime = AgentRuntime(record, learner, schedule, self.store, self._evaluated)
         if runtime.resume():
             logger.info("agent %s resumes from %s", record.name, runtime.model_path)

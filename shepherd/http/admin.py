@@ -17,6 +17,7 @@ import orjson
 from aiohttp import web
 
 from shepherd.admin import Forbidden, NewAgent, Operations, Principal
+from shepherd.definition import AgentDefinition, Sharing
 from shepherd.graph import Unauthorized
 from shepherd.http.errors import BadRequest
 from shepherd.http.protocol import parse_object
@@ -128,10 +129,10 @@ async def add_agent(request: web.Request) -> web.Response:
     parameters = data.get("parameters", {})
     if not isinstance(parameters, dict):
         raise BadRequest("'parameters' must be an object of name: value")
-    new = NewAgent(owner=text_field(data, "owner"), name=text_field(data, "name"),
-                   algorithm=text_field(data, "algorithm"), observation_space=data["observation_space"],
-                   action_space=data["action_space"], parameters=parameters,
-                   sharing=text_field(data, "sharing", "pooled"))
+    new = NewAgent(owner=text_field(data, "owner"), definition=AgentDefinition(
+        name=text_field(data, "name"), algorithm=text_field(data, "algorithm"),
+        observation_space=data["observation_space"], action_space=data["action_space"], parameters=parameters,
+        sharing=text_field(data, "sharing", Sharing.POOLED.value)))
     return respond(await ops.add_agent(new), status=201)
 
 

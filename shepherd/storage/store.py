@@ -15,6 +15,7 @@ from typing import Any
 from tinydb import Query, TinyDB
 from tinydb.storages import Storage
 
+from shepherd.definition import AgentDefinition, Sharing
 from shepherd.storage.files import atomic_write_bytes, remove_stale_temporaries
 from shepherd.storage.returns import EpisodeReturn, ReturnLog
 
@@ -83,9 +84,15 @@ class AgentRecord:
     observation_space: Any
     action_space: Any
     parameters: dict[str, Any] = field(default_factory=dict)
-    sharing: str = "pooled"
+    sharing: str = Sharing.POOLED.value
     created: float = 0.0
     last_active: float = 0.0
+
+    @property
+    def definition(self) -> AgentDefinition:
+        """What the agent is, without where it is stored and who owns it."""
+        return AgentDefinition(self.name, self.algorithm, self.observation_space, self.action_space,
+                               dict(self.parameters), Sharing.parse(self.sharing))
 
 
 @dataclass(frozen=True)
@@ -165,7 +172,7 @@ class Store:
 
     # -- agents --------------------------------------------------------------------------------
     def add_agent(self, owner_id: int, name: str, algorithm: str, observation_space: Any,
-                  action_space: Any, parameters: dict[str, Any], sharing: str = "pooled") -> AgentRecord:
+                  action_space: Any, parameters: dict[str, Any], sharing: str = Sharing.POOLED.value) -> AgentRecord:
         with self._lock:
             if self._users.get(doc_id=owner_id) is None:
                 raise NotFound(f"no user with id {owner_id}")

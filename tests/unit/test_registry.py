@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from stable_baselines3.common.noise import NormalActionNoise, OrnsteinUhlenbeckActionNoise
 
+from shepherd.definition import AgentDefinition
 from shepherd.agents import (ALGORITHMS, ParameterError, ParamType, check_agent, check_parameters, check_spaces,
                              parameters, registry_records, sb3_arguments)
 from shepherd.agents.parameters import LinearSchedule
@@ -139,7 +140,7 @@ def test_registry_records_carry_the_continuous_flag():
 ])
 def test_an_agent_definition_is_checked_whole_in_one_place(algorithm, obs, act, values, sharing, words):
     with pytest.raises(ParameterError, match=words):
-        check_agent(algorithm, obs, act, values, sharing)
+        check_agent(AgentDefinition("a", algorithm, obs, act, values, sharing))
 
 
 def test_a_preset_and_the_admin_service_refuse_the_same_definitions():
@@ -152,5 +153,5 @@ def test_a_preset_and_the_admin_service_refuse_the_same_definitions():
     with pytest.raises(PresetError, match="agent 'a': PPO parameter 'learning_rate' must be a finite number"):
         GraphManager([AgentSpec("a", "ppo", [[4], -1, 1], 2, bad)]).check()
     with pytest.raises(Invalid, match="PPO parameter 'learning_rate' must be a finite number"):
-        _checked(NewAgent("alice", "a", "ppo", [[4], -1, 1], 2, bad))
-    assert _checked(NewAgent("alice", "a", "ppo", [[4], -1, 1], 2, {"gamma": "0.9"})) == ("PPO", {"gamma": 0.9})
+        _checked(NewAgent("alice", AgentDefinition("a", "ppo", [[4], -1, 1], 2, bad)).definition)
+    assert _checked(AgentDefinition("a", "ppo", [[4], -1, 1], 2, {"gamma": "0.9"})) == ("PPO", {"gamma": 0.9})
