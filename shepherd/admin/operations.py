@@ -3,27 +3,22 @@ the admin token, the curve and the seed's special actions (export the model, del
 restart the agent).
 
 The admin may do everything; the holder of an agent's API key sees and acts on that agent only, and any
-other agent is "not found", exactly as one that does not exist, so no name leaks.
-
-Special actions on one agent run one at a time (a lock per agent), and are safe while it learns: the
-model is deleted only after any checkpoint in flight is written (every write is a rename of a whole
-file, so a reader never sees half a model), the curve's log is cleared under its own lock, and a restart
-ends the agent's sessions before its learner stops.
+other agent is "not found", exactly as one that does not exist, so no name leaks. The special actions
+are the graph's lifecycle verbs (`shepherd.graph.served`); this module decides who may call them and
+says what they did.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shepherd.admin.errors import Forbidden, Invalid
 from shepherd.admin.names import check_name, match_agent
 from shepherd.admin.records import ActionResult, AgentView, CreatedKey, KeyView, NewAgent, Principal, UserView
 from shepherd.definition import AgentDefinition
-from shepherd.agents import ParameterError, check_agent, checkpoint, registry_records
-from shepherd.graph import AgentRuntime
+from shepherd.agents import ParameterError, check_agent, registry_records
 from shepherd.spaces import SpaceError
 from shepherd.storage import AgentRecord, AlreadyExists, EpisodeReturn, NotFound
 
@@ -31,9 +26,6 @@ if TYPE_CHECKING:
     from shepherd.admin.service import AdminService
 
 logger = logging.getLogger(__name__)
-
-CHECKPOINT_WAIT_SECONDS = 60.0
-
 
 class Operations:
     """The admin operations one principal may perform. Each raises:
@@ -61,12 +53,6 @@ class Operations:
             raise NotFound(f"no agent with id {agent_id}")
         return self.store.agent(agent_id)
 
-    def _runtime(self, agent_id: int) -> AgentRuntime | None:
-        return None if self.graph is None else self.graph.runtimes.get(agent_id)
-
-    def _model_path(self, agent_id: int) -> Path:
-        return checkpoint.model_path(self.store.agent_folder(agent_id))
-
     def _owner_name(self, record: AgentRecord) -> str:
         try:
             return self.store.user(record.owner_id).name
@@ -77,36 +63,18 @@ class Operations:
         return f"{self._owner_name(record)}/{record.name}"
 
     def _view(self, record: AgentRecord) -> AgentView:
-        runtime = self._runtime(record.id)
-        path = self._model_path(record.id)
-        try:
-            stat = path.stat()
-            model = {"bytes": stat.st_size, "modified": stat.st_mtime}
-        except FileNotFoundError:
-            model = None
-        live: dict[str, Any] = {"served": False, "steps": 0, "steps_per_second": 0.0, "sessions": 0,
-                                "episodes": 0, "mean_train_return": None, "last_evaluation": None,
-                                "failure": None, "last_active": record.last_active}
-        if runtime is not None:
-            stats = runtime.stats()
-            evaluation = stats.last_evaluation
-            live.update(served=True, phase=stats.phase, steps=stats.steps,
-                        steps_per_second=round(stats.steps_per_second, 1), sessions=stats.sessions,
-                        episodes=stats.episodes, mean_train_return=stats.mean_train_return,
-                        last_evaluation=None if evaluation is None else {
-                            "period": evaluation.period, "steps": evaluation.steps,
-                            "mean_return": evaluation.mean_return},
-                        failure=stats.failure, last_active=runtime.last_active)
-        elif self.graph is not None and record.id in self.graph.restarting:
-            live["phase"] = "restarting"
-        elif self.graph is not None and record.id in self.graph.failures:
-            live.update(phase="failed", failure=self.graph.failures[record.id])
-        else:
-            live.update(phase="stopped", steps=checkpoint.saved_steps(path) if model else 0)
-        return AgentView(id=record.id, owner=self._owner_name(record), name=record.name,
-                         algorithm=record.algorithm, observation_space=record.observation_space,
-                         action_space=record.action_space, parameters=dict(record.parameters),
-                         sharing=record.sharing, created=record.created, model=model, **live)
+        status = self.graph.served.status(record)
+        evaluation = status.last_evaluation
+        return AgentView(
+            id=record.id, owner=self._owner_name(record), name=record.name, algorithm=record.algorithm,
+            observation_space=record.observation_space, action_space=record.action_space,
+            parameters=dict(record.parameters), sharing=record.sharing, created=record.created,
+            model=status.model, served=status.served, phase=status.phase, steps=status.steps,
+            steps_per_second=round(status.steps_per_second, 1), sessions=status.sessions,
+            episodes=status.episodes, mean_train_return=status.mean_train_return,
+            last_evaluation=None if evaluation is None else {
+                "period": evaluation.period, "steps": evaluation.steps, "mean_return": evaluation.mean_return},
+            failure=status.failure, last_active=status.last_active)
 
     # -- who am I ------------------------------------------------------------------------------
     async def whoami(self) -> dict[str, Any]:
@@ -158,14 +126,12 @@ class Operations:
         record = await asyncio.to_thread(self.store.add_agent, owner.id, definition.name, algorithm,
                                          definition.observation_space, definition.action_space, values,
                                          definition.sharing.value)
-        builder = self.service.builder()
         try:
-            runtime = await asyncio.to_thread(builder.build_runtime, record)
+            await self.graph.served.add(record, serve=self.service.serving)
         except Exception as error:  # noqa: BLE001 - whatever SB3 refuses is the input's fault; undo the add
             await asyncio.to_thread(self.store.remove_agent, record.id)
             raise Invalid(f"{algorithm} cannot be built with these spaces and parameters: {error}") from None
-        if self.graph is not None:
-            self.graph.install(runtime)
+        if self.service.serving:
             logger.info("agent %s/%s added and served", owner.name, record.name)
         return self._view(record)
 
@@ -190,8 +156,7 @@ class Operations:
         """Refuse the key from now on and end the sessions it opened on a running server."""
         self.require_admin("revoking API keys")
         digest = await asyncio.to_thread(self.store.revoke_api_key, key_id)
-        if self.graph is not None:
-            self.graph.sessions.end_client(digest)
+        self.graph.served.end_key_sessions(digest)
         key = self.store.api_key(key_id)
         return KeyView(key.id, key.agent_id, self._ref(self.store.agent(key.agent_id)), key.label, key.created,
                        key.revoked)
@@ -224,39 +189,25 @@ class Operations:
             NotFound: the agent has no saved model yet.
         """
         record = self._record(agent_id)
-        path = self._model_path(agent_id)
-        async with self.service.lock(agent_id):
-            runtime = self._runtime(agent_id)
-            if runtime is not None and runtime.learner.failure is None and (runtime.tracker.steps or path.exists()):
-                await _settle(runtime.checkpoint(), record.name)
-            try:
-                return await asyncio.to_thread(path.read_bytes)
-            except FileNotFoundError:
-                raise NotFound(f"agent {self._ref(record)} has no saved model yet; it is written at its first "
-                               "checkpoint, once it has learned") from None
+        try:
+            return await self.graph.served.export(agent_id)
+        except NotFound as error:
+            raise NotFound(f"agent {self._ref(record)} has {error}") from None
 
     async def delete_model(self, agent_id: int) -> ActionResult:
         record = self._record(agent_id)
-        async with self.service.lock(agent_id):
-            runtime = self._runtime(agent_id)
-            if runtime is not None and runtime.pending_checkpoint is not None:
-                await _settle(runtime.pending_checkpoint, record.name)  # never delete under a write
-            existed = await asyncio.to_thread(_unlink, self._model_path(agent_id))
+        existed = await self.graph.served.delete_model(agent_id)
         ref = self._ref(record)
         if not existed:
             return ActionResult(False, f"agent {ref} has no saved model")
-        if runtime is not None:
+        if agent_id in self.graph.runtimes:
             return ActionResult(True, f"model of agent {ref} deleted; the agent keeps learning with its current "
                                       "weights and saves them again at its next checkpoint (restart it to forget them)")
         return ActionResult(True, f"model of agent {ref} deleted; it starts from scratch when next served")
 
     async def delete_returns(self, agent_id: int) -> ActionResult:
         record = self._record(agent_id)
-        async with self.service.lock(agent_id):
-            await asyncio.to_thread(self.store.clear_returns, agent_id)
-            runtime = self._runtime(agent_id)
-            if runtime is not None:
-                runtime.clear_curve_memory()
+        await self.graph.served.delete_curve(agent_id)
         return ActionResult(True, f"learning curve of agent {self._ref(record)} deleted")
 
     async def restart(self, agent_id: int) -> ActionResult:
@@ -264,24 +215,13 @@ class Operations:
         a served agent gets a fresh learner at once. Also revives an agent whose learner failed."""
         record = self._record(agent_id)
         ref = self._ref(record)
-        async with self.service.lock(agent_id):
-            if self.graph is None:
-                await asyncio.to_thread(_unlink, self._model_path(agent_id))
-                return ActionResult(True, f"agent {ref} restarted: model and counters deleted")
-            old, ended = self.graph.take_down(agent_id)
-            try:
-                if old is not None:
-                    await asyncio.to_thread(old.discard)
-                await asyncio.to_thread(_unlink, self._model_path(agent_id))
-                runtime = await asyncio.to_thread(self.graph.build_runtime, self.store.agent(agent_id))
-            except (ParameterError, SpaceError) as error:
-                self.graph.abort_restart(agent_id, f"could not be restarted: {error}")
-                raise Invalid(f"agent {ref} cannot be rebuilt from its stored spaces and parameters: {error}") \
-                    from None
-            except BaseException as error:
-                self.graph.abort_restart(agent_id, f"could not be restarted: {type(error).__name__}: {error}")
-                raise
-            self.graph.install(runtime)
+        if not self.service.serving:
+            await self.graph.served.restart(agent_id)
+            return ActionResult(True, f"agent {ref} restarted: model and counters deleted")
+        try:
+            ended = await self.graph.served.restart(agent_id)
+        except (ParameterError, SpaceError) as error:
+            raise Invalid(f"agent {ref} cannot be rebuilt from its stored spaces and parameters: {error}") from None
         logger.info("agent %s restarted; %d session(s) ended", ref, ended)
         return ActionResult(True, f"agent {ref} restarted: model and counters deleted, {ended} session(s) ended")
 
@@ -297,21 +237,3 @@ def _checked(definition: AgentDefinition) -> tuple[str, dict[str, Any]]:
     except (ParameterError, SpaceError) as error:
         raise Invalid(str(error)) from None
     return info.name, values
-
-
-async def _settle(future: Any, name: str) -> None:
-    """Wait for a checkpoint; a failed or slow one is logged, and the last whole file stays."""
-    try:
-        await asyncio.wait_for(asyncio.wrap_future(future), CHECKPOINT_WAIT_SECONDS)
-    except asyncio.CancelledError:
-        raise
-    except Exception as error:  # noqa: BLE001 - the file on disk is whole either way
-        logger.warning("agent %s: checkpoint not written (%s: %s)", name, type(error).__name__, error)
-
-
-def _unlink(path: Path) -> bool:
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        return False
-    return True

@@ -6,7 +6,6 @@ and the server's local credential — and authentication. `AdminService.acting_a
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 
 from shepherd.admin.operations import Operations
@@ -21,10 +20,11 @@ class AdminService:
     def __init__(self, store: Store, graph: GraphManager | None = None,
                  local_credential: str | None = None) -> None:
         self.store = store
-        self.graph = graph
+        #: whether a server serves the data folder (else the graph is an offline one over the store)
+        self.serving = graph is not None
+        self.graph = graph if graph is not None else GraphManager.offline(store)
         self._local_digest = hash_key(local_credential) if local_credential else None
         self._admin_digest = store.admin_token_hash()
-        self._locks: dict[int, asyncio.Lock] = {}
 
     # -- authentication ------------------------------------------------------------------------
     def ensure_admin_token(self) -> str | None:
@@ -62,18 +62,3 @@ class AdminService:
 
     def acting_as(self, principal: Principal) -> Operations:
         return Operations(self, principal)
-
-    def lock(self, agent_id: int) -> asyncio.Lock:
-        lock = self._locks.get(agent_id)
-        if lock is None:
-            lock = self._locks[agent_id] = asyncio.Lock()
-        return lock
-
-    def builder(self) -> GraphManager:
-        """The GraphManager that builds learners: the server's, or a throwaway one (never started) that
-        checks a new agent when no server runs."""
-        if self.graph is not None:
-            return self.graph
-        graph = GraphManager([])
-        graph.store = self.store
-        return graph

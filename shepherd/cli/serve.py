@@ -137,7 +137,7 @@ def announce(graph: GraphManager, url: str, data: Path, keys: dict[str, str], ad
     for runtime in graph.runtimes.values():
         print(f"  agent {runtime.record.name}: {runtime.record.algorithm}, {runtime.tracker.steps} steps so far, "
               f"observations {runtime.observation_space}, actions {runtime.action_space}")
-    for agent_id, reason in graph.failures.items():
+    for agent_id, reason in graph.served.failures.items():
         print(f"  agent id {agent_id} is not served: it {reason} (restart it from the admin commands)")
     print(f"Clients POST to {url}/shepherd/login_user/ with {{\"apikey\": ...}}, then to {url}/shepherd/env/")
     for name, key in keys.items():

@@ -17,6 +17,7 @@ from shepherd.agents import (AgentClosed, AgentFailed, Deliver, ParameterError, 
                              check_agent, check_parameters, parameters, registry_records)
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.graph.schedule import EvaluationResult, Schedule
+from shepherd.graph.served import ServedAgents
 from shepherd.graph.sessions import Acted, Session, SessionTable, StepInput, Unauthorized
 from shepherd.definition import AgentDefinition, Sharing
 from shepherd.spaces import SpaceError, parse_space, space_to_json
@@ -80,14 +81,48 @@ class GraphManager:
         self.owner = owner
         self.description = description
         self.name = ""
-        self.store: Store | None = None
-        self.runtimes: dict[int, AgentRuntime] = {}
-        self.preset_ids: set[int] = set()  # the store ids of the preset's agents
-        self.failures: dict[int, str] = {}  # stored agents whose learner could not be built, and why
-        self.restarting: set[int] = set()
-        self.serving = Serving()
-        self.sessions = SessionTable()
         self.evaluation_listeners: list[Callable[[AgentRuntime, EvaluationResult], None]] = []
+        self._store: Store | None = None
+        self._served: ServedAgents | None = None
+        self._preset_ids: set[int] = set()  # the store ids of the preset's agents
+        self._serving = Serving()
+        self._sessions = SessionTable()
+
+    @classmethod
+    def offline(cls, store: Store) -> GraphManager:
+        """A graph over a data folder that no server serves: it builds learners to check new agents and
+        runs the lifecycle verbs on the folder (restart deletes the model, export reads it, ...)."""
+        graph = cls([])
+        graph._attach(store)
+        return graph
+
+    def _attach(self, store: Store) -> None:
+        self._store = store
+        self._served = ServedAgents(store, lambda: self._sessions, self.build_runtime,
+                                    lambda runtime: runtime.learner.start(self._serving.deliver))
+
+    @property
+    def store(self) -> Store:
+        """The store of the data folder (after `create_graph` or `offline`)."""
+        if self._store is None:
+            raise RuntimeError("the graph has no store yet: call create_graph first")
+        return self._store
+
+    @property
+    def served(self) -> ServedAgents:
+        """The served agents and their lifecycle verbs (after `create_graph` or `offline`)."""
+        if self._served is None:
+            raise RuntimeError("the graph serves nothing yet: call create_graph first")
+        return self._served
+
+    @property
+    def runtimes(self) -> dict[int, AgentRuntime]:
+        """The served agents' runtimes, by store id (read-only use)."""
+        return {} if self._served is None else self._served.runtimes
+
+    @property
+    def sessions(self) -> SessionTable:
+        return self._sessions
 
     # -- checking ------------------------------------------------------------------------------
     def check(self) -> None:
@@ -128,9 +163,9 @@ class GraphManager:
             PresetError: the preset is invalid or contradicts what the store holds.
         """
         self.check()
-        self.store = store
-        self.serving = serving or Serving()
-        self.sessions = SessionTable(self.serving.max_sessions_per_agent)
+        self._serving = serving or Serving()
+        self._sessions = SessionTable(self._serving.max_sessions_per_agent)
+        self._attach(store)
         store.put_algorithms(*registry_records())
         owner = store.ensure_user(self.owner)
         created_keys = {}
@@ -143,14 +178,14 @@ class GraphManager:
                 created_keys[spec.name], _ = store.add_api_key(record.id, label="created by preset")
             else:
                 record = self._reconcile(record, spec, parameters)
-            self.preset_ids.add(record.id)
+            self._preset_ids.add(record.id)
             self._start(record)
         for record in store.agents():
             if record.id not in self.runtimes:
                 try:
                     self._start(record)
                 except Exception as error:  # noqa: BLE001 - one bad stored agent must not stop the others
-                    self.failures[record.id] = f"cannot be started: {error}"
+                    self.served.failures[record.id] = f"cannot be started: {error}"
                     logger.error("agent %s (id %d) cannot be started: %s", record.name, record.id, error)
         return created_keys
 
@@ -173,13 +208,13 @@ class GraphManager:
             runtime = self.build_runtime(record)
         except ParameterError as error:  # SB3 refused a combination the types allow
             raise PresetError(f"agent {record.name!r}: {error}") from None
-        self.install(runtime)
+        self.served.install(runtime)
         return runtime
 
     def schedule_for(self, record: AgentRecord) -> Schedule:
         """The preset's schedule for its agents; `default_schedule` for the others, with an off-policy
         agent's ``learning_starts`` (or SB3's default) as its heatup."""
-        if record.id in self.preset_ids:
+        if record.id in self._preset_ids:
             return self.schedule
         if algorithm_info(record.algorithm).on_policy:
             return replace(self.default_schedule, heatup_steps=0)
@@ -205,28 +240,6 @@ class GraphManager:
             logger.info("agent %s resumes from %s", record.name, runtime.model_path)
         return runtime
 
-    def install(self, runtime: AgentRuntime) -> None:
-        """Start a built runtime's learner and serve it to new sessions (on the event loop)."""
-        runtime.learner.start(self.serving.deliver)
-        self.runtimes[runtime.record.id] = runtime
-        self.failures.pop(runtime.record.id, None)
-        self.restarting.discard(runtime.record.id)
-
-    def take_down(self, agent_id: int) -> tuple[AgentRuntime | None, int]:
-        """Begin a restart: end the agent's sessions, refuse new ones until `install` or `abort_restart`.
-
-        Returns its runtime (None if it was not served), for the caller to `discard` off the event loop,
-        and how many sessions ended.
-        """
-        self.restarting.add(agent_id)
-        ended = self.sessions.end_agent(agent_id)
-        return self.runtimes.pop(agent_id, None), ended
-
-    def abort_restart(self, agent_id: int, reason: str) -> None:
-        """A restart could not build the new learner: the agent stays down, marked failed."""
-        self.restarting.discard(agent_id)
-        self.failures[agent_id] = reason
-
     def _evaluated(self, runtime: AgentRuntime, result: EvaluationResult) -> None:
         for listener in self.evaluation_listeners:
             listener(runtime, result)
@@ -241,7 +254,7 @@ class GraphManager:
 
     def preset_runtimes(self) -> list[AgentRuntime]:
         """The runtimes of the preset's own agents (the store may hold others)."""
-        return [runtime for agent_id, runtime in self.runtimes.items() if agent_id in self.preset_ids]
+        return [runtime for agent_id, runtime in self.runtimes.items() if agent_id in self._preset_ids]
 
     # -- sessions ------------------------------------------------------------------------------
     def login(self, apikey: str, evaluate_only: bool = False) -> Session:
@@ -256,49 +269,49 @@ class GraphManager:
         record = self.store.agent_for_key(apikey) if isinstance(apikey, str) and apikey else None
         if record is None:
             raise Unauthorized("unknown or revoked API key")
-        if record.id in self.restarting:
+        if self.served.restarting(record.id):
             raise AgentClosed(f"agent {record.name} is restarting; log in again in a moment")
-        if record.id in self.failures:
-            raise AgentFailed(f"agent {record.name} {self.failures[record.id]}")
+        failure = self.served.failures.get(record.id)
+        if failure is not None:
+            raise AgentFailed(f"agent {record.name} {failure}")
         runtime = self.runtimes.get(record.id)
         if runtime is None:
             raise Unauthorized("this API key's agent is not served by this server")
-        return self.sessions.open(runtime, evaluate_only, client_id=hash_key(apikey))
+        return self._sessions.open(runtime, evaluate_only, client_id=hash_key(apikey))
 
     def session(self, key: Any) -> Session:
         """Raises Unauthorized for an unknown or expired session key."""
-        return self.sessions.get(key)
+        return self._sessions.get(key)
 
     async def step(self, session: Session, step: StepInput) -> Acted:
         """One step of a session: the learner's action (None when the episode ended), awaited on the
         event loop that drives the graph. Raises what `Session.step` raises."""
-        return await session.step(step, self.serving.act_timeout_seconds)
+        return await session.step(step, self._serving.act_timeout_seconds)
 
     def logout(self, key: Any) -> None:
-        self.sessions.end(self.sessions.get(key))
+        self._sessions.end(self._sessions.get(key))
 
     def expire_sessions(self, idle_seconds: float) -> int:
         """End sessions idle for longer than ``idle_seconds``; returns how many ended."""
-        return self.sessions.expire(idle_seconds)
+        return self._sessions.expire(idle_seconds)
 
-    # -- lifecycle -----------------------------------------------------------------------------
-    def checkpoint(self) -> None:
-        for runtime in self.runtimes.values():
-            runtime.checkpoint()
-
+    # -- lifecycle (the verbs on one agent are `served`'s) ---------------------------------------
     def end_sessions(self) -> None:
         """End every session (their unfinished episodes are abandoned)."""
-        self.sessions.end_all()
+        self._sessions.end_all()
+
+    def drain(self) -> None:
+        """The server is stopping: every learner answers what it holds back."""
+        if self._served is not None:
+            self._served.drain()
 
     def abort(self) -> None:
         """Stop the learners started so far without writing anything (a start that failed half-way)."""
-        for runtime in self.runtimes.values():
-            runtime.learner.close()
-        self.runtimes.clear()
+        if self._served is not None:
+            self._served.abort()
 
     def close(self) -> None:
         """Checkpoint every agent and stop the learners. Blocks: run it off the event loop, after
         `end_sessions`."""
-        for runtime in self.runtimes.values():
-            runtime.close()
-        self.runtimes.clear()
+        if self._served is not None:
+            self._served.close()

@@ -140,8 +140,7 @@ async def _drain(app: web.Application) -> None:
     requests still open are answered before the graph is checkpointed and closed."""
     graph = app.get(GRAPH)
     if graph is not None:
-        for runtime in graph.runtimes.values():
-            runtime.learner.drain()
+        graph.drain()
 
 
 async def _sweep_sessions(app: web.Application) -> None:

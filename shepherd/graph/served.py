@@ -1,0 +1,223 @@
+"""The agents a graph serves, and their lifecycle verbs: status, restart, export, delete the model or the
+curve, end a key's sessions, add, drain, close. Each verb is one call, safe at any moment (one verb at a
+time per agent), and works as well on a data folder that no server serves (an offline graph).
+
+A restart ends the agent's sessions, stops its learner without a checkpoint, deletes its model and starts
+a fresh learner; the model is deleted only after any checkpoint in flight is written (every write is a
+rename of a whole file, so a reader never sees half a model).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from shepherd.agents import checkpoint
+from shepherd.graph.runtime import AgentRuntime
+from shepherd.graph.schedule import EvaluationResult
+from shepherd.graph.sessions import SessionTable
+from shepherd.storage import AgentRecord, NotFound, Store
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_WAIT_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class AgentStatus:
+    """An agent's live state. ``phase`` is the phase a new episode would start in, or ``restarting``,
+    ``failed``, or ``stopped`` (not served here; ``steps`` then come from its last checkpoint). ``model``
+    is None until a checkpoint exists, else ``{"bytes", "modified"}``."""
+
+    served: bool
+    phase: str
+    steps: int
+    steps_per_second: float
+    sessions: int
+    episodes: int
+    mean_train_return: float | None
+    last_evaluation: EvaluationResult | None
+    failure: str | None
+    last_active: float
+    model: dict[str, float] | None
+
+
+class ServedAgents:
+    """The runtimes of the agents being served, by store id, and the verbs that change them.
+
+    ``build`` makes a runtime for a stored agent (blocking: the graph's `GraphManager.build_runtime`).
+    """
+
+    def __init__(self, store: Store, sessions: Callable[[], SessionTable],
+                 build: Callable[[AgentRecord], AgentRuntime], start: Callable[[AgentRuntime], None]) -> None:
+        self.store = store
+        self.runtimes: dict[int, AgentRuntime] = {}
+        self.failures: dict[int, str] = {}  # stored agents whose learner could not be built, and why
+        self._restarting: set[int] = set()
+        self._sessions = sessions
+        self._build = build
+        self._start = start
+        self._locks: dict[int, asyncio.Lock] = {}
+
+    def model_path(self, agent_id: int) -> Path:
+        return checkpoint.model_path(self.store.agent_folder(agent_id))
+
+    def lock(self, agent_id: int) -> asyncio.Lock:
+        """One lifecycle verb at a time per agent."""
+        return self._locks.setdefault(agent_id, asyncio.Lock())
+
+    # -- serving ---------------------------------------------------------------------------------
+    def install(self, runtime: AgentRuntime) -> None:
+        """Start a built runtime's learner and serve it to new sessions."""
+        self._start(runtime)
+        self.runtimes[runtime.record.id] = runtime
+        self.failures.pop(runtime.record.id, None)
+        self._restarting.discard(runtime.record.id)
+
+    def restarting(self, agent_id: int) -> bool:
+        """Whether a restart of the agent is under way (it takes no session meanwhile)."""
+        return agent_id in self._restarting
+
+    # -- the verbs -------------------------------------------------------------------------------
+    def status(self, record: AgentRecord) -> AgentStatus:
+        path = self.model_path(record.id)
+        try:
+            stat = path.stat()
+            model: dict[str, float] | None = {"bytes": stat.st_size, "modified": stat.st_mtime}
+        except FileNotFoundError:
+            model = None
+        runtime = self.runtimes.get(record.id)
+        if runtime is not None:
+            stats = runtime.stats()
+            return AgentStatus(True, stats.phase, stats.steps, stats.steps_per_second, stats.sessions,
+                               stats.episodes, stats.mean_train_return, stats.last_evaluation, stats.failure,
+                               runtime.last_active, model)
+        phase, failure = "stopped", None
+        if record.id in self._restarting:
+            phase = "restarting"
+        elif record.id in self.failures:
+            phase, failure = "failed", self.failures[record.id]
+        steps = checkpoint.saved_steps(path) if model and phase == "stopped" else 0
+        return AgentStatus(False, phase, steps, 0.0, 0, 0, None, None, failure, record.last_active, model)
+
+    async def add(self, record: AgentRecord, serve: bool) -> None:
+        """Build the learner of a new agent (proving SB3 accepts it) and, if ``serve``, serve it.
+
+        Raises:
+            Exception: whatever building the learner raised.
+        """
+        runtime = await asyncio.to_thread(self._build, record)
+        if serve:
+            self.install(runtime)
+        else:
+            await asyncio.to_thread(runtime.discard)
+
+    async def restart(self, agent_id: int) -> int:
+        """End the agent's sessions, drop its model and counters, and serve a fresh learner if it was
+        served (or had failed); returns how many sessions ended.
+
+        Raises:
+            Exception: the fresh learner cannot be built; the agent stays down, failed with the reason.
+        """
+        async with self.lock(agent_id):
+            was_served = agent_id in self.runtimes or agent_id in self.failures
+            self._restarting.add(agent_id)
+            try:
+                ended = self._sessions().end_agent(agent_id)
+                old = self.runtimes.pop(agent_id, None)
+                if old is not None:
+                    await asyncio.to_thread(old.discard)
+                await asyncio.to_thread(_unlink, self.model_path(agent_id))
+                if was_served:
+                    runtime = await asyncio.to_thread(self._build, self.store.agent(agent_id))
+                    self.install(runtime)
+            except BaseException as error:
+                if was_served:
+                    self.failures[agent_id] = f"could not be restarted: {type(error).__name__}: {error}"
+                raise
+            finally:
+                self._restarting.discard(agent_id)
+        return ended
+
+    async def export(self, agent_id: int) -> bytes:
+        """The agent's model zip; a served agent checkpoints first, so that it has its latest weights.
+
+        Raises:
+            NotFound: the agent has no saved model yet.
+        """
+        path = self.model_path(agent_id)
+        async with self.lock(agent_id):
+            runtime = self.runtimes.get(agent_id)
+            if runtime is not None and runtime.learner.failure is None and (runtime.tracker.steps or path.exists()):
+                await _settle(runtime.checkpoint(), runtime.record.name)
+            try:
+                return await asyncio.to_thread(path.read_bytes)
+            except FileNotFoundError:
+                raise NotFound("no saved model yet; it is written at the agent's first checkpoint, once it has "
+                               "learned") from None
+
+    async def delete_model(self, agent_id: int) -> bool:
+        """Delete the saved model (a served agent keeps its weights and saves them again at its next
+        checkpoint); returns whether there was one."""
+        async with self.lock(agent_id):
+            runtime = self.runtimes.get(agent_id)
+            if runtime is not None and runtime.pending_checkpoint is not None:
+                await _settle(runtime.pending_checkpoint, runtime.record.name)  # never delete under a write
+            return await asyncio.to_thread(_unlink, self.model_path(agent_id))
+
+    async def delete_curve(self, agent_id: int) -> None:
+        """Forget the agent's episode returns, on disk and in memory."""
+        async with self.lock(agent_id):
+            await asyncio.to_thread(self.store.clear_returns, agent_id)
+            runtime = self.runtimes.get(agent_id)
+            if runtime is not None:
+                runtime.clear_curve_memory()
+
+    def end_key_sessions(self, key_digest: str) -> int:
+        """End every session opened with one API key (by its hash); returns how many ended."""
+        return self._sessions().end_client(key_digest)
+
+    # -- the whole graph ---------------------------------------------------------------------------
+    def checkpoint_all(self) -> None:
+        for runtime in self.runtimes.values():
+            runtime.checkpoint()
+
+    def drain(self) -> None:
+        """The server is stopping: every learner answers what it holds back, now and from now on."""
+        for runtime in self.runtimes.values():
+            runtime.learner.drain()
+
+    def abort(self) -> None:
+        """Stop the learners started so far without writing anything (a start that failed half-way)."""
+        for runtime in self.runtimes.values():
+            runtime.learner.close()
+        self.runtimes.clear()
+
+    def close(self) -> None:
+        """Checkpoint every agent and stop the learners. Blocks: run it off the event loop."""
+        for runtime in self.runtimes.values():
+            runtime.close()
+        self.runtimes.clear()
+
+
+async def _settle(future: Future[Any], name: str) -> None:
+    """Wait for a checkpoint; a failed or slow one is logged, and the last whole file stays."""
+    try:
+        await asyncio.wait_for(asyncio.wrap_future(future), CHECKPOINT_WAIT_SECONDS)
+    except asyncio.CancelledError:
+        raise
+    except Exception as error:  # noqa: BLE001 - the file on disk is whole either way
+        logger.warning("agent %s: checkpoint not written (%s: %s)", name, type(error).__name__, error)
+
+
+def _unlink(path: Path) -> bool:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True
