@@ -26,7 +26,8 @@ class Sharing(str, enum.Enum):
 class AgentDefinition:
     """What an agent is: algorithm, spaces in Shepherd's JSON syntax, parameter values, sharing mode.
 
-    Checked by `shepherd.agents.check_agent`, not here (checking needs the algorithm registry).
+    The sharing mode is checked here; the rest by `shepherd.agents.check_agent` (it needs the algorithm
+    registry).
     """
 
     name: str
@@ -37,10 +38,10 @@ class AgentDefinition:
     sharing: Sharing = Sharing.POOLED
 
     def __post_init__(self) -> None:
-        if isinstance(self.sharing, str) and self.sharing in {mode.value for mode in Sharing}:
-            object.__setattr__(self, "sharing", Sharing(self.sharing))  # others are refused when checked
+        """Raises ValueError for an unknown sharing mode (a preset may name it as a string)."""
+        object.__setattr__(self, "sharing", Sharing.parse(self.sharing))
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "algorithm": self.algorithm, "observation_space": self.observation_space,
                 "action_space": self.action_space, "parameters": dict(self.parameters),
-                "sharing": getattr(self.sharing, "value", self.sharing)}
+                "sharing": self.sharing.value}

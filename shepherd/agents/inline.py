@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 #: machine's cores; larger ones are answered by the learner, batched, where a batch amortises them
 MAX_WEIGHTS = 100_000
 
-Greedy = Callable[[Any], np.ndarray]
+Greedy = Callable[[Any], Any]
 #: one step of a plan: a linear layer's weight and bias names, or an activation
 Step = Union[tuple[str, Union[str, None]], Callable[[np.ndarray], np.ndarray]]
 _ACTIVATIONS: dict[type, Callable[[np.ndarray], np.ndarray]] = {
@@ -63,7 +63,7 @@ class Plan:
     Built once from the policy; `bind` makes the numpy function of a set of published weights.
     """
 
-    def __init__(self, steps: list[Step], head: Callable[[np.ndarray], np.ndarray]) -> None:
+    def __init__(self, steps: list[Step], head: Callable[[np.ndarray], Any]) -> None:
         self.steps = steps
         self.head = head
 
@@ -102,8 +102,8 @@ def plan(policy: Any, observation_space: gym.Space) -> Plan | None:
     return found
 
 
-def agrees(greedy: Greedy, policy: Any, observation_space: gym.Space, samples: int = 8) -> bool:
-    """Whether ``greedy`` gives the policy's own deterministic actions on a few observations."""
+def agrees(greedy: Greedy, policy: Any, observation_space: Any, samples: int = 8) -> bool:
+    """Whether ``greedy`` gives the policy's own deterministic actions on a few observations (of a Box)."""
     rng = np.random.default_rng(0)
     low = np.nan_to_num(observation_space.low, neginf=-1.0, posinf=1.0)
     high = np.nan_to_num(observation_space.high, neginf=1.0, posinf=1.0)
@@ -144,7 +144,7 @@ def _build(policy: Any) -> Plan:
     raise _Unsupported(type(policy).__name__)
 
 
-def _head(distribution: Any) -> Callable[[np.ndarray], np.ndarray]:
+def _head(distribution: Any) -> Callable[[np.ndarray], Any]:
     if isinstance(distribution, CategoricalDistribution):
         return lambda out: out.argmax()
     if isinstance(distribution, MultiCategoricalDistribution):
@@ -174,7 +174,7 @@ def _layers(module: th.nn.Module, prefix: str) -> list[Step]:
     return [activation]
 
 
-def _sized(policy: th.nn.Module, steps: list[Step], head: Callable[[np.ndarray], np.ndarray]) -> Plan:
+def _sized(policy: th.nn.Module, steps: list[Step], head: Callable[[np.ndarray], Any]) -> Plan:
     state = policy.state_dict()
     size = sum(state[name].numel() for step in steps if isinstance(step, tuple) for name in step if name)
     if size > MAX_WEIGHTS:

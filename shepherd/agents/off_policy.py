@@ -24,14 +24,15 @@ from __future__ import annotations
 import copy
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.noise import ActionNoise
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
-from stable_baselines3.common.type_aliases import TrainFrequencyUnit
+from stable_baselines3.common.buffers import ReplayBuffer
+from stable_baselines3.common.type_aliases import TrainFreq, TrainFrequencyUnit
 
 from shepherd.agents.core import ActMode, Kind, Request
 from shepherd.agents.sb3 import SB3Algorithm, stack_observations
@@ -51,9 +52,14 @@ class _Actor:
 class OffPolicyAdapter(SB3Algorithm):
     """An SB3 off-policy algorithm (DQN, SAC, TD3, DDPG) fed by many sessions through one replay buffer."""
 
+    model: OffPolicyAlgorithm
+
     def __init__(self, model: OffPolicyAlgorithm, name: str, total_steps: int | None) -> None:
         super().__init__(model, name, total_steps, scaled_actions=True)  # SB3's off-policy actors act in [-1, 1]
-        if model.train_freq.unit is not TrainFrequencyUnit.STEP:
+        # SB3's set-up made these a TrainFreq and a buffer; their declared types also allow what it was given
+        self._train_freq = cast(TrainFreq, model.train_freq)
+        self._replay = cast(ReplayBuffer, model.replay_buffer)
+        if self._train_freq.unit is not TrainFrequencyUnit.STEP:
             raise ValueError("train_freq must be counted in steps for a pooled learner, not episodes")
         self._actors: dict[int, _Actor] = {}
         self._since_train = 0
@@ -91,7 +97,8 @@ class OffPolicyAdapter(SB3Algorithm):
         """Answer act requests; those that need the policy share one forward pass."""
         randomly = [self._acts_randomly(m) for m in messages]
         needed = [m.obs for m, r in zip(messages, randomly) if not r]
-        explore, greedy = self._forward(needed) if needed else (None, None)
+        nothing = np.empty(0)
+        explore, greedy = self._forward(needed) if needed else (nothing, nothing)
         row = 0
         for message, is_random in zip(messages, randomly):
             if message.mode is ActMode.GREEDY:
@@ -127,7 +134,7 @@ class OffPolicyAdapter(SB3Algorithm):
     @th.no_grad()
     def _forward(self, observations: list) -> tuple[np.ndarray, np.ndarray]:
         """Exploration and greedy actions for a batch, from one forward pass (boxes: scaled, in [-1, 1])."""
-        policy = self.model.policy
+        policy: Any = self.model.policy  # SAC's, TD3's or DQN's: their actors differ
         obs_tensor, _ = policy.obs_to_tensor(stack_observations(observations))
         if self._stochastic:  # SAC: a sample of the squashed Gaussian explores; its mode is greedy
             mean, log_std, kwargs = policy.actor.get_action_dist_params(obs_tensor)
@@ -136,13 +143,13 @@ class OffPolicyAdapter(SB3Algorithm):
             greedy = distribution.get_actions(deterministic=True)
         else:  # DQN's argmax, TD3's and DDPG's deterministic actor
             explore = greedy = policy._predict(obs_tensor, deterministic=True)
-        shape = (-1, *self.action_space.shape)
+        shape = (-1, *(self.action_space.shape or ()))
         return explore.numpy().reshape(shape), greedy.numpy().reshape(shape)
 
     def _store(self, actor: _Actor, message: Request) -> None:
         done = message.kind is Kind.END
         model = self.model
-        model.replay_buffer.add(
+        self._replay.add(
             _batch1(actor.obs), _batch1(message.obs), np.asarray(actor.action).reshape(1, -1),
             np.array([message.reward], dtype=np.float32), np.array([done]),
             [{"TimeLimit.truncated": bool(done and message.truncated)}],
@@ -154,14 +161,14 @@ class OffPolicyAdapter(SB3Algorithm):
 
     def _train_if_due(self) -> None:
         model = self.model
-        frequency = model.train_freq.frequency
+        frequency = self._train_freq.frequency
         if self._since_train < frequency:
             return
         rounds, self._since_train = divmod(self._since_train, frequency)
         if model.num_timesteps <= model.learning_starts:  # as SB3: collected, but no update yet
             return
         per_round = model.gradient_steps if model.gradient_steps >= 0 else frequency
-        if per_round <= 0 or model.replay_buffer.size() < self._min_buffer:
+        if per_round <= 0 or self._replay.size() < self._min_buffer:
             return
         self._min_buffer = 1
         model.train(gradient_steps=rounds * per_round, batch_size=model.batch_size)
@@ -181,7 +188,8 @@ class OffPolicyAdapter(SB3Algorithm):
         self._since_train = int(counters.get("since_train", 0))
         self._progress_remaining()
         if hasattr(model, "exploration_schedule"):
-            model.exploration_rate = model.exploration_schedule(model._current_progress_remaining)
+            schedule: Any = getattr(model, "exploration_schedule")  # DQN's epsilon
+            setattr(model, "exploration_rate", schedule(model._current_progress_remaining))
         # SB3's zip holds no replay buffer: refill it before training again rather than overfit a few steps
         self._min_buffer = max(1, model.batch_size, model.learning_starts)
         logger.info("agent %s: training resumes once the replay buffer holds %d transitions", self.name,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -45,6 +46,8 @@ class _Actor:
 
 class OnPolicyAdapter(SB3Algorithm):
     """PPO or A2C (any SB3 on-policy algorithm) fed by segments from many sessions."""
+
+    model: OnPolicyAlgorithm
 
     #: a session holding a segment while others wait for one loses it after this many idle seconds
     handover_timeout = 5.0
@@ -95,10 +98,11 @@ class OnPolicyAdapter(SB3Algorithm):
         mostly that object's Python. Sampling (training) keeps SB3's distributions, and its random numbers.
         """
         policy = self.model.policy
+        features: Any
         if self._vector_observations:  # SB3's preprocessing and flattening would change nothing
             obs_tensor = features = th.from_numpy(np.stack(observations).astype(np.float32, copy=False))
         else:
-            obs_tensor, _ = policy.obs_to_tensor(stack_observations(observations))
+            obs_tensor, _ = policy.obs_to_tensor(stack_observations(observations))  # type: ignore[assignment]
             features = policy.extract_features(obs_tensor)
             features = features if policy.share_features_extractor else features[0]
         out = policy.action_net(policy.mlp_extractor.policy_net(features))
@@ -223,6 +227,7 @@ class OnPolicyAdapter(SB3Algorithm):
     def _complete(self, actor: _Actor, message: Request, next_value: float) -> None:
         """Store the reward of the pending row; bootstrap a time limit with the next value."""
         segment = actor.segment
+        assert segment is not None  # a pending row lies in the actor's segment
         row = int(self._position[segment])
         reward = message.reward
         done = message.kind is Kind.END

@@ -83,7 +83,7 @@ def from_signature(algorithm: str, cls: type, skip: set[str]) -> dict[str, Param
     """The typed parameters of an SB3 class's constructor, less the names in ``skip``."""
     docs = docs_of(cls)
     found: dict[str, Parameter] = {}
-    for name, arg in inspect.signature(cls.__init__).parameters.items():
+    for name, arg in inspect.signature(cls).parameters.items():
         if name in skip:
             continue
         param_type, nullable, schedule, text = _type_of(arg.annotation)

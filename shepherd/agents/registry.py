@@ -45,7 +45,7 @@ class Algorithm:
 
     name: str
     sb3_class: type[BaseAlgorithm]
-    family: type[SB3Algorithm]
+    family: Callable[[Any, str, int | None], SB3Algorithm]
     action_spaces: tuple[type[spaces.Space], ...]
     # parameters SB3 has but a pooled learner cannot honour, with the reason
     excluded: tuple[tuple[str, str], ...] = ()
@@ -171,15 +171,12 @@ def check_agent(definition: AgentDefinition) -> tuple[Algorithm, dict[str, Any]]
     returns the algorithm and the typed parameter values.
 
     Raises:
-        ParameterError: an unknown algorithm or sharing mode, spaces the algorithm cannot handle, or a bad
+        ParameterError: an unknown algorithm, a sharing mode without a learner, spaces the algorithm cannot handle, or a bad
             parameter (unknown, of the wrong type, or a float that is not finite).
         SpaceError: a space that is not valid JSON space syntax.
     """
-    if not isinstance(definition.sharing, Sharing):
-        try:
-            Sharing.parse(definition.sharing)
-        except ValueError as error:
-            raise ParameterError(str(error)) from None
+    if definition.sharing not in LEARNER_FACTORIES:
+        raise ParameterError(f"knowledge sharing {definition.sharing.value!r} has no learner here")
     if not isinstance(definition.parameters, dict):
         raise ParameterError("parameters must be an object of name: value")
     info = algorithm_info(definition.algorithm)
@@ -213,8 +210,9 @@ def _action_noise(kwargs: dict[str, Any], action_space: spaces.Space) -> ActionN
     theta = kwargs.pop("action_noise_theta", 0.15)
     if kind is None:
         return None
-    mean = np.zeros(action_space.shape, dtype=np.float32)
-    deviation = np.full(action_space.shape, sigma, dtype=np.float32)
+    shape = action_space.shape or ()
+    mean = np.zeros(shape, dtype=np.float32)
+    deviation = np.full(shape, sigma, dtype=np.float32)
     if kind == "normal":
         return NormalActionNoise(mean, deviation)
     return OrnsteinUhlenbeckActionNoise(mean, deviation, theta=theta)
@@ -280,10 +278,8 @@ def learner_for(definition: AgentDefinition, values: dict[str, Any], total_steps
     Raises:
         ParameterError: bad parameters, spaces the algorithm cannot handle, or an unknown sharing mode.
     """
-    factory = LEARNER_FACTORIES.get(Sharing.parse(definition.sharing))
-    if factory is None:
-        raise ParameterError(f"knowledge sharing {definition.sharing} has no learner here")
-    return factory(definition.algorithm, definition.name, parse_space(definition.observation_space),
+    check_agent(definition)
+    return LEARNER_FACTORIES[definition.sharing](definition.algorithm, definition.name, parse_space(definition.observation_space),
                    parse_space(definition.action_space), values, total_steps)
 
 

@@ -95,9 +95,13 @@ async def add_agent(operations, args: argparse.Namespace) -> int:
     parameters = dict(args.param)
     if len(parameters) != len(args.param):
         raise UsageError("a parameter is given twice")
-    view = await operations.add_agent(NewAgent(owner=args.owner, definition=AgentDefinition(
-        name=args.name, algorithm=args.algorithm, observation_space=args.observation_space,
-        action_space=args.action_space, parameters=parameters, sharing=args.sharing)))
+    try:
+        definition = AgentDefinition(name=args.name, algorithm=args.algorithm, parameters=parameters,
+                                     observation_space=args.observation_space, action_space=args.action_space,
+                                     sharing=args.sharing)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    view = await operations.add_agent(NewAgent(owner=args.owner, definition=definition))
     served = "served now" if view.served else "served at the next server start"
     print(f"agent {view.ref} added (id {view.id}, {view.algorithm}; {served})")
     if args.key:

@@ -19,7 +19,7 @@ from shepherd.graph.runtime import AgentRuntime
 from shepherd.graph.schedule import EvaluationResult, Schedule
 from shepherd.graph.served import ServedAgents
 from shepherd.graph.sessions import Acted, Session, SessionTable, StepInput, Unauthorized
-from shepherd.definition import AgentDefinition, Sharing
+from shepherd.definition import AgentDefinition
 from shepherd.spaces import SpaceError, parse_space, space_to_json
 from shepherd.storage import AgentRecord, Store, hash_key
 
@@ -174,7 +174,7 @@ class GraphManager:
             parameters = check_parameters(spec.algorithm, spec.parameters)
             if record is None:
                 record = store.add_agent(owner.id, spec.name, spec.algorithm.upper(), spec.observation_space,
-                                         spec.action_space, parameters, Sharing.parse(spec.sharing).value)
+                                         spec.action_space, parameters, spec.sharing.value)
                 created_keys[spec.name], _ = store.add_api_key(record.id, label="created by preset")
             else:
                 record = self._reconcile(record, spec, parameters)

@@ -46,6 +46,8 @@ def load_preset(name: str, folder: Path = PRESETS_DIR) -> GraphManager:
     """
     path = preset_path(name, folder)
     spec = importlib.util.spec_from_file_location(f"shepherd_preset_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise PresetError(f"preset {path.stem}: {path} cannot be imported")
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)

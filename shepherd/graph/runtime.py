@@ -56,7 +56,7 @@ class AgentRuntime:
         self.evaluations: list[EvaluationResult] = []
         self.train_returns: collections.deque[float] = collections.deque(maxlen=100)
         self._on_evaluation = on_evaluation
-        self._rate = collections.deque(maxlen=20)  # (time, steps) samples for steps/s
+        self._rate: collections.deque[tuple[float, int]] = collections.deque(maxlen=20)  # (time, steps) samples for steps/s
         self._last_checkpoint = (time.monotonic(), 0)
         self._pending_checkpoint: Future | None = None
         self.last_active = record.last_active  # wall time of the last step; stored at each checkpoint

@@ -94,7 +94,7 @@ class Session:
     client_id: str = ""  # the `hash_key` of the API key that opened it: limits count per key, revoking ends it
     last_seq: int | None = None
     last_step: StepInput | None = field(default=None, repr=False)
-    last_reply: ActionFuture | None = field(default=None, repr=False)
+    last_reply: Future | None = field(default=None, repr=False)  # type: ignore[type-arg]
     last_active: float = field(default_factory=time.monotonic)
     in_request: int = 0  # requests of this session being answered right now
 
@@ -131,12 +131,12 @@ class Session:
         try:
             future = self._hand_over(step)
             action = await _wait(future, timeout, step.seq)
-            return Acted(action, future.policy_version)
+            return Acted(action, getattr(future, "policy_version", 0))
         finally:
             self.in_request -= 1
             self.active()
 
-    def _hand_over(self, step: StepInput) -> ActionFuture:
+    def _hand_over(self, step: StepInput) -> Future:  # type: ignore[type-arg]
         """Hand a step to the LevelManager; the future gives the action, or None when the episode ended."""
         if step.seq is not None and self.last_seq is not None:
             if step.seq == self.last_seq:

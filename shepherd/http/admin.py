@@ -129,10 +129,14 @@ async def add_agent(request: web.Request) -> web.Response:
     parameters = data.get("parameters", {})
     if not isinstance(parameters, dict):
         raise BadRequest("'parameters' must be an object of name: value")
+    try:
+        sharing = Sharing.parse(text_field(data, "sharing", Sharing.POOLED.value))
+    except ValueError as error:
+        raise BadRequest(str(error)) from None
     new = NewAgent(owner=text_field(data, "owner"), definition=AgentDefinition(
         name=text_field(data, "name"), algorithm=text_field(data, "algorithm"),
         observation_space=data["observation_space"], action_space=data["action_space"], parameters=parameters,
-        sharing=text_field(data, "sharing", Sharing.POOLED.value)))
+        sharing=sharing))
     return respond(await ops.add_agent(new), status=201)
 
 

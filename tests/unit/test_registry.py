@@ -133,7 +133,6 @@ def test_registry_records_carry_the_continuous_flag():
 
 @pytest.mark.parametrize("algorithm, obs, act, values, sharing, words", [
     ("PPO", [[4], -1, 1], 2, {"learning_rate": "nan"}, "pooled", "'learning_rate' must be a finite number"),
-    ("PPO", [[4], -1, 1], 2, {}, "federated", "knowledge sharing 'federated' is not available"),
     ("PPO", [[4], -1, 1], 2, ["gamma", 0.9], "pooled", "parameters must be an object"),
     ("SAC", [[4], -1, 1], 2, {}, "pooled", "SAC cannot handle Discrete actions"),
     ("XYZ", [[4], -1, 1], 2, {}, "pooled", "unknown algorithm 'XYZ'"),
@@ -141,6 +140,11 @@ def test_registry_records_carry_the_continuous_flag():
 def test_an_agent_definition_is_checked_whole_in_one_place(algorithm, obs, act, values, sharing, words):
     with pytest.raises(ParameterError, match=words):
         check_agent(AgentDefinition("a", algorithm, obs, act, values, sharing))
+
+
+def test_an_unknown_sharing_mode_is_refused_with_the_modes_there_are():
+    with pytest.raises(ValueError, match="knowledge sharing 'federated' is not available; use one of pooled"):
+        AgentDefinition("a", "PPO", [[4], -1, 1], 2, {}, "federated")
 
 
 def test_a_preset_and_the_admin_service_refuse_the_same_definitions():
