@@ -1,0 +1,98 @@
+"""Connection limits on a real socket (127.0.0.1 only, a bounded number of connections): silent and slow
+connections are closed, connections over the limit are refused at once, and a flood costs a few log lines."""
+
+import asyncio
+import logging
+
+import aiohttp
+import pytest
+
+from shepherd.graph import AgentSpec, GraphManager, Schedule
+from shepherd.http import ServerConfig
+from shepherd.http.server import RunningServer
+
+OBS4 = [0.01, -0.02, 0.03, 0.04]
+WAIT = 20  # generous bound for what the server should do within a second or two
+
+
+def graph_manager():
+    return GraphManager(owner="tests", schedule=Schedule(), agents=[
+        AgentSpec("pole", "PPO", [[4], "-inf", "inf"], 2, {"n_envs": 2, "n_steps": 8, "batch_size": 8})])
+
+
+@pytest.fixture
+async def start(tmp_path):
+    servers = []
+
+    async def start(**config):
+        server = await RunningServer.start(ServerConfig(graph_manager(), tmp_path / "data", **config), "127.0.0.1", 0)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        await server.stop()
+
+
+async def login_status(server) -> int:
+    async with aiohttp.ClientSession() as http:
+        async with http.post(server.url + "/shepherd/login_user/",
+                             json={"apikey": server.created_keys["pole"]}) as response:
+            return response.status
+
+
+async def test_silent_connections_over_the_limit_are_refused_then_closed_and_logged_once(start, caplog):
+    server = await start(max_connections=8, header_timeout_seconds=0.5)
+    port = int(server.url.rsplit(":", 1)[1])
+    caplog.set_level(logging.INFO, logger="shepherd.http.server")
+    silent = [await asyncio.open_connection("127.0.0.1", port) for _ in range(30)]  # never send a byte
+    replies = await asyncio.gather(*(asyncio.wait_for(reader.read(), WAIT) for reader, _ in silent))
+    refused = [reply for reply in replies if reply.startswith(b"HTTP/1.1 503 ")]
+    assert len(refused) == 22 and all(b'{"error":' in reply and b"maximum of open connections" in reply
+                                      for reply in refused)
+    assert replies.count(b"") == 8  # the 8 accepted ones were closed for sending no request
+    for _, writer in silent:
+        writer.close()
+    assert await login_status(server) == 200  # the slots are free again for a good client
+    lines = [record.getMessage() for record in caplog.records if record.name == "shepherd.http.server"]
+    assert sum("refusing connections" in line for line in lines) == 1, lines
+    assert sum("sent no request headers" in line for line in lines) == 1, lines
+
+
+async def test_a_body_that_does_not_arrive_gets_408_and_the_connection_is_closed(start):
+    server = await start(body_timeout_seconds=0.5)
+    port = int(server.url.rsplit(":", 1)[1])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"POST /shepherd/login_user/ HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: 100\r\n\r\n{")  # announces 100 bytes, sends one
+    await writer.drain()
+    reply = await asyncio.wait_for(reader.read(), WAIT)  # read() to the end: the server closes
+    assert reply.startswith(b"HTTP/1.1 408 ") and b'"error":"the body did not arrive' in reply
+    writer.close()
+
+
+async def test_an_idle_keep_alive_connection_is_closed_after_the_idle_timeout(start):
+    server = await start(idle_timeout_seconds=0.5)
+    port = int(server.url.rsplit(":", 1)[1])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /shepherd/openapi.json HTTP/1.1\r\nHost: x\r\n\r\n")
+    await writer.drain()
+    assert (await asyncio.wait_for(reader.readline(), WAIT)).startswith(b"HTTP/1.1 200 ")
+    await asyncio.wait_for(reader.read(), WAIT)  # the rest of the reply, then EOF once idle
+    assert reader.at_eof()
+    writer.close()
+
+
+async def test_out_of_open_files_is_logged_once_not_per_accept(start, caplog):
+    server = await start()
+    loop = asyncio.get_running_loop()
+    handler = loop.get_exception_handler()
+    assert handler is server.resource_errors
+    caplog.set_level(logging.INFO)
+    for _ in range(200):  # what asyncio reports at every failed accept() while out of open files
+        handler(loop, {"message": "socket.accept() out of system resource",
+                       "exception": OSError(24, "Too many open files")})
+    lines = [record for record in caplog.records if "out of open files" in record.getMessage()]
+    assert len(lines) == 1 and lines[0].exc_info is None
+    await server.stop()
+    assert loop.get_exception_handler() is not handler  # restored when the server stops
