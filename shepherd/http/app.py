@@ -32,7 +32,7 @@ from shepherd.http.state import (ADMIN, CONFIG, CREATED_ADMIN_TOKEN, CREATED_KEY
                                  LOCAL_CREDENTIAL, LOGIN_THROTTLE, OPENAPI, RATE_LIMITER, SIGNINS, STORE,
                                  ServerConfig)
 from shepherd.spaces import action_to_json, space_to_json
-from shepherd.storage import DataFolderLock, Store, new_secret
+from shepherd.storage import DataFolderLock, Store, hash_key, new_secret
 
 logger = logging.getLogger(__name__)
 
@@ -53,13 +53,15 @@ async def login_user(request: web.Request) -> web.Response:
     login = parse_login(await request.read())
     graph, throttle = request.app[GRAPH], request.app[LOGIN_THROTTLE]
     address = request.remote or "?"
+    limiter = request.app.get(RATE_LIMITER)
+    if limiter is not None:  # before the session is opened: a refused login holds no slot
+        limiter.take(hash_key(login.apikey))
     try:
         session = graph.login(login.apikey, login.evaluate_only)
     except PermissionError:
         await asyncio.sleep(throttle.failed(address))  # slows down guessing, never blocks the loop
         raise
     throttle.succeeded(address)
-    _count_request(request.app, session)
     learner = session.runtime.learner
     return _json({"ok": True, "session_key": session.key, "agent": session.runtime.record.name,
                   "observation_space": space_to_json(learner.observation_space),

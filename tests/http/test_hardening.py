@@ -94,6 +94,16 @@ async def test_requests_over_the_rate_limit_of_a_key_get_429_with_retry_after(ma
     assert "too many requests" in (await refused.json())["error"]
 
 
+async def test_a_login_over_the_rate_limit_is_refused_before_a_session_is_opened(make_client):
+    client = await make_client(requests_per_second_per_key=0.001, burst_per_key=2)
+    await login(client)
+    await login(client)
+    for _ in range(3):
+        response = await client.post("/shepherd/login_user/", json={"apikey": client.apikey})
+        assert response.status == 429 and "too many requests" in (await response.json())["error"]
+    assert len(client.graph.sessions) == 2 and client.graph.runtime().sessions == 2  # none for the 429s
+
+
 async def test_an_agent_has_at_most_max_sessions(make_client):
     client = await make_client(max_sessions_per_agent=2)
     first = await login(client)
