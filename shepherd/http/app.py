@@ -53,6 +53,7 @@ async def login_user(request: web.Request) -> web.Response:
     login = parse_login(await request.read())
     graph, throttle = request.app[GRAPH], request.app[LOGIN_THROTTLE]
     address = request.remote or "?"
+    throttle.check(address)  # an address blocked by its failed attempts gets 429, its key untried
     limiter = request.app.get(RATE_LIMITER)
     if limiter is not None:  # before the session is opened: a refused login holds no slot
         limiter.take(hash_key(login.apikey))
@@ -61,7 +62,6 @@ async def login_user(request: web.Request) -> web.Response:
     except PermissionError:
         await asyncio.sleep(throttle.failed(address))  # slows down guessing, never blocks the loop
         raise
-    throttle.succeeded(address)
     learner = session.runtime.learner
     return _json({"ok": True, "session_key": session.key, "agent": session.runtime.record.name,
                   "observation_space": space_to_json(learner.observation_space),
