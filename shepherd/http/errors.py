@@ -9,6 +9,7 @@ from typing import Awaitable, Callable
 
 import orjson
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 
 from shepherd.admin import Forbidden, Invalid
 from shepherd.agents import AgentClosed, AgentFailed
@@ -60,6 +61,12 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             try:
                 async with asyncio.timeout(timeout):
                     await request.read()  # kept by the request: the handler's read() returns it
+            except (ConnectionError, RequestPayloadError) as error:
+                # the client dropped (or broke) its upload: nobody is left to answer, and it is no bug
+                logger.info("%s %s from %s: the body was cut off (%s)", request.method, request.path,
+                            request.remote, error)
+                request.protocol.force_close()
+                return json_error(400, "the body was cut off")
             except TimeoutError:
                 # answered and closed now: aiohttp would otherwise linger, reading the rest of the body
                 response = json_error(408, f"the body did not arrive within {timeout:g} s; send it at once")

@@ -96,3 +96,24 @@ async def test_out_of_open_files_is_logged_once_not_per_accept(start, caplog):
     assert len(lines) == 1 and lines[0].exc_info is None
     await server.stop()
     assert loop.get_exception_handler() is not handler  # restored when the server stops
+
+
+async def test_a_client_dropping_mid_upload_is_one_info_line_without_a_traceback(start, caplog):
+    server = await start()
+    port = int(server.url.rsplit(":", 1)[1])
+    caplog.set_level(logging.DEBUG)
+    for _ in range(3):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /shepherd/login_user/ HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 1000\r\n\r\n{\"apikey\": ")  # a third of the body, then gone
+        await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+    for _ in range(WAIT * 10):  # until the server has noticed all three
+        if sum("cut off" in record.getMessage() for record in caplog.records) == 3:
+            break
+        await asyncio.sleep(0.1)
+    cut = [record for record in caplog.records if "cut off" in record.getMessage()]
+    assert len(cut) == 3 and all(record.levelno == logging.INFO and record.exc_info is None for record in cut)
+    assert not [record for record in caplog.records if record.levelno >= logging.WARNING or record.exc_info]
+    assert await login_status(server) == 200
