@@ -199,6 +199,11 @@ async def _sweep_sessions(app: web.Application) -> None:
             logger.info("%d idle session(s) expired", expired)
 
 
+async def _nosniff(request: web.Request, response: web.StreamResponse) -> None:
+    """Every reply says what it is: browsers must not guess another type (a JSON error as HTML, say)."""
+    response.headers["X-Content-Type-Options"] = "nosniff"
+
+
 def create_app(config: ServerConfig) -> web.Application:
     """Build the application; the graph is created on startup and checkpointed on cleanup."""
     app = web.Application(client_max_size=config.max_body_bytes,
@@ -240,6 +245,7 @@ def create_app(config: ServerConfig) -> web.Application:
         web.post(admin.KEY + "/revoke", admin.revoke_key),
         web.get("/shepherd/openapi.json", openapi),
     ])
+    app.on_response_prepare.append(_nosniff)
     app.cleanup_ctx.extend([_folder_lock_context, _graph_context, _admin_context])
     app.on_shutdown.append(_drain)
     return app

@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
 from shepherd.http.app import create_app
 from shepherd.http.state import CONFIG, CREATED_ADMIN_TOKEN, CREATED_KEYS, LOCAL_CREDENTIAL, ServerConfig
@@ -70,6 +71,29 @@ class _Refuse(asyncio.Protocol):
         transport.close()
 
 
+class _JsonErrorHandler(RequestHandler):
+    """aiohttp's connection handler, answering what it refuses itself (malformed HTTP: 400; a bug outside
+    the app: 500) with a JSON error instead of plain text, and logging malformed requests in one debug line
+    instead of a traceback. No request bytes are echoed: they might hold a key."""
+
+    __slots__ = ()
+
+    def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        if status >= 500:
+            logger.error("error handling a request from %s", request.remote, exc_info=exc)
+            text = "internal server error; the server log has the details"
+        else:
+            logger.debug("malformed request from %s: %s", request.remote, type(exc).__name__)
+            text = f"the request is not valid HTTP/1.1 ({type(exc).__name__}); send a JSON body over HTTP/1.1"
+        if request.writer.output_size > 0:  # a reply has begun: too late for another one
+            raise ConnectionError("a response was sent already; cannot send the error")
+        response = web.Response(status=status, body=orjson.dumps({"error": text}), content_type="application/json",
+                                headers={"X-Content-Type-Options": "nosniff"})
+        response.force_close()
+        return response
+
+
 class ConnectionGuard:
     """The protocol factory in front of aiohttp's `web.Server`: at most ``limit`` open connections (more
     are answered 503 and closed), and a new connection that has not sent its first request's headers
@@ -96,6 +120,7 @@ class ConnectionGuard:
             self._refused.note(self.limit)
             return _Refuse()
         handler = self.server()
+        handler.__class__ = _JsonErrorHandler  # the same object layout, with JSON errors (see the class)
         self._waiting.add(handler)
         asyncio.get_running_loop().call_later(self.header_timeout, self._check_started, handler)
         return handler

@@ -117,3 +117,25 @@ async def test_a_client_dropping_mid_upload_is_one_info_line_without_a_traceback
     assert len(cut) == 3 and all(record.levelno == logging.INFO and record.exc_info is None for record in cut)
     assert not [record for record in caplog.records if record.levelno >= logging.WARNING or record.exc_info]
     assert await login_status(server) == 200
+
+
+async def test_every_reply_has_nosniff_and_malformed_http_gets_a_json_400(start, caplog):
+    server = await start()
+    port = int(server.url.rsplit(":", 1)[1])
+    async with aiohttp.ClientSession() as http:
+        for method, path in (("POST", "/shepherd/login_user/"), ("GET", "/shepherd/openapi.json"),
+                             ("GET", "/shepherd/nowhere/"), ("GET", "/shepherd/admin/")):
+            async with http.request(method, server.url + path, json={"apikey": "x"}) as response:
+                assert response.headers["X-Content-Type-Options"] == "nosniff", path
+    caplog.set_level(logging.DEBUG)
+    for garbage in (b"NOT HTTP AT ALL\r\n\r\n", b"GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n"):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(garbage)
+        await writer.drain()
+        reply = await asyncio.wait_for(reader.read(), WAIT)
+        head, _, body = reply.partition(b"\r\n\r\n")
+        assert head.split(b"\r\n")[0].endswith(b" 400 Bad Request") and b"Content-Type: application/json" in head
+        assert b"X-Content-Type-Options: nosniff" in head
+        assert body.startswith(b'{"error":"the request is not valid HTTP/1.1')
+        writer.close()
+    assert not [record for record in caplog.records if record.levelno >= logging.WARNING or record.exc_info]
