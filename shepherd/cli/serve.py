@@ -42,6 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default %(default)s; 0: no limit)")
     parser.add_argument("--max-body", type=int, default=1 << 20, metavar="BYTES",
                         help="largest request body; larger ones get 413 (default %(default)s)")
+    parser.add_argument("--secure-cookies", action="store_true",
+                        help="mark the dashboard's sign-in cookie Secure (serving behind a TLS proxy)")
     parser.add_argument("--max-connections", type=int, default=None, metavar="N",
                         help="open connections at once; more are answered 503 and closed (default: the "
                              "open-file limit less 128)")
@@ -105,7 +107,8 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
                           act_timeout_seconds=args.act_timeout, max_sessions_per_agent=args.max_sessions or None,
                           requests_per_second_per_key=args.rate_limit or None, max_body_bytes=args.max_body,
                           max_connections=args.max_connections, header_timeout_seconds=args.header_timeout,
-                          body_timeout_seconds=args.body_timeout, idle_timeout_seconds=args.idle_timeout)
+                          body_timeout_seconds=args.body_timeout, idle_timeout_seconds=args.idle_timeout,
+                          secure_cookies=args.secure_cookies)
     try:
         server = await RunningServer.start(config, args.host, args.port)
     except StoreError as error:

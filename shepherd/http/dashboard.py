@@ -17,7 +17,7 @@ from shepherd.graph import Unauthorized
 from shepherd.http.admin import API, body_object, principal, respond, text_field
 from shepherd.http.errors import BadRequest
 from shepherd.http.signins import COOKIE
-from shepherd.http.state import ADMIN, DASHBOARD_FILES, LOGIN_THROTTLE, SIGNINS
+from shepherd.http.state import ADMIN, CONFIG, DASHBOARD_FILES, LOGIN_THROTTLE, SIGNINS
 from shepherd.storage import hash_key
 
 PAGE = "/shepherd/admin/"
@@ -76,7 +76,7 @@ async def signin(request: web.Request) -> web.Response:
     opened = request.app[SIGNINS].open(hash_key(token))
     response = respond({**who, "csrf": opened.csrf})
     response.set_cookie(COOKIE, opened.id, path=PAGE.rstrip("/"), httponly=True, samesite="Strict",
-                        secure=request.secure)
+                        secure=request.secure or request.app[CONFIG].secure_cookies)
     return response
 
 

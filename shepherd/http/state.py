@@ -36,6 +36,7 @@ class ServerConfig:
     body_timeout_seconds: float = 30.0
     idle_timeout_seconds: float = 75.0
     max_connections: int | None = None
+    secure_cookies: bool = False  # mark the dashboard's sign-in cookie Secure (behind a TLS proxy)
 
 
 #: the configuration the app was created with
