@@ -42,6 +42,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default %(default)s; 0: no limit)")
     parser.add_argument("--max-body", type=int, default=1 << 20, metavar="BYTES",
                         help="largest request body; larger ones get 413 (default %(default)s)")
+    parser.add_argument("--secure-cookies", action="store_true",
+                        help="mark the dashboard's sign-in cookie Secure (serving behind a TLS proxy)")
+    parser.add_argument("--max-connections", type=int, default=None, metavar="N",
+                        help="open connections at once; more are answered 503 and closed (default: the "
+                             "open-file limit less 128)")
+    parser.add_argument("--header-timeout", type=float, default=10.0, metavar="SECONDS",
+                        help="close a new connection that sends no request headers within this time "
+                             "(default %(default)s)")
+    parser.add_argument("--body-timeout", type=float, default=30.0, metavar="SECONDS",
+                        help="answer a request whose body does not arrive within this time with 408 "
+                             "(default %(default)s)")
+    parser.add_argument("--idle-timeout", type=float, default=75.0, metavar="SECONDS",
+                        help="close a keep-alive connection idle for this long between requests "
+                             "(default %(default)s)")
 
 
 def list_presets_command() -> int:
@@ -68,9 +82,11 @@ def serve_command(args: argparse.Namespace) -> int:
     for name in ("clients", "max_sessions", "rate_limit"):
         if getattr(args, name) < 0:
             raise UsageError(f"--{name.replace('_', '-')} must be 0 or more")
-    for name in ("session_timeout", "act_timeout", "max_body"):
+    for name in ("session_timeout", "act_timeout", "max_body", "header_timeout", "body_timeout", "idle_timeout"):
         if getattr(args, name) <= 0:
             raise UsageError(f"--{name.replace('_', '-')} must be positive")
+    if args.max_connections is not None and args.max_connections <= 0:
+        raise UsageError("--max-connections must be positive")
     try:
         graph = load_preset(args.preset)
         if args.clients and graph.validation is None:
@@ -89,7 +105,10 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
 
     config = ServerConfig(graph, args.data, session_idle_seconds=args.session_timeout,
                           act_timeout_seconds=args.act_timeout, max_sessions_per_agent=args.max_sessions or None,
-                          requests_per_second_per_key=args.rate_limit or None, max_body_bytes=args.max_body)
+                          requests_per_second_per_key=args.rate_limit or None, max_body_bytes=args.max_body,
+                          max_connections=args.max_connections, header_timeout_seconds=args.header_timeout,
+                          body_timeout_seconds=args.body_timeout, idle_timeout_seconds=args.idle_timeout,
+                          secure_cookies=args.secure_cookies)
     try:
         server = await RunningServer.start(config, args.host, args.port)
     except StoreError as error:

@@ -22,7 +22,7 @@ from shepherd.graph import Unauthorized
 from shepherd.http.errors import BadRequest
 from shepherd.http.protocol import parse_object
 from shepherd.http.signins import COOKIE, CSRF_HEADER, csrf_matches
-from shepherd.http.state import ADMIN, SIGNINS
+from shepherd.http.state import ADMIN, LOGIN_THROTTLE, SIGNINS
 
 API = "/shepherd/admin/api"
 AGENT = API + "/agents/{agent_id:\\d{1,12}}"  # route pattern of one agent's resources
@@ -49,7 +49,13 @@ def principal(request: web.Request) -> Principal:
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Unauthorized("send the token as 'Authorization: Bearer <token>'")
-        return service.authenticate(token.strip())
+        throttle, address = request.app[LOGIN_THROTTLE], request.remote or "?"
+        throttle.check(address)  # an address blocked by failed credentials gets 429, its token untried
+        try:
+            return service.authenticate(token.strip())
+        except Unauthorized:
+            throttle.failed(address)  # the next attempt waits out the block (429 until then)
+            raise
     signins = request.app[SIGNINS]
     signin = signins.get(request.cookies.get(COOKIE))
     if signin is None:

@@ -29,7 +29,7 @@ from shepherd.http.state import (ADMIN, CONFIG, CREATED_ADMIN_TOKEN, CREATED_KEY
                                  LOCAL_CREDENTIAL, LOGIN_THROTTLE, OPENAPI, RATE_LIMITER, SIGNINS, STORE,
                                  ServerConfig)
 from shepherd.spaces import action_to_json, space_to_json
-from shepherd.storage import DataFolderLock, Store, new_secret
+from shepherd.storage import DataFolderLock, Store, hash_key, new_secret
 
 logger = logging.getLogger(__name__)
 
@@ -50,17 +50,18 @@ async def login_user(request: web.Request) -> web.Response:
     login = parse_login(await request.read())
     graph, throttle = request.app[GRAPH], request.app[LOGIN_THROTTLE]
     address = request.remote or "?"
+    throttle.check(address)  # an address blocked by its failed attempts gets 429, its key untried
+    limiter = request.app.get(RATE_LIMITER)
+    if limiter is not None:  # before the session is opened: a refused login holds no slot
+        limiter.take(hash_key(login.apikey))
     try:
         session = graph.login(login.apikey, login.evaluate_only)
     except PermissionError:
         await asyncio.sleep(throttle.failed(address))  # slows down guessing, never blocks the loop
         raise
-    throttle.succeeded(address)
-    _count_request(request.app, session)
-    learner = session.runtime
     return _json({"ok": True, "session_key": session.key, "agent": session.runtime.record.name,
-                  "observation_space": space_to_json(learner.observation_space),
-                  "action_space": space_to_json(learner.action_space)})
+                  "observation_space": space_to_json(session.observation_space),
+                  "action_space": space_to_json(session.action_space)})
 
 
 async def env_step(request: web.Request) -> web.Response:
@@ -152,6 +153,11 @@ async def _sweep_sessions(app: web.Application) -> None:
             logger.info("%d idle session(s) expired", expired)
 
 
+async def _nosniff(request: web.Request, response: web.StreamResponse) -> None:
+    """Every reply says what it is: browsers must not guess another type (a JSON error as HTML, say)."""
+    response.headers["X-Content-Type-Options"] = "nosniff"
+
+
 def create_app(config: ServerConfig) -> web.Application:
     """Build the application; the graph is created on startup and checkpointed on cleanup."""
     app = web.Application(client_max_size=config.max_body_bytes,
@@ -193,6 +199,7 @@ def create_app(config: ServerConfig) -> web.Application:
         web.post(admin.KEY + "/revoke", admin.revoke_key),
         web.get("/shepherd/openapi.json", openapi),
     ])
+    app.on_response_prepare.append(_nosniff)
     app.cleanup_ctx.extend([_folder_lock_context, _graph_context, _admin_context])
     app.on_shutdown.append(_drain)
     return app

@@ -8,6 +8,7 @@ it with every POST. Every dashboard response forbids framing and inline scripts 
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from aiohttp import web
@@ -16,7 +17,7 @@ from shepherd.graph import Unauthorized
 from shepherd.http.admin import API, body_object, principal, respond, text_field
 from shepherd.http.errors import BadRequest
 from shepherd.http.signins import COOKIE
-from shepherd.http.state import ADMIN, DASHBOARD_FILES, SIGNINS
+from shepherd.http.state import ADMIN, CONFIG, DASHBOARD_FILES, LOGIN_THROTTLE, SIGNINS
 from shepherd.storage import hash_key
 
 PAGE = "/shepherd/admin/"
@@ -64,12 +65,18 @@ async def signin(request: web.Request) -> web.Response:
     token = text_field(await body_object(request, {"token"}), "token").strip()
     if not token or len(token) > MAX_TOKEN_LENGTH:
         raise BadRequest("'token' is the admin token or an API key")
-    service = request.app[ADMIN]
-    who = await service.acting_as(service.authenticate(token)).whoami()
+    service, throttle, address = request.app[ADMIN], request.app[LOGIN_THROTTLE], request.remote or "?"
+    throttle.check(address)  # failed sign-ins, logins and Bearer tokens count alike
+    try:
+        signer = service.authenticate(token)
+    except Unauthorized:
+        await asyncio.sleep(throttle.failed(address))
+        raise
+    who = await service.acting_as(signer).whoami()
     opened = request.app[SIGNINS].open(hash_key(token))
     response = respond({**who, "csrf": opened.csrf})
     response.set_cookie(COOKIE, opened.id, path=PAGE.rstrip("/"), httponly=True, samesite="Strict",
-                        secure=request.secure)
+                        secure=request.secure or request.app[CONFIG].secure_cookies)
     return response
 
 

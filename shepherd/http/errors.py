@@ -9,11 +9,13 @@ from typing import Awaitable, Callable
 
 import orjson
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 
 from shepherd.admin import Forbidden, Invalid
 from shepherd.agents import AgentClosed, AgentFailed
 from shepherd.graph import ActTimeout, Conflict, TooManySessions, Unauthorized
 from shepherd.http.limits import TooManyRequests, retry_after_header
+from shepherd.http.state import CONFIG
 from shepherd.storage import AlreadyExists, NotFound
 
 logger = logging.getLogger(__name__)
@@ -40,11 +42,31 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Map domain errors to JSON errors; refuse a body whose declared length is over the limit before
-    reading any of it (413)."""
+    reading any of it (413); read the body within the body timeout (408), so no handler waits for one."""
     try:
         length = request.content_length
         if length is not None and length > request.client_max_size:
             raise web.HTTPRequestEntityTooLarge(max_size=request.client_max_size, actual_size=length)
+        if request.body_exists:
+            config = request.app.get(CONFIG)
+            timeout = config.body_timeout_seconds if config is not None else None
+            try:
+                async with asyncio.timeout(timeout):
+                    await request.read()  # kept by the request: the handler's read() returns it
+            except (ConnectionError, RequestPayloadError) as error:
+                # the client dropped (or broke) its upload: nobody is left to answer, and it is no bug
+                logger.info("%s %s from %s: the body was cut off (%s)", request.method, request.path,
+                            request.remote, error)
+                request.protocol.force_close()
+                return json_error(400, "the body was cut off")
+            except TimeoutError:
+                # answered and closed now: aiohttp would otherwise linger, reading the rest of the body
+                response = json_error(408, f"the body did not arrive within {timeout:g} s; send it at once")
+                response.force_close()
+                await response.prepare(request)
+                await response.write_eof()
+                request.protocol.force_close()
+                return response
         return await handler(request)
     except web.HTTPException as error:
         if error.status < 400:

@@ -1,4 +1,4 @@
-"""Request-rate limits per API key, and slowing down repeated failed logins from one address.
+"""Request-rate limits per API key, and slowing down repeated failed credentials from one address.
 
 Both keep bounded state: buckets and failure counts live in LRU tables with a fixed capacity, so a
 flood of new keys or addresses cannot grow the server's memory.
@@ -71,11 +71,16 @@ class RateLimiter:
 class _Failures:
     count: int
     first: float
+    blocked_until: float = 0.0
 
 
 class LoginThrottle:
-    """Slows down failed logins from one address: after ``free`` failures within ``window`` seconds,
-    each further failure is answered only after a delay that doubles, up to ``max_delay``."""
+    """Slows down failed attempts at a credential from one address (logins, dashboard sign-ins, Bearer
+    tokens on the admin API): after ``free`` failures within ``window`` seconds, each further failure
+    blocks the address for a delay that doubles, up to ``max_delay``. While blocked, an attempt is refused
+    (`check` raises TooManyRequests) before its credential is even tried, so parallel requests gain
+    nothing; a successful attempt forgives nothing (an attacker holding one valid key cannot reset the
+    count); the count starts again ``window`` seconds after its first failure."""
 
     def __init__(self, free: int = 5, window: float = 300.0, base_delay: float = 0.25, max_delay: float = 5.0,
                  capacity: int = 10_000) -> None:
@@ -85,18 +90,28 @@ class LoginThrottle:
         self.max_delay = max_delay
         self._failures = _LRU(capacity)
 
+    def check(self, address: str, now: float | None = None) -> None:
+        """Raises TooManyRequests while the address is blocked by its failures."""
+        record = self._failures.get(address)
+        if record is None:
+            return
+        now = time.monotonic() if now is None else now
+        if record.blocked_until > now:
+            raise TooManyRequests("too many failed attempts from this address; wait before trying again",
+                                  record.blocked_until - now)
+
     def failed(self, address: str, now: float | None = None) -> float:
-        """Record a failed login; returns how long to wait before answering it (seconds)."""
+        """Record a failed attempt; returns how long the address is now blocked (seconds), which is also
+        how long to wait before answering it."""
         now = time.monotonic() if now is None else now
         record = self._failures.touch(address, lambda: _Failures(0, now))
         if now - record.first > self.window:
             record.count, record.first = 0, now
         record.count += 1
         over = record.count - self.free
-        return 0.0 if over <= 0 else min(self.max_delay, self.base_delay * 2 ** (over - 1))
-
-    def succeeded(self, address: str) -> None:
-        self._failures.pop(address, None)
+        delay = 0.0 if over <= 0 else min(self.max_delay, self.base_delay * 2 ** (over - 1))
+        record.blocked_until = max(record.blocked_until, now + delay)
+        return delay
 
 
 def retry_after_header(seconds: float) -> str:

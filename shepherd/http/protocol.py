@@ -76,17 +76,24 @@ def _seq(data: dict[str, Any]) -> int | None:
 def parse_step(data: dict[str, Any], observation_space: spaces.Space) -> StepInput | None:
     """Check a step body (already parsed by `parse_object`) against the agent's observation space.
 
-    Returns None for ``"obs": null``, which ends the session.
+    Returns None for ``"obs": null``, which ends the session. A step without the ``obs`` key is refused:
+    only an explicit null ends a session. ``reward`` is required with every observation: whether a step is
+    its episode's first (whose reward is ignored) depends on the session's state and, for a retried step,
+    on its ``seq``, which only the session knows, so the edge asks for it always (the original client
+    sends 0.0 with a first observation).
     """
-    if data.get("obs", None) is None:
+    if "obs" not in data:
+        raise BadRequest("'obs' is required: the observation, or null to end the session")
+    if data["obs"] is None:
         return None
     try:
         obs = check_observation(observation_space, data["obs"])
     except SpaceError as error:
         raise BadRequest(str(error)) from None
-    reward = data.get("reward", 0.0)
-    if reward is None:
-        reward = 0.0
+    if data.get("reward") is None:
+        raise BadRequest("'reward' (a finite number) is required with every observation; send 0 with an "
+                         "episode's first observation, whose reward is ignored")
+    reward = data["reward"]
     if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
         raise BadRequest("'reward' must be a finite number")
     info = data.get("info", {})

@@ -26,13 +26,17 @@ class SignIn:
 
 
 class SignInTable:
-    """Open sign-ins by id, ended after ``idle_seconds`` without a request; at most ``limit`` are kept
-    (the oldest go first). Not thread-safe: the event loop owns it."""
+    """Open sign-ins by id, ended after ``idle_seconds`` without a request. Each credential (the hash of
+    the token signed in with) keeps at most ``per_credential`` sign-ins: its own least recently used one is
+    ended for a new one, never another credential's, so no key holder can sign anyone else out. Only a
+    valid credential opens a sign-in, so the table holds at most ``per_credential`` times the number of
+    credentials in the store. Not thread-safe: the event loop owns it."""
 
-    def __init__(self, idle_seconds: float = 8 * 3600.0, limit: int = 1000) -> None:
+    def __init__(self, idle_seconds: float = 8 * 3600.0, per_credential: int = 32) -> None:
         self.idle_seconds = idle_seconds
-        self.limit = limit
-        self._open: collections.OrderedDict[str, tuple[SignIn, float]] = collections.OrderedDict()
+        self.per_credential = per_credential
+        self._open: dict[str, tuple[SignIn, float]] = {}
+        self._by_digest: dict[str, collections.OrderedDict[str, None]] = {}  # digest -> ids, oldest first
 
     def __len__(self) -> int:
         return len(self._open)
@@ -40,8 +44,11 @@ class SignInTable:
     def open(self, digest: str) -> SignIn:
         signin = SignIn(new_secret(), digest, new_secret())
         self._open[signin.id] = (signin, time.monotonic())
-        while len(self._open) > self.limit:
-            self._open.popitem(last=False)
+        ids = self._by_digest.setdefault(digest, collections.OrderedDict())
+        ids[signin.id] = None
+        while len(ids) > self.per_credential:
+            oldest, _ = ids.popitem(last=False)
+            del self._open[oldest]
         return signin
 
     def get(self, signin_id: str | None) -> SignIn | None:
@@ -54,14 +61,20 @@ class SignInTable:
         signin, last_seen = entry
         now = time.monotonic()
         if now - last_seen > self.idle_seconds:
-            del self._open[signin_id]
+            self.end(signin_id)
             return None
         self._open[signin_id] = (signin, now)
-        self._open.move_to_end(signin_id)
+        self._by_digest[signin.digest].move_to_end(signin_id)
         return signin
 
     def end(self, signin_id: str) -> None:
-        self._open.pop(signin_id, None)
+        entry = self._open.pop(signin_id, None)
+        if entry is None:
+            return
+        ids = self._by_digest[entry[0].digest]
+        ids.pop(signin_id, None)
+        if not ids:
+            del self._by_digest[entry[0].digest]
 
 
 def csrf_matches(signin: SignIn, sent: str | None) -> bool:

@@ -28,6 +28,15 @@ class ServerConfig:
     max_sessions_per_agent: int | None = 1024
     requests_per_second_per_key: float | None = 2000.0
     burst_per_key: float | None = None  # default: one second's worth of requests
+    # connections (shepherd/http/server.py): a new connection must send its first request's headers within
+    # header_timeout_seconds, a request its body within body_timeout_seconds (else 408), and a connection
+    # waiting for its next request is closed after idle_timeout_seconds; more than max_connections open
+    # at once get 503 and are closed (None: derived from the open-file limit, see `connection_limit`)
+    header_timeout_seconds: float = 10.0
+    body_timeout_seconds: float = 30.0
+    idle_timeout_seconds: float = 75.0
+    max_connections: int | None = None
+    secure_cookies: bool = False  # mark the dashboard's sign-in cookie Secure (behind a TLS proxy)
 
 
 #: the configuration the app was created with

@@ -415,3 +415,13 @@ async def test_a_server_that_fails_to_start_releases_the_data_folder(tmp_path):
     assert lock.try_acquire()  # an admin command can work on the folder now
     lock.release()
     assert not (data / "server.json").exists()
+
+
+@pytest.mark.parametrize("secure", [False, True])
+async def test_secure_cookies_mark_the_sign_in_cookie_secure(aiohttp_client, tmp_path, secure):
+    app = create_app(ServerConfig(graph_manager(), tmp_path / "data", secure_cookies=secure))
+    client = await aiohttp_client(app)
+    response = await client.post(API + "/signin", json={"token": app[CREATED_ADMIN_TOKEN]})
+    assert response.status == 200
+    attributes = [part.strip().lower() for part in response.headers["Set-Cookie"].split(";")]
+    assert ("secure" in attributes) is secure and "httponly" in attributes

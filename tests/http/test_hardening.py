@@ -11,7 +11,7 @@ import pytest
 
 from shepherd.graph import AgentSpec, GraphManager, Schedule, Session
 from shepherd.http import CREATED_KEYS, GRAPH, ServerConfig, create_app
-from shepherd.http.state import LOGIN_THROTTLE
+from shepherd.http.state import CREATED_ADMIN_TOKEN, LOGIN_THROTTLE
 from shepherd.level import LevelManager
 
 OBS4 = [0.01, -0.02, 0.03, 0.04]
@@ -107,6 +107,16 @@ async def test_requests_over_the_rate_limit_of_a_key_get_429_with_retry_after(ma
     assert "too many requests" in (await refused.json())["error"]
 
 
+async def test_a_login_over_the_rate_limit_is_refused_before_a_session_is_opened(make_client):
+    client = await make_client(requests_per_second_per_key=0.001, burst_per_key=2)
+    await login(client)
+    await login(client)
+    for _ in range(3):
+        response = await client.post("/shepherd/login_user/", json={"apikey": client.apikey})
+        assert response.status == 429 and "too many requests" in (await response.json())["error"]
+    assert len(client.graph.sessions) == 2 and client.graph.runtime().sessions == 2  # none for the 429s
+
+
 async def test_an_agent_has_at_most_max_sessions(make_client):
     client = await make_client(max_sessions_per_agent=2)
     first = await login(client)
@@ -122,14 +132,34 @@ async def test_repeated_failed_logins_from_one_address_are_slowed_down(make_clie
     client = await make_client()
     throttle = client.server.app[LOGIN_THROTTLE]
     throttle.free, throttle.base_delay = 2, 0.2
-    for _ in range(2):
+    for _ in range(3):
         response = await client.post("/shepherd/login_user/", json={"apikey": "guess"})
         assert response.status == 401
-    started = time.monotonic()
-    response = await client.post("/shepherd/login_user/", json={"apikey": "guess"})
-    assert response.status == 401 and time.monotonic() - started >= 0.2
-    await login(client)  # the right key still logs in, and forgives the address
-    assert not throttle._failures
+    assert throttle._failures["127.0.0.1"].count == 3  # the third was answered only once its block ended
+    await login(client)  # the right key still logs in, and forgives nothing
+    assert throttle._failures["127.0.0.1"].count == 3
+
+
+async def test_failed_credentials_block_an_address_for_parallel_requests_bearer_tokens_and_sign_ins(make_client):
+    client = await make_client()
+    throttle = client.server.app[LOGIN_THROTTLE]
+    throttle.free, throttle.base_delay = 2, 600.0  # the third failure blocks the address for the whole test
+    for _ in range(2):
+        assert (await client.post("/shepherd/login_user/", json={"apikey": "guess"})).status == 401
+    await login(client)  # a good login between does not reset the count
+    api = "/shepherd/admin/api/whoami"
+    guesses = await asyncio.gather(*(client.get(api, headers={"Authorization": f"Bearer guess-{i}"})
+                                     for i in range(10)))  # in parallel: one is tried, the rest are not
+    statuses = sorted(response.status for response in guesses)
+    assert statuses == [401] + [429] * 9
+    assert all(int(r.headers["Retry-After"]) > 1 for r in guesses if r.status == 429)
+    admin_token = client.server.app[CREATED_ADMIN_TOKEN]
+    blocked = [await client.get(api, headers={"Authorization": f"Bearer {admin_token}"}),
+               await client.post("/shepherd/admin/api/signin", json={"token": admin_token}),
+               await client.post("/shepherd/login_user/", json={"apikey": client.apikey})]
+    for response in blocked:  # even the right credentials wait out the block, untried
+        assert response.status == 429 and "failed attempts" in (await response.json())["error"]
+    assert throttle._failures["127.0.0.1"].count == 3  # refused attempts are not counted
 
 
 async def test_an_oversized_body_is_refused_from_its_declared_length_before_it_is_read(make_client):

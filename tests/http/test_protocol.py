@@ -121,6 +121,38 @@ async def test_bad_steps_get_the_right_4xx_and_the_session_survives(app_client, 
     assert response.status == 200 and (await response.json())["action"] in (0, 1)
 
 
+@pytest.mark.parametrize("missing, words", [
+    ("reward", "'reward' (a finite number) is required"),
+    ("obs", "'obs' is required"),
+])
+async def test_a_step_without_reward_or_obs_gets_400_naming_it_and_the_session_survives(app_client, missing, words):
+    key = (await login(app_client))["session_key"]
+    assert (await step(app_client, key)).status == 200  # the episode's first step: no reward needed yet
+    full = {"session_key": key, "obs": OBS4, "reward": 1.0, "done": False, "info": {}}
+    for done in (False, True):  # a middle step and an episode's last step alike
+        body = {name: value for name, value in {**full, "done": done}.items() if name != missing}
+        await expect_error(await app_client.post("/shepherd/env/", json=body), 400, words)
+    if missing == "reward":  # an explicit null is no reward either
+        await expect_error(await app_client.post("/shepherd/env/", json={**full, "reward": None}), 400, words)
+    runtime = app_client.server.app[GRAPH].runtime()
+    assert runtime.tracker.steps == 0  # nothing refused was counted, and the session did not end
+    response = await step(app_client, key, reward=1.0)
+    assert response.status == 200 and (await response.json())["action"] in (0, 1)
+    assert runtime.tracker.steps == 1
+
+
+async def test_an_episode_first_step_needs_a_reward_too_and_the_seed_client_body_works(app_client):
+    """The edge cannot tell an episode's first step from the others (that is the session's state), so it
+    asks for a reward with every observation; the seed client sends 0.0 with every first observation."""
+    key = (await login(app_client))["session_key"]
+    first = {"session_key": key, "obs": OBS4, "done": False, "info": {}}
+    await expect_error(await app_client.post("/shepherd/env/", json=first), 400, "'reward'")
+    for body in ({**first, "reward": 0.0}, {**first, "reward": 1.0}, {**first, "reward": 1.0, "done": True}):
+        response = await app_client.post("/shepherd/env/", json=body)  # the seed client's bodies
+        assert response.status == 200
+    assert await response.json() == {"action": None}
+
+
 async def test_nan_in_the_body_is_refused(app_client):
     key = (await login(app_client))["session_key"]
     body = ('{"session_key": "%s", "obs": [NaN, 0, 0, 0], "reward": 0, "done": false}' % key).encode()

@@ -12,10 +12,10 @@ from shepherd.storage import (DataFolderLock, FolderBusy, NotFound, ServerFile, 
                               write_server_file)
 
 
-def test_sign_ins_expire_when_idle_and_the_oldest_go_past_the_limit(monkeypatch):
+def test_sign_ins_expire_when_idle_and_a_credential_past_its_limit_loses_its_own_oldest(monkeypatch):
     now = [1000.0]
     monkeypatch.setattr(signins_module.time, "monotonic", lambda: now[0])
-    table = SignInTable(idle_seconds=60, limit=2)
+    table = SignInTable(idle_seconds=60, per_credential=2)
     first = table.open("digest-1")
     assert table.get(first.id) == first and len(first.id) >= 40 and first.csrf != first.id
     now[0] += 59
@@ -24,10 +24,17 @@ def test_sign_ins_expire_when_idle_and_the_oldest_go_past_the_limit(monkeypatch)
     assert table.get(first.id) == first
     now[0] += 61
     assert table.get(first.id) is None  # ... idle for too long, it is gone
-    a, b, c = table.open("a"), table.open("b"), table.open("c")
-    assert table.get(a.id) is None and table.get(b.id) == b and table.get(c.id) == c and len(table) == 2
-    table.end(b.id)
-    assert table.get(b.id) is None and table.get(None) is None and table.get("") is None
+    admin = table.open("admin")
+    a, b = table.open("key"), table.open("key")
+    assert table.get(a.id) == a  # a is now the key's most recently used, b its oldest
+    for _ in range(1000):  # a key holder signing in over and over ...
+        c = table.open("key")
+    assert table.get(admin.id) == admin  # ... never signs another credential out
+    assert table.get(b.id) is None and table.get(a.id) is None and table.get(c.id) == c and len(table) == 3
+    table.end(c.id)
+    assert table.get(c.id) is None and table.get(None) is None and table.get("") is None
+    table.end(admin.id)
+    assert len(table) == 1 and set(table._by_digest) == {"key"}  # nothing left behind for ended ones
 
 
 def test_csrf_tokens_must_match_exactly():

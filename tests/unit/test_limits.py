@@ -31,8 +31,23 @@ def test_failed_logins_are_free_at_first_then_slowed_down_doubling_up_to_a_cap()
     assert delays == [0, 0, 0, 0.5, 1, 2, 4, 4]
     assert throttle.failed("10.0.0.2", now=8.0) == 0  # another address is not slowed
     assert throttle.failed("10.0.0.1", now=100.0) == 0  # the window passed
-    throttle.succeeded("10.0.0.1")
-    assert "10.0.0.1" not in throttle._failures
+
+
+def test_a_blocked_address_is_refused_before_its_credential_is_tried_and_nothing_resets_it():
+    throttle = LoginThrottle(free=2, window=60, base_delay=1, max_delay=8)
+    for _ in range(2):
+        throttle.check("10.0.0.1", now=0.0)
+        assert throttle.failed("10.0.0.1", now=0.0) == 0
+    throttle.check("10.0.0.1", now=0.0)
+    assert throttle.failed("10.0.0.1", now=0.0) == 1  # the third failure blocks the address for 1 s ...
+    for _ in range(50):  # ... and parallel attempts meanwhile are refused untried, not counted
+        with pytest.raises(TooManyRequests) as refused:
+            throttle.check("10.0.0.1", now=0.5)
+        assert refused.value.retry_after == pytest.approx(0.5)
+    throttle.check("10.0.0.2", now=0.5)  # another address is free
+    throttle.check("10.0.0.1", now=1.0)
+    assert throttle.failed("10.0.0.1", now=1.0) == 2  # doubling on: a good login between changes nothing
+    assert not hasattr(throttle, "succeeded")
 
 
 def test_retry_after_is_whole_seconds_and_never_zero():

@@ -1,0 +1,141 @@
+"""Connection limits on a real socket (127.0.0.1 only, a bounded number of connections): silent and slow
+connections are closed, connections over the limit are refused at once, and a flood costs a few log lines."""
+
+import asyncio
+import logging
+
+import aiohttp
+import pytest
+
+from shepherd.graph import AgentSpec, GraphManager, Schedule
+from shepherd.http import ServerConfig
+from shepherd.http.server import RunningServer
+
+OBS4 = [0.01, -0.02, 0.03, 0.04]
+WAIT = 20  # generous bound for what the server should do within a second or two
+
+
+def graph_manager():
+    return GraphManager(owner="tests", schedule=Schedule(), agents=[
+        AgentSpec("pole", "PPO", [[4], "-inf", "inf"], 2, {"n_envs": 2, "n_steps": 8, "batch_size": 8})])
+
+
+@pytest.fixture
+async def start(tmp_path):
+    servers = []
+
+    async def start(**config):
+        server = await RunningServer.start(ServerConfig(graph_manager(), tmp_path / "data", **config), "127.0.0.1", 0)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        await server.stop()
+
+
+async def login_status(server) -> int:
+    async with aiohttp.ClientSession() as http:
+        async with http.post(server.url + "/shepherd/login_user/",
+                             json={"apikey": server.created_keys["pole"]}) as response:
+            return response.status
+
+
+async def test_silent_connections_over_the_limit_are_refused_then_closed_and_logged_once(start, caplog):
+    server = await start(max_connections=8, header_timeout_seconds=0.5)
+    port = int(server.url.rsplit(":", 1)[1])
+    caplog.set_level(logging.INFO, logger="shepherd.http.server")
+    silent = [await asyncio.open_connection("127.0.0.1", port) for _ in range(30)]  # never send a byte
+    replies = await asyncio.gather(*(asyncio.wait_for(reader.read(), WAIT) for reader, _ in silent))
+    refused = [reply for reply in replies if reply.startswith(b"HTTP/1.1 503 ")]
+    assert len(refused) == 22 and all(b'{"error":' in reply and b"maximum of open connections" in reply
+                                      for reply in refused)
+    assert replies.count(b"") == 8  # the 8 accepted ones were closed for sending no request
+    for _, writer in silent:
+        writer.close()
+    assert await login_status(server) == 200  # the slots are free again for a good client
+    lines = [record.getMessage() for record in caplog.records if record.name == "shepherd.http.server"]
+    assert sum("refusing connections" in line for line in lines) == 1, lines
+    assert sum("sent no request headers" in line for line in lines) == 1, lines
+
+
+async def test_a_body_that_does_not_arrive_gets_408_and_the_connection_is_closed(start):
+    server = await start(body_timeout_seconds=0.5)
+    port = int(server.url.rsplit(":", 1)[1])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"POST /shepherd/login_user/ HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: 100\r\n\r\n{")  # announces 100 bytes, sends one
+    await writer.drain()
+    reply = await asyncio.wait_for(reader.read(), WAIT)  # read() to the end: the server closes
+    assert reply.startswith(b"HTTP/1.1 408 ") and b'"error":"the body did not arrive' in reply
+    writer.close()
+
+
+async def test_an_idle_keep_alive_connection_is_closed_after_the_idle_timeout(start):
+    server = await start(idle_timeout_seconds=0.5)
+    port = int(server.url.rsplit(":", 1)[1])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /shepherd/openapi.json HTTP/1.1\r\nHost: x\r\n\r\n")
+    await writer.drain()
+    assert (await asyncio.wait_for(reader.readline(), WAIT)).startswith(b"HTTP/1.1 200 ")
+    await asyncio.wait_for(reader.read(), WAIT)  # the rest of the reply, then EOF once idle
+    assert reader.at_eof()
+    writer.close()
+
+
+async def test_out_of_open_files_is_logged_once_not_per_accept(start, caplog):
+    server = await start()
+    loop = asyncio.get_running_loop()
+    handler = loop.get_exception_handler()
+    assert handler is server.resource_errors
+    caplog.set_level(logging.INFO)
+    for _ in range(200):  # what asyncio reports at every failed accept() while out of open files
+        handler(loop, {"message": "socket.accept() out of system resource",
+                       "exception": OSError(24, "Too many open files")})
+    lines = [record for record in caplog.records if "out of open files" in record.getMessage()]
+    assert len(lines) == 1 and lines[0].exc_info is None
+    await server.stop()
+    assert loop.get_exception_handler() is not handler  # restored when the server stops
+
+
+async def test_a_client_dropping_mid_upload_is_one_info_line_without_a_traceback(start, caplog):
+    server = await start()
+    port = int(server.url.rsplit(":", 1)[1])
+    caplog.set_level(logging.DEBUG)
+    for _ in range(3):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /shepherd/login_user/ HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 1000\r\n\r\n{\"apikey\": ")  # a third of the body, then gone
+        await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+    for _ in range(WAIT * 10):  # until the server has noticed all three
+        if sum("cut off" in record.getMessage() for record in caplog.records) == 3:
+            break
+        await asyncio.sleep(0.1)
+    cut = [record for record in caplog.records if "cut off" in record.getMessage()]
+    assert len(cut) == 3 and all(record.levelno == logging.INFO and record.exc_info is None for record in cut)
+    assert not [record for record in caplog.records if record.levelno >= logging.WARNING or record.exc_info]
+    assert await login_status(server) == 200
+
+
+async def test_every_reply_has_nosniff_and_malformed_http_gets_a_json_400(start, caplog):
+    server = await start()
+    port = int(server.url.rsplit(":", 1)[1])
+    async with aiohttp.ClientSession() as http:
+        for method, path in (("POST", "/shepherd/login_user/"), ("GET", "/shepherd/openapi.json"),
+                             ("GET", "/shepherd/nowhere/"), ("GET", "/shepherd/admin/")):
+            async with http.request(method, server.url + path, json={"apikey": "x"}) as response:
+                assert response.headers["X-Content-Type-Options"] == "nosniff", path
+    caplog.set_level(logging.DEBUG)
+    for garbage in (b"NOT HTTP AT ALL\r\n\r\n", b"GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n"):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(garbage)
+        await writer.drain()
+        reply = await asyncio.wait_for(reader.read(), WAIT)
+        head, _, body = reply.partition(b"\r\n\r\n")
+        assert head.split(b"\r\n")[0].endswith(b" 400 Bad Request") and b"Content-Type: application/json" in head
+        assert b"X-Content-Type-Options: nosniff" in head
+        assert body.startswith(b'{"error":"the request is not valid HTTP/1.1')
+        writer.close()
+    assert not [record for record in caplog.records if record.levelno >= logging.WARNING or record.exc_info]
