@@ -8,6 +8,7 @@ import json
 import secrets
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from tinydb import Query, TinyDB
 from tinydb.storages import Storage
 
 from shepherd.storage.files import atomic_write_bytes, remove_stale_temporaries
-from shepherd.storage.returns import EpisodeReturn, ReturnLog
+from shepherd.storage.returns import EpisodeReturn, ReturnLog, ReturnsJson, ReturnsPage
 
 STORE_FILE = "store.json"
 
@@ -308,6 +309,19 @@ class Store:
     def returns(self, agent_id: int) -> list[EpisodeReturn]:
         return self._return_log(agent_id).read()
 
+    def returns_page(self, agent_id: int, offset: int = 0, first: float | None = None) -> ReturnsPage:
+        """The returns from ``offset`` on, parsing only those (see `ReturnLog.page`)."""
+        return self._return_log(agent_id).page(offset, first)
+
+    def returns_json(self, agent_id: int, offset: int = 0, first: float | None = None) -> ReturnsJson:
+        """`returns_page` with the records as JSON text (see `ReturnLog.page_json`)."""
+        return self._return_log(agent_id).page_json(offset, first)
+
+    def returns_chunks(self, agent_id: int, chunk_bytes: int | None = None) -> Iterator[list[EpisodeReturn]]:
+        """Every return, a piece at a time (see `ReturnLog.chunks`)."""
+        log = self._return_log(agent_id)
+        return log.chunks() if chunk_bytes is None else log.chunks(chunk_bytes)
+
     def clear_returns(self, agent_id: int) -> None:
         """Delete an agent's learning curve; the next `append_return` starts a new one."""
         self._return_log(agent_id).clear()
@@ -320,5 +334,5 @@ class Store:
             self._db.close()
 
 
-__all__ = ["AgentRecord", "ApiKey", "AlreadyExists", "EpisodeReturn", "NotFound", "Store", "StoreError",
-           "User", "hash_key", "new_secret"]
+__all__ = ["AgentRecord", "ApiKey", "AlreadyExists", "EpisodeReturn", "NotFound", "ReturnsJson", "ReturnsPage", "Store",
+           "StoreError", "User", "hash_key", "new_secret"]

@@ -2,10 +2,12 @@
 
 import json
 import os
+import threading
 
 import pytest
 
 from shepherd.storage import AlreadyExists, EpisodeReturn, NotFound, Store, StoreError
+from shepherd.storage import returns as returns_module
 
 
 @pytest.fixture
@@ -71,6 +73,85 @@ def test_a_torn_last_return_line_is_skipped_and_the_next_append_is_intact(tmp_pa
     assert [r.value for r in reopened.returns(agent.id)] == [5.0]
     reopened.append_return(agent.id, EpisodeReturn(3.0, 7.0, 7, "evaluate"))
     assert [r.value for r in reopened.returns(agent.id)] == [5.0, 7.0]
+    reopened.close()
+
+
+def test_an_append_does_not_wait_for_a_read_in_progress(store, monkeypatch):
+    """A long read (a curve of a million returns) must not hold up an episode's end, which runs on the loop."""
+    agent = make_agent(store)
+    for i in range(3):
+        store.append_return(agent.id, EpisodeReturn(float(i), float(i), 10, "train"))
+    real = returns_module.EpisodeReturn
+    appended: list[bool] = []
+
+    def parse(*args, **fields):
+        if not appended:  # in the middle of the read: an episode ends on another thread
+            appender = threading.Thread(target=store.append_return,
+                                        args=(agent.id, real(9.0, 9.0, 9, "train")))
+            appender.start()
+            appender.join(timeout=10)  # a bound against a hang, not a measurement
+            appended.append(not appender.is_alive())
+        return real(*args, **fields)
+
+    monkeypatch.setattr(returns_module, "EpisodeReturn", parse)
+    store.returns(agent.id)
+    monkeypatch.undo()
+    assert appended == [True]
+    assert [r.value for r in store.returns(agent.id)] == [0.0, 1.0, 2.0, 9.0]
+
+
+def test_an_incremental_read_parses_only_the_new_returns(store, monkeypatch):
+    agent = make_agent(store)
+    for i in range(500):
+        store.append_return(agent.id, EpisodeReturn(100.0 + i, float(i), 10, "train"))
+    page = store.returns_page(agent.id)
+    assert (page.total, page.offset, page.reset, len(page.returns)) == (500, 0, False, 500)
+    store.append_return(agent.id, EpisodeReturn(700.0, 7.0, 7, "evaluate"))
+    real = returns_module.EpisodeReturn
+    parsed = []
+    monkeypatch.setattr(returns_module, "EpisodeReturn", lambda *a, **k: parsed.append(1) or real(*a, **k))
+    page = store.returns_page(agent.id, offset=500, first=100.0)
+    assert (page.total, page.offset, page.reset) == (501, 500, False)
+    assert page.returns == [real(700.0, 7.0, 7, "evaluate")] and len(parsed) == 1
+    nothing_new = store.returns_page(agent.id, offset=501, first=100.0)
+    assert nothing_new.returns == [] and len(parsed) == 1
+    monkeypatch.undo()
+    store.clear_returns(agent.id)
+    store.append_return(agent.id, EpisodeReturn(900.0, 1.0, 1, "train"))
+    after = store.returns_page(agent.id, offset=1, first=100.0)  # the curve was deleted: all of it again
+    assert (after.total, after.offset, after.reset) == (1, 0, True) and [r.time for r in after.returns] == [900.0]
+    assert store.returns_page(agent.id, offset=5).reset is True
+
+
+def test_chunked_reads_give_every_return_once_and_skip_damaged_lines(tmp_path, store):
+    agent = make_agent(store)
+    for i in range(25):
+        store.append_return(agent.id, EpisodeReturn(float(i), float(i), 1, "train"))
+    store.close()
+    path = tmp_path / "data" / "agents" / str(agent.id) / "returns.jsonl"
+    with open(path, "ab") as handle:
+        handle.write(b'{"time": 2.0, "val')  # a crash in the middle of a write
+    reopened = Store(tmp_path / "data")
+    reopened.append_return(agent.id, EpisodeReturn(99.0, 99.0, 1, "train"))
+    chunks = list(reopened.returns_chunks(agent.id, chunk_bytes=100))
+    assert len(chunks) > 5
+    assert [r.time for chunk in chunks for r in chunk] == [float(i) for i in range(25)] + [99.0]
+    assert reopened.returns_page(agent.id).total == 26
+    reopened.close()
+
+
+def test_returns_as_json_text_are_checked_line_by_line(tmp_path, store):
+    agent = make_agent(store)
+    store.append_return(agent.id, EpisodeReturn(1.0, float("inf"), 5, "train"))  # json writes Infinity
+    store.close()
+    path = tmp_path / "data" / "agents" / str(agent.id) / "returns.jsonl"
+    with open(path, "ab") as handle:
+        handle.write(b'{"time": 2.0, "value": 3.0, "length": 4, "phase": "train"}\n{"what": 1}\n{"time": 3.0}')
+    reopened = Store(tmp_path / "data")
+    page = reopened.returns_json(agent.id)
+    assert json.loads(b"[" + b",".join(page.pieces) + b"]") == [
+        {"time": 1.0, "value": None, "length": 5, "phase": "train"},
+        {"time": 2.0, "value": 3.0, "length": 4, "phase": "train"}]
     reopened.close()
 
 
