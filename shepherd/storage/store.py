@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import secrets
 import threading
 import time
@@ -14,12 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from tinydb import Query, TinyDB
+from tinydb.table import Document
 from tinydb.storages import Storage
 
 from shepherd.storage.files import atomic_write_bytes, remove_stale_temporaries
 from shepherd.storage.returns import EpisodeReturn, ReturnLog, ReturnsJson, ReturnsPage
 
+logger = logging.getLogger(__name__)
+
 STORE_FILE = "store.json"
+AGENTS_FOLDER = "agents"
 
 
 class StoreError(RuntimeError):
@@ -47,14 +52,18 @@ class AtomicJSONStorage(Storage):
         self._data: dict[str, Any] | None = None
         if self.path.exists():
             raw = self.path.read_bytes()
+            if not raw.strip():  # never written so: every write is a whole store, renamed into place
+                raise StoreError(f"{self.path} is empty: the store (users, agents, API keys, the admin token) was "
+                                 f"lost. Restore it from a backup; to start a new store instead, move it and "
+                                 f"{self.path.parent / AGENTS_FOLDER} away")
             try:
-                loaded = json.loads(raw) if raw.strip() else None
+                loaded = json.loads(raw)
             except ValueError as error:
                 raise StoreError(
                     f"{self.path} is damaged ({error}); restore it from a backup or move it away "
                     "to start with an empty store"
                 ) from None
-            if loaded is not None and not isinstance(loaded, dict):
+            if not isinstance(loaded, dict):
                 raise StoreError(f"{self.path} is not a Shepherd store (top level is not an object)")
             self._data = loaded
 
@@ -119,6 +128,11 @@ class Store:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         remove_stale_temporaries(self.folder)
+        agents = self.folder / AGENTS_FOLDER
+        if not (self.folder / STORE_FILE).exists() and agents.is_dir() and any(agents.iterdir()):
+            raise StoreError(f"{self.folder / STORE_FILE} is missing but {agents} holds agents' models and "
+                             "returns: the store (users, agents, API keys, the admin token) was lost. Restore it "
+                             f"from a backup; to start a new store instead, move {agents} away")
         self._lock = threading.RLock()
         self._db = TinyDB(str(self.folder / STORE_FILE), storage=AtomicJSONStorage)
         self._users = self._db.table("users")
@@ -176,7 +190,20 @@ class Store:
             doc = {"owner_id": owner_id, "name": name, "algorithm": algorithm,
                    "observation_space": observation_space, "action_space": action_space,
                    "parameters": dict(parameters), "sharing": sharing, "created": now, "last_active": now}
-            return AgentRecord(id=self._agents.insert(doc), **doc)
+            agent_id = self._new_agent_id()
+            self._agents.insert(Document(doc, doc_id=agent_id))
+            return AgentRecord(id=agent_id, **doc)
+
+    def _new_agent_id(self) -> int:
+        """An id no agent has had (the last one given is kept) and whose folder does not exist: a new agent
+        never inherits another's model or returns."""
+        last = self._settings.get(Query().name == "last_agent_id")
+        agent_id = max([last["value"] if last else 0, *(doc.doc_id for doc in self._agents.all())]) + 1
+        while self.agent_folder(agent_id).exists():
+            logger.warning("%s belongs to no stored agent; a new agent gets another id", self.agent_folder(agent_id))
+            agent_id += 1
+        self._settings.upsert({"name": "last_agent_id", "value": agent_id}, Query().name == "last_agent_id")
+        return agent_id
 
     def find_agent(self, owner_id: int, name: str) -> AgentRecord | None:
         with self._lock:
@@ -214,7 +241,7 @@ class Store:
             self._agents.remove(doc_ids=[agent_id])
 
     def agent_folder(self, agent_id: int) -> Path:
-        return self.folder / "agents" / str(agent_id)
+        return self.folder / AGENTS_FOLDER / str(agent_id)
 
     # -- API keys ------------------------------------------------------------------------------
     def add_api_key(self, agent_id: int, label: str = "") -> tuple[str, ApiKey]:

@@ -180,3 +180,48 @@ def test_a_damaged_store_is_a_clear_error_not_a_reset(tmp_path):
     (folder / "store.json").write_text(json.dumps([1, 2]))
     with pytest.raises(StoreError, match="not a Shepherd store"):
         Store(folder)
+
+
+def test_an_empty_or_missing_store_beside_agents_is_refused_not_reset(tmp_path):
+    folder = tmp_path / "data"
+    store = Store(folder)
+    agent = make_agent(store)
+    store.append_return(agent.id, EpisodeReturn(1.0, 5.0, 5, "train"))
+    store.close()
+    store_file = folder / "store.json"
+    store_file.write_bytes(b"")  # a 0-byte store: the users, keys and admin token are gone
+    with pytest.raises(StoreError, match=r"store\.json is empty") as error:
+        Store(folder)
+    assert str(folder / "agents") in str(error.value) and "backup" in str(error.value)
+    assert store_file.read_bytes() == b""  # nothing written: the damage stays for the user to repair
+    store_file.unlink()
+    with pytest.raises(StoreError, match=r"store\.json is missing") as error:
+        Store(folder)
+    assert "agents" in str(error.value)
+    assert not store_file.exists()
+
+
+def test_an_empty_store_without_agents_is_refused_too(tmp_path):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "store.json").write_bytes(b"")
+    with pytest.raises(StoreError, match="empty"):
+        Store(folder)
+    Store(tmp_path / "fresh").close()  # a folder with no store and no agents is a new one
+
+
+def test_agent_ids_are_never_reused_so_no_agent_inherits_another_ones_folder(tmp_path):
+    folder = tmp_path / "data"
+    store = Store(folder)
+    first = make_agent(store)
+    store.append_return(first.id, EpisodeReturn(1.0, 5.0, 5, "train"))
+    store.remove_agent(first.id)
+    store.close()
+    store = Store(folder)
+    second = store.add_agent(store.ensure_user("bob").id, "other", "PPO", 2, 2, {})
+    assert second.id != first.id
+    (folder / "agents" / str(second.id + 1)).mkdir(parents=True)  # a folder no stored agent owns
+    third = store.add_agent(store.ensure_user("bob").id, "third", "PPO", 2, 2, {})
+    assert third.id not in (first.id, second.id, second.id + 1)
+    assert store.returns(second.id) == [] and store.returns(third.id) == []
+    store.close()
