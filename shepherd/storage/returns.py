@@ -15,6 +15,8 @@ from typing import BinaryIO
 
 import orjson
 
+from shepherd.storage.files import PRIVATE_FILE, make_private, private_folder
+
 logger = logging.getLogger(__name__)
 
 PHASES = {name: name for name in ("heatup", "train", "evaluate", "deploy")}
@@ -124,7 +126,7 @@ def _json_objects(data: bytes, name: str) -> bytes:
 class ReturnLog:
     """The episode returns of one agent, in a JSON-lines file that is only ever appended to.
 
-    A crash can leave at most a partial last line; reading skips it, and the next append starts on a
+    The file is its owner's only (0600), like the store. A crash can leave at most a partial last line; reading skips it, and the next append starts on a
     fresh line, so no complete record is ever lost or damaged.
 
     Reads keep an index of where each record's line starts, extended by scanning only the bytes appended
@@ -145,8 +147,10 @@ class ReturnLog:
 
     def _open(self) -> BinaryIO:
         if self._handle is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._handle = open(self.path, "ab")
+            private_folder(self.path.parent)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
+            make_private(self.path, PRIVATE_FILE)  # a log created by an earlier version was 0644
+            self._handle = os.fdopen(fd, "ab")
             size = self._handle.tell()
             if size:
                 with open(self.path, "rb") as reader:

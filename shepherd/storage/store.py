@@ -18,13 +18,15 @@ from tinydb import Query, TinyDB
 from tinydb.table import Document
 from tinydb.storages import Storage
 
-from shepherd.storage.files import atomic_write_bytes, remove_stale_temporaries
+from shepherd.storage.files import (PRIVATE_FILE, PRIVATE_FOLDER, atomic_write_bytes, make_private,
+                                    remove_stale_temporaries)
 from shepherd.storage.returns import EpisodeReturn, ReturnLog, ReturnsJson, ReturnsPage
 
 logger = logging.getLogger(__name__)
 
 STORE_FILE = "store.json"
 AGENTS_FOLDER = "agents"
+RETURNS_FILE = "returns.jsonl"
 
 
 class StoreError(RuntimeError):
@@ -65,6 +67,10 @@ class AtomicJSONStorage(Storage):
                 ) from None
             if not isinstance(loaded, dict):
                 raise StoreError(f"{self.path} is not a Shepherd store (top level is not an object)")
+            problem = _shape_problem(loaded)
+            if problem:
+                raise StoreError(f"{self.path} is not a Shepherd store, or was damaged: {problem}; restore it "
+                                 "from a backup")
             self._data = loaded
 
     def read(self) -> dict[str, Any] | None:
@@ -73,6 +79,62 @@ class AtomicJSONStorage(Storage):
     def write(self, data: dict[str, Any]) -> None:
         atomic_write_bytes(self.path, json.dumps(data, separators=(",", ":")).encode())
         self._data = data
+
+
+NUMBER = (int, float)
+ANY = object
+#: the fields of each table's documents: name -> (types, required)
+FIELDS: dict[str, dict[str, tuple[Any, bool]]] = {
+    "users": {"name": (str, True), "created": (NUMBER, True)},
+    "agents": {"owner_id": (int, True), "name": (str, True), "algorithm": (str, True),
+               "observation_space": (ANY, True), "action_space": (ANY, True), "parameters": (dict, False),
+               "sharing": (str, False), "created": (NUMBER, False), "last_active": (NUMBER, False)},
+    "api_keys": {"agent_id": (int, True), "hash": (str, True), "label": (str, True), "created": (NUMBER, True),
+                 "revoked": (bool, False)},
+}
+SETTINGS = {"admin_token": ("hash", str), "last_agent_id": ("value", int)}
+
+
+def _shape_problem(data: dict[str, Any]) -> str | None:
+    """What makes ``data`` not a store this version wrote (None if nothing): tables of documents by numeric
+    id, each document with its table's fields of the right types."""
+    for table, documents in data.items():
+        if not isinstance(documents, dict):
+            return f"table {table!r} is not an object"
+        for doc_id, doc in documents.items():
+            where = f"{table!r} document {doc_id!r}"
+            if not doc_id.isdigit():
+                return f"table {table!r} has the id {doc_id!r}, not a number"
+            if not isinstance(doc, dict):
+                return f"{where} is not an object"
+            fields = FIELDS.get(table)
+            if fields is not None:
+                for name, (kind, required) in fields.items():
+                    if name not in doc:
+                        if required:
+                            return f"{where} lacks {name!r}"
+                    elif kind is not ANY and (not isinstance(doc[name], kind) or
+                                              (kind is not bool and isinstance(doc[name], bool))):
+                        return f"{where} has a {type(doc[name]).__name__} for {name!r}"
+                unknown = set(doc) - set(fields)
+                if unknown:
+                    return f"{where} has unknown fields {sorted(unknown)}"
+            elif table == "settings":
+                setting = SETTINGS.get(doc.get("name"))  # type: ignore[arg-type]
+                if setting is not None and not isinstance(doc.get(setting[0]), setting[1]):
+                    return f"the setting {doc.get('name')!r} lacks its {setting[0]!r}"
+    return None
+
+
+def _make_agents_private(agents: Path) -> None:
+    """Agents' folders 0700 and their returns 0600, as this version creates them (earlier ones did not)."""
+    if not agents.is_dir():
+        return
+    make_private(agents, PRIVATE_FOLDER)
+    for folder in agents.iterdir():
+        if folder.is_dir() and not folder.is_symlink():
+            make_private(folder, PRIVATE_FOLDER)
+            make_private(folder / RETURNS_FILE, PRIVATE_FILE)
 
 
 @dataclass(frozen=True)
@@ -129,6 +191,7 @@ class Store:
         self.folder.mkdir(parents=True, exist_ok=True)
         remove_stale_temporaries(self.folder)
         agents = self.folder / AGENTS_FOLDER
+        _make_agents_private(agents)
         if not (self.folder / STORE_FILE).exists() and agents.is_dir() and any(agents.iterdir()):
             raise StoreError(f"{self.folder / STORE_FILE} is missing but {agents} holds agents' models and "
                              "returns: the store (users, agents, API keys, the admin token) was lost. Restore it "
@@ -327,7 +390,7 @@ class Store:
         with self._lock:
             log = self._returns.get(agent_id)
             if log is None:
-                log = self._returns[agent_id] = ReturnLog(self.agent_folder(agent_id) / "returns.jsonl")
+                log = self._returns[agent_id] = ReturnLog(self.agent_folder(agent_id) / RETURNS_FILE)
             return log
 
     def append_return(self, agent_id: int, record: EpisodeReturn) -> None:

@@ -225,3 +225,43 @@ def test_agent_ids_are_never_reused_so_no_agent_inherits_another_ones_folder(tmp
     assert third.id not in (first.id, second.id, second.id + 1)
     assert store.returns(second.id) == [] and store.returns(third.id) == []
     store.close()
+
+
+@pytest.mark.parametrize("content", [
+    {"users": [1, 2]},
+    {"users": {"1": "alice"}},
+    {"users": {"one": {"name": "alice", "created": 1.0}}},
+    {"users": {"1": {"name": 5, "created": 1.0}}},
+    {"agents": {"1": {"name": "x"}}},
+    {"api_keys": {"1": {"agent_id": 1}}},
+    {"settings": {"1": {"name": "admin_token"}}},
+    {"users": {"1": {"name": "alice", "created": 1.0}}, "agents": {"1": {
+        "owner_id": 1, "name": "a", "algorithm": "PPO", "observation_space": 2, "action_space": 2,
+        "parameters": [], "sharing": "pooled", "created": 0.0, "last_active": 0.0}}},
+])
+def test_a_store_of_the_wrong_shape_is_refused_naming_the_file(tmp_path, content):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "store.json").write_text(json.dumps(content))
+    with pytest.raises(StoreError, match="not a Shepherd store") as error:
+        Store(folder).close()
+    assert str(folder / "store.json") in str(error.value)
+
+
+def test_returns_and_agent_folders_are_private(tmp_path):
+    from shepherd.storage import atomic_write_bytes
+
+    folder = tmp_path / "data"
+    store = Store(folder)
+    agent = make_agent(store)
+    atomic_write_bytes(store.agent_folder(agent.id) / "model.zip", b"zip")  # as a checkpoint writes it
+    store.append_return(agent.id, EpisodeReturn(1.0, 5.0, 5, "train"))
+    store.close()
+    returns = folder / "agents" / str(agent.id) / "returns.jsonl"
+    mode = lambda path: path.stat().st_mode & 0o777  # noqa: E731
+    assert (mode(returns), mode(returns.parent), mode(folder / "agents")) == (0o600, 0o700, 0o700)
+    os.chmod(returns, 0o644)  # as earlier versions left them
+    os.chmod(returns.parent, 0o755)
+    os.chmod(folder / "agents", 0o755)
+    Store(folder).close()
+    assert (mode(returns), mode(returns.parent), mode(folder / "agents")) == (0o600, 0o700, 0o700)
