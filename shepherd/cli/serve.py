@@ -78,8 +78,13 @@ def serve_command(args: argparse.Namespace) -> int:
         return asyncio.run(serve(graph, args))
     except PresetError as error:
         raise UsageError(str(error)) from None
-    except OSError as error:
-        raise UsageError(f"cannot serve on {args.host}:{args.port}: {error}") from None
+    except StopFailed as error:
+        print(f"error: while stopping: {error}", file=sys.stderr)
+        return EXIT_NOT_REACHED
+
+
+class StopFailed(Exception):
+    """The server stopped, but not cleanly (``server.json`` left behind, say): exit status 1."""
 
 
 async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
@@ -94,6 +99,8 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
         server = await RunningServer.start(config, args.host, args.port)
     except StoreError as error:
         raise UsageError(str(error)) from None
+    except OSError as error:
+        raise UsageError(f"cannot serve on {args.host}:{args.port}: {error}") from None
     outcome = Outcome()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -124,7 +131,10 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
         if local_key_id is not None:
             store.revoke_api_key(local_key_id)
         print("\nstopping: checkpointing the agents ...", flush=True)
-        await server.stop()
+        try:
+            await server.stop()
+        except OSError as error:
+            raise StopFailed(str(error)) from None
     if args.clients:
         print(outcome.reason or "stopped before the target was reached")
         print(f"data folder: {args.data.resolve()}")
