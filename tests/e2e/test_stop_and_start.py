@@ -2,10 +2,13 @@
 errors at stop reported as such, and a start that fails leaving no secret unseen."""
 
 import json
+import socket
+import subprocess
+import sys
 import zipfile
 
 from shepherd.client import Client
-from tests.conftest import TEST_PRESETS
+from tests.conftest import ROOT, TEST_PRESETS
 
 TINY = str(TEST_PRESETS / "tiny_ppo.py")  # checkpoints every 200 steps and every second
 
@@ -37,3 +40,21 @@ def test_a_stop_that_cannot_withdraw_server_json_still_checkpoints_and_says_what
     assert "error: while stopping" in err and "server.json" in err
     with zipfile.ZipFile(data / "agents" / "1" / "model.zip") as archive:  # the final checkpoint was written
         assert json.loads(archive.read("shepherd.json"))["schedule"]["steps"] >= 10
+
+
+def test_a_start_on_a_port_in_use_creates_no_secret_that_is_never_shown(server_factory, tmp_path):
+    data = tmp_path / "data"
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = subprocess.run([sys.executable, str(ROOT / "run.py"), "-p", TINY, "--port", str(port),
+                                 "--data", str(data)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and f"cannot serve on 127.0.0.1:{port}" in result.stderr, result.stderr
+    assert "API key" not in result.stdout and "Admin token" not in result.stdout
+    server = server_factory(TINY, data=data)  # the next start creates them, and shows them
+    assert server.api_key and server.admin_token
+    server.stop()
+    again = server_factory(TINY, data=data)
+    out = "".join(again.lines)
+    assert "python run.py keys add tests/tiny" in out and "python run.py admin-token" in out
