@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from shepherd.admin.errors import Forbidden, Invalid
@@ -20,7 +21,7 @@ from shepherd.admin.records import ActionResult, AgentView, CreatedKey, KeyView,
 from shepherd.definition import AgentDefinition
 from shepherd.agents import ParameterError, check_agent, registry_records
 from shepherd.spaces import SpaceError
-from shepherd.storage import AgentRecord, AlreadyExists, EpisodeReturn, NotFound
+from shepherd.storage import AgentRecord, AlreadyExists, EpisodeReturn, NotFound, ReturnsJson, ReturnsPage
 
 if TYPE_CHECKING:
     from shepherd.admin.service import AdminService
@@ -176,9 +177,22 @@ class Operations:
         return [{**a, "parameters": [p for p in parameters if p["algorithm"] == a["name"]]} for a in algorithms]
 
     # -- the curve -----------------------------------------------------------------------------
-    async def returns(self, agent_id: int) -> list[EpisodeReturn]:
+    async def returns(self, agent_id: int, offset: int = 0, first: float | None = None) -> ReturnsPage:
+        """The returns from ``offset`` on (see `ReturnLog.page`), read off the event loop; only the new ones
+        are read and parsed, so polling a long curve costs what it has gained since."""
         self._record(agent_id)
-        return await asyncio.to_thread(self.store.returns, agent_id)
+        return await asyncio.to_thread(self.store.returns_page, agent_id, offset, first)
+
+    async def returns_json(self, agent_id: int, offset: int = 0, first: float | None = None) -> ReturnsJson:
+        """`returns` with the records as JSON text, for a reply: a long curve makes no Python objects."""
+        self._record(agent_id)
+        return await asyncio.to_thread(self.store.returns_json, agent_id, offset, first)
+
+    async def returns_chunks(self, agent_id: int) -> Iterator[list[EpisodeReturn]]:
+        """Every return, a piece at a time, for a download. Each ``next`` reads the file: call it off the
+        event loop (``asyncio.to_thread``)."""
+        self._record(agent_id)
+        return self.store.returns_chunks(agent_id)
 
     # -- special actions -----------------------------------------------------------------------
     async def export_model(self, agent_id: int) -> bytes:

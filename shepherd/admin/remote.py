@@ -14,7 +14,7 @@ from shepherd.admin.errors import Forbidden, Invalid, Unavailable
 from shepherd.admin.records import ActionResult, AgentView, CreatedKey, KeyView, NewAgent, UserView
 from shepherd.admin.names import match_agent
 from shepherd.graph import Conflict, Unauthorized
-from shepherd.storage import AlreadyExists, EpisodeReturn, NotFound
+from shepherd.storage import AlreadyExists, EpisodeReturn, NotFound, ReturnsPage
 
 logger = logging.getLogger(__name__)
 
@@ -103,9 +103,11 @@ class RemoteOperations:
     async def algorithms(self) -> list[dict[str, Any]]:
         return await self._json("GET", "/algorithms")
 
-    async def returns(self, agent_id: int) -> list[EpisodeReturn]:
-        data = await self._json("GET", f"/agents/{agent_id}/returns")
-        return [EpisodeReturn(**item) for item in data["returns"]]
+    async def returns(self, agent_id: int, offset: int = 0, first: float | None = None) -> ReturnsPage:
+        query = f"?offset={int(offset)}" + ("" if first is None else f"&first={float(first)!r}")
+        data = await self._json("GET", f"/agents/{agent_id}/returns{query}")
+        return ReturnsPage(data["total"], data["offset"], data["reset"],
+                           [EpisodeReturn(**item) for item in data["returns"]])
 
     async def export_model(self, agent_id: int) -> bytes:
         return await asyncio.to_thread(self._request, "GET", f"/agents/{quote(str(agent_id))}/model.zip")

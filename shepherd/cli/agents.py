@@ -61,7 +61,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                                 description="Write the agent's model zip; load it with e.g. PPO.load(path). "
                                             "A running server checkpoints the agent first.")
     export.add_argument("agent", help=AGENT_HELP)
-    export.add_argument("-o", "--output", type=Path, help="file to write (default OWNER-NAME-model.zip)")
+    export.add_argument("-o", "--output", type=Path,
+                        help="file to write (default OWNER-NAME-model.zip), outside the data folder")
+    export.add_argument("--force", action="store_true", help="replace the output file if it exists")
     add_data_option(export)
     export.set_defaults(func=command(export_model))
 
@@ -157,8 +159,13 @@ async def export_model(operations, args: argparse.Namespace) -> int:
     from shepherd.storage import atomic_write_bytes
 
     view = await operations.agent(await operations.resolve(args.agent))
-    data = await operations.export_model(view.id)
     path = args.output or Path(f"{view.owner}-{view.name}-model.zip")
+    if path.resolve().is_relative_to(Path(args.data).resolve()):
+        raise UsageError(f"{path} is inside the data folder {args.data}, which only the server writes; "
+                         "give -o a path outside it")
+    if path.exists() and not args.force:
+        raise UsageError(f"{path} exists; add --force to replace it, or give another -o")
+    data = await operations.export_model(view.id)
     try:
         atomic_write_bytes(path, data)
     except OSError as error:

@@ -1,6 +1,7 @@
 """``python run.py``: parse the command line and hand over to the serving or admin commands.
 
-Exit status: 0 success, 1 the preset's target was not reached (``--clients``), 2 bad usage or input.
+Exit status: 0 success, 1 the preset's target was not reached (``--clients``) or the server could not stop
+cleanly (after checkpointing), 2 bad usage or input.
 """
 
 from __future__ import annotations

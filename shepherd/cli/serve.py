@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -94,8 +95,13 @@ def serve_command(args: argparse.Namespace) -> int:
         return asyncio.run(serve(graph, args))
     except PresetError as error:
         raise UsageError(str(error)) from None
-    except OSError as error:
-        raise UsageError(f"cannot serve on {args.host}:{args.port}: {error}") from None
+    except StopFailed as error:
+        print(f"error: while stopping: {error}", file=sys.stderr)
+        return EXIT_NOT_REACHED
+
+
+class StopFailed(Exception):
+    """The server stopped, but not cleanly (``server.json`` left behind, say): exit status 1."""
 
 
 async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
@@ -110,9 +116,12 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
                           body_timeout_seconds=args.body_timeout, idle_timeout_seconds=args.idle_timeout,
                           secure_cookies=args.secure_cookies)
     try:
+        check_address(args.host, args.port)  # before the store creates keys and the admin token, shown once
         server = await RunningServer.start(config, args.host, args.port)
     except StoreError as error:
         raise UsageError(str(error)) from None
+    except OSError as error:
+        raise UsageError(f"cannot serve on {args.host}:{args.port}: {error}") from None
     outcome = Outcome()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -143,12 +152,32 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
         if local_key_id is not None:
             store.revoke_api_key(local_key_id)
         print("\nstopping: checkpointing the agents ...", flush=True)
-        await server.stop()
+        try:
+            await server.stop()
+        except OSError as error:
+            raise StopFailed(str(error)) from None
     if args.clients:
         print(outcome.reason or "stopped before the target was reached")
         print(f"data folder: {args.data.resolve()}")
         return EXIT_NOT_REACHED if outcome.code is None else outcome.code
     return EXIT_OK
+
+
+def check_address(host: str, port: int) -> None:
+    """Bind ``host:port`` for a moment, as the server will (port 0 always binds).
+
+    Raises:
+        OSError: the address is in use or cannot be bound.
+    """
+    if port == 0:
+        return
+    for family, kind, proto, _, address in socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                                                flags=socket.AI_PASSIVE):
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio's server does
+            if family == socket.AF_INET6:
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            probe.bind(address)
 
 
 def announce(graph: GraphManager, url: str, data: Path, keys: dict[str, str], admin_token: str = "") -> None:
@@ -161,13 +190,16 @@ def announce(graph: GraphManager, url: str, data: Path, keys: dict[str, str], ad
     print(f"Clients POST to {url}/shepherd/login_user/ with {{\"apikey\": ...}}, then to {url}/shepherd/env/")
     for name, key in keys.items():
         print(f"API key for agent {name} (shown once, the store keeps only its hash): {key}")
-    if not keys:
-        print("API key: shown when it was created; add --new-key to create another.")
+    for runtime in graph.preset_runtimes():
+        if runtime.record.name not in keys:
+            print(f"API key for agent {runtime.record.name}: shown when it was created; create another with "
+                  f"`python run.py keys add {graph.owner}/{runtime.record.name}` (or start with --new-key)")
     print(f"Dashboard: {url}/shepherd/admin/  (sign in with the admin token or an agent's API key)")
     if admin_token:
         print(f"Admin token (shown once, the store keeps only its hash): {admin_token}")
     else:
-        print("Admin token: shown at the first start; `python run.py admin-token` replaces it.")
+        print("Admin token: shown at the first start; `python run.py admin-token` replaces it (and prints "
+              "the new one).")
     print("Stop with Ctrl-C: the agents are checkpointed and resume at the next start.", flush=True)
 
 

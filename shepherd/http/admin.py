@@ -8,6 +8,7 @@ sign-in cookie, in which case a state-changing request must also carry the sign-
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import datetime
 import io
@@ -23,6 +24,7 @@ from shepherd.http.errors import BadRequest
 from shepherd.http.protocol import parse_object
 from shepherd.http.signins import COOKIE, CSRF_HEADER, csrf_matches
 from shepherd.http.state import ADMIN, LOGIN_THROTTLE, SIGNINS
+from shepherd.storage import EpisodeReturn
 
 API = "/shepherd/admin/api"
 AGENT = API + "/agents/{agent_id:\\d{1,12}}"  # route pattern of one agent's resources
@@ -161,32 +163,68 @@ def _query_number(request: web.Request, name: str, kind: type) -> Any:
         raise BadRequest(f"query parameter {name!r} must be a number") from None
 
 
-async def agent_returns(request: web.Request) -> web.Response:
+async def agent_returns(request: web.Request) -> web.StreamResponse:
     """The episode returns, from ``offset`` on; a client polling with ``offset`` and ``first`` (the time of
-    the first record it has) gets everything again, with ``"reset": true``, when the curve was deleted."""
+    the first record it has) gets everything again, with ``"reset": true``, when the curve was deleted.
+    Only the records sent are read, off the event loop, and a long reply is streamed."""
     ops = operations(request)
-    records = await ops.returns(agent_id(request))
-    offset = _query_number(request, "offset", int) or 0
-    first = _query_number(request, "first", float)
-    reset = offset < 0 or offset > len(records) or (
-        offset > 0 and first is not None and (not records or records[0].time != first))
-    if reset:
-        offset = 0
-    return respond({"total": len(records), "offset": offset, "reset": reset, "returns": records[offset:]})
+    page = await ops.returns_json(agent_id(request), _query_number(request, "offset", int) or 0,
+                                  _query_number(request, "first", float))
+    head = orjson.dumps({"total": page.total, "offset": page.offset, "reset": page.reset})[:-1] + b',"returns":['
+    if len(page.pieces) <= 1:
+        return web.Response(body=head + b"".join(page.pieces) + b"]}", content_type="application/json",
+                            headers=NO_STORE)
+    response = web.StreamResponse(headers={**NO_STORE, "Content-Type": "application/json"})
+    response.enable_chunked_encoding()
+    await response.prepare(request)
+    await response.write(head)
+    for number, piece in enumerate(page.pieces):
+        await response.write(b"," + piece if number else piece)
+    await response.write(b"]}")
+    await response.write_eof()
+    return response
 
 
-async def returns_csv(request: web.Request) -> web.Response:
-    ops = operations(request)
-    view = await ops.agent(agent_id(request))
-    records = await ops.returns(view.id)
+def csv_rows(records: list[EpisodeReturn], first_number: int) -> bytes:
+    """CSV rows of ``records``, numbered from ``first_number``."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["episode", "time_unix", "time_utc", "return", "length", "phase"])
-    for number, record in enumerate(records, 1):
+    for number, record in enumerate(records, first_number):
         when = datetime.datetime.fromtimestamp(record.time, datetime.timezone.utc).isoformat(timespec="seconds")
         writer.writerow([number, f"{record.time:.3f}", when, repr(record.value), record.length, record.phase])
-    return web.Response(text=out.getvalue(), content_type="text/csv", headers={
-        **NO_STORE, "Content-Disposition": f'attachment; filename="{view.owner}-{view.name}-returns.csv"'})
+    return out.getvalue().encode()
+
+
+async def returns_csv(request: web.Request) -> web.StreamResponse:
+    """The whole curve as CSV, streamed: each piece is read, parsed and written out off the event loop."""
+    ops = operations(request)
+    view = await ops.agent(agent_id(request))
+    chunks = await ops.returns_chunks(view.id)
+    numbered = 1
+
+    def next_rows() -> bytes | None:
+        nonlocal numbered
+        records = next(chunks, None)
+        if records is None:
+            return None
+        rows = csv_rows(records, numbered)
+        numbered += len(records)
+        return rows
+
+    response = web.StreamResponse(headers={
+        **NO_STORE, "Content-Type": "text/csv; charset=utf-8",
+        "Content-Disposition": f'attachment; filename="{view.owner}-{view.name}-returns.csv"'})
+    response.enable_chunked_encoding()
+    await response.prepare(request)
+    await response.write(b"episode,time_unix,time_utc,return,length,phase\n")
+    try:
+        while (rows := await asyncio.to_thread(next_rows)) is not None:
+            if rows:
+                await response.write(rows)
+    finally:
+        await asyncio.to_thread(chunks.close)  # type: ignore[attr-defined]
+    await response.write_eof()
+    return response
 
 
 # -- special actions ------------------------------------------------------------------------------

@@ -226,7 +226,15 @@ class RunningServer:
         return self.app[CREATED_ADMIN_TOKEN]
 
     async def stop(self) -> None:
-        remove_server_file(self.app[CONFIG].data)
-        await self.runner.cleanup()
-        if self.resource_errors is not None:
-            self.resource_errors.restore()
+        """Answer the open requests, checkpoint every agent and close the store, and only then withdraw
+        ``server.json`` (if it is still this server's).
+
+        Raises:
+            OSError: ``server.json`` could not be withdrawn; everything else was done.
+        """
+        try:
+            await self.runner.cleanup()
+        finally:
+            if self.resource_errors is not None:
+                self.resource_errors.restore()
+            remove_server_file(self.app[CONFIG].data, self.app.get(LOCAL_CREDENTIAL))

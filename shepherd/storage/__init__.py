@@ -3,10 +3,11 @@
 from shepherd.storage.files import atomic_write_bytes
 from shepherd.storage.lock import (DataFolderLock, FolderBusy, ServerFile, read_server_file, remove_server_file,
                                    write_server_file)
-from shepherd.storage.returns import EpisodeReturn, ReturnLog
+from shepherd.storage.returns import EpisodeReturn, ReturnLog, ReturnsJson, ReturnsPage
 from shepherd.storage.store import (AgentRecord, AlreadyExists, ApiKey, NotFound, Store, StoreError, User,
                                     hash_key, new_secret)
 
 __all__ = ["AgentRecord", "AlreadyExists", "ApiKey", "DataFolderLock", "EpisodeReturn", "FolderBusy", "NotFound",
-           "ReturnLog", "ServerFile", "Store", "StoreError", "User", "atomic_write_bytes", "hash_key", "new_secret",
-           "read_server_file", "remove_server_file", "write_server_file"]
+           "ReturnLog", "ReturnsJson", "ReturnsPage", "ServerFile", "Store", "StoreError", "User",
+           "atomic_write_bytes", "hash_key", "new_secret", "read_server_file", "remove_server_file",
+           "write_server_file"]

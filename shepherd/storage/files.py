@@ -1,4 +1,5 @@
-"""Crash-safe file writes: a file is either the old version or the new one, never half of each."""
+"""Crash-safe, private file writes: a file is either the old version or the new one, never half of each,
+and only its owner reads it."""
 
 from __future__ import annotations
 
@@ -7,9 +8,35 @@ import tempfile
 from pathlib import Path
 
 
+PRIVATE_FOLDER = 0o700
+PRIVATE_FILE = 0o600
+
+
+def private_folder(folder: Path) -> None:
+    """Create ``folder`` and its missing parents readable by their owner only (0700, whatever the umask);
+    folders that exist are left as they are."""
+    missing = []
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    for created in reversed(missing):
+        created.mkdir(mode=PRIVATE_FOLDER, exist_ok=True)
+        os.chmod(created, PRIVATE_FOLDER)
+
+
+def make_private(path: Path, mode: int) -> None:
+    """Remove the group's and others' permissions from an existing file or folder (``mode``: what to keep)."""
+    try:
+        if path.stat().st_mode & 0o077:
+            os.chmod(path, mode)
+    except FileNotFoundError:
+        pass
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a fsynced temporary file and an atomic rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write ``data`` to ``path`` through a fsynced temporary file and an atomic rename. The file is readable
+    by its owner only (0600), and so are the folders created for it (0700)."""
+    private_folder(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:

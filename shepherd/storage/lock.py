@@ -112,5 +112,18 @@ def read_server_file(folder: Path) -> ServerFile | None:
         return None
 
 
-def remove_server_file(folder: Path) -> None:
-    (Path(folder) / SERVER_FILE).unlink(missing_ok=True)
+def remove_server_file(folder: Path, credential: str | None = None) -> None:
+    """Withdraw ``<data>/server.json``; given the server's ``credential``, only if the file is still that
+    server's (a server started since, once the lock was released, has written its own).
+
+    Raises:
+        OSError: the file is there but cannot be read or removed.
+    """
+    path = Path(folder) / SERVER_FILE
+    if credential is not None:
+        if path.is_dir():
+            raise IsADirectoryError(21, "is a directory, not the server's file", str(path))
+        published = read_server_file(folder)
+        if published is not None and published.credential != credential:
+            return
+    path.unlink(missing_ok=True)

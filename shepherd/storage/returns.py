@@ -1,4 +1,5 @@
-"""Append-only episode-return logs: one JSON line per episode, so recording a return costs O(1)."""
+"""Append-only episode-return logs: one JSON line per episode, so recording a return costs O(1) and reading
+what is new costs only what is new."""
 
 from __future__ import annotations
 
@@ -6,13 +7,23 @@ import json
 import logging
 import os
 import threading
-from dataclasses import asdict, dataclass
+from array import array
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import BinaryIO
+
+import orjson
+
+from shepherd.storage.files import PRIVATE_FILE, make_private, private_folder
 
 logger = logging.getLogger(__name__)
 
+PHASES = {name: name for name in ("heatup", "train", "evaluate", "deploy")}
+SCAN_BYTES = 1 << 20  # the index is built, and a curve read, in blocks of this size
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, slots=True)
 class EpisodeReturn:
     """One finished episode: wall time (UNIX seconds), return, length in steps, phase name."""
 
@@ -22,23 +33,124 @@ class EpisodeReturn:
     phase: str
 
 
+@dataclass(frozen=True)
+class ReturnsPage:
+    """The returns from ``offset`` on, of ``total`` recorded; ``reset`` says the curve was deleted since the
+    caller's last read (its ``offset`` and ``first`` no longer match), so that everything is sent again."""
+
+    total: int
+    offset: int
+    reset: bool
+    returns: list[EpisodeReturn] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ReturnsJson:
+    """A `ReturnsPage` whose records are JSON text: ``pieces`` of objects separated by commas."""
+
+    total: int
+    offset: int
+    reset: bool
+    pieces: list[bytes] = field(default_factory=list)
+
+
+FIELDS = frozenset(("time", "value", "length", "phase"))
+
+
+def _complete(line: bytes) -> bool:
+    """Whether a line (with its newline) is a whole record as `ReturnLog.append` writes it: a torn write is a
+    prefix of one, and the only ``}`` of a record is its last character, so a torn line never passes."""
+    return line.startswith(b"{") and line.endswith(b"}\n")
+
+
+def _parse(data: bytes, name: str) -> list[EpisodeReturn]:
+    """The records of whole lines of a log; lines that are not whole records are skipped."""
+    records = []
+    for line in data.splitlines(keepends=True):
+        if not _complete(line):
+            if line.strip():
+                logger.warning("%s: an incomplete line is skipped", name)
+            continue
+        try:
+            fields = json.loads(line)
+            fields["phase"] = PHASES.get(fields.get("phase"), fields.get("phase"))  # one string per phase name
+            records.append(EpisodeReturn(**fields))
+        except (ValueError, TypeError):
+            logger.warning("%s: a damaged line is skipped", name)
+    return records
+
+
+def _blocks(reader: BinaryIO, start: int, end: int, block_bytes: int = SCAN_BYTES) -> Iterator[bytes]:
+    """The bytes from ``start`` to ``end`` in blocks of about ``block_bytes`` that end at the end of a line
+    (a line longer than a block is one block): each C-level call on a block (splitting it, say) is short,
+    so that a thread reading a long curve leaves the event loop its turns."""
+    position = start
+    reader.seek(position)
+    while position < end:
+        block = reader.read(min(block_bytes, end - position))
+        if not block:
+            return
+        cut = block.rfind(b"\n") + 1
+        if cut and cut < len(block):
+            block = block[:cut]
+            reader.seek(position + cut)
+        elif not cut and position + len(block) < end:  # a line longer than a block: read on to its end
+            block += reader.readline(end - position - len(block))
+        position += len(block)
+        yield block
+
+
+def _json_objects(data: bytes, name: str) -> bytes:
+    """The records of whole lines of a log as JSON objects separated by commas; other lines are skipped."""
+    objects = []
+    for line in data.splitlines(keepends=True):
+        if not _complete(line):
+            if line.strip():
+                logger.warning("%s: an incomplete line is skipped", name)
+            continue
+        try:
+            fields = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            try:  # Infinity, say, which json writes and orjson does not read: sent as null, as orjson writes it
+                fields = json.loads(line)
+                line = orjson.dumps(fields) + b"\n"
+            except ValueError:
+                fields = None
+        if not isinstance(fields, dict) or fields.keys() != FIELDS:
+            logger.warning("%s: a damaged line is skipped", name)
+            continue
+        objects.append(line[:-1])
+    return b",".join(objects)
+
+
 class ReturnLog:
     """The episode returns of one agent, in a JSON-lines file that is only ever appended to.
 
-    A crash can leave at most a partial last line; reading skips it, and the next append starts on a
+    The file is its owner's only (0600), like the store. A crash can leave at most a partial last line; reading skips it, and the next append starts on a
     fresh line, so no complete record is ever lost or damaged.
+
+    Reads keep an index of where each record's line starts, extended by scanning only the bytes appended
+    since the last read, so that a poll for the new returns reads and parses only those. An append holds
+    the log's lock only to write its line; reads take it just to flush and note the file's size, and scan
+    and parse under a lock of their own, so a long read never delays an append (an episode's end).
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._lock = threading.Lock()
-        self._handle = None
+        self._lock = threading.Lock()  # the append handle
+        self._read_lock = threading.Lock()  # the index; taken before ``_lock``, never after
+        self._handle: BinaryIO | None = None
         self._needs_newline = False
+        self._starts = array("q")  # byte offset of each whole record's line
+        self._scanned = 0  # bytes of the file indexed (always at the end of a line)
+        self._first_time: float | None = None
 
-    def _open(self):
+    def _open(self) -> BinaryIO:
         if self._handle is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._handle = open(self.path, "ab")
+            private_folder(self.path.parent)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
+            make_private(self.path, PRIVATE_FILE)  # a log created by an earlier version was 0644
+            self._handle = os.fdopen(fd, "ab")
             size = self._handle.tell()
             if size:
                 with open(self.path, "rb") as reader:
@@ -56,26 +168,118 @@ class ReturnLog:
             handle.write(line)
             handle.flush()
 
-    def read(self) -> list[EpisodeReturn]:
+    # -- reads -----------------------------------------------------------------------------------
+    def _size(self) -> int:
+        """The size of the file as of now, everything appended so far flushed (0 if there is none)."""
         with self._lock:
             if self._handle is not None:
                 self._handle.flush()
-            if not self.path.exists():
-                return []
-            records = []
-            with open(self.path, "rb") as reader:
-                for number, line in enumerate(reader, 1):
-                    try:
-                        records.append(EpisodeReturn(**json.loads(line)))
-                    except (ValueError, TypeError):
-                        if line.strip():
-                            logger.warning("%s line %d is incomplete; skipped", self.path.name, number)
-            return records
+            try:
+                return self.path.stat().st_size
+            except FileNotFoundError:
+                return 0
+
+    def _update_index(self, reader: BinaryIO, size: int) -> None:
+        """Index the whole lines between what was scanned and ``size``; called with ``_read_lock`` held."""
+        if size < self._scanned:  # replaced behind our back (by hand): start again
+            self._reset_index()
+        position = self._scanned
+        reader.seek(position)
+        while position < size:
+            block = reader.read(min(SCAN_BYTES, size - position))
+            end = block.rfind(b"\n") + 1
+            if not end:
+                if len(block) < SCAN_BYTES:
+                    break  # a torn last line: wait for its newline
+                end = len(block)  # one huge line with no newline yet: scan on (it can never pass anyway)
+            start = 0
+            for line in block[:end].splitlines(keepends=True):
+                if _complete(line):
+                    self._starts.append(position + start)
+                start += len(line)
+            position += end
+            if end < len(block):
+                reader.seek(position)
+        self._scanned = position
+        if self._first_time is None and self._starts:
+            reader.seek(self._starts[0])
+            first = _parse(reader.readline(), self.path.name)
+            self._first_time = first[0].time if first else None
+
+    def _reset_index(self) -> None:
+        self._starts = array("q")
+        self._scanned = 0
+        self._first_time = None
+
+    def _range(self, offset: int, first: float | None) -> tuple[BinaryIO | None, ReturnsPage, int, int]:
+        """An open reader of the log, the page's counts (without its records), and the byte range of the
+        records from ``offset`` on (see `page`); indexes what was appended since the last read."""
+        with self._read_lock:
+            size = self._size()
+            try:
+                reader = open(self.path, "rb")
+            except FileNotFoundError:
+                self._reset_index()
+                return None, ReturnsPage(0, 0, offset != 0), 0, 0
+            try:
+                self._update_index(reader, size)
+                total = len(self._starts)
+                reset = offset < 0 or offset > total or (
+                    offset > 0 and first is not None and self._first_time != first)
+                if reset:
+                    offset = 0
+                start = self._starts[offset] if offset < total else self._scanned
+                return reader, ReturnsPage(total, offset, reset), start, self._scanned
+            except BaseException:
+                reader.close()
+                raise
+
+    def page(self, offset: int = 0, first: float | None = None) -> ReturnsPage:
+        """The returns from record ``offset`` on. A caller that polls passes the number of records it has
+        and the time of its first one; if the curve was deleted since (``offset`` beyond the end, or another
+        first record), it gets everything with ``reset`` set. Reads and parses only the records it returns."""
+        reader, page, start, end = self._range(offset, first)
+        if reader is None:
+            return page
+        with reader:  # a curve deleted from here on is still read whole: the open file outlives its name
+            page.returns.extend(record for block in _blocks(reader, start, end)
+                                for record in _parse(block, self.path.name))
+        return page
+
+    def page_json(self, offset: int = 0, first: float | None = None) -> ReturnsJson:
+        """`page`, with the records as JSON text instead of objects: for a reply, checked line by line but
+        without making a million objects (which the garbage collector would then walk, GIL held)."""
+        reader, page, start, end = self._range(offset, first)
+        pieces = []
+        if reader is not None:
+            with reader:
+                for block in _blocks(reader, start, end):
+                    if piece := _json_objects(block, self.path.name):
+                        pieces.append(piece)
+        return ReturnsJson(page.total, page.offset, page.reset, pieces)
+
+    def read(self) -> list[EpisodeReturn]:
+        """Every return recorded."""
+        return self.page().returns
+
+    def chunks(self, chunk_bytes: int = SCAN_BYTES) -> Iterator[list[EpisodeReturn]]:
+        """Every return recorded so far, in lists of about ``chunk_bytes`` of the file each: for a long curve
+        read a piece at a time (each ``next`` reads and parses one piece). The file is opened at the first
+        ``next``; a curve deleted meanwhile is read to its end all the same."""
+        size = self._size()
+        try:
+            reader = open(self.path, "rb")
+        except FileNotFoundError:
+            return
+        with reader:
+            for block in _blocks(reader, 0, size, chunk_bytes):
+                yield _parse(block, self.path.name)
 
     def clear(self) -> None:
-        with self._lock:
+        with self._read_lock, self._lock:
             self.close_locked()
             self.path.unlink(missing_ok=True)
+            self._reset_index()
 
     def sync(self) -> None:
         with self._lock:

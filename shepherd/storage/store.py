@@ -5,21 +5,29 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import secrets
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tinydb import Query, TinyDB
+from tinydb.table import Document
 from tinydb.storages import Storage
 
 from shepherd.definition import AgentDefinition, Sharing
-from shepherd.storage.files import atomic_write_bytes, remove_stale_temporaries
-from shepherd.storage.returns import EpisodeReturn, ReturnLog
+from shepherd.storage.files import (PRIVATE_FILE, PRIVATE_FOLDER, atomic_write_bytes, make_private,
+                                    remove_stale_temporaries)
+from shepherd.storage.returns import EpisodeReturn, ReturnLog, ReturnsJson, ReturnsPage
+
+logger = logging.getLogger(__name__)
 
 STORE_FILE = "store.json"
+AGENTS_FOLDER = "agents"
+RETURNS_FILE = "returns.jsonl"
 
 
 class StoreError(RuntimeError):
@@ -47,15 +55,23 @@ class AtomicJSONStorage(Storage):
         self._data: dict[str, Any] | None = None
         if self.path.exists():
             raw = self.path.read_bytes()
+            if not raw.strip():  # never written so: every write is a whole store, renamed into place
+                raise StoreError(f"{self.path} is empty: the store (users, agents, API keys, the admin token) was "
+                                 f"lost. Restore it from a backup; to start a new store instead, move it and "
+                                 f"{self.path.parent / AGENTS_FOLDER} away")
             try:
-                loaded = json.loads(raw) if raw.strip() else None
+                loaded = json.loads(raw)
             except ValueError as error:
                 raise StoreError(
                     f"{self.path} is damaged ({error}); restore it from a backup or move it away "
                     "to start with an empty store"
                 ) from None
-            if loaded is not None and not isinstance(loaded, dict):
+            if not isinstance(loaded, dict):
                 raise StoreError(f"{self.path} is not a Shepherd store (top level is not an object)")
+            problem = _shape_problem(loaded)
+            if problem:
+                raise StoreError(f"{self.path} is not a Shepherd store, or was damaged: {problem}; restore it "
+                                 "from a backup")
             self._data = loaded
 
     def read(self) -> dict[str, Any] | None:
@@ -64,6 +80,62 @@ class AtomicJSONStorage(Storage):
     def write(self, data: dict[str, Any]) -> None:
         atomic_write_bytes(self.path, json.dumps(data, separators=(",", ":")).encode())
         self._data = data
+
+
+NUMBER = (int, float)
+ANY = object
+#: the fields of each table's documents: name -> (types, required)
+FIELDS: dict[str, dict[str, tuple[Any, bool]]] = {
+    "users": {"name": (str, True), "created": (NUMBER, True)},
+    "agents": {"owner_id": (int, True), "name": (str, True), "algorithm": (str, True),
+               "observation_space": (ANY, True), "action_space": (ANY, True), "parameters": (dict, False),
+               "sharing": (str, False), "created": (NUMBER, False), "last_active": (NUMBER, False)},
+    "api_keys": {"agent_id": (int, True), "hash": (str, True), "label": (str, True), "created": (NUMBER, True),
+                 "revoked": (bool, False)},
+}
+SETTINGS = {"admin_token": ("hash", str), "last_agent_id": ("value", int)}
+
+
+def _shape_problem(data: dict[str, Any]) -> str | None:
+    """What makes ``data`` not a store this version wrote (None if nothing): tables of documents by numeric
+    id, each document with its table's fields of the right types."""
+    for table, documents in data.items():
+        if not isinstance(documents, dict):
+            return f"table {table!r} is not an object"
+        for doc_id, doc in documents.items():
+            where = f"{table!r} document {doc_id!r}"
+            if not doc_id.isdigit():
+                return f"table {table!r} has the id {doc_id!r}, not a number"
+            if not isinstance(doc, dict):
+                return f"{where} is not an object"
+            fields = FIELDS.get(table)
+            if fields is not None:
+                for name, (kind, required) in fields.items():
+                    if name not in doc:
+                        if required:
+                            return f"{where} lacks {name!r}"
+                    elif kind is not ANY and (not isinstance(doc[name], kind) or
+                                              (kind is not bool and isinstance(doc[name], bool))):
+                        return f"{where} has a {type(doc[name]).__name__} for {name!r}"
+                unknown = set(doc) - set(fields)
+                if unknown:
+                    return f"{where} has unknown fields {sorted(unknown)}"
+            elif table == "settings":
+                setting = SETTINGS.get(doc.get("name"))  # type: ignore[arg-type]
+                if setting is not None and not isinstance(doc.get(setting[0]), setting[1]):
+                    return f"the setting {doc.get('name')!r} lacks its {setting[0]!r}"
+    return None
+
+
+def _make_agents_private(agents: Path) -> None:
+    """Agents' folders 0700 and their returns 0600, as this version creates them (earlier ones did not)."""
+    if not agents.is_dir():
+        return
+    make_private(agents, PRIVATE_FOLDER)
+    for folder in agents.iterdir():
+        if folder.is_dir() and not folder.is_symlink():
+            make_private(folder, PRIVATE_FOLDER)
+            make_private(folder / RETURNS_FILE, PRIVATE_FILE)
 
 
 @dataclass(frozen=True)
@@ -125,6 +197,12 @@ class Store:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         remove_stale_temporaries(self.folder)
+        agents = self.folder / AGENTS_FOLDER
+        _make_agents_private(agents)
+        if not (self.folder / STORE_FILE).exists() and agents.is_dir() and any(agents.iterdir()):
+            raise StoreError(f"{self.folder / STORE_FILE} is missing but {agents} holds agents' models and "
+                             "returns: the store (users, agents, API keys, the admin token) was lost. Restore it "
+                             f"from a backup; to start a new store instead, move {agents} away")
         self._lock = threading.RLock()
         self._db = TinyDB(str(self.folder / STORE_FILE), storage=AtomicJSONStorage)
         self._users = self._db.table("users")
@@ -182,7 +260,20 @@ class Store:
             doc = {"owner_id": owner_id, "name": name, "algorithm": algorithm,
                    "observation_space": observation_space, "action_space": action_space,
                    "parameters": dict(parameters), "sharing": sharing, "created": now, "last_active": now}
-            return AgentRecord(id=self._agents.insert(doc), **doc)
+            agent_id = self._new_agent_id()
+            self._agents.insert(Document(doc, doc_id=agent_id))
+            return AgentRecord(id=agent_id, **doc)
+
+    def _new_agent_id(self) -> int:
+        """An id no agent has had (the last one given is kept) and whose folder does not exist: a new agent
+        never inherits another's model or returns."""
+        last = self._settings.get(Query().name == "last_agent_id")
+        agent_id = max([last["value"] if last else 0, *(doc.doc_id for doc in self._agents.all())]) + 1
+        while self.agent_folder(agent_id).exists():
+            logger.warning("%s belongs to no stored agent; a new agent gets another id", self.agent_folder(agent_id))
+            agent_id += 1
+        self._settings.upsert({"name": "last_agent_id", "value": agent_id}, Query().name == "last_agent_id")
+        return agent_id
 
     def find_agent(self, owner_id: int, name: str) -> AgentRecord | None:
         with self._lock:
@@ -220,7 +311,7 @@ class Store:
             self._agents.remove(doc_ids=[agent_id])
 
     def agent_folder(self, agent_id: int) -> Path:
-        return self.folder / "agents" / str(agent_id)
+        return self.folder / AGENTS_FOLDER / str(agent_id)
 
     # -- API keys ------------------------------------------------------------------------------
     def add_api_key(self, agent_id: int, label: str = "") -> tuple[str, ApiKey]:
@@ -306,7 +397,7 @@ class Store:
         with self._lock:
             log = self._returns.get(agent_id)
             if log is None:
-                log = self._returns[agent_id] = ReturnLog(self.agent_folder(agent_id) / "returns.jsonl")
+                log = self._returns[agent_id] = ReturnLog(self.agent_folder(agent_id) / RETURNS_FILE)
             return log
 
     def append_return(self, agent_id: int, record: EpisodeReturn) -> None:
@@ -314,6 +405,19 @@ class Store:
 
     def returns(self, agent_id: int) -> list[EpisodeReturn]:
         return self._return_log(agent_id).read()
+
+    def returns_page(self, agent_id: int, offset: int = 0, first: float | None = None) -> ReturnsPage:
+        """The returns from ``offset`` on, parsing only those (see `ReturnLog.page`)."""
+        return self._return_log(agent_id).page(offset, first)
+
+    def returns_json(self, agent_id: int, offset: int = 0, first: float | None = None) -> ReturnsJson:
+        """`returns_page` with the records as JSON text (see `ReturnLog.page_json`)."""
+        return self._return_log(agent_id).page_json(offset, first)
+
+    def returns_chunks(self, agent_id: int, chunk_bytes: int | None = None) -> Iterator[list[EpisodeReturn]]:
+        """Every return, a piece at a time (see `ReturnLog.chunks`)."""
+        log = self._return_log(agent_id)
+        return log.chunks() if chunk_bytes is None else log.chunks(chunk_bytes)
 
     def clear_returns(self, agent_id: int) -> None:
         """Delete an agent's learning curve; the next `append_return` starts a new one."""
@@ -327,5 +431,5 @@ class Store:
             self._db.close()
 
 
-__all__ = ["AgentRecord", "ApiKey", "AlreadyExists", "EpisodeReturn", "NotFound", "Store", "StoreError",
-           "User", "hash_key", "new_secret"]
+__all__ = ["AgentRecord", "ApiKey", "AlreadyExists", "EpisodeReturn", "NotFound", "ReturnsJson", "ReturnsPage", "Store",
+           "StoreError", "User", "hash_key", "new_secret"]

@@ -227,6 +227,57 @@ async def test_returns_as_json_incrementally_and_as_csv(api):
     await api.get("/agents/1/returns?offset=x", status=400)
 
 
+async def test_polling_the_curve_parses_only_what_is_new(api, monkeypatch):
+    from shepherd.storage import EpisodeReturn
+    from shepherd.storage import returns as returns_module
+    for i in range(300):
+        api.app[STORE].append_return(1, EpisodeReturn(1000.0 + i, float(i), 5, "train"))
+    reply = await api.get_json("/agents/1/returns")
+    assert reply["total"] == 300 and len(reply["returns"]) == 300
+    api.app[STORE].append_return(1, EpisodeReturn(2000.0, 9.0, 9, "evaluate"))
+    parsed = []
+
+    class Counting:  # the JSON modules of the return log, counting the lines parsed
+        def __init__(self, module):
+            self.module = module
+
+        def __getattr__(self, name):
+            return getattr(self.module, name)
+
+        def loads(self, text):
+            parsed.append(text)
+            return self.module.loads(text)
+
+    import orjson
+    monkeypatch.setattr(returns_module, "json", Counting(json))
+    monkeypatch.setattr(returns_module, "orjson", Counting(orjson), raising=False)
+    more = await api.get_json("/agents/1/returns?offset=300&first=1000.0")
+    assert more == {"total": 301, "offset": 300, "reset": False,
+                    "returns": [{"time": 2000.0, "value": 9.0, "length": 9, "phase": "evaluate"}]}
+    assert len(parsed) == 1
+
+
+async def test_the_returns_csv_is_streamed_in_chunks_made_off_the_event_loop(api, monkeypatch):
+    import threading
+
+    from shepherd.http import admin as admin_module
+    from shepherd.storage import EpisodeReturn
+    for i in range(20_000):
+        api.app[STORE].append_return(1, EpisodeReturn(1000.0 + i, float(i), 5, "train"))
+    threads = set()
+    real = admin_module.csv_rows
+    monkeypatch.setattr(admin_module, "csv_rows",
+                        lambda *args: threads.add(threading.current_thread()) or real(*args))
+    response = await api.get("/agents/1/returns.csv")
+    assert response.headers.get("Transfer-Encoding") == "chunked" and "Content-Length" not in response.headers
+    lines = (await response.text()).splitlines()
+    assert len(lines) == 20_001 and lines[-1].startswith("20000,20999.000,") and lines[-1].endswith(",19999.0,5,train")
+    assert threads and threading.main_thread() not in threads
+    whole = await api.get_json("/agents/1/returns")  # more than one piece of the file: streamed as well
+    assert whole["total"] == 20_000 and len(whole["returns"]) == 20_000
+    assert whole["returns"][-1] == {"time": 20999.0, "value": 19999.0, "length": 5, "phase": "train"}
+
+
 # -- special actions --------------------------------------------------------------------------------
 async def test_the_exported_model_is_a_loadable_sb3_zip_with_the_latest_steps(api):
     await api.get("/agents/1/model.zip", status=404)  # nothing learned, nothing saved yet

@@ -99,6 +99,16 @@ def test_special_actions_on_a_stopped_agent(capsys, data, tmp_path):
     target = tmp_path / "out" / "pole.zip"
     assert f"written to {target}" in ok(capsys, "agents", "export", "1", "-o", str(target), "--data", str(data))
     assert target.read_bytes() == model.read_bytes()
+    target.write_bytes(b"precious")
+    assert "exists; add --force" in fails(capsys, "agents", "export", "1", "-o", str(target), "--data", str(data))
+    assert target.read_bytes() == b"precious"
+    assert "written to" in ok(capsys, "agents", "export", "1", "-o", str(target), "--force", "--data", str(data))
+    assert target.read_bytes() == model.read_bytes()
+    store_before = (data / "store.json").read_bytes()
+    for inside in (data / "store.json", data / "agents" / "1" / "returns.jsonl", data / "copy.zip"):
+        err = fails(capsys, "agents", "export", "1", "-o", str(inside), "--force", "--data", str(data))
+        assert "inside the data folder" in err
+    assert (data / "store.json").read_bytes() == store_before and not (data / "copy.zip").exists()
 
     assert "learning curve of agent alice/pole deleted" in ok(capsys, "agents", "delete-curve", "pole",
                                                               "--data", str(data))

@@ -2,10 +2,12 @@
 
 import json
 import os
+import threading
 
 import pytest
 
 from shepherd.storage import AlreadyExists, EpisodeReturn, NotFound, Store, StoreError
+from shepherd.storage import returns as returns_module
 
 
 @pytest.fixture
@@ -74,6 +76,85 @@ def test_a_torn_last_return_line_is_skipped_and_the_next_append_is_intact(tmp_pa
     reopened.close()
 
 
+def test_an_append_does_not_wait_for_a_read_in_progress(store, monkeypatch):
+    """A long read (a curve of a million returns) must not hold up an episode's end, which runs on the loop."""
+    agent = make_agent(store)
+    for i in range(3):
+        store.append_return(agent.id, EpisodeReturn(float(i), float(i), 10, "train"))
+    real = returns_module.EpisodeReturn
+    appended: list[bool] = []
+
+    def parse(*args, **fields):
+        if not appended:  # in the middle of the read: an episode ends on another thread
+            appender = threading.Thread(target=store.append_return,
+                                        args=(agent.id, real(9.0, 9.0, 9, "train")))
+            appender.start()
+            appender.join(timeout=10)  # a bound against a hang, not a measurement
+            appended.append(not appender.is_alive())
+        return real(*args, **fields)
+
+    monkeypatch.setattr(returns_module, "EpisodeReturn", parse)
+    store.returns(agent.id)
+    monkeypatch.undo()
+    assert appended == [True]
+    assert [r.value for r in store.returns(agent.id)] == [0.0, 1.0, 2.0, 9.0]
+
+
+def test_an_incremental_read_parses_only_the_new_returns(store, monkeypatch):
+    agent = make_agent(store)
+    for i in range(500):
+        store.append_return(agent.id, EpisodeReturn(100.0 + i, float(i), 10, "train"))
+    page = store.returns_page(agent.id)
+    assert (page.total, page.offset, page.reset, len(page.returns)) == (500, 0, False, 500)
+    store.append_return(agent.id, EpisodeReturn(700.0, 7.0, 7, "evaluate"))
+    real = returns_module.EpisodeReturn
+    parsed = []
+    monkeypatch.setattr(returns_module, "EpisodeReturn", lambda *a, **k: parsed.append(1) or real(*a, **k))
+    page = store.returns_page(agent.id, offset=500, first=100.0)
+    assert (page.total, page.offset, page.reset) == (501, 500, False)
+    assert page.returns == [real(700.0, 7.0, 7, "evaluate")] and len(parsed) == 1
+    nothing_new = store.returns_page(agent.id, offset=501, first=100.0)
+    assert nothing_new.returns == [] and len(parsed) == 1
+    monkeypatch.undo()
+    store.clear_returns(agent.id)
+    store.append_return(agent.id, EpisodeReturn(900.0, 1.0, 1, "train"))
+    after = store.returns_page(agent.id, offset=1, first=100.0)  # the curve was deleted: all of it again
+    assert (after.total, after.offset, after.reset) == (1, 0, True) and [r.time for r in after.returns] == [900.0]
+    assert store.returns_page(agent.id, offset=5).reset is True
+
+
+def test_chunked_reads_give_every_return_once_and_skip_damaged_lines(tmp_path, store):
+    agent = make_agent(store)
+    for i in range(25):
+        store.append_return(agent.id, EpisodeReturn(float(i), float(i), 1, "train"))
+    store.close()
+    path = tmp_path / "data" / "agents" / str(agent.id) / "returns.jsonl"
+    with open(path, "ab") as handle:
+        handle.write(b'{"time": 2.0, "val')  # a crash in the middle of a write
+    reopened = Store(tmp_path / "data")
+    reopened.append_return(agent.id, EpisodeReturn(99.0, 99.0, 1, "train"))
+    chunks = list(reopened.returns_chunks(agent.id, chunk_bytes=100))
+    assert len(chunks) > 5
+    assert [r.time for chunk in chunks for r in chunk] == [float(i) for i in range(25)] + [99.0]
+    assert reopened.returns_page(agent.id).total == 26
+    reopened.close()
+
+
+def test_returns_as_json_text_are_checked_line_by_line(tmp_path, store):
+    agent = make_agent(store)
+    store.append_return(agent.id, EpisodeReturn(1.0, float("inf"), 5, "train"))  # json writes Infinity
+    store.close()
+    path = tmp_path / "data" / "agents" / str(agent.id) / "returns.jsonl"
+    with open(path, "ab") as handle:
+        handle.write(b'{"time": 2.0, "value": 3.0, "length": 4, "phase": "train"}\n{"what": 1}\n{"time": 3.0}')
+    reopened = Store(tmp_path / "data")
+    page = reopened.returns_json(agent.id)
+    assert json.loads(b"[" + b",".join(page.pieces) + b"]") == [
+        {"time": 1.0, "value": None, "length": 5, "phase": "train"},
+        {"time": 2.0, "value": 3.0, "length": 4, "phase": "train"}]
+    reopened.close()
+
+
 def test_a_failed_write_leaves_the_previous_file_whole(tmp_path, store, monkeypatch):
     make_agent(store)
     store_file = tmp_path / "data" / "store.json"
@@ -99,3 +180,88 @@ def test_a_damaged_store_is_a_clear_error_not_a_reset(tmp_path):
     (folder / "store.json").write_text(json.dumps([1, 2]))
     with pytest.raises(StoreError, match="not a Shepherd store"):
         Store(folder)
+
+
+def test_an_empty_or_missing_store_beside_agents_is_refused_not_reset(tmp_path):
+    folder = tmp_path / "data"
+    store = Store(folder)
+    agent = make_agent(store)
+    store.append_return(agent.id, EpisodeReturn(1.0, 5.0, 5, "train"))
+    store.close()
+    store_file = folder / "store.json"
+    store_file.write_bytes(b"")  # a 0-byte store: the users, keys and admin token are gone
+    with pytest.raises(StoreError, match=r"store\.json is empty") as error:
+        Store(folder)
+    assert str(folder / "agents") in str(error.value) and "backup" in str(error.value)
+    assert store_file.read_bytes() == b""  # nothing written: the damage stays for the user to repair
+    store_file.unlink()
+    with pytest.raises(StoreError, match=r"store\.json is missing") as error:
+        Store(folder)
+    assert "agents" in str(error.value)
+    assert not store_file.exists()
+
+
+def test_an_empty_store_without_agents_is_refused_too(tmp_path):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "store.json").write_bytes(b"")
+    with pytest.raises(StoreError, match="empty"):
+        Store(folder)
+    Store(tmp_path / "fresh").close()  # a folder with no store and no agents is a new one
+
+
+def test_agent_ids_are_never_reused_so_no_agent_inherits_another_ones_folder(tmp_path):
+    folder = tmp_path / "data"
+    store = Store(folder)
+    first = make_agent(store)
+    store.append_return(first.id, EpisodeReturn(1.0, 5.0, 5, "train"))
+    store.remove_agent(first.id)
+    store.close()
+    store = Store(folder)
+    second = store.add_agent(store.ensure_user("bob").id, "other", "PPO", 2, 2, {})
+    assert second.id != first.id
+    (folder / "agents" / str(second.id + 1)).mkdir(parents=True)  # a folder no stored agent owns
+    third = store.add_agent(store.ensure_user("bob").id, "third", "PPO", 2, 2, {})
+    assert third.id not in (first.id, second.id, second.id + 1)
+    assert store.returns(second.id) == [] and store.returns(third.id) == []
+    store.close()
+
+
+@pytest.mark.parametrize("content", [
+    {"users": [1, 2]},
+    {"users": {"1": "alice"}},
+    {"users": {"one": {"name": "alice", "created": 1.0}}},
+    {"users": {"1": {"name": 5, "created": 1.0}}},
+    {"agents": {"1": {"name": "x"}}},
+    {"api_keys": {"1": {"agent_id": 1}}},
+    {"settings": {"1": {"name": "admin_token"}}},
+    {"users": {"1": {"name": "alice", "created": 1.0}}, "agents": {"1": {
+        "owner_id": 1, "name": "a", "algorithm": "PPO", "observation_space": 2, "action_space": 2,
+        "parameters": [], "sharing": "pooled", "created": 0.0, "last_active": 0.0}}},
+])
+def test_a_store_of_the_wrong_shape_is_refused_naming_the_file(tmp_path, content):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "store.json").write_text(json.dumps(content))
+    with pytest.raises(StoreError, match="not a Shepherd store") as error:
+        Store(folder).close()
+    assert str(folder / "store.json") in str(error.value)
+
+
+def test_returns_and_agent_folders_are_private(tmp_path):
+    from shepherd.storage import atomic_write_bytes
+
+    folder = tmp_path / "data"
+    store = Store(folder)
+    agent = make_agent(store)
+    atomic_write_bytes(store.agent_folder(agent.id) / "model.zip", b"zip")  # as a checkpoint writes it
+    store.append_return(agent.id, EpisodeReturn(1.0, 5.0, 5, "train"))
+    store.close()
+    returns = folder / "agents" / str(agent.id) / "returns.jsonl"
+    mode = lambda path: path.stat().st_mode & 0o777  # noqa: E731
+    assert (mode(returns), mode(returns.parent), mode(folder / "agents")) == (0o600, 0o700, 0o700)
+    os.chmod(returns, 0o644)  # as earlier versions left them
+    os.chmod(returns.parent, 0o755)
+    os.chmod(folder / "agents", 0o755)
+    Store(folder).close()
+    assert (mode(returns), mode(returns.parent), mode(folder / "agents")) == (0o600, 0o700, 0o700)

@@ -12,7 +12,7 @@ const state = {
   me: null,       // {role, agent, agent_ref}
   agents: [],
   selected: null, // agent id
-  curve: { agent: null, records: [] },
+  curve: { agent: null, records: [], next: 0 },
   timer: null,
   busy: false,
 };
@@ -47,7 +47,7 @@ const postJson = async (path, body) => (await call("POST", path, body)).json();
 /* -- signing in and out ------------------------------------------------------------------------ */
 function showSignIn(message) {
   clearInterval(state.timer);
-  Object.assign(state, { csrf: null, me: null, agents: [], selected: null, curve: { agent: null, records: [] } });
+  Object.assign(state, { csrf: null, me: null, agents: [], selected: null, curve: { agent: null, records: [], next: 0 } });
   $("#signin-view").hidden = false;
   $("#agents-view").hidden = true;
   $("#agent-view").hidden = true;
@@ -168,14 +168,20 @@ function renderAgent(agent) {
 }
 
 async function refreshCurve(agentId) {
-  const curve = state.curve.agent === agentId ? state.curve : { agent: agentId, records: [] };
-  const known = curve.records;
-  let path = `/agents/${agentId}/returns?offset=${known.length}`;
-  if (known.length) path += `&first=${known[0].time}`;
+  // Poll for what is new only: the server's "total" is where the next poll starts, and the time of our
+  // first record tells it whether the curve was deleted meanwhile (then it sends everything, "reset").
+  const fresh = state.curve.agent !== agentId;
+  const curve = fresh ? { agent: agentId, records: [], next: 0 } : state.curve;
+  let path = `/agents/${agentId}/returns?offset=${curve.next || 0}`;
+  if (curve.next && curve.records.length) path += `&first=${curve.records[0].time}`;
   const reply = await getJson(path);
-  curve.records = reply.reset ? reply.returns : known.concat(reply.returns);
+  if (reply.reset) curve.records = [];
+  for (const record of reply.returns) curve.records.push(record);
+  curve.next = reply.total;
   state.curve = curve;
-  drawCurve(curve.records);
+  const canvas = $("#curve");
+  const resized = canvas.width !== Math.round((canvas.clientWidth || 800) * (window.devicePixelRatio || 1));
+  if (fresh || resized || reply.reset || reply.returns.length) drawCurve(curve.records);
 }
 
 function drawCurve(records) {
@@ -273,7 +279,7 @@ for (const button of document.querySelectorAll("button[data-action]")) {
     if (!window.confirm(question)) return;
     act(button, async () => {
       const result = await postJson(`/agents/${agent.id}/${button.dataset.action}`);
-      if (button.dataset.action !== "delete-model") state.curve = { agent: null, records: [] };
+      if (button.dataset.action !== "delete-model") state.curve = { agent: null, records: [], next: 0 };
       await refresh();
       return result.message;
     });
