@@ -166,7 +166,7 @@ def run_env(client: Client, env_id: str, seed: int | None = None, episodes: int 
                 obs, reward, terminated, truncated, _ = env.step(action_from_json(env.action_space, action))
                 total += float(reward)
                 done = terminated or truncated
-                action = client.step(obs, reward, done, truncated=truncated and not terminated)
+                action = client.step(obs, float(reward), done, truncated=truncated and not terminated)
             returns.append(total)
         except ShepherdError as error:
             if error.status != 401:

@@ -193,7 +193,7 @@ def check_observation(space: spaces.Space, value: Any, where: str = "obs") -> Ob
             raise SpaceError(f"{where} must be an integer in [0, {space.n - 1}]")
         if not 0 <= value - int(space.start) < space.n:
             raise SpaceError(f"{where} is {value}, outside [0, {space.n - 1}]")
-        return np.int64(value)
+        return np.asarray(value, dtype=np.int64)[()]  # a numpy integer, as SB3's policies take it
     if isinstance(space, (spaces.MultiDiscrete, spaces.MultiBinary)):
         return _check_integers(space, value, where)
     if isinstance(space, spaces.Dict):

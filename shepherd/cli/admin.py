@@ -12,13 +12,13 @@ import asyncio
 import datetime
 import sys
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any, Callable, Coroutine, Sequence
 
 from shepherd.cli.common import EXIT_USAGE, UsageError
 
 EXIT_UNAVAILABLE = 1
 
-Work = Callable[[Any, argparse.Namespace], Awaitable[int]]
+Work = Callable[[Any, argparse.Namespace], Coroutine[Any, Any, int]]
 
 
 def add_data_option(parser: argparse.ArgumentParser) -> None:

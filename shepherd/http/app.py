@@ -101,7 +101,8 @@ async def _admin_context(app: web.Application) -> AsyncIterator[None]:
     """The admin service; the admin token is created on the first start (shown once, stored hashed)."""
     credential = new_secret()
     service = AdminService(app[STORE], app[GRAPH], local_credential=credential)
-    app[CREATED_ADMIN_TOKEN] = await asyncio.to_thread(service.ensure_admin_token) or ""
+    created: str | None = await asyncio.to_thread(service.ensure_admin_token)
+    app[CREATED_ADMIN_TOKEN] = created or ""
     app[LOCAL_CREDENTIAL] = credential
     app[ADMIN] = service
     app[SIGNINS] = SignInTable()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import logging
 import secrets
 import threading
@@ -16,115 +15,18 @@ from typing import Any
 
 from tinydb import Query, TinyDB
 from tinydb.table import Document
-from tinydb.storages import Storage
 
 from shepherd.definition import AgentDefinition, Sharing
-from shepherd.storage.files import (PRIVATE_FILE, PRIVATE_FOLDER, atomic_write_bytes, make_private,
+from shepherd.storage.files import (PRIVATE_FILE, PRIVATE_FOLDER, make_private,
                                     remove_stale_temporaries)
+from shepherd.storage.errors import AlreadyExists, NotFound, StoreError
+from shepherd.storage.jsonfile import AGENTS_FOLDER, AtomicJSONStorage
 from shepherd.storage.returns import EpisodeReturn, ReturnLog, ReturnsJson, ReturnsPage
 
 logger = logging.getLogger(__name__)
 
 STORE_FILE = "store.json"
-AGENTS_FOLDER = "agents"
 RETURNS_FILE = "returns.jsonl"
-
-
-class StoreError(RuntimeError):
-    """The data folder cannot be used as it is (for example, a damaged store file)."""
-
-
-class NotFound(LookupError):
-    """A user, agent or key named in a store operation does not exist."""
-
-
-class AlreadyExists(ValueError):
-    """A user or agent with that name exists already."""
-
-
-class AtomicJSONStorage(Storage):
-    """A tinydb storage that keeps the database in memory and rewrites its file atomically.
-
-    tinydb's own JSONStorage re-reads the file on every query and truncates it in place on every write,
-    so a crash mid-write loses the store. Here reads cost nothing and a write is temp file + rename.
-    """
-
-    def __init__(self, path: str) -> None:
-        super().__init__()
-        self.path = Path(path)
-        self._data: dict[str, Any] | None = None
-        if self.path.exists():
-            raw = self.path.read_bytes()
-            if not raw.strip():  # never written so: every write is a whole store, renamed into place
-                raise StoreError(f"{self.path} is empty: the store (users, agents, API keys, the admin token) was "
-                                 f"lost. Restore it from a backup; to start a new store instead, move it and "
-                                 f"{self.path.parent / AGENTS_FOLDER} away")
-            try:
-                loaded = json.loads(raw)
-            except ValueError as error:
-                raise StoreError(
-                    f"{self.path} is damaged ({error}); restore it from a backup or move it away "
-                    "to start with an empty store"
-                ) from None
-            if not isinstance(loaded, dict):
-                raise StoreError(f"{self.path} is not a Shepherd store (top level is not an object)")
-            problem = _shape_problem(loaded)
-            if problem:
-                raise StoreError(f"{self.path} is not a Shepherd store, or was damaged: {problem}; restore it "
-                                 "from a backup")
-            self._data = loaded
-
-    def read(self) -> dict[str, Any] | None:
-        return self._data
-
-    def write(self, data: dict[str, Any]) -> None:
-        atomic_write_bytes(self.path, json.dumps(data, separators=(",", ":")).encode())
-        self._data = data
-
-
-NUMBER = (int, float)
-ANY = object
-#: the fields of each table's documents: name -> (types, required)
-FIELDS: dict[str, dict[str, tuple[Any, bool]]] = {
-    "users": {"name": (str, True), "created": (NUMBER, True)},
-    "agents": {"owner_id": (int, True), "name": (str, True), "algorithm": (str, True),
-               "observation_space": (ANY, True), "action_space": (ANY, True), "parameters": (dict, False),
-               "sharing": (str, False), "created": (NUMBER, False), "last_active": (NUMBER, False)},
-    "api_keys": {"agent_id": (int, True), "hash": (str, True), "label": (str, True), "created": (NUMBER, True),
-                 "revoked": (bool, False)},
-}
-SETTINGS = {"admin_token": ("hash", str), "last_agent_id": ("value", int)}
-
-
-def _shape_problem(data: dict[str, Any]) -> str | None:
-    """What makes ``data`` not a store this version wrote (None if nothing): tables of documents by numeric
-    id, each document with its table's fields of the right types."""
-    for table, documents in data.items():
-        if not isinstance(documents, dict):
-            return f"table {table!r} is not an object"
-        for doc_id, doc in documents.items():
-            where = f"{table!r} document {doc_id!r}"
-            if not doc_id.isdigit():
-                return f"table {table!r} has the id {doc_id!r}, not a number"
-            if not isinstance(doc, dict):
-                return f"{where} is not an object"
-            fields = FIELDS.get(table)
-            if fields is not None:
-                for name, (kind, required) in fields.items():
-                    if name not in doc:
-                        if required:
-                            return f"{where} lacks {name!r}"
-                    elif kind is not ANY and (not isinstance(doc[name], kind) or
-                                              (kind is not bool and isinstance(doc[name], bool))):
-                        return f"{where} has a {type(doc[name]).__name__} for {name!r}"
-                unknown = set(doc) - set(fields)
-                if unknown:
-                    return f"{where} has unknown fields {sorted(unknown)}"
-            elif table == "settings":
-                setting = SETTINGS.get(doc.get("name"))  # type: ignore[arg-type]
-                if setting is not None and not isinstance(doc.get(setting[0]), setting[1]):
-                    return f"the setting {doc.get('name')!r} lacks its {setting[0]!r}"
-    return None
 
 
 def _make_agents_private(agents: Path) -> None:
@@ -221,8 +123,8 @@ class Store:
         with self._lock:
             if self._users.get(Query().name == name) is not None:
                 raise AlreadyExists(f"user {name!r} exists already")
-            doc = {"name": name, "created": time.time()}
-            return User(id=self._users.insert(doc), **doc)
+            created = time.time()
+            return User(id=self._users.insert({"name": name, "created": created}), name=name, created=created)
 
     def ensure_user(self, name: str) -> User:
         with self._lock:
@@ -319,11 +221,11 @@ class Store:
         with self._lock:
             self.agent(agent_id)
             key = new_secret()
-            doc = {"agent_id": agent_id, "hash": hash_key(key), "label": label, "created": time.time(),
-                   "revoked": False}
+            digest, created = hash_key(key), time.time()
+            doc = {"agent_id": agent_id, "hash": digest, "label": label, "created": created, "revoked": False}
             key_id = self._keys.insert(doc)
-            self._key_index[doc["hash"]] = {**doc, "id": key_id}
-            return key, ApiKey(id=key_id, agent_id=agent_id, label=label, created=doc["created"])
+            self._key_index[digest] = {**doc, "id": key_id}
+            return key, ApiKey(id=key_id, agent_id=agent_id, label=label, created=created)
 
     def agent_for_key(self, key: str) -> AgentRecord | None:
         """The agent a valid, unrevoked API key belongs to, or None."""
