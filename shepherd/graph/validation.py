@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Callable, Final
 
 from shepherd.graph.schedule import EvaluationResult
 
@@ -50,8 +50,10 @@ def judge(validation: PresetValidation, result: EvaluationResult, budget_finishe
     return Outcome()
 
 
-def watch(graph: GraphManager, agent_id: int, outcome: Outcome, stop: asyncio.Event) -> None:
+def watch(graph: GraphManager, agent_id: int, outcome: Outcome,
+          stop: asyncio.Event) -> Callable[[AgentRuntime, EvaluationResult], None]:
     """Decide ``outcome`` from each evaluation of the validated agent, once, and set ``stop`` then.
+    Returns the listener added to ``graph.evaluation_listeners`` (for the caller to remove).
 
     The agent is known by its store id: a restart (from the dashboard or the admin commands) gives it a
     new runtime whose evaluations still count.
@@ -73,3 +75,4 @@ def watch(graph: GraphManager, agent_id: int, outcome: Outcome, stop: asyncio.Ev
             stop.set()
 
     graph.evaluation_listeners.append(on_evaluation)
+    return on_evaluation
