@@ -213,14 +213,17 @@ async def validate(graph: GraphManager, apikey: str | None = None, clients: int 
 
     Raises:
         ValueError: the graph has no validation block.
+        RuntimeError: the graph was not created (`GraphManager.create_graph`).
         KeyError: the validation names an agent the graph does not serve.
     """
     validation = graph.validation
     if validation is None:
         raise ValueError(f"preset {graph.name or '(unnamed)'} has no validation block")
+    store = graph.store
+    if store is None:
+        raise RuntimeError("create_graph must run before a validation")
     runtime = graph.runtime(validation.agent)
     agent_id = runtime.record.id
-    store = graph.store
     key_id = None
     if apikey is None:
         apikey, record = store.add_api_key(agent_id, "local validation")

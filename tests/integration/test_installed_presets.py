@@ -3,14 +3,13 @@ installed into a fresh virtual environment outside the repository, run from anot
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import sysconfig
 from pathlib import Path
-
-import pytest
 
 from shepherd.graph import list_presets
 from tests.conftest import ROOT
@@ -34,8 +33,6 @@ def run(*args: str | Path, cwd: Path, env: dict[str, str] | None = None) -> str:
 
 
 def test_a_wheel_installed_outside_the_repository_lists_and_loads_the_presets(tmp_path):
-    import json
-
     # build from a copy, so that the build leaves nothing (build/, *.egg-info) in the repository
     source = tmp_path / "source"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
