@@ -138,6 +138,8 @@ async def test_observations_are_checked_as_the_http_edge_checks_them(tmp_path):
             await client.step(np.array([0.0, np.nan, 0.0, 0.0]), 0.0, False)
         with pytest.raises(SpaceError, match="reward"):
             await client.step(np.zeros(4), float("inf"), False)
+        with pytest.raises(SpaceError, match="reward"):
+            await client.step(np.zeros(4), "1", False)
         assert graph.runtime().tracker.steps == 0
         # a time limit is bootstrapped only when the episode was not also terminated for real
         space = client.session.observation_space
