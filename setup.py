@@ -8,7 +8,9 @@ setup(
     description="Reinforcement learning as a service: remote environments drive stable-baselines3 "
                 "learners over JSON/HTTP",
     python_requires=">=3.10",
-    packages=find_packages(include=["shepherd", "shepherd.*"]),
+    # the presets stay in presets/ at the top of the repository and are installed as shepherd.presets
+    packages=[*find_packages(include=["shepherd", "shepherd.*"]), "shepherd.presets"],
+    package_dir={"shepherd.presets": "presets"},
     package_data={"shepherd": ["py.typed", "http/openapi.yaml", "http/static/*"]},
     install_requires=[
         "aiohttp>=3.9",

@@ -11,11 +11,11 @@ import signal
 import socket
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from shepherd.cli.common import EXIT_NOT_REACHED, EXIT_OK, UsageError
-from shepherd.graph import AgentRuntime, EvaluationResult, GraphManager, PresetError, PresetValidation
+from shepherd.graph import GraphManager, PresetError, PresetValidation
+from shepherd.graph.validation import Outcome, watch
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,14 +67,6 @@ def list_presets_command() -> int:
     for name, description in presets.items():
         print(f"{name:<{width}}  {description}")
     return EXIT_OK
-
-
-@dataclass
-class Outcome:
-    """What the local clients' run ended with."""
-
-    code: int | None = None
-    reason: str = ""
 
 
 def serve_command(args: argparse.Namespace) -> int:
@@ -227,28 +219,6 @@ async def stop_clients(clients: list[asyncio.subprocess.Process]) -> None:
         except asyncio.TimeoutError:
             process.kill()
             await process.wait()
-
-
-def watch(graph: GraphManager, agent_id: int, outcome: Outcome, stop: asyncio.Event) -> None:
-    """Decide the run's outcome from each evaluation of the validated agent (by id: a restart of the
-    agent, from the dashboard or the admin commands, gives it a new runtime)."""
-    validation = graph.validation
-
-    def on_evaluation(runtime: AgentRuntime, result: EvaluationResult) -> None:
-        if runtime.record.id != agent_id or outcome.code is not None:
-            return
-        if result.mean_return >= validation.target_return:
-            outcome.code = EXIT_OK
-            outcome.reason = (f"target reached: evaluation {result.period} at {result.steps} steps returned "
-                              f"{result.mean_return:.1f} >= {validation.target_return:g}")
-            stop.set()
-        elif result.steps >= validation.max_steps or runtime.tracker.finished:
-            outcome.code = EXIT_NOT_REACHED
-            outcome.reason = (f"target not reached within {validation.max_steps} steps: last evaluation "
-                              f"returned {result.mean_return:.1f} < {validation.target_return:g}")
-            stop.set()
-
-    graph.evaluation_listeners.append(on_evaluation)
 
 
 async def progress(graph: GraphManager, agent_id: int, clients: list, outcome: Outcome,

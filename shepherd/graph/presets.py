@@ -1,17 +1,46 @@
-"""Finding, listing and loading preset files (Python modules that define ``graph_manager``)."""
+"""Finding, listing and loading preset files (Python modules that define ``graph_manager``).
+
+The presets live in ``presets/`` at the top of the repository; the packaging installs that folder as the
+package ``shepherd.presets`` (setup.py), so an installed copy finds them there, and a checkout that is not
+installed finds them in the repository's folder.
+"""
 
 from __future__ import annotations
 
 import ast
+import importlib.resources
 import importlib.util
+import logging
 from pathlib import Path
 
 from shepherd.graph.manager import GraphManager, PresetError
 
-PRESETS_DIR = Path(__file__).resolve().parents[2] / "presets"
+logger = logging.getLogger(__name__)
+
+#: the presets package, as setup.py installs the repository's ``presets/`` folder
+PRESETS_PACKAGE = "shepherd.presets"
+#: the presets folder of a checkout (``presets/`` next to the ``shepherd`` package)
+REPOSITORY_PRESETS = Path(__file__).resolve().parents[2] / "presets"
 
 
-def preset_path(name: str, folder: Path = PRESETS_DIR) -> Path:
+def presets_folder() -> Path:
+    """The folder of the bundled presets: the installed `PRESETS_PACKAGE`, else the repository's folder."""
+    try:
+        found = importlib.resources.files(PRESETS_PACKAGE)
+    except ModuleNotFoundError:
+        return REPOSITORY_PRESETS
+    if isinstance(found, Path) and found.is_dir():
+        return found
+    logger.warning("the presets package %s is not a folder (%s); using %s", PRESETS_PACKAGE, found,
+                   REPOSITORY_PRESETS)
+    return REPOSITORY_PRESETS
+
+
+#: where presets are found by name unless a folder is given
+PRESETS_DIR = presets_folder()
+
+
+def preset_path(name: str, folder: Path | None = None) -> Path:
     """A preset's file, by name (``cartpole_ppo``) or path (``my/preset.py``).
 
     Raises:
@@ -20,6 +49,7 @@ def preset_path(name: str, folder: Path = PRESETS_DIR) -> Path:
     candidate = Path(name)
     if candidate.suffix == ".py" and candidate.is_file():
         return candidate
+    folder = PRESETS_DIR if folder is None else folder
     path = folder / f"{name}.py"
     if not path.is_file():
         available = ", ".join(sorted(list_presets(folder))) or "none"
@@ -27,10 +57,11 @@ def preset_path(name: str, folder: Path = PRESETS_DIR) -> Path:
     return path
 
 
-def list_presets(folder: Path = PRESETS_DIR) -> dict[str, str]:
-    """Preset names and the first line of their docstrings, read without importing them."""
+def list_presets(folder: Path | None = None) -> dict[str, str]:
+    """Preset names and the first line of their docstrings, read without importing them (the bundled
+    presets unless ``folder`` is given)."""
     found = {}
-    for path in sorted(folder.glob("*.py")):
+    for path in sorted((PRESETS_DIR if folder is None else folder).glob("*.py")):
         if path.name.startswith("_"):
             continue
         doc = ast.get_docstring(ast.parse(path.read_text())) or ""
@@ -38,7 +69,7 @@ def list_presets(folder: Path = PRESETS_DIR) -> dict[str, str]:
     return found
 
 
-def load_preset(name: str, folder: Path = PRESETS_DIR) -> GraphManager:
+def load_preset(name: str, folder: Path | None = None) -> GraphManager:
     """Import a preset and return its ``graph_manager``, checked.
 
     Raises:

@@ -3,7 +3,8 @@
 import asyncio
 from types import SimpleNamespace
 
-from shepherd.cli.serve import EXIT_OK, Outcome, watch
+from shepherd.cli.serve import EXIT_OK
+from shepherd.graph.validation import Outcome, watch
 from shepherd.graph import PresetValidation
 from shepherd.graph.schedule import EvaluationResult
 
@@ -22,3 +23,21 @@ def test_an_evaluation_of_the_restarted_agent_still_decides_the_run():
     assert outcome.code is None and not stop.is_set()
     listener(runtime(7), EvaluationResult(1, 600, 480.0, (480.0,)))  # a new runtime of agent 7 (restarted)
     assert outcome.code == EXIT_OK and stop.is_set() and "target reached" in outcome.reason
+
+
+def test_the_graph_decides_with_the_exit_statuses_of_run_py():
+    from shepherd.cli.common import EXIT_NOT_REACHED
+    from shepherd.graph.validation import NOT_REACHED, REACHED
+
+    assert (REACHED, NOT_REACHED) == (EXIT_OK, EXIT_NOT_REACHED)
+
+
+def test_below_the_target_the_run_is_decided_only_once_the_budget_is_spent():
+    from shepherd.graph.validation import NOT_REACHED, judge
+
+    validation = PresetValidation("CartPole-v1", target_return=475, max_steps=10_000)
+    assert not judge(validation, EvaluationResult(1, 5_000, 100.0, (100.0,))).decided
+    assert judge(validation, EvaluationResult(1, 5_000, 100.0, (100.0,)), budget_finished=True).code == NOT_REACHED
+    late = judge(validation, EvaluationResult(2, 10_000, 474.9, (474.9,)))
+    assert late.code == NOT_REACHED and not late.reached and "474.9 < 475" in late.reason
+    assert judge(validation, EvaluationResult(3, 10_000, 475.0, (475.0,))).reached

@@ -1,0 +1,78 @@
+"""A preset's validation run, decided by the graph: did an evaluation reach the target within the step budget."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Final
+
+from shepherd.graph.schedule import EvaluationResult
+
+if TYPE_CHECKING:
+    from shepherd.graph.manager import GraphManager, PresetValidation
+    from shepherd.graph.runtime import AgentRuntime
+
+logger = logging.getLogger(__name__)
+
+#: `Outcome.code` once an evaluation reached the target (the exit status of ``run.py --clients``)
+REACHED: Final = 0
+#: `Outcome.code` once the budget is spent without reaching it, or the run was given up
+NOT_REACHED: Final = 1
+
+
+@dataclass
+class Outcome:
+    """How a validation run ended: ``code`` is None while undecided, then `REACHED` or `NOT_REACHED`."""
+
+    code: int | None = None
+    reason: str = ""
+
+    @property
+    def decided(self) -> bool:
+        return self.code is not None
+
+    @property
+    def reached(self) -> bool:
+        return self.code == REACHED
+
+
+def judge(validation: PresetValidation, result: EvaluationResult, budget_finished: bool = False) -> Outcome:
+    """The outcome one evaluation decides: reached if its mean return is at least the target; not reached
+    if it is below and the run's ``max_steps`` (or the schedule's training budget, ``budget_finished``)
+    is spent; otherwise undecided (``code`` None)."""
+    if result.mean_return >= validation.target_return:
+        return Outcome(REACHED, f"target reached: evaluation {result.period} at {result.steps} steps returned "
+                                f"{result.mean_return:.1f} >= {validation.target_return:g}")
+    if result.steps >= validation.max_steps or budget_finished:
+        return Outcome(NOT_REACHED, f"target not reached within {validation.max_steps} steps: last evaluation "
+                                    f"returned {result.mean_return:.1f} < {validation.target_return:g}")
+    return Outcome()
+
+
+def watch(graph: GraphManager, agent_id: int, outcome: Outcome,
+          stop: asyncio.Event) -> Callable[[AgentRuntime, EvaluationResult], None]:
+    """Decide ``outcome`` from each evaluation of the validated agent, once, and set ``stop`` then.
+    Returns the listener added to ``graph.evaluation_listeners`` (for the caller to remove).
+
+    The agent is known by its store id: a restart (from the dashboard or the admin commands) gives it a
+    new runtime whose evaluations still count.
+
+    Raises:
+        ValueError: the graph has no validation block.
+    """
+    validation = graph.validation
+    if validation is None:
+        raise ValueError(f"preset {graph.name or '(unnamed)'} has no validation block")
+
+    def on_evaluation(runtime: AgentRuntime, result: EvaluationResult) -> None:
+        if runtime.record.id != agent_id or outcome.decided:
+            return
+        decided = judge(validation, result, runtime.tracker.finished)
+        if decided.decided:
+            outcome.code, outcome.reason = decided.code, decided.reason
+            logger.info("validation of agent id %d: %s", agent_id, decided.reason)
+            stop.set()
+
+    graph.evaluation_listeners.append(on_evaluation)
+    return on_evaluation
