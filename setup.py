@@ -28,7 +28,8 @@ setup(
             "pytest-timeout>=2.2",
             "requests>=2.28",  # examples/seed_client.py, the original client, uses it
             "schemathesis>=4.0",  # fuzzes the running server against its OpenAPI description
-            "playwright>=1.40",  # the dashboard's browser tests, driving the system's chromium (never its own)
+            "playwright>=1.40",
+            "mypy>=1.10",  # the type check of shepherd/ (mypy.ini), run by tests/test_types.py  # the dashboard's browser tests, driving the system's chromium (never its own)
         ],
     },
 )

@@ -106,7 +106,7 @@ class VersionedWeights:
     arrays: Mapping[str, np.ndarray] = field(repr=False)
 
 
-class ActionFuture(Future):  # type: ignore[type-arg]
+class ActionFuture(Future):
     """A future action that also tells which policy version chose it (set before its result)."""
 
     policy_version: int = 0
@@ -155,7 +155,7 @@ class Learner(Protocol):
 class Checkpointable(Protocol):
     """A learner whose state (weights, optimizer, counters) is saved to and loaded from one file."""
 
-    def checkpoint(self, path: Path, state: dict[str, Any]) -> Future:  # type: ignore[type-arg]
+    def checkpoint(self, path: Path, state: dict[str, Any]) -> Future:
         """Write the learner's state with ``state`` (the schedule's) to ``path``, atomically, on the
         learner's thread; the future gives ``path`` when written."""
 

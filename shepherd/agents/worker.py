@@ -66,7 +66,7 @@ class _Control:
     """A request to the worker itself, not to the algorithm."""
 
     what: str  # "checkpoint", "drain" or "stop"
-    future: Future | None = None  # type: ignore[type-arg]
+    future: Future | None = None
     payload: Any = None
 
 
@@ -123,8 +123,8 @@ class ThreadedLearner:
     def end_actor(self, actor: int) -> None:
         self._put(Request(Kind.DROP, actor))
 
-    def checkpoint(self, path: Path, state: dict[str, Any]) -> Future:  # type: ignore[type-arg]
-        future: Future = Future()  # type: ignore[type-arg]
+    def checkpoint(self, path: Path, state: dict[str, Any]) -> Future:
+        future: Future = Future()
         if self._refused(future):
             return future
         self._queue.put(_Control("checkpoint", future, (path, state)))
@@ -158,7 +158,7 @@ class ThreadedLearner:
         if self.failure is None and not self._closed:
             self._queue.put(request)
 
-    def _refused(self, future: Future) -> bool:  # type: ignore[type-arg]
+    def _refused(self, future: Future) -> bool:
         if self.failure is not None:
             future.set_exception(AgentFailed(self.failure))
         elif self._closed:

@@ -97,6 +97,7 @@ class StopFailed(Exception):
 
 
 async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
+    from shepherd.admin import ADMIN
     from shepherd.http import ServerConfig
     from shepherd.http.server import RunningServer
     from shepherd.storage import StoreError
@@ -119,7 +120,7 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    store = graph.store
+    operations = server.admin.acting_as(ADMIN)  # keys are created and revoked through the admin service
     clients: list[asyncio.subprocess.Process] = []
     local_key_id = None
     monitor: asyncio.Task | None = None
@@ -127,13 +128,14 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
         keys = dict(server.created_keys)
         if args.new_key:
             for runtime in graph.preset_runtimes():
-                keys[runtime.record.name], _ = store.add_api_key(runtime.record.id, "created by --new-key")
+                created = await operations.add_key(runtime.record.id, "created by --new-key")
+                keys[runtime.record.name] = created.key
         announce(graph, server.url, args.data, keys, server.admin_token)
-        if args.clients:
+        if args.clients and graph.validation is not None:
             runtime = graph.runtime(graph.validation.agent)
-            local_key, record = store.add_api_key(runtime.record.id, "local clients of run.py --clients")
-            local_key_id = record.id
-            clients = await start_clients(server.url, local_key, graph.validation, args.clients)
+            local = await operations.add_key(runtime.record.id, "local clients of run.py --clients")
+            local_key_id = local.id
+            clients = await start_clients(server.url, local.key, graph.validation, args.clients)
             watch(graph, runtime.record.id, outcome, stop)
             monitor = asyncio.create_task(progress(graph, runtime.record.id, clients, outcome, stop))
         await stop.wait()
@@ -142,7 +144,7 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
             monitor.cancel()
         await stop_clients(clients)
         if local_key_id is not None:
-            store.revoke_api_key(local_key_id)
+            await operations.revoke_key(local_key_id)
         print("\nstopping: checkpointing the agents ...", flush=True)
         try:
             await server.stop()
@@ -225,6 +227,7 @@ async def progress(graph: GraphManager, agent_id: int, clients: list, outcome: O
                    stop: asyncio.Event) -> None:
     """Print a live progress line; stop on timeout or when every client has died."""
     validation = graph.validation
+    assert validation is not None  # --clients needs it; checked at start
     interactive = sys.stdout.isatty()
     started = last_line = time.monotonic()
     while not stop.is_set():

@@ -94,7 +94,7 @@ class Session:
     client_id: str = ""  # the `hash_key` of the API key that opened it: limits count per key, revoking ends it
     last_seq: int | None = None
     last_step: StepInput | None = field(default=None, repr=False)
-    last_reply: Future | None = field(default=None, repr=False)  # type: ignore[type-arg]
+    last_reply: Future | None = field(default=None, repr=False)
     last_active: float = field(default_factory=time.monotonic)
     in_request: int = 0  # requests of this session being answered right now
 
@@ -136,7 +136,7 @@ class Session:
             self.in_request -= 1
             self.active()
 
-    def _hand_over(self, step: StepInput) -> Future:  # type: ignore[type-arg]
+    def _hand_over(self, step: StepInput) -> Future:
         """Hand a step to the LevelManager; the future gives the action, or None when the episode ended."""
         if step.seq is not None and self.last_seq is not None:
             if step.seq == self.last_seq:
@@ -155,7 +155,7 @@ class Session:
         return self.last_reply
 
 
-async def _wait(future: Future, timeout: float, seq: int | None) -> Any:  # type: ignore[type-arg]
+async def _wait(future: Future, timeout: float, seq: int | None) -> Any:
     """The learner's answer, or ActTimeout after ``timeout``; the step stays in flight either way.
 
     Learners complete the futures of a batch on this loop's thread (the ``deliver`` they were started
@@ -178,14 +178,14 @@ async def _wait(future: Future, timeout: float, seq: int | None) -> Any:  # type
     return future.result()
 
 
-def _wake(loop: asyncio.AbstractEventLoop, loop_thread: int, woken: asyncio.Future, _: Future) -> None:  # type: ignore[type-arg]
+def _wake(loop: asyncio.AbstractEventLoop, loop_thread: int, woken: asyncio.Future, _: Future) -> None:
     if threading.get_ident() == loop_thread:
         _set_woken(woken)
     elif not loop.is_closed():
         loop.call_soon_threadsafe(_set_woken, woken)
 
 
-def _set_woken(woken: asyncio.Future) -> None:  # type: ignore[type-arg]
+def _set_woken(woken: asyncio.Future) -> None:
     if not woken.done():
         woken.set_result(None)
 

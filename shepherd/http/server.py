@@ -16,7 +16,8 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from shepherd.http.app import create_app
-from shepherd.http.state import CONFIG, CREATED_ADMIN_TOKEN, CREATED_KEYS, LOCAL_CREDENTIAL, ServerConfig
+from shepherd.admin import AdminService
+from shepherd.http.state import ADMIN, CONFIG, CREATED_ADMIN_TOKEN, CREATED_KEYS, LOCAL_CREDENTIAL, ServerConfig
 from shepherd.storage import ServerFile, remove_server_file, write_server_file
 
 logger = logging.getLogger(__name__)
@@ -219,6 +220,11 @@ class RunningServer:
     def created_keys(self) -> dict[str, str]:
         """API keys created at start-up, by agent name (shown once; the store keeps only hashes)."""
         return self.app[CREATED_KEYS]
+
+    @property
+    def admin(self) -> AdminService:
+        """The admin service of the served data folder (what the command line does goes through it)."""
+        return self.app[ADMIN]
 
     @property
     def admin_token(self) -> str:

@@ -29,8 +29,9 @@ STORE_FILE = "store.json"
 RETURNS_FILE = "returns.jsonl"
 
 
-def _make_agents_private(agents: Path) -> None:
-    """Agents' folders 0700 and their returns 0600, as this version creates them (earlier ones did not)."""
+def _tidy_agent_folders(agents: Path) -> None:
+    """Agents' folders 0700 and their returns 0600, as this version creates them (earlier ones did not), and
+    no temporary left by a checkpoint write that a crash interrupted."""
     if not agents.is_dir():
         return
     make_private(agents, PRIVATE_FOLDER)
@@ -38,6 +39,7 @@ def _make_agents_private(agents: Path) -> None:
         if folder.is_dir() and not folder.is_symlink():
             make_private(folder, PRIVATE_FOLDER)
             make_private(folder / RETURNS_FILE, PRIVATE_FILE)
+            remove_stale_temporaries(folder)
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,7 @@ class Store:
         self.folder.mkdir(parents=True, exist_ok=True)
         remove_stale_temporaries(self.folder)
         agents = self.folder / AGENTS_FOLDER
-        _make_agents_private(agents)
+        _tidy_agent_folders(agents)
         if not (self.folder / STORE_FILE).exists() and agents.is_dir() and any(agents.iterdir()):
             raise StoreError(f"{self.folder / STORE_FILE} is missing but {agents} holds agents' models and "
                              "returns: the store (users, agents, API keys, the admin token) was lost. Restore it "

@@ -30,3 +30,19 @@ def test_killing_a_writer_at_random_moments_never_leaves_a_half_written_file(tmp
         writer.wait()
         content = target.read_bytes()
         assert len(content) == 3_000_000 and content.count(content[:1]) == len(content)
+
+
+def test_opening_the_store_removes_temporaries_that_crashed_checkpoint_writes_left(tmp_path):
+    from shepherd.storage import Store
+
+    store = Store(tmp_path)
+    user = store.add_user("u")
+    agent = store.add_agent(user.id, "a", "PPO", [[2], -1, 1], 2, {})
+    folder = store.agent_folder(agent.id)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "model.zip").write_bytes(b"whole")
+    (folder / ".model.zip.k9x2.tmp").write_bytes(b"half")
+    store.close()
+    Store(tmp_path).close()
+    assert sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp")) == []
+    assert (folder / "model.zip").read_bytes() == b"whole"
