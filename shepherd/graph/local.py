@@ -23,6 +23,7 @@ from typing import Any
 import gymnasium as gym
 
 from shepherd.agents import AgentClosed
+from shepherd.client import to_json  # the JSON a client sends: the edge checks exactly that
 from shepherd.graph.manager import GraphManager, Serving
 from shepherd.graph.sessions import Acted, ActTimeout, Session, StepInput, Unauthorized
 from shepherd.graph.validation import NOT_REACHED, Outcome, watch
@@ -39,18 +40,6 @@ def serving_here(act_timeout_seconds: float = 30.0, max_sessions_per_agent: int 
     """
     return Serving(deliver=asyncio.get_running_loop().call_soon_threadsafe,
                    act_timeout_seconds=act_timeout_seconds, max_sessions_per_agent=max_sessions_per_agent)
-
-
-def to_json(value: Any) -> Any:
-    """numpy arrays and scalars (anything with ``tolist``), nested in dicts, lists or tuples, as the JSON
-    values a client would send."""
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    if isinstance(value, dict):
-        return {key: to_json(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_json(item) for item in value]
-    return value
 
 
 def make_step(observation_space: gym.Space, obs: Any, reward: float, terminated: bool, truncated: bool,
