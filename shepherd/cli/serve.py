@@ -16,8 +16,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from shepherd.cli.common import EXIT_NOT_REACHED, EXIT_OK, UsageError
-from shepherd.graph import AgentStats, GraphManager, PresetError, PresetValidation
+from shepherd.graph import AgentStats, GraphManager, PresetError, PresetValidation, Schedule
 from shepherd.graph.validation import Outcome, watch
+from shepherd.storage import AgentRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 #: a server without --clients prints a progress line per agent at most this often, if its counters changed
@@ -34,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="data folder: store, models, returns (default ./%(default)s)")
     parser.add_argument("--new-key", action="store_true",
                         help="create and print another API key for the preset's agents")
+    parser.add_argument("--only-preset", action="store_true",
+                        help="serve the preset's agents alone, not the other agents of the data folder (those "
+                             "added by `run.py agents add` or another preset)")
     parser.add_argument("--quiet", action="store_true",
                         help="print no progress lines while serving (by default, without --clients: a line "
                              "per agent whose steps, episodes or sessions changed, at most every "
@@ -115,7 +119,7 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
                           requests_per_second_per_key=args.rate_limit or None, max_body_bytes=args.max_body,
                           max_connections=args.max_connections, header_timeout_seconds=args.header_timeout,
                           body_timeout_seconds=args.body_timeout, idle_timeout_seconds=args.idle_timeout,
-                          secure_cookies=args.secure_cookies)
+                          secure_cookies=args.secure_cookies, only_preset=args.only_preset)
     try:
         check_address(args.host, args.port)  # before the store creates keys and the admin token, shown once
         server = await RunningServer.start(config, args.host, args.port)
@@ -186,9 +190,23 @@ def check_address(host: str, port: int) -> None:
 
 def announce(graph: GraphManager, url: str, data: Path, keys: dict[str, str], admin_token: str = "") -> None:
     print(f"Shepherd serving preset {graph.name} at {url}  (data: {data.resolve()})")
-    for runtime in graph.runtimes.values():
+    preset = graph.preset_runtimes()
+    for runtime in preset:
         print(f"  agent {runtime.record.name}: {runtime.record.algorithm}, {runtime.tracker.steps} steps so far, "
               f"observations {runtime.observation_space}, actions {runtime.action_space}")
+    others = [runtime for runtime in graph.runtimes.values() if runtime not in preset]
+    if others:
+        print(f"The data folder holds {len(others)} served agent(s) that the preset does not declare "
+              "(--only-preset leaves them out):")
+    for runtime in others:
+        print(f"  agent {agent_ref(graph, runtime.record)}: {runtime.record.algorithm}, {runtime.tracker.steps} "
+              f"steps so far; schedule: {describe_schedule(runtime.schedule)}")
+    if graph.not_started:
+        print(f"Not served (--only-preset): {len(graph.not_started)} agent(s) of the data folder that the preset "
+              "does not declare; their keys log in to nothing here:")
+    for record in graph.not_started:
+        print(f"  agent {agent_ref(graph, record)}: {record.algorithm}, not started; served without --only-preset, "
+              f"its schedule would be: {describe_schedule(graph.schedule_for(record))}")
     for agent_id, reason in graph.served.failures.items():
         print(f"  agent id {agent_id} is not served: it {reason} (restart it from the admin commands)")
     print(f"Clients POST to {url}/shepherd/login_user/ with {{\"apikey\": ...}}, then to {url}/shepherd/env/")
@@ -205,6 +223,26 @@ def announce(graph: GraphManager, url: str, data: Path, keys: dict[str, str], ad
         print("Admin token: shown at the first start; `python run.py admin-token` replaces it (and prints "
               "the new one).")
     print("Stop with Ctrl-C: the agents are checkpointed and resume at the next start.", flush=True)
+
+
+def agent_ref(graph: GraphManager, record: AgentRecord) -> str:
+    """``owner/name (id N)``, as the admin commands name an agent."""
+    return f"{graph.store.user(record.owner_id).name}/{record.name} (id {record.id})"
+
+
+def describe_schedule(schedule: Schedule) -> str:
+    """A schedule in words: heatup, training budget, evaluations."""
+    parts = []
+    if schedule.heatup_steps:
+        parts.append(f"heatup {schedule.heatup_steps:,} steps (random actions)")
+    parts.append("train forever" if schedule.improve_steps is None
+                 else f"train until {schedule.improve_steps:,} steps (then act greedily, unlearned)")
+    if schedule.steps_between_evaluation_periods and schedule.evaluation_episodes:
+        parts.append(f"evaluate {schedule.evaluation_episodes} episodes every "
+                     f"{schedule.steps_between_evaluation_periods:,} steps")
+    else:
+        parts.append("no periodic evaluation")
+    return ", ".join(parts)
 
 
 async def start_clients(url: str, apikey: str, validation: PresetValidation,

@@ -40,3 +40,13 @@ def test_an_agent_added_or_restarted_while_serving_is_reported_once_it_moves():
     assert line.startswith("agent new (id 2):")
     assert lines.lines({2: stats("new", steps=50)}, now=3) == []  # agent 1 no longer served
     assert lines.lines({1: stats(steps=0)}, now=4) == []  # served again (restarted): a fresh start, quiet
+
+
+def test_a_schedule_in_words():
+    from shepherd.cli.serve import describe_schedule
+    from shepherd.graph import DEFAULT_SCHEDULE, Schedule
+
+    assert describe_schedule(DEFAULT_SCHEDULE) == "train forever, evaluate 5 episodes every 10,000 steps"
+    assert describe_schedule(Schedule(heatup_steps=1_000, improve_steps=50_000)) == (
+        "heatup 1,000 steps (random actions), train until 50,000 steps (then act greedily, unlearned), "
+        "no periodic evaluation")
