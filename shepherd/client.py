@@ -17,6 +17,7 @@ import http.client
 import json
 import logging
 import os
+import socket
 import sys
 import time
 from typing import Any
@@ -57,6 +58,7 @@ class Client:
         self._host = parts.hostname or "127.0.0.1"
         self._port = parts.port or (443 if self._https else 80)
         self._prefix = parts.path.rstrip("/")
+        self.url = f"{parts.scheme}://{parts.netloc}{self._prefix}"
         self._timeout = timeout
         self._apikey = apikey
         self._connection: http.client.HTTPConnection | None = None
@@ -64,6 +66,7 @@ class Client:
         self.session_key: str | None = None
         self.seq = 0
         self.info: dict[str, Any] = {}
+        self.reached = False  # whether the server ever answered: a server never reached is not retried
 
     def _connect(self) -> http.client.HTTPConnection:
         if self._connection is None:
@@ -82,6 +85,7 @@ class Client:
         except (OSError, http.client.HTTPException):
             self.close()
             raise
+        self.reached = True
         try:
             data = json.loads(raw) if raw else {}
         except ValueError:
@@ -146,7 +150,8 @@ def run_env(client: Client, env_id: str, seed: int | None = None, episodes: int 
     """Drive a gymnasium env through a Shepherd agent; returns the episode returns.
 
     A lost session (server restarted, session expired) is logged in again and the episode started
-    over; a server that cannot be reached is retried for ``retry_seconds``.
+    over; a server that cannot be reached is retried for ``retry_seconds``, except at the very first
+    login, where a refused connection (nothing listens there) or an unknown host is raised at once.
     """
     import gymnasium as gym
 
@@ -186,8 +191,8 @@ def _login(client: Client, mode: str, retry_seconds: float) -> None:
         try:
             client.login(mode)
             return
-        except (OSError, http.client.HTTPException):
-            if time.monotonic() > deadline:
+        except (OSError, http.client.HTTPException) as error:
+            if time.monotonic() > deadline or (not client.reached and _not_there(error)):
                 raise
             time.sleep(0.5)
         except ShepherdError as error:
@@ -196,11 +201,19 @@ def _login(client: Client, mode: str, retry_seconds: float) -> None:
             time.sleep(error.retry_after or 1.0)
 
 
+def _not_there(error: BaseException) -> bool:
+    """Whether a connection error says that no server is there at all (rather than a passing failure)."""
+    return isinstance(error, (ConnectionRefusedError, socket.gaierror))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m shepherd.client",
         description="Drive a gymnasium environment through a Shepherd agent. The API key is read from "
-                    "the SHEPHERD_API_KEY environment variable.")
+                    "the SHEPHERD_API_KEY environment variable.",
+        epilog="A server that cannot be reached at the start (nothing listens at the URL) ends the client at "
+               "once; one that goes away later is retried for 60 s. Either way the client then exits 1 with "
+               "one line on stderr, as it does when the server refuses it.")
     parser.add_argument("--url", default="http://127.0.0.1:8000", help="server URL (default %(default)s)")
     parser.add_argument("--env", default="CartPole-v1", help="gymnasium env id (default %(default)s)")
     parser.add_argument("--episodes", type=int, default=None, help="stop after N episodes (default: never)")
@@ -220,6 +233,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except ShepherdError as error:
         print(f"error: {error}", file=sys.stderr)
+        return 1
+    except (OSError, http.client.HTTPException) as error:
+        print(f"error: cannot reach the Shepherd server at {client.url}: {error or type(error).__name__}",
+              file=sys.stderr)
         return 1
     finally:
         try:

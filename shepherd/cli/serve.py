@@ -1,5 +1,6 @@
-"""``python run.py -p PRESET``: serve a preset; with ``--clients N`` also drive it with local clients
-and a live progress display, and exit on whether the preset's target evaluation return was reached."""
+"""``python run.py -p PRESET``: serve a preset, printing a progress line per agent while it trains; with
+``--clients N`` also drive it with local clients and a live progress display, and exit on whether the
+preset's target evaluation return was reached."""
 
 from __future__ import annotations
 
@@ -11,13 +12,17 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from shepherd.cli.common import EXIT_NOT_REACHED, EXIT_OK, UsageError
-from shepherd.graph import GraphManager, PresetError, PresetValidation
+from shepherd.graph import AgentStats, GraphManager, PresetError, PresetValidation, Schedule
 from shepherd.graph.validation import Outcome, watch
+from shepherd.storage import AgentRecord
 
 ROOT = Path(__file__).resolve().parents[2]
+#: a server without --clients prints a progress line per agent at most this often, if its counters changed
+PROGRESS_SECONDS = 10.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,6 +35,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="data folder: store, models, returns (default ./%(default)s)")
     parser.add_argument("--new-key", action="store_true",
                         help="create and print another API key for the preset's agents")
+    parser.add_argument("--only-preset", action="store_true",
+                        help="serve the preset's agents alone, not the other agents of the data folder (those "
+                             "added by `run.py agents add` or another preset)")
+    parser.add_argument("--quiet", action="store_true",
+                        help="print no progress lines while serving (by default, without --clients: a line "
+                             "per agent whose steps, episodes or sessions changed, at most every "
+                             f"{PROGRESS_SECONDS:g} s)")
     parser.add_argument("--session-timeout", type=float, default=600.0, metavar="SECONDS",
                         help="end sessions idle for this long (default %(default)s)")
     parser.add_argument("--act-timeout", type=float, default=30.0, metavar="SECONDS",
@@ -107,7 +119,7 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
                           requests_per_second_per_key=args.rate_limit or None, max_body_bytes=args.max_body,
                           max_connections=args.max_connections, header_timeout_seconds=args.header_timeout,
                           body_timeout_seconds=args.body_timeout, idle_timeout_seconds=args.idle_timeout,
-                          secure_cookies=args.secure_cookies)
+                          secure_cookies=args.secure_cookies, only_preset=args.only_preset)
     try:
         check_address(args.host, args.port)  # before the store creates keys and the admin token, shown once
         server = await RunningServer.start(config, args.host, args.port)
@@ -137,7 +149,9 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
             local_key_id = local.id
             clients = await start_clients(server.url, local.key, graph.validation, args.clients)
             watch(graph, runtime.record.id, outcome, stop)
-            monitor = asyncio.create_task(progress(graph, runtime.record.id, clients, outcome, stop))
+            monitor = asyncio.create_task(progress(graph, runtime.record.id, clients, outcome, stop, args.quiet))
+        elif not args.quiet:
+            monitor = asyncio.create_task(report_progress(graph))
         await stop.wait()
     finally:
         if monitor is not None:
@@ -176,9 +190,23 @@ def check_address(host: str, port: int) -> None:
 
 def announce(graph: GraphManager, url: str, data: Path, keys: dict[str, str], admin_token: str = "") -> None:
     print(f"Shepherd serving preset {graph.name} at {url}  (data: {data.resolve()})")
-    for runtime in graph.runtimes.values():
+    preset = graph.preset_runtimes()
+    for runtime in preset:
         print(f"  agent {runtime.record.name}: {runtime.record.algorithm}, {runtime.tracker.steps} steps so far, "
               f"observations {runtime.observation_space}, actions {runtime.action_space}")
+    others = [runtime for runtime in graph.runtimes.values() if runtime not in preset]
+    if others:
+        print(f"The data folder holds {len(others)} served agent(s) that the preset does not declare "
+              "(--only-preset leaves them out):")
+    for runtime in others:
+        print(f"  agent {agent_ref(graph, runtime.record)}: {runtime.record.algorithm}, {runtime.tracker.steps} "
+              f"steps so far; schedule: {describe_schedule(runtime.schedule)}")
+    if graph.not_started:
+        print(f"Not served (--only-preset): {len(graph.not_started)} agent(s) of the data folder that the preset "
+              "does not declare; their keys log in to nothing here:")
+    for record in graph.not_started:
+        print(f"  agent {agent_ref(graph, record)}: {record.algorithm}, not started; served without --only-preset, "
+              f"its schedule would be: {describe_schedule(graph.schedule_for(record))}")
     for agent_id, reason in graph.served.failures.items():
         print(f"  agent id {agent_id} is not served: it {reason} (restart it from the admin commands)")
     print(f"Clients POST to {url}/shepherd/login_user/ with {{\"apikey\": ...}}, then to {url}/shepherd/env/")
@@ -195,6 +223,26 @@ def announce(graph: GraphManager, url: str, data: Path, keys: dict[str, str], ad
         print("Admin token: shown at the first start; `python run.py admin-token` replaces it (and prints "
               "the new one).")
     print("Stop with Ctrl-C: the agents are checkpointed and resume at the next start.", flush=True)
+
+
+def agent_ref(graph: GraphManager, record: AgentRecord) -> str:
+    """``owner/name (id N)``, as the admin commands name an agent."""
+    return f"{graph.store.user(record.owner_id).name}/{record.name} (id {record.id})"
+
+
+def describe_schedule(schedule: Schedule) -> str:
+    """A schedule in words: heatup, training budget, evaluations."""
+    parts = []
+    if schedule.heatup_steps:
+        parts.append(f"heatup {schedule.heatup_steps:,} steps (random actions)")
+    parts.append("train forever" if schedule.improve_steps is None
+                 else f"train until {schedule.improve_steps:,} steps (then act greedily, unlearned)")
+    if schedule.steps_between_evaluation_periods and schedule.evaluation_episodes:
+        parts.append(f"evaluate {schedule.evaluation_episodes} episodes every "
+                     f"{schedule.steps_between_evaluation_periods:,} steps")
+    else:
+        parts.append("no periodic evaluation")
+    return ", ".join(parts)
 
 
 async def start_clients(url: str, apikey: str, validation: PresetValidation,
@@ -223,9 +271,53 @@ async def stop_clients(clients: list[asyncio.subprocess.Process]) -> None:
             await process.wait()
 
 
+def progress_line(stats: AgentStats) -> str:
+    """One line of an agent's counters: steps, steps/s, phase, sessions, mean train return, last evaluation."""
+    evaluation = stats.last_evaluation
+    train = "-" if stats.mean_train_return is None else f"{stats.mean_train_return:.1f}"
+    evaluated = "-" if evaluation is None else f"{evaluation.mean_return:.1f} @ {evaluation.steps:,}"
+    return (f"steps {stats.steps:>8,} | {stats.steps_per_second:6.0f} steps/s | phase {stats.phase:<8} | "
+            f"sessions {stats.sessions} | train return {train} | eval {evaluated}")
+
+
+class ProgressLines:
+    """Decides which agents get a progress line: those whose counters (steps, episodes, sessions, phase)
+    changed since their last line, at most one line per agent every ``interval`` seconds. The counters an
+    agent has when first seen (a resumed agent's steps, say) print nothing: an idle server stays quiet."""
+
+    def __init__(self, interval: float = PROGRESS_SECONDS) -> None:
+        self.interval = interval
+        self._shown: dict[int, tuple[tuple, float]] = {}  # agent id -> counters of its last line, and when
+
+    def lines(self, stats: Mapping[int, AgentStats], now: float) -> list[str]:
+        """The lines to print now, given each served agent's stats by store id and a monotonic time."""
+        lines = []
+        for agent_id, agent in stats.items():
+            counters = (agent.steps, agent.episodes, agent.sessions, agent.phase)
+            shown = self._shown.get(agent_id)
+            if shown is None:
+                self._shown[agent_id] = (counters, -float("inf"))
+            elif counters != shown[0] and now - shown[1] >= self.interval:
+                self._shown[agent_id] = (counters, now)
+                lines.append(f"agent {agent.agent} (id {agent_id}): {progress_line(agent)}")
+        for agent_id in self._shown.keys() - stats.keys():  # no longer served
+            del self._shown[agent_id]
+        return lines
+
+
+async def report_progress(graph: GraphManager, lines: ProgressLines | None = None) -> None:
+    """Print the progress lines of a server without local clients, until cancelled."""
+    lines = lines or ProgressLines()
+    while True:  # the first pass, at once, notes the counters the agents start with
+        stats = {agent_id: runtime.stats() for agent_id, runtime in graph.runtimes.items()}
+        for line in lines.lines(stats, time.monotonic()):
+            print(line, flush=True)
+        await asyncio.sleep(1.0)  # stats() samples steps/s; once a second, as the --clients display does
+
+
 async def progress(graph: GraphManager, agent_id: int, clients: list, outcome: Outcome,
-                   stop: asyncio.Event) -> None:
-    """Print a live progress line; stop on timeout or when every client has died."""
+                   stop: asyncio.Event, quiet: bool = False) -> None:
+    """Print a live progress line (unless ``quiet``); stop on timeout or when every client has died."""
     validation = graph.validation
     assert validation is not None  # --clients needs it; checked at start
     interactive = sys.stdout.isatty()
@@ -238,13 +330,10 @@ async def progress(graph: GraphManager, agent_id: int, clients: list, outcome: O
         if runtime is None:
             continue
         stats = runtime.stats()
-        evaluation = stats.last_evaluation
-        train = "-" if stats.mean_train_return is None else f"{stats.mean_train_return:.1f}"
-        evaluated = "-" if evaluation is None else f"{evaluation.mean_return:.1f} @ {evaluation.steps:,}"
-        line = (f"steps {stats.steps:>8,} | {stats.steps_per_second:6.0f} steps/s | phase {stats.phase:<8} | "
-                f"sessions {stats.sessions} | train return {train} | eval {evaluated} "
-                f"(target {validation.target_return:g})")
-        if interactive:
+        line = f"{progress_line(stats)} (target {validation.target_return:g})"
+        if quiet:
+            pass
+        elif interactive:
             print("\r" + line, end="", flush=True)
         elif time.monotonic() - last_line >= 10:
             last_line = time.monotonic()

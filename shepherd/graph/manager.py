@@ -3,7 +3,8 @@
 It serves every agent of the store, not only the preset's: agents added by the admin commands or API are
 started when the server starts, or at once when added while it runs. They follow `DEFAULT_SCHEDULE`
 (train forever, evaluate 5 episodes after every 10,000 training steps); an off-policy agent's heatup is
-its ``learning_starts`` parameter (SB3's default when not set). An agent can be restarted: its sessions
+its ``learning_starts`` parameter (SB3's default when not set); ``create_graph(..., only_preset=True)``
+leaves them out (`GraphManager.not_started`). An agent can be restarted: its sessions
 end, its learner stops without a checkpoint, its model is deleted, and a fresh learner takes its place.
 """
 
@@ -65,8 +66,8 @@ DEFAULT_SCHEDULE = Schedule(improve_steps=None, steps_between_evaluation_periods
 
 
 class GraphManager:
-    """Holds a preset's agents and schedule; serves them, and every other agent of the store, to client
-    sessions once `create_graph` ran.
+    """Holds a preset's agents and schedule; serves them, and every other agent of the store (unless told
+    to serve the preset's alone), to client sessions once `create_graph` ran.
 
     Building one does no I/O and starts nothing, so presets can be listed and checked cheaply.
     """
@@ -85,6 +86,7 @@ class GraphManager:
         self._store: Store | None = None
         self._served: ServedAgents | None = None
         self._preset_ids: set[int] = set()  # the store ids of the preset's agents
+        self.not_started: list[AgentRecord] = []  # stored agents left out by create_graph(only_preset=True)
         self._serving = Serving()
         self._sessions = SessionTable()
 
@@ -153,9 +155,10 @@ class GraphManager:
             raise PresetError(f"validation names agent {self.validation.agent!r}, which the preset lacks")
 
     # -- building ------------------------------------------------------------------------------
-    def create_graph(self, store: Store, serving: Serving | None = None) -> dict[str, str]:
+    def create_graph(self, store: Store, serving: Serving | None = None, only_preset: bool = False) -> dict[str, str]:
         """Create what the preset declares in the store and start its agents (resuming checkpoints), to
-        serve sessions as ``serving`` says.
+        serve sessions as ``serving`` says. The store's other agents are started too, unless
+        ``only_preset``: they are then listed in `not_started`, and their keys log in to nothing.
 
         Returns the API keys created now, by agent name (shown once; the store keeps only hashes).
 
@@ -180,8 +183,11 @@ class GraphManager:
                 record = self._reconcile(record, spec, parameters)
             self._preset_ids.add(record.id)
             self._start(record)
+        self.not_started = []
         for record in store.agents():
-            if record.id not in self.runtimes:
+            if only_preset and record.id not in self._preset_ids:
+                self.not_started.append(record)
+            elif record.id not in self.runtimes:
                 try:
                     self._start(record)
                 except Exception as error:  # noqa: BLE001 - one bad stored agent must not stop the others

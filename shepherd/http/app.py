@@ -117,7 +117,7 @@ async def _graph_context(app: web.Application) -> AsyncIterator[None]:
                       act_timeout_seconds=config.act_timeout_seconds,
                       max_sessions_per_agent=config.max_sessions_per_agent)
     try:
-        app[CREATED_KEYS] = await asyncio.to_thread(graph.create_graph, store, serving)
+        app[CREATED_KEYS] = await asyncio.to_thread(graph.create_graph, store, serving, config.only_preset)
     except BaseException:
         await asyncio.to_thread(graph.abort)
         await asyncio.to_thread(store.close)

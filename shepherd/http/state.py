@@ -37,6 +37,7 @@ class ServerConfig:
     idle_timeout_seconds: float = 75.0
     max_connections: int | None = None
     secure_cookies: bool = False  # mark the dashboard's sign-in cookie Secure (behind a TLS proxy)
+    only_preset: bool = False  # serve the preset's agents alone, not the store's others
 
 
 #: the configuration the app was created with
