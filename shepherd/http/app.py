@@ -165,7 +165,7 @@ def create_app(config: ServerConfig) -> web.Application:
     if config.metrics not in METRICS_SETTINGS:
         raise ValueError(f"metrics must be one of {', '.join(METRICS_SETTINGS)}, not {config.metrics!r}")
     app = web.Application(client_max_size=config.max_body_bytes,
-                          middlewares=[monitoring.count_requests, error_middleware])
+                          middlewares=[error_middleware])
     app[CONFIG] = config
     app[METRICS] = Metrics(lambda: app.get(GRAPH))
     app[LOGIN_THROTTLE] = LoginThrottle()
@@ -207,7 +207,7 @@ def create_app(config: ServerConfig) -> web.Application:
         web.get(monitoring.METRICS_PATH, monitoring.metrics),
         web.get(monitoring.HEALTH_PATH, monitoring.health),
     ])
-    app.on_response_prepare.append(_nosniff)
+    app.on_response_prepare.extend([_nosniff, monitoring.count_request])
     app.cleanup_ctx.extend([_folder_lock_context, _graph_context, _admin_context])
     app.on_shutdown.append(_drain)
     return app

@@ -24,7 +24,6 @@ from aiohttp import web
 from shepherd.admin import Forbidden
 from shepherd.graph import Unauthorized
 from shepherd.http import admin
-from shepherd.http.errors import Handler
 from shepherd.http.signins import COOKIE
 from shepherd.http.state import CONFIG, GRAPH, METRICS, STORE
 from shepherd.storage import NotFound
@@ -35,27 +34,13 @@ HEALTH_PATH = "/shepherd/health"
 _FORWARDED = ("Forwarded", "X-Forwarded-For", "X-Real-IP")
 
 
-@web.middleware
-async def count_requests(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Count every answered request by method, route pattern (``unmatched`` for no route) and status.
-    The outermost middleware: it sees the statuses that `errors.error_middleware` gave. A request whose
-    client went away before its answer (cancelled) is not counted."""
-    status: int | None = 500
-    try:
-        response = await handler(request)
-        status = response.status
-        return response
-    except web.HTTPException as error:
-        status = error.status
-        raise
-    except asyncio.CancelledError:
-        status = None
-        raise
-    finally:
-        if status is not None:
-            resource = request.match_info.route.resource
-            route = resource.canonical if resource is not None else "unmatched"
-            request.app[METRICS].count_request(request.method, route, status)
+async def count_request(request: web.Request, response: web.StreamResponse) -> None:
+    """Count every answer by method, route pattern (``unmatched`` for no route) and status, as it is
+    sent (``on_response_prepare``: no middleware layer on the step path; it sees the statuses that
+    `errors.error_middleware` gave). A request whose client went away before its answer is not counted."""
+    resource = request.match_info.route.resource
+    route = resource.canonical if resource is not None else "unmatched"
+    request.app[METRICS].count_request(request.method, route, response.status)
 
 
 def local_peer(request: web.Request) -> bool:
