@@ -1,5 +1,5 @@
 """Monitoring routes: ``GET /metrics`` (Prometheus' text format) and ``GET /shepherd/health`` (liveness and
-readiness), and the middleware that counts requests by route and status.
+readiness), and the hook that counts answers by route and status.
 
 Who may read ``/metrics`` is ``ServerConfig.metrics`` (``run.py --metrics``): ``off`` answers 404;
 ``local`` (the default) answers a loopback peer whose request came through no proxy, or anyone with the
