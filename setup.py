@@ -20,6 +20,7 @@ setup(
         "pyyaml>=6",
         "tinydb>=4.8",
         "orjson>=3.9",
+        "prometheus-client>=0.20",
     ],
     extras_require={
         "test": [

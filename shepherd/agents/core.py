@@ -67,7 +67,7 @@ class Kind(enum.Enum):
 @dataclass(eq=False)
 class Request:
     """One episode message to a learner; plain data. ``ticket`` names the answer the caller waits for
-    (0: none is awaited)."""
+    (0: none is awaited); ``submitted`` is when it was queued (``time.perf_counter()``; 0: not noted)."""
 
     kind: Kind
     actor: int
@@ -76,6 +76,7 @@ class Request:
     truncated: bool = False
     mode: ActMode = ActMode.GREEDY
     ticket: int = 0
+    submitted: float = 0.0
 
 
 class Outcome(enum.Enum):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -171,8 +172,9 @@ class OffPolicyAdapter(SB3Algorithm):
         if per_round <= 0 or self._replay.size() < self._min_buffer:
             return
         self._min_buffer = 1
+        started = time.perf_counter()
         model.train(gradient_steps=rounds * per_round, batch_size=model.batch_size)
-        self.after_update()
+        self.after_update(started)
         model.policy.set_training_mode(False)
 
     # -- checkpoints -------------------------------------------------------------------------------

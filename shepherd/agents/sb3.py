@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from stable_baselines3.common.save_util import load_from_zip_file, recursive_set
 from shepherd.agents import checkpoint
 from shepherd.agents.core import Answer, Outcome, Request, VersionedWeights
 from shepherd.agents.inline import weights_of
+from shepherd.agents.timing import WORK_BUCKETS, Histogram
 from shepherd.agents.transforms import ActionTransform, Identity, ObservationTransform
 
 logger = logging.getLogger(__name__)
@@ -67,6 +69,7 @@ class SB3Algorithm:
         self._version = 0
         self._published: VersionedWeights | None = None
         self._wanted = False  # someone asked for weights: publish them after updates
+        self.updates = Histogram(WORK_BUCKETS)  # each training update's duration (seconds)
 
     @property
     def steps(self) -> int:
@@ -150,8 +153,11 @@ class SB3Algorithm:
         self.model._n_updates = int(counters.get("n_updates", 0))
 
     # -- helpers for subclasses ------------------------------------------------------------------
-    def after_update(self) -> None:
-        """After every update of the weights: check them, count a new version, and publish it if wanted."""
+    def after_update(self, started: float | None = None) -> None:
+        """After every update of the weights: note its duration (since ``started``, a
+        ``time.perf_counter()``), check them, count a new version, and publish it if wanted."""
+        if started is not None:
+            self.updates.observe(time.perf_counter() - started)
         self._check_finite()
         self._version += 1
         if self._wanted:

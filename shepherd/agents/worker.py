@@ -25,6 +25,7 @@ import torch as th
 from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFailed, Answer, Deliver, Kind,
                                   Observation, Outcome, Request)
 from shepherd.agents.inline import GreedyActor
+from shepherd.agents.timing import LearnerStats
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +88,11 @@ class ThreadedLearner:
         self._deliver: Deliver | None = None
         self._closed = False
         self._thread = threading.Thread(target=self._run, name=f"learner-{self.name}", daemon=True)
+        # what the worker measures; an algorithm that times its own updates shares its histogram
+        self.stats = LearnerStats()
+        updates = getattr(algorithm, "updates", None)
+        if updates is not None:
+            self.stats.updates = updates
 
     @property
     def model(self) -> Any:
@@ -97,6 +103,16 @@ class ThreadedLearner:
     @property
     def steps(self) -> int:
         return self.algorithm.steps
+
+    @property
+    def queue_depth(self) -> int:
+        """Messages queued for the worker and not yet taken into a batch (approximate)."""
+        return self._queue.qsize()
+
+    @property
+    def alive(self) -> bool:
+        """The worker's thread is running."""
+        return self._thread.is_alive()
 
     def start(self, deliver: Deliver | None = None) -> None:
         self._deliver = deliver
@@ -151,6 +167,7 @@ class ThreadedLearner:
         if not self._refused(future):
             request.ticket = next(self._tickets)
             self._futures[request.ticket] = future
+            request.submitted = time.perf_counter()
             self._queue.put(request)
         return future
 
@@ -232,12 +249,16 @@ class ThreadedLearner:
             self._hand_over(self.algorithm.take_answers())
 
     def _dispatch(self, batch: list[Request | _Control]) -> bool:
-        algorithm = self.algorithm
+        algorithm, stats = self.algorithm, self.stats
+        started, updating, writing, asked = time.perf_counter(), stats.updates.sum, 0.0, 0
         algorithm.before_batch()
         run: list[Request] = []
         for message in batch:
             if isinstance(message, Request):
                 run.append(message)
+                if message.submitted:  # an act request someone waits for
+                    stats.queue_wait.observe(started - message.submitted)
+                    asked += 1
                 continue
             if run:
                 algorithm.process(run)
@@ -247,13 +268,20 @@ class ThreadedLearner:
                 algorithm.drain()
             elif message.what == "checkpoint":
                 path, state = message.payload
+                began = time.perf_counter()
                 algorithm.write_checkpoint(path, state)
+                took = time.perf_counter() - began
+                writing += took
+                stats.checkpoints.observe(took)
                 message.future.set_result(path)  # type: ignore[union-attr]
             elif message.what == "stop":
                 algorithm.stop_waiting(Outcome.CLOSED, f"agent {self.name} is shut down")
                 return False
         if run:
             algorithm.process(run)
+        if asked:  # the batch's forward time: without the training updates and checkpoints it ran
+            stats.batch_size.observe(asked)
+            stats.forward.observe(max(0.0, time.perf_counter() - started - writing - (stats.updates.sum - updating)))
         return True
 
     def _fail_pending(self, batch: list[Request | _Control]) -> None:

@@ -69,6 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--idle-timeout", type=float, default=75.0, metavar="SECONDS",
                         help="close a keep-alive connection idle for this long between requests "
                              "(default %(default)s)")
+    parser.add_argument("--metrics", choices=("off", "local", "open"), default="local",
+                        help="who may read GET /metrics: off (404), local (loopback clients, or the admin "
+                             "token as Bearer), open (anyone) (default %(default)s)")
 
 
 def list_presets_command() -> int:
@@ -119,7 +122,8 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
                           requests_per_second_per_key=args.rate_limit or None, max_body_bytes=args.max_body,
                           max_connections=args.max_connections, header_timeout_seconds=args.header_timeout,
                           body_timeout_seconds=args.body_timeout, idle_timeout_seconds=args.idle_timeout,
-                          secure_cookies=args.secure_cookies, only_preset=args.only_preset)
+                          secure_cookies=args.secure_cookies, only_preset=args.only_preset,
+                          metrics=args.metrics)
     try:
         check_address(args.host, args.port)  # before the store creates keys and the admin token, shown once
         server = await RunningServer.start(config, args.host, args.port)

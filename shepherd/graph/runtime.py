@@ -55,6 +55,11 @@ class AgentRuntime:
         self.episodes = 0
         self.evaluations: list[EvaluationResult] = []
         self.train_returns: collections.deque[float] = collections.deque(maxlen=100)
+        # counted since this runtime started, for monitoring: steps and completed episodes by phase, and
+        # steps whose action did not come within the act timeout
+        self.phase_steps: collections.Counter[Phase] = collections.Counter()
+        self.phase_episodes: collections.Counter[Phase] = collections.Counter()
+        self.act_timeouts = 0
         self._on_evaluation = on_evaluation
         self._rate: collections.deque[tuple[float, int]] = collections.deque(maxlen=20)  # (time, steps) samples for steps/s
         self._last_checkpoint = (time.monotonic(), 0)
@@ -92,6 +97,7 @@ class AgentRuntime:
 
     def count_step(self, phase: Phase) -> None:
         self.last_active = time.time()
+        self.phase_steps[phase] += 1
         self.tracker.count_step(phase)
         steps = self.tracker.steps
         last_time, last_steps = self._last_checkpoint
@@ -102,6 +108,7 @@ class AgentRuntime:
     def end_episode(self, episode: Episode, completed: bool) -> None:
         if completed:
             self.episodes += 1
+            self.phase_episodes[episode.phase] += 1
             self.store.append_return(self.record.id, EpisodeReturn(
                 time.time(), float(episode.total), episode.length, episode.phase.value))
             if episode.phase is Phase.TRAIN:

@@ -130,7 +130,11 @@ class Session:
         self.in_request += 1
         try:
             future = self._hand_over(step)
-            action = await _wait(future, timeout, step.seq)
+            try:
+                action = await _wait(future, timeout, step.seq)
+            except ActTimeout:
+                self.runtime.act_timeouts += 1
+                raise
             return Acted(action, getattr(future, "policy_version", 0))
         finally:
             self.in_request -= 1

@@ -20,13 +20,14 @@ from aiohttp import web
 
 from shepherd.admin import AdminService
 from shepherd.graph import Serving, Session
-from shepherd.http import admin, dashboard
+from shepherd.http import admin, dashboard, monitoring
 from shepherd.http.errors import error_middleware
+from shepherd.http.metrics import METRICS_SETTINGS, Metrics
 from shepherd.http.limits import LoginThrottle, RateLimiter
 from shepherd.http.protocol import STEP_FIELDS, parse_login, parse_object, parse_step, session_key
 from shepherd.http.signins import SignInTable
 from shepherd.http.state import (ADMIN, CONFIG, CREATED_ADMIN_TOKEN, CREATED_KEYS, DASHBOARD_FILES, GRAPH,
-                                 LOCAL_CREDENTIAL, LOGIN_THROTTLE, OPENAPI, RATE_LIMITER, SIGNINS, STORE,
+                                 LOCAL_CREDENTIAL, LOGIN_THROTTLE, METRICS, OPENAPI, RATE_LIMITER, SIGNINS, STORE,
                                  ServerConfig)
 from shepherd.spaces import action_to_json, space_to_json
 from shepherd.storage import DataFolderLock, Store, hash_key, new_secret
@@ -161,9 +162,12 @@ async def _nosniff(request: web.Request, response: web.StreamResponse) -> None:
 
 def create_app(config: ServerConfig) -> web.Application:
     """Build the application; the graph is created on startup and checkpointed on cleanup."""
+    if config.metrics not in METRICS_SETTINGS:
+        raise ValueError(f"metrics must be one of {', '.join(METRICS_SETTINGS)}, not {config.metrics!r}")
     app = web.Application(client_max_size=config.max_body_bytes,
                           middlewares=[error_middleware])
     app[CONFIG] = config
+    app[METRICS] = Metrics(lambda: app.get(GRAPH))
     app[LOGIN_THROTTLE] = LoginThrottle()
     app[OPENAPI] = orjson.dumps(yaml.safe_load(OPENAPI_FILE.read_text()))
     if config.requests_per_second_per_key:
@@ -199,8 +203,11 @@ def create_app(config: ServerConfig) -> web.Application:
         web.get(admin.API + "/keys", admin.list_keys),
         web.post(admin.KEY + "/revoke", admin.revoke_key),
         web.get("/shepherd/openapi.json", openapi),
+        # monitoring
+        web.get(monitoring.METRICS_PATH, monitoring.metrics),
+        web.get(monitoring.HEALTH_PATH, monitoring.health),
     ])
-    app.on_response_prepare.append(_nosniff)
+    app.on_response_prepare.extend([_nosniff, monitoring.count_request])
     app.cleanup_ctx.extend([_folder_lock_context, _graph_context, _admin_context])
     app.on_shutdown.append(_drain)
     return app

@@ -11,6 +11,7 @@ from aiohttp import web
 from shepherd.admin import AdminService
 from shepherd.graph import GraphManager
 from shepherd.http.limits import LoginThrottle, RateLimiter
+from shepherd.http.metrics import Metrics
 from shepherd.http.signins import SignInTable
 from shepherd.storage import Store
 
@@ -38,6 +39,8 @@ class ServerConfig:
     max_connections: int | None = None
     secure_cookies: bool = False  # mark the dashboard's sign-in cookie Secure (behind a TLS proxy)
     only_preset: bool = False  # serve the preset's agents alone, not the store's others
+    # who may read GET /metrics: "off" (404), "local" (loopback peers, or the admin token), "open" (anyone)
+    metrics: str = "local"
 
 
 #: the configuration the app was created with
@@ -64,3 +67,5 @@ CREATED_ADMIN_TOKEN = web.AppKey("created_admin_token", str)
 LOCAL_CREDENTIAL = web.AppKey("local_credential", str)
 #: the dashboard's files (name -> bytes), read once when the app is created
 DASHBOARD_FILES = web.AppKey("dashboard_files", dict)
+#: the app's Prometheus registry and request counts (``GET /metrics``)
+METRICS = web.AppKey("metrics", Metrics)

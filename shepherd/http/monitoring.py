@@ -1,0 +1,125 @@
+"""Monitoring routes: ``GET /metrics`` (Prometheus' text format) and ``GET /shepherd/health`` (liveness and
+readiness), and the hook that counts answers by route and status.
+
+Who may read ``/metrics`` is ``ServerConfig.metrics`` (``run.py --metrics``): ``off`` answers 404;
+``local`` (the default) answers a loopback peer whose request came through no proxy, or anyone with the
+admin token (``Authorization: Bearer``; 401 without a credential, 403 with an agent's key); ``open``
+answers anyone. The health check answers anyone: its status code and ``status`` are for process managers
+and load balancers; which agents failed and why is told only to whoever may read ``/metrics`` (and to
+loopback peers when metrics are off). The contract is in docs/admin.md ("Monitoring").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from shepherd.admin import Forbidden
+from shepherd.graph import Unauthorized
+from shepherd.http import admin
+from shepherd.http.signins import COOKIE
+from shepherd.http.state import CONFIG, GRAPH, METRICS, STORE
+from shepherd.storage import NotFound
+
+METRICS_PATH = "/metrics"
+HEALTH_PATH = "/shepherd/health"
+#: headers a reverse proxy adds: a request carrying one did not come from this machine's own client
+_FORWARDED = ("Forwarded", "X-Forwarded-For", "X-Real-IP")
+
+
+async def count_request(request: web.Request, response: web.StreamResponse) -> None:
+    """Count every answer by method, route pattern (``unmatched`` for no route) and status, as it is
+    sent (``on_response_prepare``: no middleware layer on the step path; it sees the statuses that
+    `errors.error_middleware` gave). A request whose client went away before its answer is not counted."""
+    resource = request.match_info.route.resource
+    route = resource.canonical if resource is not None else "unmatched"
+    request.app[METRICS].count_request(request.method, route, response.status)
+
+
+def local_peer(request: web.Request) -> bool:
+    """The request came from this machine (a loopback address) and through no proxy."""
+    if any(name in request.headers for name in _FORWARDED):
+        return False
+    try:
+        address = ipaddress.ip_address(request.remote or "")
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
+
+
+async def metrics(request: web.Request) -> web.Response:
+    setting = request.app[CONFIG].metrics
+    if setting == "off":
+        raise web.HTTPNotFound()
+    if setting == "local" and not local_peer(request):
+        if "Authorization" not in request.headers and COOKIE not in request.cookies:
+            raise Unauthorized("metrics are answered to this machine (loopback), or with the admin token: send "
+                               "'Authorization: Bearer <admin token>'")
+        if not admin.principal(request).admin:
+            raise Forbidden("metrics need the admin token, not an agent's API key")
+    body, content_type = request.app[METRICS].exposition(request.headers.get("Accept"))
+    return web.Response(body=body, headers={"Content-Type": content_type, "Cache-Control": "no-store"})
+
+
+def _detailed(request: web.Request) -> bool:
+    """Whether the health reply may name the agents that failed, and why."""
+    return request.app[CONFIG].metrics == "open" or local_peer(request)
+
+
+def probe_store(folder: Path) -> str:
+    """``writable``, or why the data folder cannot take a write (a file is created and removed in it; a
+    leftover is removed as a stale temporary when a store next opens the folder)."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=".health.", suffix=".tmp", dir=folder)
+        try:
+            os.write(fd, b"ok")
+        finally:
+            os.close(fd)
+            os.unlink(name)
+    except OSError as error:
+        return f"not writable: {error.strerror or error}"
+    return "writable"
+
+
+async def health(request: web.Request) -> web.Response:
+    graph, store = request.app.get(GRAPH), request.app.get(STORE)
+    if graph is None or store is None:
+        return _health_reply(503, {"status": "unavailable", "store": "not open",
+                                   "agents": {"serving": 0, "failed": 0}})
+    failures: dict[str, str] = {}
+    serving = 0
+    labels = request.app[METRICS].labels
+    for runtime in list(graph.runtimes.values()):
+        learner = runtime.learner
+        reason = learner.failure or (None if learner.alive else "its learner's thread stopped")
+        if reason is None:
+            serving += 1
+        else:
+            failures[labels(graph, runtime.record.owner_id, runtime.record.name)] = reason
+    for agent_id, reason in list(graph.served.failures.items()):
+        try:
+            record = store.agent(agent_id)
+        except NotFound:
+            continue
+        failures[labels(graph, record.owner_id, record.name)] = reason
+    state = await asyncio.to_thread(probe_store, store.folder)
+    status = "unavailable" if state != "writable" else "degraded" if failures else "ok"
+    reply: dict[str, Any] = {"status": status, "store": state,
+                             "agents": {"serving": serving, "failed": len(failures)}}
+    if _detailed(request):
+        reply["failures"] = failures
+    return _health_reply(503 if status == "unavailable" else 200, reply)
+
+
+def _health_reply(status: int, data: dict[str, Any]) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps(data), content_type="application/json",
+                        headers={"Cache-Control": "no-store"})
