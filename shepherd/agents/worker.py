@@ -269,7 +269,12 @@ class ThreadedLearner:
             elif message.what == "checkpoint":
                 path, state = message.payload
                 began = time.perf_counter()
-                algorithm.write_checkpoint(path, state)
+                try:
+                    algorithm.write_checkpoint(path, state)
+                except OSError as error:  # a full disk or a read-only folder: the caller retries; learning goes on
+                    logger.warning("agent %s: checkpoint not written: %s", self.name, error)
+                    message.future.set_exception(error)  # type: ignore[union-attr]
+                    continue
                 took = time.perf_counter() - began
                 writing += took
                 stats.checkpoints.observe(took)

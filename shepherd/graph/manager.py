@@ -283,6 +283,8 @@ class GraphManager:
         runtime = self.runtimes.get(record.id)
         if runtime is None:
             raise Unauthorized("this API key's agent is not served by this server")
+        if runtime.learner.failure is not None:
+            raise AgentFailed(f"agent {record.name} failed ({runtime.learner.failure}); an admin can restart it")
         return self._sessions.open(runtime, evaluate_only, client_id=hash_key(apikey))
 
     def session(self, key: Any) -> Session:

@@ -19,6 +19,9 @@ from shepherd.storage import AgentRecord, EpisodeReturn, Store, StoreError
 
 logger = logging.getLogger(__name__)
 
+#: the longest wait between two tries of a checkpoint that keeps failing (the wait doubles from 2 s)
+CHECKPOINT_RETRY_MAX_SECONDS = 300.0
+
 
 @dataclass(frozen=True)
 class AgentStats:
@@ -64,6 +67,8 @@ class AgentRuntime:
         self._rate: collections.deque[tuple[float, int]] = collections.deque(maxlen=20)  # (time, steps) samples for steps/s
         self._last_checkpoint = (time.monotonic(), 0)
         self._pending_checkpoint: Future | None = None
+        self.checkpoint_failures = 0  # failed checkpoint writes in a row (a full disk, a read-only folder)
+        self._retry_at = 0.0
         self.last_active = record.last_active  # wall time of the last step; stored at each checkpoint
         self._stored_last_active = record.last_active
         self._activity_lock = threading.Lock()
@@ -101,8 +106,12 @@ class AgentRuntime:
         self.tracker.count_step(phase)
         steps = self.tracker.steps
         last_time, last_steps = self._last_checkpoint
-        if steps - last_steps >= self.schedule.checkpoint_every_steps or (
-                steps > last_steps and time.monotonic() - last_time >= self.schedule.checkpoint_every_seconds):
+        if self.checkpoint_failures:  # the last write failed: retry, less and less often, while learning goes on
+            due = steps > last_steps and time.monotonic() >= self._retry_at
+        else:
+            due = steps - last_steps >= self.schedule.checkpoint_every_steps or (
+                steps > last_steps and time.monotonic() - last_time >= self.schedule.checkpoint_every_seconds)
+        if due:
             self.checkpoint()
 
     def end_episode(self, episode: Episode, completed: bool) -> None:
@@ -131,9 +140,18 @@ class AgentRuntime:
         return future
 
     def _checkpoint_done(self, future: Future) -> None:
-        if future.exception() is not None:
-            logger.error("agent %s: checkpoint failed: %s", self.record.name, future.exception())
+        error = future.exception()
+        if error is not None:
+            self.checkpoint_failures += 1
+            delay = min(CHECKPOINT_RETRY_MAX_SECONDS, 2.0 ** self.checkpoint_failures)
+            self._retry_at = time.monotonic() + delay
+            logger.error("agent %s: checkpoint failed (%d in a row; retried in %g s): %s", self.record.name,
+                         self.checkpoint_failures, delay, error)
             return
+        if self.checkpoint_failures:
+            logger.info("agent %s: checkpoint written again after %d failures", self.record.name,
+                        self.checkpoint_failures)
+        self.checkpoint_failures = 0
         self._store_last_active()  # on the learner's thread: the store's rewrite never blocks the event loop
 
     def _store_last_active(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from typing import Awaitable, Callable
 
 import orjson
@@ -19,6 +20,9 @@ from shepherd.http.state import CONFIG
 from shepherd.storage import AlreadyExists, NotFound
 
 logger = logging.getLogger(__name__)
+
+#: an absolute path (a server's file), not a ratio such as steps/s
+_PATH = re.compile(r"(?<![\w.])/(?:[\w.\-]+/)*[\w.\-]+")
 
 
 class BadRequest(ValueError):
@@ -74,8 +78,8 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         message = _HTTP_MESSAGES.get(error.status, "{reason}").format(
             path=request.path, method=request.method, reason=error.reason, limit=request.client_max_size)
         return json_error(error.status, message)
-    except (AgentFailed, AgentClosed) as error:
-        return json_error(503, f"the agent is not available: {error}", retry_after=5)
+    except (AgentFailed, AgentClosed) as error:  # a learner's reason may quote a file of the server's: not sent
+        return json_error(503, f"the agent is not available: {_PATH.sub('<path>', str(error))}", retry_after=5)
     except ActTimeout as error:
         return json_error(503, str(error), retry_after=error.retry_after)
     except (TooManyRequests, TooManySessions) as error:

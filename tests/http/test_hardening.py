@@ -276,3 +276,44 @@ async def test_a_failed_learner_fails_only_its_agent_and_says_why(aiohttp_client
     for seq in range(1, 20):  # the other agent serves on, trains, and is not touched
         assert (await step(client, sessions["well"], seq)).status == 200
     assert graph.runtime("well").learner.failure is None and graph.runtime("well").learner.model._n_updates >= 3
+    client.apikey = keys["sick"]  # a failed agent refuses new sessions, saying why
+    refused = await client.post("/shepherd/login_user/", json={"apikey": keys["sick"]})
+    assert refused.status == 503 and "the loss is NaN" in (await refused.json())["error"]
+
+
+async def test_failed_checkpoint_writes_are_retried_and_never_fail_the_agent(aiohttp_client, tmp_path, monkeypatch):
+    from shepherd.agents import checkpoint
+
+    graph = GraphManager(owner="tests", agents=[AgentSpec("pole", "PPO", [[4], "-inf", "inf"], 2, {
+        "n_envs": 1, "n_steps": 4, "batch_size": 4, "n_epochs": 1, "seed": 0})],
+        schedule=Schedule(checkpoint_every_steps=5))
+    app = create_app(ServerConfig(graph, tmp_path / "data"))
+    client = await aiohttp_client(app)
+    client.apikey = app[CREATED_KEYS]["pole"]
+    runtime = graph.runtime()
+    real_write = checkpoint.write
+    folder = str((tmp_path / "data").resolve())
+
+    def full_disk(path, *args):
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(checkpoint, "write", full_disk)
+    key = await login(client)
+    for seq in range(1, 40):  # several checkpoints come due and fail: the agent learns on
+        assert (await step(client, key, seq)).status == 200
+    await asyncio.sleep(0.2)
+    assert runtime.checkpoint_failures >= 1 and runtime.learner.failure is None
+    assert runtime.learner.model._n_updates >= 1 and not runtime.model_path.exists()
+    runtime._retry_at = 0.0  # the retry is due (its back-off is seconds long)
+    monkeypatch.setattr(checkpoint, "write", real_write)
+    for seq in range(40, 44):
+        assert (await step(client, key, seq)).status == 200
+    deadline = time.monotonic() + 10
+    while not runtime.model_path.exists() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert runtime.model_path.exists() and runtime.checkpoint_failures == 0  # written again, counting reset
+    # and a learner's failure that quotes a server file reaches clients without the path
+    runtime.learner.failure = f"OSError: [Errno 30] Read-only file system: '{folder}/agents/1/x'"
+    refused = await client.post("/shepherd/login_user/", json={"apikey": client.apikey})
+    error = (await refused.json())["error"]
+    assert refused.status == 503 and "Read-only file system" in error and folder not in error and "<path>" in error
