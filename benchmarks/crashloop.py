@@ -89,19 +89,27 @@ class ServerRun:
                 break
         else:
             self.process.wait()
+            self.process.stdout.close()
+            self._log.close()
             raise RuntimeError(f"the server exited with {self.process.returncode} before it was ready (log: {log})")
         self.start_seconds = time.monotonic() - started
-        threading.Thread(target=self._drain, daemon=True).start()
+        self._drainer = threading.Thread(target=self._drain, daemon=True)
+        self._drainer.start()
 
     def _drain(self) -> None:
         assert self.process.stdout is not None
-        for _ in self.process.stdout:
-            pass
+        with self.process.stdout:
+            for _ in self.process.stdout:
+                pass
+
+    def _closed(self) -> None:
+        self._drainer.join(10)  # the pipe's end: the drainer closes it
+        self._log.close()
 
     def kill(self) -> None:
         self.process.send_signal(signal.SIGKILL)
         self.process.wait()
-        self._log.close()
+        self._closed()
 
     def stop(self) -> int:
         self.process.send_signal(signal.SIGTERM)
@@ -111,7 +119,7 @@ class ServerRun:
             self.process.kill()
             return self.process.wait()
         finally:
-            self._log.close()
+            self._closed()
 
 
 class Driver(threading.Thread):
