@@ -3,11 +3,25 @@
 A bounded number of generated requests per operation; every response must be one the description
 documents (status, headers, body schema) and none may be a 5xx. Some requests carry the real API key or
 a live session key and a well-shaped observation, so the fuzz reaches past authentication and parsing.
+
+The test counts the cases it ran (by operation and by status) and prints them (``pytest -s`` shows them), records
+them as the test's ``fuzz_cases`` property (in a JUnit XML report) and, if ``SHEPHERD_FUZZ_REPORT`` names a
+file, writes them there as JSON. CI runs 30 cases per operation; ``SHEPHERD_FUZZ_CASES=10000`` runs at least
+that many in all (spread evenly over the operations), for a long run by hand:
+
+    SHEPHERD_FUZZ_CASES=10000 SHEPHERD_FUZZ_REPORT=/tmp/fuzz.json .venv/bin/python -m pytest -s \
+        tests/e2e/test_openapi_fuzz.py
 """
 
 import asyncio
+import collections
+import json
+import math
+import os
 import random
 import threading
+import time
+from pathlib import Path
 
 import pytest
 import schemathesis
@@ -22,6 +36,9 @@ from tests.conftest import TEST_PRESETS
 
 LIVE: dict = {}
 CHOICE = random.Random(5)
+CASES_PER_OPERATION = 30  # in CI
+LONG_RUN_CASES = int(os.environ.get("SHEPHERD_FUZZ_CASES") or 0)  # in all, for a long run by hand
+REPORT = os.environ.get("SHEPHERD_FUZZ_REPORT")
 
 
 class ServerThread(threading.Thread):
@@ -77,23 +94,33 @@ def map_body(ctx, body):
 
 
 def _live_session() -> str:
+    """A new session of the real key; the previous one is logged out, so that a long run does not reach the
+    agent's session limit (a case may have logged it out already: that reply does not matter)."""
     import requests
 
+    if previous := LIVE.pop("session", None):
+        requests.post(LIVE["url"] + "/shepherd/logout/", json={"session_key": previous}, timeout=10)
     reply = requests.post(LIVE["url"] + "/shepherd/login_user/", json={"apikey": LIVE["apikey"]}, timeout=10)
-    return reply.json()["session_key"]
+    LIVE["session"] = reply.json()["session_key"]
+    return LIVE["session"]
 
 
-@pytest.mark.timeout(900)
-def test_every_response_matches_the_description_and_none_is_a_5xx(live_server):
+@pytest.mark.timeout(900 + LONG_RUN_CASES)
+def test_every_response_matches_the_description_and_none_is_a_5xx(live_server, record_property):
     LIVE["url"] = live_server.server.url
     schema = schemathesis.openapi.from_url(live_server.server.url + "/shepherd/openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]
     paths = {op.path for op in operations}
     assert {"/shepherd/login_user/", "/shepherd/env/", "/shepherd/logout/"} <= paths
     assert {"/shepherd/admin/api/agents", "/shepherd/admin/api/agents/{agent_id}/restart"} <= paths
+    per_operation = math.ceil(LONG_RUN_CASES / len(operations)) if LONG_RUN_CASES else CASES_PER_OPERATION
+    cases: collections.Counter[str] = collections.Counter()
+    statuses: collections.Counter[str] = collections.Counter()
+    started = time.monotonic()
     for operation in operations:
         @given(case=operation.as_strategy())
-        @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        @settings(max_examples=per_operation, deadline=None, suppress_health_check=list(HealthCheck),
+                  database=None)
         def fuzz(case):
             headers = {}
             if operation.path.startswith("/shepherd/admin/api/") and CHOICE.random() < 0.8:
@@ -101,6 +128,8 @@ def test_every_response_matches_the_description_and_none_is_a_5xx(live_server):
                 token = LIVE["admin"] if CHOICE.random() < 0.7 else LIVE["apikey"]
                 headers["Authorization"] = f"Bearer {token}"
             response = case.call(headers=headers)
+            cases[operation.label] += 1
+            statuses[str(response.status_code)] += 1
             assert response.status_code < 500, f"{operation.label}: {response.status_code} {response.text}"
             if operation.path.endswith("/admin-token") and response.status_code == 200:
                 LIVE["admin"] = response.json()["token"]  # the fuzz replaced it: use the new one
@@ -109,3 +138,13 @@ def test_every_response_matches_the_description_and_none_is_a_5xx(live_server):
             case.validate_response(response, excluded_checks=[positive_data_acceptance])
 
         fuzz()
+    total = sum(cases.values())
+    figures = {"cases": total, "operations": len(operations), "max_examples_per_operation": per_operation,
+               "seconds": round(time.monotonic() - started, 1), "by_status": dict(sorted(statuses.items())),
+               "by_operation": dict(sorted(cases.items()))}
+    print(f"\nschemathesis: {total} cases over {len(operations)} operations in {figures['seconds']} s; "
+          f"statuses {json.dumps(figures['by_status'])}")
+    record_property("fuzz_cases", total)
+    if REPORT:
+        Path(REPORT).write_text(json.dumps(figures, indent=2))
+    assert total >= (LONG_RUN_CASES or len(operations) * 10), figures  # the fuzz really ran
