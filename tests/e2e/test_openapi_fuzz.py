@@ -53,7 +53,7 @@ class ServerThread(threading.Thread):
 
     def run(self) -> None:
         asyncio.set_event_loop(self.loop)
-        config = ServerConfig(load_preset(str(TEST_PRESETS / "tiny_ppo.py")), self.data)
+        self.config = config = ServerConfig(load_preset(str(TEST_PRESETS / "tiny_ppo.py")), self.data)
         self.server = self.loop.run_until_complete(RunningServer.start(config, "127.0.0.1", 0))
         # the fuzz fails logins on purpose, hundreds of times: do not slow it down as a guesser
         self.server.app[LOGIN_THROTTLE].free = 10 ** 9
@@ -74,6 +74,7 @@ def live_server(tmp_path_factory):
     assert thread.ready.wait(60), "the server did not start"
     LIVE["apikey"] = thread.server.created_keys["tiny"]
     LIVE["admin"] = thread.server.admin_token
+    LIVE["agent_id"] = next(iter(thread.config.graph_manager.runtimes))
     yield thread
     thread.stop()
     LIVE.clear()
@@ -91,6 +92,14 @@ def map_body(ctx, body):
         if CHOICE.random() < 0.7:
             body["obs"] = [CHOICE.uniform(-1, 1) for _ in range(4)]
     return body
+
+
+@schemathesis.hook
+def map_path_parameters(ctx, path_parameters):
+    """Half the time the real agent's id, so the fuzz reaches past "no such agent" (404)."""
+    if isinstance(path_parameters, dict) and "agent_id" in path_parameters and LIVE and CHOICE.random() < 0.5:
+        path_parameters["agent_id"] = LIVE["agent_id"]
+    return path_parameters
 
 
 def _live_session() -> str:
@@ -114,8 +123,7 @@ def test_every_response_matches_the_description_and_none_is_a_5xx(live_server, r
     assert {"/shepherd/login_user/", "/shepherd/env/", "/shepherd/logout/"} <= paths
     assert {"/shepherd/admin/api/agents", "/shepherd/admin/api/agents/{agent_id}/restart"} <= paths
     per_operation = math.ceil(LONG_RUN_CASES / len(operations)) if LONG_RUN_CASES else CASES_PER_OPERATION
-    cases: collections.Counter[str] = collections.Counter()
-    statuses: collections.Counter[str] = collections.Counter()
+    cases: collections.Counter[tuple[str, str]] = collections.Counter()  # (operation, status)
     started = time.monotonic()
     for operation in operations:
         @given(case=operation.as_strategy())
@@ -128,8 +136,7 @@ def test_every_response_matches_the_description_and_none_is_a_5xx(live_server, r
                 token = LIVE["admin"] if CHOICE.random() < 0.7 else LIVE["apikey"]
                 headers["Authorization"] = f"Bearer {token}"
             response = case.call(headers=headers)
-            cases[operation.label] += 1
-            statuses[str(response.status_code)] += 1
+            cases[operation.label, str(response.status_code)] += 1
             assert response.status_code < 500, f"{operation.label}: {response.status_code} {response.text}"
             if operation.path.endswith("/admin-token") and response.status_code == 200:
                 LIVE["admin"] = response.json()["token"]  # the fuzz replaced it: use the new one
@@ -139,9 +146,14 @@ def test_every_response_matches_the_description_and_none_is_a_5xx(live_server, r
 
         fuzz()
     total = sum(cases.values())
+    statuses: collections.Counter[str] = collections.Counter()
+    by_operation: dict[str, dict[str, int]] = {}
+    for (label, status), count in sorted(cases.items()):
+        statuses[status] += count
+        by_operation.setdefault(label, {})[status] = count
     figures = {"cases": total, "operations": len(operations), "max_examples_per_operation": per_operation,
                "seconds": round(time.monotonic() - started, 1), "by_status": dict(sorted(statuses.items())),
-               "by_operation": dict(sorted(cases.items()))}
+               "by_operation": by_operation}
     print(f"\nschemathesis: {total} cases over {len(operations)} operations in {figures['seconds']} s; "
           f"statuses {json.dumps(figures['by_status'])}")
     record_property("fuzz_cases", total)
