@@ -5,11 +5,19 @@ the server's memory over time; writes the figures as JSON.
 
     .venv/bin/python benchmarks/load.py                 # about 4 minutes
     .venv/bin/python benchmarks/load.py --phase 20      # shorter phases, for a quick look
+    .venv/bin/python benchmarks/load.py --soak 60       # a one-hour soak (see below)
 
 Phases: warm-up, good clients alone, good clients with the bad ones, good clients alone again. The
 server is a real ``run.py`` process serving benchmarks/presets/load3.py with its default limits; the
 load generator is one asyncio process (a second one for the bad clients), everything on 127.0.0.1,
 and everything stops by itself.
+
+``--soak MINUTES`` runs the same phases over a longer time, the bad clients present for most of it:
+5 minutes of warm-up, 5 of good clients only, then the garbage sender and the flooder until 5 minutes
+before the end, then good clients only again (a sixth of the time each instead of 5 minutes in a
+soak shorter than 30 minutes). It adds the slope of the server's RSS in MB per hour (a
+least-squares line through the samples after the warm-up), the p99 of every 5-minute window, and the
+server's open file descriptors.
 """
 
 from __future__ import annotations
@@ -38,8 +46,10 @@ PRESET = ROOT / "benchmarks" / "presets" / "load3.py"
 
 def start_server(data: Path, *extra: str) -> tuple[subprocess.Popen, str, dict[str, str]]:
     """Start run.py and read the URL and the API keys it prints."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     process = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "-p", str(PRESET), "--port", "0",
-                                "--data", str(data), *extra], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+                                "--data", str(data), *extra], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                               env=env)
     url, keys = None, {}
     for line in process.stdout:
         if match := re.search(r"serving preset \S+ at (http://\S+)", line):
@@ -67,16 +77,33 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def slope_per_hour(samples: list[tuple[float, float]]) -> float:
+    """Least-squares slope of (seconds, MB) samples, in MB per hour."""
+    if len(samples) < 2:
+        return float("nan")
+    mean_t = statistics.fmean(t for t, _ in samples)
+    mean_y = statistics.fmean(y for _, y in samples)
+    variance = sum((t - mean_t) ** 2 for t, _ in samples)
+    return sum((t - mean_t) * (y - mean_y) for t, y in samples) / variance * 3600 if variance else float("nan")
+
+
 class Recorder:
     """Latencies and errors of the good clients, by phase."""
 
     def __init__(self) -> None:
         self.phase = "warm-up"
+        self.window = 0
         self.latencies: dict[str, list[float]] = {}
+        self.windows: dict[int, list[float]] = {}
         self.errors: dict[str, dict[str, int]] = {}
 
     def record(self, seconds: float) -> None:
         self.latencies.setdefault(self.phase, []).append(seconds)
+        self.windows.setdefault(self.window, []).append(seconds)
 
     def error(self, what: str) -> None:
         phase = self.errors.setdefault(self.phase, {})
@@ -186,11 +213,18 @@ async def run(args: argparse.Namespace) -> dict:
     agents = sorted(keys)
     recorder, stop = Recorder(), asyncio.Event()
     memory: list[tuple[float, str, float]] = []
-    started = time.monotonic()
+    started, wall_start = time.monotonic(), time.time()
     clients = [asyncio.create_task(good_client(url, keys[agents[i % 3]], i, recorder, stop))
                for i in range(args.clients)]
-    phases = [("warm-up", args.phase / 2), ("good only", args.phase), ("with bad clients", args.phase),
-              ("good only again", args.phase)]
+    if args.soak:
+        total = args.soak * 60
+        fixed = min(300.0, total / 6)  # 5 minutes each, less in a short trial run
+        phases = [("warm-up", fixed), ("good only", fixed), ("with bad clients", total - 3 * fixed),
+                  ("good only again", fixed)]
+    else:
+        phases = [("warm-up", args.phase / 2), ("good only", args.phase), ("with bad clients", args.phase),
+                  ("good only again", args.phase)]
+    fds: list[tuple[float, int]] = []
     bad_result = multiprocessing.Queue()
     bad_process = None
     counted: dict[str, tuple[float, int]] = {}
@@ -203,7 +237,10 @@ async def run(args: argparse.Namespace) -> dict:
         phase_start = time.monotonic()
         while time.monotonic() - phase_start < seconds:
             await asyncio.sleep(min(5.0, seconds))
-            memory.append((round(time.monotonic() - started, 1), name, round(rss_mb(server.pid), 1)))
+            now = time.monotonic() - started
+            recorder.window = int(now // args.window)
+            memory.append((round(now, 1), name, round(rss_mb(server.pid), 1)))
+            fds.append((round(now, 1), open_fds(server.pid)))
         counted[name] = (time.monotonic() - phase_start, len(recorder.latencies.get(name, [])))
     stop.set()
     await asyncio.gather(*clients)
@@ -211,8 +248,15 @@ async def run(args: argparse.Namespace) -> dict:
     if bad_process is not None:
         bad_process.join(30)
     stop_server(server)
-    results = {"date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(), "clients": args.clients,
-               "phase_seconds": args.phase, "phases": {}, "bad_clients": bad_counts, "rss_mb": memory}
+    after_warmup = [(t, mb) for t, phase, mb in memory if phase != "warm-up"]
+    results = {"date": time.strftime("%Y-%m-%d"), "started": time.strftime("%H:%M UTC", time.gmtime(wall_start)),
+               "cpus": os.cpu_count(), "clients": args.clients, "soak_minutes": args.soak,
+               "phase_seconds": {name: seconds for name, seconds in phases}, "phases": {},
+               "bad_clients": bad_counts, "rss_mb": memory, "open_fds": fds,
+               "rss_slope_mb_per_hour_after_warmup": round(slope_per_hour(after_warmup), 2),
+               "p99_ms_by_window": {f"{w * args.window:.0f}-{(w + 1) * args.window:.0f} s":
+                                    round(percentile(values, 99) * 1e3, 2)
+                                    for w, values in sorted(recorder.windows.items())}}
     for name, (seconds, count) in counted.items():
         latencies = recorder.latencies.get(name, [])
         results["phases"][name] = {
@@ -235,19 +279,33 @@ def report(results: dict) -> None:
     print("bad clients' replies:", json.dumps(results["bad_clients"], sort_keys=True))
     rss = results["rss_mb"]
     after_warmup = [mb for _, phase, mb in rss if phase != "warm-up"]
-    print("server RSS (MB) every 5 s:", " ".join(f"{mb:.0f}" for _, _, mb in rss))
+    if len(rss) <= 200:
+        print("server RSS (MB) every 5 s:", " ".join(f"{mb:.0f}" for _, _, mb in rss))
+    else:  # a soak: one sample a minute
+        print("server RSS (MB) every minute:", " ".join(f"{mb:.0f}" for _, _, mb in rss[11::12]))
     if after_warmup:
-        print(f"RSS after warm-up: first {after_warmup[0]:.0f} MB, max {max(after_warmup):.0f} MB, "
-              f"last {after_warmup[-1]:.0f} MB")
+        print(f"RSS after warm-up: first {after_warmup[0]:.1f} MB, min {min(after_warmup):.1f} MB, "
+              f"max {max(after_warmup):.1f} MB, last {after_warmup[-1]:.1f} MB; least-squares slope "
+              f"{results['rss_slope_mb_per_hour_after_warmup']:+.2f} MB/hour over {len(after_warmup)} samples")
+    fds = [n for _, n in results["open_fds"]]
+    if fds:
+        print(f"server's open file descriptors: first {fds[0]}, max {max(fds)}, last {fds[-1]}")
+    print("p99 (ms) by window:", " ".join(f"{w}: {p:.0f}" for w, p in results["p99_ms_by_window"].items()))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=64, help="well-behaved clients (default %(default)s)")
     parser.add_argument("--phase", type=float, default=60.0, help="seconds per phase (default %(default)s)")
+    parser.add_argument("--soak", type=float, metavar="MINUTES",
+                        help="a soak of this many minutes instead of --phase's phases")
+    parser.add_argument("--window", type=float, default=300.0,
+                        help="seconds per window of the p99-by-window figures (default %(default)s)")
     parser.add_argument("--json", type=Path, default=ROOT / "benchmarks" / "results" / "load.json",
                         help="where to write the figures (default %(default)s)")
     args = parser.parse_args()
+    if args.soak is not None and args.soak <= 0:
+        parser.error("--soak takes a positive number of minutes")
     results = asyncio.run(run(args))
     report(results)
     args.json.parent.mkdir(parents=True, exist_ok=True)
