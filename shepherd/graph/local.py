@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
-import numbers
 import time
 from typing import Any
 
@@ -51,11 +49,10 @@ def make_step(observation_space: gym.Space, obs: Any, reward: float, terminated:
         SpaceError: the observation does not fit the space, or the reward is not a finite number.
     """
     checked = check_observation(observation_space, to_json(obs))
-    value = float(reward) if isinstance(reward, numbers.Real) and not isinstance(reward, bool) else math.nan
-    if not math.isfinite(value):
-        raise SpaceError("'reward' must be a finite number")
-    done = bool(terminated) or bool(truncated)
-    return StepInput(checked, value, done, bool(truncated) and not bool(terminated), seq)
+    try:
+        return StepInput.of(checked, reward, terminated=bool(terminated), truncated=bool(truncated), seq=seq)
+    except ValueError as error:
+        raise SpaceError(str(error)) from None
 
 
 class LocalClient:

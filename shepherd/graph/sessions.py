@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
+import math
+import numbers
 import threading
 import time
 from concurrent.futures import Future
@@ -53,8 +55,23 @@ class StepInput:
     obs: Any
     reward: float
     done: bool
-    truncated: bool = False
+    truncated: bool = False  # a time limit: the learner bootstraps instead of treating the end as terminal
     seq: int | None = None
+
+    @classmethod
+    def of(cls, obs: Any, reward: Any, done: bool | None = None, terminated: bool | None = None,
+           truncated: bool | None = None, seq: int | None = None) -> StepInput:
+        """A step from a checked observation and gymnasium's flags: ``done`` defaults to terminated or
+        truncated, and the end is a time limit only when truncated and not also terminated.
+
+        Raises:
+            ValueError: the reward is not a finite number.
+        """
+        if isinstance(reward, bool) or not isinstance(reward, numbers.Real) or not math.isfinite(reward):
+            raise ValueError("'reward' must be a finite number")
+        if done is None:
+            done = bool(terminated) or bool(truncated)
+        return cls(obs, float(reward), bool(done), bool(done and truncated and not terminated), seq)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,9 +92,6 @@ def parse_step(data: dict[str, Any], observation_space: spaces.Space) -> StepInp
     if data.get("reward") is None:
         raise BadRequest("'reward' (a finite number) is required with every observation; send 0 with an "
                          "episode's first observation, whose reward is ignored")
-    reward = data["reward"]
-    if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
-        raise BadRequest("'reward' must be a finite number")
     info = data.get("info", {})
     if info is None:
         info = {}
@@ -104,8 +100,8 @@ def parse_step(data: dict[str, Any], observation_space: spaces.Space) -> StepInp
     done, terminated, truncated = _flag(data, "done"), _flag(data, "terminated"), _flag(data, "truncated")
     if info.get("TimeLimit.truncated") is True:
         truncated = True
-    if done is None:
-        done = bool(terminated) or bool(truncated)
-    # a time limit is bootstrapped only when the episode was not also terminated for real
-    time_limit = bool(done and truncated and not terminated)
-    return StepInput(obs, float(reward), done, time_limit, _seq(data))
+    seq = _seq(data)
+    try:
+        return StepInput.of(obs, data["reward"], done, terminated, truncated, seq)
+    except ValueError as error:
+        raise BadRequest(str(error)) from None
