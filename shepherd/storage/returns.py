@@ -63,14 +63,19 @@ def _complete(line: bytes) -> bool:
     return line.startswith(b"{") and line.endswith(b"}\n")
 
 
+def _whole_lines(data: bytes, name: str) -> Iterator[bytes]:
+    """The lines of a log that are whole records (with their newline); a torn one is logged and skipped."""
+    for line in data.splitlines(keepends=True):
+        if _complete(line):
+            yield line
+        elif line.strip():
+            logger.warning("%s: an incomplete line is skipped", name)
+
+
 def _parse(data: bytes, name: str) -> list[EpisodeReturn]:
     """The records of whole lines of a log; lines that are not whole records are skipped."""
     records = []
-    for line in data.splitlines(keepends=True):
-        if not _complete(line):
-            if line.strip():
-                logger.warning("%s: an incomplete line is skipped", name)
-            continue
+    for line in _whole_lines(data, name):
         try:
             fields = json.loads(line)
             fields["phase"] = PHASES.get(fields.get("phase"), fields.get("phase"))  # one string per phase name
@@ -103,11 +108,7 @@ def _blocks(reader: BinaryIO, start: int, end: int, block_bytes: int = SCAN_BYTE
 def _json_objects(data: bytes, name: str) -> bytes:
     """The records of whole lines of a log as JSON objects separated by commas; other lines are skipped."""
     objects = []
-    for line in data.splitlines(keepends=True):
-        if not _complete(line):
-            if line.strip():
-                logger.warning("%s: an incomplete line is skipped", name)
-            continue
+    for line in _whole_lines(data, name):
         try:
             fields = orjson.loads(line)
         except orjson.JSONDecodeError:
