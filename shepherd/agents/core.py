@@ -10,6 +10,10 @@ every act request with an action and the policy version that chose it::
     learner.end_episode(actor, reward, obs, truncated, mode)
     learner.end_actor(actor)                                # the session is gone: close its partial data
 
+A vector session (one client stepping N environments) hands every env's messages of one step over at once
+with ``learner.submit(requests)``: they reach the learner in one batch and in env order, so the learner acts
+on them with one forward pass, as SB3 acts on a ``VecEnv``'s N observations.
+
 Between the caller and the learner's worker only plain data travels (`Request`, `Answer`): a ticket
 number stands for the caller's future, so a learner could sit in another process behind the same calls.
 Weights leave a learner as `VersionedWeights` (numpy arrays and a version) through a `WeightSource`: the
@@ -67,7 +71,9 @@ class Kind(enum.Enum):
 @dataclass(eq=False)
 class Request:
     """One episode message to a learner; plain data. ``ticket`` names the answer the caller waits for
-    (0: none is awaited); ``submitted`` is when it was queued (``time.perf_counter()``; 0: not noted)."""
+    (0: none is awaited); ``submitted`` is when it was queued (``time.perf_counter()``; 0: not noted).
+    ``group`` is the vector session the actor belongs to (0: a session of its own): a group's actors step
+    together, so a learner must never make one of them wait for another's progress."""
 
     kind: Kind
     actor: int
@@ -77,6 +83,7 @@ class Request:
     mode: ActMode = ActMode.GREEDY
     ticket: int = 0
     submitted: float = 0.0
+    group: int = 0
 
 
 class Outcome(enum.Enum):
@@ -145,6 +152,10 @@ class Learner(Protocol):
     def end_episode(self, actor: int, reward: float, obs: Observation, truncated: bool, mode: ActMode) -> None: ...
 
     def end_actor(self, actor: int) -> None: ...
+
+    def submit(self, requests: list[Request]) -> list[ActionFuture]:
+        """Hand over one vector step's requests (made by the caller, any kinds) as one unit, in order;
+        returns the future action of each act request (BEGIN, STEP), in order."""
 
     def drain(self) -> None:
         """The server is stopping: answer every held-back request now, and never hold one back again."""

@@ -46,8 +46,9 @@ _ACTIVATIONS: dict[type, Callable[[np.ndarray], np.ndarray]] = {
 
 
 def snapshot(policy: Any, observation_space: gym.Space) -> Greedy | None:
-    """A function from one observation to SB3's deterministic action (before the action transform),
-    computed with numpy from a copy of ``policy``'s weights now; None if this policy is not served that way."""
+    """A function from a batch of observations (rows) to SB3's deterministic actions (before the action
+    transform), computed with numpy from a copy of ``policy``'s weights now; None if this policy is not
+    served that way."""
     found = plan(policy, observation_space)
     return None if found is None else found.bind(weights_of(policy))
 
@@ -68,7 +69,8 @@ class Plan:
         self.head = head
 
     def bind(self, arrays: Mapping[str, np.ndarray]) -> Greedy:
-        """The greedy function with these weights (arrays by ``state_dict`` name, as `weights_of` gives)."""
+        """The greedy function with these weights (arrays by ``state_dict`` name, as `weights_of` gives):
+        from a batch of observations (rows) to their actions (rows)."""
         layers: list[tuple[np.ndarray, np.ndarray] | Callable[[np.ndarray], np.ndarray]] = []
         for step in self.steps:
             if isinstance(step, tuple):
@@ -79,8 +81,8 @@ class Plan:
                 layers.append(step)
         head = self.head
 
-        def greedy(obs: Any) -> np.ndarray:
-            x = np.asarray(obs, dtype=np.float32).reshape(-1)
+        def greedy(batch: Any) -> np.ndarray:
+            x = np.asarray(batch, dtype=np.float32)
             for layer in layers:
                 if isinstance(layer, tuple):
                     x = x @ layer[0] + layer[1]
@@ -111,8 +113,8 @@ def agrees(greedy: Greedy, policy: Any, observation_space: Any, samples: int = 8
         obs = rng.uniform(low, high).astype(np.float32)
         with th.no_grad():
             expected = policy._predict(th.as_tensor(obs[None]), deterministic=True).numpy()[0]
-        ours = np.asarray(greedy(obs))
-        if ours.shape != expected.shape or not np.allclose(ours.astype(np.float64), expected, atol=1e-4):
+        ours = np.asarray(greedy(obs[None]))
+        if ours.shape != (1, *expected.shape) or not np.allclose(ours[0].astype(np.float64), expected, atol=1e-4):
             return False
     return True
 
@@ -130,7 +132,7 @@ def _build(policy: Any) -> Plan:
     q_net = getattr(policy, "q_net", None)
     if q_net is not None and hasattr(q_net, "q_net"):  # DQN: the argmax of the Q-values
         _flat(q_net.features_extractor)
-        return _sized(policy, _layers(q_net.q_net, "q_net.q_net."), lambda out: out.argmax())
+        return _sized(policy, _layers(q_net.q_net, "q_net.q_net."), lambda out: out.argmax(axis=-1))
     actor = getattr(policy, "actor", None)
     if actor is not None and hasattr(actor, "latent_pi"):  # SAC: the mode of a squashed Gaussian
         if getattr(actor, "use_sde", False):
@@ -146,10 +148,10 @@ def _build(policy: Any) -> Plan:
 
 def _head(distribution: Any) -> Callable[[np.ndarray], Any]:
     if isinstance(distribution, CategoricalDistribution):
-        return lambda out: out.argmax()
+        return lambda out: out.argmax(axis=-1)
     if isinstance(distribution, MultiCategoricalDistribution):
         bounds = np.cumsum(distribution.action_dims)[:-1]
-        return lambda out: np.array([part.argmax() for part in np.split(out, bounds)])
+        return lambda out: np.stack([part.argmax(axis=-1) for part in np.split(out, bounds, axis=-1)], axis=-1)
     if isinstance(distribution, BernoulliDistribution):
         return lambda out: (out > 0).astype(np.float32)  # round(sigmoid(logit)), as torch
     if isinstance(distribution, DiagGaussianDistribution):
@@ -200,6 +202,12 @@ class GreedyActor:
 
     def act(self, obs: Any) -> tuple[Any, int] | None:
         """The action for ``obs`` and the policy version that chose it, or None: ask the learner."""
+        answered = self.act_batch([obs])
+        return None if answered is None else (answered[0][0], answered[1])
+
+    def act_batch(self, observations: list[Any]) -> tuple[Any, int] | None:
+        """The actions (rows) for a list of observations and the policy version that chose them, or
+        None: ask the learner."""
         if self.broken:
             return None
         weights = self.source.latest_weights()
@@ -208,7 +216,7 @@ class GreedyActor:
         if weights.version != self._version:
             self._greedy, self._version = self.plan.bind(weights.arrays), weights.version
         try:
-            return self.to_env(self._greedy(obs)), weights.version  # type: ignore[misc]
+            return self.to_env(self._greedy(np.stack(observations))), weights.version  # type: ignore[misc]
         except Exception:  # a snapshot's bug must cost speed, not the request: the learner answers it
             logger.exception("agent %s: the greedy snapshot failed; the learner answers instead", self.name)
             self.broken = True

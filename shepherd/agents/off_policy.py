@@ -14,6 +14,12 @@ transitions over all sessions:
   ``train(gradient_steps)`` after every ``train_freq`` transitions once past ``learning_starts``;
 - time limits are stored as SB3 stores them (``TimeLimit.truncated`` in ``infos``), so they are bootstrapped.
 
+With ``n_envs`` above 1 the replay buffer has that many columns, as SB3's has for a ``VecEnv``: transitions
+are stored in rows of ``n_envs`` (whichever sessions they come from), and a row is what SB3 counts as one
+step of its vector env (``_on_step``, ``train_freq``, ``gradient_steps=-1``). The acts of one vector step
+(a ``Request.group``) share one epsilon draw, as SB3's ``predict`` draws once for a batch. One vector client
+with ``n_envs`` envs therefore learns exactly as SB3's ``learn()`` with ``n_envs`` envs does.
+
 Within one worker iteration the transitions that arrived are stored first (and trained on, when due), then
 every pending act request is answered by one batched forward pass: an action is chosen with the weights
 and the step count SB3 would have at that point.
@@ -63,7 +69,9 @@ class OffPolicyAdapter(SB3Algorithm):
         if self._train_freq.unit is not TrainFrequencyUnit.STEP:
             raise ValueError("train_freq must be counted in steps for a pooled learner, not episodes")
         self._actors: dict[int, _Actor] = {}
-        self._since_train = 0
+        self._n_envs = int(model.n_envs)  # replay buffer columns: transitions are stored a row at a time
+        self._row: list[tuple[Any, Any, Any, float, bool, bool]] = []
+        self._since_train = 0  # rows stored since the last training
         self._box = isinstance(self.action_space, spaces.Box)
         actor = getattr(model.policy, "actor", None)
         self._stochastic = hasattr(actor, "get_action_dist_params")  # SAC's policy samples; TD3's does not
@@ -96,7 +104,8 @@ class OffPolicyAdapter(SB3Algorithm):
 
     def _act(self, messages: list[Request]) -> None:
         """Answer act requests; those that need the policy share one forward pass."""
-        randomly = [self._acts_randomly(m) for m in messages]
+        drawn: dict[int, bool] = {}  # a vector step's choice, drawn once for its envs
+        randomly = [self._acts_randomly(m, drawn) for m in messages]
         needed = [m.obs for m, r in zip(messages, randomly) if not r]
         nothing = np.empty(0)
         explore, greedy = self._forward(needed) if needed else (nothing, nothing)
@@ -124,13 +133,21 @@ class OffPolicyAdapter(SB3Algorithm):
                 actor.obs, actor.action = message.obs, buffer_action
             self.answer_env(message, action)
 
-    def _acts_randomly(self, message: Request) -> bool:
-        """SB3's choice between a random action and the policy's (DQN: epsilon-greedy)."""
+    def _acts_randomly(self, message: Request, drawn: dict[int, bool]) -> bool:
+        """SB3's choice between a random action and the policy's (DQN: epsilon-greedy, one draw for the
+        acts of one vector step, kept in ``drawn`` by group)."""
         if message.mode is ActMode.GREEDY:
             return False
         if message.mode is ActMode.RANDOM or self.model.num_timesteps < self.model.learning_starts:
             return True
-        return not self._box and np.random.rand() < getattr(self.model, "exploration_rate", 0.0)
+        if self._box:
+            return False
+        if message.group and message.group in drawn:
+            return drawn[message.group]
+        choice = bool(np.random.rand() < getattr(self.model, "exploration_rate", 0.0))
+        if message.group:
+            drawn[message.group] = choice
+        return choice
 
     @th.no_grad()
     def _forward(self, observations: list) -> tuple[np.ndarray, np.ndarray]:
@@ -149,13 +166,19 @@ class OffPolicyAdapter(SB3Algorithm):
 
     def _store(self, actor: _Actor, message: Request) -> None:
         done = message.kind is Kind.END
+        self._row.append((actor.obs, message.obs, actor.action, message.reward, done, done and message.truncated))
+        if len(self._row) < self._n_envs:
+            return
+        row, self._row = self._row, []
+        observations, next_observations, actions, rewards, dones, truncations = zip(*row)
         model = self.model
         self._replay.add(
-            _batch1(actor.obs), _batch1(message.obs), np.asarray(actor.action).reshape(1, -1),
-            np.array([message.reward], dtype=np.float32), np.array([done]),
-            [{"TimeLimit.truncated": bool(done and message.truncated)}],
+            stack_observations(list(observations)), stack_observations(list(next_observations)),
+            np.stack([np.asarray(action).reshape(-1) for action in actions]),
+            np.array(rewards, dtype=np.float32), np.array(dones),
+            [{"TimeLimit.truncated": bool(truncated)} for truncated in truncations],
         )
-        model.num_timesteps += 1
+        model.num_timesteps += self._n_envs
         self._progress_remaining()
         model._on_step()
         self._since_train += 1
@@ -168,8 +191,8 @@ class OffPolicyAdapter(SB3Algorithm):
         rounds, self._since_train = divmod(self._since_train, frequency)
         if model.num_timesteps <= model.learning_starts:  # as SB3: collected, but no update yet
             return
-        per_round = model.gradient_steps if model.gradient_steps >= 0 else frequency
-        if per_round <= 0 or self._replay.size() < self._min_buffer:
+        per_round = model.gradient_steps if model.gradient_steps >= 0 else frequency * self._n_envs
+        if per_round <= 0 or self._replay.size() * self._n_envs < self._min_buffer:
             return
         self._min_buffer = 1
         started = time.perf_counter()
@@ -197,8 +220,3 @@ class OffPolicyAdapter(SB3Algorithm):
         logger.info("agent %s: training resumes once the replay buffer holds %d transitions", self.name,
                     self._min_buffer)
 
-
-def _batch1(obs: Any) -> Any:
-    if isinstance(obs, dict):
-        return {key: np.asarray(value)[None] for key, value in obs.items()}
-    return np.asarray(obs)[None]

@@ -42,6 +42,7 @@ class _Actor:
     new_episode: bool = True
     fresh_segment: bool = False  # claimed a segment started by someone else: GAE must not cross into it
     last_seen: float = 0.0
+    group: int = 0  # the vector session it steps with (0: none)
 
 
 class OnPolicyAdapter(SB3Algorithm):
@@ -148,10 +149,13 @@ class OnPolicyAdapter(SB3Algorithm):
         if forward:
             values, latent_pi = self._evaluate([m.obs for m in forward])
             row_of = {id(m): i for i, m in enumerate(forward)}
-        acting: list[tuple[Request, _Actor]] = []
+        # first every outcome (transitions completed, segments left), then every act: the segments a
+        # batch frees are free for its acts, and a vector step's envs claim theirs in env order
+        acts: list[tuple[Request, _Actor]] = []
         for message in messages:
             actor = self._actors.setdefault(message.actor, _Actor())
             actor.last_seen = time.monotonic()
+            actor.group = message.group
             if message.kind is Kind.DROP:
                 self._drop(message.actor)
                 continue
@@ -163,13 +167,18 @@ class OnPolicyAdapter(SB3Algorithm):
             if message.kind is Kind.END:
                 self._leave_segment(actor, bootstrap=False)
                 actor.new_episode = True
-            elif message.mode is ActMode.RANDOM:  # on-policy heatup is refused by the graph; never stored
+            else:
+                acts.append((message, actor))
+        acting: list[tuple[Request, _Actor]] = []
+        for message, actor in acts:
+            if message.mode is ActMode.RANDOM:  # on-policy heatup is refused by the graph; never stored
                 self.answer_env(message, self._random_action())
             elif (message.mode is ActMode.EXPLORE and actor.segment is None
-                  and self._claim(message.actor, actor) is None and not self.draining):
+                  and self._claim(message.actor, actor) is None and not self.draining
+                  and not self._group_fills(actor.group)):
                 message.kind = Kind.ACT  # its transition is stored; only the action waits for the update
                 self._waiting.append(message)
-            else:
+            else:  # with a segment, greedy, draining, or a group-mate still filling one: act
                 acting.append((message, actor))
         if acting:
             rows = [row_of[id(message)] for message, _ in acting]
@@ -193,6 +202,16 @@ class OnPolicyAdapter(SB3Algorithm):
             if message.kind is not Kind.END:
                 self.answer(message, greedy[row_of[id(message)]])
 
+    def _group_fills(self, group: int) -> bool:
+        """Whether an actor of this vector session still has rows to fill in its segment. Its other envs
+        then act without a segment (their transitions are not learned from) instead of waiting: the
+        session steps all its envs together, so a wait would stall the segments it holds, and with them
+        the rollout. Give an agent at least as many segments (``n_envs``) as actors to learn from all."""
+        if not group:
+            return False
+        return any(owner is not None and position < self.n_steps and getattr(self._actors.get(owner), "group", 0)
+                   == group for owner, position in zip(self._owner, self._position))
+
     def _free_segment(self) -> bool:
         return any(o is None and p < self.n_steps for o, p in zip(self._owner, self._position))
 
@@ -202,7 +221,7 @@ class OnPolicyAdapter(SB3Algorithm):
             self.answer(message, greedy)
             return
         segment = actor.segment
-        if segment is None:  # the server is stopping: answer, but learn nothing more from it
+        if segment is None:  # the server is stopping, or no segment is free for it: answer, learn nothing
             self.answer(message, sampled)
             return
         row = int(self._position[segment])

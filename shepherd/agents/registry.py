@@ -3,7 +3,8 @@
 Every algorithm is an SB3 class wrapped by a pooled learner: PPO and A2C by the on-policy learner, DQN, SAC,
 TD3 and DDPG by the off-policy learner. Their parameters are SB3's constructor arguments (see
 `shepherd.agents.parameters` for the types), less the few a pooled learner cannot honour, plus a few of
-Shepherd's own (``n_envs`` for on-policy learners, ``action_noise`` for continuous off-policy ones).
+Shepherd's own (``n_envs``: rollout segments or replay buffer columns, ``action_noise`` for continuous
+off-policy ones).
 """
 
 from __future__ import annotations
@@ -86,10 +87,15 @@ def _shepherd_parameters(info: Algorithm) -> list[Parameter]:
     if info.on_policy:
         return [Parameter(info.name, "n_envs", ParamType.INT, 1, doc=(
             "rollout segments (SB3's n_envs): a rollout is n_envs segments of n_steps transitions, each "
-            "filled by one client; use about as many as clients"))]
+            "filled by one actor (a client, or one env of a vector client); use as many as actors"))]
+    replay_columns = Parameter(info.name, "n_envs", ParamType.INT, 1, doc=(
+        "replay buffer columns (SB3's n_envs): transitions are stored in rows of n_envs, and train_freq and "
+        "target updates count rows, as SB3 does with n_envs envs; a vector client with as many envs then "
+        "learns exactly as SB3's learn()"))
     if not info.continuous:
-        return []
+        return [replay_columns]
     return [
+        replay_columns,
         Parameter(info.name, "action_noise", ParamType.STR, None, nullable=True, choices=NOISES, doc=(
             "exploration noise added to the policy's action (scaled to [-1, 1]), one process per client: "
             "normal or ornstein-uhlenbeck; none by default, as in SB3")),

@@ -82,7 +82,8 @@ class ThreadedLearner:
         self.name = algorithm.name
         self.failure: str | None = None
         self.greedy = greedy
-        self._queue: queue.SimpleQueue[Request | _Control] = queue.SimpleQueue()
+        # a list is one vector step's requests: taken into one batch whole, in order
+        self._queue: queue.SimpleQueue[Request | list[Request] | _Control] = queue.SimpleQueue()
         self._futures: dict[int, ActionFuture] = {}
         self._tickets = iter(range(1, 1 << 62))
         self._deliver: Deliver | None = None
@@ -138,6 +139,44 @@ class ThreadedLearner:
 
     def end_actor(self, actor: int) -> None:
         self._put(Request(Kind.DROP, actor))
+
+    def submit(self, requests: list[Request]) -> list[ActionFuture]:
+        """Hand over one vector step's requests as one unit; the futures of its acts (BEGIN, STEP), in order.
+
+        They are queued as one message, so the worker takes them into one batch in env order (one forward
+        pass, the random numbers SB3 draws for a ``VecEnv``'s step). When every act is greedy and the
+        snapshot has the current weights, the acts are answered here at once, from one numpy forward.
+        """
+        acts = [r for r in requests if r.kind in (Kind.BEGIN, Kind.STEP)]
+        futures = [ActionFuture() for _ in acts]
+        if not acts:
+            self._put_all(requests)
+            return futures
+        if self._refused(futures[0]):
+            for future in futures[1:]:
+                future.set_exception(futures[0].exception())
+            return futures
+        if self.greedy is not None and all(r.mode is ActMode.GREEDY for r in acts):
+            answered = self.greedy.act_batch([r.obs for r in acts])
+            if answered is not None:
+                actions, version = answered
+                for future, action in zip(futures, actions):
+                    future.policy_version = version
+                    future.set_result(action)
+                self._put_all([r for r in requests if r.kind not in (Kind.BEGIN, Kind.STEP)])
+                return futures
+            self.greedy.prepare()  # the next greedy steps can be answered at once
+        now = time.perf_counter()
+        for request, future in zip(acts, futures):
+            request.ticket = next(self._tickets)
+            self._futures[request.ticket] = future
+            request.submitted = now
+        self._queue.put(list(requests))
+        return futures
+
+    def _put_all(self, requests: list[Request]) -> None:
+        if requests and self.failure is None and not self._closed:
+            self._queue.put(list(requests))
 
     def checkpoint(self, path: Path, state: dict[str, Any]) -> Future:
         future: Future = Future()
@@ -218,16 +257,19 @@ class ThreadedLearner:
         last_idle = time.monotonic()
         while running:
             try:
-                batch = [self._queue.get(timeout=self.tick)]
+                taken = [self._queue.get(timeout=self.tick)]
             except queue.Empty:
                 last_idle = time.monotonic()
                 self._guard(self.algorithm.idle)
                 continue
             while True:
                 try:
-                    batch.append(self._queue.get_nowait())
+                    taken.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
+            # a vector step's requests are taken whole, in order
+            batch: list[Request | _Control] = [
+                m for item in taken for m in (item if isinstance(item, list) else (item,))]
             if self.failure is None:
                 running = self._guard(lambda: self._dispatch(batch)) is not False
             if self.failure is not None:  # failed now or earlier: answer, never process

@@ -332,11 +332,15 @@ def test_the_greedy_snapshot_gives_sb3s_deterministic_actions(algorithm, action_
     learner = build_learner(algorithm, "t", observation_space, parse_space(action_spec), params, None)
     greedy = snapshot(learner.model.policy, observation_space)
     assert greedy is not None
-    for i in range(64):
-        row = np.random.default_rng(i).normal(size=5).astype(np.float32)
-        with th.no_grad():
-            expected = learner.model.policy._predict(th.as_tensor(row[None]), deterministic=True).numpy()[0]
-        ours = greedy(row)
+    rows = np.random.default_rng(0).normal(size=(64, 5)).astype(np.float32)
+    with th.no_grad():
+        batch_expected = learner.model.policy._predict(th.as_tensor(rows), deterministic=True).numpy()
+    batch_ours = greedy(rows)  # a batch at once (a vector session's), and one row at a time
+    assert np.shape(batch_ours) == np.shape(batch_expected)
+    for i, row in enumerate(rows):
+        expected = batch_expected[i]
+        ours = greedy(row[None])[0]
+        assert np.allclose(np.asarray(batch_ours[i], dtype=np.float64), np.asarray(ours, dtype=np.float64))
         if np.issubdtype(expected.dtype, np.integer) or algorithm in ("PPO", "A2C") and expected.dtype == bool:
             assert np.array_equal(ours, expected)
         else:

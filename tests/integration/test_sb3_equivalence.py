@@ -31,10 +31,10 @@ CASES = {
 }
 
 
-def sb3_weights(algorithm: str, env_id: str, steps: int, params: dict) -> dict[str, th.Tensor]:
+def sb3_weights(algorithm: str, env_id: str, steps: int, params: dict, n_envs: int = 1) -> dict[str, th.Tensor]:
     from stable_baselines3.common.env_util import make_vec_env
 
-    env = make_vec_env(env_id, n_envs=1)
+    env = make_vec_env(env_id, n_envs=n_envs)
     kwargs, _ = sb3_arguments(algorithm, env.action_space, params)
     model = algorithm_info(algorithm).sb3_class("MlpPolicy", env, device="cpu", **kwargs)
     model.learn(steps)
@@ -74,5 +74,65 @@ def test_one_client_learns_exactly_as_sb3_learn(algorithm):
     initial = build_learner(algorithm, "fresh", *(parse_space(space_to_json(s)) for s in (
         gym.make(env_id).observation_space, gym.make(env_id).action_space)), params, steps).model.policy.state_dict()
     assert any(not th.equal(initial[k], got[k]) for k in got), "the weights moved"
+    for name in expected:
+        assert th.allclose(expected[name], got[name], rtol=1e-4, atol=1e-5), f"{algorithm}: {name} differs"
+
+
+VECTOR_CASES = {  # steps: whole rollouts (PPO, A2C) and whole train_freq rounds (DQN) of SB3's learn()
+    "PPO": ("CartPole-v1", 4, 512, {"n_steps": 64, "batch_size": 64, "n_epochs": 2, "learning_rate": "lin_0.001"}),
+    "A2C": ("CartPole-v1", 4, 224, {"n_steps": 8, "learning_rate": "lin_0.001"}),
+    "DQN": ("CartPole-v1", 4, 320, {"learning_starts": 100, "batch_size": 16, "train_freq": 4,
+                                    "gradient_steps": 2, "target_update_interval": 50,
+                                    "exploration_fraction": 0.5}),
+}
+
+
+def sb3_vector_weights(algorithm: str, env_id: str, n_envs: int, steps: int, params: dict):
+    return sb3_weights(algorithm, env_id, steps, params, n_envs)
+
+
+def shepherd_vector_weights(algorithm: str, env_id: str, n_envs: int, steps: int, params: dict):
+    """One vector session of ``n_envs`` envs, stepped as SB3 steps a DummyVecEnv (automatic resets)."""
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from shepherd.agents import Kind, Request
+
+    env = make_vec_env(env_id, n_envs=n_envs)
+    env.seed(params["seed"])  # as SB3 seeds its env with the model's seed: env i with seed + i
+    learner = build_learner(algorithm, "same", parse_space(space_to_json(env.observation_space)),
+                            parse_space(space_to_json(env.action_space)), params, steps)
+    learner.start()
+    try:
+        obs = env.reset()
+        futures = learner.submit([Request(Kind.BEGIN, i + 1, obs[i], mode=ActMode.EXPLORE, group=1)
+                                  for i in range(n_envs)])
+        for _ in range(steps // n_envs):
+            actions = np.array([future.result(30) for future in futures])
+            obs, rewards, dones, infos = env.step(actions)
+            requests = []
+            for i in range(n_envs):
+                if dones[i]:
+                    truncated = bool(infos[i].get("TimeLimit.truncated", False))
+                    requests += [Request(Kind.END, i + 1, infos[i]["terminal_observation"], float(rewards[i]),
+                                         truncated, ActMode.EXPLORE, group=1),
+                                 Request(Kind.BEGIN, i + 1, obs[i], mode=ActMode.EXPLORE, group=1)]
+                else:
+                    requests.append(Request(Kind.STEP, i + 1, obs[i], float(rewards[i]), mode=ActMode.EXPLORE,
+                                            group=1))
+            futures = learner.submit(requests)
+        learner.begin_episode(n_envs + 1, obs[0], ActMode.GREEDY).result(30)  # a round trip: all is learned
+        assert learner.failure is None and learner.steps == steps
+        return learner.model.policy.state_dict()
+    finally:
+        learner.close()
+
+
+@pytest.mark.parametrize("algorithm", list(VECTOR_CASES))
+def test_one_vector_session_learns_exactly_as_sb3_learn_with_as_many_envs(algorithm):
+    env_id, n_envs, steps, params = VECTOR_CASES[algorithm]
+    params = {**params, "seed": 5, "n_envs": n_envs, "policy_kwargs": {"net_arch": [16]}}
+    expected = sb3_vector_weights(algorithm, env_id, n_envs, steps, params)
+    got = shepherd_vector_weights(algorithm, env_id, n_envs, steps, params)
+    assert expected.keys() == got.keys()
     for name in expected:
         assert th.allclose(expected[name], got[name], rtol=1e-4, atol=1e-5), f"{algorithm}: {name} differs"

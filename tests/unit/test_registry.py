@@ -37,7 +37,7 @@ def test_parameters_are_typed_from_sb3():
     assert sac["ent_coef"].type is ParamType.FLOAT and sac["ent_coef"].text and sac["ent_coef"].default == "auto"
     assert sac["action_noise"].type is ParamType.STR and sac["action_noise"].default is None
     assert "heatup_steps" in sac["learning_starts"].doc
-    assert "action_noise" not in parameters("DQN") and "n_envs" not in parameters("TD3")
+    assert "action_noise" not in parameters("DQN") and "replay buffer columns" in parameters("TD3")["n_envs"].doc
     assert parameters("a2c")["n_steps"].default == 5 and parameters("DDPG")["tau"].default == 0.005
 
 
