@@ -207,6 +207,22 @@ def check_observation(space: spaces.Space, value: Any, where: str = "obs") -> Ob
     raise SpaceError(f"{where}: observation space {space} is not supported")
 
 
+def check_observations(space: spaces.Space, values: Any, where: str = "obs") -> list[Observation]:
+    """Check a list of JSON observations (a vector step's) against their space, as `check_observation`
+    checks one; an error names the index (``obs[3] has shape ...``).
+
+    Raises:
+        SpaceError: an observation does not fit the space, or ``values`` is not a list.
+    """
+    if not isinstance(values, list):
+        raise SpaceError(f"{where} must be a list of observations, one per env")
+    if isinstance(space, spaces.Box) and len(space.shape) == 1:
+        size = space.shape[0]
+        if all(type(value) is list and len(value) == size and _flat_numbers(value) for value in values):
+            return list(np.array(values, dtype=np.float32).reshape(len(values), size))  # one array, its rows
+    return [check_observation(space, value, f"{where}[{i}]") for i, value in enumerate(values)]
+
+
 def _check_integers(space: spaces.MultiDiscrete | spaces.MultiBinary, value: Any, where: str) -> np.ndarray:
     upper = space.nvec if isinstance(space, spaces.MultiDiscrete) else np.full(space.shape, 2)
     if not isinstance(value, list):

@@ -50,9 +50,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-sessions", type=int, default=1024, metavar="N",
                         help="sessions one agent may have at once; more logins get 429 (default %(default)s; "
                              "0: no limit)")
-    parser.add_argument("--rate-limit", type=float, default=2000.0, metavar="PER_SECOND",
-                        help="requests per second per API key, summed over its sessions; more get 429 "
-                             "(default %(default)s; 0: no limit)")
+    parser.add_argument("--max-envs", type=int, default=1024, metavar="N",
+                        help="environments one vector session may drive (login with \"n_envs\"); more get 400 "
+                             "(default %(default)s)")
+    parser.add_argument("--rate-limit", type=float, default=20000.0, metavar="PER_SECOND",
+                        help="environment steps per second per API key, summed over its sessions (a request "
+                             "counts one, a vector step one per env); more get 429 (default %(default)g; 0: no "
+                             "limit)")
     parser.add_argument("--max-body", type=int, default=1 << 20, metavar="BYTES",
                         help="largest request body; larger ones get 413 (default %(default)s)")
     parser.add_argument("--secure-cookies", action="store_true",
@@ -90,7 +94,8 @@ def serve_command(args: argparse.Namespace) -> int:
     for name in ("clients", "max_sessions", "rate_limit"):
         if getattr(args, name) < 0:
             raise UsageError(f"--{name.replace('_', '-')} must be 0 or more")
-    for name in ("session_timeout", "act_timeout", "max_body", "header_timeout", "body_timeout", "idle_timeout"):
+    for name in ("session_timeout", "act_timeout", "max_body", "header_timeout", "body_timeout", "idle_timeout",
+                 "max_envs"):
         if getattr(args, name) <= 0:
             raise UsageError(f"--{name.replace('_', '-')} must be positive")
     if args.max_connections is not None and args.max_connections <= 0:
@@ -123,7 +128,7 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
                           max_connections=args.max_connections, header_timeout_seconds=args.header_timeout,
                           body_timeout_seconds=args.body_timeout, idle_timeout_seconds=args.idle_timeout,
                           secure_cookies=args.secure_cookies, only_preset=args.only_preset,
-                          metrics=args.metrics)
+                          metrics=args.metrics, max_envs_per_session=args.max_envs)
     try:
         check_address(args.host, args.port)  # before the store creates keys and the admin token, shown once
         server = await RunningServer.start(config, args.host, args.port)

@@ -4,9 +4,10 @@ from shepherd.graph.manager import DEFAULT_SCHEDULE, AgentSpec, GraphManager, Pr
 from shepherd.graph.presets import list_presets, load_preset
 from shepherd.graph.runtime import AgentRuntime, AgentStats
 from shepherd.graph.schedule import EvaluationResult, PhaseTracker, Schedule
-from shepherd.graph.sessions import (Acted, ActTimeout, Conflict, Session, SessionTable, StepInput, TooManySessions,
-                                     Unauthorized)
+from shepherd.graph.sessions import (Acted, ActTimeout, Conflict, Session, SessionTable, StepInput, TooManyEnvs,
+                                     TooManySessions, Unauthorized, VectorStepInput, WrongShape)
 
-__all__ = ["DEFAULT_SCHEDULE", "ActTimeout", "Acted", "AgentRuntime", "AgentSpec", "AgentStats", "Conflict", "EvaluationResult",
-           "GraphManager", "PhaseTracker", "PresetError", "PresetValidation", "Schedule", "Serving", "Session", "SessionTable",
-           "StepInput", "TooManySessions", "Unauthorized", "list_presets", "load_preset"]
+__all__ = ["DEFAULT_SCHEDULE", "ActTimeout", "Acted", "AgentRuntime", "AgentSpec", "AgentStats", "Conflict",
+           "EvaluationResult", "GraphManager", "PhaseTracker", "PresetError", "PresetValidation", "Schedule", "Serving",
+           "Session", "SessionTable", "StepInput", "TooManyEnvs", "TooManySessions", "Unauthorized", "VectorStepInput",
+           "WrongShape", "list_presets", "load_preset"]

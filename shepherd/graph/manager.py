@@ -19,7 +19,7 @@ from shepherd.agents import (AgentClosed, AgentFailed, Deliver, ParameterError, 
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.graph.schedule import EvaluationResult, Schedule
 from shepherd.graph.served import ServedAgents
-from shepherd.graph.sessions import Acted, Session, SessionTable, StepInput, Unauthorized
+from shepherd.graph.sessions import Acted, Session, SessionTable, StepInput, TooManyEnvs, Unauthorized, VectorStepInput
 from shepherd.definition import AgentDefinition
 from shepherd.spaces import SpaceError, parse_space, space_to_json
 from shepherd.storage import AgentRecord, Store, hash_key
@@ -59,6 +59,7 @@ class Serving:
     deliver: Deliver | None = None
     act_timeout_seconds: float = 30.0
     max_sessions_per_agent: int | None = None
+    max_envs_per_session: int = 1024  # the most envs one vector session may drive
 
 
 #: the schedule of agents that no preset declares (added by the admin commands or API)
@@ -263,15 +264,20 @@ class GraphManager:
         return [runtime for agent_id, runtime in self.runtimes.items() if agent_id in self._preset_ids]
 
     # -- sessions ------------------------------------------------------------------------------
-    def login(self, apikey: str, evaluate_only: bool = False) -> Session:
-        """Open a session for the agent an API key belongs to.
+    def login(self, apikey: str, evaluate_only: bool = False, n_envs: int | None = None) -> Session:
+        """Open a session for the agent an API key belongs to: of ``n_envs`` envs (a vector session), or of
+        one env (None).
 
         Raises:
+            TooManyEnvs: ``n_envs`` is below 1 or above the server's limit per session.
             Unauthorized: the key is unknown or revoked, or its agent is not served here.
             TooManySessions: the agent has its maximum number of sessions.
             AgentClosed: the agent is restarting (retry in a moment).
             AgentFailed: the agent's learner could not be built (an admin can restart it).
         """
+        limit = self._serving.max_envs_per_session
+        if n_envs is not None and not 1 <= n_envs <= limit:
+            raise TooManyEnvs(f"'n_envs' must be between 1 and {limit} (this server's --max-envs), not {n_envs}")
         record = self.store.agent_for_key(apikey) if isinstance(apikey, str) and apikey else None
         if record is None:
             raise Unauthorized("unknown or revoked API key")
@@ -285,13 +291,13 @@ class GraphManager:
             raise Unauthorized("this API key's agent is not served by this server")
         if runtime.learner.failure is not None:
             raise AgentFailed(f"agent {record.name} failed ({runtime.learner.failure}); an admin can restart it")
-        return self._sessions.open(runtime, evaluate_only, client_id=hash_key(apikey))
+        return self._sessions.open(runtime, evaluate_only, client_id=hash_key(apikey), n_envs=n_envs)
 
     def session(self, key: Any) -> Session:
         """Raises Unauthorized for an unknown or expired session key."""
         return self._sessions.get(key)
 
-    async def step(self, session: Session, step: StepInput) -> Acted:
+    async def step(self, session: Session, step: StepInput | VectorStepInput) -> Acted:
         """One step of a session: the learner's action (None when the episode ended), awaited on the
         event loop that drives the graph. Raises what `Session.step` raises."""
         return await session.step(step, self._serving.act_timeout_seconds)

@@ -1,6 +1,8 @@
 """The table of open client sessions: one LevelManager each, found by an unguessable session key.
 
-A session holds at most one step in flight. A step may carry a sequence number (``seq``): sending the
+A session drives one environment, or N at once (a vector session, opened with ``n_envs``: each step carries
+every env's part, `VectorStepInput`, and is answered with N actions). A session holds at most one step in
+flight. A step may carry a sequence number (``seq``): sending the
 same step again with the same number (a retry after a timeout or a lost connection) gets the same action
 back and is recorded once; the same number with another step is refused; a higher number is the next step;
 a lower one is refused. `Session.step` is the one awaitable call of a step: it owns the retries, the
@@ -18,13 +20,13 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from shepherd.agents import ActionFuture
 from shepherd.graph.runtime import AgentRuntime
-from shepherd.level import LevelManager
+from shepherd.level import EnvStep, LevelManager, VectorLevel
 from shepherd.storage import new_secret
 
 
@@ -74,9 +76,60 @@ class StepInput:
         return cls(obs, float(reward), bool(done), bool(done and truncated and not terminated), seq)
 
 
+class WrongShape(ValueError):
+    """A step that does not fit its session: a vector step on a single-env session or the reverse, or a
+    vector step with another number of envs."""
+
+
+class TooManyEnvs(ValueError):
+    """A vector login asked for more envs than the server allows per session (or fewer than one)."""
+
+
+@dataclass(frozen=True)
+class VectorStepInput:
+    """One checked step of a vector session: every env's part, in env order (`EnvStep`)."""
+
+    envs: tuple[EnvStep, ...]
+    seq: int | None = None
+
+    @classmethod
+    def of(cls, obs: Sequence[Any], reward: Sequence[Any], terminated: Sequence[bool], truncated: Sequence[bool],
+           final_obs: Sequence[Any] | None = None, seq: int | None = None) -> VectorStepInput:
+        """A vector step from checked observations and gymnasium's flags, with SB3 ``VecEnv``'s automatic
+        reset: env i's end is a time limit only when truncated and not also terminated.
+
+        Raises:
+            ValueError: the lists differ in length, a reward is not a finite number, or an env that ended
+                has no final observation (the message names the index).
+        """
+        n = len(obs)
+        for name, values in (("reward", reward), ("terminated", terminated), ("truncated", truncated)):
+            if len(values) != n:
+                raise ValueError(f"'{name}' has {len(values)} items and 'obs' {n}: one per env")
+        if final_obs is not None and len(final_obs) != n:
+            raise ValueError(f"'final_obs' has {len(final_obs)} items and 'obs' {n}: one per env (null where "
+                             "the env did not end)")
+        envs = []
+        for i in range(n):
+            value = reward[i]
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+                raise ValueError(f"reward[{i}] must be a finite number")
+            ended = bool(terminated[i]) or bool(truncated[i])
+            last = final_obs[i] if final_obs is not None else None
+            if ended and last is None:
+                raise ValueError(f"env {i} ended (terminated or truncated) but final_obs[{i}] is missing: send "
+                                 "its last observation there, and the next episode's first in obs")
+            if not ended and last is not None:
+                raise ValueError(f"final_obs[{i}] is given but env {i} did not end; send null there")
+            envs.append(EnvStep(obs[i], float(value), ended, ended and bool(truncated[i]) and not terminated[i],
+                                last))
+        return cls(tuple(envs), seq)
+
+
 @dataclass(frozen=True)
 class Acted:
-    """A step's answer: the action (None when the episode ended) and the policy version that chose it."""
+    """A step's answer: the action (None when the episode ended; for a vector step, the list of every
+    env's action) and the policy version that chose it (a vector step's oldest)."""
 
     action: Any
     policy_version: int = 0
@@ -95,10 +148,43 @@ def _same_observation(a: Any, b: Any) -> bool:
     return bool(np.array_equal(a, b))
 
 
-def same_step(a: StepInput, b: StepInput) -> bool:
+def same_step(a: StepInput | VectorStepInput, b: StepInput | VectorStepInput) -> bool:
     """Whether two steps carry the same content (a true retry)."""
+    if isinstance(a, VectorStepInput) or isinstance(b, VectorStepInput):
+        return (isinstance(a, VectorStepInput) and isinstance(b, VectorStepInput) and len(a.envs) == len(b.envs)
+                and all(x.reward == y.reward and x.ended == y.ended and x.truncated == y.truncated
+                        and _same_observation(x.obs, y.obs)
+                        and (not x.ended or _same_observation(x.final_obs, y.final_obs))
+                        for x, y in zip(a.envs, b.envs)))
     return (a.reward == b.reward and a.done == b.done and a.truncated == b.truncated
             and _same_observation(a.obs, b.obs))
+
+
+def _gathered(futures: list[ActionFuture]) -> ActionFuture:
+    """One future for a vector step's actions: their list, once every one is answered (the first error
+    or cancellation otherwise); its policy version is the oldest of theirs."""
+    gathered = ActionFuture()
+    left = [len(futures)]
+    lock = threading.Lock()
+
+    def one_done(_: Future) -> None:
+        with lock:
+            left[0] -= 1
+            if left[0]:
+                return
+        if any(f.cancelled() for f in futures):
+            gathered.cancel()
+            return
+        error = next((f.exception() for f in futures if f.exception() is not None), None)
+        if error is not None:
+            gathered.set_exception(error)
+            return
+        gathered.policy_version = min(getattr(f, "policy_version", 0) for f in futures)
+        gathered.set_result([f.result() for f in futures])
+
+    for future in futures:
+        future.add_done_callback(one_done)
+    return gathered
 
 
 @dataclass(eq=False)
@@ -106,11 +192,11 @@ class Session:
     """One client's connection to one agent, between login and logout (or expiry)."""
 
     key: str
-    level: LevelManager
+    level: LevelManager | VectorLevel
     runtime: AgentRuntime
     client_id: str = ""  # the `hash_key` of the API key that opened it: limits count per key, revoking ends it
     last_seq: int | None = None
-    last_step: StepInput | None = field(default=None, repr=False)
+    last_step: StepInput | VectorStepInput | None = field(default=None, repr=False)
     last_reply: Future | None = field(default=None, repr=False)
     last_active: float = field(default_factory=time.monotonic)
     in_request: int = 0  # requests of this session being answered right now
@@ -125,6 +211,11 @@ class Session:
         return self.last_reply is not None and not self.last_reply.done()
 
     @property
+    def n_envs(self) -> int | None:
+        """How many envs a vector session drives; None for a single-env session."""
+        return self.level.n_envs if isinstance(self.level, VectorLevel) else None
+
+    @property
     def observation_space(self) -> Any:
         return self.runtime.observation_space
 
@@ -132,10 +223,12 @@ class Session:
     def action_space(self) -> Any:
         return self.runtime.action_space
 
-    async def step(self, step: StepInput, timeout: float) -> Acted:
-        """Take one step: the learner's action for it, waited for on this event loop.
+    async def step(self, step: StepInput | VectorStepInput, timeout: float) -> Acted:
+        """Take one step: the learner's action for it (a vector step: every env's), waited for on this
+        event loop.
 
         Raises:
+            WrongShape: a vector step on a single-env session, the reverse, or another number of envs.
             Conflict: another step is still waiting for its action, ``seq`` went backwards, or a retry
                 carries another step than the one first sent with its ``seq``.
             ActTimeout: no answer within ``timeout`` seconds (the step stays in flight: a retry with the
@@ -157,8 +250,17 @@ class Session:
             self.in_request -= 1
             self.active()
 
-    def _hand_over(self, step: StepInput) -> Future:
+    def _hand_over(self, step: StepInput | VectorStepInput) -> Future:
         """Hand a step to the LevelManager; the future gives the action, or None when the episode ended."""
+        level = self.level
+        if isinstance(level, VectorLevel) != isinstance(step, VectorStepInput):
+            raise WrongShape(f"this session drives {level.n_envs} envs: send a vector step (lists of obs, reward, "
+                             "terminated, truncated)" if isinstance(level, VectorLevel) else
+                             "this session drives one env: send one obs and reward (log in with n_envs for "
+                             "vector steps)")
+        if isinstance(step, VectorStepInput) and isinstance(level, VectorLevel) and len(step.envs) != level.n_envs:
+            raise WrongShape(f"this session drives {level.n_envs} envs, the step has {len(step.envs)}: "
+                             "one item per env in every list")
         if step.seq is not None and self.last_seq is not None:
             if step.seq == self.last_seq:
                 if self.last_step is not None and not same_step(step, self.last_step):
@@ -170,7 +272,12 @@ class Session:
         if self.busy:
             retry = f"retry it with seq {self.last_seq}" if self.last_seq is not None else "wait for it"
             raise Conflict(f"the previous step of this session is still waiting for its action; {retry}")
-        reply = self.level.step(step.obs, step.reward, step.done, step.truncated)
+        reply: Future | None
+        if isinstance(step, VectorStepInput) and isinstance(level, VectorLevel):
+            reply = _gathered(level.step(step.envs))
+        else:
+            assert isinstance(step, StepInput) and isinstance(level, LevelManager)  # their shapes agree (above)
+            reply = level.step(step.obs, step.reward, step.done, step.truncated)
         self.last_seq, self.last_step = step.seq, step
         self.last_reply = reply if reply is not None else _answered(None)
         return self.last_reply
@@ -225,12 +332,23 @@ class SessionTable:
     def __iter__(self) -> Iterator[Session]:
         return iter(list(self._by_key.values()))
 
-    def open(self, runtime: AgentRuntime, evaluate_only: bool = False, client_id: str = "") -> Session:
-        """Raises TooManySessions when the agent has ``max_per_agent`` sessions already."""
+    def open(self, runtime: AgentRuntime, evaluate_only: bool = False, client_id: str = "",
+             n_envs: int | None = None) -> Session:
+        """Open a session (of ``n_envs`` envs: a vector session; None: one env).
+
+        Raises:
+            TooManySessions: the agent has ``max_per_agent`` sessions already.
+        """
         if self.max_per_agent is not None and runtime.sessions >= self.max_per_agent:
             raise TooManySessions(f"agent {runtime.record.name} has its maximum of {self.max_per_agent} "
                                   "sessions; log out unused ones or retry later")
-        level = LevelManager(next(self._actor_ids), runtime, evaluate_only)
+        level: LevelManager | VectorLevel
+        if n_envs is None:
+            level = LevelManager(next(self._actor_ids), runtime, evaluate_only)
+        else:
+            first = next(self._actor_ids)
+            self._actor_ids = itertools.count(first + n_envs)  # one actor per env
+            level = VectorLevel(first, n_envs, runtime, evaluate_only)
         session = Session(new_secret(), level, runtime, client_id)
         self._by_key[session.key] = session
         runtime.sessions += 1

@@ -24,7 +24,7 @@ from shepherd.http import admin, dashboard, monitoring
 from shepherd.http.errors import error_middleware
 from shepherd.http.metrics import METRICS_SETTINGS, Metrics
 from shepherd.http.limits import LoginThrottle, RateLimiter
-from shepherd.http.protocol import STEP_FIELDS, parse_login, parse_object, parse_step, session_key
+from shepherd.http.protocol import STEP_FIELDS, parse_login, parse_object, parse_step, parse_vector_step, session_key
 from shepherd.http.signins import SignInTable
 from shepherd.http.state import (ADMIN, CONFIG, CREATED_ADMIN_TOKEN, CREATED_KEYS, DASHBOARD_FILES, GRAPH,
                                  LOCAL_CREDENTIAL, LOGIN_THROTTLE, METRICS, OPENAPI, RATE_LIMITER, SIGNINS, STORE,
@@ -43,8 +43,8 @@ def _json(data: object) -> web.Response:
 
 def _count_request(app: web.Application, session: Session) -> None:
     limiter = app.get(RATE_LIMITER)
-    if limiter is not None:
-        limiter.take(session.client_id)
+    if limiter is not None:  # environment steps: a vector session's request is one per env
+        limiter.take(session.client_id, cost=session.n_envs or 1)
 
 
 async def login_user(request: web.Request) -> web.Response:
@@ -56,13 +56,16 @@ async def login_user(request: web.Request) -> web.Response:
     if limiter is not None:  # before the session is opened: a refused login holds no slot
         limiter.take(hash_key(login.apikey))
     try:
-        session = graph.login(login.apikey, login.evaluate_only)
+        session = graph.login(login.apikey, login.evaluate_only, login.n_envs)
     except PermissionError:
         await asyncio.sleep(throttle.failed(address))  # slows down guessing, never blocks the loop
         raise
-    return _json({"ok": True, "session_key": session.key, "agent": session.runtime.record.name,
-                  "observation_space": space_to_json(session.observation_space),
-                  "action_space": space_to_json(session.action_space)})
+    reply = {"ok": True, "session_key": session.key, "agent": session.runtime.record.name,
+             "observation_space": space_to_json(session.observation_space),
+             "action_space": space_to_json(session.action_space)}
+    if session.n_envs is not None:
+        reply["n_envs"] = session.n_envs
+    return _json(reply)
 
 
 async def env_step(request: web.Request) -> web.Response:
@@ -70,14 +73,19 @@ async def env_step(request: web.Request) -> web.Response:
     graph = request.app[GRAPH]
     session = graph.session(session_key(data))
     _count_request(request.app, session)
-    step = parse_step(data, session.observation_space)
+    n_envs = session.n_envs
+    step = (parse_step(data, session.observation_space) if n_envs is None else
+            parse_vector_step(data, session.observation_space, n_envs))
     if step is None:
         graph.logout(session.key)
         return _json({"ok": True})
     acted = await graph.step(session, step)
+    space = session.action_space
+    if n_envs is not None:
+        return _json({"actions": [action_to_json(space, action) for action in acted.action]})
     if acted.action is None:
         return _json({"action": None})
-    return _json({"action": action_to_json(session.action_space, acted.action)})
+    return _json({"action": action_to_json(space, acted.action)})
 
 
 async def logout(request: web.Request) -> web.Response:
@@ -116,7 +124,8 @@ async def _graph_context(app: web.Application) -> AsyncIterator[None]:
     graph = config.graph_manager
     serving = Serving(deliver=asyncio.get_running_loop().call_soon_threadsafe,
                       act_timeout_seconds=config.act_timeout_seconds,
-                      max_sessions_per_agent=config.max_sessions_per_agent)
+                      max_sessions_per_agent=config.max_sessions_per_agent,
+                      max_envs_per_session=config.max_envs_per_session)
     try:
         app[CREATED_KEYS] = await asyncio.to_thread(graph.create_graph, store, serving, config.only_preset)
     except BaseException:

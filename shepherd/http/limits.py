@@ -42,7 +42,12 @@ class _Bucket:
 
 
 class RateLimiter:
-    """A token bucket per client id: ``rate`` requests a second on average, bursts up to ``burst``."""
+    """A token bucket per client id: ``rate`` environment steps a second on average, bursts up to ``burst``.
+
+    A request costs its environment steps (one, or a vector step's N). One that costs more than the whole
+    burst is let through on a full bucket and leaves it in debt, so a vector step is never refused forever;
+    its key then waits for the debt to be paid back at ``rate``.
+    """
 
     def __init__(self, rate: float, burst: float | None = None, capacity: int = 100_000) -> None:
         if rate <= 0:
@@ -51,20 +56,22 @@ class RateLimiter:
         self.burst = burst if burst is not None else rate
         self._buckets = _LRU(capacity)
 
-    def take(self, client_id: str, now: float | None = None) -> None:
-        """Count one request.
+    def take(self, client_id: str, now: float | None = None, cost: float = 1.0) -> None:
+        """Count a request of ``cost`` environment steps.
 
         Raises:
-            TooManyRequests: the bucket is empty; ``retry_after`` says when a token is back.
+            TooManyRequests: too few tokens are left; ``retry_after`` says when enough are back.
         """
         now = time.monotonic() if now is None else now
         bucket = self._buckets.touch(client_id, lambda: _Bucket(self.burst, now))
         bucket.tokens = min(self.burst, bucket.tokens + (now - bucket.stamp) * self.rate)
         bucket.stamp = now
-        if bucket.tokens < 1.0:
-            wait = (1.0 - bucket.tokens) / self.rate
-            raise TooManyRequests(f"too many requests for this API key (limit {self.rate:g}/s); slow down", wait)
-        bucket.tokens -= 1.0
+        needed = min(cost, self.burst)
+        if bucket.tokens < needed:
+            wait = (needed - bucket.tokens) / self.rate
+            raise TooManyRequests(f"too many requests for this API key (limit {self.rate:g} environment steps/s); "
+                                  "slow down", wait)
+        bucket.tokens -= cost
 
 
 @dataclass

@@ -8,12 +8,13 @@ from typing import Any
 import orjson
 from gymnasium import spaces
 
-from shepherd.graph import StepInput
+from shepherd.graph import StepInput, VectorStepInput
 from shepherd.http.errors import BadRequest
-from shepherd.spaces import SpaceError, check_observation
+from shepherd.spaces import SpaceError, check_observation, check_observations
 
-STEP_FIELDS = {"session_key", "obs", "reward", "done", "info", "truncated", "terminated", "seq"}
-LOGIN_FIELDS = {"apikey", "mode"}
+#: the fields of a step of either kind; `parse_step` and `parse_vector_step` refuse the other kind's
+STEP_FIELDS = {"session_key", "obs", "reward", "done", "info", "truncated", "terminated", "seq", "final_obs"}
+LOGIN_FIELDS = {"apikey", "mode", "n_envs"}
 
 
 def parse_object(body: bytes, fields: set[str]) -> dict[str, Any]:
@@ -34,6 +35,7 @@ def parse_object(body: bytes, fields: set[str]) -> dict[str, Any]:
 class Login:
     apikey: str
     evaluate_only: bool
+    n_envs: int | None = None  # a vector session's envs; None: one env
 
 
 def parse_login(body: bytes) -> Login:
@@ -44,7 +46,10 @@ def parse_login(body: bytes) -> Login:
     mode = data.get("mode", "train")
     if mode not in ("train", "evaluate"):
         raise BadRequest("'mode' must be 'train' or 'evaluate'")
-    return Login(apikey, mode == "evaluate")
+    n_envs = data.get("n_envs")
+    if n_envs is not None and (isinstance(n_envs, bool) or not isinstance(n_envs, int) or n_envs < 1):
+        raise BadRequest("'n_envs' must be a whole number of environments, at least 1")
+    return Login(apikey, mode == "evaluate", n_envs)
 
 
 def _flag(data: dict[str, Any], name: str) -> bool | None:
@@ -85,6 +90,9 @@ def parse_step(data: dict[str, Any], observation_space: spaces.Space) -> StepInp
         raise BadRequest("'obs' is required: the observation, or null to end the session")
     if data["obs"] is None:
         return None
+    if isinstance(data.get("reward"), list) or "final_obs" in data:
+        raise BadRequest("this session drives one env: send one 'obs' and one 'reward' (log in with 'n_envs' "
+                         "for vector steps)")
     try:
         obs = check_observation(observation_space, data["obs"])
     except SpaceError as error:
@@ -104,4 +112,66 @@ def parse_step(data: dict[str, Any], observation_space: spaces.Space) -> StepInp
     try:
         return StepInput.of(obs, data["reward"], done, terminated, truncated, seq)
     except ValueError as error:
+        raise BadRequest(str(error)) from None
+
+
+def _flags(data: dict[str, Any], name: str, n: int) -> list[bool]:
+    values = data.get(name)
+    if not isinstance(values, list):
+        raise BadRequest(f"'{name}' (a list of {n} booleans, one per env) is required in a vector step")
+    if len(values) != n:
+        raise BadRequest(f"'{name}' has {len(values)} items; this session drives {n} envs")
+    for i, value in enumerate(values):
+        if not (isinstance(value, bool) or (isinstance(value, int) and value in (0, 1))):
+            raise BadRequest(f"{name}[{i}] must be true or false")
+    return [bool(value) for value in values]
+
+
+def _list_of(data: dict[str, Any], name: str, n: int, what: str) -> list[Any] | None:
+    values = data.get(name)
+    if values is None:
+        return None
+    if not isinstance(values, list):
+        raise BadRequest(f"'{name}' must be a list of {n} {what}, one per env")
+    if len(values) != n:
+        raise BadRequest(f"'{name}' has {len(values)} items; this session drives {n} envs")
+    return values
+
+
+def parse_vector_step(data: dict[str, Any], observation_space: spaces.Space, n_envs: int) -> VectorStepInput | None:
+    """Check a vector step body (already parsed by `parse_object`) of a session of ``n_envs`` envs.
+
+    Returns None for ``"obs": null``, which ends the session. Everything is checked before anything is
+    recorded: a body with one bad item is refused whole, and the error names the field and the index.
+    """
+    if "obs" not in data:
+        raise BadRequest("'obs' is required: a list of every env's observation, or null to end the session")
+    if data["obs"] is None:
+        return None
+    if "done" in data:
+        raise BadRequest("a vector step has no 'done': send 'terminated' and 'truncated', one boolean per env")
+    observations = data["obs"]
+    if not isinstance(observations, list) or not isinstance(data.get("reward"), list):
+        raise BadRequest(f"this session drives {n_envs} envs: 'obs' and 'reward' must be lists with one item "
+                         "per env")
+    if len(observations) != n_envs:
+        raise BadRequest(f"'obs' has {len(observations)} items; this session drives {n_envs} envs")
+    rewards = _list_of(data, "reward", n_envs, "numbers")
+    terminated, truncated = _flags(data, "terminated", n_envs), _flags(data, "truncated", n_envs)
+    infos = _list_of(data, "info", n_envs, "objects")
+    for i, info in enumerate(infos or ()):
+        if info is None:
+            continue
+        if not isinstance(info, dict):
+            raise BadRequest(f"info[{i}] must be an object")
+        if info.get("TimeLimit.truncated") is True:
+            truncated[i] = True
+    finals = _list_of(data, "final_obs", n_envs, "observations (null where the env did not end)")
+    try:
+        obs = check_observations(observation_space, observations, "obs")
+        final_obs = None if finals is None else [
+            None if value is None else check_observation(observation_space, value, f"final_obs[{i}]")
+            for i, value in enumerate(finals)]
+        return VectorStepInput.of(obs, rewards or [], terminated, truncated, final_obs, _seq(data))
+    except (SpaceError, ValueError) as error:
         raise BadRequest(str(error)) from None

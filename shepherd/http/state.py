@@ -27,8 +27,10 @@ class ServerConfig:
     act_timeout_seconds: float = 30.0
     sweep_seconds: float = 5.0
     max_sessions_per_agent: int | None = 1024
-    requests_per_second_per_key: float | None = 2000.0
-    burst_per_key: float | None = None  # default: one second's worth of requests
+    max_envs_per_session: int = 1024  # the most envs a vector session may drive
+    # environment steps (a request: one; a vector step: one per env) per second per API key
+    requests_per_second_per_key: float | None = 20000.0
+    burst_per_key: float | None = None  # default: one second's worth
     # connections (shepherd/http/server.py): a new connection must send its first request's headers within
     # header_timeout_seconds, a request its body within body_timeout_seconds (else 408), and a connection
     # waiting for its next request is closed after idle_timeout_seconds; more than max_connections open

@@ -1,5 +1,5 @@
 """Level: one LevelManager per client session, the remote client seen as an environment."""
 
-from shepherd.level.manager import MODES, Episode, EpisodeHost, LevelManager, Phase
+from shepherd.level.manager import MODES, EnvStep, Episode, EpisodeHost, LevelManager, Phase, VectorLevel
 
-__all__ = ["MODES", "Episode", "EpisodeHost", "LevelManager", "Phase"]
+__all__ = ["MODES", "EnvStep", "Episode", "EpisodeHost", "LevelManager", "Phase", "VectorLevel"]

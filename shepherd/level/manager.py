@@ -4,6 +4,10 @@ As in Coach, the agent never talks to the environment: the LevelManager stands b
 environment is a remote client, so the LevelManager keeps that session's episode state (phase, running
 return, length) and forwards each message to the learner as ``begin_episode`` / ``step`` /
 ``end_episode``. The learner answers with a future action.
+
+A vector session drives N environments at once, with SB3 ``VecEnv``'s automatic reset: `VectorLevel`
+keeps N episodes, each env an actor of the learner, and hands every env's messages of one step to the
+learner as one unit (``Learner.submit``).
 """
 
 from __future__ import annotations
@@ -11,9 +15,9 @@ from __future__ import annotations
 import enum
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, Sequence
 
-from shepherd.agents import ActMode, ThreadedLearner
+from shepherd.agents import ActionFuture, ActMode, Kind, Request, ThreadedLearner
 
 
 class Phase(enum.Enum):
@@ -93,3 +97,73 @@ class LevelManager:
             self.host.end_episode(self.episode, completed=False)
             self.episode = None
         self.host.learner.end_actor(self.actor_id)
+
+
+@dataclass(frozen=True)
+class EnvStep:
+    """One env's part of a vector step: ``obs`` after its last action (the next episode's first when it
+    ended), ``reward`` for that action, and, when its episode ended, ``final_obs`` and whether the end was a
+    time limit (``truncated``: bootstrapped) rather than terminal."""
+
+    obs: Any
+    reward: float = 0.0
+    ended: bool = False
+    truncated: bool = False
+    final_obs: Any = None
+
+
+class VectorLevel:
+    """One vector session of one agent: N environments stepped together, each an actor of the learner.
+
+    ``step`` takes the N envs' parts of one step (checked against the spaces) and returns N future actions,
+    ``actions[i]`` answering ``obs[i]``. An env's first step, and an end reported before any step of its
+    episode (the session's first call), start an episode: its reward and final observation are ignored.
+    """
+
+    def __init__(self, first_actor_id: int, n_envs: int, host: EpisodeHost, evaluate_only: bool = False) -> None:
+        self.actor_ids = range(first_actor_id, first_actor_id + n_envs)
+        self.group = first_actor_id  # names the session to the learner: its envs never wait on each other
+        self.host = host
+        self.evaluate_only = evaluate_only
+        self.episodes: list[Episode | None] = [None] * n_envs
+        self.steps = 0
+        self.closed = False
+
+    @property
+    def n_envs(self) -> int:
+        return len(self.actor_ids)
+
+    def step(self, envs: Sequence[EnvStep]) -> list[ActionFuture]:
+        if len(envs) != self.n_envs:
+            raise ValueError(f"a step of this session has {self.n_envs} envs, not {len(envs)}")
+        host, group = self.host, self.group
+        requests: list[Request] = []
+        for index, (actor, env) in enumerate(zip(self.actor_ids, envs)):
+            episode = self.episodes[index]
+            if episode is not None:
+                episode.total += env.reward
+                episode.length += 1
+                self.steps += 1
+                host.count_step(episode.phase)
+                mode = MODES[episode.phase]
+                if not env.ended:
+                    requests.append(Request(Kind.STEP, actor, env.obs, env.reward, False, mode, group=group))
+                    continue
+                requests.append(Request(Kind.END, actor, env.final_obs, env.reward, env.truncated, mode,
+                                        group=group))
+                host.end_episode(episode, completed=True)
+            phase = Phase.DEPLOY if self.evaluate_only else host.begin_episode()
+            self.episodes[index] = Episode(phase)
+            requests.append(Request(Kind.BEGIN, actor, env.obs, 0.0, False, MODES[phase], group=group))
+        return host.learner.submit(requests)
+
+    def close(self) -> None:
+        """End the session: unfinished episodes are abandoned, the learner closes their partial data."""
+        if self.closed:
+            return
+        self.closed = True
+        for index, episode in enumerate(self.episodes):
+            if episode is not None:
+                self.host.end_episode(episode, completed=False)
+                self.episodes[index] = None
+        self.host.learner.submit([Request(Kind.DROP, actor) for actor in self.actor_ids])
