@@ -90,9 +90,21 @@ def map_body(ctx, body):
     if "token" in body and CHOICE.random() < 0.6:  # a dashboard sign-in
         body["token"] = LIVE["admin"] if CHOICE.random() < 0.7 else LIVE["apikey"]
     if "session_key" in body and CHOICE.random() < 0.6:
-        body["session_key"] = _live_session()
-        if CHOICE.random() < 0.7:
-            body["obs"] = [CHOICE.uniform(-1, 1) for _ in range(4)]
+        if isinstance(body.get("reward"), list) or CHOICE.random() < 0.3:  # a vector session of 1 to 3 envs
+            n = CHOICE.randint(1, 3)
+            body["session_key"] = _live_session(n)
+            if CHOICE.random() < 0.7:
+                body["obs"] = [[CHOICE.uniform(-1, 1) for _ in range(4)] for _ in range(n)]
+            if CHOICE.random() < 0.5:  # a well-shaped vector step, now and then with an end
+                ended = [CHOICE.random() < 0.3 for _ in range(n)]
+                body.update(reward=[CHOICE.uniform(-1, 1) for _ in range(n)], terminated=ended,
+                            truncated=[False] * n,
+                            final_obs=[[0.0, 0.1, 0.2, 0.3] if end else None for end in ended])
+                body.pop("done", None)
+        else:
+            body["session_key"] = _live_session()
+            if CHOICE.random() < 0.7:
+                body["obs"] = [CHOICE.uniform(-1, 1) for _ in range(4)]
     return body
 
 
@@ -104,14 +116,16 @@ def map_path_parameters(ctx, path_parameters):
     return path_parameters
 
 
-def _live_session() -> str:
-    """A new session of the real key; the previous one is logged out, so that a long run does not reach the
-    agent's session limit (a case may have logged it out already: that reply does not matter)."""
+def _live_session(n_envs: int | None = None) -> str:
+    """A new session of the real key (a vector session of ``n_envs`` envs if given); the previous one is logged
+    out, so that a long run does not reach the agent's session limit (a case may have logged it out already:
+    that reply does not matter)."""
     import requests
 
     if previous := LIVE.pop("session", None):
         requests.post(LIVE["url"] + "/shepherd/logout/", json={"session_key": previous}, timeout=10)
-    reply = requests.post(LIVE["url"] + "/shepherd/login_user/", json={"apikey": LIVE["apikey"]}, timeout=10)
+    login = {"apikey": LIVE["apikey"]} if n_envs is None else {"apikey": LIVE["apikey"], "n_envs": n_envs}
+    reply = requests.post(LIVE["url"] + "/shepherd/login_user/", json=login, timeout=10)
     LIVE["session"] = reply.json()["session_key"]
     return LIVE["session"]
 
