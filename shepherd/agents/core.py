@@ -153,9 +153,9 @@ class Learner(Protocol):
 
     def end_actor(self, actor: int) -> None: ...
 
-    def submit(self, requests: list[Request]) -> list[ActionFuture]:
+    def submit(self, requests: list[Request]) -> ActionFuture:
         """Hand over one vector step's requests (made by the caller, any kinds) as one unit, in order;
-        returns the future action of each act request (BEGIN, STEP), in order."""
+        returns one future of the actions of its act requests (BEGIN, STEP), a list in order."""
 
     def drain(self) -> None:
         """The server is stopping: answer every held-back request now, and never hold one back again."""

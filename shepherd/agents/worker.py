@@ -71,6 +71,44 @@ class _Control:
     payload: Any = None
 
 
+class _Vector:
+    """The answers of one vector step's acts, gathered into one future (set on the thread that resolves)."""
+
+    __slots__ = ("future", "actions", "left", "version")
+
+    def __init__(self, future: ActionFuture, count: int) -> None:
+        self.future = future
+        self.actions: list[Any] = [None] * count
+        self.left = count
+        self.version: int | None = None
+
+    def answer(self, index: int, answer: Answer) -> None:
+        future = self.future
+        if future.done():
+            return
+        if answer.outcome is Outcome.ACTION:
+            self.actions[index] = answer.action
+            self.version = answer.version if self.version is None else min(self.version, answer.version)
+            self.left -= 1
+            if not self.left:
+                future.policy_version = self.version or 0
+                future.set_result(self.actions)
+        elif answer.outcome is Outcome.DROPPED:
+            future.cancel()
+        elif answer.outcome is Outcome.FAILED:
+            future.set_exception(AgentFailed(answer.detail))
+        else:
+            future.set_exception(AgentClosed(answer.detail))
+
+
+@dataclass(frozen=True)
+class _Part:
+    """Where one act's answer goes in its vector step."""
+
+    vector: _Vector
+    index: int
+
+
 class ThreadedLearner:
     """An `Algorithm` on a worker thread, behind the `Learner` calls; every call is thread-safe."""
 
@@ -84,7 +122,7 @@ class ThreadedLearner:
         self.greedy = greedy
         # a list is one vector step's requests: taken into one batch whole, in order
         self._queue: queue.SimpleQueue[Request | list[Request] | _Control] = queue.SimpleQueue()
-        self._futures: dict[int, ActionFuture] = {}
+        self._futures: dict[int, ActionFuture | _Part] = {}  # by ticket
         self._tickets = iter(range(1, 1 << 62))
         self._deliver: Deliver | None = None
         self._closed = False
@@ -140,39 +178,37 @@ class ThreadedLearner:
     def end_actor(self, actor: int) -> None:
         self._put(Request(Kind.DROP, actor))
 
-    def submit(self, requests: list[Request]) -> list[ActionFuture]:
-        """Hand over one vector step's requests as one unit; the futures of its acts (BEGIN, STEP), in order.
+    def submit(self, requests: list[Request]) -> ActionFuture:
+        """Hand over one vector step's requests as one unit; one future of its acts' (BEGIN, STEP) actions,
+        a list in order, whose policy version is the oldest that chose them.
 
         They are queued as one message, so the worker takes them into one batch in env order (one forward
         pass, the random numbers SB3 draws for a ``VecEnv``'s step). When every act is greedy and the
         snapshot has the current weights, the acts are answered here at once, from one numpy forward.
         """
         acts = [r for r in requests if r.kind in (Kind.BEGIN, Kind.STEP)]
-        futures = [ActionFuture() for _ in acts]
+        future = ActionFuture()
         if not acts:
             self._put_all(requests)
-            return futures
-        if self._refused(futures[0]):
-            for future in futures[1:]:
-                future.set_exception(futures[0].exception())
-            return futures
+            future.set_result([])
+            return future
+        if self._refused(future):
+            return future
         if self.greedy is not None and all(r.mode is ActMode.GREEDY for r in acts):
             answered = self.greedy.act_batch([r.obs for r in acts])
             if answered is not None:
-                actions, version = answered
-                for future, action in zip(futures, actions):
-                    future.policy_version = version
-                    future.set_result(action)
+                future.policy_version = answered[1]
+                future.set_result(list(answered[0]))
                 self._put_all([r for r in requests if r.kind not in (Kind.BEGIN, Kind.STEP)])
-                return futures
+                return future
             self.greedy.prepare()  # the next greedy steps can be answered at once
-        now = time.perf_counter()
-        for request, future in zip(acts, futures):
+        vector, now = _Vector(future, len(acts)), time.perf_counter()
+        for index, request in enumerate(acts):
             request.ticket = next(self._tickets)
-            self._futures[request.ticket] = future
+            self._futures[request.ticket] = _Part(vector, index)
             request.submitted = now
         self._queue.put(list(requests))
-        return futures
+        return future
 
     def _put_all(self, requests: list[Request]) -> None:
         if requests and self.failure is None and not self._closed:
@@ -235,6 +271,9 @@ class ThreadedLearner:
     def _resolve(self, answers: list[Answer]) -> None:
         for answer in answers:
             future = self._futures.pop(answer.ticket, None)
+            if isinstance(future, _Part):
+                future.vector.answer(future.index, answer)
+                continue
             if future is None or future.done():
                 continue
             if answer.outcome is Outcome.ACTION:

@@ -26,7 +26,7 @@ import numpy as np
 
 from shepherd.agents import ActionFuture
 from shepherd.graph.runtime import AgentRuntime
-from shepherd.level import EnvStep, LevelManager, VectorLevel
+from shepherd.level import EnvSteps, LevelManager, VectorLevel
 from shepherd.storage import new_secret
 
 
@@ -87,9 +87,9 @@ class TooManyEnvs(ValueError):
 
 @dataclass(frozen=True)
 class VectorStepInput:
-    """One checked step of a vector session: every env's part, in env order (`EnvStep`)."""
+    """One checked step of a vector session, as columns with one item per env (`EnvSteps`)."""
 
-    envs: tuple[EnvStep, ...]
+    envs: EnvSteps
     seq: int | None = None
 
     @classmethod
@@ -109,21 +109,22 @@ class VectorStepInput:
         if final_obs is not None and len(final_obs) != n:
             raise ValueError(f"'final_obs' has {len(final_obs)} items and 'obs' {n}: one per env (null where "
                              "the env did not end)")
-        envs = []
-        for i in range(n):
-            value = reward[i]
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        for i, value in enumerate(reward):
+            if type(value) is not float and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
                 raise ValueError(f"reward[{i}] must be a finite number")
-            ended = bool(terminated[i]) or bool(truncated[i])
-            last = final_obs[i] if final_obs is not None else None
-            if ended and last is None:
+        if not all(math.isfinite(value) for value in reward):
+            raise ValueError(f"reward[{next(i for i, v in enumerate(reward) if not math.isfinite(v))}] must be "
+                             "a finite number")
+        ended = [bool(a) or bool(b) for a, b in zip(terminated, truncated)]
+        finals = list(final_obs) if final_obs is not None else [None] * n
+        for i, (end, last) in enumerate(zip(ended, finals)):
+            if end and last is None:
                 raise ValueError(f"env {i} ended (terminated or truncated) but final_obs[{i}] is missing: send "
                                  "its last observation there, and the next episode's first in obs")
-            if not ended and last is not None:
+            if not end and last is not None:
                 raise ValueError(f"final_obs[{i}] is given but env {i} did not end; send null there")
-            envs.append(EnvStep(obs[i], float(value), ended, ended and bool(truncated[i]) and not terminated[i],
-                                last))
-        return cls(tuple(envs), seq)
+        limits = [bool(b) and not a for a, b in zip(terminated, truncated)]
+        return cls(EnvSteps(list(obs), [float(value) for value in reward], ended, limits, finals), seq)
 
 
 @dataclass(frozen=True)
@@ -151,40 +152,15 @@ def _same_observation(a: Any, b: Any) -> bool:
 def same_step(a: StepInput | VectorStepInput, b: StepInput | VectorStepInput) -> bool:
     """Whether two steps carry the same content (a true retry)."""
     if isinstance(a, VectorStepInput) or isinstance(b, VectorStepInput):
-        return (isinstance(a, VectorStepInput) and isinstance(b, VectorStepInput) and len(a.envs) == len(b.envs)
-                and all(x.reward == y.reward and x.ended == y.ended and x.truncated == y.truncated
-                        and _same_observation(x.obs, y.obs)
-                        and (not x.ended or _same_observation(x.final_obs, y.final_obs))
-                        for x, y in zip(a.envs, b.envs)))
+        if not (isinstance(a, VectorStepInput) and isinstance(b, VectorStepInput)):
+            return False
+        x, y = a.envs, b.envs
+        return (x.reward == y.reward and x.ended == y.ended and x.truncated == y.truncated
+                and len(x.obs) == len(y.obs) and all(map(_same_observation, x.obs, y.obs))
+                and all(p is None and q is None or p is not None and q is not None and _same_observation(p, q)
+                        for p, q in zip(x.final_obs, y.final_obs)))
     return (a.reward == b.reward and a.done == b.done and a.truncated == b.truncated
             and _same_observation(a.obs, b.obs))
-
-
-def _gathered(futures: list[ActionFuture]) -> ActionFuture:
-    """One future for a vector step's actions: their list, once every one is answered (the first error
-    or cancellation otherwise); its policy version is the oldest of theirs."""
-    gathered = ActionFuture()
-    left = [len(futures)]
-    lock = threading.Lock()
-
-    def one_done(_: Future) -> None:
-        with lock:
-            left[0] -= 1
-            if left[0]:
-                return
-        if any(f.cancelled() for f in futures):
-            gathered.cancel()
-            return
-        error = next((f.exception() for f in futures if f.exception() is not None), None)
-        if error is not None:
-            gathered.set_exception(error)
-            return
-        gathered.policy_version = min(getattr(f, "policy_version", 0) for f in futures)
-        gathered.set_result([f.result() for f in futures])
-
-    for future in futures:
-        future.add_done_callback(one_done)
-    return gathered
 
 
 @dataclass(eq=False)
@@ -258,8 +234,8 @@ class Session:
                              "terminated, truncated)" if isinstance(level, VectorLevel) else
                              "this session drives one env: send one obs and reward (log in with n_envs for "
                              "vector steps)")
-        if isinstance(step, VectorStepInput) and isinstance(level, VectorLevel) and len(step.envs) != level.n_envs:
-            raise WrongShape(f"this session drives {level.n_envs} envs, the step has {len(step.envs)}: "
+        if isinstance(step, VectorStepInput) and isinstance(level, VectorLevel) and len(step.envs.obs) != level.n_envs:
+            raise WrongShape(f"this session drives {level.n_envs} envs, the step has {len(step.envs.obs)}: "
                              "one item per env in every list")
         if step.seq is not None and self.last_seq is not None:
             if step.seq == self.last_seq:
@@ -274,7 +250,7 @@ class Session:
             raise Conflict(f"the previous step of this session is still waiting for its action; {retry}")
         reply: Future | None
         if isinstance(step, VectorStepInput) and isinstance(level, VectorLevel):
-            reply = _gathered(level.step(step.envs))
+            reply = level.step(step.envs)
         else:
             assert isinstance(step, StepInput) and isinstance(level, LevelManager)  # their shapes agree (above)
             reply = level.step(step.obs, step.reward, step.done, step.truncated)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from shepherd.agents import ActionFuture, ActMode, Kind, Request, ThreadedLearner
 
@@ -100,23 +100,24 @@ class LevelManager:
 
 
 @dataclass(frozen=True)
-class EnvStep:
-    """One env's part of a vector step: ``obs`` after its last action (the next episode's first when it
-    ended), ``reward`` for that action, and, when its episode ended, ``final_obs`` and whether the end was a
-    time limit (``truncated``: bootstrapped) rather than terminal."""
+class EnvSteps:
+    """The N envs' parts of one vector step, as columns (one item per env): ``obs[i]`` after env i's last
+    action (the next episode's first when it ended), ``reward[i]`` for that action, and, when its episode
+    ended (``ended[i]``), ``final_obs[i]`` and whether the end was a time limit (``truncated[i]``:
+    bootstrapped) rather than terminal."""
 
-    obs: Any
-    reward: float = 0.0
-    ended: bool = False
-    truncated: bool = False
-    final_obs: Any = None
+    obs: list[Any]
+    reward: list[float]
+    ended: list[bool]
+    truncated: list[bool]
+    final_obs: list[Any]
 
 
 class VectorLevel:
     """One vector session of one agent: N environments stepped together, each an actor of the learner.
 
-    ``step`` takes the N envs' parts of one step (checked against the spaces) and returns N future actions,
-    ``actions[i]`` answering ``obs[i]``. An env's first step, and an end reported before any step of its
+    ``step`` takes the N envs' parts of one step (checked against the spaces) and returns the future of the
+    N actions, ``actions[i]`` answering ``obs[i]``. An env's first step, and an end reported before any step of its
     episode (the session's first call), start an episode: its reward and final observation are ignored.
     """
 
@@ -133,28 +134,30 @@ class VectorLevel:
     def n_envs(self) -> int:
         return len(self.actor_ids)
 
-    def step(self, envs: Sequence[EnvStep]) -> list[ActionFuture]:
-        if len(envs) != self.n_envs:
-            raise ValueError(f"a step of this session has {self.n_envs} envs, not {len(envs)}")
+    def step(self, envs: EnvSteps) -> ActionFuture:
+        """The learner's future of every env's action, a list in env order."""
+        if len(envs.obs) != self.n_envs:
+            raise ValueError(f"a step of this session has {self.n_envs} envs, not {len(envs.obs)}")
         host, group = self.host, self.group
         requests: list[Request] = []
-        for index, (actor, env) in enumerate(zip(self.actor_ids, envs)):
+        for index, actor in enumerate(self.actor_ids):
             episode = self.episodes[index]
             if episode is not None:
-                episode.total += env.reward
+                reward = envs.reward[index]
+                episode.total += reward
                 episode.length += 1
                 self.steps += 1
                 host.count_step(episode.phase)
                 mode = MODES[episode.phase]
-                if not env.ended:
-                    requests.append(Request(Kind.STEP, actor, env.obs, env.reward, False, mode, group=group))
+                if not envs.ended[index]:
+                    requests.append(Request(Kind.STEP, actor, envs.obs[index], reward, False, mode, group=group))
                     continue
-                requests.append(Request(Kind.END, actor, env.final_obs, env.reward, env.truncated, mode,
-                                        group=group))
+                requests.append(Request(Kind.END, actor, envs.final_obs[index], reward, envs.truncated[index],
+                                        mode, group=group))
                 host.end_episode(episode, completed=True)
             phase = Phase.DEPLOY if self.evaluate_only else host.begin_episode()
             self.episodes[index] = Episode(phase)
-            requests.append(Request(Kind.BEGIN, actor, env.obs, 0.0, False, MODES[phase], group=group))
+            requests.append(Request(Kind.BEGIN, actor, envs.obs[index], 0.0, False, MODES[phase], group=group))
         return host.learner.submit(requests)
 
     def close(self) -> None:

@@ -401,3 +401,41 @@ def test_a_snapshot_that_disagrees_with_the_policy_is_never_used(learners, monke
     assert learner.greedy is None
     assert learner.begin_episode(9, obs(0.1), GREEDY).result(10) in (0, 1)
     assert learner.step(9, 1.0, obs(0.2), GREEDY).result(10) in (0, 1)  # answered by the worker
+
+
+def vector(kind, actors, mode=EXPLORE, group=1):
+    from shepherd.agents import Kind, Request
+
+    return [Request(getattr(Kind, kind), actor, obs(0.1 * actor), 1.0, False, mode, group=group) for actor in actors]
+
+
+def test_a_vector_step_gets_one_future_of_every_action_in_order(learners):
+    learner = ppo(learners)
+    first = learner.submit(vector("BEGIN", (1, 2)))
+    assert [a in (0, 1) for a in first.result(10)] == [True, True]
+    from shepherd.agents import Kind, Request
+
+    ended = [Request(Kind.END, 1, obs(0.3), 1.0, True, EXPLORE, group=1)] + vector("BEGIN", (1,)) + vector("STEP", (2,))
+    actions = learner.submit(ended).result(10)  # an END answers nothing: two actions, env 1's then env 2's
+    assert len(actions) == 2 and learner.steps == 2
+
+
+def test_a_vector_step_of_a_failed_or_closed_learner_is_refused_whole(learners):
+    learner = ppo(learners)
+    learner.failure = "RuntimeError: boom"
+    with pytest.raises(AgentFailed, match="boom"):
+        learner.submit(vector("BEGIN", (1, 2, 3))).result(10)
+    other = ppo(learners)
+    other.close()
+    from shepherd.agents import AgentClosed
+
+    with pytest.raises(AgentClosed):
+        other.submit(vector("BEGIN", (1, 2))).result(10)
+
+
+def test_greedy_vector_steps_are_answered_from_the_snapshot_as_the_learner_would(learners):
+    learner = ppo(learners)
+    by_learner = learner.submit(vector("BEGIN", (1, 2, 3), GREEDY)).result(10)  # publishes the weights
+    inline_future = learner.submit(vector("STEP", (1, 2, 3), GREEDY))
+    assert inline_future.done()  # answered on this thread, from one numpy batch
+    assert inline_future.result() == by_learner and inline_future.policy_version == learner.algorithm.version

@@ -104,10 +104,10 @@ def shepherd_vector_weights(algorithm: str, env_id: str, n_envs: int, steps: int
     learner.start()
     try:
         obs = env.reset()
-        futures = learner.submit([Request(Kind.BEGIN, i + 1, obs[i], mode=ActMode.EXPLORE, group=1)
-                                  for i in range(n_envs)])
+        future = learner.submit([Request(Kind.BEGIN, i + 1, obs[i], mode=ActMode.EXPLORE, group=1)
+                                 for i in range(n_envs)])
         for _ in range(steps // n_envs):
-            actions = np.array([future.result(30) for future in futures])
+            actions = np.array(future.result(30))
             obs, rewards, dones, infos = env.step(actions)
             requests = []
             for i in range(n_envs):
@@ -119,7 +119,7 @@ def shepherd_vector_weights(algorithm: str, env_id: str, n_envs: int, steps: int
                 else:
                     requests.append(Request(Kind.STEP, i + 1, obs[i], float(rewards[i]), mode=ActMode.EXPLORE,
                                             group=1))
-            futures = learner.submit(requests)
+            future = learner.submit(requests)
         learner.begin_episode(n_envs + 1, obs[0], ActMode.GREEDY).result(30)  # a round trip: all is learned
         assert learner.failure is None and learner.steps == steps
         return learner.model.policy.state_dict()
