@@ -28,6 +28,10 @@ PROGRESS_SECONDS = 10.0
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clients", type=int, default=0, metavar="N",
                         help="also run N local clients on the preset's validation env (default: none)")
+    parser.add_argument("--envs-per-client", type=int, default=1, metavar="M",
+                        help="with --clients: each client runs M copies of the env and steps them in one request "
+                             "(a vector session; an on-policy agent learns from every env with n_envs of at least "
+                             "N x M); 1 (the default) is a client of one env, one step per request")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default %(default)s; 0.0.0.0 exposes the server)")
     parser.add_argument("--port", type=int, default=8000, help="port (default %(default)s; 0 picks a free one)")
@@ -100,6 +104,10 @@ def serve_command(args: argparse.Namespace) -> int:
             raise UsageError(f"--{name.replace('_', '-')} must be positive")
     if args.max_connections is not None and args.max_connections <= 0:
         raise UsageError("--max-connections must be positive")
+    if args.envs_per_client < 1:
+        raise UsageError("--envs-per-client must be at least 1")
+    if args.envs_per_client != 1 and not args.clients:
+        raise UsageError("--envs-per-client needs --clients")
     try:
         graph = load_preset(args.preset)
         if args.clients and graph.validation is None:
@@ -156,7 +164,8 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
             runtime = graph.runtime(graph.validation.agent)
             local = await operations.add_key(runtime.record.id, "local clients of run.py --clients")
             local_key_id = local.id
-            clients = await start_clients(server.url, local.key, graph.validation, args.clients)
+            clients = await start_clients(server.url, local.key, graph.validation, args.clients,
+                                          args.envs_per_client)
             watch(graph, runtime.record.id, outcome, stop)
             monitor = asyncio.create_task(progress(graph, runtime.record.id, clients, outcome, stop, args.quiet))
         elif not args.quiet:
@@ -254,16 +263,19 @@ def describe_schedule(schedule: Schedule) -> str:
     return ", ".join(parts)
 
 
-async def start_clients(url: str, apikey: str, validation: PresetValidation,
-                        count: int) -> list[asyncio.subprocess.Process]:
-    """Start ``count`` client processes; the key goes through the environment, never the command line."""
+async def start_clients(url: str, apikey: str, validation: PresetValidation, count: int,
+                        envs_per_client: int = 1) -> list[asyncio.subprocess.Process]:
+    """Start ``count`` client processes, each of ``envs_per_client`` envs (more than one: a vector session,
+    ``--n-envs``); the key goes through the environment, never the command line. Client k seeds its envs
+    from ``k * envs_per_client`` (env i of it with that plus i), so no two envs share a seed."""
     env = {**os.environ, "SHEPHERD_API_KEY": apikey,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    vector = ["--n-envs", str(envs_per_client)] if envs_per_client > 1 else []
     processes = []
     for index in range(count):
         processes.append(await asyncio.create_subprocess_exec(
             sys.executable, "-m", "shepherd.client", "--url", url, "--env", validation.env_id,
-            "--seed", str(index), "--env-kwargs", json.dumps(validation.env_kwargs),
+            "--seed", str(index * envs_per_client), "--env-kwargs", json.dumps(validation.env_kwargs), *vector,
             env=env, stdout=asyncio.subprocess.DEVNULL, stdin=asyncio.subprocess.DEVNULL))
     return processes
 
