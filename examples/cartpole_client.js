@@ -2,13 +2,23 @@
 // learns through a Shepherd agent. The physics follow gymnasium's CartPole-v1, time limit 500 steps.
 //
 //   SHEPHERD_API_KEY=... node examples/cartpole_client.js [episodes]
+//   SHEPHERD_API_KEY=... node examples/cartpole_client.js [episodes] --envs 8
+//
+// With --envs N it runs N CartPoles and steps all of them in one request (a vector session, logged in
+// with "n_envs": N): the body holds lists with one item per CartPole, and a CartPole whose episode ended
+// is reset in the same step, SB3 VecEnv's way. Then obs[i] is the next episode's first observation,
+// final_obs[i] the ended one's last, reward[i] its last reward; actions[i] answers obs[i]. The episodes
+// are counted over all CartPoles; the step that reaches the count may end a few more, all printed.
 //
 // SHEPHERD_URL defaults to http://127.0.0.1:8000. Prints one line per episode with its return.
 "use strict";
 
 const url = (process.env.SHEPHERD_URL || "http://127.0.0.1:8000").replace(/\/+$/, "");
 const apikey = process.env.SHEPHERD_API_KEY;
-const episodes = Number(process.argv[2] || Infinity);
+const args = process.argv.slice(2);
+const envsFlag = args.indexOf("--envs");
+const nEnvs = envsFlag === -1 ? null : Number(args.splice(envsFlag, 2)[1]);
+const episodes = Number(args[0] || Infinity);
 
 class CartPole {
   constructor() {
@@ -51,6 +61,10 @@ async function post(path, body) {
 
 async function main() {
   if (!apikey) throw new Error("set SHEPHERD_API_KEY to the agent's API key");
+  if (nEnvs !== null) {
+    if (!Number.isInteger(nEnvs) || nEnvs < 1) throw new Error("--envs takes a whole number of CartPoles, 1 or more");
+    return vectorMain(nEnvs);
+  }
   const login = await post("/shepherd/login_user/", { apikey });
   const session_key = login.session_key;
   console.log(`logged in to agent ${login.agent}: observations ${JSON.stringify(login.observation_space)}, ` +
@@ -68,6 +82,49 @@ async function main() {
       }));
     }
     console.log(`episode ${episode} return ${total}`);
+  }
+  await post("/shepherd/logout/", { session_key });
+}
+
+// N CartPoles in one vector session: every request carries all of them, every reply all their actions.
+async function vectorMain(n) {
+  const login = await post("/shepherd/login_user/", { apikey, n_envs: n });
+  const session_key = login.session_key;
+  console.log(`logged in to agent ${login.agent} with ${login.n_envs} CartPoles: observations ` +
+              `${JSON.stringify(login.observation_space)}, actions ${JSON.stringify(login.action_space)}`);
+  const envs = Array.from({ length: n }, () => new CartPole());
+  // the first step: every CartPole's reset observation, rewards 0, no ends
+  let obs = envs.map((env) => env.reset());
+  let reward = new Array(n).fill(0.0), terminated = new Array(n).fill(false), truncated = new Array(n).fill(false);
+  let finalObs = null; // null where a CartPole did not end; left out of the body when none did
+  const totals = new Array(n).fill(0.0);
+  let ended = 0;
+  while (true) {
+    const body = { session_key, obs, reward, terminated, truncated };
+    if (finalObs !== null) body.final_obs = finalObs;
+    const { actions } = await post("/shepherd/env/", body);
+    for (let i = 0; i < n; i++) {  // the server has recorded this step: its ended episodes count now
+      if (terminated[i] || truncated[i]) console.log(`episode ${++ended} (CartPole ${i}) return ${totals[i]}`);
+    }
+    if (ended >= episodes) break;
+    const next = { obs: [], reward: [], terminated: [], truncated: [] };
+    finalObs = null;
+    envs.forEach((env, i) => {
+      if (terminated[i] || truncated[i]) totals[i] = 0.0;
+      const step = env.step(actions[i]);
+      totals[i] += step.reward;
+      next.reward.push(step.reward);
+      next.terminated.push(step.terminated);
+      next.truncated.push(step.truncated);
+      if (step.terminated || step.truncated) {
+        if (finalObs === null) finalObs = new Array(n).fill(null);
+        finalObs[i] = step.obs;        // the ended episode's last observation ...
+        next.obs.push(env.reset());    // ... and already the next episode's first
+      } else {
+        next.obs.push(step.obs);
+      }
+    });
+    ({ obs, reward, terminated, truncated } = next);
   }
   await post("/shepherd/logout/", { session_key });
 }
