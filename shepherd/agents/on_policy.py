@@ -81,8 +81,12 @@ class OnPolicyAdapter(SB3Algorithm):
     def _evaluate(self, observations: list) -> tuple[np.ndarray, th.Tensor]:
         """Values and the policy's latent features of a batch of observations: the one forward pass."""
         policy = self.model.policy
-        obs_tensor, _ = policy.obs_to_tensor(stack_observations(observations))
-        features = policy.extract_features(obs_tensor)
+        features: Any
+        if self._vector_observations:  # SB3's preprocessing and flattening would change nothing
+            features = th.from_numpy(np.stack(observations).astype(np.float32, copy=False))
+        else:
+            obs_tensor, _ = policy.obs_to_tensor(stack_observations(observations))
+            features = policy.extract_features(obs_tensor)
         if policy.share_features_extractor:
             latent_pi, latent_vf = policy.mlp_extractor(features)
         else:
@@ -122,12 +126,13 @@ class OnPolicyAdapter(SB3Algorithm):
         return actions.numpy()
 
     @th.inference_mode()
-    def _sample(self, latent_pi: th.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Sampled actions, greedy actions and log-probabilities of the rows that act now. Rows that only
-        end an episode or wait for a segment draw nothing, so the random numbers drawn are SB3's."""
+    def _sample(self, latent_pi: th.Tensor, greedy_too: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Sampled actions, greedy actions (if ``greedy_too``; else the sampled ones again) and
+        log-probabilities of the rows that act now. Rows that only end an episode or wait for a segment draw
+        nothing, so the random numbers drawn are SB3's."""
         distribution = self.model.policy._get_action_dist_from_latent(latent_pi)
         sampled = distribution.get_actions(deterministic=False)
-        greedy = distribution.get_actions(deterministic=True)
+        greedy = distribution.get_actions(deterministic=True) if greedy_too else sampled
         return sampled.numpy(), greedy.numpy(), distribution.log_prob(sampled).numpy()
 
     def process(self, messages: list[Request]) -> None:
@@ -182,7 +187,9 @@ class OnPolicyAdapter(SB3Algorithm):
                 acting.append((message, actor))
         if acting:
             rows = [row_of[id(message)] for message, _ in acting]
-            sampled, greedy, log_probs = self._sample(latent_pi[th.as_tensor(rows, dtype=th.long)])
+            greedy_too = any(message.mode is ActMode.GREEDY for message, _ in acting)
+            chosen = latent_pi if len(rows) == len(forward) else latent_pi[th.as_tensor(rows, dtype=th.long)]
+            sampled, greedy, log_probs = self._sample(chosen, greedy_too)
             for j, (message, actor) in enumerate(acting):
                 self._act(actor, message, sampled[j], greedy[j], float(values[rows[j]]), float(log_probs[j]))
 
