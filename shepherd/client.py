@@ -469,14 +469,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m shepherd.client",
         description="Drive a gymnasium environment through a Shepherd agent, or with --n-envs several copies "
-                    "of it stepped in one request each (a vector session). The API key is read from the "
+                    "of it, all stepped in one request (a vector session). The API key is read from the "
                     "SHEPHERD_API_KEY environment variable.",
         epilog="A server that cannot be reached at the start (nothing listens at the URL) ends the client at "
                "once; one that goes away later is retried for 60 s. Either way the client then exits 1 with "
                "one line on stderr, as it does when the server refuses it.")
     parser.add_argument("--url", default="http://127.0.0.1:8000", help="server URL (default %(default)s)")
     parser.add_argument("--env", default="CartPole-v1", help="gymnasium env id (default %(default)s)")
-    parser.add_argument("--episodes", type=int, default=None,
+    parser.add_argument("--episodes", type=int, default=None, metavar="N",
                         help="stop after N episodes, counted over every env with --n-envs (the step that "
                              "reaches N may end more) (default: never)")
     parser.add_argument("--seed", type=int, default=None,
