@@ -65,7 +65,7 @@ WRK_SCRIPT = ROOT / "benchmarks" / "wrk" / "post.lua"
 PPO64_PRESET = ROOT / "benchmarks" / "presets" / "perf_ppo64.py"
 DQN_VEC_PRESET = ROOT / "benchmarks" / "presets" / "perf_dqn_vec.py"
 OBS = [0.01, -0.02, 0.03, 0.04]
-WRK_MISSING = ("wrk is not installed: it is the load generator of the parts {parts} (Debian's package: "
+WRK_MISSING = ("wrk is not installed, and the parts {parts} need it as their load generator (Debian's package: "
                "`sudo apt-get install -y wrk`; `scripts/install.sh --test` installs it)")
 
 
