@@ -2,7 +2,7 @@
 """Shepherd's performance benchmarks: every figure of the performance targets, each compared with a
 baseline measured in the same run, printed as one table and written as JSON.
 
-    .venv/bin/python benchmarks/perf.py                  # everything, about 35 minutes on 2 cores
+    .venv/bin/python benchmarks/perf.py                  # everything, about 40 minutes on 2 cores
     .venv/bin/python benchmarks/perf.py --only p1 p2     # some of it
     .venv/bin/python benchmarks/perf.py --seconds 5      # shorter load runs
     .venv/bin/python benchmarks/perf.py --only vtrain vserve learning    # the vector steps (issue 13)
@@ -821,8 +821,8 @@ def vector_rows(results: dict) -> list[tuple[str, str, str, str]]:
                        else f"MISSED (target >= {target}x the faster SB3)")
         rows.append((f"V1 training {name}", f"{_median(ours):,.0f} steps/s ({_each(ours)})",
                      f"SB3 learn() {envs} envs: 1 thread {_median(one):,.0f}/s ({_each(one)}), "
-                     f"{threads} threads {_median(default):,.0f}/s ({_each(default)}); "
-                     f"{_each([a / b for a, b in zip(ours, one)], '{:.2f}x')} / "
+                     f"{threads} threads {_median(default):,.0f}/s ({_each(default)}); Shepherd / SB3 1 thread "
+                     f"{_each([a / b for a, b in zip(ours, one)], '{:.2f}x')}, / SB3 {threads} threads "
                      f"{_each([a / b for a, b in zip(ours, default)], '{:.2f}x')}", verdict))
         window = [run["shepherd"] for run in runs]
         rows.append(("   where Shepherd's time went",
