@@ -15,6 +15,16 @@ from urllib.parse import urlsplit
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def cpu_seconds(pid: int, thread: int | None = None) -> float:
+    """CPU time (user + system) a process (or one of its threads) has used so far; 0 once it is gone."""
+    path = Path(f"/proc/{pid}/stat") if thread is None else Path(f"/proc/{pid}/task/{thread}/stat")
+    try:
+        fields = path.read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class Server:
     """A process serving HTTP on loopback; stopped with SIGTERM (SIGKILL if it hangs)."""
 
@@ -39,8 +49,17 @@ class Server:
 
     def cpu_seconds(self) -> float:
         """CPU time (user + system) the process has used so far."""
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(self.pid)
+
+    def thread_cpu_seconds(self) -> dict[int, float]:
+        """CPU time of each of the process's threads by thread id (the main thread's id is the pid)."""
+        times = {}
+        for task in Path(f"/proc/{self.pid}/task").iterdir():
+            try:
+                times[int(task.name)] = cpu_seconds(self.pid, int(task.name))
+            except (OSError, IndexError, ValueError):
+                pass  # the thread ended meanwhile
+        return times
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -79,6 +98,30 @@ def post(connection: http.client.HTTPConnection, path: str, body: dict) -> dict:
     if response.status != 200:
         raise RuntimeError(f"{path}: HTTP {response.status} {reply}")
     return reply
+
+
+def metrics(url: str) -> dict[str, float]:
+    """The server's ``GET /metrics`` (served to loopback clients by default), summed over agents: a
+    histogram's series by name, a ``part`` label appended (``shepherd_act_latency_seconds_sum:forward``)."""
+    connection = connect(url)
+    try:
+        connection.request("GET", "/metrics")
+        response = connection.getresponse()
+        text = response.read().decode()
+    finally:
+        connection.close()
+    if response.status != 200:
+        raise RuntimeError(f"/metrics: HTTP {response.status}")
+    figures: dict[str, float] = {}
+    for line in text.splitlines():
+        match = re.match(r'^(\w+)(?:\{([^}]*)\})? (\S+)$', line)
+        if not match:
+            continue
+        name, labels, value = match.groups()
+        part = re.search(r'part="([^"]*)"', labels or "")
+        key = f"{name}:{part.group(1)}" if part else name
+        figures[key] = figures.get(key, 0.0) + float(value)
+    return figures
 
 
 def connect(url: str) -> http.client.HTTPConnection:

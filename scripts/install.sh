@@ -2,7 +2,7 @@
 # Install Shepherd into ./.venv. With --test, also what the test suite needs.
 #   scripts/install.sh          the server, its clients and presets
 #   scripts/install.sh --test   ... and pytest, Playwright, the example clients' needs, and (through apt,
-#                               when missing) Node.js and Chromium
+#                               when missing) Node.js, Chromium and wrk (benchmarks/perf.py's load generator)
 # torch is installed first, pinned to the CPU build that pip finds on this kind of machine, so that
 # stable-baselines3 sees it satisfied instead of pulling a multi-GB CUDA build.
 set -eu
@@ -19,6 +19,7 @@ if [ "${1:-}" = "--test" ]; then
     MISSING=""
     command -v node >/dev/null 2>&1 || MISSING="nodejs"  # the JavaScript example client
     command -v chromium >/dev/null 2>&1 || MISSING="$MISSING chromium"  # the dashboard's browser tests
+    command -v wrk >/dev/null 2>&1 || MISSING="$MISSING wrk"  # the load generator of benchmarks/perf.py
     if [ -n "$MISSING" ]; then
         MISSING="${MISSING# }"
         echo "installing $MISSING through apt ..."
