@@ -57,6 +57,18 @@ def test_cartpole_ppo_reaches_its_target_with_four_clients(tmp_path):
     assert state["learner"]["num_timesteps"] > 1000 and state["learner"]["n_updates"] > 0
 
 
+def test_cartpole_ppo_reaches_its_target_with_one_vector_client_of_eight_envs(tmp_path):
+    """The preset's 8 rollout segments, filled by one client stepping 8 CartPoles per request."""
+    data = tmp_path / "data"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), "-p", "cartpole_ppo", "--clients", "1", "--envs-per-client", "8",
+         "--port", "0", "--data", str(data)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "target reached" in result.stdout
+    state = checkpoint_state(data)
+    assert state["learner"]["n_updates"] > 0
+
+
 def test_a_client_that_vanishes_mid_episode_harms_no_one(server_factory):
     server = server_factory(TINY)
     rogue = Client(server.url, server.api_key)
