@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -75,3 +77,34 @@ def server_factory(tmp_path):
     yield start
     for server in started:
         server.close()
+
+
+class ServerThread(threading.Thread):
+    """A real server on a real socket, run by an event loop in a thread of the test process, so that a test
+    can reach into it (its graph, its app). ``start_and_wait`` returns once it listens."""
+
+    def __init__(self, config) -> None:
+        super().__init__(daemon=True)
+        self.config = config
+        self.ready = threading.Event()
+        self.loop = asyncio.new_event_loop()
+        self.server = None
+
+    def run(self) -> None:
+        from shepherd.http.server import RunningServer
+
+        asyncio.set_event_loop(self.loop)
+        self.server = self.loop.run_until_complete(RunningServer.start(self.config, "127.0.0.1", 0))
+        self.ready.set()
+        self.loop.run_forever()
+
+    def start_and_wait(self) -> "ServerThread":
+        self.start()
+        assert self.ready.wait(60), "the server did not start"
+        return self
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(60)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.join(10)
+        self.loop.close()

@@ -93,12 +93,18 @@ class _Vector:
             if not self.left:
                 future.policy_version = self.version or 0
                 future.set_result(self.actions)
-        elif answer.outcome is Outcome.DROPPED:
-            future.cancel()
-        elif answer.outcome is Outcome.FAILED:
-            future.set_exception(AgentFailed(answer.detail))
         else:
-            future.set_exception(AgentClosed(answer.detail))
+            _refuse(future, answer)
+
+
+def _refuse(future: Future, answer: Answer) -> None:
+    """Settle a future with an answer that is not an action: dropped, failed or closed."""
+    if answer.outcome is Outcome.DROPPED:
+        future.cancel()
+    elif answer.outcome is Outcome.FAILED:
+        future.set_exception(AgentFailed(answer.detail))
+    else:
+        future.set_exception(AgentClosed(answer.detail))
 
 
 @dataclass(frozen=True)
@@ -279,12 +285,8 @@ class ThreadedLearner:
             if answer.outcome is Outcome.ACTION:
                 future.policy_version = answer.version
                 future.set_result(answer.action)
-            elif answer.outcome is Outcome.DROPPED:
-                future.cancel()
-            elif answer.outcome is Outcome.FAILED:
-                future.set_exception(AgentFailed(answer.detail))
             else:
-                future.set_exception(AgentClosed(answer.detail))
+                _refuse(future, answer)
 
     # -- the worker thread -----------------------------------------------------------------------
     def _run(self) -> None:

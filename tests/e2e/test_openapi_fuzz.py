@@ -13,13 +13,11 @@ that many in all (spread evenly over the operations), for a long run by hand:
         tests/e2e/test_openapi_fuzz.py
 """
 
-import asyncio
 import collections
 import json
 import math
 import os
 import random
-import threading
 import time
 from pathlib import Path
 
@@ -31,8 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from shepherd.graph import load_preset
 from shepherd.http import ServerConfig
 from shepherd.http.state import LOGIN_THROTTLE
-from shepherd.http.server import RunningServer
-from tests.conftest import TEST_PRESETS
+from tests.conftest import TEST_PRESETS, ServerThread
 
 LIVE: dict = {}
 CHOICE = random.Random(5)
@@ -41,37 +38,12 @@ LONG_RUN_CASES = int(os.environ.get("SHEPHERD_FUZZ_CASES") or 0)  # in all, for 
 REPORT = os.environ.get("SHEPHERD_FUZZ_REPORT")
 
 
-class ServerThread(threading.Thread):
-    """A real server on a real socket, run by an event loop in a thread of the test process."""
-
-    def __init__(self, data) -> None:
-        super().__init__(daemon=True)
-        self.data = data
-        self.ready = threading.Event()
-        self.loop = asyncio.new_event_loop()
-        self.server: RunningServer | None = None
-
-    def run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.config = config = ServerConfig(load_preset(str(TEST_PRESETS / "tiny_ppo.py")), self.data)
-        self.server = self.loop.run_until_complete(RunningServer.start(config, "127.0.0.1", 0))
-        # the fuzz fails logins on purpose, hundreds of times: do not slow it down as a guesser
-        self.server.app[LOGIN_THROTTLE].free = 10 ** 9
-        self.ready.set()
-        self.loop.run_forever()
-
-    def stop(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(60)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.join(10)
-        self.loop.close()
-
-
 @pytest.fixture(scope="module")
 def live_server(tmp_path_factory):
-    thread = ServerThread(tmp_path_factory.mktemp("fuzz") / "data")
-    thread.start()
-    assert thread.ready.wait(60), "the server did not start"
+    config = ServerConfig(load_preset(str(TEST_PRESETS / "tiny_ppo.py")), tmp_path_factory.mktemp("fuzz") / "data")
+    thread = ServerThread(config).start_and_wait()
+    # the fuzz fails logins on purpose, hundreds of times: do not slow it down as a guesser
+    thread.server.app[LOGIN_THROTTLE].free = 10 ** 9
     LIVE["apikey"] = thread.server.created_keys["tiny"]
     LIVE["admin"] = thread.server.admin_token
     LIVE["agent_id"] = next(iter(thread.config.graph_manager.runtimes))

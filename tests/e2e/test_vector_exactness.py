@@ -10,9 +10,6 @@ the learner's own calls, and for DQN with ``learning_starts``, which a served ag
 
 from __future__ import annotations
 
-import asyncio
-import threading
-
 import numpy as np
 import pytest
 import torch as th
@@ -20,7 +17,7 @@ import torch as th
 from shepherd.client import VectorClient, first_vector_step, sb3_vec_env_step
 from shepherd.graph import AgentSpec, GraphManager, Schedule
 from shepherd.http import ServerConfig
-from shepherd.http.server import RunningServer
+from tests.conftest import ServerThread
 from tests.integration.test_sb3_equivalence import sb3_weights
 
 N = 4
@@ -30,29 +27,6 @@ CASES = {  # steps: whole rollouts (PPO, A2C) and whole train_freq rounds (DQN) 
     "DQN": (320, {"learning_starts": 0, "batch_size": 16, "train_freq": 4, "gradient_steps": 2,
                   "target_update_interval": 50, "exploration_fraction": 0.5}),
 }
-
-
-class ServerThread(threading.Thread):
-    """A real server on a real socket, run by an event loop in a thread of the test process."""
-
-    def __init__(self, graph: GraphManager, data) -> None:
-        super().__init__(daemon=True)
-        self.graph, self.data = graph, data
-        self.ready = threading.Event()
-        self.loop = asyncio.new_event_loop()
-
-    def run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        config = ServerConfig(self.graph, self.data, requests_per_second_per_key=None)
-        self.server = self.loop.run_until_complete(RunningServer.start(config, "127.0.0.1", 0))
-        self.ready.set()
-        self.loop.run_forever()
-
-    def stop(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(60)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.join(10)
-        self.loop.close()
 
 
 def served_weights(algorithm: str, steps: int, params: dict, data) -> dict[str, th.Tensor]:
@@ -67,9 +41,7 @@ def served_weights(algorithm: str, steps: int, params: dict, data) -> dict[str, 
     # makes an env, which the model's seed must come after (a client in its own process never matters)
     venv = make_vec_env("CartPole-v1", n_envs=N)
     venv.seed(params["seed"])  # as SB3 seeds its env with the model's seed: env i with seed + i
-    thread = ServerThread(graph, data)
-    thread.start()
-    assert thread.ready.wait(60), "the server did not start"
+    thread = ServerThread(ServerConfig(graph, data, requests_per_second_per_key=None)).start_and_wait()
     client = VectorClient(thread.server.url, thread.server.created_keys["pole"], N)
     try:
         client.login()
