@@ -15,6 +15,7 @@ setup(
     install_requires=[
         "aiohttp>=3.9",
         "stable-baselines3>=2.3",
+        "sb3-contrib>=2.3",
         "gymnasium>=0.29",
         "torch>=2.1",
         "pyyaml>=6",

@@ -1,10 +1,15 @@
 """The algorithms Shepherd serves, their typed parameters (read from SB3), the spaces they handle, and models.
 
-Every algorithm is an SB3 class wrapped by a pooled learner: PPO and A2C by the on-policy learner, DQN, SAC,
-TD3 and DDPG by the off-policy learner. Their parameters are SB3's constructor arguments (see
+Every algorithm is an SB3 (or sb3-contrib) class wrapped by a family adapter: PPO and A2C by the on-policy
+learner, DQN, SAC, TD3 and DDPG by the off-policy learner; the sb3-contrib ones register themselves in
+``contrib.py`` the same way. Their parameters are the class's constructor arguments (see
 `shepherd.agents.parameters` for the types), less the few a pooled learner cannot honour, plus a few of
 Shepherd's own (``n_envs``: rollout segments or replay buffer columns, ``action_noise`` for continuous
 off-policy ones).
+
+Adding an algorithm is one call of `register` with an `Algorithm`: its class, its family (the adapter
+that feeds it; an adapter subclass where the algorithm needs more than its family gives, as masks or
+recurrent state do), the action spaces it handles, and the constructor arguments it cannot take here.
 """
 
 from __future__ import annotations
@@ -46,14 +51,22 @@ class Algorithm:
 
     name: str
     sb3_class: type[BaseAlgorithm]
+    #: the adapter that feeds the model (model, agent name, total steps): `OnPolicyAdapter`,
+    #: `OffPolicyAdapter` or a subclass of one
     family: Callable[[Any, str, int | None], SB3Algorithm]
     action_spaces: tuple[type[spaces.Space], ...]
     # parameters SB3 has but a pooled learner cannot honour, with the reason
     excluded: tuple[tuple[str, str], ...] = ()
+    #: whether a step may carry an ``action_mask`` (sb3-contrib's MaskablePPO)
+    masks: bool = False
+    #: whether it takes Dict observations (SB3's MultiInputPolicy)
+    dict_observations: bool = True
+    #: where the class comes from, as `run.py algorithms` shows it
+    package: str = "stable-baselines3"
 
     @property
     def on_policy(self) -> bool:
-        return self.family is OnPolicyAdapter
+        return isinstance(self.family, type) and issubclass(self.family, OnPolicyAdapter)
 
     @property
     def continuous(self) -> bool:
@@ -61,18 +74,40 @@ class Algorithm:
         return spaces.Box in self.action_spaces
 
 
-ALGORITHMS: dict[str, Algorithm] = {
-    "PPO": Algorithm("PPO", PPO, OnPolicyAdapter, _DISCRETE,
-                     (("use_sde", _GSDE), ("sde_sample_freq", _GSDE))),
-    "A2C": Algorithm("A2C", A2C, OnPolicyAdapter, _DISCRETE,
-                     (("use_sde", _GSDE), ("sde_sample_freq", _GSDE))),
-    "DQN": Algorithm("DQN", DQN, OffPolicyAdapter, (spaces.Discrete,), _OFF_POLICY_EXCLUDED),
-    "SAC": Algorithm("SAC", SAC, OffPolicyAdapter, (spaces.Box,),
-                     _OFF_POLICY_EXCLUDED + (("use_sde", _GSDE), ("sde_sample_freq", _GSDE),
-                                             ("use_sde_at_warmup", _GSDE))),
-    "TD3": Algorithm("TD3", TD3, OffPolicyAdapter, (spaces.Box,), _OFF_POLICY_EXCLUDED),
-    "DDPG": Algorithm("DDPG", DDPG, OffPolicyAdapter, (spaces.Box,), _OFF_POLICY_EXCLUDED),
-}
+ON_POLICY_EXCLUDED = (("use_sde", _GSDE), ("sde_sample_freq", _GSDE))
+OFF_POLICY_EXCLUDED = _OFF_POLICY_EXCLUDED
+SAC_EXCLUDED = _OFF_POLICY_EXCLUDED + (("use_sde", _GSDE), ("sde_sample_freq", _GSDE), ("use_sde_at_warmup", _GSDE))
+DISCRETE_OR_BOX = _DISCRETE
+
+#: every algorithm agents can run, by upper-case name (filled by `register`)
+ALGORITHMS: dict[str, Algorithm] = {}
+#: algorithms of the SB3 family that are not served, with the reason (`run.py algorithms` shows them)
+NOT_SERVED: dict[str, str] = {}
+
+
+def register(algorithm: Algorithm) -> Algorithm:
+    """Make an algorithm available to agents, presets, the admin API and ``run.py algorithms``.
+
+    Its parameters are read from its class's constructor (less ``excluded``, plus the family's own, see
+    `parameters`); check them with ``run.py algorithms NAME``.
+
+    Raises:
+        ValueError: the name is taken, or the family is not an `SB3Algorithm` adapter.
+    """
+    if algorithm.name.upper() in ALGORITHMS:
+        raise ValueError(f"an algorithm named {algorithm.name!r} is already registered")
+    if not (isinstance(algorithm.family, type) and issubclass(algorithm.family, SB3Algorithm)):
+        raise ValueError(f"{algorithm.name}: family {algorithm.family!r} is not an SB3Algorithm adapter")
+    ALGORITHMS[algorithm.name.upper()] = algorithm  # names are matched in any case: "crossq" is CrossQ
+    return algorithm
+
+
+register(Algorithm("PPO", PPO, OnPolicyAdapter, _DISCRETE, ON_POLICY_EXCLUDED))
+register(Algorithm("A2C", A2C, OnPolicyAdapter, _DISCRETE, ON_POLICY_EXCLUDED))
+register(Algorithm("DQN", DQN, OffPolicyAdapter, (spaces.Discrete,), _OFF_POLICY_EXCLUDED))
+register(Algorithm("SAC", SAC, OffPolicyAdapter, (spaces.Box,), SAC_EXCLUDED))
+register(Algorithm("TD3", TD3, OffPolicyAdapter, (spaces.Box,), _OFF_POLICY_EXCLUDED))
+register(Algorithm("DDPG", DDPG, OffPolicyAdapter, (spaces.Box,), _OFF_POLICY_EXCLUDED))
 
 # Constructor arguments that are Shepherd's business, not the user's.
 _NOT_PARAMETERS = {"self", "policy", "env", "tensorboard_log", "verbose", "device", "_init_setup_model",
@@ -130,7 +165,11 @@ def algorithm_info(algorithm: str) -> Algorithm:
     try:
         return ALGORITHMS[str(algorithm).upper()]
     except KeyError:
-        raise ParameterError(f"unknown algorithm {algorithm!r}; available: {', '.join(ALGORITHMS)}") from None
+        names = ", ".join(a.name for a in ALGORITHMS.values())
+        reason = NOT_SERVED.get(str(algorithm).upper())
+        if reason:
+            raise ParameterError(f"{algorithm} is not served: {reason}; available: {names}") from None
+        raise ParameterError(f"unknown algorithm {algorithm!r}; available: {names}") from None
 
 
 def check_parameters(algorithm: str, values: dict[str, Any]) -> dict[str, Any]:
@@ -162,6 +201,10 @@ def check_spaces(algorithm: str, observation_space: spaces.Space, action_space: 
         able = [a.name for a in ALGORITHMS.values() if isinstance(action_space, a.action_spaces)]
         raise ParameterError(f"{info.name} cannot handle {type(action_space).__name__} actions; "
                              f"algorithms that can: {', '.join(able) or 'none'}")
+    if isinstance(observation_space, spaces.Dict) and not info.dict_observations:
+        able = [a.name for a in ALGORITHMS.values() if a.dict_observations and isinstance(action_space, a.action_spaces)]
+        raise ParameterError(f"{info.name} has no policy for Dict observations; algorithms that have one for "
+                             f"{type(action_space).__name__} actions: {', '.join(able) or 'none'}")
     if isinstance(action_space, spaces.Box) and not (
             np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
         raise ParameterError("a Box action space needs finite low and high bounds: the policy's actions are "
@@ -292,6 +335,10 @@ def learner_for(definition: AgentDefinition, values: dict[str, Any], total_steps
 def registry_records() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The algorithms and parameters tables as stored (name, continuous flag; typed parameters)."""
     algorithms = [{"name": a.name, "continuous": a.continuous, "on_policy": a.on_policy,
-                   "action_spaces": [s.__name__ for s in a.action_spaces]} for a in ALGORITHMS.values()]
-    params = [p.record() for a in ALGORITHMS for p in parameters(a).values()]
+                   "action_spaces": [s.__name__ for s in a.action_spaces], "action_mask": a.masks,
+                   "package": a.package} for a in ALGORITHMS.values()]
+    params = [p.record() for a in ALGORITHMS.values() for p in parameters(a.name).values()]
     return algorithms, params
+
+
+from shepherd.agents import contrib  # noqa: E402,F401  (registers sb3-contrib's algorithms)

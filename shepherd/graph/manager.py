@@ -177,7 +177,7 @@ class GraphManager:
             record = store.find_agent(owner.id, spec.name)
             parameters = check_parameters(spec.algorithm, spec.parameters)
             if record is None:
-                record = store.add_agent(owner.id, spec.name, spec.algorithm.upper(), spec.observation_space,
+                record = store.add_agent(owner.id, spec.name, algorithm_info(spec.algorithm).name, spec.observation_space,
                                          spec.action_space, parameters, spec.sharing.value)
                 created_keys[spec.name], _ = store.add_api_key(record.id, label="created by preset")
             else:
@@ -200,7 +200,7 @@ class GraphManager:
         same_spaces = (space_to_json(parse_space(record.observation_space)) ==
                        space_to_json(parse_space(spec.observation_space)) and
                        space_to_json(parse_space(record.action_space)) == space_to_json(parse_space(spec.action_space)))
-        if record.algorithm != spec.algorithm.upper() or not same_spaces:
+        if record.algorithm.upper() != spec.algorithm.upper() or not same_spaces:
             raise PresetError(
                 f"agent {spec.name!r} exists in the store with algorithm {record.algorithm} and other spaces, "
                 "so its model cannot serve the preset's: give the preset's agent another name, or serve the "

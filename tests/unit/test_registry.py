@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from gymnasium import spaces as gym_spaces
 from stable_baselines3.common.noise import NormalActionNoise, OrnsteinUhlenbeckActionNoise
 
 from shepherd.definition import AgentDefinition
@@ -13,8 +14,28 @@ from shepherd.spaces import parse_space
 BOX1 = parse_space([[1], -2, 2])
 
 
-def test_the_six_algorithms():
-    assert list(ALGORITHMS) == ["PPO", "A2C", "DQN", "SAC", "TD3", "DDPG"]
+def test_the_six_and_the_contrib_algorithms():
+    assert [a.name for a in ALGORITHMS.values()] == ["PPO", "A2C", "DQN", "SAC", "TD3", "DDPG", "QRDQN", "TQC",
+                                                      "CrossQ", "TRPO"]
+    assert {a.package for a in list(ALGORITHMS.values())[6:]} == {"sb3-contrib"}
+
+
+def test_an_algorithm_is_one_registration_and_names_match_in_any_case():
+    from stable_baselines3 import PPO
+    from shepherd.agents.on_policy import OnPolicyAdapter
+    from shepherd.agents.registry import Algorithm, register
+
+    assert parameters("crossq") == parameters("CrossQ")
+    with pytest.raises(ValueError, match="already registered"):
+        register(Algorithm("ppo", PPO, OnPolicyAdapter, (gym_spaces.Discrete,)))
+    with pytest.raises(ValueError, match="not an SB3Algorithm adapter"):
+        register(Algorithm("Other", PPO, object, (gym_spaces.Discrete,)))  # type: ignore[arg-type]
+    assert "Other" not in [a.name for a in ALGORITHMS.values()]
+
+
+def test_ars_is_not_served_and_says_why():
+    with pytest.raises(ParameterError, match="ARS is not served: ARS learns from the returns of whole episodes"):
+        parameters("ARS")
 
 
 def test_parameter_types_are_numbered_as_in_the_seed():
@@ -78,7 +99,8 @@ def test_bad_values_name_the_parameter(algorithm, values, words):
 
 
 def test_unknown_algorithm():
-    with pytest.raises(ParameterError, match="unknown algorithm 'XYZ'; available: PPO, A2C, DQN, SAC, TD3, DDPG"):
+    with pytest.raises(ParameterError, match="unknown algorithm 'XYZ'; available: PPO, A2C, DQN, SAC, TD3, DDPG, "
+                                             "QRDQN, TQC, CrossQ, TRPO$"):
         parameters("XYZ")
 
 
@@ -100,20 +122,27 @@ def test_sb3_arguments_build_schedules_noise_and_activations():
 
 
 @pytest.mark.parametrize("action_space, able", [
-    (2, ["PPO", "A2C", "DQN"]),
-    ([[2], -1, 1], ["PPO", "A2C", "SAC", "TD3", "DDPG"]),
-    (["MultiDiscrete", [3, 2]], ["PPO", "A2C"]),
-    (["MultiBinary", 3], ["PPO", "A2C"]),
+    (2, ["PPO", "A2C", "DQN", "QRDQN", "TRPO"]),
+    ([[2], -1, 1], ["PPO", "A2C", "SAC", "TD3", "DDPG", "TQC", "CrossQ", "TRPO"]),
+    (["MultiDiscrete", [3, 2]], ["PPO", "A2C", "TRPO"]),
+    (["MultiBinary", 3], ["PPO", "A2C", "TRPO"]),
 ])
 def test_spaces_an_algorithm_cannot_handle_are_refused_naming_those_that_can(action_space, able):
     space = parse_space(action_space)
     obs = parse_space([[3], "-inf", "inf"])
-    for algorithm in ALGORITHMS:
+    for algorithm in [a.name for a in ALGORITHMS.values()]:
         if algorithm in able:
             check_spaces(algorithm, obs, space)
         else:
             with pytest.raises(ParameterError, match=f"algorithms that can: {', '.join(able)}$"):
                 check_spaces(algorithm, obs, space)
+
+
+def test_dict_observations_are_refused_by_an_algorithm_without_a_policy_for_them():
+    obs = parse_space({"position": [[2], -1, 1]})
+    with pytest.raises(ParameterError, match="CrossQ has no policy for Dict observations; algorithms that have one "
+                                             "for Box actions: PPO, A2C, SAC, TD3, DDPG, TQC, TRPO$"):
+        check_spaces("CrossQ", obs, BOX1)
 
 
 def test_unbounded_box_actions_are_refused():
@@ -124,10 +153,11 @@ def test_unbounded_box_actions_are_refused():
 def test_registry_records_carry_the_continuous_flag():
     algorithms, params = registry_records()
     assert {a["name"]: a["continuous"] for a in algorithms} == {
-        "PPO": True, "A2C": True, "DQN": False, "SAC": True, "TD3": True, "DDPG": True}
-    assert {a["name"] for a in algorithms if a["on_policy"]} == {"PPO", "A2C"}
+        "PPO": True, "A2C": True, "DQN": False, "SAC": True, "TD3": True, "DDPG": True, "QRDQN": False,
+        "TQC": True, "CrossQ": True, "TRPO": True}
+    assert {a["name"] for a in algorithms if a["on_policy"]} == {"PPO", "A2C", "TRPO"}
     assert all(p["type"] in (1, 2, 3, 4, 5) for p in params)
-    assert {p["algorithm"] for p in params} == set(ALGORITHMS)
+    assert {p["algorithm"] for p in params} == {a.name for a in ALGORITHMS.values()}
     assert np.all([isinstance(p["doc"], str) for p in params])
 
 

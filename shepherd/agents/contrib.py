@@ -1,0 +1,41 @@
+"""sb3-contrib's algorithms, registered as any algorithm is (see `shepherd.agents.registry.register`).
+
+QR-DQN, TQC and CrossQ are fed by the off-policy learner, TRPO by the on-policy one: each keeps its own
+``train()``, and the family adapter only replaces the collection loop, as for SB3's six. ARS is not served
+(`NOT_SERVED` says why).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from gymnasium import spaces
+from sb3_contrib import QRDQN, TQC, TRPO, CrossQ
+
+from shepherd.agents.off_policy import OffPolicyAdapter
+from shepherd.agents.on_policy import OnPolicyAdapter
+from shepherd.agents.registry import (DISCRETE_OR_BOX, NOT_SERVED, OFF_POLICY_EXCLUDED, ON_POLICY_EXCLUDED,
+                                      SAC_EXCLUDED, Algorithm, register)
+
+
+def _excluded(cls: type, reasons: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """The excluded arguments that the class has (the reasons are shared between families)."""
+    names = inspect.signature(cls).parameters
+    return tuple((name, reason) for name, reason in reasons if name in names)
+
+
+def _contrib(name: str, cls: type, family: type, action_spaces: tuple[type[spaces.Space], ...],
+             excluded: tuple[tuple[str, str], ...], **extra: bool) -> Algorithm:
+    return register(Algorithm(name, cls, family, action_spaces, _excluded(cls, excluded), package="sb3-contrib",
+                              **extra))
+
+
+_contrib("QRDQN", QRDQN, OffPolicyAdapter, (spaces.Discrete,), OFF_POLICY_EXCLUDED)
+_contrib("TQC", TQC, OffPolicyAdapter, (spaces.Box,), SAC_EXCLUDED)
+_contrib("CrossQ", CrossQ, OffPolicyAdapter, (spaces.Box,), SAC_EXCLUDED, dict_observations=False)
+_contrib("TRPO", TRPO, OnPolicyAdapter, DISCRETE_OR_BOX, ON_POLICY_EXCLUDED)
+
+NOT_SERVED["ARS"] = (
+    "ARS learns from the returns of whole episodes played by perturbed copies of its policy, in rounds its "
+    "own loop runs (evaluate_candidates); it has no step-by-step collection for clients to feed, so serving "
+    "it would mean rewriting its update rather than running sb3-contrib's")
