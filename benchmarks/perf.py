@@ -149,7 +149,12 @@ def forward_costs() -> dict:
                "batch16_per_obs_us": raw_sixteen / 16}
     learner = getattr(learner, "algorithm", learner)  # (older trees: the learner itself)
     if hasattr(learner, "_greedy"):  # (older trees, measured for before-and-after figures, lack these)
-        figures["shepherd_greedy_us"] = per_call(lambda: learner._greedy([obs]))
+        try:  # the greedy path takes requests since the adapter hooks (before: observations)
+            from shepherd.agents.core import Kind, Request
+            one: list = [Request(Kind.STEP, 1, obs)]
+        except ImportError:
+            one = [obs]
+        figures["shepherd_greedy_us"] = per_call(lambda: learner._greedy(one))
     try:
         from shepherd.agents.inline import snapshot
     except ImportError:

@@ -77,15 +77,17 @@ class OnPolicyAdapter(SB3Algorithm):
         self._last_dones = np.zeros(self.n_segments, dtype=np.float32)
 
     # -- the batched forward pass ------------------------------------------------------------------
+    # The four hooks an adapter subclass overrides when its algorithm needs more than observations (masks,
+    # recurrent state): the forward pass, sampling, the greedy actions, and what a row of the buffer holds.
     @th.inference_mode()
-    def _evaluate(self, observations: list) -> tuple[np.ndarray, th.Tensor]:
-        """Values and the policy's latent features of a batch of observations: the one forward pass."""
+    def _evaluate(self, messages: list[Request]) -> tuple[np.ndarray, th.Tensor]:
+        """Values and the policy's latent features of a batch of requests: the one forward pass."""
         policy = self.model.policy
         features: Any
         if self._vector_observations:  # SB3's preprocessing and flattening would change nothing
-            features = th.from_numpy(np.stack(observations).astype(np.float32, copy=False))
+            features = th.from_numpy(np.stack([m.obs for m in messages]).astype(np.float32, copy=False))
         else:
-            obs_tensor, _ = policy.obs_to_tensor(stack_observations(observations))
+            obs_tensor, _ = policy.obs_to_tensor(stack_observations([m.obs for m in messages]))
             features = policy.extract_features(obs_tensor)
         if policy.share_features_extractor:
             latent_pi, latent_vf = policy.mlp_extractor(features)
@@ -95,7 +97,7 @@ class OnPolicyAdapter(SB3Algorithm):
         return policy.value_net(latent_vf).flatten().numpy(), latent_pi
 
     @th.no_grad()
-    def _greedy(self, observations: list) -> np.ndarray:
+    def _greedy(self, messages: list[Request]) -> np.ndarray:
         """Greedy actions only, for batches that nothing learns from (evaluation, deployment).
 
         The actor's layers and an argmax (or the mean), without building SB3's distribution object: the
@@ -104,6 +106,7 @@ class OnPolicyAdapter(SB3Algorithm):
         """
         policy = self.model.policy
         features: Any
+        observations = [m.obs for m in messages]
         if self._vector_observations:  # SB3's preprocessing and flattening would change nothing
             obs_tensor = features = th.from_numpy(np.stack(observations).astype(np.float32, copy=False))
         else:
@@ -126,10 +129,11 @@ class OnPolicyAdapter(SB3Algorithm):
         return actions.numpy()
 
     @th.inference_mode()
-    def _sample(self, latent_pi: th.Tensor, greedy_too: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _sample(self, latent_pi: th.Tensor, acting: list[Request],
+                greedy_too: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Sampled actions, greedy actions (if ``greedy_too``; else the sampled ones again) and
-        log-probabilities of the rows that act now. Rows that only end an episode or wait for a segment draw
-        nothing, so the random numbers drawn are SB3's."""
+        log-probabilities of the requests that act now (``latent_pi``'s rows, in order). Rows that only end
+        an episode or wait for a segment draw nothing, so the random numbers drawn are SB3's."""
         distribution = self.model.policy._get_action_dist_from_latent(latent_pi)
         sampled = distribution.get_actions(deterministic=False)
         greedy = distribution.get_actions(deterministic=True) if greedy_too else sampled
@@ -152,7 +156,7 @@ class OnPolicyAdapter(SB3Algorithm):
         """Complete transitions, claim segments, and answer every act with one forward pass."""
         row_of: dict[int, int] = {}
         if forward:
-            values, latent_pi = self._evaluate([m.obs for m in forward])
+            values, latent_pi = self._evaluate(forward)
             row_of = {id(m): i for i, m in enumerate(forward)}
         # first every outcome (transitions completed, segments left), then every act: the segments a
         # batch frees are free for its acts, and a vector step's envs claim theirs in env order
@@ -189,13 +193,13 @@ class OnPolicyAdapter(SB3Algorithm):
             rows = [row_of[id(message)] for message, _ in acting]
             greedy_too = any(message.mode is ActMode.GREEDY for message, _ in acting)
             chosen = latent_pi if len(rows) == len(forward) else latent_pi[th.as_tensor(rows, dtype=th.long)]
-            sampled, greedy, log_probs = self._sample(chosen, greedy_too)
+            sampled, greedy, log_probs = self._sample(chosen, [message for message, _ in acting], greedy_too)
             for j, (message, actor) in enumerate(acting):
                 self._act(actor, message, sampled[j], greedy[j], float(values[rows[j]]), float(log_probs[j]))
 
     def _answer_greedy(self, messages: list[Request], forward: list[Request]) -> None:
         """A batch that nothing learns from: greedy actions, and the bookkeeping of ends and departures."""
-        greedy = self._greedy([m.obs for m in forward])
+        greedy = self._greedy(forward)
         row_of = {id(m): i for i, m in enumerate(forward)}
         for message in messages:
             actor = self._actors.setdefault(message.actor, _Actor())
@@ -232,14 +236,16 @@ class OnPolicyAdapter(SB3Algorithm):
             self.answer(message, sampled)
             return
         row = int(self._position[segment])
-        self._write_row(row, segment, message.obs, sampled, value, log_prob,
+        self._write_row(row, segment, message, sampled, value, log_prob,
                         start=actor.new_episode or actor.fresh_segment)
         actor.pending, actor.new_episode, actor.fresh_segment = True, False, False
         self.answer(message, sampled)
 
-    def _write_row(self, row: int, segment: int, obs, action, value: float, log_prob: float,
+    def _write_row(self, row: int, segment: int, message: Request, action, value: float, log_prob: float,
                    start: bool) -> None:
+        """Write an act's row down a segment (what SB3's ``RolloutBuffer.add`` stores, less the reward)."""
         buffer = self.buffer
+        obs = message.obs
         if isinstance(buffer.observations, dict):
             for key, part in obs.items():
                 buffer.observations[key][row, segment] = part

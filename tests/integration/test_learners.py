@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch as th
 
-from shepherd.agents import ActMode, AgentFailed, build_learner
+from shepherd.agents import Kind, Request, ActMode, AgentFailed, build_learner
 from shepherd.agents import inline
 from shepherd.agents.inline import agrees, snapshot
 from shepherd.spaces import parse_space
@@ -315,7 +315,8 @@ def test_the_greedy_fast_path_gives_sb3s_deterministic_actions(algorithm, action
     batch = [np.random.default_rng(i).normal(size=5).astype(np.float32) for i in range(64)]
     with th.no_grad():
         expected = learner.model.policy._predict(th.as_tensor(np.stack(batch)), deterministic=True).numpy()
-    assert np.array_equal(learner.algorithm._greedy(batch), expected)
+    requests = [Request(Kind.STEP, 1, obs) for obs in batch]
+    assert np.array_equal(learner.algorithm._greedy(requests), expected)
 
 
 SNAPSHOT_CASES = [
