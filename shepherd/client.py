@@ -154,8 +154,10 @@ class Client(_Connection):
         return self._open({"apikey": self._apikey, "mode": mode})
 
     def step(self, obs: Any, reward: float, done: bool, info: dict | None = None,
-             truncated: bool = False) -> Any:
+             truncated: bool = False, action_mask: Any = None) -> Any:
         """Send one observation; returns the action, or None when ``done`` ended the episode.
+        ``action_mask`` (booleans, true where an action is valid for ``obs``) is sent when given: only
+        agents of an algorithm that takes masks (MaskablePPO) accept it.
 
         Each step carries a sequence number, so a step whose reply was lost (connection dropped, 503
         after a long update, 429) is sent again for up to ``retry_seconds`` and the server answers the
@@ -168,6 +170,8 @@ class Client(_Connection):
                    "done": bool(done), "info": info or {}}
         if truncated:
             payload["truncated"] = True
+        if action_mask is not None:
+            payload["action_mask"] = to_json(action_mask)
         return self._send_step(payload)["action"]
 
 
@@ -197,10 +201,11 @@ class VectorClient(_Connection):
         return self._open({"apikey": self._apikey, "mode": mode, "n_envs": self.n_envs})
 
     def step(self, obs: list, reward: list, terminated: list, truncated: list, final_obs: list | None = None,
-             info: list | None = None) -> list:
+             info: list | None = None, action_mask: list | None = None) -> list:
         """Send every env's step, lists of ``n_envs`` JSON values (or numpy values, converted); returns
         the actions, ``actions[i]`` answering ``obs[i]``. ``final_obs`` is left out of the body when None
-        (allowed when no env ended); ``info`` likewise. Retried as `Client.step` is.
+        (allowed when no env ended); ``info`` and ``action_mask`` (one mask per env) likewise. Retried as
+        `Client.step` is.
 
         Raises:
             ShepherdError: the server refused the step (400 names the field and index; 401: the session
@@ -213,6 +218,8 @@ class VectorClient(_Connection):
             payload["final_obs"] = to_json(final_obs)
         if info is not None:
             payload["info"] = to_json(info)
+        if action_mask is not None:
+            payload["action_mask"] = to_json(action_mask)
         return self._send_step(payload)["actions"]
 
 
@@ -237,12 +244,13 @@ def run_env(client: Client, env_id: str, seed: int | None = None, episodes: int 
         try:
             obs, _ = env.reset(seed=seed if first_reset else None)
             first_reset = False
-            action, total = client.step(obs, 0.0, False), 0.0
+            action, total = client.step(obs, 0.0, False, action_mask=env_action_mask(env)), 0.0
             while action is not None:
                 obs, reward, terminated, truncated, _ = env.step(action_from_json(env.action_space, action))
                 total += float(reward)
                 done = terminated or truncated
-                action = client.step(obs, float(reward), done, truncated=truncated and not terminated)
+                action = client.step(obs, float(reward), done, truncated=truncated and not terminated,
+                                     action_mask=None if done else env_action_mask(env))
             returns.append(total)
         except ShepherdError as error:
             if error.status != 401:
@@ -254,6 +262,16 @@ def run_env(client: Client, env_id: str, seed: int | None = None, episodes: int 
             client.session_key = None
     env.close()
     return returns
+
+
+def env_action_mask(env: Any) -> list[bool] | None:
+    """The env's valid actions now, if it tells them as sb3-contrib's ``ActionMasker`` wrapper (or an env
+    with an ``action_masks()`` method) does; None otherwise."""
+    try:
+        masks = env.get_wrapper_attr("action_masks")
+    except AttributeError:
+        return None
+    return [bool(valid) for valid in masks()]
 
 
 def make_vector_env(env_id: str, n_envs: int, asynchronous: bool = False, env_kwargs: dict | None = None) -> Any:
@@ -370,12 +388,19 @@ def run_vector_env(client: VectorClient, env: Any, seed: int | None = None, epis
                          "same step: make it with autoreset_mode=AutoresetMode.SAME_STEP (make_vector_env does)")
     space = env.single_action_space
 
+    def masks() -> dict[str, list]:  # each env's action mask, if its envs tell them (sb3-contrib's ActionMasker)
+        try:
+            found = env.call("action_masks")
+        except AttributeError:
+            return {}
+        return {"action_mask": [[bool(valid) for valid in mask] for mask in found]}
+
     def reset(reset_seed: int | None) -> dict[str, list]:
         obs, _ = env.reset(seed=reset_seed)
-        return first_vector_step(obs, env.num_envs)
+        return {**first_vector_step(obs, env.num_envs), **masks()}
 
     def step(actions: list) -> dict[str, list]:
-        return gymnasium_vector_step(*env.step(_actions(space, actions)))
+        return {**gymnasium_vector_step(*env.step(_actions(space, actions))), **masks()}
 
     return _drive(client, reset, step, seed, episodes, mode, retry_seconds)
 
@@ -393,13 +418,20 @@ def run_sb3_vec_env(client: VectorClient, venv: Any, seed: int | None = None, ep
         raise ValueError(f"the VecEnv has {venv.num_envs} envs and the client logs in with {client.n_envs}")
     space = venv.action_space
 
+    masked = bool(venv.has_attr("action_masks"))  # as sb3-contrib's get_action_masks asks the VecEnv
+
+    def masks() -> dict[str, list]:
+        if not masked:
+            return {}
+        return {"action_mask": [[bool(valid) for valid in mask] for mask in venv.env_method("action_masks")]}
+
     def reset(reset_seed: int | None) -> dict[str, list]:
         if reset_seed is not None:
             venv.seed(reset_seed)
-        return first_vector_step(venv.reset(), venv.num_envs)
+        return {**first_vector_step(venv.reset(), venv.num_envs), **masks()}
 
     def step(actions: list) -> dict[str, list]:
-        return sb3_vec_env_step(*venv.step(_actions(space, actions)))
+        return {**sb3_vec_env_step(*venv.step(_actions(space, actions))), **masks()}
 
     return _drive(client, reset, step, seed, episodes, mode, retry_seconds)
 

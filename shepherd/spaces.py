@@ -273,3 +273,59 @@ def action_from_json(space: spaces.Space, value: Any) -> Any:
     if isinstance(space, spaces.Box):
         return np.asarray(value, dtype=space.dtype).reshape(space.shape)
     return np.asarray(value, dtype=np.int64)
+
+
+def mask_size(space: spaces.Space) -> int | None:
+    """How many booleans an action mask of ``space`` has, as sb3-contrib takes them: ``n`` for
+    ``Discrete(n)``, the sum of ``nvec`` for ``MultiDiscrete`` (the sub-actions' masks concatenated), two
+    per bit for ``MultiBinary`` (0 and 1); None for spaces that take no mask (``Box``)."""
+    if isinstance(space, spaces.Discrete):
+        return int(space.n)
+    if isinstance(space, spaces.MultiDiscrete):
+        return int(np.sum(space.nvec))
+    if isinstance(space, spaces.MultiBinary):
+        return 2 * int(np.prod(space.shape))
+    return None
+
+
+def _mask_groups(space: spaces.Space) -> list[int]:
+    """The sizes of the mask's groups, each one sub-action's choices (at least one must stay allowed)."""
+    if isinstance(space, spaces.MultiDiscrete):
+        return [int(n) for n in np.asarray(space.nvec).reshape(-1)]
+    if isinstance(space, spaces.MultiBinary):
+        return [2] * int(np.prod(space.shape))
+    return [mask_size(space) or 0]
+
+
+def check_action_mask(space: spaces.Space, value: Any, where: str = "action_mask") -> np.ndarray:
+    """A client's action mask as a flat boolean array: true where the action may be chosen.
+
+    Raises:
+        SpaceError: not a list of booleans (``0``/``1`` pass) of `mask_size`'s length, or every choice of
+            the action (of one sub-action for ``MultiDiscrete``/``MultiBinary``) masked out.
+    """
+    size = mask_size(space)
+    if size is None:
+        raise SpaceError(f"{type(space).__name__} actions take no action mask")
+    if not isinstance(value, list) or len(value) != size:
+        got = f"{len(value)} items" if isinstance(value, list) else type(value).__name__
+        raise SpaceError(f"'{where}' must be a list of {size} booleans (one per {_mask_unit(space)}); got {got}")
+    for index, item in enumerate(value):
+        if not (isinstance(item, bool) or (isinstance(item, int) and item in (0, 1))):
+            raise SpaceError(f"{where}[{index}] must be true or false")
+    mask = np.asarray(value, dtype=bool)
+    start = 0
+    for group, width in enumerate(_mask_groups(space)):
+        if not mask[start:start + width].any():
+            which = "every action" if len(_mask_groups(space)) == 1 else f"every choice of sub-action {group}"
+            raise SpaceError(f"'{where}' masks out {which}: at least one must stay allowed")
+        start += width
+    return mask
+
+
+def _mask_unit(space: spaces.Space) -> str:
+    if isinstance(space, spaces.MultiDiscrete):
+        return "choice of each sub-action, concatenated"
+    if isinstance(space, spaces.MultiBinary):
+        return "bit and value: [bit0=0, bit0=1, bit1=0, ...]"
+    return "action"

@@ -1,7 +1,8 @@
 """sb3-contrib's algorithms, registered as any algorithm is (see `shepherd.agents.registry.register`).
 
-QR-DQN, TQC and CrossQ are fed by the off-policy learner, TRPO by the on-policy one: each keeps its own
-``train()``, and the family adapter only replaces the collection loop, as for SB3's six. ARS is not served
+QR-DQN, TQC and CrossQ are fed by the off-policy learner, TRPO by the on-policy one, MaskablePPO by the
+on-policy one with masks (``masks.py``): each keeps its own ``train()``, and the family adapter only
+replaces the collection loop, as for SB3's six. ARS is not served
 (`NOT_SERVED` says why).
 """
 
@@ -10,8 +11,9 @@ from __future__ import annotations
 import inspect
 
 from gymnasium import spaces
-from sb3_contrib import QRDQN, TQC, TRPO, CrossQ
+from sb3_contrib import QRDQN, TQC, TRPO, CrossQ, MaskablePPO
 
+from shepherd.agents.masks import MaskableOnPolicyAdapter
 from shepherd.agents.off_policy import OffPolicyAdapter
 from shepherd.agents.on_policy import OnPolicyAdapter
 from shepherd.agents.registry import (DISCRETE_OR_BOX, NOT_SERVED, OFF_POLICY_EXCLUDED, ON_POLICY_EXCLUDED,
@@ -34,6 +36,8 @@ _contrib("QRDQN", QRDQN, OffPolicyAdapter, (spaces.Discrete,), OFF_POLICY_EXCLUD
 _contrib("TQC", TQC, OffPolicyAdapter, (spaces.Box,), SAC_EXCLUDED)
 _contrib("CrossQ", CrossQ, OffPolicyAdapter, (spaces.Box,), SAC_EXCLUDED, dict_observations=False)
 _contrib("TRPO", TRPO, OnPolicyAdapter, DISCRETE_OR_BOX, ON_POLICY_EXCLUDED)
+_contrib("MaskablePPO", MaskablePPO, MaskableOnPolicyAdapter, (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary),
+         ON_POLICY_EXCLUDED, masks=True)
 
 NOT_SERVED["ARS"] = (
     "ARS learns from the returns of whole episodes played by perturbed copies of its policy, in rounds its "

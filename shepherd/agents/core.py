@@ -73,7 +73,8 @@ class Request:
     """One episode message to a learner; plain data. ``ticket`` names the answer the caller waits for
     (0: none is awaited); ``submitted`` is when it was queued (``time.perf_counter()``; 0: not noted).
     ``group`` is the vector session the actor belongs to (0: a session of its own): a group's actors step
-    together, so a learner must never make one of them wait for another's progress."""
+    together, so a learner must never make one of them wait for another's progress. ``mask`` is the
+    client's action mask for this act (a flat boolean array, true where allowed; None: every action)."""
 
     kind: Kind
     actor: int
@@ -84,6 +85,7 @@ class Request:
     ticket: int = 0
     submitted: float = 0.0
     group: int = 0
+    mask: Any = None
 
 
 class Outcome(enum.Enum):
@@ -145,9 +147,9 @@ class Learner(Protocol):
         """Start the worker; ``deliver`` runs each batch's answers on the caller's thread (None: on the
         learner's)."""
 
-    def begin_episode(self, actor: int, obs: Observation, mode: ActMode) -> ActionFuture: ...
+    def begin_episode(self, actor: int, obs: Observation, mode: ActMode, mask: Any = None) -> ActionFuture: ...
 
-    def step(self, actor: int, reward: float, obs: Observation, mode: ActMode) -> ActionFuture: ...
+    def step(self, actor: int, reward: float, obs: Observation, mode: ActMode, mask: Any = None) -> ActionFuture: ...
 
     def end_episode(self, actor: int, reward: float, obs: Observation, truncated: bool, mode: ActMode) -> None: ...
 

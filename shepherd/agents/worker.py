@@ -163,20 +163,21 @@ class ThreadedLearner:
         self._deliver = deliver
         self._thread.start()
 
-    def begin_episode(self, actor: int, obs: Observation, mode: ActMode) -> ActionFuture:
+    def begin_episode(self, actor: int, obs: Observation, mode: ActMode, mask: Any = None) -> ActionFuture:
         if mode is ActMode.GREEDY and self.greedy is not None:
             self.greedy.prepare()  # the episode's next steps can be answered at once
-        return self._ask(Request(Kind.BEGIN, actor, obs, 0.0, False, mode))
+        return self._ask(Request(Kind.BEGIN, actor, obs, 0.0, False, mode, mask=mask))
 
-    def step(self, actor: int, reward: float, obs: Observation, mode: ActMode) -> ActionFuture:
-        if mode is ActMode.GREEDY and self.greedy is not None and self.failure is None and not self._closed:
+    def step(self, actor: int, reward: float, obs: Observation, mode: ActMode, mask: Any = None) -> ActionFuture:
+        if (mode is ActMode.GREEDY and mask is None and self.greedy is not None and self.failure is None
+                and not self._closed):  # (the numpy snapshot takes no masks: masked steps go to the learner)
             answered = self.greedy.act(obs)
             if answered is not None:
                 future = ActionFuture()
                 future.policy_version = answered[1]
                 future.set_result(answered[0])
                 return future
-        return self._ask(Request(Kind.STEP, actor, obs, reward, False, mode))
+        return self._ask(Request(Kind.STEP, actor, obs, reward, False, mode, mask=mask))
 
     def end_episode(self, actor: int, reward: float, obs: Observation, truncated: bool, mode: ActMode) -> None:
         self._put(Request(Kind.END, actor, obs, reward, truncated, mode))
@@ -200,7 +201,7 @@ class ThreadedLearner:
             return future
         if self._refused(future):
             return future
-        if self.greedy is not None and all(r.mode is ActMode.GREEDY for r in acts):
+        if self.greedy is not None and all(r.mode is ActMode.GREEDY and r.mask is None for r in acts):
             answered = self.greedy.act_batch([r.obs for r in acts])
             if answered is not None:
                 future.policy_version = answered[1]

@@ -21,11 +21,11 @@ from typing import Any
 import gymnasium as gym
 
 from shepherd.agents import AgentClosed
-from shepherd.client import to_json  # the JSON a client sends: the edge checks exactly that
+from shepherd.client import env_action_mask, to_json  # the JSON a client sends: the edge checks exactly that
 from shepherd.graph.manager import GraphManager, Serving
 from shepherd.graph.sessions import Acted, ActTimeout, Session, StepInput, Unauthorized
 from shepherd.graph.validation import NOT_REACHED, Outcome, watch
-from shepherd.spaces import SpaceError, action_from_json, action_to_json, check_observation
+from shepherd.spaces import SpaceError, action_from_json, action_to_json, check_action_mask, check_observation
 
 logger = logging.getLogger(__name__)
 
@@ -41,16 +41,24 @@ def serving_here(act_timeout_seconds: float = 30.0, max_sessions_per_agent: int 
 
 
 def make_step(observation_space: gym.Space, obs: Any, reward: float, terminated: bool, truncated: bool,
-              seq: int | None = None) -> StepInput:
+              seq: int | None = None, action_mask: Any = None, action_space: gym.Space | None = None) -> StepInput:
     """The step the HTTP edge makes of one gymnasium step, sent as `shepherd.client.run_env` sends it:
-    ``done`` is terminated or truncated, and a time limit (bootstrapped) only when not also terminated.
+    ``done`` is terminated or truncated, and a time limit (bootstrapped) only when not also terminated;
+    ``action_mask`` is checked against ``action_space`` as the edge checks it.
 
     Raises:
-        SpaceError: the observation does not fit the space, or the reward is not a finite number.
+        SpaceError: the observation does not fit the space, the reward is not a finite number, or the mask
+            is refused (or given without an action space: the agent takes none).
     """
     checked = check_observation(observation_space, to_json(obs))
+    mask = None
+    if action_mask is not None:
+        if action_space is None:
+            raise SpaceError("this agent's algorithm takes no 'action_mask'")
+        mask = check_action_mask(action_space, to_json(action_mask))
     try:
-        return StepInput.of(checked, reward, terminated=bool(terminated), truncated=bool(truncated), seq=seq)
+        return StepInput.of(checked, reward, terminated=bool(terminated), truncated=bool(truncated), seq=seq,
+                            mask=mask)
     except ValueError as error:
         raise SpaceError(str(error)) from None
 
@@ -95,9 +103,10 @@ class LocalClient:
                     raise
                 await asyncio.sleep(0.5)
 
-    async def step(self, obs: Any, reward: float, terminated: bool, truncated: bool = False) -> Any:
-        """Send one gymnasium step; returns the action as JSON (what the server would answer), or None once
-        the step ended the episode.
+    async def step(self, obs: Any, reward: float, terminated: bool, truncated: bool = False,
+                   action_mask: Any = None) -> Any:
+        """Send one gymnasium step (with the env's action mask for ``obs``, if any); returns the action as
+        JSON (what the server would answer), or None once the step ended the episode.
 
         Raises:
             SpaceError: the observation or reward would be refused by the edge (HTTP's 400).
@@ -108,7 +117,9 @@ class LocalClient:
         if self.session is None:
             raise Unauthorized("not logged in")
         self.seq += 1
-        step = make_step(self.session.observation_space, obs, reward, terminated, truncated, self.seq)
+        session = self.session
+        step = make_step(session.observation_space, obs, reward, terminated, truncated, self.seq, action_mask,
+                         session.action_space if session.takes_masks else None)
         acted = await self.send(step)
         self.policy_version = acted.policy_version
         return None if acted.action is None else action_to_json(self.session.action_space, acted.action)
@@ -175,12 +186,14 @@ async def drive(graph: GraphManager, apikey: str, env: gym.Env, episodes: int | 
             try:
                 obs, _ = env.reset(seed=seed if first_reset else None)
                 first_reset = False
-                action, total = await client.step(obs, 0.0, False), 0.0
+                action, total = await client.step(obs, 0.0, False, action_mask=env_action_mask(env)), 0.0
                 while action is not None and not stopped():
                     obs, reward, terminated, truncated, _ = env.step(action_from_json(env.action_space, action))
                     taken += 1
                     total += float(reward)
-                    action = await client.step(obs, float(reward), bool(terminated), bool(truncated))
+                    ended = bool(terminated) or bool(truncated)
+                    action = await client.step(obs, float(reward), bool(terminated), bool(truncated),
+                                               None if ended else env_action_mask(env))
                 if action is None:
                     returns.append(total)
             except Unauthorized as error:  # a refused key raises at the next login

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from shepherd.agents import ThreadedLearner, checkpoint as checkpoint_format
+from shepherd.agents import ThreadedLearner, algorithm_info, checkpoint as checkpoint_format
 from shepherd.graph.schedule import EvaluationResult, PhaseTracker, Schedule
 from shepherd.level import Episode, Phase
 from shepherd.spaces import parse_space
@@ -50,6 +50,7 @@ class AgentRuntime:
         self.record = record
         self.observation_space = parse_space(record.observation_space)
         self.action_space = parse_space(record.action_space)
+        self.takes_masks = algorithm_info(record.algorithm).masks  # a step may carry an action mask
         self.learner = learner
         self.schedule = schedule
         self.store = store

@@ -52,17 +52,19 @@ class TooManySessions(RuntimeError):
 
 @dataclass(frozen=True)
 class StepInput:
-    """One checked step of the protocol; ``seq`` is the client's optional sequence number."""
+    """One checked step of the protocol; ``seq`` is the client's optional sequence number, ``mask`` its
+    checked action mask for ``obs`` (None: every action allowed)."""
 
     obs: Any
     reward: float
     done: bool
     truncated: bool = False  # a time limit: the learner bootstraps instead of treating the end as terminal
     seq: int | None = None
+    mask: Any = None
 
     @classmethod
     def of(cls, obs: Any, reward: Any, done: bool | None = None, terminated: bool | None = None,
-           truncated: bool | None = None, seq: int | None = None) -> StepInput:
+           truncated: bool | None = None, seq: int | None = None, mask: Any = None) -> StepInput:
         """A step from a checked observation and gymnasium's flags: ``done`` defaults to terminated or
         truncated, and the end is a time limit only when truncated and not also terminated.
 
@@ -73,7 +75,7 @@ class StepInput:
             raise ValueError("'reward' must be a finite number")
         if done is None:
             done = bool(terminated) or bool(truncated)
-        return cls(obs, float(reward), bool(done), bool(done and truncated and not terminated), seq)
+        return cls(obs, float(reward), bool(done), bool(done and truncated and not terminated), seq, mask)
 
 
 class WrongShape(ValueError):
@@ -94,7 +96,8 @@ class VectorStepInput:
 
     @classmethod
     def of(cls, obs: Sequence[Any], reward: Sequence[Any], terminated: Sequence[bool], truncated: Sequence[bool],
-           final_obs: Sequence[Any] | None = None, seq: int | None = None) -> VectorStepInput:
+           final_obs: Sequence[Any] | None = None, seq: int | None = None,
+           masks: Sequence[Any] | None = None) -> VectorStepInput:
         """A vector step from checked observations and gymnasium's flags, with SB3 ``VecEnv``'s automatic
         reset: env i's end is a time limit only when truncated and not also terminated.
 
@@ -106,6 +109,8 @@ class VectorStepInput:
         for name, values in (("reward", reward), ("terminated", terminated), ("truncated", truncated)):
             if len(values) != n:
                 raise ValueError(f"'{name}' has {len(values)} items and 'obs' {n}: one per env")
+        if masks is not None and len(masks) != n:
+            raise ValueError(f"'action_mask' has {len(masks)} items and 'obs' {n}: one mask per env")
         if final_obs is not None and len(final_obs) != n:
             raise ValueError(f"'final_obs' has {len(final_obs)} items and 'obs' {n}: one per env (null where "
                              "the env did not end)")
@@ -124,7 +129,8 @@ class VectorStepInput:
             if not end and last is not None:
                 raise ValueError(f"final_obs[{i}] is given but env {i} did not end; send null there")
         limits = [bool(b) and not a for a, b in zip(terminated, truncated)]
-        return cls(EnvSteps(list(obs), [float(value) for value in reward], ended, limits, finals), seq)
+        return cls(EnvSteps(list(obs), [float(value) for value in reward], ended, limits, finals,
+                            None if masks is None else list(masks)), seq)
 
 
 @dataclass(frozen=True)
@@ -142,6 +148,10 @@ def _answered(action: Any) -> ActionFuture:
     return future
 
 
+def _same_optional(a: Any, b: Any) -> bool:
+    return a is None and b is None or a is not None and b is not None and _same_observation(a, b)
+
+
 def _same_observation(a: Any, b: Any) -> bool:
     if isinstance(a, dict) or isinstance(b, dict):
         return (isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys()
@@ -157,10 +167,10 @@ def same_step(a: StepInput | VectorStepInput, b: StepInput | VectorStepInput) ->
         x, y = a.envs, b.envs
         return (x.reward == y.reward and x.ended == y.ended and x.truncated == y.truncated
                 and len(x.obs) == len(y.obs) and all(map(_same_observation, x.obs, y.obs))
-                and all(p is None and q is None or p is not None and q is not None and _same_observation(p, q)
-                        for p, q in zip(x.final_obs, y.final_obs)))
+                and all(map(_same_optional, x.final_obs, y.final_obs))
+                and (x.masks is None) == (y.masks is None) and all(map(_same_optional, x.masks or (), y.masks or ())))
     return (a.reward == b.reward and a.done == b.done and a.truncated == b.truncated
-            and _same_observation(a.obs, b.obs))
+            and _same_observation(a.obs, b.obs) and _same_optional(a.mask, b.mask))
 
 
 @dataclass(eq=False)
@@ -198,6 +208,11 @@ class Session:
     @property
     def action_space(self) -> Any:
         return self.runtime.action_space
+
+    @property
+    def takes_masks(self) -> bool:
+        """Whether the agent's algorithm takes action masks (a step may carry ``action_mask``)."""
+        return self.runtime.takes_masks
 
     async def step(self, step: StepInput | VectorStepInput, timeout: float) -> Acted:
         """Take one step: the learner's action for it (a vector step: every env's), waited for on this
@@ -253,7 +268,7 @@ class Session:
             reply = level.step(step.envs)
         else:
             assert isinstance(step, StepInput) and isinstance(level, LevelManager)  # their shapes agree (above)
-            reply = level.step(step.obs, step.reward, step.done, step.truncated)
+            reply = level.step(step.obs, step.reward, step.done, step.truncated, step.mask)
         self.last_seq, self.last_step = step.seq, step
         self.last_reply = reply if reply is not None else _answered(None)
         return self.last_reply

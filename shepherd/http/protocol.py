@@ -10,10 +10,11 @@ from gymnasium import spaces
 
 from shepherd.graph import StepInput, VectorStepInput
 from shepherd.http.errors import BadRequest
-from shepherd.spaces import SpaceError, check_observation, check_observations
+from shepherd.spaces import SpaceError, check_action_mask, check_observation, check_observations
 
 #: the fields of a step of either kind; `parse_step` and `parse_vector_step` refuse the other kind's
-STEP_FIELDS = {"session_key", "obs", "reward", "done", "info", "truncated", "terminated", "seq", "final_obs"}
+STEP_FIELDS = {"session_key", "obs", "reward", "done", "info", "truncated", "terminated", "seq", "final_obs",
+               "action_mask"}
 LOGIN_FIELDS = {"apikey", "mode", "n_envs"}
 
 
@@ -77,8 +78,17 @@ def _seq(data: dict[str, Any]) -> int | None:
     return seq
 
 
-def parse_step(data: dict[str, Any], observation_space: spaces.Space) -> StepInput | None:
-    """Check a step body (already parsed by `parse_object`) against the agent's observation space.
+def _no_masks_taken() -> BadRequest:
+    from shepherd.agents import ALGORITHMS
+
+    able = ", ".join(a.name for a in ALGORITHMS.values() if a.masks)
+    return BadRequest(f"this agent's algorithm takes no 'action_mask'; algorithms that do: {able}")
+
+
+def parse_step(data: dict[str, Any], observation_space: spaces.Space,
+               mask_space: spaces.Space | None = None) -> StepInput | None:
+    """Check a step body (already parsed by `parse_object`) against the agent's observation space, and its
+    ``action_mask`` against ``mask_space`` (the agent's action space; None: the agent takes no masks).
 
     Returns None for ``"obs": null``, which ends the session. A step without the ``obs`` key is refused:
     only an explicit null ends a session. ``reward`` is required with every observation: whether a step is
@@ -109,8 +119,16 @@ def parse_step(data: dict[str, Any], observation_space: spaces.Space) -> StepInp
     if info.get("TimeLimit.truncated") is True:
         truncated = True
     seq = _seq(data)
+    mask = None
+    if data.get("action_mask") is not None:
+        if mask_space is None:
+            raise _no_masks_taken()
+        try:
+            mask = check_action_mask(mask_space, data["action_mask"])
+        except SpaceError as error:
+            raise BadRequest(str(error)) from None
     try:
-        return StepInput.of(obs, data["reward"], done, terminated, truncated, seq)
+        return StepInput.of(obs, data["reward"], done, terminated, truncated, seq, mask)
     except ValueError as error:
         raise BadRequest(str(error)) from None
 
@@ -138,8 +156,10 @@ def _list_of(data: dict[str, Any], name: str, n: int, what: str) -> list[Any] | 
     return values
 
 
-def parse_vector_step(data: dict[str, Any], observation_space: spaces.Space, n_envs: int) -> VectorStepInput | None:
-    """Check a vector step body (already parsed by `parse_object`) of a session of ``n_envs`` envs.
+def parse_vector_step(data: dict[str, Any], observation_space: spaces.Space, n_envs: int,
+                      mask_space: spaces.Space | None = None) -> VectorStepInput | None:
+    """Check a vector step body (already parsed by `parse_object`) of a session of ``n_envs`` envs; its
+    ``action_mask`` (one mask per env) against ``mask_space`` (None: the agent takes no masks).
 
     Returns None for ``"obs": null``, which ends the session. Everything is checked before anything is
     recorded: a body with one bad item is refused whole, and the error names the field and the index.
@@ -167,11 +187,17 @@ def parse_vector_step(data: dict[str, Any], observation_space: spaces.Space, n_e
         if info.get("TimeLimit.truncated") is True:
             truncated[i] = True
     finals = _list_of(data, "final_obs", n_envs, "observations (null where the env did not end)")
+    masks = _list_of(data, "action_mask", n_envs, "action masks")
+    if masks is not None and mask_space is None:
+        raise _no_masks_taken()
     try:
+        checked_masks = None
+        if masks is not None and mask_space is not None:
+            checked_masks = [check_action_mask(mask_space, mask, f"action_mask[{i}]") for i, mask in enumerate(masks)]
         obs = check_observations(observation_space, observations, "obs")
         final_obs = None if finals is None else [
             None if value is None else check_observation(observation_space, value, f"final_obs[{i}]")
             for i, value in enumerate(finals)]
-        return VectorStepInput.of(obs, rewards or [], terminated, truncated, final_obs, _seq(data))
+        return VectorStepInput.of(obs, rewards or [], terminated, truncated, final_obs, _seq(data), checked_masks)
     except (SpaceError, ValueError) as error:
         raise BadRequest(str(error)) from None

@@ -67,7 +67,7 @@ class LevelManager:
         self.steps = 0
         self.closed = False
 
-    def step(self, obs: Any, reward: float, done: bool, truncated: bool = False) -> Future | None:
+    def step(self, obs: Any, reward: float, done: bool, truncated: bool = False, mask: Any = None) -> Future | None:
         learner = self.host.learner
         episode = self.episode
         if episode is None:
@@ -75,7 +75,7 @@ class LevelManager:
                 return None
             phase = Phase.DEPLOY if self.evaluate_only else self.host.begin_episode()
             self.episode = Episode(phase)
-            return learner.begin_episode(self.actor_id, obs, MODES[phase])
+            return learner.begin_episode(self.actor_id, obs, MODES[phase], mask)
         episode.total += reward
         episode.length += 1
         self.steps += 1
@@ -86,7 +86,7 @@ class LevelManager:
             self.episode = None
             self.host.end_episode(episode, completed=True)
             return None
-        return learner.step(self.actor_id, reward, obs, mode)
+        return learner.step(self.actor_id, reward, obs, mode, mask)
 
     def close(self) -> None:
         """End the session: an unfinished episode is abandoned, the learner closes its partial data."""
@@ -104,13 +104,15 @@ class EnvSteps:
     """The N envs' parts of one vector step, as columns (one item per env): ``obs[i]`` after env i's last
     action (the next episode's first when it ended), ``reward[i]`` for that action, and, when its episode
     ended (``ended[i]``), ``final_obs[i]`` and whether the end was a time limit (``truncated[i]``:
-    bootstrapped) rather than terminal."""
+    bootstrapped) rather than terminal. ``masks[i]`` is env i's action mask for ``obs[i]`` (``masks`` None:
+    no env sent one)."""
 
     obs: list[Any]
     reward: list[float]
     ended: list[bool]
     truncated: list[bool]
     final_obs: list[Any]
+    masks: list[Any] | None = None
 
 
 class VectorLevel:
@@ -139,6 +141,7 @@ class VectorLevel:
         if len(envs.obs) != self.n_envs:
             raise ValueError(f"a step of this session has {self.n_envs} envs, not {len(envs.obs)}")
         host, group = self.host, self.group
+        masks = envs.masks or [None] * self.n_envs
         requests: list[Request] = []
         for index, actor in enumerate(self.actor_ids):
             episode = self.episodes[index]
@@ -150,14 +153,16 @@ class VectorLevel:
                 host.count_step(episode.phase)
                 mode = MODES[episode.phase]
                 if not envs.ended[index]:
-                    requests.append(Request(Kind.STEP, actor, envs.obs[index], reward, False, mode, group=group))
+                    requests.append(Request(Kind.STEP, actor, envs.obs[index], reward, False, mode, group=group,
+                                            mask=masks[index]))
                     continue
                 requests.append(Request(Kind.END, actor, envs.final_obs[index], reward, envs.truncated[index],
                                         mode, group=group))
                 host.end_episode(episode, completed=True)
             phase = Phase.DEPLOY if self.evaluate_only else host.begin_episode()
             self.episodes[index] = Episode(phase)
-            requests.append(Request(Kind.BEGIN, actor, envs.obs[index], 0.0, False, MODES[phase], group=group))
+            requests.append(Request(Kind.BEGIN, actor, envs.obs[index], 0.0, False, MODES[phase], group=group,
+                                    mask=masks[index]))
         return host.learner.submit(requests)
 
     def close(self) -> None:

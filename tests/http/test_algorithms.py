@@ -31,6 +31,7 @@ TINY = {
     "TQC": {"batch_size": 16, "buffer_size": 1000},
     "CROSSQ": {"batch_size": 16, "buffer_size": 1000},
     "TRPO": {"n_envs": 2, "n_steps": 16, "batch_size": 16},
+    "MASKABLEPPO": {"n_envs": 2, "n_steps": 16, "batch_size": 16, "n_epochs": 1},
 }
 HEATUP = 40
 
@@ -136,9 +137,9 @@ async def test_learns_saves_reloads_and_continues_over_http(aiohttp_client, tmp_
 
 @pytest.mark.parametrize("algorithm, actions, able", [
     ("DQN", [[2], -1, 1], "PPO, A2C, SAC, TD3, DDPG, TQC, CrossQ, TRPO"),
-    ("SAC", 3, "PPO, A2C, DQN, QRDQN, TRPO"),
-    ("TD3", ["MultiDiscrete", [2, 2]], "PPO, A2C, TRPO"),
-    ("DDPG", ["MultiBinary", 2], "PPO, A2C, TRPO"),
+    ("SAC", 3, "PPO, A2C, DQN, QRDQN, TRPO, MaskablePPO"),
+    ("TD3", ["MultiDiscrete", [2, 2]], "PPO, A2C, TRPO, MaskablePPO"),
+    ("DDPG", ["MultiBinary", 2], "PPO, A2C, TRPO, MaskablePPO"),
 ])
 def test_an_agent_whose_algorithm_cannot_act_in_its_space_is_refused(algorithm, actions, able):
     graph = GraphManager([AgentSpec("agent", algorithm, [[3], -1, 1], actions)])

@@ -12,6 +12,7 @@ def test_lists_every_algorithm_with_its_action_spaces(capsys):
         assert f"\n{name} " in "\n" + out
     assert "DQN           off-policy  no          no     stable-baselines3  Discrete\n" in out
     assert "CrossQ        off-policy  yes         no     sb3-contrib        Box\n" in out
+    assert "MaskablePPO   on-policy   no          yes    sb3-contrib        Discrete, MultiDiscrete, MultiBinary\n" in out
     assert "not served: ARS: ARS learns" in out
 
 
@@ -35,4 +36,4 @@ def test_json_output(capsys):
 def test_an_unknown_algorithm_is_one_line_and_exit_status_2(capsys):
     assert main(["algorithms", "XYZ"]) == 2
     err = capsys.readouterr().err
-    assert err == "error: unknown algorithm 'XYZ'; available: PPO, A2C, DQN, SAC, TD3, DDPG, QRDQN, TQC, CrossQ, TRPO\n"
+    assert err == "error: unknown algorithm 'XYZ'; available: PPO, A2C, DQN, SAC, TD3, DDPG, QRDQN, TQC, CrossQ, TRPO, MaskablePPO\n"

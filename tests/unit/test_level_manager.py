@@ -15,11 +15,11 @@ class FakeLearner:
         future.set_result(value)
         return future
 
-    def begin_episode(self, actor, obs, mode):
+    def begin_episode(self, actor, obs, mode, mask=None):
         self.calls.append(("begin", actor, obs, mode))
         return self._future("a0")
 
-    def step(self, actor, reward, obs, mode):
+    def step(self, actor, reward, obs, mode, mask=None):
         self.calls.append(("step", actor, reward, obs, mode))
         return self._future("a1")
 

@@ -1,0 +1,61 @@
+"""Action masks: sb3-contrib's MaskablePPO fed by the pooled on-policy learner.
+
+A client may send, with each observation, which actions are valid now (``"action_mask"``, checked at the
+edge by `shepherd.spaces.check_action_mask`; it reaches the learner as ``Request.mask``). The adapter does
+what MaskablePPO's ``collect_rollouts`` does with ``get_action_masks(env)``: the policy's distribution is
+masked before an action is drawn (masked-out logits set to -1e8, so their probability is 0), the mask is
+stored with the row in the ``MaskableRolloutBuffer``, and MaskablePPO's ``train()`` evaluates the stored
+actions under the same masks. Greedy acts (evaluation, deployment) take the mode of the masked
+distribution. A request without a mask allows every action (the buffer's default row of ones), as
+MaskablePPO does without masking. Masked steps are never answered by the numpy snapshot.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch as th
+
+from shepherd.agents.core import Request
+from shepherd.agents.on_policy import OnPolicyAdapter
+from shepherd.agents.sb3 import stack_observations
+
+
+class MaskableOnPolicyAdapter(OnPolicyAdapter):
+    """MaskablePPO's collection: masked sampling, masks stored with their rows."""
+
+    def __init__(self, model: Any, name: str, total_steps: int | None) -> None:
+        super().__init__(model, name, total_steps)
+        self._mask_dims = int(self.buffer.mask_dims)  # type: ignore[union-attr]  # a MaskableRolloutBuffer
+
+    def _masks(self, messages: list[Request]) -> np.ndarray | None:
+        """The batch's masks as rows (a row of ones for a request without one); None if none has one."""
+        if all(m.mask is None for m in messages):
+            return None
+        ones = np.ones(self._mask_dims, dtype=bool)
+        return np.stack([ones if m.mask is None else m.mask for m in messages])
+
+    @th.inference_mode()
+    def _sample(self, latent_pi: th.Tensor, acting: list[Request],
+                greedy_too: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        distribution: Any = self.model.policy._get_action_dist_from_latent(latent_pi)  # a MaskableDistribution
+        masks = self._masks(acting)
+        if masks is not None:
+            distribution.apply_masking(masks)
+        sampled = distribution.get_actions(deterministic=False)
+        greedy = distribution.get_actions(deterministic=True) if greedy_too else sampled
+        return sampled.numpy(), greedy.numpy(), distribution.log_prob(sampled).numpy()
+
+    @th.no_grad()
+    def _greedy(self, messages: list[Request]) -> np.ndarray:
+        policy: Any = self.model.policy
+        obs_tensor, _ = policy.obs_to_tensor(stack_observations([m.obs for m in messages]))
+        distribution = policy.get_distribution(obs_tensor, action_masks=self._masks(messages))
+        return distribution.get_actions(deterministic=True).numpy()
+
+    def _write_row(self, row: int, segment: int, message: Request, action, value: float, log_prob: float,
+                   start: bool) -> None:
+        super()._write_row(row, segment, message, action, value, log_prob, start)
+        masks = self.buffer.action_masks  # type: ignore[union-attr]
+        masks[row, segment] = 1.0 if message.mask is None else message.mask
