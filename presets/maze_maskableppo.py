@@ -1,0 +1,34 @@
+"""MaskablePPO in a small maze whose walls make moves invalid (`shepherd.gridworld`): clients send each
+step's valid moves as "action_mask", so the agent never walks into a wall; 2 clients reach the shortest
+path's return of -14."""
+
+from shepherd.graph import AgentSpec, GraphManager, PresetValidation, Schedule
+
+graph_manager = GraphManager(
+    owner="demo",
+    agents=[
+        AgentSpec(
+            name="maze",
+            algorithm="MaskablePPO",
+            observation_space=[[25], 0, 1],
+            action_space=4,
+            parameters={
+                "n_envs": 4,  # rollout segments, two per client
+                "n_steps": 64,
+                "batch_size": 64,
+                "n_epochs": 10,
+                "gamma": 0.99,
+                "ent_coef": 0.01,
+                "learning_rate": 0.001,
+            },
+        )
+    ],
+    schedule=Schedule(
+        heatup_steps=0,
+        improve_steps=50_000,
+        steps_between_evaluation_periods=1_000,
+        evaluation_episodes=1,  # the maze and the greedy policy are deterministic
+    ),
+    validation=PresetValidation(env_id="shepherd.gridworld:MaskedGrid-v0", clients=2, target_return=-14.0,
+                                max_steps=50_000, timeout_seconds=600),
+)
