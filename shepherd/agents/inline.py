@@ -25,6 +25,9 @@ from stable_baselines3.common.distributions import (BernoulliDistribution, Categ
                                                     DiagGaussianDistribution, MultiCategoricalDistribution)
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.torch_layers import FlattenExtractor
+from sb3_contrib.common.maskable.distributions import (MaskableCategoricalDistribution,
+                                                       MaskableMultiCategoricalDistribution)
+from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 
 from shepherd.agents.core import WeightSource
 
@@ -34,7 +37,8 @@ logger = logging.getLogger(__name__)
 #: machine's cores; larger ones are answered by the learner, batched, where a batch amortises them
 MAX_WEIGHTS = 100_000
 
-Greedy = Callable[[Any], Any]
+#: from a batch of observations (rows), and their action masks (rows; None: unmasked), to actions (rows)
+Greedy = Callable[..., Any]
 #: one step of a plan: a linear layer's weight and bias names, or an activation
 Step = Union[tuple[str, Union[str, None]], Callable[[np.ndarray], np.ndarray]]
 _ACTIVATIONS: dict[type, Callable[[np.ndarray], np.ndarray]] = {
@@ -61,12 +65,15 @@ def weights_of(policy: th.nn.Module) -> dict[str, np.ndarray]:
 class Plan:
     """The shape of a policy's greedy path (layers by weight name, activations, the head), without weights.
 
-    Built once from the policy; `bind` makes the numpy function of a set of published weights.
+    Built once from the policy; `bind` makes the numpy function of a set of published weights. A plan that
+    ``takes_masks`` (MaskablePPO's) sets masked-out logits to -inf before the head, as sb3-contrib's
+    masked distributions do (-1e8 there), so their argmax never picks one.
     """
 
-    def __init__(self, steps: list[Step], head: Callable[[np.ndarray], Any]) -> None:
+    def __init__(self, steps: list[Step], head: Callable[[np.ndarray], Any], takes_masks: bool = False) -> None:
         self.steps = steps
         self.head = head
+        self.takes_masks = takes_masks
 
     def bind(self, arrays: Mapping[str, np.ndarray]) -> Greedy:
         """The greedy function with these weights (arrays by ``state_dict`` name, as `weights_of` gives):
@@ -79,15 +86,19 @@ class Plan:
                 layers.append((weight, bias))
             else:
                 layers.append(step)
-        head = self.head
+        head, takes_masks = self.head, self.takes_masks
 
-        def greedy(batch: Any) -> np.ndarray:
+        def greedy(batch: Any, masks: np.ndarray | None = None) -> np.ndarray:
             x = np.asarray(batch, dtype=np.float32)
             for layer in layers:
                 if isinstance(layer, tuple):
                     x = x @ layer[0] + layer[1]
                 else:
                     x = layer(x)
+            if masks is not None:
+                if not takes_masks:
+                    raise ValueError("this policy takes no action masks")
+                x = np.where(masks, x, -np.inf)
             return head(x)
 
         return greedy
@@ -124,6 +135,14 @@ class _Unsupported(Exception):
 
 
 def _build(policy: Any) -> Plan:
+    if getattr(policy, "lstm_actor", None) is not None:  # RecurrentPPO: the actions depend on a state
+        raise _Unsupported("recurrent")
+    if isinstance(policy, MaskableActorCriticPolicy):  # MaskablePPO: the argmax of the masked logits
+        _flat(policy.pi_features_extractor)
+        steps = _layers(policy.mlp_extractor.policy_net, "mlp_extractor.policy_net.") + _layers(
+            policy.action_net, "action_net.")
+        found = _sized(policy, steps, _head(policy.action_dist))
+        return Plan(found.steps, found.head, takes_masks=True)
     if isinstance(policy, ActorCriticPolicy):  # PPO, A2C
         _flat(policy.pi_features_extractor)
         steps = _layers(policy.mlp_extractor.policy_net, "mlp_extractor.policy_net.") + _layers(
@@ -147,9 +166,10 @@ def _build(policy: Any) -> Plan:
 
 
 def _head(distribution: Any) -> Callable[[np.ndarray], Any]:
-    if isinstance(distribution, CategoricalDistribution):
+    if isinstance(distribution, (CategoricalDistribution, MaskableCategoricalDistribution)):
         return lambda out: out.argmax(axis=-1)
-    if isinstance(distribution, MultiCategoricalDistribution):
+    # (sb3-contrib's masked MultiBinary is a multi-categorical of two choices per bit: its argmax is the bit)
+    if isinstance(distribution, (MultiCategoricalDistribution, MaskableMultiCategoricalDistribution)):
         bounds = np.cumsum(distribution.action_dims)[:-1]
         return lambda out: np.stack([part.argmax(axis=-1) for part in np.split(out, bounds, axis=-1)], axis=-1)
     if isinstance(distribution, BernoulliDistribution):
@@ -200,23 +220,29 @@ class GreedyActor:
         self._greedy: Greedy | None = None
         self._version = -1
 
-    def act(self, obs: Any) -> tuple[Any, int] | None:
-        """The action for ``obs`` and the policy version that chose it, or None: ask the learner."""
-        answered = self.act_batch([obs])
+    def act(self, obs: Any, mask: Any = None) -> tuple[Any, int] | None:
+        """The action for ``obs`` (under its action ``mask``, if any) and the policy version that chose it,
+        or None: ask the learner."""
+        answered = self.act_batch([obs], None if mask is None else [mask])
         return None if answered is None else (answered[0][0], answered[1])
 
-    def act_batch(self, observations: list[Any]) -> tuple[Any, int] | None:
-        """The actions (rows) for a list of observations and the policy version that chose them, or
-        None: ask the learner."""
-        if self.broken:
+    def act_batch(self, observations: list[Any], masks: list[Any] | None = None) -> tuple[Any, int] | None:
+        """The actions (rows) for a list of observations (and their action masks, a list with None for
+        an unmasked one; None: none is masked) and the policy version that chose them, or None: ask the
+        learner (also for masks a plan cannot apply)."""
+        if self.broken or (masks is not None and not self.plan.takes_masks):
             return None
         weights = self.source.latest_weights()
         if weights is None or weights.version != self.source.version:
             return None
         if weights.version != self._version:
             self._greedy, self._version = self.plan.bind(weights.arrays), weights.version
+        rows = None
+        if masks is not None and any(mask is not None for mask in masks):
+            width = next(len(mask) for mask in masks if mask is not None)
+            rows = np.stack([np.ones(width, dtype=bool) if mask is None else mask for mask in masks])
         try:
-            return self.to_env(self._greedy(np.stack(observations))), weights.version  # type: ignore[misc]
+            return self.to_env(self._greedy(np.stack(observations), rows)), weights.version  # type: ignore[misc]
         except Exception:  # a snapshot's bug must cost speed, not the request: the learner answers it
             logger.exception("agent %s: the greedy snapshot failed; the learner answers instead", self.name)
             self.broken = True

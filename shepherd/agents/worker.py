@@ -169,9 +169,8 @@ class ThreadedLearner:
         return self._ask(Request(Kind.BEGIN, actor, obs, 0.0, False, mode, mask=mask))
 
     def step(self, actor: int, reward: float, obs: Observation, mode: ActMode, mask: Any = None) -> ActionFuture:
-        if (mode is ActMode.GREEDY and mask is None and self.greedy is not None and self.failure is None
-                and not self._closed):  # (the numpy snapshot takes no masks: masked steps go to the learner)
-            answered = self.greedy.act(obs)
+        if mode is ActMode.GREEDY and self.greedy is not None and self.failure is None and not self._closed:
+            answered = self.greedy.act(obs, mask)  # None: the learner answers (also masks a plan cannot apply)
             if answered is not None:
                 future = ActionFuture()
                 future.policy_version = answered[1]
@@ -201,8 +200,9 @@ class ThreadedLearner:
             return future
         if self._refused(future):
             return future
-        if self.greedy is not None and all(r.mode is ActMode.GREEDY and r.mask is None for r in acts):
-            answered = self.greedy.act_batch([r.obs for r in acts])
+        if self.greedy is not None and all(r.mode is ActMode.GREEDY for r in acts):
+            masks = [r.mask for r in acts] if any(r.mask is not None for r in acts) else None
+            answered = self.greedy.act_batch([r.obs for r in acts], masks)
             if answered is not None:
                 future.policy_version = answered[1]
                 future.set_result(list(answered[0]))

@@ -9,6 +9,7 @@ drops them anywhere ends with other weights. Over real HTTP with a vector client
 from __future__ import annotations
 
 import gymnasium as gym
+import pytest
 import numpy as np
 import torch as th
 from sb3_contrib import MaskablePPO
@@ -97,3 +98,34 @@ def test_a_batch_mixing_masked_and_unmasked_requests_masks_only_its_own_rows():
     for actor, segment in segments.items():
         expected = only_two if actor % 2 else np.ones(3)
         assert np.array_equal(stored[:6, segment], np.tile(expected, (6, 1))), (actor, stored[:6, segment])
+
+
+@pytest.mark.parametrize("action_spec, groups", [(4, [4]), (["MultiDiscrete", [3, 2]], [3, 2]),
+                                                 (["MultiBinary", 3], [2, 2, 2])])
+def test_the_greedy_snapshot_answers_masked_steps_as_the_learner_does(action_spec, groups):
+    learner = build_learner("MaskablePPO", "snap", parse_space([[5], "-inf", "inf"]), parse_space(action_spec),
+                            {"seed": 3}, None)
+    assert learner.greedy is not None and learner.greedy.plan.takes_masks
+    learner.start()
+    try:
+        rng = np.random.default_rng(0)
+        observations = [rng.normal(size=5).astype(np.float32) for _ in range(64)]
+        masks = []
+        for _ in observations:
+            mask = []
+            for width in groups:
+                part = rng.random(width) < 0.5
+                part[rng.integers(width)] = True
+                mask += part.tolist()
+            masks.append(np.array(mask))
+        requests = [Request(Kind.STEP, 1, obs, mask=mask) for obs, mask in zip(observations, masks)]
+        expected = learner.algorithm._greedy(requests)  # the learner's masked greedy (sb3-contrib's distribution)
+        learner.greedy.prepare()
+        learner.begin_episode(9, observations[0], ActMode.GREEDY).result(30)  # the weights are published
+        answered = learner.greedy.act_batch(observations, masks)
+        assert answered is not None, "the snapshot declined masked steps"
+        assert np.array_equal(np.asarray(answered[0]).reshape(expected.shape), expected)
+        unmasked = learner.greedy.act_batch(observations)
+        assert not np.array_equal(np.asarray(unmasked[0]).reshape(expected.shape), expected)  # masks mattered
+    finally:
+        learner.close()
