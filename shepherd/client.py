@@ -76,6 +76,7 @@ class _Connection:
         self.session_key: str | None = None
         self.seq = 0
         self.info: dict[str, Any] = {}
+        self.policy_version: int | None = None  # of the last action received (None: none yet, or null)
         self.reached = False  # whether the server ever answered: a server never reached is not retried
 
     def _connect(self) -> http.client.HTTPConnection:
@@ -172,7 +173,9 @@ class Client(_Connection):
             payload["truncated"] = True
         if action_mask is not None:
             payload["action_mask"] = to_json(action_mask)
-        return self._send_step(payload)["action"]
+        reply = self._send_step(payload)
+        self.policy_version = reply.get("policy_version")
+        return reply["action"]
 
 
 class VectorClient(_Connection):
@@ -220,7 +223,9 @@ class VectorClient(_Connection):
             payload["info"] = to_json(info)
         if action_mask is not None:
             payload["action_mask"] = to_json(action_mask)
-        return self._send_step(payload)["actions"]
+        reply = self._send_step(payload)
+        self.policy_version = reply.get("policy_version")
+        return reply["actions"]
 
 
 def run_env(client: Client, env_id: str, seed: int | None = None, episodes: int | None = None,
@@ -388,12 +393,14 @@ def run_vector_env(client: VectorClient, env: Any, seed: int | None = None, epis
                          "same step: make it with autoreset_mode=AutoresetMode.SAME_STEP (make_vector_env does)")
     space = env.single_action_space
 
-    def masks() -> dict[str, list]:  # each env's action mask, if its envs tell them (sb3-contrib's ActionMasker)
-        try:
-            found = env.call("action_masks")
-        except AttributeError:
+    # whether the envs tell their valid actions (an action_masks() method, as sb3-contrib's ActionMasker
+    # gives): asked once, without calling what may be missing (that kills an async env's workers)
+    masked = all(env.call("has_wrapper_attr", "action_masks"))
+
+    def masks() -> dict[str, list]:
+        if not masked:
             return {}
-        return {"action_mask": [[bool(valid) for valid in mask] for mask in found]}
+        return {"action_mask": [[bool(valid) for valid in mask] for mask in env.call("action_masks")]}
 
     def reset(reset_seed: int | None) -> dict[str, list]:
         obs, _ = env.reset(seed=reset_seed)

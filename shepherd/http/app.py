@@ -83,10 +83,11 @@ async def env_step(request: web.Request) -> web.Response:
     acted = await graph.step(session, step)
     space = session.action_space
     if n_envs is not None:
-        return _json({"actions": [action_to_json(space, action) for action in acted.action]})
+        return _json({"actions": [action_to_json(space, action) for action in acted.action],
+                      "policy_version": acted.policy_version})
     if acted.action is None:
         return _json({"action": None})
-    return _json({"action": action_to_json(space, acted.action)})
+    return _json({"action": action_to_json(space, acted.action), "policy_version": acted.policy_version})
 
 
 async def logout(request: web.Request) -> web.Response:

@@ -183,3 +183,28 @@ async def test_time_limits_reach_the_learner_as_truncation(app_client):
     response = await step(app_client, key, reward=1.0, done=True, info={"TimeLimit.truncated": True})
     assert await response.json() == {"action": None}
     assert calls and calls[0][3] is True
+
+
+async def test_every_action_says_which_policy_version_chose_it(aiohttp_client, tmp_path):
+    # evaluation every 32 steps: greedy episodes are answered by the snapshot, training ones by the learner
+    app = create_app(ServerConfig(graph_manager(steps_between_evaluation_periods=32, evaluation_episodes=1),
+                                  tmp_path / "data"))
+    client = await aiohttp_client(app)
+    client.apikey = app[CREATED_KEYS]["pole"]
+    runtime = app[GRAPH].runtime()
+    key = (await login(client))["session_key"]
+    versions = []
+    for t in range(120):  # PPO with 2 segments of 8 steps, one client: an update every 8 of its steps
+        reply = await (await step(client, key, reward=1.0, done=t % 10 == 9)).json()
+        if reply["action"] is None:
+            assert set(reply) == {"action"}
+            continue
+        assert set(reply) == {"action", "policy_version"}
+        versions.append(reply["policy_version"])
+        assert reply["policy_version"] <= runtime.learner.algorithm.version
+    assert versions[0] == 0 and versions == sorted(versions) and versions[-1] >= 5, versions
+    vector = (await login(client, n_envs=2))["session_key"]
+    reply = await (await client.post("/shepherd/env/", json={
+        "session_key": vector, "obs": [OBS4, OBS4], "reward": [0.0, 0.0], "terminated": [False, False],
+        "truncated": [False, False]})).json()
+    assert set(reply) == {"actions", "policy_version"} and reply["policy_version"] >= versions[-1]

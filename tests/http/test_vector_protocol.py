@@ -75,7 +75,7 @@ async def test_every_env_gets_an_action_and_ended_episodes_are_recorded_per_env(
         response = await vstep(app_client, key, t, ended=ended, truncated=(3,) if t == 3 else ())
         assert response.status == 200, await response.text()
         reply = await response.json()
-        assert set(reply) == {"actions"} and len(reply["actions"]) == N
+        assert set(reply) == {"actions", "policy_version"} and len(reply["actions"]) == N
         assert all(action in (0, 1) for action in reply["actions"])
     state = runtime(app_client)
     assert state.tracker.steps == 5 * N and state.episodes == 2
