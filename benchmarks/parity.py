@@ -8,6 +8,7 @@ normalised to the env's random-to-solved range (0 = a random policy, measured he
 1 = the env's reward threshold, or the documented value below). Target: ratio >= 0.9.
 
     .venv/bin/python benchmarks/parity.py                        # every algorithm, 3 seeds
+    .venv/bin/python benchmarks/parity.py --algos QRDQN,TQC,CrossQ,TRPO   # sb3-contrib's
     .venv/bin/python benchmarks/parity.py --algos SAC,TD3 --seeds 5
     .venv/bin/python benchmarks/parity.py --algos A2C --seeds 10 --first-seed 10   # seeds 10..19
 """
@@ -72,6 +73,20 @@ CASES: dict[str, Case] = {
     "DDPG": Case("Pendulum-v1", 8_000, {
         "learning_rate": 1e-3, "learning_starts": 1000, "action_noise": "ornstein-uhlenbeck",
         "action_noise_sigma": 0.1, "policy_kwargs": {"net_arch": [64, 64]}}),
+    # sb3-contrib's (RL Zoo's hyperparameters; TQC without gSDE, which a pooled learner does not serve)
+    "QRDQN": Case("CartPole-v1", 40_000, {
+        "learning_rate": 2.3e-3, "batch_size": 64, "buffer_size": 100_000, "learning_starts": 1000,
+        "gamma": 0.99, "target_update_interval": 10, "train_freq": 256, "gradient_steps": 128,
+        "exploration_fraction": 0.16, "exploration_final_eps": 0.04,
+        "policy_kwargs": {"net_arch": [256, 256], "n_quantiles": 10}}),
+    "TQC": Case("Pendulum-v1", 8_000, {
+        "learning_rate": 1e-3, "learning_starts": 100, "train_freq": 64, "gradient_steps": 64,
+        "policy_kwargs": {"net_arch": [64, 64]}}),
+    "CrossQ": Case("Pendulum-v1", 6_000, {
+        "learning_starts": 100, "policy_delay": 2, "policy_kwargs": {"net_arch": [256, 256]}}),
+    "TRPO": Case("CartPole-v1", 50_000, {  # RL Zoo's 2 envs of 512 steps as one segment of 1024 (one client)
+        "n_steps": 1024, "batch_size": 512, "cg_damping": 1e-3, "gae_lambda": 0.98, "gamma": 0.99,
+        "learning_rate": 1e-3, "n_critic_updates": 20}),
 }
 
 
@@ -180,7 +195,7 @@ def row_text(row: tuple) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--algos", default=",".join(CASES), help="comma-separated (default: all six)")
+    parser.add_argument("--algos", default=",".join(CASES), help="comma-separated (default: all)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per algorithm and way (default 3)")
     parser.add_argument("--first-seed", type=int, default=0,
                         help="the first seed (default 0): split a long run over processes")
@@ -188,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     th.set_num_threads(1)  # as the learner threads do
-    algorithms = [a.strip().upper() for a in args.algos.split(",") if a.strip()]
+    by_upper = {name.upper(): name for name in CASES}  # names in any case: "crossq" is CrossQ
+    algorithms = [by_upper.get(a.strip().upper(), a.strip()) for a in args.algos.split(",") if a.strip()]
     for algorithm in algorithms:
         if algorithm not in CASES:
             parser.error(f"unknown algorithm {algorithm}; choose from {', '.join(CASES)}")

@@ -8,9 +8,12 @@ a *snapshot*: the actor's weights copied into numpy arrays, rebuilt on the learn
 update while someone uses it, and swapped in with one assignment, so the event loop never reads a weight
 that an optimizer is writing.
 
-Everything else (images, dicts, other activations, networks too large to run on the event loop, gSDE)
-gets no snapshot and is answered by the learner, batched, as before. The actions are SB3's deterministic
-ones up to float rounding (numpy's and torch's float32 matrix products may round the last bit apart).
+Served this way: PPO, A2C and TRPO (the actor's mean or argmax), DQN (the Q-values' argmax), QR-DQN (the
+argmax of the quantiles' mean), SAC and TQC (the squashed Gaussian's mode), TD3 and DDPG. Everything else
+(images, dicts, other activations or layers such as CrossQ's BatchRenorm, networks too large to run on the
+event loop, gSDE) gets no snapshot and is answered by the learner, batched, as before. The actions are
+SB3's deterministic ones up to float rounding (numpy's and torch's float32 matrix products may round the
+last bit apart).
 """
 
 from __future__ import annotations
@@ -152,8 +155,14 @@ def _build(policy: Any) -> Plan:
     if q_net is not None and hasattr(q_net, "q_net"):  # DQN: the argmax of the Q-values
         _flat(q_net.features_extractor)
         return _sized(policy, _layers(q_net.q_net, "q_net.q_net."), lambda out: out.argmax(axis=-1))
+    quantile_net = getattr(policy, "quantile_net", None)
+    if quantile_net is not None and hasattr(quantile_net, "quantile_net"):  # QR-DQN: argmax of the quantiles' mean
+        _flat(quantile_net.features_extractor)
+        shape = (int(quantile_net.n_quantiles), int(quantile_net.action_space.n))
+        return _sized(policy, _layers(quantile_net.quantile_net, "quantile_net.quantile_net."),
+                      lambda out: out.reshape(-1, *shape).mean(axis=1).argmax(axis=-1))
     actor = getattr(policy, "actor", None)
-    if actor is not None and hasattr(actor, "latent_pi"):  # SAC: the mode of a squashed Gaussian
+    if actor is not None and hasattr(actor, "latent_pi"):  # SAC, TQC: the mode of a squashed Gaussian
         if getattr(actor, "use_sde", False):
             raise _Unsupported("gSDE")
         _flat(actor.features_extractor)

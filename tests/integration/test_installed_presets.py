@@ -62,7 +62,8 @@ def test_a_wheel_installed_outside_the_repository_lists_and_loads_the_presets(tm
     lines = run(python, "-c", SCRIPT, cwd=elsewhere, env=env).splitlines()
     found = json.loads(lines[0])
     assert Path(found["file"]).is_relative_to(site), found["file"]  # the installed copy, not the repository's
-    assert "cartpole_ppo" in found["presets"] and found["presets"] == list_presets()
+    # the checkout's presets (list_presets() would read an editable install's, which may be another checkout's)
+    assert "cartpole_ppo" in found["presets"] and found["presets"] == list_presets(ROOT / "presets")
     assert found["loaded"] == "cartpole_ppo" and found["target"] == 475.0
     assert any(line.startswith("cartpole_ppo ") for line in lines[1:])  # run.py -l, installed
     assert not (site / "presets").exists()  # no top-level package named "presets" is claimed

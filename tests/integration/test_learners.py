@@ -322,7 +322,7 @@ def test_the_greedy_fast_path_gives_sb3s_deterministic_actions(algorithm, action
 SNAPSHOT_CASES = [
     ("PPO", 3), ("PPO", [[2], -1, 1]), ("PPO", ["MultiDiscrete", [3, 4]]), ("PPO", ["MultiBinary", 3]),
     ("A2C", 3), ("A2C", [[2], -1, 1]), ("DQN", 3), ("SAC", [[2], -1, 1]), ("TD3", [[2], 0, 5]),
-    ("DDPG", [[2], -1, 1]),
+    ("DDPG", [[2], -1, 1]), ("QRDQN", 3), ("TQC", [[2], -1, 1]), ("TRPO", 3), ("TRPO", [[2], -1, 1]),
 ]
 
 
@@ -348,6 +348,49 @@ def test_the_greedy_snapshot_gives_sb3s_deterministic_actions(algorithm, action_
             assert np.allclose(ours, expected, atol=1e-5)
         assert np.shape(ours) == np.shape(expected)
     assert agrees(greedy, learner.model.policy, observation_space)
+
+
+@pytest.mark.parametrize("algorithm, action_spec, served", [
+    ("QRDQN", 3, True), ("TQC", [[2], -2, 2], True), ("TRPO", 3, True), ("CrossQ", [[2], -2, 2], False)])
+def test_which_sb3_contrib_learners_answer_greedy_steps_from_a_snapshot(algorithm, action_spec, served):
+    """QR-DQN, TQC and TRPO get a snapshot that agrees with the learner's own greedy answers, after
+    training too; CrossQ's BatchRenorm layers have none (its learner answers greedy steps)."""
+    observation_space = parse_space([[5], "-inf", "inf"])
+    params = {"seed": 3, "policy_kwargs": {"net_arch": [32, 16]}}
+    params |= {"n_steps": 16, "batch_size": 16} if algorithm == "TRPO" else {"learning_starts": 8, "batch_size": 8}
+    learner = build_learner(algorithm, "t", observation_space, parse_space(action_spec), params, None)
+    assert (learner.greedy is not None) is served
+    learner.start()
+    try:
+        rng = np.random.default_rng(1)
+        learner.begin_episode(1, rng.normal(size=5).astype(np.float32), EXPLORE).result(10)
+        for _ in range(40):  # training moves the weights away from their initial ones
+            learner.step(1, float(rng.normal()), rng.normal(size=5).astype(np.float32), EXPLORE).result(10)
+        assert learner.model._n_updates > 0
+        rows = rng.normal(size=(16, 5)).astype(np.float32)
+        snapshot_actor, learner.greedy = learner.greedy, None
+        by_learner = learner.submit(vector_of(rows, GREEDY)).result(10)  # the learner's own greedy answers
+        learner.greedy = snapshot_actor
+        learner.model.policy.set_training_mode(False)  # as SB3's predict(): BatchRenorm (CrossQ) in eval mode
+        with th.no_grad():  # the policy's deterministic actions
+            expected = learner.model.policy._predict(th.as_tensor(rows), deterministic=True).numpy()
+        assert np.allclose(np.asarray(by_learner, dtype=np.float64),
+                           np.asarray(learner.algorithm.actions.to_env(expected), dtype=np.float64), atol=1e-5)
+        if not served:
+            return
+        learner.begin_episode(2, rows[0], GREEDY).result(10)  # the learner publishes its weights
+        inline_answer = learner.greedy.act_batch(list(rows))
+        assert inline_answer is not None and inline_answer[1] == learner.algorithm.version
+        assert np.allclose(np.asarray(inline_answer[0], dtype=np.float64), np.asarray(by_learner, dtype=np.float64),
+                           atol=1e-5)
+    finally:
+        learner.close()
+
+
+def vector_of(rows, mode):
+    from shepherd.agents import Kind, Request
+
+    return [Request(Kind.BEGIN, 10 + i, row, mode=mode, group=7) for i, row in enumerate(rows)]
 
 
 def test_no_snapshot_where_numpy_would_not_be_sb3():

@@ -7,6 +7,10 @@ actions) in the same order only if the learner reproduces SB3's ``collect_rollou
 Any difference in what is stored or when it trains makes the weights differ by far more than the
 tolerance, which only allows for float rounding (a batch of two rows, such as an episode's end and the next
 one's start, is not summed in the same order as two batches of one).
+
+sb3-contrib's QR-DQN, TQC, CrossQ and TRPO run through the same family adapters and are held to the same
+standard: their own ``learn()``'s weights (CrossQ's include its BatchRenorm statistics, which acting in
+training mode would move).
 """
 
 from __future__ import annotations
@@ -28,6 +32,11 @@ CASES = {
     "TD3": ("Pendulum-v1", 300, {"learning_starts": 100, "batch_size": 16, "action_noise": "normal"}),
     "DDPG": ("Pendulum-v1", 300, {"learning_starts": 100, "batch_size": 16, "action_noise": "ornstein-uhlenbeck",
                                   "gradient_steps": -1, "train_freq": 3}),
+    "QRDQN": ("CartPole-v1", 300, {"learning_starts": 100, "batch_size": 16, "train_freq": 4, "gradient_steps": 2,
+                                   "target_update_interval": 50, "exploration_fraction": 0.5}),
+    "TQC": ("Pendulum-v1", 300, {"learning_starts": 100, "batch_size": 16, "train_freq": 2}),
+    "CrossQ": ("Pendulum-v1", 300, {"learning_starts": 100, "batch_size": 16}),
+    "TRPO": ("CartPole-v1", 256, {"n_steps": 64, "batch_size": 32, "learning_rate": "lin_0.001"}),
 }
 
 
@@ -84,6 +93,12 @@ VECTOR_CASES = {  # steps: whole rollouts (PPO, A2C) and whole train_freq rounds
     "DQN": ("CartPole-v1", 4, 320, {"learning_starts": 100, "batch_size": 16, "train_freq": 4,
                                     "gradient_steps": 2, "target_update_interval": 50,
                                     "exploration_fraction": 0.5}),
+    "QRDQN": ("CartPole-v1", 4, 320, {"learning_starts": 100, "batch_size": 16, "train_freq": 4,
+                                      "gradient_steps": 2, "target_update_interval": 50,
+                                      "exploration_fraction": 0.5}),
+    "TQC": ("Pendulum-v1", 4, 320, {"learning_starts": 100, "batch_size": 16, "train_freq": 2}),
+    "CrossQ": ("Pendulum-v1", 4, 320, {"learning_starts": 100, "batch_size": 16}),
+    "TRPO": ("CartPole-v1", 4, 512, {"n_steps": 64, "batch_size": 64, "learning_rate": "lin_0.001"}),
 }
 
 
