@@ -29,13 +29,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 import gymnasium as gym
+import numpy as np
 import torch as th
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from shepherd.agents import algorithm_info, sb3_arguments  # noqa: E402
 from shepherd.agents.registry import policy_name  # noqa: E402
-from shepherd.client import Client, run_env  # noqa: E402
+from shepherd.client import Client, env_action_mask, run_env  # noqa: E402
 from shepherd.graph import AgentSpec, GraphManager, Schedule  # noqa: E402
 from shepherd.http import ServerConfig  # noqa: E402
 from shepherd.http.server import RunningServer  # noqa: E402
@@ -43,7 +44,8 @@ from shepherd.spaces import action_from_json, space_to_json  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
-SOLVED = {"Pendulum-v1": -150.0}  # no reward threshold in gymnasium's spec: RL Zoo's SAC and TD3 reach it
+SOLVED = {"Pendulum-v1": -150.0,  # no reward threshold in gymnasium's spec: RL Zoo's SAC and TD3 reach it
+          "shepherd.gridworld:MaskedGrid-v0": -14.0}  # the maze's shortest path
 
 
 @dataclass(frozen=True)
@@ -87,24 +89,34 @@ CASES: dict[str, Case] = {
     "TRPO": Case("CartPole-v1", 50_000, {  # RL Zoo's 2 envs of 512 steps as one segment of 1024 (one client)
         "n_steps": 1024, "batch_size": 512, "cg_damping": 1e-3, "gae_lambda": 0.98, "gamma": 0.99,
         "learning_rate": 1e-3, "n_critic_updates": 20}),
+    # the maze whose walls make moves invalid: the client sends each step's action mask (ActionMasker's)
+    "MaskablePPO": Case("shepherd.gridworld:MaskedGrid-v0", 10_000, {
+        "n_steps": 256, "batch_size": 64, "n_epochs": 10, "gamma": 0.99, "ent_coef": 0.01,
+        "learning_rate": 1e-3}),
 }
 
 
-def evaluate(policy: Callable[[Any], Any], env_id: str, seed: int, episodes: int) -> list[float]:
-    """Returns of ``episodes`` episodes of a policy; the env's first reset is seeded."""
+def evaluate(policy: Callable[[Any, Any], Any], env_id: str, seed: int, episodes: int) -> list[float]:
+    """Returns of ``episodes`` episodes of a policy of (observation, action mask or None); the env's first
+    reset is seeded."""
     env = gym.make(env_id)
     returns = []
     obs, _ = env.reset(seed=seed)
     for _ in range(episodes):
         total, done = 0.0, False
         while not done:
-            obs, reward, terminated, truncated, _ = env.step(policy(obs))
+            obs, reward, terminated, truncated, _ = env.step(policy(obs, env_action_mask(env)))
             total += float(reward)
             done = terminated or truncated
         returns.append(total)
         obs, _ = env.reset()
     env.close()
     return returns
+
+
+def random_action(space: gym.Space, mask: Any) -> Any:
+    """A random action, among the valid ones when the env tells them (random play never picks an invalid one)."""
+    return space.sample() if mask is None else space.sample(mask=np.asarray(mask, dtype=np.int8))
 
 
 def sb3_run(algorithm: str, case: Case, seed: int, episodes: int) -> list[float]:
@@ -117,7 +129,11 @@ def sb3_run(algorithm: str, case: Case, seed: int, episodes: int) -> list[float]
     model = algorithm_info(algorithm).sb3_class(policy_name(env.observation_space), vec_env, device="cpu",
                                                 verbose=0, **kwargs)
     model.learn(case.steps)
-    return evaluate(lambda obs: model.predict(obs, deterministic=True)[0], case.env_id, 10_000 + seed, episodes)
+    def act(obs: Any, mask: Any) -> Any:
+        masked = {} if mask is None else {"action_masks": np.asarray(mask)}  # MaskablePPO's predict
+        return model.predict(obs, deterministic=True, **masked)[0]
+
+    return evaluate(act, case.env_id, 10_000 + seed, episodes)
 
 
 def _train_client(url: str, key: str, env_id: str, seed: int, steps: int) -> None:
@@ -127,13 +143,15 @@ def _train_client(url: str, key: str, env_id: str, seed: int, steps: int) -> Non
     try:
         client.login()
         obs, _ = env.reset(seed=seed)
-        action = client.step(obs, 0.0, False)
+        action = client.step(obs, 0.0, False, action_mask=env_action_mask(env))
         for _ in range(steps):
             obs, reward, terminated, truncated, _ = env.step(action_from_json(env.action_space, action))
-            action = client.step(obs, reward, terminated or truncated, truncated=truncated and not terminated)
+            done = terminated or truncated
+            action = client.step(obs, reward, done, truncated=truncated and not terminated,
+                                 action_mask=None if done else env_action_mask(env))
             if action is None:
                 obs, _ = env.reset()
-                action = client.step(obs, 0.0, False)
+                action = client.step(obs, 0.0, False, action_mask=env_action_mask(env))
         client.logout()
     finally:
         client.close()
@@ -215,11 +233,11 @@ def main(argv: list[str] | None = None) -> int:
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     for algorithm in algorithms:
         case = CASES[algorithm]
-        solved = SOLVED.get(case.env_id, gym.spec(case.env_id).reward_threshold)
-        env = gym.make(case.env_id)
+        env = gym.make(case.env_id)  # (first: an id of the form module:Env-v0 imports its module)
+        solved = SOLVED[case.env_id] if case.env_id in SOLVED else gym.spec(case.env_id).reward_threshold
         env.action_space.seed(0)
         random_return = statistics.median(
-            statistics.fmean(evaluate(lambda obs: env.action_space.sample(), case.env_id, 10_000 + s,
+            statistics.fmean(evaluate(lambda obs, mask: random_action(env.action_space, mask), case.env_id, 10_000 + s,
                                       args.episodes)) for s in seeds)
         results: dict[str, list[float]] = {"sb3": [], "shepherd": []}
         seconds = {"sb3": 0.0, "shepherd": 0.0}
