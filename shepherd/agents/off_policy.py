@@ -1,4 +1,5 @@
-"""Pooled off-policy learning (DQN, SAC, TD3, DDPG): every session's transitions go into one replay buffer.
+"""Pooled off-policy learning (DQN, SAC, TD3, DDPG; sb3-contrib's QR-DQN, TQC, CrossQ): every session's
+transitions go into one replay buffer.
 
 The learner mirrors SB3's ``collect_rollouts`` and ``_sample_action`` for one environment, counted in
 transitions over all sessions:
@@ -57,7 +58,8 @@ class _Actor:
 
 
 class OffPolicyAdapter(SB3Algorithm):
-    """An SB3 off-policy algorithm (DQN, SAC, TD3, DDPG) fed by many sessions through one replay buffer."""
+    """An SB3 off-policy algorithm (DQN, SAC, TD3, DDPG, QRDQN, TQC, CrossQ) fed by many sessions through one
+    replay buffer."""
 
     model: OffPolicyAlgorithm
 
