@@ -75,7 +75,7 @@ def check_command(args: argparse.Namespace) -> int:
             raise InvalidPreset(problems).located(shown_path(path))
     except InvalidPreset as error:
         count = len(error.problems)
-        print(f"preset {args.preset}: {count} problem{'s' if count != 1 else ''}", file=sys.stderr)
+        print(f"preset {shown_path(path)}: {count} problem{'s' if count != 1 else ''}", file=sys.stderr)
         for problem in error.problems:
             print(f"  {problem}", file=sys.stderr)
         return EXIT_USAGE

@@ -239,15 +239,6 @@ def read_yaml_preset(path: Path) -> Any:
         raise PresetError(f"{path}: not valid YAML{where}: {problem}") from None
 
 
-def load_yaml_preset(path: Path) -> GraphManager:
-    """A YAML preset file's `GraphManager`, checked; named after the file.
-
-    Raises:
-        PresetError: the file is not YAML, or the preset has problems (an `InvalidPreset` listing them all).
-    """
-    return graph_from_data(read_yaml_preset(path), path.stem)
-
-
 # -- overrides ------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Override:
@@ -283,9 +274,15 @@ def parse_override(text: str) -> Override:
     return Override(parts, parsed, text)
 
 
-def seed_overrides(graph: GraphManager, seed: int) -> list[Override]:
-    """``--seed N`` as overrides: every agent's ``seed`` parameter."""
-    return [Override(("agents", spec.name, "parameters", "seed"), seed, f"--seed {seed}") for spec in graph.agents]
+def seed_overrides(data: Any, seed: int | None) -> list[Override]:
+    """``--seed N`` as overrides: the ``seed`` parameter of every agent of a preset's plain form (none
+    without a seed)."""
+    if seed is None:
+        return []
+    agents = data.get("agents") if isinstance(data, dict) else None
+    names = [agent["name"] for agent in agents or [] if isinstance(agent, dict) and isinstance(agent.get("name"), str)] \
+        if isinstance(agents, list) else []
+    return [Override(("agents", name, "parameters", "seed"), seed, f"--seed {seed}") for name in names]
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[Override]) -> tuple[dict[str, Any], list[tuple[str, Override]],
@@ -333,20 +330,24 @@ def _set(data: dict[str, Any], override: Override) -> str:
         if not key:
             data["agents"] = override.value
             return "agents"
-        if not isinstance(data["agents"], list):
-            raise PresetError("agents is no longer a list (an earlier -cp replaced it)")
+        if not isinstance(data.get("agents"), list):
+            raise PresetError("the preset's agents are not a list, so none can be named")
         return _set_agent(data["agents"], key, override.value)
     fields = SCHEDULE_FIELDS if head == "schedule" else VALIDATION_FIELDS
-    if data.get(head) is None:
-        data[head] = {}
     if not key:
         data[head] = override.value
         return head
     name = key.pop(0)
     if name not in fields:
         raise PresetError(f"unknown key {name!r} in {head}; known: {_known(fields)}")
-    return _set_in(data[head], name, key, override.value, f"{head}.{name}",
+    created = data.get(head) is None  # a preset without a validation block: the override makes one
+    if created:
+        data[head] = {}
+    if not isinstance(data[head], dict):
+        raise PresetError(f"the preset's {head} is not a mapping, so it has no key {name!r}")
+    path = _set_in(data[head], name, key, override.value, f"{head}.{name}",
                    free=fields[name].parameter.type is ParamType.JSON)
+    return head if created else path  # what the block then lacks is this override's doing
 
 
 def _set_agent(agents: list[dict[str, Any]], key: list[str], value: Any) -> str:
@@ -369,12 +370,14 @@ def _set_agent(agents: list[dict[str, Any]], key: list[str], value: Any) -> str:
         return _set_in(agent, field, rest, value, f"{where}.{field}", free=False)
     parameter = rest.pop(0)
     try:
-        info = algorithm_info(agent["algorithm"])
+        info = algorithm_info(agent.get("algorithm"))
     except ParameterError as error:
         raise PresetError(f"the parameters of agents.{names[index]} are not known: {error}") from None
     known = parameters(info.name)
-    if not isinstance(agent.get("parameters"), dict):
+    if agent.get("parameters") is None:
         agent["parameters"] = {}
+    if not isinstance(agent["parameters"], dict):
+        raise PresetError(f"agents.{names[index]}.parameters is not a mapping, so it has no key {parameter!r}")
     if parameter not in known and parameter not in dict(info.excluded):  # excluded: the registry says why
         raise PresetError(f"unknown key {parameter!r} in agents.{names[index]}.parameters: {info.name} has no "
                           f"such parameter; known: {_known(sorted(known))}")
@@ -402,24 +405,27 @@ def _set_in(mapping: dict[str, Any], name: str, rest: list[str], value: Any, pat
     return path
 
 
-def overridden(graph: GraphManager, overrides: list[Override], problems: list[Problem] | None = None) -> GraphManager:
-    """A preset with overrides applied, built and checked again as a YAML preset is.
+def overridden(data: Any, name: str, overrides: list[Override], problems: list[Problem] | None = None) -> GraphManager:
+    """The `GraphManager` of a preset's plain form (a YAML file's data, or `preset_data`'s) with overrides
+    applied, checked as `graph_from_data` checks it.
 
     Raises:
         InvalidPreset: every problem: the ones given (of overrides that could not be parsed), overrides whose
-            keys do not exist (listing the known ones at that level), and values that do not check (each
-            attributed to the ``-cp`` that set it; the rest have no source yet).
+            keys do not exist (listing the known ones at that level), and the preset's (each attributed to
+            the ``-cp`` that set its key; the rest have no source yet: the file's).
     """
-    data, applied, unknown = apply_overrides(preset_data(graph), overrides)
-    problems = [*(problems or []), *unknown]
+    problems = list(problems or [])
+    applied: list[tuple[str, Override]] = []
+    if isinstance(data, dict):  # otherwise graph_from_data says what the file should be
+        data, applied, unknown = apply_overrides(data, overrides)
+        problems.extend(unknown)
     try:
-        changed = graph_from_data(data, graph.name)
+        graph = graph_from_data(data, name)
     except InvalidPreset as error:
         problems.extend(_attributed(problem, applied) for problem in error.problems)
     if problems:
         raise InvalidPreset(problems)
-    changed.default_schedule = graph.default_schedule
-    return changed
+    return graph
 
 
 def _attributed(problem: Problem, applied: list[tuple[str, Override]]) -> Problem:

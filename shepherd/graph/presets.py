@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shepherd.graph.manager import GraphManager, InvalidPreset, PresetError, Problem
-from shepherd.graph.preset_file import (YAML_SUFFIXES, load_yaml_preset, overridden, parse_override,
+from shepherd.graph.preset_file import (YAML_SUFFIXES, graph_from_data, overridden, parse_override, preset_data,
                                         read_yaml_preset, seed_overrides)
 
 logger = logging.getLogger(__name__)
@@ -128,22 +128,26 @@ def load_preset(name: str, folder: Path | None = None, overrides: Sequence[str] 
             `InvalidPreset` listing every problem, each with its file or its ``-cp``).
     """
     path = preset_path(name, folder)
-    try:
-        graph = load_yaml_preset(path) if path.suffix in YAML_SUFFIXES else _load_python_preset(path)
-    except InvalidPreset as error:
-        raise error.located(shown_path(path)) from None
-    if not overrides and seed is None:
-        return graph
-    problems = []
+    problems: list[Problem] = []
     parsed = []
     for text in overrides:
         try:
             parsed.append(parse_override(text))
         except PresetError as error:
             problems.append(Problem("", str(error).removeprefix(f"-cp {text}: "), f"-cp {text}"))
-    seeded = [] if seed is None else seed_overrides(graph, seed)
     try:
-        return overridden(graph, seeded + parsed, problems)
+        if path.suffix in YAML_SUFFIXES:  # overrides go into the file's data: its problems and theirs at once
+            data = read_yaml_preset(path)
+            if not parsed and not problems and seed is None:
+                return graph_from_data(data, path.stem)
+            return overridden(data, path.stem, seed_overrides(data, seed) + parsed, problems)
+        graph = _load_python_preset(path)
+        if not parsed and not problems and seed is None:
+            return graph
+        changed = overridden(preset_data(graph), graph.name, seed_overrides(preset_data(graph), seed) + parsed,
+                             problems)
+        changed.default_schedule = graph.default_schedule
+        return changed
     except InvalidPreset as error:
         raise error.located(shown_path(path)) from None
 
