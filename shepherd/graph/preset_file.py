@@ -351,7 +351,8 @@ def _set(data: dict[str, Any], override: Override) -> str:
 
 
 def _set_agent(agents: list[dict[str, Any]], key: list[str], value: Any) -> str:
-    names = [agent.get("name", "") if isinstance(agent, dict) else "" for agent in agents]
+    names = [agent["name"] if isinstance(agent, dict) and isinstance(agent.get("name"), str) else ""
+             for agent in agents]
     dotted = ".".join(key)  # an agent's name may hold dots: the longest name that starts the key
     matches = [i for i, name in enumerate(names) if dotted == name or dotted.startswith(name + ".")]
     if not matches:
@@ -370,7 +371,7 @@ def _set_agent(agents: list[dict[str, Any]], key: list[str], value: Any) -> str:
         return _set_in(agent, field, rest, value, f"{where}.{field}", free=False)
     parameter = rest.pop(0)
     try:
-        info = algorithm_info(agent.get("algorithm"))
+        info = algorithm_info(str(agent.get("algorithm", "")))
     except ParameterError as error:
         raise PresetError(f"the parameters of agents.{names[index]} are not known: {error}") from None
     known = parameters(info.name)
