@@ -388,12 +388,14 @@ def run_vector_env(client: VectorClient, env: Any, seed: int | None = None, epis
                          "same step: make it with autoreset_mode=AutoresetMode.SAME_STEP (make_vector_env does)")
     space = env.single_action_space
 
+    # asked once, without calling a method the envs may lack: an AsyncVectorEnv's worker that raises
+    # AttributeError shuts down, and the env with it
+    masked = all(env.call("has_wrapper_attr", "action_masks"))
+
     def masks() -> dict[str, list]:  # each env's action mask, if its envs tell them (sb3-contrib's ActionMasker)
-        try:
-            found = env.call("action_masks")
-        except AttributeError:
+        if not masked:
             return {}
-        return {"action_mask": [[bool(valid) for valid in mask] for mask in found]}
+        return {"action_mask": [[bool(valid) for valid in mask] for mask in env.call("action_masks")]}
 
     def reset(reset_seed: int | None) -> dict[str, list]:
         obs, _ = env.reset(seed=reset_seed)
