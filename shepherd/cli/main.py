@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log learner and server events")
     if COMMAND_MODULES:
         commands = parser.add_subparsers(dest="command", metavar="COMMAND",
-                                         title="commands: check a preset, and the admin commands (run `python run.py COMMAND -h` for each)")
+                                         title="commands: check a preset, and the admin commands "
+                                               "(run `python run.py COMMAND -h` for each)")
         for module in COMMAND_MODULES:
             module.add_parser(commands)
     return parser

@@ -280,13 +280,16 @@ def seed_overrides(data: Any, seed: int | None) -> list[Override]:
     if seed is None:
         return []
     agents = data.get("agents") if isinstance(data, dict) else None
-    names = [agent["name"] for agent in agents or [] if isinstance(agent, dict) and isinstance(agent.get("name"), str)] \
-        if isinstance(agents, list) else []
+    if not isinstance(agents, list):
+        return []
+    names = [agent["name"] for agent in agents if isinstance(agent, dict) and isinstance(agent.get("name"), str)]
     return [Override(("agents", name, "parameters", "seed"), seed, f"--seed {seed}") for name in names]
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[Override]) -> tuple[dict[str, Any], list[tuple[str, Override]],
-                                                                               list[Problem]]:
+Applied = list[tuple[str, Override]]  # each override applied, with the key path it set
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[Override]) -> tuple[dict[str, Any], Applied, list[Problem]]:
     """Set each override's key in a copy of a preset's plain form (`preset_data`), in order (a later one
     wins).
 
@@ -435,7 +438,9 @@ def _attributed(problem: Problem, applied: list[tuple[str, Override]]) -> Proble
     one); unchanged when none did."""
     sources = []
     for path, override in applied:
-        if _inside(problem.path, path) or (_inside(path, problem.path) and ".parameters" not in path[len(problem.path):]):
+        around = _inside(problem.path, path)
+        within = _inside(path, problem.path) and ".parameters" not in path[len(problem.path):]
+        if around or within:
             if override.source not in sources:
                 sources.append(override.source)
     return dataclasses.replace(problem, source=", ".join(sources)) if sources and problem.path else problem
