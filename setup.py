@@ -11,7 +11,8 @@ setup(
     # the presets stay in presets/ at the top of the repository and are installed as shepherd.presets
     packages=[*find_packages(include=["shepherd", "shepherd.*"]), "shepherd.presets"],
     package_dir={"shepherd.presets": "presets"},
-    package_data={"shepherd": ["py.typed", "http/openapi.yaml", "http/static/*"]},
+    package_data={"shepherd": ["py.typed", "http/openapi.yaml", "http/static/*"],
+                  "shepherd.presets": ["*.yaml", "*.yml"]},  # YAML presets, beside the Python ones
     install_requires=[
         "aiohttp>=3.9",
         "stable-baselines3>=2.3",

@@ -10,11 +10,11 @@ import argparse
 import logging
 import sys
 
-from shepherd.cli import agents, algorithms, keys, serve, users
+from shepherd.cli import agents, algorithms, keys, presets, serve, users
 from shepherd.cli.common import EXIT_USAGE, UsageError
 
 #: modules that add subcommands: each has ``add_parser(subparsers)``, which sets ``func`` (args -> exit code)
-COMMAND_MODULES: list = [users, agents, keys, algorithms]
+COMMAND_MODULES: list = [users, agents, keys, algorithms, presets]
 
 
 class Parser(argparse.ArgumentParser):
@@ -31,16 +31,22 @@ def build_parser() -> argparse.ArgumentParser:
                     "with --clients it also drives them with local gymnasium clients and exits 0 once the "
                     "preset's target evaluation return is reached (1 if not, 2 on bad usage).",
         epilog="Examples: python run.py -l | python run.py -p cartpole_ppo | "
-               "python run.py -p cartpole_ppo --clients 4 | python run.py agents list. The admin commands work "
+               "python run.py -p cartpole_ppo --clients 4 | "
+               "python run.py -p cartpole_ppo_yaml -cp agents.cartpole.parameters.learning_rate=0.0003 --seed 1 | "
+               "python run.py check cartpole_ppo_yaml | python run.py agents list. The admin commands work "
                "on the data folder's store when no server runs, and through the server that holds it when one "
                "does.")
-    parser.add_argument("-p", "--preset", help="preset to serve: a name from -l, or a path to a .py file")
-    parser.add_argument("-l", "--list", action="store_true", help="list the presets and exit")
+    parser.add_argument("-p", "--preset", help="preset to serve: a name from -l (presets/NAME.py or "
+                                               "presets/NAME.yaml), or a path to a .py, .yaml or .yml file")
+    parser.add_argument("-l", "--list", action="store_true",
+                        help="list the presets (Python and YAML, saying which) and exit")
+    presets.add_preset_options(parser)
     serve.add_arguments(parser)
     parser.add_argument("-v", "--verbose", action="store_true", help="log learner and server events")
     if COMMAND_MODULES:
         commands = parser.add_subparsers(dest="command", metavar="COMMAND",
-                                         title="admin commands (run `python run.py COMMAND -h` for each)")
+                                         title="commands: check a preset, and the admin commands "
+                                               "(run `python run.py COMMAND -h` for each)")
         for module in COMMAND_MODULES:
             module.add_parser(commands)
     return parser
@@ -53,13 +59,16 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         if getattr(args, "command", None):
+            if args.command != "check" and (args.overrides or args.seed is not None):
+                parser.error("-cp and --seed change a preset: use them with -p PRESET or `check PRESET`")
             return args.func(args)
         if args.list:
-            return serve.list_presets_command()
+            return presets.list_presets_command()
         if not args.preset:
             parser.error("give a preset with -p PRESET, -l to list them, or a command")
         return serve.serve_command(args)
     except UsageError as error:
-        print(f"error: {error}", file=sys.stderr)
+        for line in str(error).splitlines():  # an invalid preset's problems, one a line
+            print(f"error: {line}", file=sys.stderr)
         return EXIT_USAGE
 

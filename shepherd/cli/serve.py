@@ -82,16 +82,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "token as Bearer), open (anyone) (default %(default)s)")
 
 
-def list_presets_command() -> int:
-    from shepherd.graph import list_presets
-
-    presets = list_presets()
-    width = max(map(len, presets), default=0)
-    for name, description in presets.items():
-        print(f"{name:<{width}}  {description}")
-    return EXIT_OK
-
-
 def serve_command(args: argparse.Namespace) -> int:
     from shepherd.graph import load_preset
 
@@ -109,7 +99,7 @@ def serve_command(args: argparse.Namespace) -> int:
     if args.envs_per_client != 1 and not args.clients:
         raise UsageError("--envs-per-client needs --clients")
     try:
-        graph = load_preset(args.preset)
+        graph = load_preset(args.preset, overrides=args.overrides or (), seed=args.seed)
         if args.clients and graph.validation is None:
             raise PresetError(f"preset {graph.name} has no validation block, so --clients has no env to run")
         return asyncio.run(serve(graph, args))
@@ -165,7 +155,7 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
             local = await operations.add_key(runtime.record.id, "local clients of run.py --clients")
             local_key_id = local.id
             clients = await start_clients(server.url, local.key, graph.validation, args.clients,
-                                          args.envs_per_client)
+                                          args.envs_per_client, args.seed or 0)
             watch(graph, runtime.record.id, outcome, stop)
             monitor = asyncio.create_task(progress(graph, runtime.record.id, clients, outcome, stop, args.quiet))
         elif not args.quiet:
@@ -264,10 +254,10 @@ def describe_schedule(schedule: Schedule) -> str:
 
 
 async def start_clients(url: str, apikey: str, validation: PresetValidation, count: int,
-                        envs_per_client: int = 1) -> list[asyncio.subprocess.Process]:
+                        envs_per_client: int = 1, seed: int = 0) -> list[asyncio.subprocess.Process]:
     """Start ``count`` client processes, each of ``envs_per_client`` envs (more than one: a vector session,
     ``--n-envs``); the key goes through the environment, never the command line. Client k seeds its envs
-    from ``k * envs_per_client`` (env i of it with that plus i), so no two envs share a seed."""
+    from ``seed + k * envs_per_client`` (env i of it with that plus i), so no two envs share a seed."""
     env = {**os.environ, "SHEPHERD_API_KEY": apikey,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     vector = ["--n-envs", str(envs_per_client)] if envs_per_client > 1 else []
@@ -275,7 +265,7 @@ async def start_clients(url: str, apikey: str, validation: PresetValidation, cou
     for index in range(count):
         processes.append(await asyncio.create_subprocess_exec(
             sys.executable, "-m", "shepherd.client", "--url", url, "--env", validation.env_id,
-            "--seed", str(index * envs_per_client), "--env-kwargs", json.dumps(validation.env_kwargs), *vector,
+            "--seed", str(seed + index * envs_per_client), "--env-kwargs", json.dumps(validation.env_kwargs), *vector,
             env=env, stdout=asyncio.subprocess.DEVNULL, stdin=asyncio.subprocess.DEVNULL))
     return processes
 

@@ -11,6 +11,7 @@ end, its learner stops without a checkpoint, its model is deleted, and a fresh l
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -31,6 +32,34 @@ class PresetError(ValueError):
     """A preset (or a stored agent) is not valid; the message says what to fix."""
 
 
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a preset: where (a key path, ``agents[0].parameters.gamma``; empty for the
+    whole preset), what, and where it came from (``source``: the preset's file, or the ``-cp`` that set it;
+    empty while not known)."""
+
+    path: str
+    message: str
+    source: str = ""
+
+    def __str__(self) -> str:
+        where = ": ".join(part for part in (self.source, self.path) if part)
+        return f"{where}: {self.message}" if where else self.message
+
+
+class InvalidPreset(PresetError):
+    """A preset with one or more problems: the message is every one of them, one per line."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(map(str, self.problems)))
+
+    def located(self, source: str) -> InvalidPreset:
+        """The same problems, those without a source given ``source`` (the preset's file)."""
+        return InvalidPreset([problem if problem.source else replace(problem, source=source)
+                              for problem in self.problems])
+
+
 #: an agent as a preset declares it (the one agent definition, by the name presets know)
 AgentSpec = AgentDefinition
 
@@ -46,6 +75,14 @@ class PresetValidation:
     agent: str | None = None  # which agent the local clients drive; the first by default
     timeout_seconds: float = 900.0
     env_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """Raises ValueError for numbers out of range (the message starts with ``validation: NAME``)."""
+        for name in ("max_steps", "clients", "timeout_seconds"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"validation: {name} must be positive")
+        if not math.isfinite(self.target_return):
+            raise ValueError("validation: target_return must be a finite number")
 
 
 @dataclass(frozen=True)
@@ -64,6 +101,69 @@ class Serving:
 
 #: the schedule of agents that no preset declares (added by the admin commands or API)
 DEFAULT_SCHEDULE = Schedule(improve_steps=None, steps_between_evaluation_periods=10_000, evaluation_episodes=5)
+
+
+def learner_values(algorithm: str, values: dict[str, Any], schedule: Schedule) -> dict[str, Any]:
+    """The parameter values an agent's learner is built with: an off-policy agent's ``learning_starts`` is
+    its schedule's ``heatup_steps``."""
+    values = dict(values)
+    if not algorithm_info(algorithm).on_policy:
+        values["learning_starts"] = schedule.heatup_steps  # heatup is SB3's learning_starts
+    return values
+
+
+def preset_problems(agents: list[tuple[int, AgentSpec]], schedule: Schedule | None,
+                    validation_agent: str | None = None) -> list[Problem]:
+    """The problems of a preset's agents, each located as ``agents[INDEX]``: an unknown algorithm or
+    sharing mode, spaces the algorithm cannot handle, every bad parameter (through the registry's
+    `check_agent` and `check_parameters`), a heatup that contradicts the algorithm (unless ``schedule`` is
+    None: not known), names that repeat, and a validation ``agent`` the preset lacks.
+
+    ``agents`` pairs each agent with its index in the preset (a YAML preset leaves out the malformed ones).
+    """
+    problems = []
+    if not agents:
+        problems.append(Problem("agents", "a preset needs at least one agent"))
+    seen: dict[str, int] = {}
+    for index, spec in agents:
+        where = f"agents[{index}]"
+        if spec.name in seen:
+            problems.append(Problem(f"{where}.name", f"agent names in a preset must be unique; "
+                                                    f"agents[{seen[spec.name]}] is also named {spec.name!r}"))
+        seen.setdefault(spec.name, index)
+        try:
+            info, _ = check_agent(replace(spec, parameters={}))
+        except (ParameterError, SpaceError) as error:
+            problems.append(Problem(where, str(error)))
+            continue
+        if not isinstance(spec.parameters, dict):
+            problems.append(Problem(f"{where}.parameters", "must be a mapping of name: value"))
+            continue
+        for name, value in spec.parameters.items():
+            try:
+                check_parameters(info.name, {name: value})
+            except ParameterError as error:
+                problems.append(Problem(f"{where}.parameters.{name}", str(error)))
+        if schedule is None:
+            continue
+        starts = spec.parameters.get("learning_starts")
+        if not info.on_policy and starts is not None:
+            try:
+                different = int(starts) != schedule.heatup_steps
+            except (TypeError, ValueError):
+                different = False  # reported above as a bad value
+            if different:
+                problems.append(Problem(f"{where}.parameters.learning_starts",
+                                        f"learning_starts is the schedule's heatup_steps ({schedule.heatup_steps}); "
+                                        "set heatup_steps instead"))
+        if info.on_policy and schedule.heatup_steps:
+            problems.append(Problem("schedule.heatup_steps",
+                                    f"heatup_steps is for off-policy algorithms (their replay buffer); "
+                                    f"{info.name} (agent {spec.name!r}) learns only from its own policy's "
+                                    "actions, so set it to 0"))
+    if validation_agent is not None and validation_agent not in seen:
+        problems.append(Problem("validation.agent", f"names agent {validation_agent!r}, which the preset lacks"))
+    return problems
 
 
 class GraphManager:
@@ -132,28 +232,30 @@ class GraphManager:
         """Check the preset without building anything heavy.
 
         Raises:
-            PresetError: an unknown algorithm, a bad space, a bad parameter, or an impossible schedule.
+            InvalidPreset: every problem found: an unknown algorithm, a bad space, a bad parameter, or an
+                impossible schedule.
         """
-        if not self.agents:
-            raise PresetError("a preset needs at least one agent")
-        names = [spec.name for spec in self.agents]
-        if len(set(names)) != len(names):
-            raise PresetError("agent names in a preset must be unique")
-        for spec in self.agents:
-            where = f"agent {spec.name!r}"
+        problems = self.problems()
+        if problems:
+            raise InvalidPreset(problems)
+
+    def problems(self) -> list[Problem]:
+        """Every problem of the preset (`check` raises them), each with its key path (``agents[0]...``)."""
+        return preset_problems(list(enumerate(self.agents)), self.schedule,
+                               None if self.validation is None else self.validation.agent)
+
+    def build_problems(self) -> list[Problem]:
+        """Build every agent's learner (not started; nothing is written) and return the problems of those
+        that stable-baselines3 refuses (a combination of parameters their types allow). Takes a few seconds
+        per agent; call it on a preset that `check` passed."""
+        problems = []
+        for index, spec in enumerate(self.agents):
             try:
-                info, _ = check_agent(spec)
+                learner_for(spec, learner_values(spec.algorithm, check_parameters(spec.algorithm, spec.parameters),
+                                                 self.schedule), self.schedule.improve_steps)
             except (ParameterError, SpaceError) as error:
-                raise PresetError(f"{where}: {error}") from None
-            starts = spec.parameters.get("learning_starts")
-            if not info.on_policy and starts is not None and int(starts) != self.schedule.heatup_steps:
-                raise PresetError(f"{where}: learning_starts is the schedule's heatup_steps "
-                                  f"({self.schedule.heatup_steps}); set heatup_steps instead")
-            if info.on_policy and self.schedule.heatup_steps:
-                raise PresetError(f"{where}: heatup_steps is for off-policy algorithms (their replay buffer); "
-                                  f"{info.name} learns only from its own policy's actions, so set it to 0")
-        if self.validation is not None and self.validation.agent not in (None, *names):
-            raise PresetError(f"validation names agent {self.validation.agent!r}, which the preset lacks")
+                problems.append(Problem(f"agents[{index}]", str(error)))
+        return problems
 
     # -- building ------------------------------------------------------------------------------
     def create_graph(self, store: Store, serving: Serving | None = None, only_preset: bool = False) -> dict[str, str]:
@@ -238,10 +340,8 @@ class GraphManager:
             ParameterError, SpaceError: the stored agent cannot be built.
         """
         schedule = self.schedule_for(record)
-        values = dict(record.parameters)
-        if not algorithm_info(record.algorithm).on_policy:
-            values["learning_starts"] = schedule.heatup_steps  # heatup is SB3's learning_starts
-        learner = learner_for(record.definition, values, schedule.improve_steps)
+        learner = learner_for(record.definition, learner_values(record.algorithm, record.parameters, schedule),
+                              schedule.improve_steps)
         runtime = AgentRuntime(record, learner, schedule, self.store, self._evaluated)
         if runtime.resume():
             logger.info("agent %s resumes from %s", record.name, runtime.model_path)

@@ -1,4 +1,5 @@
-"""Finding, listing and loading preset files (Python modules that define ``graph_manager``).
+"""Finding, listing and loading preset files: Python modules that define ``graph_manager``, and YAML
+files of the same fields (`shepherd.graph.preset_file`).
 
 The presets live in ``presets/`` at the top of the repository; the packaging installs that folder as the
 package ``shepherd.presets`` (setup.py), so an installed copy finds them there, and a checkout that is not
@@ -11,9 +12,13 @@ import ast
 import importlib.resources
 import importlib.util
 import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from shepherd.graph.manager import GraphManager, PresetError
+from shepherd.graph.manager import GraphManager, InvalidPreset, PresetError, Problem
+from shepherd.graph.preset_file import (YAML_SUFFIXES, graph_from_data, overridden, parse_override, preset_data,
+                                        read_yaml_preset, seed_overrides)
 
 logger = logging.getLogger(__name__)
 
@@ -24,7 +29,17 @@ REPOSITORY_PRESETS = Path(__file__).resolve().parents[2] / "presets"
 
 
 def presets_folder() -> Path:
-    """The folder of the bundled presets: the installed `PRESETS_PACKAGE`, else the repository's folder."""
+    """The folder of the bundled presets of the running code: ``shepherd/presets`` as a wheel installs it,
+    else the checkout's ``presets/`` next to the ``shepherd`` package, else wherever the
+    `PRESETS_PACKAGE` is importable from.
+
+    The folders next to the running package come first, so that a checkout run with ``PYTHONPATH`` (a git
+    worktree, say) finds its own presets even when another checkout is installed in editable mode.
+    """
+    installed = Path(__file__).resolve().parents[1] / "presets"
+    for folder in (installed, REPOSITORY_PRESETS):
+        if folder.is_dir():
+            return folder
     try:
         found = importlib.resources.files(PRESETS_PACKAGE)
     except ModuleNotFoundError:
@@ -38,44 +53,114 @@ def presets_folder() -> Path:
 
 #: where presets are found by name unless a folder is given
 PRESETS_DIR = presets_folder()
+#: the suffixes of preset files: Python modules and YAML files
+SUFFIXES = (".py", *YAML_SUFFIXES)
+
+
+@dataclass(frozen=True)
+class PresetEntry:
+    """A preset file as ``run.py -l`` lists it: its name, kind (``python`` or ``yaml``) and description."""
+
+    name: str
+    kind: str
+    description: str
+    path: Path
 
 
 def preset_path(name: str, folder: Path | None = None) -> Path:
-    """A preset's file, by name (``cartpole_ppo``) or path (``my/preset.py``).
+    """A preset's file, by name (``cartpole_ppo``: ``cartpole_ppo.py``, ``.yaml`` or ``.yml`` in the
+    folder) or path (``my/preset.py``, ``my/preset.yaml``).
 
     Raises:
-        PresetError: no such preset; the message lists the available ones.
+        PresetError: no such preset (the message lists the available ones), or two files of that name.
     """
     candidate = Path(name)
-    if candidate.suffix == ".py" and candidate.is_file():
+    if candidate.suffix in SUFFIXES and candidate.is_file():
         return candidate
     folder = PRESETS_DIR if folder is None else folder
-    path = folder / f"{name}.py"
-    if not path.is_file():
-        available = ", ".join(sorted(list_presets(folder))) or "none"
+    found = [folder / f"{name}{suffix}" for suffix in SUFFIXES if (folder / f"{name}{suffix}").is_file()]
+    if not found:
+        available = ", ".join(sorted({entry.name for entry in preset_entries(folder)})) or "none"
         raise PresetError(f"no preset named {name!r}; available: {available}")
-    return path
+    if len(found) > 1:
+        raise PresetError(f"two presets are named {name!r} ({', '.join(path.name for path in found)}); "
+                          "give the file's path, or rename one")
+    return found[0]
+
+
+def preset_entries(folder: Path | None = None) -> list[PresetEntry]:
+    """Every preset file of the folder (the bundled presets unless ``folder`` is given), by name, read
+    without importing them: a Python preset's docstring, a YAML preset's ``description`` (the first line)."""
+    entries = []
+    folder = PRESETS_DIR if folder is None else folder
+    for path in sorted(path for suffix in SUFFIXES for path in folder.glob(f"*{suffix}")):
+        if path.name.startswith("_"):
+            continue
+        if path.suffix == ".py":
+            kind, doc = "python", ast.get_docstring(ast.parse(path.read_text())) or ""
+        else:
+            kind = "yaml"
+            try:
+                data = read_yaml_preset(path)
+            except PresetError as error:
+                doc = f"(not readable: {error})"
+            else:
+                doc = data.get("description", "") if isinstance(data, dict) else ""
+                doc = doc if isinstance(doc, str) else ""
+        entries.append(PresetEntry(path.stem, kind, doc.strip().splitlines()[0] if doc.strip() else "", path))
+    return sorted(entries, key=lambda entry: (entry.name, entry.kind))
 
 
 def list_presets(folder: Path | None = None) -> dict[str, str]:
-    """Preset names and the first line of their docstrings, read without importing them (the bundled
-    presets unless ``folder`` is given)."""
-    found = {}
-    for path in sorted((PRESETS_DIR if folder is None else folder).glob("*.py")):
-        if path.name.startswith("_"):
-            continue
-        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
-        found[path.stem] = doc.strip().splitlines()[0] if doc.strip() else ""
-    return found
+    """Preset names and the first line of their descriptions (Python presets' docstrings, YAML presets'
+    ``description``), read without importing them (the bundled presets unless ``folder`` is given)."""
+    return {entry.name: entry.description for entry in preset_entries(folder)}
 
 
-def load_preset(name: str, folder: Path | None = None) -> GraphManager:
-    """Import a preset and return its ``graph_manager``, checked.
+def load_preset(name: str, folder: Path | None = None, overrides: Sequence[str] = (),
+                seed: int | None = None) -> GraphManager:
+    """A preset's ``graph_manager`` (a Python preset's, or the one a YAML preset describes), checked; with
+    ``seed``, every agent's ``seed`` parameter set to it; then with the overrides (``KEY=VALUE``, see
+    `shepherd.graph.preset_file.apply_overrides`) applied, in order.
 
     Raises:
-        PresetError: the file is missing, does not define a GraphManager, or the preset is invalid.
+        PresetError: the file is missing, does not define a GraphManager, or the preset is invalid (an
+            `InvalidPreset` listing every problem, each with its file or its ``-cp``).
     """
     path = preset_path(name, folder)
+    problems: list[Problem] = []
+    parsed = []
+    for text in overrides:
+        try:
+            parsed.append(parse_override(text))
+        except PresetError as error:
+            problems.append(Problem("", str(error).removeprefix(f"-cp {text}: "), f"-cp {text}"))
+    try:
+        if path.suffix in YAML_SUFFIXES:  # overrides go into the file's data: its problems and theirs at once
+            data = read_yaml_preset(path)
+            if not parsed and not problems and seed is None:
+                return graph_from_data(data, path.stem)
+            return overridden(data, path.stem, seed_overrides(data, seed) + parsed, problems)
+        graph = _load_python_preset(path)
+        if not parsed and not problems and seed is None:
+            return graph
+        changed = overridden(preset_data(graph), graph.name, seed_overrides(preset_data(graph), seed) + parsed,
+                             problems)
+        changed.default_schedule = graph.default_schedule
+        return changed
+    except InvalidPreset as error:
+        raise error.located(shown_path(path)) from None
+
+
+def shown_path(path: Path) -> str:
+    """A preset file's path as messages show it: relative to the working folder when it is inside it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _load_python_preset(path: Path) -> GraphManager:
     spec = importlib.util.spec_from_file_location(f"shepherd_preset_{path.stem}", path)
     if spec is None or spec.loader is None:
         raise PresetError(f"preset {path.stem}: {path} cannot be imported")

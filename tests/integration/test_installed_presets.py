@@ -19,8 +19,10 @@ import json, shepherd
 from shepherd.cli import main
 from shepherd.graph import list_presets, load_preset
 graph = load_preset("cartpole_ppo")
+from_yaml = load_preset("cartpole_ppo_yaml")
 print(json.dumps({"file": shepherd.__file__, "presets": list_presets(), "loaded": graph.name,
-                  "target": graph.validation.target_return}))
+                  "target": graph.validation.target_return, "yaml": from_yaml.name,
+                  "yaml_target": from_yaml.validation.target_return}))
 main(["-l"])
 """
 
@@ -65,6 +67,9 @@ def test_a_wheel_installed_outside_the_repository_lists_and_loads_the_presets(tm
     # the checkout's presets (list_presets() would read an editable install's, which may be another checkout's)
     assert "cartpole_ppo" in found["presets"] and found["presets"] == list_presets(ROOT / "presets")
     assert found["loaded"] == "cartpole_ppo" and found["target"] == 475.0
+    assert found["yaml"] == "cartpole_ppo_yaml" and found["yaml_target"] == 475.0  # YAML presets are installed too
     assert any(line.startswith("cartpole_ppo ") for line in lines[1:])  # run.py -l, installed
+    assert any(line.split()[:2] == ["cartpole_ppo_yaml", "yaml"] for line in lines[1:])
     assert not (site / "presets").exists()  # no top-level package named "presets" is claimed
     assert (site / "shepherd" / "presets" / "cartpole_ppo.py").is_file()
+    assert (site / "shepherd" / "presets" / "cartpole_ppo_yaml.yaml").is_file()

@@ -185,7 +185,8 @@ def test_a_preset_and_the_admin_service_refuse_the_same_definitions():
     from shepherd.graph import AgentSpec, GraphManager, PresetError
 
     bad = {"learning_rate": float("inf")}
-    with pytest.raises(PresetError, match="agent 'a': PPO parameter 'learning_rate' must be a finite number"):
+    message = r"agents\[0\]\.parameters\.learning_rate: PPO parameter 'learning_rate' must be a finite number"
+    with pytest.raises(PresetError, match=message):
         GraphManager([AgentSpec("a", "ppo", [[4], -1, 1], 2, bad)]).check()
     with pytest.raises(Invalid, match="PPO parameter 'learning_rate' must be a finite number"):
         _checked(NewAgent("alice", AgentDefinition("a", "ppo", [[4], -1, 1], 2, bad)).definition)

@@ -33,3 +33,8 @@ async def test_clients_of_m_envs_are_vector_sessions_whose_envs_never_share_a_se
     calls = await started(monkeypatch, 3, 4)
     assert [option(command, "--n-envs") for command in calls] == ["4"] * 3
     assert [option(command, "--seed") for command in calls] == ["0", "4", "8"]  # envs 0-3, 4-7, 8-11
+
+
+async def test_seed_shifts_every_client_s_env_seeds(monkeypatch):
+    calls = await started(monkeypatch, 2, 3, 100)  # run.py --clients 2 --envs-per-client 3 --seed 100
+    assert [option(command, "--seed") for command in calls] == ["100", "103"]  # envs 100-102, 103-105

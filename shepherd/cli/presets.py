@@ -1,0 +1,117 @@
+"""The preset side of ``python run.py``: ``-l`` (list the presets, Python and YAML), the options that change a
+preset as it loads (``-cp KEY=VALUE``, ``--seed N``), and ``run.py check PRESET`` (load and check a preset,
+serving nothing and touching no data folder)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TYPE_CHECKING
+
+from shepherd.cli.common import EXIT_OK, EXIT_USAGE
+
+if TYPE_CHECKING:
+    from shepherd.graph import GraphManager
+
+CP_HELP = ("change one key of the preset as it loads; repeat it for more, applied in order. KEY is a dotted path: "
+           "owner, agents.NAME.FIELD (algorithm, observation_space, action_space, sharing, name), "
+           "agents.NAME.parameters.PARAMETER, schedule.FIELD, validation.FIELD (validation.env_kwargs.KEY); "
+           "VALUE is read as YAML (0.0003, true, null, lin_0.001, [64, 64]) and checked like the preset's own "
+           "values. An unknown key or a bad value stops the start with exit status 2, listing what it could be. "
+           "Example: -cp agents.cartpole.parameters.learning_rate=0.0003 -cp schedule.evaluation_episodes=10")
+SEED_HELP = ("seed the learners and the local clients: sets every agent's seed parameter to N (unless a -cp sets "
+             "it) and seeds the envs of --clients from N (client k's first env from N + k x M); one agent fed by "
+             "one client (of one env or one vector env) then learns the same from run to run, several clients "
+             "do not (the order in which their steps reach the learner depends on timing)")
+
+
+def add_preset_options(parser: argparse.ArgumentParser, dest_prefix: str = "") -> None:
+    """``-cp KEY=VALUE`` (repeatable) and ``--seed N``, stored as ``{prefix}overrides`` and ``{prefix}seed``."""
+    parser.add_argument("-cp", "--custom-parameter", dest=f"{dest_prefix}overrides", action="append", default=None,
+                        metavar="KEY=VALUE", help=CP_HELP)
+    parser.add_argument("--seed", dest=f"{dest_prefix}seed", type=int, default=None, metavar="N", help=SEED_HELP)
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "check", help="load and check a preset (Python or YAML) without serving it",
+        description="Load a preset as `run.py -p PRESET` would (with its -cp and --seed), check it, and build "
+                    "each agent's learner (stable-baselines3 refuses some combinations that the types allow), "
+                    "without serving anything or touching a data folder. Exit status 0 with a summary (agents, "
+                    "algorithms, spaces, parameters, schedule, validation); 2 with every problem found, one a "
+                    "line, each naming its key (agents[0].parameters.gamma) and where it came from (the file or "
+                    "the -cp).")
+    parser.add_argument("preset", metavar="PRESET", help="a name from -l, or a path to a .py, .yaml or .yml file")
+    add_preset_options(parser, "check_")
+    parser.set_defaults(func=check_command)
+
+
+def list_presets_command() -> int:
+    """``run.py -l``: every preset, its kind (python or yaml) and its description's first line."""
+    from shepherd.graph.presets import preset_entries
+
+    entries = preset_entries()
+    width = max((len(entry.name) for entry in entries), default=0)
+    for entry in entries:
+        print(f"{entry.name:<{width}}  {entry.kind:<6}  {entry.description}")
+    print("\nrun.py -p NAME serves one (python: presets/NAME.py, yaml: presets/NAME.yaml); run.py check NAME "
+          "checks it.")
+    return EXIT_OK
+
+
+def check_command(args: argparse.Namespace) -> int:
+    from shepherd.graph import PresetError
+    from shepherd.graph.manager import InvalidPreset
+    from shepherd.graph.presets import load_preset, preset_path, shown_path
+
+    overrides = [*(getattr(args, "overrides", None) or []), *(args.check_overrides or [])]
+    seed = args.check_seed if args.check_seed is not None else getattr(args, "seed", None)
+    try:
+        path = preset_path(args.preset)
+        graph = load_preset(args.preset, overrides=overrides, seed=seed)
+        problems = graph.build_problems()
+        if problems:
+            raise InvalidPreset(problems).located(shown_path(path))
+    except InvalidPreset as error:
+        count = len(error.problems)
+        print(f"preset {shown_path(path)}: {count} problem{'s' if count != 1 else ''}", file=sys.stderr)
+        for problem in error.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    except PresetError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    kind = "python" if path.suffix == ".py" else "yaml"
+    print(f"preset {graph.name} ({kind}, {shown_path(path)}): ok" + (f" - {graph.description}" if graph.description
+                                                                     else ""))
+    for line in summary(graph):
+        print(line)
+    return EXIT_OK
+
+
+def summary(graph: GraphManager) -> list[str]:
+    """A checked preset in a few lines: owner, agents (algorithm, spaces, sharing, parameters), schedule,
+    validation."""
+    from shepherd.cli.serve import describe_schedule
+
+    lines = [f"  owner: {graph.owner}"]
+    for spec in graph.agents:
+        lines.append(f"  agent {spec.name}: {spec.algorithm}, observations {json.dumps(spec.observation_space)}, "
+                     f"actions {json.dumps(spec.action_space)}, sharing {spec.sharing.value}")
+        if spec.parameters:
+            lines.append("    parameters: " + ", ".join(f"{name}={json.dumps(value)}"
+                                                       for name, value in spec.parameters.items()))
+    schedule = graph.schedule
+    lines.append(f"  schedule: {describe_schedule(schedule)}; checkpoint every {schedule.checkpoint_every_steps:,} "
+                 f"steps or {schedule.checkpoint_every_seconds:g} s")
+    validation = graph.validation
+    if validation is None:
+        lines.append("  validation: none (--clients cannot run it)")
+    else:
+        agent = validation.agent or graph.agents[0].name
+        kwargs = f" {json.dumps(validation.env_kwargs)}" if validation.env_kwargs else ""
+        lines.append(f"  validation: {validation.env_id}{kwargs}, {validation.clients} client(s) driving agent "
+                     f"{agent}, target return {validation.target_return:g} within {validation.max_steps:,} steps "
+                     f"(gives up after {validation.timeout_seconds:g} s)")
+    return lines
