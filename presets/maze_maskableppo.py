@@ -1,6 +1,7 @@
-"""MaskablePPO in a small maze whose walls make moves invalid (`shepherd.gridworld`): clients send each
-step's valid moves as "action_mask", so the agent never walks into a wall; 2 clients reach the shortest
-path's return of -14."""
+"""MaskablePPO in a maze whose walls make moves invalid; 2 clients sending action masks reach -14.
+
+The maze is `shepherd.gridworld`'s: clients send each step's valid moves as "action_mask", so the agent
+never walks into a wall; -14 is the shortest path's return."""
 
 from shepherd.graph import AgentSpec, GraphManager, PresetValidation, Schedule
 
