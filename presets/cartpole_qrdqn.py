@@ -1,5 +1,4 @@
-"""QR-DQN (sb3-contrib) on CartPole-v1 (RL Zoo hyperparameters); heatup fills the replay buffer, then 2 clients
-reach 475."""
+"""QR-DQN (sb3-contrib) on CartPole-v1 (RL Zoo hyperparameters); after heatup, 2 clients reach 475."""
 
 from shepherd.graph import AgentSpec, GraphManager, PresetValidation, Schedule
 

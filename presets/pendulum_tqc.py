@@ -1,5 +1,4 @@
-"""TQC (sb3-contrib) on Pendulum-v1 (RL Zoo's settings, without gSDE); 2 clients reach an evaluation return of
--200."""
+"""TQC (sb3-contrib) on Pendulum-v1 (RL Zoo's settings, without gSDE); 2 clients reach -200."""
 
 from shepherd.graph import AgentSpec, GraphManager, PresetValidation, Schedule
 
