@@ -1,19 +1,22 @@
 """sb3-contrib's algorithms, registered as any algorithm is (see `shepherd.agents.registry.register`).
 
-QR-DQN, TQC and CrossQ are fed by the off-policy learner, TRPO by the on-policy one: each keeps its own
-``train()``, and the family adapter only replaces the collection loop, as for SB3's six. ARS is not served
+QR-DQN, TQC and CrossQ are fed by the off-policy learner, TRPO by the on-policy one, RecurrentPPO by the
+on-policy one's recurrent subclass (``recurrent.py``: each actor's LSTM state kept on the learner): each
+keeps its own ``train()``, and the family adapter only replaces the collection loop, as for SB3's six. ARS is not served
 (`NOT_SERVED` says why).
 """
 
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 from gymnasium import spaces
-from sb3_contrib import QRDQN, TQC, TRPO, CrossQ
+from sb3_contrib import QRDQN, TQC, TRPO, CrossQ, RecurrentPPO
 
 from shepherd.agents.off_policy import OffPolicyAdapter
 from shepherd.agents.on_policy import OnPolicyAdapter
+from shepherd.agents.recurrent import RecurrentOnPolicyAdapter
 from shepherd.agents.registry import (DISCRETE_OR_BOX, NOT_SERVED, OFF_POLICY_EXCLUDED, ON_POLICY_EXCLUDED,
                                       SAC_EXCLUDED, Algorithm, register)
 
@@ -25,7 +28,7 @@ def _excluded(cls: type, reasons: tuple[tuple[str, str], ...]) -> tuple[tuple[st
 
 
 def _contrib(name: str, cls: type, family: type, action_spaces: tuple[type[spaces.Space], ...],
-             excluded: tuple[tuple[str, str], ...], **extra: bool) -> Algorithm:
+             excluded: tuple[tuple[str, str], ...], **extra: Any) -> Algorithm:
     return register(Algorithm(name, cls, family, action_spaces, _excluded(cls, excluded), package="sb3-contrib",
                               **extra))
 
@@ -34,6 +37,8 @@ _contrib("QRDQN", QRDQN, OffPolicyAdapter, (spaces.Discrete,), OFF_POLICY_EXCLUD
 _contrib("TQC", TQC, OffPolicyAdapter, (spaces.Box,), SAC_EXCLUDED)
 _contrib("CrossQ", CrossQ, OffPolicyAdapter, (spaces.Box,), SAC_EXCLUDED, dict_observations=False)
 _contrib("TRPO", TRPO, OnPolicyAdapter, DISCRETE_OR_BOX, ON_POLICY_EXCLUDED)
+_contrib("RecurrentPPO", RecurrentPPO, RecurrentOnPolicyAdapter, DISCRETE_OR_BOX, ON_POLICY_EXCLUDED,
+         policies=("MlpLstmPolicy", "MultiInputLstmPolicy"))
 
 NOT_SERVED["ARS"] = (
     "ARS learns from the returns of whole episodes played by perturbed copies of its policy, in rounds its "

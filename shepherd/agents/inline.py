@@ -8,8 +8,8 @@ a *snapshot*: the actor's weights copied into numpy arrays, rebuilt on the learn
 update while someone uses it, and swapped in with one assignment, so the event loop never reads a weight
 that an optimizer is writing.
 
-Everything else (images, dicts, other activations, networks too large to run on the event loop, gSDE)
-gets no snapshot and is answered by the learner, batched, as before. The actions are SB3's deterministic
+Everything else (images, dicts, other activations, networks too large to run on the event loop, gSDE,
+recurrent policies, whose actions depend on each actor's LSTM state kept by the learner) gets no snapshot and is answered by the learner, batched, as before. The actions are SB3's deterministic
 ones up to float rounding (numpy's and torch's float32 matrix products may round the last bit apart).
 """
 
@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping, Union
 import gymnasium as gym
 import numpy as np
 import torch as th
+from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from stable_baselines3.common.distributions import (BernoulliDistribution, CategoricalDistribution,
                                                     DiagGaussianDistribution, MultiCategoricalDistribution)
 from stable_baselines3.common.policies import ActorCriticPolicy
@@ -124,6 +125,8 @@ class _Unsupported(Exception):
 
 
 def _build(policy: Any) -> Plan:
+    if isinstance(policy, RecurrentActorCriticPolicy):  # its actions depend on each actor's LSTM state
+        raise _Unsupported("recurrent")
     if isinstance(policy, ActorCriticPolicy):  # PPO, A2C
         _flat(policy.pi_features_extractor)
         steps = _layers(policy.mlp_extractor.policy_net, "mlp_extractor.policy_net.") + _layers(
