@@ -80,9 +80,7 @@ class RecurrentOnPolicyAdapter(OnPolicyAdapter):
             if message.kind is Kind.BEGIN:
                 memory.pop(message.actor, None)
                 inputs[id(message)] = None
-            elif message.kind is Kind.DROP:
-                memory.pop(message.actor, None)
-            else:  # STEP, ACT (a request that waited), END
+            elif message.kind is not Kind.DROP:  # STEP, ACT (a request that waited), END
                 inputs[id(message)] = memory.get(message.actor)
                 if message.kind is Kind.END:
                     memory.pop(message.actor, None)
@@ -90,7 +88,7 @@ class RecurrentOnPolicyAdapter(OnPolicyAdapter):
             super().process(messages)
         finally:
             self._reset.clear()
-        for message in messages:  # an act answered in the same batch as its actor's departure keeps nothing
+        for message in messages:  # after the batch: an act answered before its actor's departure keeps nothing
             if message.kind is Kind.DROP:
                 memory.pop(message.actor, None)
 
@@ -147,8 +145,7 @@ class RecurrentOnPolicyAdapter(OnPolicyAdapter):
                 latent_pi[j], after[:, :, j] = latent[k], states[:, :, k]
                 self._reset[id(acting[j])] = (float(values[k]), states[:, :, k:k + 1])
         for j, message in enumerate(acting):
-            if message.actor in self._actors:  # not dropped in this batch
-                self._memory[message.actor] = after[:, :, j:j + 1].clone()
+            self._memory[message.actor] = after[:, :, j:j + 1].clone()
         return super()._sample(latent_pi, acting, greedy_too)
 
     def _writes_start(self, message: Request) -> bool:
