@@ -37,7 +37,10 @@ _contrib("QRDQN", QRDQN, OffPolicyAdapter, (spaces.Discrete,), OFF_POLICY_EXCLUD
 _contrib("TQC", TQC, OffPolicyAdapter, (spaces.Box,), SAC_EXCLUDED)
 _contrib("CrossQ", CrossQ, OffPolicyAdapter, (spaces.Box,), SAC_EXCLUDED, dict_observations=False)
 _contrib("TRPO", TRPO, OnPolicyAdapter, DISCRETE_OR_BOX, ON_POLICY_EXCLUDED)
-_contrib("RecurrentPPO", RecurrentPPO, RecurrentOnPolicyAdapter, DISCRETE_OR_BOX, ON_POLICY_EXCLUDED,
+# not MultiBinary: sb3-contrib 2.9's recurrent buffer hands training the int8 actions SB3 stores for it, which
+# the Bernoulli log-probability refuses (RecurrentPPO.learn fails the same way on a MultiBinary env)
+_contrib("RecurrentPPO", RecurrentPPO, RecurrentOnPolicyAdapter,
+         (spaces.Discrete, spaces.Box, spaces.MultiDiscrete), ON_POLICY_EXCLUDED,
          policies=("MlpLstmPolicy", "MultiInputLstmPolicy"))
 
 NOT_SERVED["ARS"] = (
