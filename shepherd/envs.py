@@ -44,4 +44,5 @@ class CartPoleNoVelEnv(CartPoleEnv):
 
 
 if CARTPOLE_NO_VELOCITY not in gym.registry:
-    gym.register(CARTPOLE_NO_VELOCITY, entry_point=CartPoleNoVelEnv, max_episode_steps=500, reward_threshold=475.0)
+    gym.register(CARTPOLE_NO_VELOCITY, entry_point=f"{__name__}:CartPoleNoVelEnv", max_episode_steps=500,
+                 reward_threshold=475.0)

@@ -19,9 +19,10 @@ are RecurrentPPO's ``collect_rollouts``, with an actor where SB3 has an env colu
   first row there with ``episode_start`` set (the on-policy learner's rule that keeps GAE from crossing
   clients), and training resets the LSTM at every episode start. So that what is trained is what was
   acted, such an act is evaluated again from zeros and the actor goes on from that reset state: its memory
-  of the episode so far is lost at that step, as if a new episode had begun. It happens only when
-  segments change hands mid-episode (a session left or stalled while others waited); give an agent as
-  many segments (``n_envs``) as actors and it never does.
+  of the episode so far is lost at that step, as if a new episode had begun. Segments change hands when
+  an episode ends (or a session leaves) mid-segment, so an actor whose segment filled mid-episode claims
+  an untouched segment if one is free (and an actor starting an episode a started one), and is reset only
+  when none is (`memory_resets` counts those acts).
 - Greedy acts (evaluation, deployment) are answered here too, never by the numpy snapshot
   (`shepherd.agents.inline` refuses recurrent policies); a greedy episode carries the actor's LSTM only
   (an episode's mode never changes, so its critic state is never read).
@@ -64,6 +65,8 @@ class RecurrentOnPolicyAdapter(OnPolicyAdapter):
         self._before = self._after = self._zero
         # acts evaluated again from zeros (the fresh-segment rule): their value and states after, by id
         self._reset: dict[int, tuple[float, th.Tensor]] = {}
+        #: acts evaluated again from zeros because their actor went on in a segment someone else started
+        self.memory_resets = 0
 
     @property
     def actor_states(self) -> int:
@@ -91,6 +94,21 @@ class RecurrentOnPolicyAdapter(OnPolicyAdapter):
         for message in messages:  # after the batch: an act answered before its actor's departure keeps nothing
             if message.kind is Kind.DROP:
                 memory.pop(message.actor, None)
+
+    def _claim(self, actor_id: int, actor: Any) -> int | None:
+        """A free segment for the actor: mid-episode, an untouched one if any (a segment someone else
+        started would reset its memory, the fresh-segment rule); at an episode's start, a started one first
+        (it starts anyway), leaving the untouched ones to actors in mid-episode."""
+        free = [s for s in range(self.n_segments) if self._owner[s] is None and self._position[s] < self.n_steps]
+        if not free:
+            return None
+        untouched = [s for s in free if self._position[s] == 0]
+        started = [s for s in free if self._position[s] > 0]
+        segment = (started + untouched if actor.new_episode else untouched + started)[0]
+        self._owner[segment] = actor_id
+        actor.segment = segment
+        actor.fresh_segment = self._position[segment] > 0
+        return segment
 
     def _states_in(self, messages: list[Request]) -> tuple[th.Tensor, th.Tensor]:
         """The batch's input states (4, layers, batch, hidden) and episode starts (batch,)."""
@@ -137,6 +155,7 @@ class RecurrentOnPolicyAdapter(OnPolicyAdapter):
         again = [j for j, m in enumerate(acting) if self._writes_start(m) and self._inputs.get(id(m)) is not None]
         after = self._after[:, :, [self._rows[id(m)] for m in acting]]
         if again:
+            self.memory_resets += len(again)
             redo = [acting[j] for j in again]
             values, latent, states = self._forward(redo, self._zero.expand(-1, -1, len(redo), -1).contiguous(),
                                                    th.ones(len(redo)))
