@@ -183,8 +183,27 @@ def test_a_segment_taken_over_mid_episode_is_acted_as_it_is_trained(split, monke
             built.step(1, 1.0, one[t], ActMode.EXPLORE).result(30)
         assert built.model._n_updates == 0
         built.step(1, 1.0, one[6], ActMode.EXPLORE).result(30)  # completes the rollout: it trains, then acts
-        assert built.failure is None and built.model._n_updates == 1
+        assert built.failure is None and built.model._n_updates == 1 and built.algorithm.memory_resets == 1
         assert built.trained_starts == [1, 0, 0, 0, 1, 0, 1, 0]  # actor 2's episode, and actor 1's takeover
     finally:
         built.close()
     assert gaps and max(gaps) < 1e-5, gaps
+
+
+def test_an_actor_in_mid_episode_goes_on_in_an_untouched_segment_when_one_is_free():
+    built = learner({"n_envs": 3})
+    built.start()
+    algorithm = built.algorithm
+    try:
+        one, two = observations(1, 6), observations(2, 3)
+        built.begin_episode(1, one[0], ActMode.EXPLORE).result(30)  # segment 0
+        built.begin_episode(2, two[0], ActMode.EXPLORE).result(30)  # segment 1
+        built.step(2, 1.0, two[1], ActMode.EXPLORE).result(30)
+        built.end_episode(2, 1.0, two[2], False, ActMode.EXPLORE)  # segment 1 is left after two rows
+        for t in range(1, 5):  # actor 1 fills segment 0 and goes on, mid-episode
+            built.step(1, 1.0, one[t], ActMode.EXPLORE).result(30)
+        assert algorithm._actors[1].segment == 2 and algorithm.memory_resets == 0  # untouched: its memory kept
+        built.begin_episode(3, two[0], ActMode.EXPLORE).result(30)
+        assert algorithm._actors[3].segment == 1  # an episode's start takes the started segment
+    finally:
+        built.close()
