@@ -1,6 +1,9 @@
-"""RecurrentPPO on CartPole with the velocities hidden (observations [x, theta] only: the LSTM must remember);
-RL Zoo's ppo_lstm CartPoleNoVel-v1 hyperparameters, without its observation normalisation (Shepherd has no
-observation filter yet), so with twice its budget; 4 clients reach an evaluation return of 475."""
+"""RecurrentPPO on CartPole without velocities (RL Zoo's CartPoleNoVel); 4 clients reach an evaluation return of 475.
+
+The observations are [x, theta] only: the LSTM must remember. RL Zoo's ppo_lstm CartPoleNoVel-v1
+hyperparameters, without its observation normalisation (Shepherd has no observation filter yet), so with
+twice its budget.
+"""
 
 from shepherd.graph import AgentSpec, GraphManager, PresetValidation, Schedule
 
