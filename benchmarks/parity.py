@@ -126,7 +126,7 @@ def sb3_run(algorithm: str, case: Case, seed: int, episodes: int) -> list[float]
     env = gym.make(case.env_id)
     kwargs, n_envs = sb3_arguments(algorithm, env.action_space, {**case.params, "seed": seed})
     vec_env = make_vec_env(case.env_id, n_envs=n_envs, seed=seed)
-    model = algorithm_info(algorithm).sb3_class(policy_name(env.observation_space), vec_env, device="cpu",
+    model = algorithm_info(algorithm).sb3_class(policy_name(env.observation_space, algorithm), vec_env, device="cpu",
                                                 verbose=0, **kwargs)
     model.learn(case.steps)
     def act(obs: Any, mask: Any) -> Any:

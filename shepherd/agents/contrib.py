@@ -1,7 +1,8 @@
 """sb3-contrib's algorithms, registered as any algorithm is (see `shepherd.agents.registry.register`).
 
 QR-DQN, TQC and CrossQ are fed by the off-policy learner, TRPO by the on-policy one, MaskablePPO by the
-on-policy one with masks (``masks.py``): each keeps its own ``train()``, and the family adapter only
+on-policy one with masks (``masks.py``), RecurrentPPO by its recurrent subclass (``recurrent.py``: each
+actor's LSTM state kept on the learner): each keeps its own ``train()``, and the family adapter only
 replaces the collection loop, as for SB3's six. ARS is not served
 (`NOT_SERVED` says why).
 """
@@ -9,13 +10,15 @@ replaces the collection loop, as for SB3's six. ARS is not served
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 from gymnasium import spaces
-from sb3_contrib import QRDQN, TQC, TRPO, CrossQ, MaskablePPO
+from sb3_contrib import QRDQN, TQC, TRPO, CrossQ, MaskablePPO, RecurrentPPO
 
 from shepherd.agents.masks import MaskableOnPolicyAdapter
 from shepherd.agents.off_policy import OffPolicyAdapter
 from shepherd.agents.on_policy import OnPolicyAdapter
+from shepherd.agents.recurrent import RecurrentOnPolicyAdapter
 from shepherd.agents.registry import (DISCRETE_OR_BOX, NOT_SERVED, OFF_POLICY_EXCLUDED, ON_POLICY_EXCLUDED,
                                       SAC_EXCLUDED, Algorithm, register)
 
@@ -27,7 +30,7 @@ def _excluded(cls: type, reasons: tuple[tuple[str, str], ...]) -> tuple[tuple[st
 
 
 def _contrib(name: str, cls: type, family: type, action_spaces: tuple[type[spaces.Space], ...],
-             excluded: tuple[tuple[str, str], ...], **extra: bool) -> Algorithm:
+             excluded: tuple[tuple[str, str], ...], **extra: Any) -> Algorithm:
     return register(Algorithm(name, cls, family, action_spaces, _excluded(cls, excluded), package="sb3-contrib",
                               **extra))
 
@@ -38,6 +41,11 @@ _contrib("CrossQ", CrossQ, OffPolicyAdapter, (spaces.Box,), SAC_EXCLUDED, dict_o
 _contrib("TRPO", TRPO, OnPolicyAdapter, DISCRETE_OR_BOX, ON_POLICY_EXCLUDED)
 _contrib("MaskablePPO", MaskablePPO, MaskableOnPolicyAdapter, (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary),
          ON_POLICY_EXCLUDED, masks=True)
+# not MultiBinary: sb3-contrib 2.9's recurrent buffer hands training the int8 actions SB3 stores for it, which
+# the Bernoulli log-probability refuses (RecurrentPPO.learn fails the same way on a MultiBinary env)
+_contrib("RecurrentPPO", RecurrentPPO, RecurrentOnPolicyAdapter,
+         (spaces.Discrete, spaces.Box, spaces.MultiDiscrete), ON_POLICY_EXCLUDED,
+         policies=("MlpLstmPolicy", "MultiInputLstmPolicy"))
 
 NOT_SERVED["ARS"] = (
     "ARS learns from the returns of whole episodes played by perturbed copies of its policy, in rounds its "

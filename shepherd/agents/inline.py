@@ -8,12 +8,13 @@ a *snapshot*: the actor's weights copied into numpy arrays, rebuilt on the learn
 update while someone uses it, and swapped in with one assignment, so the event loop never reads a weight
 that an optimizer is writing.
 
-Served this way: PPO, A2C and TRPO (the actor's mean or argmax), DQN (the Q-values' argmax), QR-DQN (the
-argmax of the quantiles' mean), SAC and TQC (the squashed Gaussian's mode), TD3 and DDPG. Everything else
-(images, dicts, other activations or layers such as CrossQ's BatchRenorm, networks too large to run on the
-event loop, gSDE) gets no snapshot and is answered by the learner, batched, as before. The actions are
-SB3's deterministic ones up to float rounding (numpy's and torch's float32 matrix products may round the
-last bit apart).
+Served this way: PPO, A2C and TRPO (the actor's mean or argmax), MaskablePPO (the argmax of the masked
+logits), DQN (the Q-values' argmax), QR-DQN (the argmax of the quantiles' mean), SAC and TQC (the squashed
+Gaussian's mode), TD3 and DDPG. Everything else (images, dicts, other activations or layers such as
+CrossQ's BatchRenorm, networks too large to run on the event loop, gSDE, recurrent policies, whose actions
+depend on each actor's LSTM state kept by the learner) gets no snapshot and is answered by the learner,
+batched, as before. The actions are SB3's deterministic ones up to float rounding (numpy's and torch's
+float32 matrix products may round the last bit apart).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any, Callable, Mapping, Union
 import gymnasium as gym
 import numpy as np
 import torch as th
+from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from stable_baselines3.common.distributions import (BernoulliDistribution, CategoricalDistribution,
                                                     DiagGaussianDistribution, MultiCategoricalDistribution)
 from stable_baselines3.common.policies import ActorCriticPolicy
@@ -138,7 +140,7 @@ class _Unsupported(Exception):
 
 
 def _build(policy: Any) -> Plan:
-    if getattr(policy, "lstm_actor", None) is not None:  # RecurrentPPO: the actions depend on a state
+    if isinstance(policy, RecurrentActorCriticPolicy):  # its actions depend on each actor's LSTM state
         raise _Unsupported("recurrent")
     if isinstance(policy, MaskableActorCriticPolicy):  # MaskablePPO: the argmax of the masked logits
         _flat(policy.pi_features_extractor)

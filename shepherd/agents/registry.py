@@ -63,6 +63,8 @@ class Algorithm:
     dict_observations: bool = True
     #: where the class comes from, as `run.py algorithms` shows it
     package: str = "stable-baselines3"
+    #: its SB3 policy names for vector observations and for Dict ones (RecurrentPPO's are LSTM policies)
+    policies: tuple[str, str] = ("MlpPolicy", "MultiInputPolicy")
 
     @property
     def on_policy(self) -> bool:
@@ -291,8 +293,10 @@ def sb3_arguments(algorithm: str, action_space: spaces.Space, values: dict[str, 
     return kwargs, n_envs
 
 
-def policy_name(observation_space: spaces.Space) -> str:
-    return "MultiInputPolicy" if isinstance(observation_space, spaces.Dict) else "MlpPolicy"
+def policy_name(observation_space: spaces.Space, algorithm: str = "PPO") -> str:
+    """The SB3 policy an algorithm's model is built with for this observation space."""
+    vector, dictionary = algorithm_info(algorithm).policies
+    return dictionary if isinstance(observation_space, spaces.Dict) else vector
 
 
 def build_learner(algorithm: str, name: str, observation_space: spaces.Space, action_space: spaces.Space,
@@ -307,7 +311,7 @@ def build_learner(algorithm: str, name: str, observation_space: spaces.Space, ac
     kwargs, n_envs = sb3_arguments(algorithm, action_space, values)
     env = DummyVecEnv([lambda: SpacesEnv(observation_space, action_space)] * n_envs)
     try:
-        model = info.sb3_class(policy_name(observation_space), env, device="cpu", verbose=0, **kwargs)
+        model = info.sb3_class(policy_name(observation_space, algorithm), env, device="cpu", verbose=0, **kwargs)
         model.set_logger(Logger(folder=None, output_formats=[]))
         adapter = info.family(model, name, total_steps)
     except (ValueError, AssertionError, TypeError, KeyError) as error:

@@ -26,6 +26,8 @@ CASES = {  # steps: whole rollouts (PPO, A2C) and whole train_freq rounds (DQN) 
     "A2C": (224, {"n_steps": 8, "learning_rate": "lin_0.001"}),
     "DQN": (320, {"learning_starts": 0, "batch_size": 16, "train_freq": 4, "gradient_steps": 2,
                   "target_update_interval": 50, "exploration_fraction": 0.5}),
+    "RecurrentPPO": (512, {"n_steps": 32, "batch_size": 64, "n_epochs": 2, "learning_rate": "lin_0.001",
+                           "policy_kwargs": {"lstm_hidden_size": 8}}),
 }
 
 
@@ -62,7 +64,7 @@ def served_weights(algorithm: str, steps: int, params: dict, data) -> dict[str, 
 @pytest.mark.parametrize("algorithm", list(CASES))
 def test_one_vector_client_learns_exactly_as_sb3_learn_with_as_many_envs(algorithm, tmp_path):
     steps, params = CASES[algorithm]
-    params = {**params, "seed": 7, "n_envs": N, "policy_kwargs": {"net_arch": [16]}}
+    params = {**params, "seed": 7, "n_envs": N, "policy_kwargs": {"net_arch": [16], **params.get("policy_kwargs", {})}}
     expected = sb3_weights(algorithm, "CartPole-v1", steps, params, N)
     got = served_weights(algorithm, steps, params, tmp_path / "data")
     assert expected.keys() == got.keys()

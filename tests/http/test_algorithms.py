@@ -32,6 +32,8 @@ TINY = {
     "CROSSQ": {"batch_size": 16, "buffer_size": 1000},
     "TRPO": {"n_envs": 2, "n_steps": 16, "batch_size": 16},
     "MASKABLEPPO": {"n_envs": 2, "n_steps": 16, "batch_size": 16, "n_epochs": 1},
+    "RECURRENTPPO": {"n_envs": 2, "n_steps": 16, "batch_size": 16, "n_epochs": 1,
+                     "policy_kwargs": {"lstm_hidden_size": 8}},
 }
 HEATUP = 40
 
@@ -49,7 +51,8 @@ def cases() -> list:
 
 
 def graph_manager(algorithm: str, observations: str, actions: str) -> GraphManager:
-    params = {**TINY[algorithm], "seed": 0, "policy_kwargs": {"net_arch": [16]}}
+    params = {**TINY[algorithm], "seed": 0,
+              "policy_kwargs": {"net_arch": [16], **TINY[algorithm].get("policy_kwargs", {})}}
     heatup = 0 if ALGORITHMS[algorithm].on_policy else HEATUP
     return GraphManager(
         owner="tests", agents=[AgentSpec("agent", algorithm, OBSERVATIONS[observations], ACTIONS[actions], params)],
@@ -136,9 +139,9 @@ async def test_learns_saves_reloads_and_continues_over_http(aiohttp_client, tmp_
 
 
 @pytest.mark.parametrize("algorithm, actions, able", [
-    ("DQN", [[2], -1, 1], "PPO, A2C, SAC, TD3, DDPG, TQC, CrossQ, TRPO"),
-    ("SAC", 3, "PPO, A2C, DQN, QRDQN, TRPO, MaskablePPO"),
-    ("TD3", ["MultiDiscrete", [2, 2]], "PPO, A2C, TRPO, MaskablePPO"),
+    ("DQN", [[2], -1, 1], "PPO, A2C, SAC, TD3, DDPG, TQC, CrossQ, TRPO, RecurrentPPO"),
+    ("SAC", 3, "PPO, A2C, DQN, QRDQN, TRPO, MaskablePPO, RecurrentPPO"),
+    ("TD3", ["MultiDiscrete", [2, 2]], "PPO, A2C, TRPO, MaskablePPO, RecurrentPPO"),
     ("DDPG", ["MultiBinary", 2], "PPO, A2C, TRPO, MaskablePPO"),
 ])
 def test_an_agent_whose_algorithm_cannot_act_in_its_space_is_refused(algorithm, actions, able):

@@ -21,6 +21,7 @@ import pytest
 import torch as th
 
 from shepherd.agents import ActMode, algorithm_info, build_learner, sb3_arguments
+from shepherd.agents.registry import policy_name
 from shepherd.spaces import parse_space, space_to_json
 
 CASES = {
@@ -37,6 +38,8 @@ CASES = {
     "TQC": ("Pendulum-v1", 300, {"learning_starts": 100, "batch_size": 16, "train_freq": 2}),
     "CrossQ": ("Pendulum-v1", 300, {"learning_starts": 100, "batch_size": 16}),
     "TRPO": ("CartPole-v1", 256, {"n_steps": 64, "batch_size": 32, "learning_rate": "lin_0.001"}),
+    "RecurrentPPO": ("CartPole-v1", 256, {"n_steps": 64, "batch_size": 32, "n_epochs": 2, "learning_rate": "lin_0.001",
+                                          "policy_kwargs": {"lstm_hidden_size": 8}}),
 }
 
 
@@ -45,7 +48,8 @@ def sb3_weights(algorithm: str, env_id: str, steps: int, params: dict, n_envs: i
 
     env = make_vec_env(env_id, n_envs=n_envs)
     kwargs, _ = sb3_arguments(algorithm, env.action_space, params)
-    model = algorithm_info(algorithm).sb3_class("MlpPolicy", env, device="cpu", **kwargs)
+    model = algorithm_info(algorithm).sb3_class(policy_name(env.observation_space, algorithm), env, device="cpu",
+                                                **kwargs)
     model.learn(steps)
     return model.policy.state_dict()
 
@@ -76,7 +80,7 @@ def shepherd_weights(algorithm: str, env_id: str, steps: int, params: dict) -> d
 @pytest.mark.parametrize("algorithm", list(CASES))
 def test_one_client_learns_exactly_as_sb3_learn(algorithm):
     env_id, steps, params = CASES[algorithm]
-    params = {**params, "seed": 3, "policy_kwargs": {"net_arch": [16]}}
+    params = {**params, "seed": 3, "policy_kwargs": {"net_arch": [16], **params.get("policy_kwargs", {})}}
     expected = sb3_weights(algorithm, env_id, steps, params)
     got = shepherd_weights(algorithm, env_id, steps, params)
     assert expected.keys() == got.keys()
@@ -99,6 +103,8 @@ VECTOR_CASES = {  # steps: whole rollouts (PPO, A2C) and whole train_freq rounds
     "TQC": ("Pendulum-v1", 4, 320, {"learning_starts": 100, "batch_size": 16, "train_freq": 2}),
     "CrossQ": ("Pendulum-v1", 4, 320, {"learning_starts": 100, "batch_size": 16}),
     "TRPO": ("CartPole-v1", 4, 512, {"n_steps": 64, "batch_size": 64, "learning_rate": "lin_0.001"}),
+    "RecurrentPPO": ("CartPole-v1", 4, 512, {"n_steps": 32, "batch_size": 64, "n_epochs": 2,
+                                             "learning_rate": "lin_0.001", "policy_kwargs": {"lstm_hidden_size": 8}}),
 }
 
 
@@ -145,7 +151,8 @@ def shepherd_vector_weights(algorithm: str, env_id: str, n_envs: int, steps: int
 @pytest.mark.parametrize("algorithm", list(VECTOR_CASES))
 def test_one_vector_session_learns_exactly_as_sb3_learn_with_as_many_envs(algorithm):
     env_id, n_envs, steps, params = VECTOR_CASES[algorithm]
-    params = {**params, "seed": 5, "n_envs": n_envs, "policy_kwargs": {"net_arch": [16]}}
+    params = {**params, "seed": 5, "n_envs": n_envs,
+              "policy_kwargs": {"net_arch": [16], **params.get("policy_kwargs", {})}}
     expected = sb3_vector_weights(algorithm, env_id, n_envs, steps, params)
     got = shepherd_vector_weights(algorithm, env_id, n_envs, steps, params)
     assert expected.keys() == got.keys()

@@ -8,7 +8,7 @@ from shepherd.cli import main
 def test_lists_every_algorithm_with_its_action_spaces(capsys):
     assert main(["algorithms"]) == 0
     out = capsys.readouterr().out
-    for name in ("PPO", "A2C", "DQN", "SAC", "TD3", "DDPG", "QRDQN", "TQC", "CrossQ", "TRPO"):
+    for name in ("PPO", "A2C", "DQN", "SAC", "TD3", "DDPG", "QRDQN", "TQC", "CrossQ", "TRPO", "RecurrentPPO"):
         assert f"\n{name} " in "\n" + out
     assert "DQN           off-policy  no          no     stable-baselines3  Discrete\n" in out
     assert "CrossQ        off-policy  yes         no     sb3-contrib        Box\n" in out
@@ -36,4 +36,5 @@ def test_json_output(capsys):
 def test_an_unknown_algorithm_is_one_line_and_exit_status_2(capsys):
     assert main(["algorithms", "XYZ"]) == 2
     err = capsys.readouterr().err
-    assert err == "error: unknown algorithm 'XYZ'; available: PPO, A2C, DQN, SAC, TD3, DDPG, QRDQN, TQC, CrossQ, TRPO, MaskablePPO\n"
+    assert err == ("error: unknown algorithm 'XYZ'; available: PPO, A2C, DQN, SAC, TD3, DDPG, QRDQN, TQC, CrossQ, TRPO, "
+                   "MaskablePPO, RecurrentPPO\n")

@@ -16,7 +16,7 @@ BOX1 = parse_space([[1], -2, 2])
 
 def test_the_six_and_the_contrib_algorithms():
     assert [a.name for a in ALGORITHMS.values()] == ["PPO", "A2C", "DQN", "SAC", "TD3", "DDPG", "QRDQN", "TQC",
-                                                      "CrossQ", "TRPO", "MaskablePPO"]
+                                                      "CrossQ", "TRPO", "MaskablePPO", "RecurrentPPO"]
     assert {a.package for a in list(ALGORITHMS.values())[6:]} == {"sb3-contrib"}
 
 
@@ -100,7 +100,7 @@ def test_bad_values_name_the_parameter(algorithm, values, words):
 
 def test_unknown_algorithm():
     with pytest.raises(ParameterError, match="unknown algorithm 'XYZ'; available: PPO, A2C, DQN, SAC, TD3, DDPG, "
-                                             "QRDQN, TQC, CrossQ, TRPO, MaskablePPO$"):
+                                             "QRDQN, TQC, CrossQ, TRPO, MaskablePPO, RecurrentPPO$"):
         parameters("XYZ")
 
 
@@ -122,9 +122,9 @@ def test_sb3_arguments_build_schedules_noise_and_activations():
 
 
 @pytest.mark.parametrize("action_space, able", [
-    (2, ["PPO", "A2C", "DQN", "QRDQN", "TRPO", "MaskablePPO"]),
-    ([[2], -1, 1], ["PPO", "A2C", "SAC", "TD3", "DDPG", "TQC", "CrossQ", "TRPO"]),
-    (["MultiDiscrete", [3, 2]], ["PPO", "A2C", "TRPO", "MaskablePPO"]),
+    (2, ["PPO", "A2C", "DQN", "QRDQN", "TRPO", "MaskablePPO", "RecurrentPPO"]),
+    ([[2], -1, 1], ["PPO", "A2C", "SAC", "TD3", "DDPG", "TQC", "CrossQ", "TRPO", "RecurrentPPO"]),
+    (["MultiDiscrete", [3, 2]], ["PPO", "A2C", "TRPO", "MaskablePPO", "RecurrentPPO"]),
     (["MultiBinary", 3], ["PPO", "A2C", "TRPO", "MaskablePPO"]),
 ])
 def test_spaces_an_algorithm_cannot_handle_are_refused_naming_those_that_can(action_space, able):
@@ -141,7 +141,8 @@ def test_spaces_an_algorithm_cannot_handle_are_refused_naming_those_that_can(act
 def test_dict_observations_are_refused_by_an_algorithm_without_a_policy_for_them():
     obs = parse_space({"position": [[2], -1, 1]})
     with pytest.raises(ParameterError, match="CrossQ has no policy for Dict observations; algorithms that have one "
-                                             "for Box actions: PPO, A2C, SAC, TD3, DDPG, TQC, TRPO$"):
+                                             "for Box actions: PPO, A2C, SAC, TD3, DDPG, TQC, TRPO, "
+                                             "RecurrentPPO$"):
         check_spaces("CrossQ", obs, BOX1)
 
 
@@ -154,8 +155,8 @@ def test_registry_records_carry_the_continuous_flag():
     algorithms, params = registry_records()
     assert {a["name"]: a["continuous"] for a in algorithms} == {
         "PPO": True, "A2C": True, "DQN": False, "SAC": True, "TD3": True, "DDPG": True, "QRDQN": False,
-        "TQC": True, "CrossQ": True, "TRPO": True, "MaskablePPO": False}
-    assert {a["name"] for a in algorithms if a["on_policy"]} == {"PPO", "A2C", "TRPO", "MaskablePPO"}
+        "TQC": True, "CrossQ": True, "TRPO": True, "MaskablePPO": False, "RecurrentPPO": True}
+    assert {a["name"] for a in algorithms if a["on_policy"]} == {"PPO", "A2C", "TRPO", "MaskablePPO", "RecurrentPPO"}
     assert [a["name"] for a in algorithms if a["action_mask"]] == ["MaskablePPO"]
     assert all(p["type"] in (1, 2, 3, 4, 5) for p in params)
     assert {p["algorithm"] for p in params} == {a.name for a in ALGORITHMS.values()}
