@@ -90,6 +90,11 @@ CASES: dict[str, Case] = {
         "n_steps": 1024, "batch_size": 512, "cg_damping": 1e-3, "gae_lambda": 0.98, "gamma": 0.99,
         "learning_rate": 1e-3, "n_critic_updates": 20}),
     # the maze whose walls make moves invalid: the client sends each step's action mask (ActionMasker's)
+    # RL Zoo's PPO CartPole settings with a small LSTM (one env, so one rollout of 512 steps)
+    "RecurrentPPO": Case("CartPole-v1", 20_480, {
+        "n_steps": 512, "batch_size": 64, "n_epochs": 10, "gamma": 0.98, "gae_lambda": 0.8,
+        "ent_coef": 0.0, "learning_rate": "lin_0.001", "clip_range": "lin_0.2",
+        "policy_kwargs": {"lstm_hidden_size": 32, "net_arch": [64]}}),
     "MaskablePPO": Case("shepherd.gridworld:MaskedGrid-v0", 10_000, {
         "n_steps": 256, "batch_size": 64, "n_epochs": 10, "gamma": 0.99, "ent_coef": 0.01,
         "learning_rate": 1e-3}),
@@ -104,6 +109,7 @@ def evaluate(policy: Callable[[Any, Any], Any], env_id: str, seed: int, episodes
     obs, _ = env.reset(seed=seed)
     for _ in range(episodes):
         total, done = 0.0, False
+        getattr(policy, "reset", lambda: None)()  # a recurrent policy starts each episode from a zero state
         while not done:
             obs, reward, terminated, truncated, _ = env.step(policy(obs, env_action_mask(env)))
             total += float(reward)
@@ -129,11 +135,29 @@ def sb3_run(algorithm: str, case: Case, seed: int, episodes: int) -> list[float]
     model = algorithm_info(algorithm).sb3_class(policy_name(env.observation_space, algorithm), vec_env, device="cpu",
                                                 verbose=0, **kwargs)
     model.learn(case.steps)
-    def act(obs: Any, mask: Any) -> Any:
-        masked = {} if mask is None else {"action_masks": np.asarray(mask)}  # MaskablePPO's predict
-        return model.predict(obs, deterministic=True, **masked)[0]
+    return evaluate(Predictor(model), case.env_id, 10_000 + seed, episodes)
 
-    return evaluate(act, case.env_id, 10_000 + seed, episodes)
+
+class Predictor:
+    """SB3's deterministic ``predict`` as an evaluation policy: the env's action mask passed on (MaskablePPO),
+    and a recurrent model's LSTM state carried through an episode (RecurrentPPO), reset by `reset`."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.recurrent = getattr(model.policy, "lstm_actor", None) is not None
+        self.state: Any = None
+        self.start = True
+
+    def reset(self) -> None:
+        self.state, self.start = None, True
+
+    def __call__(self, obs: Any, mask: Any) -> Any:
+        kwargs: dict[str, Any] = {} if mask is None else {"action_masks": np.asarray(mask)}
+        if self.recurrent:
+            kwargs.update(state=self.state, episode_start=np.array([self.start]))
+        action, self.state = self.model.predict(obs, deterministic=True, **kwargs)
+        self.start = False
+        return action
 
 
 def _train_client(url: str, key: str, env_id: str, seed: int, steps: int) -> None:
