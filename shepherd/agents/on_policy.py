@@ -1,4 +1,6 @@
-"""Pooled on-policy learning (PPO, A2C): rollouts made of fixed-length segments, each filled by one client.
+"""Pooled on-policy learning (PPO, A2C, sb3-contrib's TRPO; MaskablePPO and RecurrentPPO through the
+subclasses in ``masks.py`` and ``recurrent.py``): rollouts made of fixed-length segments, each filled by one
+client.
 
 SB3's ``RolloutBuffer`` has ``n_envs`` columns of ``n_steps`` rows. Here a column is a *segment*: a
 client session claims a free one when it needs to act, writes its transitions down it, and releases it
@@ -46,7 +48,7 @@ class _Actor:
 
 
 class OnPolicyAdapter(SB3Algorithm):
-    """PPO or A2C (any SB3 on-policy algorithm) fed by segments from many sessions."""
+    """PPO, A2C or TRPO (any SB3 on-policy algorithm) fed by segments from many sessions."""
 
     model: OnPolicyAlgorithm
 
