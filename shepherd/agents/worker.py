@@ -228,6 +228,12 @@ class ThreadedLearner:
         self._queue.put(_Control("checkpoint", future, (path, state)))
         return future
 
+    def checkpoint_mismatch(self, path: Path) -> list[str]:
+        """How the weights saved at ``path`` differ from this learner's model (empty: they fit); only for
+        algorithms that can tell (SB3's), else empty. Call before `start`."""
+        check = getattr(self.algorithm, "checkpoint_mismatch", None)
+        return [] if check is None else check(path)
+
     def restore(self, path: Path) -> dict[str, Any]:
         state = self.algorithm.restore(path)
         if self.greedy is not None:

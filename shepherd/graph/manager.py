@@ -16,7 +16,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from shepherd.agents import (AgentClosed, AgentFailed, Deliver, ParameterError, algorithm_info, learner_for,
-                             check_agent, check_parameters, parameters, registry_records)
+                             check_agent, check_parameters, checkpoint as checkpoint_format, parameters,
+                             registry_records)
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.graph.schedule import EvaluationResult, Schedule
 from shepherd.graph.served import ServedAgents
@@ -308,9 +309,35 @@ class GraphManager:
                 "so its model cannot serve the preset's: give the preset's agent another name, or serve the "
                 "preset with another --data")
         if record.parameters != parameters:
+            self._check_model_fits(record, parameters)
             logger.info("agent %s: parameters updated from the preset", spec.name)
             record = self.store.update_agent(record.id, parameters=parameters)
         return record
+
+    def _check_model_fits(self, record: AgentRecord, parameters: dict[str, Any]) -> None:
+        """Before the store takes a preset's changed parameters: the agent's saved model must still load
+        into the network they build (another ``net_arch``, say, does not).
+
+        Raises:
+            PresetError: one line with what differs and the choices; nothing was changed.
+        """
+        path = checkpoint_format.model_path(self.store.agent_folder(record.id)) if self.store else None
+        if path is None or not path.exists():
+            return
+        schedule = self.schedule_for(record)
+        try:
+            learner = learner_for(replace(record.definition, parameters=parameters),
+                                  learner_values(record.algorithm, parameters, schedule), schedule.improve_steps)
+            differences = learner.checkpoint_mismatch(path)
+        except ParameterError as error:
+            raise PresetError(f"agent {record.name!r}: {error}") from None
+        if differences:
+            shown = "; ".join(differences[:3]) + (f"; and {len(differences) - 3} more" if len(differences) > 3 else "")
+            raise PresetError(
+                f"agent {record.name!r}: the preset's parameters build a network that no longer fits its saved "
+                f"model ({shown}); nothing was changed. Choose one: start the agent afresh with `run.py agents "
+                f"restart {record.name}` (its model is discarded), give the preset's agent another name, or "
+                "serve the preset with another --data")
 
     def _start(self, record: AgentRecord) -> AgentRuntime:
         try:

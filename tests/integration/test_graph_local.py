@@ -11,7 +11,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from shepherd.graph import AgentSpec, Conflict, GraphManager, PresetValidation, Schedule, StepInput
+from shepherd.graph import AgentSpec, Conflict, GraphManager, PresetError, PresetValidation, Schedule, StepInput
 from shepherd.graph.local import LocalClient, drive, make_step, serving_here, validate
 from shepherd.graph.validation import NOT_REACHED, REACHED
 from shepherd.spaces import SpaceError
@@ -251,5 +251,37 @@ async def test_a_local_validation_gives_up_after_its_time(tmp_path):
         outcome = await validate(graph, key, timeout_seconds=1.0)
         assert outcome.code == NOT_REACHED and outcome.reason.startswith("gave up after")
         assert graph.runtime().tracker.steps > 0 and graph.runtime().sessions == 0
+    finally:
+        await stop(graph, store)
+
+
+async def test_a_preset_whose_network_no_longer_fits_the_stored_model_is_refused_before_anything_changes(tmp_path):
+    data = tmp_path / "data"
+    graph, store, key = await start(data)
+    try:
+        await drive(graph, key, gym.make("CartPole-v1"), steps=120, seed=0)
+        barrier(graph)
+        assert graph.runtime().model_path.is_file()
+    finally:
+        await stop(graph, store)
+    wider = GraphManager(owner="tests", agents=[AgentSpec("pole", "PPO", [[4], "-inf", "inf"], 2, {
+        **PPO, "policy_kwargs": {"net_arch": [32]}})], schedule=tiny_graph().schedule)
+    store = Store(data)
+    try:
+        stored = store.agents()[0].parameters
+        with pytest.raises(PresetError) as raised:
+            wider.create_graph(store, serving_here())
+        message = str(raised.value)
+        assert "agent 'pole'" in message and "no longer fits its saved model" in message
+        assert "mlp_extractor.policy_net.0.weight" in message  # what differs, briefly
+        assert "agents restart pole" in message and "another name" in message and "--data" in message
+        assert store.agents()[0].parameters == stored  # nothing was changed
+        assert "Traceback" not in message and len(message.splitlines()) == 1
+    finally:
+        wider.close()
+        store.close()
+    graph, store, key = await start(data)  # the old preset still serves its model
+    try:
+        assert graph.runtime().learner.steps > 0
     finally:
         await stop(graph, store)
