@@ -19,7 +19,7 @@ from shepherd.agents.masks import MaskableOnPolicyAdapter
 from shepherd.agents.off_policy import OffPolicyAdapter
 from shepherd.agents.on_policy import OnPolicyAdapter
 from shepherd.agents.recurrent import RecurrentOnPolicyAdapter
-from shepherd.agents.registry import (DISCRETE_OR_BOX, NOT_SERVED, OFF_POLICY_EXCLUDED, ON_POLICY_EXCLUDED,
+from shepherd.agents.registry import (EVERY_ACTION_SPACE, NOT_SERVED, OFF_POLICY_EXCLUDED, ON_POLICY_EXCLUDED,
                                       SAC_EXCLUDED, Algorithm, register)
 
 
@@ -38,7 +38,7 @@ def _contrib(name: str, cls: type, family: type, action_spaces: tuple[type[space
 _contrib("QRDQN", QRDQN, OffPolicyAdapter, (spaces.Discrete,), OFF_POLICY_EXCLUDED)
 _contrib("TQC", TQC, OffPolicyAdapter, (spaces.Box,), SAC_EXCLUDED)
 _contrib("CrossQ", CrossQ, OffPolicyAdapter, (spaces.Box,), SAC_EXCLUDED, dict_observations=False)
-_contrib("TRPO", TRPO, OnPolicyAdapter, DISCRETE_OR_BOX, ON_POLICY_EXCLUDED)
+_contrib("TRPO", TRPO, OnPolicyAdapter, EVERY_ACTION_SPACE, ON_POLICY_EXCLUDED)
 _contrib("MaskablePPO", MaskablePPO, MaskableOnPolicyAdapter, (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary),
          ON_POLICY_EXCLUDED, masks=True)
 # not MultiBinary: sb3-contrib 2.9's recurrent buffer hands training the int8 actions SB3 stores for it, which

@@ -25,14 +25,14 @@ from typing import Any, Callable, Mapping, Union
 import gymnasium as gym
 import numpy as np
 import torch as th
+from sb3_contrib.common.maskable.distributions import (MaskableCategoricalDistribution,
+                                                       MaskableMultiCategoricalDistribution)
+from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from stable_baselines3.common.distributions import (BernoulliDistribution, CategoricalDistribution,
                                                     DiagGaussianDistribution, MultiCategoricalDistribution)
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.torch_layers import FlattenExtractor
-from sb3_contrib.common.maskable.distributions import (MaskableCategoricalDistribution,
-                                                       MaskableMultiCategoricalDistribution)
-from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 
 from shepherd.agents.core import WeightSource
 
@@ -142,17 +142,12 @@ class _Unsupported(Exception):
 def _build(policy: Any) -> Plan:
     if isinstance(policy, RecurrentActorCriticPolicy):  # its actions depend on each actor's LSTM state
         raise _Unsupported("recurrent")
-    if isinstance(policy, MaskableActorCriticPolicy):  # MaskablePPO: the argmax of the masked logits
-        _flat(policy.pi_features_extractor)
+    if isinstance(policy, (ActorCriticPolicy, MaskableActorCriticPolicy)):  # PPO, A2C, TRPO; MaskablePPO's
+        _flat(policy.pi_features_extractor)                                  # argmax of the masked logits
         steps = _layers(policy.mlp_extractor.policy_net, "mlp_extractor.policy_net.") + _layers(
             policy.action_net, "action_net.")
-        found = _sized(policy, steps, _head(policy.action_dist))
-        return Plan(found.steps, found.head, takes_masks=True)
-    if isinstance(policy, ActorCriticPolicy):  # PPO, A2C
-        _flat(policy.pi_features_extractor)
-        steps = _layers(policy.mlp_extractor.policy_net, "mlp_extractor.policy_net.") + _layers(
-            policy.action_net, "action_net.")
-        return _sized(policy, steps, _head(policy.action_dist))
+        return _sized(policy, steps, _head(policy.action_dist),
+                      takes_masks=isinstance(policy, MaskableActorCriticPolicy))
     q_net = getattr(policy, "q_net", None)
     if q_net is not None and hasattr(q_net, "q_net"):  # DQN: the argmax of the Q-values
         _flat(q_net.features_extractor)
@@ -207,12 +202,13 @@ def _layers(module: th.nn.Module, prefix: str) -> list[Step]:
     return [activation]
 
 
-def _sized(policy: th.nn.Module, steps: list[Step], head: Callable[[np.ndarray], Any]) -> Plan:
+def _sized(policy: th.nn.Module, steps: list[Step], head: Callable[[np.ndarray], Any],
+           takes_masks: bool = False) -> Plan:
     state = policy.state_dict()
     size = sum(state[name].numel() for step in steps if isinstance(step, tuple) for name in step if name)
     if size > MAX_WEIGHTS:
         raise _Unsupported("too large for the event loop")
-    return Plan(steps, head)
+    return Plan(steps, head, takes_masks)
 
 
 class GreedyActor:

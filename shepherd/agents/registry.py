@@ -37,9 +37,9 @@ from shepherd.agents.worker import ThreadedLearner
 from shepherd.definition import AgentDefinition, Sharing
 from shepherd.spaces import parse_space
 
-_DISCRETE = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
+EVERY_ACTION_SPACE = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
 _GSDE = "gSDE's exploration matrix would be shared by every client of the agent; use the default noise"
-_OFF_POLICY_EXCLUDED = (
+OFF_POLICY_EXCLUDED = (
     ("n_steps", "n-step returns need one client's consecutive steps, and the replay buffer mixes clients"),
     ("optimize_memory_usage", "it takes the next observation from the next row, which may be another client's"),
 )
@@ -77,9 +77,7 @@ class Algorithm:
 
 
 ON_POLICY_EXCLUDED = (("use_sde", _GSDE), ("sde_sample_freq", _GSDE))
-OFF_POLICY_EXCLUDED = _OFF_POLICY_EXCLUDED
-SAC_EXCLUDED = _OFF_POLICY_EXCLUDED + (("use_sde", _GSDE), ("sde_sample_freq", _GSDE), ("use_sde_at_warmup", _GSDE))
-DISCRETE_OR_BOX = _DISCRETE
+SAC_EXCLUDED = OFF_POLICY_EXCLUDED + (("use_sde", _GSDE), ("sde_sample_freq", _GSDE), ("use_sde_at_warmup", _GSDE))
 
 #: every algorithm agents can run, by upper-case name (filled by `register`)
 ALGORITHMS: dict[str, Algorithm] = {}
@@ -104,12 +102,12 @@ def register(algorithm: Algorithm) -> Algorithm:
     return algorithm
 
 
-register(Algorithm("PPO", PPO, OnPolicyAdapter, _DISCRETE, ON_POLICY_EXCLUDED))
-register(Algorithm("A2C", A2C, OnPolicyAdapter, _DISCRETE, ON_POLICY_EXCLUDED))
-register(Algorithm("DQN", DQN, OffPolicyAdapter, (spaces.Discrete,), _OFF_POLICY_EXCLUDED))
+register(Algorithm("PPO", PPO, OnPolicyAdapter, EVERY_ACTION_SPACE, ON_POLICY_EXCLUDED))
+register(Algorithm("A2C", A2C, OnPolicyAdapter, EVERY_ACTION_SPACE, ON_POLICY_EXCLUDED))
+register(Algorithm("DQN", DQN, OffPolicyAdapter, (spaces.Discrete,), OFF_POLICY_EXCLUDED))
 register(Algorithm("SAC", SAC, OffPolicyAdapter, (spaces.Box,), SAC_EXCLUDED))
-register(Algorithm("TD3", TD3, OffPolicyAdapter, (spaces.Box,), _OFF_POLICY_EXCLUDED))
-register(Algorithm("DDPG", DDPG, OffPolicyAdapter, (spaces.Box,), _OFF_POLICY_EXCLUDED))
+register(Algorithm("TD3", TD3, OffPolicyAdapter, (spaces.Box,), OFF_POLICY_EXCLUDED))
+register(Algorithm("DDPG", DDPG, OffPolicyAdapter, (spaces.Box,), OFF_POLICY_EXCLUDED))
 
 # Constructor arguments that are Shepherd's business, not the user's.
 _NOT_PARAMETERS = {"self", "policy", "env", "tensorboard_log", "verbose", "device", "_init_setup_model",
