@@ -37,16 +37,12 @@ class MaskableOnPolicyAdapter(OnPolicyAdapter):
         ones = np.ones(self._mask_dims, dtype=bool)
         return np.stack([ones if m.mask is None else m.mask for m in messages])
 
-    @th.inference_mode()
-    def _sample(self, latent_pi: th.Tensor, acting: list[Request],
-                greedy_too: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        distribution: Any = self.model.policy._get_action_dist_from_latent(latent_pi)  # a MaskableDistribution
+    def _distribution(self, latent_pi: th.Tensor, acting: list[Request]) -> Any:
+        distribution = super()._distribution(latent_pi, acting)  # a MaskableDistribution
         masks = self._masks(acting)
         if masks is not None:
             distribution.apply_masking(masks)
-        sampled = distribution.get_actions(deterministic=False)
-        greedy = distribution.get_actions(deterministic=True) if greedy_too else sampled
-        return sampled.numpy(), greedy.numpy(), distribution.log_prob(sampled).numpy()
+        return distribution
 
     @th.no_grad()
     def _greedy(self, messages: list[Request]) -> np.ndarray:

@@ -136,10 +136,14 @@ class OnPolicyAdapter(SB3Algorithm):
         """Sampled actions, greedy actions (if ``greedy_too``; else the sampled ones again) and
         log-probabilities of the requests that act now (``latent_pi``'s rows, in order). Rows that only end
         an episode or wait for a segment draw nothing, so the random numbers drawn are SB3's."""
-        distribution = self.model.policy._get_action_dist_from_latent(latent_pi)
+        distribution = self._distribution(latent_pi, acting)
         sampled = distribution.get_actions(deterministic=False)
         greedy = distribution.get_actions(deterministic=True) if greedy_too else sampled
         return sampled.numpy(), greedy.numpy(), distribution.log_prob(sampled).numpy()
+
+    def _distribution(self, latent_pi: th.Tensor, acting: list[Request]) -> Any:
+        """The policy's action distribution for the acting requests (a subclass may mask it)."""
+        return self.model.policy._get_action_dist_from_latent(latent_pi)
 
     def process(self, messages: list[Request]) -> None:
         # what needs the policy: every act, and the end of an episode that is learned from (its value)
@@ -279,13 +283,18 @@ class OnPolicyAdapter(SB3Algorithm):
             actor.segment = None
 
     def _claim(self, actor_id: int, actor: _Actor) -> int | None:
-        for segment in range(self.n_segments):
-            if self._owner[segment] is None and self._position[segment] < self.n_steps:
-                self._owner[segment] = actor_id
-                actor.segment = segment
-                actor.fresh_segment = self._position[segment] > 0
-                return segment
-        return None
+        free = [s for s in range(self.n_segments) if self._owner[s] is None and self._position[s] < self.n_steps]
+        if not free:
+            return None
+        segment = self._choose_segment(actor, free)
+        self._owner[segment] = actor_id
+        actor.segment = segment
+        actor.fresh_segment = self._position[segment] > 0
+        return segment
+
+    def _choose_segment(self, actor: _Actor, free: list[int]) -> int:
+        """Which of the free segments (in order) an actor claims: the first (a subclass may prefer others)."""
+        return free[0]
 
     def _leave_segment(self, actor: _Actor, bootstrap: bool) -> None:
         """Release the actor's segment; a pending row is dropped and, if asked, its value bootstraps

@@ -95,20 +95,13 @@ class RecurrentOnPolicyAdapter(OnPolicyAdapter):
             if message.kind is Kind.DROP:
                 memory.pop(message.actor, None)
 
-    def _claim(self, actor_id: int, actor: Any) -> int | None:
-        """A free segment for the actor: mid-episode, an untouched one if any (a segment someone else
-        started would reset its memory, the fresh-segment rule); at an episode's start, a started one first
-        (it starts anyway), leaving the untouched ones to actors in mid-episode."""
-        free = [s for s in range(self.n_segments) if self._owner[s] is None and self._position[s] < self.n_steps]
-        if not free:
-            return None
+    def _choose_segment(self, actor: Any, free: list[int]) -> int:
+        """Mid-episode, an untouched segment if any (a segment someone else started would reset the actor's
+        memory, the fresh-segment rule); at an episode's start, a started one first (it starts anyway),
+        leaving the untouched ones to actors in mid-episode."""
         untouched = [s for s in free if self._position[s] == 0]
         started = [s for s in free if self._position[s] > 0]
-        segment = (started + untouched if actor.new_episode else untouched + started)[0]
-        self._owner[segment] = actor_id
-        actor.segment = segment
-        actor.fresh_segment = self._position[segment] > 0
-        return segment
+        return (started + untouched if actor.new_episode else untouched + started)[0]
 
     def _states_in(self, messages: list[Request]) -> tuple[th.Tensor, th.Tensor]:
         """The batch's input states (4, layers, batch, hidden) and episode starts (batch,)."""
