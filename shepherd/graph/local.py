@@ -23,9 +23,9 @@ import gymnasium as gym
 from shepherd.agents import AgentClosed
 from shepherd.client import env_action_mask, to_json  # the JSON a client sends: the edge checks exactly that
 from shepherd.graph.manager import GraphManager, Serving
-from shepherd.graph.sessions import Acted, ActTimeout, Session, StepInput, Unauthorized
+from shepherd.graph.sessions import Acted, ActTimeout, Session, StepInput, Unauthorized, check_mask
 from shepherd.graph.validation import NOT_REACHED, Outcome, watch
-from shepherd.spaces import SpaceError, action_from_json, action_to_json, check_action_mask, check_observation
+from shepherd.spaces import SpaceError, action_from_json, action_to_json, check_observation
 
 logger = logging.getLogger(__name__)
 
@@ -41,21 +41,17 @@ def serving_here(act_timeout_seconds: float = 30.0, max_sessions_per_agent: int 
 
 
 def make_step(observation_space: gym.Space, obs: Any, reward: float, terminated: bool, truncated: bool,
-              seq: int | None = None, action_mask: Any = None, action_space: gym.Space | None = None) -> StepInput:
+              seq: int | None = None, action_mask: Any = None, mask_space: gym.Space | None = None) -> StepInput:
     """The step the HTTP edge makes of one gymnasium step, sent as `shepherd.client.run_env` sends it:
     ``done`` is terminated or truncated, and a time limit (bootstrapped) only when not also terminated;
-    ``action_mask`` is checked against ``action_space`` as the edge checks it.
+    ``action_mask`` is checked as the edge checks it (`check_mask`, against the session's ``mask_space``).
 
     Raises:
         SpaceError: the observation does not fit the space, the reward is not a finite number, or the mask
-            is refused (or given without an action space: the agent takes none).
+            is refused.
     """
     checked = check_observation(observation_space, to_json(obs))
-    mask = None
-    if action_mask is not None:
-        if action_space is None:
-            raise SpaceError("this agent's algorithm takes no 'action_mask'")
-        mask = check_action_mask(action_space, to_json(action_mask))
+    mask = None if action_mask is None else check_mask(to_json(action_mask), mask_space)
     try:
         return StepInput.of(checked, reward, terminated=bool(terminated), truncated=bool(truncated), seq=seq,
                             mask=mask)
@@ -119,7 +115,7 @@ class LocalClient:
         self.seq += 1
         session = self.session
         step = make_step(session.observation_space, obs, reward, terminated, truncated, self.seq, action_mask,
-                         session.action_space if session.takes_masks else None)
+                         session.mask_space)
         acted = await self.send(step)
         self.policy_version = acted.policy_version
         return None if acted.action is None else action_to_json(self.session.action_space, acted.action)

@@ -24,9 +24,10 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from shepherd.agents import ActionFuture
+from shepherd.agents import ALGORITHMS, ActionFuture
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.level import EnvSteps, LevelManager, VectorLevel
+from shepherd.spaces import SpaceError, check_action_mask
 from shepherd.storage import new_secret
 
 
@@ -76,6 +77,19 @@ class StepInput:
         if done is None:
             done = bool(terminated) or bool(truncated)
         return cls(obs, float(reward), bool(done), bool(done and truncated and not terminated), seq, mask)
+
+
+def check_mask(value: Any, mask_space: Any, where: str = "action_mask") -> np.ndarray:
+    """A client's action mask, checked for a session whose agent takes masks against its action space
+    (``mask_space``; None: the agent's algorithm takes none).
+
+    Raises:
+        SpaceError: the agent takes no masks (naming the algorithms that do), or `check_action_mask`'s.
+    """
+    if mask_space is None:
+        able = ", ".join(a.name for a in ALGORITHMS.values() if a.masks)
+        raise SpaceError(f"this agent's algorithm takes no 'action_mask'; algorithms that do: {able}")
+    return check_action_mask(mask_space, value, where)
 
 
 class WrongShape(ValueError):
@@ -210,9 +224,10 @@ class Session:
         return self.runtime.action_space
 
     @property
-    def takes_masks(self) -> bool:
-        """Whether the agent's algorithm takes action masks (a step may carry ``action_mask``)."""
-        return self.runtime.takes_masks
+    def mask_space(self) -> Any:
+        """What a step's ``action_mask`` is checked against (`check_mask`): the action space if the agent's
+        algorithm takes masks, else None."""
+        return self.runtime.action_space if self.runtime.takes_masks else None
 
     async def step(self, step: StepInput | VectorStepInput, timeout: float) -> Acted:
         """Take one step: the learner's action for it (a vector step: every env's), waited for on this

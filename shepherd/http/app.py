@@ -74,9 +74,8 @@ async def env_step(request: web.Request) -> web.Response:
     session = graph.session(session_key(data))
     _count_request(request.app, session)
     n_envs = session.n_envs
-    mask_space = session.action_space if session.takes_masks else None
-    step = (parse_step(data, session.observation_space, mask_space) if n_envs is None else
-            parse_vector_step(data, session.observation_space, n_envs, mask_space))
+    step = (parse_step(data, session.observation_space, session.mask_space) if n_envs is None else
+            parse_vector_step(data, session.observation_space, n_envs, session.mask_space))
     if step is None:
         graph.logout(session.key)
         return _json({"ok": True})

@@ -8,9 +8,9 @@ from typing import Any
 import orjson
 from gymnasium import spaces
 
-from shepherd.graph import StepInput, VectorStepInput
+from shepherd.graph import StepInput, VectorStepInput, check_mask
 from shepherd.http.errors import BadRequest
-from shepherd.spaces import SpaceError, check_action_mask, check_observation, check_observations
+from shepherd.spaces import SpaceError, check_observation, check_observations
 
 #: the fields of a step of either kind; `parse_step` and `parse_vector_step` refuse the other kind's
 STEP_FIELDS = {"session_key", "obs", "reward", "done", "info", "truncated", "terminated", "seq", "final_obs",
@@ -78,13 +78,6 @@ def _seq(data: dict[str, Any]) -> int | None:
     return seq
 
 
-def _no_masks_taken() -> BadRequest:
-    from shepherd.agents import ALGORITHMS
-
-    able = ", ".join(a.name for a in ALGORITHMS.values() if a.masks)
-    return BadRequest(f"this agent's algorithm takes no 'action_mask'; algorithms that do: {able}")
-
-
 def parse_step(data: dict[str, Any], observation_space: spaces.Space,
                mask_space: spaces.Space | None = None) -> StepInput | None:
     """Check a step body (already parsed by `parse_object`) against the agent's observation space, and its
@@ -121,10 +114,8 @@ def parse_step(data: dict[str, Any], observation_space: spaces.Space,
     seq = _seq(data)
     mask = None
     if data.get("action_mask") is not None:
-        if mask_space is None:
-            raise _no_masks_taken()
         try:
-            mask = check_action_mask(mask_space, data["action_mask"])
+            mask = check_mask(data["action_mask"], mask_space)
         except SpaceError as error:
             raise BadRequest(str(error)) from None
     try:
@@ -188,12 +179,9 @@ def parse_vector_step(data: dict[str, Any], observation_space: spaces.Space, n_e
             truncated[i] = True
     finals = _list_of(data, "final_obs", n_envs, "observations (null where the env did not end)")
     masks = _list_of(data, "action_mask", n_envs, "action masks")
-    if masks is not None and mask_space is None:
-        raise _no_masks_taken()
     try:
-        checked_masks = None
-        if masks is not None and mask_space is not None:
-            checked_masks = [check_action_mask(mask_space, mask, f"action_mask[{i}]") for i, mask in enumerate(masks)]
+        checked_masks = None if masks is None else [check_mask(mask, mask_space, f"action_mask[{i}]")
+                                                    for i, mask in enumerate(masks)]
         obs = check_observations(observation_space, observations, "obs")
         final_obs = None if finals is None else [
             None if value is None else check_observation(observation_space, value, f"final_obs[{i}]")
