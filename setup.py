@@ -33,6 +33,7 @@ setup(
             "schemathesis>=4.0",  # fuzzes the running server against its OpenAPI description
             "playwright>=1.40",
             "mypy>=1.10",  # the type check of shepherd/ (mypy.ini), run by tests/test_types.py  # the dashboard's browser tests, driving the system's chromium (never its own)
+            "rl_zoo3>=2.3",  # RL Zoo's hyperparameter files, for zoo:ALGO/ENV presets (read, never imported)
         ],
     },
 )
