@@ -19,7 +19,7 @@ from shepherd.admin.errors import Forbidden, Invalid
 from shepherd.admin.names import check_name, match_agent
 from shepherd.admin.records import ActionResult, AgentView, CreatedKey, KeyView, NewAgent, Principal, UserView
 from shepherd.definition import AgentDefinition
-from shepherd.agents import ParameterError, check_agent, registry_records
+from shepherd.agents import ParameterError, check_agent, live, registry_records
 from shepherd.spaces import SpaceError
 from shepherd.storage import AgentRecord, AlreadyExists, EpisodeReturn, NotFound, ReturnsJson, ReturnsPage
 
@@ -96,6 +96,39 @@ class Operations:
         self.require_admin("adding users")
         user = await asyncio.to_thread(self.store.add_user, check_name(name, "user"))
         return UserView(user.id, user.name, user.created, 0)
+
+    async def delete_user(self, user_id: int, with_agents: bool = False) -> ActionResult:
+        """Delete a user; one who owns agents only ``with_agents`` (which deletes them first, as
+        `delete_agent` does).
+
+        Raises:
+            Invalid: the user owns agents and ``with_agents`` is false (the message names them).
+        """
+        self.require_admin("deleting users")
+        user = self.store.user(user_id)
+        owned = [record for record in self.store.agents() if record.owner_id == user_id]
+        if owned and not with_agents:
+            raise Invalid(f"user {user.name} owns {len(owned)} agent(s): "
+                          f"{', '.join(self._ref(record) for record in owned)}; delete them first, or delete the "
+                          "user with its agents (--with-agents)")
+        for record in owned:
+            await self.delete_agent(record.id)
+        await asyncio.to_thread(self.store.delete_user, user_id)
+        logger.info("user %s deleted", user.name)
+        agents = f" and its {len(owned)} agent(s)" if owned else ""
+        return ActionResult(True, f"user {user.name} deleted{agents}")
+
+    async def find_user(self, ref: str) -> int:
+        """The id of the user that ``ref`` names (its id or its name).
+
+        Raises:
+            NotFound: no such user.
+        """
+        self.require_admin("finding users")
+        for user in self.store.users():
+            if ref.strip() in (user.name, str(user.id)):
+                return user.id
+        raise NotFound(f"no user {ref!r}")
 
     # -- agents --------------------------------------------------------------------------------
     async def agents(self) -> list[AgentView]:
@@ -223,6 +256,39 @@ class Operations:
         record = self._record(agent_id)
         await self.graph.served.delete_curve(agent_id)
         return ActionResult(True, f"learning curve of agent {self._ref(record)} deleted")
+
+    async def delete_agent(self, agent_id: int) -> ActionResult:
+        """Delete an agent: its sessions end (their clients get 410 Gone), its learner stops without a
+        checkpoint, its record and API keys go, and its folder (model, returns) moves to the data folder's
+        ``trash/``."""
+        self.require_admin("deleting agents")
+        record = self._record(agent_id)
+        ref = self._ref(record)
+        ended, trash = await self.graph.served.delete(agent_id)
+        logger.info("agent %s deleted; %d session(s) ended", ref, ended)
+        kept = f"; its model and returns moved to {trash}" if trash is not None else ""
+        return ActionResult(True, f"agent {ref} deleted: {ended} session(s) ended, its API keys removed{kept}")
+
+    async def set_parameters(self, agent_id: int, values: dict[str, Any]) -> ActionResult:
+        """Change parameters a live learner honours (`shepherd.agents.live`): typed and checked as an agent's
+        parameters; the learner takes them before its next update and the store keeps them.
+
+        Raises:
+            Invalid: a bad name or value, or one that needs a restart (naming those that can change).
+        """
+        record = self._record(agent_id)
+        ref = self._ref(record)
+        if not isinstance(values, dict):
+            raise Invalid("parameters must be an object of name: value")
+        try:
+            checked = live.check_live(record.algorithm, values)
+        except ParameterError as error:
+            raise Invalid(f"agent {ref}: {error}") from None
+        took = await self.graph.served.set_parameters(agent_id, checked)
+        shown = ", ".join(f"{name}={value!r}" for name, value in checked.items())
+        logger.info("agent %s: %s set", ref, shown)
+        where = "the learner takes it before its next update" if took else "its learner is not running here"
+        return ActionResult(True, f"agent {ref}: {shown} set ({where}; stored, so a restart keeps it)")
 
     async def restart(self, agent_id: int) -> ActionResult:
         """Forget the agent's model and counters and end its sessions (their keys are refused from now on);

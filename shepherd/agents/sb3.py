@@ -124,6 +124,12 @@ class SB3Algorithm:
     def stop_waiting(self, outcome: Outcome, detail: str) -> None:
         pass
 
+    def set_live_parameters(self, values: dict[str, Any]) -> None:
+        """Set parameters checked by `shepherd.agents.live.check_live` on the model (the learner's thread)."""
+        from shepherd.agents import live
+
+        live.apply(self.model, values)
+
     # -- checkpoints -----------------------------------------------------------------------------
     def write_checkpoint(self, path: Path, state: dict[str, Any]) -> None:
         buffer = io.BytesIO()

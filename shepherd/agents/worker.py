@@ -66,7 +66,7 @@ class Algorithm(Protocol):
 class _Control:
     """A request to the worker itself, not to the algorithm."""
 
-    what: str  # "checkpoint", "drain" or "stop"
+    what: str  # "checkpoint", "set" (live parameters), "drain" or "stop"
     future: Future | None = None
     payload: Any = None
 
@@ -228,6 +228,15 @@ class ThreadedLearner:
         self._queue.put(_Control("checkpoint", future, (path, state)))
         return future
 
+    def set_parameters(self, values: dict[str, Any]) -> Future:
+        """Hand checked parameter values to the algorithm on the worker's thread, between two batches (so
+        between two updates); the future settles once they are set (with the algorithm's error, if any)."""
+        future: Future = Future()
+        if self._refused(future):
+            return future
+        self._queue.put(_Control("set", future, dict(values)))
+        return future
+
     def checkpoint_mismatch(self, path: Path) -> list[str]:
         """How the weights saved at ``path`` differ from this learner's model (empty: they fit); only for
         algorithms that can tell (SB3's), else empty. Call before `start`."""
@@ -369,6 +378,13 @@ class ThreadedLearner:
                 writing += took
                 stats.checkpoints.observe(took)
                 message.future.set_result(path)  # type: ignore[union-attr]
+            elif message.what == "set":
+                try:
+                    algorithm.set_live_parameters(message.payload)  # type: ignore[attr-defined]
+                except Exception as error:  # noqa: BLE001 - the caller hears it; learning goes on
+                    message.future.set_exception(error)  # type: ignore[union-attr]
+                else:
+                    message.future.set_result(None)  # type: ignore[union-attr]
             elif message.what == "stop":
                 algorithm.stop_waiting(Outcome.CLOSED, f"agent {self.name} is shut down")
                 return False

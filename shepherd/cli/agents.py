@@ -51,11 +51,27 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
             ("show", show_agent, "show an agent: spaces, parameters, phase, steps, sessions, model, keys"),
             ("delete-model", delete_model, "delete the agent's saved model zip"),
             ("delete-curve", delete_curve, "delete the agent's learning curve (its episode returns)"),
-            ("restart", restart_agent, "forget the agent's model and counters and end its sessions")):
+            ("restart", restart_agent, "forget the agent's model and counters and end its sessions"),
+            ("delete", delete_agent, "delete the agent: its sessions end (clients get 410), its API keys are "
+                                     "removed, its folder (model, returns) moves to the data folder's trash/")):
         sub = actions.add_parser(name, help=summary, description=summary[0].upper() + summary[1:] + ".")
         sub.add_argument("agent", help=AGENT_HELP)
         add_data_option(sub)
         sub.set_defaults(func=command(work))
+
+    set_param = actions.add_parser(
+        "set-param", help="change parameters that a live learner honours, without a restart",
+        description="Change parameters of an agent that its learner honours between two updates (learning_rate, "
+                    "ent_coef, clip_range, exploration rates, ...: the error names those of its algorithm); "
+                    "typed and checked like preset values. A running server's learner takes them before its next "
+                    "update; the store keeps them, so a restart keeps them. A preset's agent takes the preset's "
+                    "values again when that preset is served: change the preset (or its -cp) too.",
+        epilog="Example: python run.py agents set-param cartpole learning_rate=0.0001 ent_coef=0.01")
+    set_param.add_argument("agent", help=AGENT_HELP)
+    set_param.add_argument("values", nargs="+", type=parameter, metavar="NAME=VALUE",
+                           help="a parameter and its value (read as JSON when it parses: 0.0001, \"lin_0.001\")")
+    add_data_option(set_param)
+    set_param.set_defaults(func=command(set_parameters))
 
     export = actions.add_parser("export", help="write the agent's model zip (stable-baselines3's format)",
                                 description="Write the agent's model zip; load it with e.g. PPO.load(path). "
@@ -186,4 +202,17 @@ async def delete_curve(operations, args: argparse.Namespace) -> int:
 
 async def restart_agent(operations, args: argparse.Namespace) -> int:
     print((await operations.restart(await operations.resolve(args.agent))).message)
+    return EXIT_OK
+
+
+async def delete_agent(operations, args: argparse.Namespace) -> int:
+    print((await operations.delete_agent(await operations.resolve(args.agent))).message)
+    return EXIT_OK
+
+
+async def set_parameters(operations, args: argparse.Namespace) -> int:
+    values = dict(args.values)
+    if len(values) != len(args.values):
+        raise UsageError("a parameter is given twice")
+    print((await operations.set_parameters(await operations.resolve(args.agent), values)).message)
     return EXIT_OK

@@ -144,6 +144,48 @@ class ServedAgents:
                 self._restarting.discard(agent_id)
         return ended
 
+    async def delete(self, agent_id: int) -> tuple[int, Path | None]:
+        """Delete the agent: end its sessions (their clients get `Gone` from now on), stop its learner
+        without a checkpoint, and delete it from the store (its keys with it; its folder goes to the data
+        folder's trash). Returns how many sessions ended and where the folder went.
+
+        Raises:
+            NotFound: no such agent.
+        """
+        async with self.lock(agent_id):
+            record = self.store.agent(agent_id)
+            ended = self._sessions().end_agent(agent_id, gone=f"agent {record.name} was deleted; its sessions and "
+                                                              "API keys no longer work")
+            old = self.runtimes.pop(agent_id, None)
+            self.failures.pop(agent_id, None)
+            if old is not None:
+                await asyncio.to_thread(old.discard)
+            trash = await asyncio.to_thread(self.store.delete_agent, agent_id)
+        self._locks.pop(agent_id, None)
+        return ended, trash
+
+    async def set_parameters(self, agent_id: int, values: dict[str, Any]) -> bool:
+        """Hand checked live parameter values (`shepherd.agents.live.check_live`) to the agent's learner,
+        which takes them before its next update, then keep them in the store (a restart builds the learner
+        with them). Returns whether a running learner took them (False: stored only).
+
+        Raises:
+            NotFound: no such agent.
+            Exception: what the learner raised setting them (nothing is stored then).
+        """
+        async with self.lock(agent_id):
+            record = self.store.agent(agent_id)
+            runtime = self.runtimes.get(agent_id)
+            live = runtime is not None and runtime.learner.failure is None
+            if runtime is not None and live:
+                await asyncio.wait_for(asyncio.wrap_future(runtime.learner.set_parameters(values)),
+                                       CHECKPOINT_WAIT_SECONDS)
+            record = await asyncio.to_thread(self.store.update_agent, agent_id,
+                                             parameters={**record.parameters, **values})
+            if runtime is not None:
+                runtime.record = record
+        return live
+
     async def export(self, agent_id: int) -> bytes:
         """The agent's model zip; a served agent checkpoints first, so that it has its latest weights.
 

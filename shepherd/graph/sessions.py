@@ -35,6 +35,14 @@ class Unauthorized(PermissionError):
     """An unknown or revoked API key, or an unknown or expired session key."""
 
 
+#: how many session keys of deleted agents are remembered, to answer them 410 rather than 401
+GONE_REMEMBERED = 10_000
+
+
+class Gone(LookupError):
+    """The session's agent was deleted: its sessions and keys are refused for good (HTTP 410)."""
+
+
 class Conflict(RuntimeError):
     """The request clashes with the session's state (a step while another is in flight, a stale seq)."""
 
@@ -330,6 +338,7 @@ class SessionTable:
     def __init__(self, max_per_agent: int | None = None) -> None:
         self.max_per_agent = max_per_agent
         self._by_key: dict[str, Session] = {}
+        self._gone: dict[str, str] = {}  # session keys of deleted agents, and what to tell their clients
         self._actor_ids = itertools.count(1)
 
     def __len__(self) -> int:
@@ -361,9 +370,13 @@ class SessionTable:
         return session
 
     def get(self, key: Any) -> Session:
-        """Raises Unauthorized for an unknown or expired session key."""
+        """Raises Unauthorized for an unknown or expired session key, Gone for a session whose agent was
+        deleted."""
         session = self._by_key.get(key) if isinstance(key, str) else None
         if session is None:
+            gone = self._gone.get(key) if isinstance(key, str) else None
+            if gone is not None:
+                raise Gone(gone)
             raise Unauthorized("unknown or expired session_key; log in again")
         return session
 
@@ -373,11 +386,16 @@ class SessionTable:
             session.level.close()
             session.runtime.sessions -= 1
 
-    def end_agent(self, agent_id: int) -> int:
-        """End every session of one agent; returns how many ended."""
+    def end_agent(self, agent_id: int, gone: str | None = None) -> int:
+        """End every session of one agent; returns how many ended. With ``gone`` (the agent was deleted),
+        their keys get `Gone` with that message from now on, instead of `Unauthorized`."""
         ending = [s for s in self._by_key.values() if s.runtime.record.id == agent_id]
         for session in ending:
             self.end(session)
+            if gone is not None:
+                self._gone[session.key] = gone
+        while len(self._gone) > GONE_REMEMBERED:  # the oldest first
+            del self._gone[next(iter(self._gone))]
         return len(ending)
 
     def end_client(self, client_id: str) -> int:

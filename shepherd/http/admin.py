@@ -29,6 +29,7 @@ from shepherd.storage import EpisodeReturn
 API = "/shepherd/admin/api"
 AGENT = API + "/agents/{agent_id:\\d{1,12}}"  # route pattern of one agent's resources
 KEY = API + "/keys/{key_id:\\d{1,12}}"
+USER = API + "/users/{user_id:\\d{1,12}}"
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 NO_STORE = {"Cache-Control": "no-store"}
 
@@ -252,6 +253,32 @@ async def restart_agent(request: web.Request) -> web.Response:
     ops = operations(request)
     await body_object(request, set())
     return respond(await ops.restart(agent_id(request)))
+
+
+async def delete_agent(request: web.Request) -> web.Response:
+    ops = operations(request)
+    ops.require_admin("deleting agents")
+    await body_object(request, set())
+    return respond(await ops.delete_agent(agent_id(request)))
+
+
+async def set_parameters(request: web.Request) -> web.Response:
+    ops = operations(request)
+    data = await body_object(request, {"parameters"})
+    values = data.get("parameters")
+    if not isinstance(values, dict):
+        raise BadRequest("'parameters' (an object of name: value) is required")
+    return respond(await ops.set_parameters(agent_id(request), values))
+
+
+async def delete_user(request: web.Request) -> web.Response:
+    ops = operations(request)
+    ops.require_admin("deleting users")
+    data = await body_object(request, {"with_agents"})
+    with_agents = data.get("with_agents", False)
+    if not isinstance(with_agents, bool):
+        raise BadRequest("'with_agents' must be true or false")
+    return respond(await ops.delete_user(int(request.match_info["user_id"]), with_agents))
 
 
 # -- API keys -------------------------------------------------------------------------------------

@@ -27,6 +27,8 @@ logger = logging.getLogger(__name__)
 
 STORE_FILE = "store.json"
 RETURNS_FILE = "returns.jsonl"
+#: where a deleted agent's folder goes (model, returns), inside the data folder: delete it to free the space
+TRASH_FOLDER = "trash"
 
 
 def _tidy_agent_folders(agents: Path) -> None:
@@ -216,6 +218,49 @@ class Store:
 
     def agent_folder(self, agent_id: int) -> Path:
         return self.folder / AGENTS_FOLDER / str(agent_id)
+
+    def delete_agent(self, agent_id: int) -> Path | None:
+        """Delete an agent: its record and its API keys (refused from now on), and move its folder (model,
+        returns) to ``trash/AGENT_ID-NAME-TIME`` in the data folder; returns where it went (None when the
+        agent had no folder). Its id is never given again.
+
+        Raises:
+            NotFound: no such agent.
+        """
+        with self._lock:
+            record = self.agent(agent_id)
+            for doc in self._keys.search(Query().agent_id == agent_id):
+                self._key_index.pop(doc["hash"], None)
+            self._keys.remove(Query().agent_id == agent_id)
+            self._agents.remove(doc_ids=[agent_id])
+            log = self._returns.pop(agent_id, None)
+            if log is not None:
+                log.close()
+            folder = self.agent_folder(agent_id)
+            if not folder.exists():
+                return None
+            trash = self.folder / TRASH_FOLDER
+            trash.mkdir(exist_ok=True)
+            make_private(trash, PRIVATE_FOLDER)
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            target = trash / f"{agent_id}-{record.name}-{stamp}"
+            folder.rename(target)
+            return target
+
+    def delete_user(self, user_id: int) -> None:
+        """Delete a user who owns no agent.
+
+        Raises:
+            NotFound: no such user.
+            ValueError: the user owns agents (the message names them).
+        """
+        with self._lock:
+            user = self.user(user_id)
+            owned = self._agents.search(Query().owner_id == user_id)
+            if owned:
+                raise ValueError(f"user {user.name} owns {len(owned)} agent(s): "
+                                 + ", ".join(f"{user.name}/{doc['name']}" for doc in owned))
+            self._users.remove(doc_ids=[user_id])
 
     # -- API keys ------------------------------------------------------------------------------
     def add_api_key(self, agent_id: int, label: str = "") -> tuple[str, ApiKey]:

@@ -87,7 +87,8 @@ ROUTES = [("GET", "/whoami"), ("GET", "/users"), ("POST", "/users"), ("GET", "/a
           ("POST", "/admin-token"), ("GET", "/agents"), ("POST", "/agents"), ("GET", "/agents/1"),
           ("GET", "/agents/1/returns"), ("GET", "/agents/1/returns.csv"), ("GET", "/agents/1/model.zip"),
           ("POST", "/agents/1/delete-model"), ("POST", "/agents/1/delete-returns"), ("POST", "/agents/1/restart"),
-          ("POST", "/agents/1/keys"), ("GET", "/keys"), ("POST", "/keys/1/revoke")]
+          ("POST", "/agents/1/keys"), ("GET", "/keys"), ("POST", "/keys/1/revoke"), ("POST", "/agents/1/delete"),
+          ("POST", "/users/1/delete")]
 
 
 @pytest.mark.parametrize("method, path", ROUTES)
