@@ -280,6 +280,12 @@ for (const button of document.querySelectorAll("button[data-action]")) {
     act(button, async () => {
       const result = await postJson(`/agents/${agent.id}/${button.dataset.action}`);
       if (button.dataset.action !== "delete-model") state.curve = { agent: null, records: [], next: 0 };
+      if (button.dataset.action === "delete") {  // the agent is gone: say so where the list is
+        state.selected = null;
+        await refresh();
+        $("#agents-status").textContent = result.message;
+        return "";
+      }
       await refresh();
       return result.message;
     });
