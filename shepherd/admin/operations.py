@@ -69,7 +69,8 @@ class Operations:
         return AgentView(
             id=record.id, owner=self._owner_name(record), name=record.name, algorithm=record.algorithm,
             observation_space=record.observation_space, action_space=record.action_space,
-            parameters=dict(record.parameters), sharing=record.sharing, created=record.created,
+            parameters=dict(record.parameters), sharing=record.sharing, filters=dict(record.filters),
+            created=record.created,
             model=status.model, served=status.served, phase=status.phase, steps=status.steps,
             steps_per_second=round(status.steps_per_second, 1), sessions=status.sessions,
             episodes=status.episodes, mean_train_return=status.mean_train_return,
@@ -126,7 +127,7 @@ class Operations:
         algorithm, values = _checked(definition)
         record = await asyncio.to_thread(self.store.add_agent, owner.id, definition.name, algorithm,
                                          definition.observation_space, definition.action_space, values,
-                                         definition.sharing.value)
+                                         definition.sharing.value, definition.filters.to_json())
         try:
             await self.graph.served.add(record, serve=self.service.serving)
         except Exception as error:  # noqa: BLE001 - whatever SB3 refuses is the input's fault; undo the add

@@ -38,6 +38,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                      help="a stable-baselines3 parameter, checked against its type; repeat for more "
                           "(VALUE is read as JSON when it parses, e.g. policy_kwargs='{\"net_arch\": [64, 64]}')")
     add.add_argument("--sharing", default=Sharing.POOLED.value, help="knowledge-sharing mode (default %(default)s)")
+    add.add_argument("--filters", type=json_value, metavar="JSON", default=None,
+                     help="observation and reward filters, e.g. '{\"normalize_observations\": true, "
+                          "\"normalize_rewards\": true}' (fields: docs/presets.md)")
     add.add_argument("--key", action="store_true", help="also create an API key for it and print it")
     add_data_option(add)
     add.set_defaults(func=command(add_agent))
@@ -100,7 +103,7 @@ async def add_agent(operations, args: argparse.Namespace) -> int:
     try:
         definition = AgentDefinition(name=args.name, algorithm=args.algorithm, parameters=parameters,
                                      observation_space=args.observation_space, action_space=args.action_space,
-                                     sharing=args.sharing)
+                                     sharing=args.sharing, filters=args.filters)
     except ValueError as error:
         raise UsageError(str(error)) from None
     view = await operations.add_agent(NewAgent(owner=args.owner, definition=definition))
@@ -135,6 +138,7 @@ async def show_agent(operations, args: argparse.Namespace) -> int:
         ("observation space", json.dumps(view.observation_space)),
         ("action space", json.dumps(view.action_space)),
         ("parameters", ", ".join(f"{k}={json.dumps(v)}" for k, v in view.parameters.items()) or "SB3's defaults"),
+        ("filters", ", ".join(f"{k}={json.dumps(v)}" for k, v in view.filters.items()) or "none"),
         ("phase", view.phase + (f" ({view.failure})" if view.failure else "")),
         ("steps", f"{view.steps} ({view.steps_per_second:.1f} steps/s)"),
         ("sessions", view.sessions),

@@ -18,7 +18,7 @@ import orjson
 from aiohttp import web
 
 from shepherd.admin import Forbidden, NewAgent, Operations, Principal
-from shepherd.definition import AgentDefinition, Sharing
+from shepherd.definition import AgentDefinition, Filters, Sharing
 from shepherd.graph import Unauthorized
 from shepherd.http.errors import BadRequest
 from shepherd.http.protocol import parse_object
@@ -120,7 +120,8 @@ async def reset_admin_token(request: web.Request) -> web.Response:
 
 
 # -- agents ---------------------------------------------------------------------------------------
-NEW_AGENT_FIELDS = {"owner", "name", "algorithm", "observation_space", "action_space", "parameters", "sharing"}
+NEW_AGENT_FIELDS = {"owner", "name", "algorithm", "observation_space", "action_space", "parameters", "sharing",
+                    "filters"}
 
 
 async def list_agents(request: web.Request) -> web.Response:
@@ -139,12 +140,13 @@ async def add_agent(request: web.Request) -> web.Response:
         raise BadRequest("'parameters' must be an object of name: value")
     try:
         sharing = Sharing.parse(text_field(data, "sharing", Sharing.POOLED.value))
+        filters = Filters.parse(data.get("filters"))
     except ValueError as error:
         raise BadRequest(str(error)) from None
     new = NewAgent(owner=text_field(data, "owner"), definition=AgentDefinition(
         name=text_field(data, "name"), algorithm=text_field(data, "algorithm"),
         observation_space=data["observation_space"], action_space=data["action_space"], parameters=parameters,
-        sharing=sharing))
+        sharing=sharing, filters=filters))
     return respond(await ops.add_agent(new), status=201)
 
 
