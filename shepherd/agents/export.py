@@ -163,7 +163,11 @@ def _normalize(graph: GraphBuilder, space: spaces.Space, stats: Normalization, x
                             f"this one is {type(space).__name__}")
     mean, std = stats._mean(), stats._std()
     for name, array in (("mean", mean), ("var", std)):
-        if np.broadcast_shapes(array.shape, space.shape) != space.shape:
+        try:
+            fits = np.broadcast_shapes(array.shape, space.shape) == space.shape
+        except ValueError:
+            fits = False
+        if not fits:
             raise NotExportable(f"{where}: normalisation {name} of shape {list(array.shape)} does not fit "
                                 f"observations of shape {list(space.shape)}")
     x = graph.op("Div", graph.op("Sub", x, graph.const(mean, "obs_mean")), graph.const(std, "obs_std"))

@@ -174,5 +174,5 @@ def input_type(space: spaces.Space) -> tuple[int, tuple[int, ...]]:
     raise NotExportable(f"observations of {type(space).__name__} have no ONNX form in Shepherd's exporter")
 
 
-def _array(tensor: th.Tensor) -> np.ndarray:
+def _array(tensor: Any) -> np.ndarray:
     return tensor.detach().cpu().numpy().astype(np.float32)
