@@ -23,12 +23,14 @@ setup(
         "tinydb>=4.8",
         "orjson>=3.9",
         "prometheus-client>=0.20",
+        "onnx>=1.15",  # the ONNX export of a greedy policy (shepherd/agents/export.py)
     ],
     extras_require={
         "test": [
             "pytest>=8",
             "pytest-aiohttp>=1.0",
             "pytest-timeout>=2.2",
+            "onnxruntime>=1.17",  # runs exported policies against the server's answers
             "requests>=2.28",  # examples/seed_client.py, the original client, uses it
             "schemathesis>=4.0",  # fuzzes the running server against its OpenAPI description
             "playwright>=1.40",

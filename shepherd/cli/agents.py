@@ -13,6 +13,8 @@ from shepherd.cli.common import EXIT_OK, UsageError
 from shepherd.definition import Sharing
 
 AGENT_HELP = "the agent: its id, owner/name, or a name only one agent has"
+#: shepherd.admin.EXPORT_FORMATS, not imported here: the admin package imports torch, and --help must not wait
+EXPORT_FORMATS = ("sb3", "onnx")
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -60,12 +62,19 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         add_data_option(sub)
         sub.set_defaults(func=command(work))
 
-    export = actions.add_parser("export", help="write the agent's model zip (stable-baselines3's format)",
-                                description="Write the agent's model zip; load it with e.g. PPO.load(path). "
-                                            "A running server checkpoints the agent first.")
+    export = actions.add_parser("export", help="write the agent's model zip (stable-baselines3's format) or its "
+                                               "greedy policy as ONNX",
+                                description="Write the agent's model zip (--format sb3; load it with e.g. "
+                                            "PPO.load(path)) or its greedy policy as one ONNX file (--format onnx: "
+                                            "observation filters and action unscaling included, runs with "
+                                            "onnxruntime alone; see docs/export.md). A running server "
+                                            "checkpoints the agent first.")
     export.add_argument("agent", help=AGENT_HELP)
+    export.add_argument("--format", choices=EXPORT_FORMATS, default="sb3",
+                        help="sb3: stable-baselines3's zip; onnx: the greedy policy (default %(default)s)")
     export.add_argument("-o", "--output", type=Path,
-                        help="file to write (default OWNER-NAME-model.zip), outside the data folder")
+                        help="file to write (default OWNER-NAME-model.zip, or OWNER-NAME-policy.onnx), outside "
+                             "the data folder")
     export.add_argument("--force", action="store_true", help="replace the output file if it exists")
     add_data_option(export)
     export.set_defaults(func=command(export_model))
@@ -163,18 +172,19 @@ async def export_model(operations, args: argparse.Namespace) -> int:
     from shepherd.storage import atomic_write_bytes
 
     view = await operations.agent(await operations.resolve(args.agent))
-    path = args.output or Path(f"{view.owner}-{view.name}-model.zip")
+    onnx = args.format == "onnx"
+    path = args.output or Path(f"{view.owner}-{view.name}-{'policy.onnx' if onnx else 'model.zip'}")
     if path.resolve().is_relative_to(Path(args.data).resolve()):
         raise UsageError(f"{path} is inside the data folder {args.data}, which only the server writes; "
                          "give -o a path outside it")
     if path.exists() and not args.force:
         raise UsageError(f"{path} exists; add --force to replace it, or give another -o")
-    data = await operations.export_model(view.id)
+    data = await (operations.export_policy(view.id, "onnx") if onnx else operations.export_model(view.id))
     try:
         atomic_write_bytes(path, data)
     except OSError as error:
         raise UsageError(f"cannot write {path}: {error.strerror or error}") from None
-    print(f"model of agent {view.ref} written to {path} ({len(data)} bytes)")
+    print(f"{'greedy policy (ONNX)' if onnx else 'model'} of agent {view.ref} written to {path} ({len(data)} bytes)")
     return EXIT_OK
 
 

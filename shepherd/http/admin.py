@@ -238,6 +238,21 @@ async def model_zip(request: web.Request) -> web.Response:
         **NO_STORE, "Content-Disposition": f'attachment; filename="{view.owner}-{view.name}-model.zip"'})
 
 
+#: each export format's file name ending and content type
+EXPORT_FILES = {"sb3": ("model.zip", "application/zip"), "onnx": ("policy.onnx", "application/octet-stream")}
+
+
+async def export_agent(request: web.Request) -> web.Response:
+    """The agent's export in the ``format`` query parameter (``sb3``, the default, or ``onnx``)."""
+    ops = operations(request)
+    view = await ops.agent(agent_id(request))
+    format = request.query.get("format", "sb3")
+    data = await ops.export_policy(view.id, format)  # an unknown format is refused here, before the lookup below
+    ending, content_type = EXPORT_FILES[format]
+    return web.Response(body=data, content_type=content_type, headers={
+        **NO_STORE, "Content-Disposition": f'attachment; filename="{view.owner}-{view.name}-{ending}"'})
+
+
 async def delete_model(request: web.Request) -> web.Response:
     ops = operations(request)
     await body_object(request, set())
