@@ -36,7 +36,6 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 import shepherd
 from shepherd.agents.onnx_graph import GraphBuilder, NotExportable, features, input_type, module
 from shepherd.agents.sb3 import SB3Algorithm
-from shepherd.agents.transforms import Identity
 from shepherd.spaces import mask_size, space_to_json
 
 #: the ``format`` of the metadata this module writes (a reader refuses others)
@@ -50,7 +49,8 @@ __all__ = ["FORMAT", "METADATA_KEY", "Normalization", "NotExportable", "export_a
 @dataclass(frozen=True)
 class Normalization:
     """Observation normalisation statistics (VecNormalize's semantics), applied before the policy:
-    ``clip((obs - mean) / sqrt(var + epsilon), -clip, clip)`` in float32."""
+    ``clip((obs - mean) / sqrt(var + epsilon), -clip, clip)`` in float64, then float32, as the agent's
+    filter computes it (``agents/filters.py``)."""
 
     mean: np.ndarray
     var: np.ndarray
@@ -58,19 +58,19 @@ class Normalization:
     clip: float = 10.0
 
     def apply(self, obs: Any) -> np.ndarray:
-        """The normalised observation(s), in float32 as the exported graph computes them."""
-        return np.clip((np.asarray(obs, dtype=np.float32) - self._mean()) / self._std(),
-                       np.float32(-self.clip), np.float32(self.clip))
+        """The normalised observation(s), as the exported graph computes them."""
+        return np.clip((np.asarray(obs, dtype=np.float64) - self._mean()) / self._std(),
+                       -self.clip, self.clip).astype(np.float32)
 
     def to_json(self) -> dict[str, Any]:
-        return {"mean": self._mean().tolist(), "var": np.asarray(self.var, dtype=np.float32).tolist(),
+        return {"mean": self._mean().tolist(), "var": np.asarray(self.var, dtype=np.float64).tolist(),
                 "epsilon": float(self.epsilon), "clip": float(self.clip)}
 
     def _mean(self) -> np.ndarray:
-        return np.asarray(self.mean, dtype=np.float32)
+        return np.asarray(self.mean, dtype=np.float64)
 
     def _std(self) -> np.ndarray:
-        return np.sqrt(np.asarray(self.var, dtype=np.float32) + np.float32(self.epsilon))
+        return np.sqrt(np.asarray(self.var, dtype=np.float64) + self.epsilon)
 
 
 def input_name(key: str) -> str:
@@ -120,22 +120,25 @@ def export_onnx(adapter: SB3Algorithm, agent: str, algorithm: str,
 
 
 def export_adapter(adapter: SB3Algorithm, agent: str, algorithm: str) -> bytes:
-    """`export_onnx` with the adapter's own observation filter: none (`Identity`), or one that gives its
-    statistics as ``normalization()`` (a mapping of key to `Normalization`) and, optionally, its metadata
-    as ``export_settings()``.
+    """`export_onnx` with the agent's own filters (``adapter.filtering``): observation normalisation with its
+    current statistics inside the graph; the filters' settings and statistics as the metadata's ``filters``.
 
     Raises:
-        NotExportable: as `export_onnx`, or a filter that gives no statistics (it has no ONNX form).
+        NotExportable: as `export_onnx`, or frame stacking (each actor's past frames are state the file has
+            no input for).
     """
-    transform: Any = adapter.observations
-    if isinstance(transform, Identity):
+    filtering = adapter.filtering
+    if filtering is None or not filtering.active:
         return export_onnx(adapter, agent, algorithm)
-    statistics = getattr(transform, "normalization", None)
-    if statistics is None:
-        raise NotExportable(f"the observation filter {type(transform).__name__} has no ONNX form in Shepherd's "
-                            "exporter")
-    settings = getattr(transform, "export_settings", None)
-    return export_onnx(adapter, agent, algorithm, statistics(), None if settings is None else settings())
+    filters = filtering.filters
+    if filters.frame_stack > 1:
+        raise NotExportable(f"agent {agent} stacks {filters.frame_stack} frames, kept per session by the server; "
+                            "an exported policy file has no input for past frames")
+    normalization = {("" if key is None else key): Normalization(stats.mean, stats.var, filters.epsilon,
+                                                                 filters.clip_observations)
+                     for key, stats in filtering.observations.items()}
+    return export_onnx(adapter, agent, algorithm, normalization,
+                       {**filters.to_json(), "statistics": filtering.state()})
 
 
 def _observation_inputs(graph: GraphBuilder, space: spaces.Space, normalization: dict[str, Normalization]
@@ -170,8 +173,13 @@ def _normalize(graph: GraphBuilder, space: spaces.Space, stats: Normalization, x
         if not fits:
             raise NotExportable(f"{where}: normalisation {name} of shape {list(array.shape)} does not fit "
                                 f"observations of shape {list(space.shape)}")
-    x = graph.op("Div", graph.op("Sub", x, graph.const(mean, "obs_mean")), graph.const(std, "obs_std"))
-    return graph.op("Clip", x, graph.const(-stats.clip, "clip_low"), graph.const(stats.clip, "clip_high"))
+    # in float64, as the agent's filter computes it, then float32 as the policy takes it
+    x = graph.op("Cast", x, to=TensorProto.DOUBLE)
+    x = graph.op("Div", graph.op("Sub", x, graph.const(mean, "obs_mean", np.float64)),
+                 graph.const(std, "obs_std", np.float64))
+    x = graph.op("Clip", x, graph.const(-stats.clip, "clip_low", np.float64),
+                 graph.const(stats.clip, "clip_high", np.float64))
+    return graph.op("Cast", x, to=TensorProto.FLOAT)
 
 
 def _greedy(graph: GraphBuilder, policy: Any, observation_space: spaces.Space, action_space: spaces.Space,

@@ -141,8 +141,9 @@ async def train(graph: GraphManager, key: str, space: spaces.Space, action_space
         graph.logout(session.key)
 
 
-async def served_agent(tmp_path, algorithm: str, obs_spec, action_spec) -> tuple[GraphManager, Store, str]:
-    graph = GraphManager(owner="tests", agents=[AgentSpec("agent", algorithm, obs_spec, action_spec, params(algorithm))],
+async def served_agent(tmp_path, algorithm: str, obs_spec, action_spec, filters=None) -> tuple[GraphManager, Store, str]:
+    graph = GraphManager(owner="tests", agents=[AgentSpec("agent", algorithm, obs_spec, action_spec, params(algorithm),
+                                                          filters=filters)],
                          schedule=Schedule(heatup_steps=0 if ALGORITHMS[algorithm.upper()].on_policy else 16, checkpoint_every_steps=100_000, checkpoint_every_seconds=3600.0))
     store = Store(tmp_path / "data")
     keys = graph.create_graph(store, serving_here())
@@ -309,3 +310,44 @@ async def test_run_py_agents_export_format_onnx(tmp_path, capsys):
     code = await asyncio.to_thread(main, ["agents", "export", "tests/agent", "--format", "onnx", "-o", str(out),
                                           "--data", str(tmp_path / "data")])
     assert code == 2 and "exists; add --force" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("algorithm, obs_spec, action_spec", [
+    ("PPO", BOX_OBS, 3), ("SAC", BOX_OBS, [[2], -1, 2]), ("PPO", {"goal": [[2], -5, 5], "cell": 4}, 3)])
+async def test_an_agent_with_observation_normalisation_exports_its_filter(tmp_path, algorithm, obs_spec, action_spec):
+    """The agent's own filter, with the statistics its training made, is inside the file: raw observations
+    in, the server's greedy answers (which it normalises) out."""
+    rng = np.random.default_rng(11)
+    space, action_space = parse_space(obs_spec), parse_space(action_spec)
+    filters = {"normalize_observations": True, "normalize_rewards": True, "clip_observations": 2.0}
+    graph, store, key = await served_agent(tmp_path, algorithm, obs_spec, action_spec, filters)
+    try:
+        runtime = graph.runtime()
+        await train(graph, key, space, action_space, rng)
+        filtering = runtime.learner.algorithm.filtering
+        assert filtering is not None and all(stats.count > 100 for stats in filtering.observations.values())
+        batch = observations(space, rng, N_ENVS * GREEDY_STEPS)
+        expected = await greedy_answers(graph, key, space, batch, None)
+        data = await graph.served.export_onnx(runtime.record.id)
+        info = metadata(onnx.load_from_string(data))
+        assert info["filters"]["normalize_observations"] is True
+        assert info["filters"]["statistics"] == filtering.state()
+        got = ort.InferenceSession(data).run(["action"], feeds(space, batch, None))[0]
+        compare(got, expected, action_space, "exported with the agent's filter")
+    finally:
+        graph.end_sessions()
+        await asyncio.to_thread(graph.close)
+        store.close()
+
+
+async def test_frame_stacking_is_refused_with_its_reason(tmp_path):
+    graph, store, _ = await served_agent(tmp_path, "PPO", BOX_OBS, 3, {"frame_stack": 2})
+    try:
+        runtime = graph.runtime()
+        runtime.checkpoint().result(30)
+        with pytest.raises(NotExportable, match="stacks 2 frames"):
+            await graph.served.export_onnx(runtime.record.id)
+    finally:
+        await asyncio.to_thread(graph.close)
+        store.close()
