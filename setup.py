@@ -23,13 +23,15 @@ setup(
         "tinydb>=4.8",
         "orjson>=3.9",
         "prometheus-client>=0.20",
+        "onnxruntime>=1.17",  # shepherd.policy and the deploy server (run.py deploy) run exported policies
     ],
     extras_require={
         "test": [
             "pytest>=8",
             "pytest-aiohttp>=1.0",
             "pytest-timeout>=2.2",
-            "requests>=2.28",  # examples/seed_client.py, the original client, uses it
+            "requests>=2.28",
+            "onnx>=1.15",  # tests/onnx_policies.py builds exported-policy files  # examples/seed_client.py, the original client, uses it
             "schemathesis>=4.0",  # fuzzes the running server against its OpenAPI description
             "playwright>=1.40",
             "mypy>=1.10",  # the type check of shepherd/ (mypy.ini), run by tests/test_types.py  # the dashboard's browser tests, driving the system's chromium (never its own)
