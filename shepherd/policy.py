@@ -93,7 +93,6 @@ class Policy:
             raise PolicyError(f"{source}: its mask_size {metadata.get('mask_size')} does not fit its action space "
                               f"{space_to_json(self._action_space)} ({self._mask_size} booleans)")
         self._check_graph()
-        self._all_true = (None if self._mask_size is None else np.ones((1, self._mask_size), dtype=np.bool_))
 
     # -- loading ---------------------------------------------------------------------------------------------
 
@@ -259,11 +258,12 @@ class Policy:
         for name, space in self._inputs.items():
             key = name.partition(".")[2]
             rows = [value[key] for value in observations] if key else observations  # type: ignore[index]
-            feeds[name] = np.asarray(rows, dtype=_input_dtype(space)).reshape((len(rows), *space.shape))
+            shape: tuple[int, ...] = space.shape or ()
+            feeds[name] = np.asarray(rows, dtype=_input_dtype(space)).reshape((len(rows), *shape))
         if self._mask_size is not None:
-            feeds[MASK_INPUT] = (np.asarray(masks, dtype=np.bool_).reshape(len(observations), self._mask_size)
-                                 if masks is not None else np.broadcast_to(self._all_true,
-                                                                           (len(observations), self._mask_size)))
+            rows_shape = (len(observations), self._mask_size)
+            feeds[MASK_INPUT] = (np.asarray(masks, dtype=np.bool_).reshape(rows_shape) if masks is not None
+                                 else np.ones(rows_shape, dtype=np.bool_))
         return self._session.run([ACTION_OUTPUT], feeds)[0]
 
     def _check(self, observation: Any, where: str) -> Observation:
