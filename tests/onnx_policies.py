@@ -4,7 +4,8 @@ format the exporter writes), so that the readers are tested without the exporter
 Each builder returns the file's path and the numpy function it computes, for comparisons:
 
 - `linear_discrete`: Box(n) -> Discrete(k), argmax(obs @ W + b); `cartpole_controller` is one that
-  balances CartPole-v1 (its returns show that actions reach the env the right way round);
+  balances CartPole-v1 (its returns show that actions reach the env the right way round), and
+  `cartpole_by_angle` one whose returns vary (equal returns show equal actions);
 - `linear_box`: Box(n) -> Box(m) with bounds: tanh(obs @ W + b) scaled into [low, high] and clipped;
 - `masked_discrete`: Box(n) -> Discrete(k) with an ``action_mask`` input (masked-out logits at -inf);
 - `dict_discrete`: Dict{position: Box(2), cell: Discrete(3)} -> Discrete(2);
@@ -80,6 +81,15 @@ CARTPOLE_W = np.array([[0.0, 0.0], [0.0, 0.5], [0.0, 10.0], [0.0, 1.0]], dtype=n
 def cartpole_controller(path: Path, **meta: Any) -> tuple[Path, Callable[[np.ndarray], np.ndarray]]:
     meta.setdefault("agent", "cartpole")
     return linear_discrete(path, CARTPOLE_W, np.zeros(2, dtype=np.float32), **meta)
+
+
+def cartpole_by_angle(path: Path, **meta: Any) -> tuple[Path, Callable[[np.ndarray], np.ndarray]]:
+    """A CartPole-v1 controller that pushes by the pole's angle alone: returns of 30 to 60 that differ from
+    one episode to the next, so equal returns show equal actions."""
+    weights = np.zeros((4, 2), dtype=np.float32)
+    weights[2, 1] = 1.0
+    meta.setdefault("agent", "cartpole")
+    return linear_discrete(path, weights, np.zeros(2, dtype=np.float32), **meta)
 
 
 def linear_box(path: Path, weights: np.ndarray, bias: np.ndarray, low: list[float], high: list[float],
