@@ -24,6 +24,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 OPSET = 17
+#: the IR version that goes with opset 17: onnx's default (the newest) is more than onnxruntime-node 1.30 loads
+IR_VERSION = 8
 
 
 def metadata(observation_space: Any, action_space: Any, *, agent: str = "tiny", algorithm: str = "PPO",
@@ -42,7 +44,8 @@ def metadata(observation_space: Any, action_space: Any, *, agent: str = "tiny", 
 def save(path: Path, nodes: list, inputs: list, outputs: list, initializers: list,
          meta: dict[str, Any] | None) -> Path:
     graph = helper.make_graph(nodes, "policy", inputs, outputs, initializers)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="shepherd-tests")
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="shepherd-tests",
+                              ir_version=IR_VERSION)
     if meta is not None:
         helper.set_model_props(model, {"shepherd": json.dumps(meta)})
     onnx.checker.check_model(model)
