@@ -55,16 +55,17 @@ def _one_line(error: BaseException) -> str:
 
 
 def _plain(value: Any) -> Any:
-    """A numpy observation (array, scalar, or a dict of them) as the JSON values a client sends."""
+    """A numpy observation (array, scalar, or a dict or list of them) as the JSON values a client sends."""
     if isinstance(value, np.ndarray):
         return value.tolist()
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, dict):
         return {key: _plain(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, tuple) or (isinstance(value, list) and any(
+            isinstance(item, (np.ndarray, np.generic, dict, list, tuple)) for item in value)):
         return [_plain(item) for item in value]
-    return value
+    return value  # a number, or a flat list of numbers (the common case: nothing to convert)
 
 
 class Policy:
@@ -234,10 +235,11 @@ class Policy:
             PolicyError: an observation or mask does not fit; the message names its index.
         """
         if isinstance(observations, np.ndarray) and not isinstance(self._observation_space, spaces.Dict):
-            observations = list(observations)
-        if not isinstance(observations, (list, tuple)):
+            plain = observations.tolist()
+        elif isinstance(observations, (list, tuple)):
+            plain = [_plain(value) for value in observations]
+        else:
             raise PolicyError("act_batch takes a list of observations (one per row); use act for one")
-        plain = [_plain(value) for value in observations]
         try:
             checked = check_observations(self._observation_space, plain, "observations")
         except SpaceError as error:
@@ -249,6 +251,8 @@ class Policy:
                                   "observation (or none)")
             checked_masks = [self._check_mask(mask, f"masks[{i}]") for i, mask in enumerate(masks)]
         actions = self.run(checked, checked_masks)
+        if isinstance(self._action_space, spaces.Discrete):  # action_to_json's ints, without a call per row
+            return np.asarray(actions).reshape(-1).astype(np.int64).tolist()
         return [action_to_json(self._action_space, action) for action in actions]
 
     def run(self, observations: Sequence[Observation], masks: Sequence[np.ndarray] | None = None) -> np.ndarray:

@@ -110,8 +110,23 @@ class Sessions:
         return len(idle)
 
 
+class MaskRule:
+    """The deploy server's rule for a step's action mask: `check_action_mask` against the policy's action
+    space, and a refusal naming the policy's algorithm when it takes none (``mask_space`` None)."""
+
+    def __init__(self, algorithm: str) -> None:
+        self.algorithm = algorithm
+
+    def __call__(self, value: Any, mask_space: Any, where: str) -> np.ndarray:
+        if mask_space is None:
+            raise SpaceError(f"this policy ({self.algorithm}) takes no 'action_mask'; only policies exported "
+                             "from an algorithm that takes masks do")
+        return check_action_mask(mask_space, value, where)
+
+
 CONFIG = web.AppKey("deploy_config", DeployConfig)
 SESSIONS = web.AppKey("deploy_sessions", Sessions)
+MASK_RULE = web.AppKey("deploy_mask_rule", MaskRule)
 
 
 def _json(data: object) -> web.Response:
@@ -144,16 +159,6 @@ async def login_user(request: web.Request) -> web.Response:
     return _json(reply)
 
 
-def _mask_rule(policy: Policy) -> Callable[[Any, Any, str], np.ndarray]:
-    def check(value: Any, mask_space: Any, where: str) -> np.ndarray:
-        if mask_space is None:
-            raise SpaceError(f"this policy ({policy.algorithm}) takes no 'action_mask'; only policies exported "
-                             "from an algorithm that takes masks do")
-        return check_action_mask(mask_space, value, where)
-
-    return check
-
-
 def _fingerprint(data: dict[str, Any]) -> bytes:
     """What makes a step the same step (its retry): everything but ``info`` and ``seq``."""
     return orjson.dumps({key: value for key, value in data.items() if key not in ("info", "seq")},
@@ -162,14 +167,14 @@ def _fingerprint(data: dict[str, Any]) -> bytes:
 
 async def env_step(request: web.Request) -> web.Response:
     data = parse_object(await request.read(), STEP_FIELDS)
-    sessions, policy = request.app[SESSIONS], request.app[CONFIG].policy
+    sessions, policy, mask_rule = request.app[SESSIONS], request.app[CONFIG].policy, request.app[MASK_RULE]
     session = sessions.get(session_key(data))
     mask_space = policy.action_space if policy.takes_masks else None
     step: StepInput | VectorStepInput | None
     if session.n_envs is None:
-        step = parse_step(data, policy.observation_space, mask_space, _mask_rule(policy))
+        step = parse_step(data, policy.observation_space, mask_space, mask_rule)
     else:
-        step = parse_vector_step(data, policy.observation_space, session.n_envs, mask_space, _mask_rule(policy))
+        step = parse_vector_step(data, policy.observation_space, session.n_envs, mask_space, mask_rule)
     if step is None:
         sessions.end(session.key)
         return _json({"ok": True})
@@ -266,6 +271,7 @@ def create_app(config: DeployConfig) -> web.Application:
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[error_middleware])
     app[CONFIG] = config
     app[SESSIONS] = Sessions(config.max_sessions)
+    app[MASK_RULE] = MaskRule(config.policy.algorithm)
     app.router.add_routes([
         web.post("/shepherd/login_user/", login_user),
         web.post("/shepherd/env/", env_step),
