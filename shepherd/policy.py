@@ -62,10 +62,9 @@ def _plain(value: Any) -> Any:
         return value.item()
     if isinstance(value, dict):
         return {key: _plain(item) for key, item in value.items()}
-    if isinstance(value, tuple) or (isinstance(value, list) and any(
-            isinstance(item, (np.ndarray, np.generic, dict, list, tuple)) for item in value)):
+    if isinstance(value, (list, tuple)):
         return [_plain(item) for item in value]
-    return value  # a number, or a flat list of numbers (the common case: nothing to convert)
+    return value
 
 
 class Policy:
@@ -236,14 +235,17 @@ class Policy:
         """
         if isinstance(observations, np.ndarray) and not isinstance(self._observation_space, spaces.Dict):
             plain = observations.tolist()
-        elif isinstance(observations, (list, tuple)):
-            plain = [_plain(value) for value in observations]
+        elif isinstance(observations, (list, tuple)):  # JSON lists as they are (the common case), arrays listed
+            plain = [value.tolist() if isinstance(value, np.ndarray) else value for value in observations]
         else:
             raise PolicyError("act_batch takes a list of observations (one per row); use act for one")
         try:
             checked = check_observations(self._observation_space, plain, "observations")
-        except SpaceError as error:
-            raise PolicyError(self._misfit(error)) from None
+        except SpaceError:
+            try:  # numpy inside the rows (scalars, dicts of arrays): convert them all, then check again
+                checked = check_observations(self._observation_space, _plain(plain), "observations")
+            except SpaceError as error:
+                raise PolicyError(self._misfit(error)) from None
         checked_masks = None
         if masks is not None:
             if len(masks) != len(plain):
