@@ -24,14 +24,15 @@ setup(
         "orjson>=3.9",
         "prometheus-client>=0.20",
         "onnx>=1.15",  # the ONNX export of a greedy policy (shepherd/agents/export.py)
+        "onnxruntime>=1.17",  # shepherd.policy and the deploy server (run.py deploy) run exported policies
     ],
     extras_require={
         "test": [
             "pytest>=8",
             "pytest-aiohttp>=1.0",
             "pytest-timeout>=2.2",
-            "onnxruntime>=1.17",  # runs exported policies against the server's answers
             "requests>=2.28",  # examples/seed_client.py, the original client, uses it
+            "onnx>=1.15",  # tests/onnx_policies.py builds exported-policy files
             "schemathesis>=4.0",  # fuzzes the running server against its OpenAPI description
             "playwright>=1.40",
             "mypy>=1.10",  # the type check of shepherd/ (mypy.ini), run by tests/test_types.py  # the dashboard's browser tests, driving the system's chromium (never its own)
