@@ -32,7 +32,6 @@ setup(
             "pytest-aiohttp>=1.0",
             "pytest-timeout>=2.2",
             "requests>=2.28",  # examples/seed_client.py, the original client, uses it
-            "onnx>=1.15",  # tests/onnx_policies.py builds exported-policy files
             "schemathesis>=4.0",  # fuzzes the running server against its OpenAPI description
             "playwright>=1.40",
             "mypy>=1.10",  # the type check of shepherd/ (mypy.ini), run by tests/test_types.py  # the dashboard's browser tests, driving the system's chromium (never its own)
