@@ -1,6 +1,6 @@
 """The admin operations one caller may perform (see `AdminService.acting_as`): users, agents, API keys,
-the admin token, the curve and the seed's special actions (export the model, delete it, delete the curve,
-restart the agent).
+the admin token, the curve and the seed's special actions (export the model, or the greedy policy as
+ONNX, delete it, delete the curve, restart the agent).
 
 The admin may do everything; the holder of an agent's API key sees and acts on that agent only, and any
 other agent is "not found", exactly as one that does not exist, so no name leaks. The special actions
@@ -20,6 +20,7 @@ from shepherd.admin.names import check_name, match_agent
 from shepherd.admin.records import ActionResult, AgentView, CreatedKey, KeyView, NewAgent, Principal, UserView
 from shepherd.definition import AgentDefinition
 from shepherd.agents import ParameterError, check_agent, live, registry_records
+from shepherd.agents.export import NotExportable
 from shepherd.spaces import SpaceError
 from shepherd.storage import AgentRecord, AlreadyExists, EpisodeReturn, NotFound, ReturnsJson, ReturnsPage
 
@@ -27,6 +28,9 @@ if TYPE_CHECKING:
     from shepherd.admin.service import AdminService
 
 logger = logging.getLogger(__name__)
+
+#: what an agent can be exported as: SB3's model zip, or the greedy policy as one ONNX file
+EXPORT_FORMATS = ("sb3", "onnx")
 
 class Operations:
     """The admin operations one principal may perform. Each raises:
@@ -69,7 +73,8 @@ class Operations:
         return AgentView(
             id=record.id, owner=self._owner_name(record), name=record.name, algorithm=record.algorithm,
             observation_space=record.observation_space, action_space=record.action_space,
-            parameters=dict(record.parameters), sharing=record.sharing, created=record.created,
+            parameters=dict(record.parameters), sharing=record.sharing, filters=dict(record.filters),
+            created=record.created,
             model=status.model, served=status.served, phase=status.phase, steps=status.steps,
             steps_per_second=round(status.steps_per_second, 1), sessions=status.sessions,
             episodes=status.episodes, mean_train_return=status.mean_train_return,
@@ -159,7 +164,7 @@ class Operations:
         algorithm, values = _checked(definition)
         record = await asyncio.to_thread(self.store.add_agent, owner.id, definition.name, algorithm,
                                          definition.observation_space, definition.action_space, values,
-                                         definition.sharing.value)
+                                         definition.sharing.value, definition.filters.to_json())
         try:
             await self.graph.served.add(record, serve=self.service.serving)
         except Exception as error:  # noqa: BLE001 - whatever SB3 refuses is the input's fault; undo the add
@@ -240,6 +245,27 @@ class Operations:
             return await self.graph.served.export(agent_id)
         except NotFound as error:
             raise NotFound(f"agent {self._ref(record)} has {error}") from None
+
+    async def export_policy(self, agent_id: int, format: str) -> bytes:
+        """The agent's export in ``format``: ``sb3`` is the model zip (`export_model`), ``onnx`` the greedy
+        policy as one ONNX file with its filters and action unscaling (docs/export.md). A served agent
+        checkpoints first.
+
+        Raises:
+            Invalid: an unknown format, or a policy with no exact ONNX form (the message says why).
+            NotFound: the agent has no saved model yet.
+        """
+        if format not in EXPORT_FORMATS:
+            raise Invalid(f"unknown export format {format!r}; use one of {', '.join(EXPORT_FORMATS)}")
+        if format == "sb3":
+            return await self.export_model(agent_id)
+        record = self._record(agent_id)
+        try:
+            return await self.graph.served.export_onnx(agent_id)
+        except NotFound as error:
+            raise NotFound(f"agent {self._ref(record)} has {error}") from None
+        except NotExportable as error:
+            raise Invalid(f"agent {self._ref(record)} cannot be exported as ONNX: {error}") from None
 
     async def delete_model(self, agent_id: int) -> ActionResult:
         record = self._record(agent_id)

@@ -112,6 +112,10 @@ class RemoteOperations:
     async def export_model(self, agent_id: int) -> bytes:
         return await asyncio.to_thread(self._request, "GET", f"/agents/{quote(str(agent_id))}/model.zip")
 
+    async def export_policy(self, agent_id: int, format: str) -> bytes:
+        return await asyncio.to_thread(self._request, "GET",
+                                       f"/agents/{quote(str(agent_id))}/export?format={quote(format)}")
+
     async def delete_model(self, agent_id: int) -> ActionResult:
         return ActionResult.from_json(await self._json("POST", f"/agents/{agent_id}/delete-model", {}))
 

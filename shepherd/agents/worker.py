@@ -39,6 +39,9 @@ class Algorithm(Protocol):
     @property
     def steps(self) -> int: ...
 
+    def filter(self, requests: list[Request]) -> None:
+        """Filter a batch's observations and rewards in place, before `process` sees any of it."""
+
     def process(self, requests: list[Request]) -> None:
         """Handle episode requests in arrival order; answer every act with one batched forward pass."""
 
@@ -351,6 +354,7 @@ class ThreadedLearner:
         algorithm, stats = self.algorithm, self.stats
         started, updating, writing, asked = time.perf_counter(), stats.updates.sum, 0.0, 0
         algorithm.before_batch()
+        algorithm.filter([message for message in batch if isinstance(message, Request)])
         run: list[Request] = []
         for message in batch:
             if isinstance(message, Request):

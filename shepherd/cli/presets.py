@@ -113,6 +113,9 @@ def summary(graph: GraphManager) -> list[str]:
         if spec.parameters:
             lines.append("    parameters: " + ", ".join(f"{name}={json.dumps(value)}"
                                                        for name, value in spec.parameters.items()))
+        if spec.filters.active:
+            lines.append("    filters: " + ", ".join(f"{name}={json.dumps(value)}"
+                                                    for name, value in spec.filters.to_json().items()))
     schedule = graph.schedule
     lines.append(f"  schedule: {describe_schedule(schedule)}; checkpoint every {schedule.checkpoint_every_steps:,} "
                  f"steps or {schedule.checkpoint_every_seconds:g} s")

@@ -18,7 +18,7 @@ import orjson
 from aiohttp import web
 
 from shepherd.admin import Forbidden, NewAgent, Operations, Principal
-from shepherd.definition import AgentDefinition, Sharing
+from shepherd.definition import AgentDefinition, Filters, Sharing
 from shepherd.graph import Unauthorized
 from shepherd.http.errors import BadRequest
 from shepherd.http.protocol import parse_object
@@ -121,7 +121,8 @@ async def reset_admin_token(request: web.Request) -> web.Response:
 
 
 # -- agents ---------------------------------------------------------------------------------------
-NEW_AGENT_FIELDS = {"owner", "name", "algorithm", "observation_space", "action_space", "parameters", "sharing"}
+NEW_AGENT_FIELDS = {"owner", "name", "algorithm", "observation_space", "action_space", "parameters", "sharing",
+                    "filters"}
 
 
 async def list_agents(request: web.Request) -> web.Response:
@@ -140,12 +141,13 @@ async def add_agent(request: web.Request) -> web.Response:
         raise BadRequest("'parameters' must be an object of name: value")
     try:
         sharing = Sharing.parse(text_field(data, "sharing", Sharing.POOLED.value))
+        filters = Filters.parse(data.get("filters"))
     except ValueError as error:
         raise BadRequest(str(error)) from None
     new = NewAgent(owner=text_field(data, "owner"), definition=AgentDefinition(
         name=text_field(data, "name"), algorithm=text_field(data, "algorithm"),
         observation_space=data["observation_space"], action_space=data["action_space"], parameters=parameters,
-        sharing=sharing))
+        sharing=sharing, filters=filters))
     return respond(await ops.add_agent(new), status=201)
 
 
@@ -235,6 +237,21 @@ async def model_zip(request: web.Request) -> web.Response:
     data = await ops.export_model(view.id)
     return web.Response(body=data, content_type="application/zip", headers={
         **NO_STORE, "Content-Disposition": f'attachment; filename="{view.owner}-{view.name}-model.zip"'})
+
+
+#: each export format's file name ending and content type
+EXPORT_FILES = {"sb3": ("model.zip", "application/zip"), "onnx": ("policy.onnx", "application/octet-stream")}
+
+
+async def export_agent(request: web.Request) -> web.Response:
+    """The agent's export in the ``format`` query parameter (``sb3``, the default, or ``onnx``)."""
+    ops = operations(request)
+    view = await ops.agent(agent_id(request))
+    format = request.query.get("format", "sb3")
+    data = await ops.export_policy(view.id, format)  # an unknown format is refused here, before the lookup below
+    ending, content_type = EXPORT_FILES[format]
+    return web.Response(body=data, content_type=content_type, headers={
+        **NO_STORE, "Content-Disposition": f'attachment; filename="{view.owner}-{view.name}-{ending}"'})
 
 
 async def delete_model(request: web.Request) -> web.Response:

@@ -18,15 +18,12 @@ from shepherd.graph import ActTimeout, Conflict, Gone, TooManyEnvs, TooManySessi
 from shepherd.http.limits import TooManyRequests, retry_after_header
 from shepherd.http.state import CONFIG
 from shepherd.storage import AlreadyExists, NotFound
+from shepherd.wire import BadRequest
 
 logger = logging.getLogger(__name__)
 
 #: an absolute path (a server's file), not a ratio such as steps/s
 _PATH = re.compile(r"(?<![\w.])/(?:[\w.\-]+/)*[\w.\-]+")
-
-
-class BadRequest(ValueError):
-    """The body is malformed or does not fit the agent's spaces."""
 
 
 def json_error(status: int, message: str, retry_after: float | None = None) -> web.Response:

@@ -16,7 +16,7 @@ from typing import Any
 from tinydb import Query, TinyDB
 from tinydb.table import Document
 
-from shepherd.definition import AgentDefinition, Sharing
+from shepherd.definition import AgentDefinition, Filters, Sharing
 from shepherd.storage.files import (PRIVATE_FILE, PRIVATE_FOLDER, make_private,
                                     remove_stale_temporaries)
 from shepherd.storage.errors import AlreadyExists, NotFound, StoreError
@@ -63,6 +63,7 @@ class AgentRecord:
     action_space: Any
     parameters: dict[str, Any] = field(default_factory=dict)
     sharing: str = Sharing.POOLED.value
+    filters: dict[str, Any] = field(default_factory=dict)  # `Filters.to_json()`: {} for none
     created: float = 0.0
     last_active: float = 0.0
 
@@ -70,7 +71,7 @@ class AgentRecord:
     def definition(self) -> AgentDefinition:
         """What the agent is, without where it is stored and who owns it."""
         return AgentDefinition(self.name, self.algorithm, self.observation_space, self.action_space,
-                               dict(self.parameters), Sharing.parse(self.sharing))
+                               dict(self.parameters), Sharing.parse(self.sharing), Filters.parse(self.filters))
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,8 @@ class Store:
 
     # -- agents --------------------------------------------------------------------------------
     def add_agent(self, owner_id: int, name: str, algorithm: str, observation_space: Any,
-                  action_space: Any, parameters: dict[str, Any], sharing: str = Sharing.POOLED.value) -> AgentRecord:
+                  action_space: Any, parameters: dict[str, Any], sharing: str = Sharing.POOLED.value,
+                  filters: dict[str, Any] | None = None) -> AgentRecord:
         with self._lock:
             if self._users.get(doc_id=owner_id) is None:
                 raise NotFound(f"no user with id {owner_id}")
@@ -165,7 +167,8 @@ class Store:
             now = time.time()
             doc = {"owner_id": owner_id, "name": name, "algorithm": algorithm,
                    "observation_space": observation_space, "action_space": action_space,
-                   "parameters": dict(parameters), "sharing": sharing, "created": now, "last_active": now}
+                   "parameters": dict(parameters), "sharing": sharing, "filters": dict(filters or {}),
+                   "created": now, "last_active": now}
             agent_id = self._new_agent_id()
             self._agents.insert(Document(doc, doc_id=agent_id))
             return AgentRecord(id=agent_id, **doc)

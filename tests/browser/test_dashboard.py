@@ -17,6 +17,8 @@ import time
 import zipfile
 from pathlib import Path
 
+import numpy as np
+import onnxruntime
 import pytest
 from stable_baselines3 import PPO
 
@@ -171,6 +173,15 @@ def test_download_the_model_zip_and_the_returns_csv(page, server, tmp_path):
         assert archive.testzip() is None and "shepherd.json" in archive.namelist()
     model = PPO.load(io.BytesIO(data), device="cpu")
     assert int(model.predict(OBS4, deterministic=True)[0]) in (0, 1)
+
+    with page.expect_download() as download_info:
+        page.click("#download-onnx")
+    download = download_info.value
+    assert download.suggested_filename == "tests-cartpole-policy.onnx"
+    session = onnxruntime.InferenceSession(Path(download.path()).read_bytes())
+    action = session.run(["action"], {"observation": np.array([OBS4], dtype=np.float32)})[0]
+    assert action.shape == (1,) and int(action[0]) in (0, 1)
+    assert page.text_content("#action-status") == "Policy (ONNX) downloaded."
 
     with page.expect_download() as download_info:
         page.click("#download-returns")

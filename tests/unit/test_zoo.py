@@ -178,3 +178,13 @@ def test_the_installed_rl_zoo3_files_are_read_by_algorithm_and_env():
     assert graph.agents[0].parameters["n_steps"] == 1024 and graph.validation.target_return == -200.0
     with pytest.raises(PresetError, match="rl_zoo3 has no hyperparams/nope.yml; it has a2c, "):
         load_preset("zoo:nope/CartPole-v1")
+
+
+def test_a_normalized_entry_builds_an_agent_with_filters_that_cp_can_turn_off():
+    name = zoo("ppo", "MountainCarContinuous-v0")
+    filters = load_preset(name, overrides=["zoo.use_sde=null"]).agents[0].filters
+    assert (filters.normalize_observations, filters.normalize_rewards, filters.gamma) == (True, True, 0.9999)
+    filters = load_preset(name, overrides=[
+        "zoo.use_sde=null", "agents.ppo-MountainCarContinuous-v0.filters.normalize_observations=false"]).agents[0].filters
+    assert (filters.normalize_observations, filters.normalize_rewards) == (False, True)
+    assert not load_preset(name, overrides=["zoo.use_sde=null", "zoo.normalize=null"]).agents[0].filters.active

@@ -266,6 +266,11 @@ $("#download-model").addEventListener("click", (event) => {
   if (agent) act(event.currentTarget, async () => { await download(`/agents/${agent.id}/model.zip`); return "Model downloaded."; });
 });
 
+$("#download-onnx").addEventListener("click", (event) => {
+  const agent = selectedAgent();
+  if (agent) act(event.currentTarget, async () => { await download(`/agents/${agent.id}/export?format=onnx`); return "Policy (ONNX) downloaded."; });
+});
+
 $("#download-returns").addEventListener("click", (event) => {
   const agent = selectedAgent();
   if (agent) act(event.currentTarget, async () => { await download(`/agents/${agent.id}/returns.csv`); return "Returns downloaded."; });
