@@ -2,7 +2,8 @@
 """What an agent's filters are worth: a preset learning with them and without, alternately, over seeds.
 
     .venv/bin/python benchmarks/filters.py                        # cartpole_sensors_ppo, 3 seeds each way
-    .venv/bin/python benchmarks/filters.py --seeds 5 --preset zoo:ppo/Acrobot-v1 --agent Acrobot-v1
+    .venv/bin/python benchmarks/filters.py --preset zoo:ppo/Acrobot-v1 --agent ppo-Acrobot-v1 \
+        --budget 300000 -cp schedule.steps_between_evaluation_periods=10000
 
 Each run is ``run.py -p PRESET --clients N --seed S`` in its own process, on 127.0.0.1 (a free port), with a
 temporary data folder; "without" adds ``-cp agents.AGENT.filters.normalize_observations=false`` and
@@ -54,13 +55,15 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--budget", type=int, default=None, help="training steps per run (default: the preset's)")
+    parser.add_argument("-cp", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="an override for both runs, as run.py takes it (repeat for more)")
     args = parser.parse_args()
     off = [f"agents.{args.agent}.filters.normalize_observations=false",
            f"agents.{args.agent}.filters.normalize_rewards=false"]
     results: dict[str, list[tuple[int, bool, float]]] = {"with": [], "without": []}
     print(f"{args.preset}, {args.clients} clients; steps to the target (wall seconds)")
     for seed in range(1, args.seeds + 1):
-        for label, overrides in (("with", []), ("without", off)):
+        for label, overrides in (("with", args.overrides), ("without", args.overrides + off)):
             steps, reached, took = run(args.preset, args.clients, seed, overrides, args.budget)
             results[label].append((steps, reached, took))
             shown = f"{steps:,}" if reached else f"not in {steps:,}"
