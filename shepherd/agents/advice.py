@@ -183,7 +183,7 @@ class AdvisorPolicy:
         published = advisor.weights.latest_weights()  # asking makes it publish from now on
         if published is not None:
             if published.version != self._version:
-                self.policy.load_state_dict({k: th.as_tensor(v) for k, v in published.weights.items()})
+                self.policy.load_state_dict({k: th.as_tensor(v) for k, v in published.arrays.items()})
                 self._version = published.version
             return self.policy
         if self._version is not None:

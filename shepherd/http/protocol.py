@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 from gymnasium import spaces
 
+from shepherd.definition import check_client_name
 from shepherd.graph import StepInput, VectorStepInput, check_mask
 from shepherd.http.errors import BadRequest
 from shepherd.spaces import SpaceError, check_observation, check_observations
@@ -15,7 +16,7 @@ from shepherd.spaces import SpaceError, check_observation, check_observations
 #: the fields of a step of either kind; `parse_step` and `parse_vector_step` refuse the other kind's
 STEP_FIELDS = {"session_key", "obs", "reward", "done", "info", "truncated", "terminated", "seq", "final_obs",
                "action_mask"}
-LOGIN_FIELDS = {"apikey", "mode", "n_envs"}
+LOGIN_FIELDS = {"apikey", "mode", "n_envs", "client"}
 
 
 def parse_object(body: bytes, fields: set[str]) -> dict[str, Any]:
@@ -37,6 +38,7 @@ class Login:
     apikey: str
     evaluate_only: bool
     n_envs: int | None = None  # a vector session's envs; None: one env
+    client: str | None = None  # an advised agent's client name (checked: letters, digits, . _ -)
 
 
 def parse_login(body: bytes) -> Login:
@@ -50,7 +52,13 @@ def parse_login(body: bytes) -> Login:
     n_envs = data.get("n_envs")
     if n_envs is not None and (isinstance(n_envs, bool) or not isinstance(n_envs, int) or n_envs < 1):
         raise BadRequest("'n_envs' must be a whole number of environments, at least 1")
-    return Login(apikey, mode == "evaluate", n_envs)
+    client = data.get("client")
+    if client is not None:
+        try:
+            client = check_client_name(client)
+        except ValueError as error:
+            raise BadRequest(str(error)) from None
+    return Login(apikey, mode == "evaluate", n_envs, client)
 
 
 def _flag(data: dict[str, Any], name: str) -> bool | None:
