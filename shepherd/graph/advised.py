@@ -175,6 +175,12 @@ class AdvisedAgent:
                             best.client, best.recent_return or 0.0)
                 advice.advisor = Advisor(str(best.client), best.learner.algorithm, best.model_path)  # type: ignore[arg-type]
 
+    def note_evaluation(self, client: str, mean_return: float) -> None:
+        """An evaluation made outside the schedule (a benchmark's, of the client's greedy sessions): it is
+        the client's recent return, and advisors are chosen again."""
+        self.clients[client].recent_return = float(mean_return)
+        self.choose_advisors()
+
     def _evaluated(self, runtime: AgentRuntime, result: EvaluationResult) -> None:
         self.choose_advisors()
         if self._on_evaluation is not None:
