@@ -276,8 +276,8 @@ def _advised_status(advised: AdvisedAgent, model: dict[str, float] | None) -> Ag
     stats = [runtime.stats() for runtime in clients]
     best = advised.best()
     failing = [s.failure for s in stats if s.failure] + list(advised.failures.values())
-    phase = "failed" if failing and len(failing) == len(stats) + len(advised.failures) else (
-        f"advised ({len(clients)} client{'s' if len(clients) != 1 else ''})")
+    # a new client's first episode trains (on-policy: no heatup); each client's own phase is in its row
+    phase = "failed" if failing and len(failing) == len(stats) + len(advised.failures) else "train"
     trained = [s.mean_train_return for s in stats if s.mean_train_return is not None]
     if best is not None:
         model = {"bytes": best.model_path.stat().st_size, "modified": best.model_path.stat().st_mtime} \
