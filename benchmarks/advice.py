@@ -128,10 +128,11 @@ async def one_run(task: str, mode: str, seed: int, args: argparse.Namespace, plu
             steps, evaluations, _ = await train_until(graph, key, task, mode, args.budget, args.eval_every,
                                                       args.eval_episodes)
             if plug and mode == "advised":
-                best = max(evaluations)
-                env = make_env(task, 1)  # the new client is a copy of the 0.5 pole (or a normal motor)
+                best = graph.advised_agent("cartpole").best()  # whose weights the new client starts from
+                env = make_env(task, 1)  # the new client: a 0.5 pole (gymnasium's), or a normal motor
                 first = await drive(graph, key, env, episodes=10, seed=777, client_name="late")
-                plugged = {"best_recent_evaluation": best, "late_first_10": float(np.mean(first))}
+                plugged = {"best_recent_evaluation": max(evaluations), "late_first_10": float(np.mean(first)),
+                           "started_from": None if best is None else best.client}
         finally:
             graph.end_sessions()
             await asyncio.to_thread(graph.close)
@@ -178,7 +179,8 @@ async def main(args: argparse.Namespace) -> int:
                     fresh = await fresh_first_10(task, seed, args.strength)
                     print(f"{task:9s} plugged-in client: first 10 episodes {plugged['late_first_10']:.1f} vs the best "
                           f"client's recent evaluation {plugged['best_recent_evaluation']:.1f} (ratio "
-                          f"{plugged['late_first_10'] / max(plugged['best_recent_evaluation'], 1e-9):.2f}); a fresh "
+                          f"{plugged['late_first_10'] / max(plugged['best_recent_evaluation'], 1e-9):.2f}; it started from "
+                          f"client {plugged['started_from']}, env c1's dynamics); a fresh "
                           f"learner's first 10: {fresh:.1f}", flush=True)
     print("\nsummary (steps summed over the 4 clients):")
     for (task, mode), runs in results.items():

@@ -113,3 +113,24 @@ def test_training_evaluates_each_minibatch_under_its_stored_advice() -> None:
             seen += 1
     assert seen == 8
     assert mixer.rows is None  # the policy is its own again once training is over
+
+
+@pytest.mark.parametrize("algorithm, action_space, words", [
+    ("TD3", [[1], -1, 1], "deterministic"), ("DDPG", [[1], -1, 1], "deterministic"),
+    ("DQN", 2, "PPO and A2C"), ("SAC", [[1], -1, 1], "PPO and A2C"),
+    ("PPO", ["MultiDiscrete", [2, 3]], "Discrete and Box")])
+def test_advised_agents_are_refused_where_advice_is_not_defined(algorithm, action_space, words) -> None:
+    from shepherd.agents import ParameterError, check_agent
+    from shepherd.definition import AgentDefinition
+    with pytest.raises(ParameterError, match=words):
+        check_agent(AgentDefinition("a", algorithm, [[3], -1, 1], action_space, {}, sharing="advised"))
+    if algorithm != "PPO":
+        check_agent(AgentDefinition("a", algorithm, [[3], -1, 1], action_space, {}, sharing="pooled"))
+
+
+def test_advice_parameters_are_shepherds_not_sb3s() -> None:
+    from shepherd.agents import ParameterError, sb3_arguments
+    kwargs, _ = sb3_arguments("PPO", spaces.Discrete(2), {"advice_strength": 2.0, "advice_decay": 1000})
+    assert "advice_strength" not in kwargs and "advice_decay" not in kwargs
+    with pytest.raises(ParameterError, match="0 or more"):
+        sb3_arguments("PPO", spaces.Discrete(2), {"advice_strength": -1.0})
