@@ -59,11 +59,12 @@ def make_env(task: str, index: int) -> gym.Env:
     return InvertedActions(env) if index % 2 else env
 
 
-def agent(mode: str, seed: int, strength: float) -> AgentSpec:
+def agent(mode: str, seed: int, strength: float, decay: int = 0) -> AgentSpec:
     parameters = dict(PPO, seed=seed)
     if mode == "pooled":
         return AgentSpec("cartpole", "PPO", [[4], "-inf", "inf"], 2, {**parameters, "n_envs": 4})
     parameters["advice_strength"] = 0.0 if mode == "independent" else strength
+    parameters["advice_decay"] = decay
     return AgentSpec("cartpole", "PPO", [[4], "-inf", "inf"], 2, parameters, sharing="advised")
 
 
@@ -117,7 +118,7 @@ async def train_until(graph: GraphManager, key: str, task: str, mode: str, budge
 
 async def one_run(task: str, mode: str, seed: int, args: argparse.Namespace, plug: bool = False) -> tuple[Run, dict]:
     with tempfile.TemporaryDirectory() as folder:
-        graph = GraphManager([agent(mode, seed, args.strength)], owner="bench",
+        graph = GraphManager([agent(mode, seed, args.strength, args.decay)], owner="bench",
                              schedule=Schedule(steps_between_evaluation_periods=10 ** 12, evaluation_episodes=1,
                                                checkpoint_every_steps=20_000))
         store = Store(Path(folder) / "data")
@@ -208,6 +209,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help="steps (summed over clients) between evaluations (default %(default)s)")
     parser.add_argument("--eval-episodes", type=int, default=3, help="greedy episodes per client and evaluation")
     parser.add_argument("--strength", type=float, default=1.0, help="advice_strength of `advised` (default 1)")
+    parser.add_argument("--decay", type=int, default=0,
+                        help="advice_decay of `advised`: a client's steps until its advice is zero (default 0: never)")
     parser.add_argument("--tasks", nargs="+", default=["lengths", "inverted"], choices=["lengths", "inverted"])
     parser.add_argument("--modes", nargs="+", default=["pooled", "advised", "independent"],
                         choices=["pooled", "advised", "independent"])
