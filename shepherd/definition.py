@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -12,6 +13,7 @@ class Sharing(str, enum.Enum):
     """How the clients of one agent share what they learn."""
 
     POOLED = "pooled"  # one learner: every client's experience trains it, every client acts with it
+    ADVISED = "advised"  # a learner per named client, shaped by the policy of a better client (docs/advice.md)
 
     @classmethod
     def parse(cls, value: Any) -> Sharing:
@@ -21,6 +23,26 @@ class Sharing(str, enum.Enum):
         except ValueError:
             raise ValueError(f"knowledge sharing {value!r} is not available; use one of "
                              f"{', '.join(mode.value for mode in cls)}") from None
+
+
+#: the longest client name of an advised agent
+CLIENT_NAME_MAX = 64
+_CLIENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def check_client_name(name: Any) -> str:
+    """A client name of an advised agent: it names a folder, so letters, digits, ``.``, ``_`` and ``-``,
+    starting with a letter or digit, at most `CLIENT_NAME_MAX` characters.
+
+    Raises:
+        ValueError: saying what a name must be.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError("'client' must be a non-empty string naming the client, such as \"arm-3\"")
+    if len(name) > CLIENT_NAME_MAX or not _CLIENT_NAME.fullmatch(name):
+        raise ValueError(f"'client' must be at most {CLIENT_NAME_MAX} letters, digits, '.', '_' or '-', "
+                         f"starting with a letter or digit; got {name[:80]!r}")
+    return name
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import numpy as np
 import orjson
 from gymnasium import spaces
 
+from shepherd.definition import check_client_name
 from shepherd.spaces import SpaceError, check_observation, check_observations
 
 #: checks a client's action mask: (value, the agent's action space or None when it takes none, where) ->
@@ -119,7 +120,7 @@ class VectorStepInput:
 #: the fields of a step of either kind; `parse_step` and `parse_vector_step` refuse the other kind's
 STEP_FIELDS = {"session_key", "obs", "reward", "done", "info", "truncated", "terminated", "seq", "final_obs",
                "action_mask"}
-LOGIN_FIELDS = {"apikey", "mode", "n_envs"}
+LOGIN_FIELDS = {"apikey", "mode", "n_envs", "client"}
 
 
 def parse_object(body: bytes, fields: set[str]) -> dict[str, Any]:
@@ -141,6 +142,7 @@ class Login:
     apikey: str
     evaluate_only: bool
     n_envs: int | None = None  # a vector session's envs; None: one env
+    client: str | None = None  # an advised agent's client name (checked: letters, digits, . _ -)
 
 
 def parse_login(body: bytes) -> Login:
@@ -154,7 +156,13 @@ def parse_login(body: bytes) -> Login:
     n_envs = data.get("n_envs")
     if n_envs is not None and (isinstance(n_envs, bool) or not isinstance(n_envs, int) or n_envs < 1):
         raise BadRequest("'n_envs' must be a whole number of environments, at least 1")
-    return Login(apikey, mode == "evaluate", n_envs)
+    client = data.get("client")
+    if client is not None:
+        try:
+            client = check_client_name(client)
+        except ValueError as error:
+            raise BadRequest(str(error)) from None
+    return Login(apikey, mode == "evaluate", n_envs, client)
 
 
 def _flag(data: dict[str, Any], name: str) -> bool | None:

@@ -80,7 +80,7 @@ class Operations:
             episodes=status.episodes, mean_train_return=status.mean_train_return,
             last_evaluation=None if evaluation is None else {
                 "period": evaluation.period, "steps": evaluation.steps, "mean_return": evaluation.mean_return},
-            failure=status.failure, last_active=status.last_active)
+            failure=status.failure, last_active=status.last_active, clients=status.clients)
 
     # -- who am I ------------------------------------------------------------------------------
     async def whoami(self) -> dict[str, Any]:

@@ -86,6 +86,9 @@ class AgentView(JsonRecord):
     last_evaluation: dict[str, Any] | None
     failure: str | None
     model: dict[str, Any] | None
+    #: an advised agent's clients (name, steps, phase, sessions, episodes, recent_return, advisor,
+    #: mean_train_return, failure); None for a pooled agent
+    clients: list[dict[str, Any]] | None = None
 
     @property
     def ref(self) -> str:

@@ -29,6 +29,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 from shepherd.agents import inline
 from shepherd.agents.filters import Filtering, check_filters, policy_space
+from shepherd.agents.advice import NOT_ADVISED, Advice, AdvisedOnPolicyAdapter, AdvisedRolloutBuffer, advice_width
 from shepherd.agents.off_policy import OffPolicyAdapter
 from shepherd.agents.on_policy import OnPolicyAdapter
 from shepherd.agents.parameters import (LinearSchedule, Parameter, ParameterError, ParamType, coerce,
@@ -66,6 +67,8 @@ class Algorithm:
     package: str = "stable-baselines3"
     #: its SB3 policy names for vector observations and for Dict ones (RecurrentPPO's are LSTM policies)
     policies: tuple[str, str] = ("MlpPolicy", "MultiInputPolicy")
+    #: the adapter of an ``advised`` agent's client learners (None: the algorithm cannot be advised)
+    advised: Callable[..., SB3Algorithm] | None = None
 
     @property
     def on_policy(self) -> bool:
@@ -103,8 +106,10 @@ def register(algorithm: Algorithm) -> Algorithm:
     return algorithm
 
 
-register(Algorithm("PPO", PPO, OnPolicyAdapter, EVERY_ACTION_SPACE, ON_POLICY_EXCLUDED))
-register(Algorithm("A2C", A2C, OnPolicyAdapter, EVERY_ACTION_SPACE, ON_POLICY_EXCLUDED))
+register(Algorithm("PPO", PPO, OnPolicyAdapter, EVERY_ACTION_SPACE, ON_POLICY_EXCLUDED,
+                   advised=AdvisedOnPolicyAdapter))
+register(Algorithm("A2C", A2C, OnPolicyAdapter, EVERY_ACTION_SPACE, ON_POLICY_EXCLUDED,
+                   advised=AdvisedOnPolicyAdapter))
 register(Algorithm("DQN", DQN, OffPolicyAdapter, (spaces.Discrete,), OFF_POLICY_EXCLUDED))
 register(Algorithm("SAC", SAC, OffPolicyAdapter, (spaces.Box,), SAC_EXCLUDED))
 register(Algorithm("TD3", TD3, OffPolicyAdapter, (spaces.Box,), OFF_POLICY_EXCLUDED))
@@ -118,12 +123,30 @@ _NOT_PARAMETERS = {"self", "policy", "env", "tensorboard_log", "verbose", "devic
 NOISES = ("normal", "ornstein-uhlenbeck")
 
 
+#: the parameters of advice (``advised`` agents only; a pooled agent ignores them)
+ADVICE_PARAMETERS = ("advice_strength", "advice_decay")
+
+
+def _advice_parameters(info: Algorithm) -> list[Parameter]:
+    if info.advised is None:
+        return []
+    return [
+        Parameter(info.name, "advice_strength", ParamType.FLOAT, 1.0, doc=(
+            "advised agents: the power k of the advisor's policy in the mixed policy pi ∝ pi_own * pi_adv^k "
+            "(0: every client learns independently)")),
+        Parameter(info.name, "advice_decay", ParamType.INT, 0, doc=(
+            "advised agents: steps of a client over which its advice strength falls linearly to zero "
+            "(0: it never decays)")),
+    ]
+
+
 def _shepherd_parameters(info: Algorithm) -> list[Parameter]:
     """Parameters Shepherd adds to SB3's, or whose SB3 form (an object) it replaces by plain values."""
     if info.on_policy:
         return [Parameter(info.name, "n_envs", ParamType.INT, 1, doc=(
             "rollout segments (SB3's n_envs): a rollout is n_envs segments of n_steps transitions, each "
-            "filled by one actor (a client, or one env of a vector client); use as many as actors"))]
+            "filled by one actor (a client, or one env of a vector client); use as many as actors")),
+            *_advice_parameters(info)]
     replay_columns = Parameter(info.name, "n_envs", ParamType.INT, 1, doc=(
         "replay buffer columns (SB3's n_envs): transitions are stored in rows of n_envs, and train_freq and "
         "target updates count rows, as SB3 does with n_envs envs; a vector client with as many envs then "
@@ -231,12 +254,27 @@ def check_agent(definition: AgentDefinition) -> tuple[Algorithm, dict[str, Any]]
         raise ParameterError("parameters must be an object of name: value")
     info = algorithm_info(definition.algorithm)
     observation_space = parse_space(definition.observation_space, "observation_space")
-    check_spaces(info.name, observation_space, parse_space(definition.action_space, "action_space"))
+    action_space = parse_space(definition.action_space, "action_space")
+    check_spaces(info.name, observation_space, action_space)
     try:
         check_filters(definition.filters, observation_space, info.on_policy)
     except ValueError as error:
         raise ParameterError(str(error)) from None
+    if definition.sharing is Sharing.ADVISED:
+        check_advisable(info, action_space)
     return info, check_parameters(info.name, definition.parameters)
+
+
+def check_advisable(info: Algorithm, action_space: spaces.Space) -> None:
+    """Raises ParameterError, with the reason, if an algorithm cannot run an ``advised`` agent here."""
+    if info.advised is None:
+        deterministic = info.name in ("TD3", "DDPG")
+        raise ParameterError(f"{info.name} cannot be advised: "
+                             f"{NOT_ADVISED['deterministic' if deterministic else 'other']}")
+    try:
+        advice_width(action_space)
+    except ValueError as error:
+        raise ParameterError(f"{info.name} cannot be advised here: {error}") from None
 
 
 _ACTIVATIONS: dict[str, Callable[..., th.nn.Module]] = {
@@ -283,6 +321,9 @@ def sb3_arguments(algorithm: str, action_space: spaces.Space, values: dict[str, 
     info = algorithm_info(algorithm)
     known = parameters(algorithm)
     kwargs = check_parameters(algorithm, values)
+    for name in ADVICE_PARAMETERS:  # the advised learner's, not SB3's
+        if kwargs.pop(name, 0) < 0:
+            raise ParameterError(f"{info.name} parameter {name!r} must be 0 or more")
     n_envs = kwargs.pop("n_envs", 1)
     if n_envs < 1:
         raise ParameterError(f"{info.name} parameter 'n_envs' must be at least 1")
@@ -337,8 +378,47 @@ def build_learner(algorithm: str, name: str, observation_space: spaces.Space, ac
     return ThreadedLearner(adapter, greedy)
 
 
-#: how each sharing mode builds an agent's learner: (algorithm, name, spaces, values, total steps, filters)
-LEARNER_FACTORIES: dict[Sharing, Callable[..., ThreadedLearner]] = {Sharing.POOLED: build_learner}
+def build_advised_learner(algorithm: str, name: str, observation_space: spaces.Space, action_space: spaces.Space,
+                          values: dict[str, Any], total_steps: int | None,
+                          filters: Filters | None = None) -> ThreadedLearner:
+    """Build the learner of one client of an advised agent (not yet started): the algorithm's advised
+    adapter, whose `Advice` (``learner.algorithm.advice``) the graph gives an advisor. Greedy acts go to
+    the learner, which answers them with the mixed policy (no numpy snapshot).
+
+    Raises:
+        ParameterError: bad parameters, spaces the algorithm cannot handle, or an algorithm without advice.
+    """
+    info = algorithm_info(algorithm)
+    check_spaces(algorithm, observation_space, action_space)
+    check_advisable(info, action_space)
+    assert info.advised is not None  # checked
+    kwargs, n_envs = sb3_arguments(algorithm, action_space, values)
+    checked = check_parameters(algorithm, values)
+    advice = Advice(checked.get("advice_strength", 1.0), checked.get("advice_decay", 0))
+    kwargs["rollout_buffer_class"] = AdvisedRolloutBuffer
+    kwargs["rollout_buffer_kwargs"] = {"advice_width": advice_width(action_space)}
+    filters = filters or Filters()
+    try:
+        check_filters(filters, observation_space, info.on_policy)
+    except ValueError as error:
+        raise ParameterError(str(error)) from None
+    seen = policy_space(filters, observation_space)  # each client's learner has its own filters' statistics
+    env = DummyVecEnv([lambda: SpacesEnv(seen, action_space)] * n_envs)
+    try:
+        model = info.sb3_class(policy_name(seen, algorithm), env, device="cpu", verbose=0, **kwargs)
+        model.set_logger(Logger(folder=None, output_formats=[]))
+        adapter = info.advised(model, name, total_steps, advice)
+    except (ValueError, AssertionError, TypeError, KeyError) as error:
+        raise ParameterError(f"{info.name} rejected its parameters: {error}") from None
+    if filters.active:
+        adapter.use_filters(Filtering(filters, observation_space, float(getattr(model, "gamma", 0.99))))
+    return ThreadedLearner(adapter)
+
+
+#: how each sharing mode builds an agent's learner: (algorithm, name, spaces, values, total steps, filters) ->
+#: learner; an advised agent's factory builds one client's learner, once per client name
+LEARNER_FACTORIES: dict[Sharing, Callable[..., ThreadedLearner]] = {Sharing.POOLED: build_learner,
+                                                                    Sharing.ADVISED: build_advised_learner}
 
 
 def learner_for(definition: AgentDefinition, values: dict[str, Any], total_steps: int | None) -> ThreadedLearner:

@@ -39,10 +39,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     add.add_argument("--param", action="append", default=[], type=parameter, metavar="NAME=VALUE",
                      help="a stable-baselines3 parameter, checked against its type; repeat for more "
                           "(VALUE is read as JSON when it parses, e.g. policy_kwargs='{\"net_arch\": [64, 64]}')")
-    add.add_argument("--sharing", default=Sharing.POOLED.value, help="knowledge-sharing mode (default %(default)s)")
+    add.add_argument("--sharing", default=Sharing.POOLED.value, choices=[mode.value for mode in Sharing],
+                     help="knowledge sharing: pooled (one learner for every client) or advised (a learner per "
+                          "named client, advised by the best other client; docs/advice.md) (default %(default)s)")
     add.add_argument("--filters", type=json_value, metavar="JSON", default=None,
                      help="observation and reward filters, e.g. '{\"normalize_observations\": true, "
-                          "\"normalize_rewards\": true}' (fields: docs/presets.md)")
+                          "\"normalize_rewards\": true}' (fields: docs/filters.md)")
     add.add_argument("--key", action="store_true", help="also create an API key for it and print it")
     add_data_option(add)
     add.set_defaults(func=command(add_agent))
@@ -181,6 +183,11 @@ async def show_agent(operations, args: argparse.Namespace) -> int:
     print(f"agent {view.ref} (id {view.id})")
     for label, value in rows:
         print(f"  {label:<18}{value}")
+    if view.clients is not None:
+        print(table(["CLIENT", "PHASE", "STEPS", "SESSIONS", "EPISODES", "RECENT EVALUATION", "ADVISOR"],
+                    [[c["client"], c["phase"] + (f" ({c['failure']})" if c["failure"] else ""), c["steps"],
+                      c["sessions"], c["episodes"], "-" if c["recent_return"] is None else f"{c['recent_return']:.1f}",
+                      c["advisor"] or "-"] for c in view.clients]) if view.clients else "  no client yet")
     return EXIT_OK
 
 

@@ -65,9 +65,10 @@ class LocalClient:
     the graph was created with."""
 
     def __init__(self, graph: GraphManager, apikey: str, evaluate: bool = False,
-                 retry_seconds: float = 30.0) -> None:
+                 retry_seconds: float = 30.0, client: str | None = None) -> None:
         self.graph = graph
         self.apikey = apikey
+        self.client = client  # an advised agent's client name
         self.evaluate = evaluate
         self.retry_seconds = retry_seconds
         self.session: Session | None = None
@@ -80,7 +81,7 @@ class LocalClient:
         Raises:
             Unauthorized, TooManySessions, AgentClosed, AgentFailed: as `GraphManager.login`.
         """
-        self.session = self.graph.login(self.apikey, self.evaluate)
+        self.session = self.graph.login(self.apikey, self.evaluate, client=self.client)
         self.seq = 0
         return self.session
 
@@ -153,21 +154,23 @@ class LocalClient:
 
 async def drive(graph: GraphManager, apikey: str, env: gym.Env, episodes: int | None = None,
                 steps: int | None = None, evaluate: bool = False, seed: int | None = None,
-                stop: asyncio.Event | None = None, retry_seconds: float = 60.0) -> list[float]:
+                stop: asyncio.Event | None = None, retry_seconds: float = 60.0,
+                client_name: str | None = None) -> list[float]:
     """Drive a gymnasium env through the agent an API key belongs to, in-process; returns the returns of
     the episodes completed, in order.
 
     Stops after ``episodes`` episodes, after ``steps`` env steps (the episode then under way is abandoned),
     once ``stop`` is set, or when cancelled; with none of them it drives until cancelled. As
     `shepherd.client.run_env` does, a lost session (expired, or the agent restarted) is logged in again
-    and the episode started over. ``seed`` seeds the env's first reset. The session is logged out at the end.
+    and the episode started over. ``seed`` seeds the env's first reset. ``client_name`` names the client
+    of an advised agent. The session is logged out at the end.
 
     Raises:
         SpaceError: the env's observations or rewards do not fit the agent.
         Unauthorized: the API key is unknown or revoked.
         AgentFailed, AgentClosed, TooManySessions, ActTimeout, Conflict: as `LocalClient` raises them.
     """
-    client = LocalClient(graph, apikey, evaluate, retry_seconds=retry_seconds)
+    client = LocalClient(graph, apikey, evaluate, retry_seconds=retry_seconds, client=client_name)
     returns: list[float] = []
     taken = 0
     first_reset = True
@@ -178,6 +181,7 @@ async def drive(graph: GraphManager, apikey: str, env: gym.Env, episodes: int | 
     try:
         while not stopped() and (episodes is None or len(returns) < episodes):
             if client.session is None:
+                await graph.prepare_client(apikey, client_name)  # a new client's learner, built off the loop
                 await client.login_retrying(retry_seconds)
             try:
                 obs, _ = env.reset(seed=seed if first_reset else None)

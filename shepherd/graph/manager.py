@@ -10,6 +10,7 @@ end, its learner stops without a checkpoint, its model is deleted, and a fresh l
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from dataclasses import dataclass, field, replace
@@ -18,11 +19,12 @@ from typing import Any, Callable
 from shepherd.agents import (AgentClosed, AgentFailed, Deliver, ParameterError, algorithm_info, learner_for,
                              check_agent, check_parameters, checkpoint as checkpoint_format, parameters,
                              registry_records)
+from shepherd.graph.advised import AdvisedAgent, BadClient
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.graph.schedule import EvaluationResult, Schedule
 from shepherd.graph.served import ServedAgents
 from shepherd.graph.sessions import Acted, Session, SessionTable, StepInput, TooManyEnvs, Unauthorized, VectorStepInput
-from shepherd.definition import AgentDefinition, Filters
+from shepherd.definition import AgentDefinition, Filters, Sharing, check_client_name
 from shepherd.spaces import SpaceError, parse_space, space_to_json
 from shepherd.storage import AgentRecord, Store, hash_key
 
@@ -291,7 +293,7 @@ class GraphManager:
         for record in store.agents():
             if only_preset and record.id not in self._preset_ids:
                 self.not_started.append(record)
-            elif record.id not in self.runtimes:
+            elif record.id not in self.served.served_ids():
                 try:
                     self._start(record)
                 except Exception as error:  # noqa: BLE001 - one bad stored agent must not stop the others
@@ -340,7 +342,7 @@ class GraphManager:
                 f"restart {record.name}` (its model is discarded), give the preset's agent another name, or "
                 "serve the preset with another --data")
 
-    def _start(self, record: AgentRecord) -> AgentRuntime:
+    def _start(self, record: AgentRecord) -> AgentRuntime | AdvisedAgent:
         try:
             runtime = self.build_runtime(record)
         except ParameterError as error:  # SB3 refused a combination the types allow
@@ -360,16 +362,24 @@ class GraphManager:
             starts = parameters(record.algorithm)["learning_starts"].default
         return replace(self.default_schedule, heatup_steps=int(starts))
 
-    def build_runtime(self, record: AgentRecord) -> AgentRuntime:
+    def build_runtime(self, record: AgentRecord) -> AgentRuntime | AdvisedAgent:
         """A runtime with a fresh learner, resumed from the agent's checkpoint if it has one; not started.
-        Blocks (builds the model, reads the checkpoint): run it off the event loop.
+        An advised agent's is an `AdvisedAgent` with every client it had, each resumed. Blocks (builds the
+        model, reads the checkpoint): run it off the event loop.
 
         Raises:
             ParameterError, SpaceError: the stored agent cannot be built.
         """
         schedule = self.schedule_for(record)
-        learner = learner_for(record.definition, learner_values(record.algorithm, record.parameters, schedule),
-                              schedule.improve_steps)
+        values = learner_values(record.algorithm, record.parameters, schedule)
+        learner = learner_for(record.definition, values, schedule.improve_steps)
+        if record.definition.sharing is Sharing.ADVISED:  # the learner built proves the parameters
+            learner.close()
+            advised = AdvisedAgent(record, schedule, self.store,
+                                   lambda: learner_for(record.definition, values, schedule.improve_steps),
+                                   self._evaluated)
+            advised.restore()
+            return advised
         runtime = AgentRuntime(record, learner, schedule, self.store, self._evaluated)
         if runtime.resume():
             logger.info("agent %s resumes from %s", record.name, runtime.model_path)
@@ -392,11 +402,16 @@ class GraphManager:
         return [runtime for agent_id, runtime in self.runtimes.items() if agent_id in self._preset_ids]
 
     # -- sessions ------------------------------------------------------------------------------
-    def login(self, apikey: str, evaluate_only: bool = False, n_envs: int | None = None) -> Session:
+    def login(self, apikey: str, evaluate_only: bool = False, n_envs: int | None = None,
+              client: str | None = None) -> Session:
         """Open a session for the agent an API key belongs to: of ``n_envs`` envs (a vector session), or of
-        one env (None).
+        one env (None). An advised agent's session is its named ``client``'s (a new name builds its learner
+        here, which blocks: `prepare_client` first builds it off the event loop); an evaluation without a
+        name is the best client's.
 
         Raises:
+            BadClient: an advised agent's training login without a client name, a bad name, or a name
+                given to a pooled agent.
             TooManyEnvs: ``n_envs`` is below 1 or above the server's limit per session.
             Unauthorized: the key is unknown or revoked, or its agent is not served here.
             TooManySessions: the agent has its maximum number of sessions.
@@ -414,12 +429,54 @@ class GraphManager:
         failure = self.served.failures.get(record.id)
         if failure is not None:
             raise AgentFailed(f"agent {record.name} {failure}")
-        runtime = self.runtimes.get(record.id)
-        if runtime is None:
-            raise Unauthorized("this API key's agent is not served by this server")
+        advised = self.served.advised.get(record.id)
+        if advised is not None:
+            runtime = advised.session_runtime(client, evaluate_only)
+        elif client is not None:
+            raise BadClient(f"'client' names a client of an advised agent; agent {record.name} is pooled (one "
+                            "learner for every client): leave 'client' out")
+        else:
+            found = self.runtimes.get(record.id)
+            if found is None:
+                raise Unauthorized("this API key's agent is not served by this server")
+            runtime = found
         if runtime.learner.failure is not None:
-            raise AgentFailed(f"agent {record.name} failed ({runtime.learner.failure}); an admin can restart it")
+            raise AgentFailed(f"agent {runtime.label} failed ({runtime.learner.failure}); an admin can restart it")
         return self._sessions.open(runtime, evaluate_only, client_id=hash_key(apikey), n_envs=n_envs)
+
+    async def prepare_client(self, apikey: str, client: str | None) -> None:
+        """Build a new client's learner off the event loop before `login` opens its session (nothing to
+        do for a known name, a pooled agent or an unknown key: `login` then answers). The best client
+        checkpoints first, so that the new one starts from its latest weights."""
+        record = self.store.agent_for_key(apikey) if isinstance(apikey, str) and apikey else None
+        advised = None if record is None else self.served.advised.get(record.id)
+        if record is None or advised is None or client is None or not advised.needs_build(client):
+            return
+        try:
+            name = check_client_name(client)
+        except ValueError as error:
+            raise BadClient(str(error)) from None
+        async with self.served.lock(record.id):
+            if not advised.needs_build(name):
+                return
+            best = advised.best()
+            if best is not None:
+                try:
+                    await asyncio.wait_for(asyncio.wrap_future(best.checkpoint()), 60.0)
+                except Exception as error:  # noqa: BLE001 - it starts from the last checkpoint written
+                    logger.warning("client %s: checkpoint before a new client failed: %s", best.label, error)
+            runtime = await asyncio.to_thread(advised.build_client, name)
+            if self.served.advised.get(record.id) is advised:  # not restarted meanwhile
+                advised.install(runtime)
+            else:
+                await asyncio.to_thread(runtime.discard)
+
+    def advised_agent(self, agent_name: str) -> AdvisedAgent:
+        """A served advised agent of the preset, by name."""
+        for agent_id, advised in self.served.advised.items():
+            if advised.record.name == agent_name and agent_id in self._preset_ids:
+                return advised
+        raise KeyError(agent_name)
 
     def session(self, key: Any) -> Session:
         """Raises Unauthorized for an unknown or expired session key."""

@@ -23,6 +23,15 @@ logger = logging.getLogger(__name__)
 CHECKPOINT_RETRY_MAX_SECONDS = 300.0
 
 
+#: the folder under an agent's folder that holds an advised agent's clients, one folder per client name
+CLIENTS_FOLDER = "clients"
+
+
+def client_folder(agent_folder: Path, client: str) -> Path:
+    """Where one client of an advised agent keeps its checkpoint."""
+    return agent_folder / CLIENTS_FOLDER / client
+
+
 @dataclass(frozen=True)
 class AgentStats:
     """A snapshot for progress displays and the admin API."""
@@ -46,8 +55,13 @@ class AgentRuntime:
     """
 
     def __init__(self, record: AgentRecord, learner: ThreadedLearner, schedule: Schedule, store: Store,
-                 on_evaluation: Callable[[AgentRuntime, EvaluationResult], None] | None = None) -> None:
+                 on_evaluation: Callable[[AgentRuntime, EvaluationResult], None] | None = None,
+                 client: str | None = None) -> None:
         self.record = record
+        #: the client name of an advised agent's client learner (None: the agent's one learner)
+        self.client = client
+        #: the mean return of its last evaluation (kept in its checkpoints): how advisors are chosen
+        self.recent_return: float | None = None
         self.observation_space = parse_space(record.observation_space)
         self.action_space = parse_space(record.action_space)
         self.takes_masks = algorithm_info(record.algorithm).masks  # a step may carry an action mask
@@ -76,7 +90,13 @@ class AgentRuntime:
 
     @property
     def model_path(self) -> Path:
-        return checkpoint_format.model_path(self.store.agent_folder(self.record.id))
+        folder = self.store.agent_folder(self.record.id)
+        return checkpoint_format.model_path(folder if self.client is None else client_folder(folder, self.client))
+
+    @property
+    def label(self) -> str:
+        """The agent's name, with the client's for a client learner (``cartpole/arm-3``), for messages."""
+        return self.record.name if self.client is None else f"{self.record.name}/{self.client}"
 
     def resume(self) -> bool:
         """Load the last checkpoint if there is one; returns whether it did.
@@ -93,6 +113,8 @@ class AgentRuntime:
                 f"the checkpoint {self.model_path} cannot be loaded ({type(error).__name__}: {error}); restore "
                 "it from a backup, or move it away to start this agent afresh") from None
         self.tracker.load(state.get("schedule", {}))
+        recent = state.get("recent_return")
+        self.recent_return = float(recent) if isinstance(recent, (int, float)) else None
         self._last_checkpoint = (time.monotonic(), self.tracker.steps)
         logger.info("agent %s resumed at %d steps", self.record.name, self.tracker.steps)
         return True
@@ -126,6 +148,7 @@ class AgentRuntime:
         result = self.tracker.end_episode(episode, completed)
         if result is not None:
             self.evaluations.append(result)
+            self.recent_return = result.mean_return
             logger.info("agent %s evaluation %d at %d steps: mean return %.1f", self.record.name,
                         result.period, result.steps, result.mean_return)
             if self._on_evaluation is not None:
@@ -135,7 +158,8 @@ class AgentRuntime:
     def checkpoint(self) -> Future:
         """Queue a checkpoint on the learner's thread; it sees every step handed over before it."""
         self._last_checkpoint = (time.monotonic(), self.tracker.steps)
-        future = self.learner.checkpoint(self.model_path, {"schedule": self.tracker.state()})
+        future = self.learner.checkpoint(self.model_path, {"schedule": self.tracker.state(),
+                                                           "recent_return": self.recent_return})
         future.add_done_callback(self._checkpoint_done)
         self._pending_checkpoint = future
         return future

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any, Callable
 from shepherd.agents import algorithm_info, checkpoint
 from shepherd.agents.export import NotExportable, export_adapter
 from shepherd.agents.sb3 import SB3Algorithm
+from shepherd.graph.advised import AdvisedAgent
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.graph.schedule import EvaluationResult
 from shepherd.graph.sessions import SessionTable
@@ -49,18 +51,23 @@ class AgentStatus:
     failure: str | None
     last_active: float
     model: dict[str, float] | None
+    #: an advised agent's clients (`AdvisedAgent.describe_clients`); None for a pooled agent
+    clients: list[dict[str, Any]] | None = None
 
 
 class ServedAgents:
     """The runtimes of the agents being served, by store id, and the verbs that change them.
 
-    ``build`` makes a runtime for a stored agent (blocking: the graph's `GraphManager.build_runtime`).
+    ``build`` makes a runtime for a stored agent (blocking: the graph's `GraphManager.build_runtime`): an
+    `AgentRuntime` for a pooled agent, an `AdvisedAgent` (a runtime per client) for an advised one.
     """
 
     def __init__(self, store: Store, sessions: Callable[[], SessionTable],
-                 build: Callable[[AgentRecord], AgentRuntime], start: Callable[[AgentRuntime], None]) -> None:
+                 build: Callable[[AgentRecord], AgentRuntime | AdvisedAgent],
+                 start: Callable[[AgentRuntime], None]) -> None:
         self.store = store
         self.runtimes: dict[int, AgentRuntime] = {}
+        self.advised: dict[int, AdvisedAgent] = {}  # advised agents, whose runtimes are their clients
         self.failures: dict[int, str] = {}  # stored agents whose learner could not be built, and why
         self._restarting: set[int] = set()
         self._sessions = sessions
@@ -76,10 +83,14 @@ class ServedAgents:
         return self._locks.setdefault(agent_id, asyncio.Lock())
 
     # -- serving ---------------------------------------------------------------------------------
-    def install(self, runtime: AgentRuntime) -> None:
-        """Start a built runtime's learner and serve it to new sessions."""
-        self._start(runtime)
-        self.runtimes[runtime.record.id] = runtime
+    def install(self, runtime: AgentRuntime | AdvisedAgent) -> None:
+        """Start a built runtime's learner (an advised agent's: its clients') and serve it to new sessions."""
+        if isinstance(runtime, AdvisedAgent):
+            runtime.start(self._start)
+            self.advised[runtime.record.id] = runtime
+        else:
+            self._start(runtime)
+            self.runtimes[runtime.record.id] = runtime
         self.failures.pop(runtime.record.id, None)
         self._restarting.discard(runtime.record.id)
 
@@ -95,6 +106,9 @@ class ServedAgents:
             model: dict[str, float] | None = {"bytes": stat.st_size, "modified": stat.st_mtime}
         except FileNotFoundError:
             model = None
+        advised = self.advised.get(record.id)
+        if advised is not None:
+            return _advised_status(advised, model)
         runtime = self.runtimes.get(record.id)
         if runtime is not None:
             stats = runtime.stats()
@@ -121,6 +135,9 @@ class ServedAgents:
         else:
             await asyncio.to_thread(runtime.discard)
 
+    def served_ids(self) -> set[int]:
+        return set(self.runtimes) | set(self.advised)
+
     async def restart(self, agent_id: int) -> int:
         """End the agent's sessions, drop its model and counters, and serve a fresh learner if it was
         served (or had failed); returns how many sessions ended.
@@ -129,14 +146,15 @@ class ServedAgents:
             Exception: the fresh learner cannot be built; the agent stays down, failed with the reason.
         """
         async with self.lock(agent_id):
-            was_served = agent_id in self.runtimes or agent_id in self.failures
+            was_served = agent_id in self.served_ids() or agent_id in self.failures
             self._restarting.add(agent_id)
             try:
                 ended = self._sessions().end_agent(agent_id)
-                old = self.runtimes.pop(agent_id, None)
+                old: AgentRuntime | AdvisedAgent | None = self.runtimes.pop(agent_id, None) or self.advised.pop(agent_id, None)
                 if old is not None:
                     await asyncio.to_thread(old.discard)
                 await asyncio.to_thread(_unlink, self.model_path(agent_id))
+                await asyncio.to_thread(shutil.rmtree, self.store.agent_folder(agent_id) / "clients", True)
                 if was_served:
                     runtime = await asyncio.to_thread(self._build, self.store.agent(agent_id))
                     self.install(runtime)
@@ -160,7 +178,8 @@ class ServedAgents:
             record = self.store.agent(agent_id)
             ended = self._sessions().end_agent(agent_id, gone=f"agent {record.name} was deleted; its sessions and "
                                                               "API keys no longer work")
-            old = self.runtimes.pop(agent_id, None)
+            old: AgentRuntime | AdvisedAgent | None = (self.runtimes.pop(agent_id, None)
+                                                        or self.advised.pop(agent_id, None))
             self.failures.pop(agent_id, None)
             if old is not None:
                 await asyncio.to_thread(old.discard)
@@ -190,15 +209,26 @@ class ServedAgents:
                 runtime.record = record
         return live
 
-    async def export(self, agent_id: int) -> bytes:
-        """The agent's model zip; a served agent checkpoints first, so that it has its latest weights.
+    async def export(self, agent_id: int, client: str | None = None) -> bytes:
+        """The agent's model zip; a served agent checkpoints first, so that it has its latest weights. An
+        advised agent's is one client's: the one named, or the best (by recent evaluation return).
 
         Raises:
-            NotFound: the agent has no saved model yet.
+            NotFound: the agent has no saved model yet, or no such client.
         """
         path = self.model_path(agent_id)
         async with self.lock(agent_id):
-            await self._checkpoint_first(agent_id)
+            runtime = self.runtimes.get(agent_id)
+            advised = self.advised.get(agent_id)
+            if advised is not None:
+                runtime = (advised.clients.get(client) if client is not None else
+                           advised.best() or advised.most_trained())
+                if runtime is None:
+                    raise NotFound(f"agent {advised.record.name} has no client {client!r}" if client else
+                                   f"agent {advised.record.name} has no client yet")
+                path = runtime.model_path
+            if runtime is not None and runtime.learner.failure is None and (runtime.tracker.steps or path.exists()):
+                await _settle(runtime.checkpoint(), runtime.record.name)
             try:
                 return await asyncio.to_thread(path.read_bytes)
             except FileNotFoundError:
@@ -213,6 +243,9 @@ class ServedAgents:
             NotExportable: the policy has no exact ONNX form (RecurrentPPO's, say); the message says why.
         """
         async with self.lock(agent_id):
+            if agent_id in self.advised:
+                raise NotExportable("an advised agent has a model per client; ONNX export of one client's policy is "
+                                    "not available yet (its SB3 zip is: format sb3)")
             await self._checkpoint_first(agent_id)
             if not self.model_path(agent_id).exists():
                 raise NotFound(NO_MODEL)
@@ -221,6 +254,9 @@ class ServedAgents:
     def _onnx(self, record: AgentRecord) -> bytes:
         runtime = self._build(record)  # a learner resumed from the checkpoint, never started
         try:
+            if isinstance(runtime, AdvisedAgent):  # stored as advised since the check in export_onnx
+                raise NotExportable(f"agent {record.name} is advised: ONNX export of a client's policy is not "
+                                    "available yet")
             adapter = runtime.learner.algorithm
             if not isinstance(adapter, SB3Algorithm):
                 raise NotExportable(f"agent {record.name}'s learner is not a stable-baselines3 one")
@@ -238,6 +274,14 @@ class ServedAgents:
         """Delete the saved model (a served agent keeps its weights and saves them again at its next
         checkpoint); returns whether there was one."""
         async with self.lock(agent_id):
+            advised = self.advised.get(agent_id)
+            if advised is not None:  # every client's (each keeps its weights and its name)
+                deleted = False
+                for client in list(advised.clients.values()):
+                    if client.pending_checkpoint is not None:
+                        await _settle(client.pending_checkpoint, client.label)
+                    deleted = await asyncio.to_thread(_unlink, client.model_path) or deleted
+                return deleted
             runtime = self.runtimes.get(agent_id)
             if runtime is not None and runtime.pending_checkpoint is not None:
                 await _settle(runtime.pending_checkpoint, runtime.record.name)  # never delete under a write
@@ -250,6 +294,8 @@ class ServedAgents:
             runtime = self.runtimes.get(agent_id)
             if runtime is not None:
                 runtime.clear_curve_memory()
+            for client in getattr(self.advised.get(agent_id), "clients", {}).values():
+                client.clear_curve_memory()
 
     def end_key_sessions(self, key_digest: str) -> int:
         """End every session opened with one API key (by its hash); returns how many ended."""
@@ -259,23 +305,33 @@ class ServedAgents:
     def checkpoint_all(self) -> None:
         for runtime in self.runtimes.values():
             runtime.checkpoint()
+        for advised in self.advised.values():
+            advised.checkpoint_all()
 
     def drain(self) -> None:
         """The server is stopping: every learner answers what it holds back, now and from now on."""
         for runtime in self.runtimes.values():
             runtime.learner.drain()
+        for advised in self.advised.values():
+            advised.drain()
 
     def abort(self) -> None:
         """Stop the learners started so far without writing anything (a start that failed half-way)."""
         for runtime in self.runtimes.values():
             runtime.learner.close()
         self.runtimes.clear()
+        for advised in self.advised.values():
+            advised.abort()
+        self.advised.clear()
 
     def close(self) -> None:
         """Checkpoint every agent and stop the learners. Blocks: run it off the event loop."""
         for runtime in self.runtimes.values():
             runtime.close()
         self.runtimes.clear()
+        for advised in self.advised.values():
+            advised.close()
+        self.advised.clear()
 
 
 async def _settle(future: Future[Any], name: str) -> None:
@@ -294,3 +350,24 @@ def _unlink(path: Path) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+def _advised_status(advised: AdvisedAgent, model: dict[str, float] | None) -> AgentStatus:
+    """An advised agent's status: its clients' sums, its best client's last evaluation, each client's row."""
+    clients = list(advised.clients.values())
+    stats = [runtime.stats() for runtime in clients]
+    best = advised.best()
+    failing = [s.failure for s in stats if s.failure] + list(advised.failures.values())
+    # a new client's first episode trains (on-policy: no heatup); each client's own phase is in its row
+    phase = "failed" if failing and len(failing) == len(stats) + len(advised.failures) else "train"
+    trained = [s.mean_train_return for s in stats if s.mean_train_return is not None]
+    if best is not None:
+        model = {"bytes": best.model_path.stat().st_size, "modified": best.model_path.stat().st_mtime} \
+            if best.model_path.exists() else model
+    return AgentStatus(
+        True, phase, sum(s.steps for s in stats), sum(s.steps_per_second for s in stats),
+        sum(s.sessions for s in stats), sum(s.episodes for s in stats),
+        max(trained) if trained else None, None if best is None else best.stats().last_evaluation,
+        "; ".join(failing) if failing and phase == "failed" else None,
+        max((r.last_active for r in clients), default=advised.record.last_active), model,
+        advised.describe_clients())

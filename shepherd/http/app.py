@@ -56,7 +56,8 @@ async def login_user(request: web.Request) -> web.Response:
     if limiter is not None:  # before the session is opened: a refused login holds no slot
         limiter.take(hash_key(login.apikey))
     try:
-        session = graph.login(login.apikey, login.evaluate_only, login.n_envs)
+        await graph.prepare_client(login.apikey, login.client)  # a new client's learner, built off the loop
+        session = graph.login(login.apikey, login.evaluate_only, login.n_envs, login.client)
     except PermissionError:
         await asyncio.sleep(throttle.failed(address))  # slows down guessing, never blocks the loop
         raise
@@ -65,6 +66,8 @@ async def login_user(request: web.Request) -> web.Response:
              "action_space": space_to_json(session.action_space)}
     if session.n_envs is not None:
         reply["n_envs"] = session.n_envs
+    if session.runtime.client is not None:
+        reply["client"] = session.runtime.client
     return _json(reply)
 
 

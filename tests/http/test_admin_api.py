@@ -150,6 +150,16 @@ async def test_an_agent_added_while_serving_is_served_at_once(api):
     assert "key" not in keys[0] and "hash" not in keys[0]
 
 
+async def test_an_advised_agent_is_created_and_lists_its_clients(api):
+    await api.post("/users", {"name": "alice"}, status=201)
+    body = {"owner": "alice", "name": "arms", "algorithm": "PPO", "observation_space": BOX4, "action_space": 2,
+            "parameters": dict(SMALL_PPO), "sharing": "advised"}
+    reply = await api.post("/agents", body, status=201)
+    assert reply["sharing"] == "advised" and reply["clients"] == []
+    pooled = [agent for agent in await api.get_json("/agents") if agent["name"] == "pole"]
+    assert pooled[0]["clients"] is None
+
+
 @pytest.mark.parametrize("change, status, words", [
     ({"algorithm": "A9C"}, 400, "unknown algorithm"),
     ({"observation_space": [[4], 1]}, 400, "observation_space"),
@@ -162,7 +172,8 @@ async def test_an_agent_added_while_serving_is_served_at_once(api):
     ({"name": "../x"}, 400, "agent name"),
     ({"owner": "nobody"}, 404, "no user named 'nobody'"),
     ({"name": "pole", "owner": "tests"}, 409, "already"),
-    ({"sharing": "advised"}, 400, "not available"),
+    ({"sharing": "federated"}, 400, "not available"),
+    ({"sharing": "advised", "action_space": ["MultiDiscrete", [2, 3]]}, 400, "cannot be advised"),
     ({"colour": "red"}, 400, "unknown field(s) ['colour']"),
     ({"parameters": [1]}, 400, "'parameters' must be an object"),
 ])

@@ -165,6 +165,12 @@ function renderAgent(agent) {
   fact(facts, "Saved model", agent.model
     ? `${(agent.model.bytes / 1024).toFixed(0)} KiB, saved ${ago(agent.model.modified)}` : "none");
   fact(facts, "Last activity", ago(agent.last_active));
+  if (agent.clients) {  // an advised agent: one learner per client (textContent only: names are the clients')
+    fact(facts, "Clients", agent.clients.length ? agent.clients.map((c) =>
+      `${c.client}: ${c.phase}${c.failure ? ` (${c.failure})` : ""}, ${c.steps.toLocaleString()} steps, ` +
+      `recent evaluation ${c.recent_return === null ? "none" : c.recent_return.toFixed(1)}` +
+      (c.advisor ? `, advised by ${c.advisor}` : "")).join("; ") : "none yet");
+  }
 }
 
 async function refreshCurve(agentId) {

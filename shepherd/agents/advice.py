@@ -1,0 +1,259 @@
+"""Advice between the clients of an ``advised`` agent: policy shaping as in the Actor-Advisor (Plisnier et
+al., arXiv:1902.02556).
+
+Each client of an advised agent has its own learner; another client (its *advisor*, chosen by the graph
+from recent evaluation returns) lends it its policy. The learner acts with the normalised product of its
+own policy and the advisor's raised to the advice strength ``k``, and learns through that mixed policy:
+
+- discrete actions: ``pi(a) ∝ pi_own(a) * pi_adv(a)^k``, which is the softmax of the own logits shifted by
+  ``k * log pi_adv`` — an additive shift of the logits, as an action mask shifts them;
+- Gaussian actions: the product of ``N(mu, s^2)`` and ``N(mu_adv, s_adv^2)^k``, a Gaussian whose precision
+  is ``1/s^2 + k/s_adv^2`` and whose mean is the precision-weighted mean.
+
+Each rollout row stores the advisor's part (*advice rows*: ``k * log pi_adv`` for discrete actions, the
+natural parameters ``k/s_adv^2`` and ``k*mu_adv/s_adv^2`` for Gaussian ones; zeros: no advice), so PPO's
+and A2C's ``train()`` evaluate the stored actions under the very mixed policy that drew them: the
+log-probabilities, PPO's ratio, the entropy. A uniform advisor shifts every logit by the same amount, so
+it changes nothing. The advisor's probabilities are computed on the advisee's learner thread, from a copy
+of the advisor's published weights (`WeightSource.latest_weights`, or its checkpoint before it publishes).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generator
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.distributions import CategoricalDistribution, DiagGaussianDistribution
+from stable_baselines3.common.save_util import load_from_zip_file
+from torch.distributions import Categorical, Normal
+
+from shepherd.agents.core import Request, WeightSource
+from shepherd.agents.on_policy import OnPolicyAdapter
+from shepherd.agents.sb3 import stack_observations
+
+logger = logging.getLogger(__name__)
+
+#: why each family gets advice or not, as the registry's refusal quotes it
+NOT_ADVISED = {
+    "deterministic": "its policy is deterministic (no action distribution to multiply with an advisor's); "
+                     "use SAC or PPO for an advised agent with continuous actions",
+    "other": "advice is implemented for PPO and A2C (Discrete and Box actions); use one of them, or `pooled`",
+}
+
+
+def advice_width(action_space: spaces.Space) -> int:
+    """The width of an advice row: one log-probability per action, or two numbers per action dimension.
+
+    Raises:
+        ValueError: advice is not defined for this action space.
+    """
+    if isinstance(action_space, spaces.Discrete):
+        return int(action_space.n)
+    if isinstance(action_space, spaces.Box):
+        return 2 * int(np.prod(action_space.shape))
+    raise ValueError(f"advice is defined for Discrete and Box actions, not {type(action_space).__name__}")
+
+
+def advice_rows(advisor: Any, strength: float) -> th.Tensor:
+    """The advisor's part of the mixed policy, from its SB3 distribution: ``k * log pi_adv`` (discrete), or
+    ``[k/s^2, k*mu/s^2]`` (Gaussian)."""
+    if isinstance(advisor, CategoricalDistribution):
+        return strength * advisor.distribution.logits  # torch keeps them normalised: log-probabilities
+    if isinstance(advisor, DiagGaussianDistribution):
+        precision = strength / advisor.distribution.variance
+        return th.cat([precision, precision * advisor.distribution.mean], dim=1)
+    raise TypeError(f"no advice for {type(advisor).__name__}")
+
+
+def mix(distribution: Any, rows: th.Tensor) -> Any:
+    """Make ``distribution`` (SB3's, of the own policy) the mixed policy of the advice rows, in place.
+
+    Discrete: the normalised product of the own probabilities and ``pi_adv^k`` (logits plus the rows).
+    Gaussian: the product of the own Gaussian and the advisor's to the power k. Zero rows change nothing.
+    """
+    if isinstance(distribution, CategoricalDistribution):
+        distribution.distribution = Categorical(logits=distribution.distribution.logits + rows)
+    elif isinstance(distribution, DiagGaussianDistribution):
+        own = distribution.distribution
+        width = own.mean.shape[-1]
+        own_precision = 1.0 / own.variance
+        precision = own_precision + rows[:, :width]
+        mean = (own.mean * own_precision + rows[:, width:]) / precision
+        distribution.distribution = Normal(mean, precision.rsqrt())
+    else:
+        raise TypeError(f"no advice for {type(distribution).__name__}")
+    return distribution
+
+
+class Mixer:
+    """The advice rows the policy mixes in now (None: none). Installed on an SB3 actor-critic policy, it
+    mixes every distribution the policy makes (acting, ``evaluate_actions`` in training) while set."""
+
+    def __init__(self) -> None:
+        self.rows: th.Tensor | None = None
+
+    def install(self, policy: Any) -> None:
+        own = policy._get_action_dist_from_latent
+
+        def mixed(latent_pi: th.Tensor) -> Any:
+            distribution = own(latent_pi)
+            rows = self.rows
+            return distribution if rows is None else mix(distribution, rows)
+
+        policy._get_action_dist_from_latent = mixed
+
+
+class AdvisedRolloutBuffer(RolloutBuffer):
+    """SB3's rollout buffer with each row's advice; a minibatch hands its rows to the policy's `Mixer`
+    as it is taken, so ``evaluate_actions`` sees the mixed policy of exactly those rows."""
+
+    def __init__(self, *args: Any, advice_width: int = 1, **kwargs: Any) -> None:
+        self.advice_width = advice_width
+        self.mixer: Mixer | None = None
+        super().__init__(*args, **kwargs)
+
+    def reset(self) -> None:
+        self.advice = np.zeros((self.buffer_size, self.n_envs, self.advice_width), dtype=np.float32)
+        super().reset()
+
+    def get(self, batch_size: int | None = None) -> Generator[Any, None, None]:
+        if not self.generator_ready:
+            self.advice = self.swap_and_flatten(self.advice)
+        try:
+            yield from super().get(batch_size)
+        finally:
+            if self.mixer is not None:
+                self.mixer.rows = None
+
+    def _get_samples(self, batch_inds: np.ndarray, env: Any = None) -> Any:
+        if self.mixer is not None:
+            self.mixer.rows = self.to_torch(self.advice[batch_inds])
+        return super()._get_samples(batch_inds, env)
+
+
+@dataclass(frozen=True)
+class Advisor:
+    """Who advises a client: its name, its learner's weights, and its checkpoint (read before it publishes)."""
+
+    name: str
+    weights: WeightSource
+    model_path: Path
+
+
+class Advice:
+    """A client's advice settings and advisor. The graph sets `advisor` (one assignment, from its thread);
+    the learner reads it on its own."""
+
+    def __init__(self, strength: float = 1.0, decay_steps: int = 0) -> None:
+        self.strength = float(strength)
+        self.decay_steps = int(decay_steps)
+        self.advisor: Advisor | None = None
+
+    def strength_at(self, steps: int) -> float:
+        """The advice strength after ``steps`` learned: linear to zero over ``decay_steps`` (0: constant)."""
+        if self.decay_steps <= 0:
+            return self.strength
+        return self.strength * max(0.0, 1.0 - steps / self.decay_steps)
+
+
+class AdvisorPolicy:
+    """A copy of the advisee's policy network holding the advisor's weights, reloaded when they change."""
+
+    def __init__(self, policy: Any) -> None:
+        self.policy = copy.deepcopy(policy)  # before the Mixer is installed: the advisor's own policy
+        self.policy.set_training_mode(False)
+        self._advisor: Advisor | None = None
+        self._version: int | None = None
+        self._lock = threading.Lock()
+
+    def of(self, advisor: Advisor | None) -> Any:
+        """The advisor's policy now, or None (no advisor, or none of its weights to read yet)."""
+        if advisor is None:
+            return None
+        if advisor is not self._advisor:
+            self._advisor, self._version = advisor, None
+        published = advisor.weights.latest_weights()  # asking makes it publish from now on
+        if published is not None:
+            if published.version != self._version:
+                self.policy.load_state_dict({k: th.as_tensor(v) for k, v in published.arrays.items()})
+                self._version = published.version
+            return self.policy
+        if self._version is not None:
+            return self.policy
+        try:
+            _, params, _ = load_from_zip_file(advisor.model_path, device="cpu")
+        except (OSError, ValueError, KeyError) as error:
+            logger.debug("advisor %s has no weights to read yet: %s", advisor.name, error)
+            return None
+        self.policy.load_state_dict((params or {})["policy"])
+        self._version = -1  # from the file: the first published version replaces it
+        return self.policy
+
+
+class AdvisedOnPolicyAdapter(OnPolicyAdapter):
+    """PPO or A2C acting and learning through the mixed policy of its own and its advisor's."""
+
+    def __init__(self, model: Any, name: str, total_steps: int | None, advice: Advice | None = None) -> None:
+        super().__init__(model, name, total_steps)
+        self.advice = advice or Advice()
+        self.advisor_policy = AdvisorPolicy(model.policy)
+        self.mixer = Mixer()
+        self.mixer.install(model.policy)
+        if isinstance(self.buffer, AdvisedRolloutBuffer):
+            self.buffer.mixer = self.mixer
+        self._row_advice: dict[int, np.ndarray] = {}
+
+    @th.inference_mode()
+    def advice_for(self, messages: list[Request]) -> th.Tensor | None:
+        """The advice rows for a batch of requests now (None: no advice)."""
+        strength = self.advice.strength_at(self.steps)
+        if strength <= 0.0:
+            return None
+        advisor = self.advisor_policy.of(self.advice.advisor)
+        if advisor is None:
+            return None
+        obs_tensor, _ = advisor.obs_to_tensor(stack_observations([m.obs for m in messages]))
+        return advice_rows(advisor.get_distribution(obs_tensor), strength)
+
+    def _distribution(self, latent_pi: th.Tensor, acting: list[Request]) -> Any:
+        rows = self.advice_for(acting)
+        distribution = super()._distribution(latent_pi, acting)  # the own policy (the Mixer is unset)
+        self._row_advice = {} if rows is None else {id(m): rows[i].numpy() for i, m in enumerate(acting)}
+        return distribution if rows is None else mix(distribution, rows)
+
+    @th.no_grad()
+    def _greedy(self, messages: list[Request]) -> np.ndarray:
+        """The mode of the mixed policy: what the client acts with, at the current strength."""
+        policy: Any = self.model.policy
+        obs_tensor, _ = policy.obs_to_tensor(stack_observations([m.obs for m in messages]))
+        distribution = policy.get_distribution(obs_tensor)
+        rows = self.advice_for(messages)
+        if rows is not None:
+            mix(distribution, rows)
+        return distribution.get_actions(deterministic=True).numpy()
+
+    def _write_row(self, row: int, segment: int, message: Request, action: Any, value: float, log_prob: float,
+                   start: bool) -> None:
+        super()._write_row(row, segment, message, action, value, log_prob, start)
+        buffer = self.buffer
+        if isinstance(buffer, AdvisedRolloutBuffer):
+            advice = self._row_advice.get(id(message))
+            buffer.advice[row, segment] = 0.0 if advice is None else advice
+
+    def start_from(self, path: Path) -> None:
+        """Start from another client's saved weights (policy and optimizer; the counters stay at zero).
+        Call it before the learner starts.
+
+        Raises:
+            OSError, ValueError, KeyError: the file is missing or not a model of the same shape.
+        """
+        _, params, _ = load_from_zip_file(path, device="cpu")
+        self.model.set_parameters(params, exact_match=True, device="cpu")

@@ -1,0 +1,229 @@
+"""An ``advised`` agent: one runtime (learner, phase tracker, checkpoints) per named client, and who advises
+whom.
+
+A login to an advised agent names its client (``"client": "arm-3"``). The first login of a name builds
+that client's learner (the agent's algorithm and parameters), starting from the weights of the client
+with the best recent evaluation return, if any has one; its checkpoint lives in
+``agents/<id>/clients/<name>/model.zip`` and is written at once, so the name persists: a restarted server
+restores every client it finds there. After every evaluation, each client is given as advisor the other
+client with the best recent evaluation return, if that is better than its own (`choose_advisors`); the
+advice itself is the learner's (`shepherd.agents.advice`). Every client has its own learner thread: one
+that fails fails alone.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Callable
+
+from shepherd.agents import ThreadedLearner
+from shepherd.agents.advice import Advice, Advisor
+from shepherd.definition import check_client_name
+from shepherd.graph.runtime import CLIENTS_FOLDER, AgentRuntime
+from shepherd.graph.schedule import EvaluationResult, Schedule
+from shepherd.storage import AgentRecord, Store
+
+logger = logging.getLogger(__name__)
+
+
+class BadClient(ValueError):
+    """A login's client name is missing, malformed, or given where it means nothing (HTTP 400)."""
+
+
+class AdvisedAgent:
+    """The client runtimes of one advised agent, by client name. Runs on the graph's thread, except
+    `build_client` and `restore` (they build models and read checkpoints: run them off the event loop)."""
+
+    def __init__(self, record: AgentRecord, schedule: Schedule, store: Store,
+                 build_learner: Callable[[], ThreadedLearner],
+                 on_evaluation: Callable[[AgentRuntime, EvaluationResult], None] | None = None) -> None:
+        self.record = record
+        self.schedule = schedule
+        self.store = store
+        self.clients: dict[str, AgentRuntime] = {}
+        self.failures: dict[str, str] = {}  # client names whose learner could not be built, and why
+        self._build_learner = build_learner
+        self._on_evaluation = on_evaluation
+        self._start: Callable[[AgentRuntime], None] = lambda runtime: None
+
+    @property
+    def folder(self) -> Path:
+        return self.store.agent_folder(self.record.id) / CLIENTS_FOLDER
+
+    def saved_names(self) -> list[str]:
+        """The client names with a folder in the agent's (those that logged in before)."""
+        if not self.folder.is_dir():
+            return []
+        names = []
+        for entry in sorted(self.folder.iterdir()):
+            try:
+                names.append(check_client_name(entry.name))
+            except ValueError:
+                continue  # not a client's folder (a temporary file, say)
+        return names
+
+    # -- building ------------------------------------------------------------------------------------
+    def build_client(self, name: str) -> AgentRuntime:
+        """A runtime for a client name, not started: resumed from its checkpoint, or else starting from the
+        best client's saved weights. Blocks.
+
+        Raises:
+            ParameterError: the learner cannot be built; StoreError: its checkpoint cannot be loaded.
+        """
+        learner = self._build_learner()
+        runtime = AgentRuntime(self.record, learner, self.schedule, self.store, self._evaluated, client=name)
+        if runtime.resume():
+            return runtime
+        best = self.best()
+        if best is not None and best.model_path.exists():
+            start_from = getattr(learner.algorithm, "start_from", None)
+            if start_from is not None:
+                start_from(best.model_path)
+                logger.info("client %s starts from the weights of client %s (recent evaluation %.1f)",
+                            runtime.label, best.client, best.recent_return or 0.0)
+        return runtime
+
+    def restore(self) -> None:
+        """Build every saved client (not started); one that cannot be built is failed alone. Blocks."""
+        for name in self.saved_names():
+            try:
+                self.clients[name] = self.build_client(name)
+            except Exception as error:  # noqa: BLE001 - one client's damage must not stop the others
+                self.failures[name] = f"cannot be started: {type(error).__name__}: {error}"
+                logger.error("client %s/%s cannot be started: %s", self.record.name, name, error)
+
+    def start(self, start: Callable[[AgentRuntime], None]) -> None:
+        """Start the restored clients' learners; ``start`` starts each learner added later too."""
+        self._start = start
+        for runtime in self.clients.values():
+            start(runtime)
+        self.choose_advisors()
+
+    def install(self, runtime: AgentRuntime) -> AgentRuntime:
+        """Serve a built client (the one already there if two logins built it at once); it checkpoints at
+        once, so that its name outlives a restart."""
+        assert runtime.client is not None
+        present = self.clients.get(runtime.client)
+        if present is not None:
+            runtime.discard()
+            return present
+        self._start(runtime)
+        self.clients[runtime.client] = runtime
+        self.failures.pop(runtime.client, None)
+        runtime.checkpoint()
+        self.choose_advisors()
+        return runtime
+
+    # -- sessions ------------------------------------------------------------------------------------
+    def session_runtime(self, client: str | None, evaluate_only: bool) -> AgentRuntime:
+        """The runtime a login opens its session on: the named client's (built now if new: this blocks),
+        or, for an evaluation without a name, the best client's.
+
+        Raises:
+            BadClient: no name on a training login, a bad name, or no client to evaluate yet.
+        """
+        if client is None:
+            if not evaluate_only:
+                raise BadClient(f"agent {self.record.name} is advised: a login names its client, as "
+                                "{\"apikey\": ..., \"client\": \"arm-3\"}")
+            best = self.best() or self.most_trained()
+            if best is None:
+                raise BadClient(f"agent {self.record.name} has no client yet: name the client to evaluate")
+            return best
+        try:
+            name = check_client_name(client)
+        except ValueError as error:
+            raise BadClient(str(error)) from None
+        runtime = self.clients.get(name)
+        if runtime is None:
+            runtime = self.install(self.build_client(name))
+        return runtime
+
+    def needs_build(self, client: str | None) -> bool:
+        return client is not None and client not in self.clients
+
+    # -- advice --------------------------------------------------------------------------------------
+    def serving(self) -> list[AgentRuntime]:
+        return [runtime for runtime in self.clients.values() if runtime.learner.failure is None]
+
+    def best(self, exclude: AgentRuntime | None = None) -> AgentRuntime | None:
+        """The serving client with the best recent evaluation return (None: none has one)."""
+        rated = [r for r in self.serving() if r is not exclude and r.recent_return is not None]
+        return max(rated, key=lambda r: r.recent_return or 0.0, default=None)
+
+    def most_trained(self) -> AgentRuntime | None:
+        return max(self.serving(), key=lambda r: r.tracker.steps, default=None)
+
+    def choose_advisors(self) -> None:
+        """Give each client the other client with the best recent evaluation return as advisor, if it is
+        better than its own (or it has none yet); else no advisor."""
+        for runtime in self.clients.values():
+            advice = getattr(runtime.learner.algorithm, "advice", None)
+            if not isinstance(advice, Advice):
+                continue
+            best = self.best(exclude=runtime)
+            better = best is not None and (runtime.recent_return is None or
+                                           (best.recent_return or 0.0) > runtime.recent_return)
+            current = advice.advisor
+            if not better or best is None:
+                if current is not None:
+                    logger.info("client %s: no better client to advise it now", runtime.label)
+                advice.advisor = None
+            elif current is None or current.name != best.client:
+                logger.info("client %s is advised by client %s (recent evaluation %.1f)", runtime.label,
+                            best.client, best.recent_return or 0.0)
+                advice.advisor = Advisor(str(best.client), best.learner.algorithm, best.model_path)  # type: ignore[arg-type]
+
+    def note_evaluation(self, client: str, mean_return: float) -> None:
+        """An evaluation made outside the schedule (a benchmark's, of the client's greedy sessions): it is
+        the client's recent return, and advisors are chosen again."""
+        self.clients[client].recent_return = float(mean_return)
+        self.choose_advisors()
+
+    def _evaluated(self, runtime: AgentRuntime, result: EvaluationResult) -> None:
+        self.choose_advisors()
+        if self._on_evaluation is not None:
+            self._on_evaluation(runtime, result)
+
+    # -- display -------------------------------------------------------------------------------------
+    def describe_clients(self) -> list[dict[str, Any]]:
+        """Each client: name, steps, phase, sessions, recent evaluation return, its advisor, failure."""
+        rows = []
+        for name, runtime in sorted(self.clients.items()):
+            stats = runtime.stats()
+            advice = getattr(runtime.learner.algorithm, "advice", None)
+            advisor = advice.advisor.name if isinstance(advice, Advice) and advice.advisor else None
+            rows.append({"client": name, "steps": stats.steps, "phase": stats.phase, "sessions": stats.sessions,
+                         "episodes": stats.episodes, "recent_return": runtime.recent_return, "advisor": advisor,
+                         "mean_train_return": stats.mean_train_return, "failure": stats.failure})
+        for name, reason in sorted(self.failures.items()):
+            rows.append({"client": name, "steps": 0, "phase": "failed", "sessions": 0, "episodes": 0,
+                         "recent_return": None, "advisor": None, "mean_train_return": None, "failure": reason})
+        return rows
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    def checkpoint_all(self) -> None:
+        for runtime in self.clients.values():
+            runtime.checkpoint()
+
+    def drain(self) -> None:
+        for runtime in self.clients.values():
+            runtime.learner.drain()
+
+    def abort(self) -> None:
+        for runtime in self.clients.values():
+            runtime.learner.close()
+        self.clients.clear()
+
+    def discard(self) -> None:
+        """Stop every client's learner without checkpointing. Blocks."""
+        for runtime in self.clients.values():
+            runtime.discard()
+        self.clients.clear()
+
+    def close(self) -> None:
+        """Checkpoint every client and stop its learner. Blocks."""
+        for runtime in self.clients.values():
+            runtime.close()
+        self.clients.clear()

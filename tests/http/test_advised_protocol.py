@@ -1,0 +1,52 @@
+"""Logins to an advised agent over HTTP: ``"client"`` names the client; missing and bad names are 400s."""
+
+import pytest
+
+from shepherd.graph import AgentSpec, GraphManager, Schedule
+from shepherd.http import CREATED_KEYS, ServerConfig, create_app
+
+OBS4 = [0.01, -0.02, 0.03, 0.04]
+PPO = {"n_steps": 8, "batch_size": 8, "n_epochs": 1, "seed": 0, "policy_kwargs": {"net_arch": [8]}}
+
+
+@pytest.fixture
+async def app_client(aiohttp_client, tmp_path):
+    graph = GraphManager(owner="tests", schedule=Schedule(), agents=[
+        AgentSpec("arms", "PPO", [[4], "-inf", "inf"], 2, dict(PPO), sharing="advised"),
+        AgentSpec("pole", "PPO", [[4], "-inf", "inf"], 2, dict(PPO))])
+    app = create_app(ServerConfig(graph, tmp_path / "data"))
+    client = await aiohttp_client(app)
+    client.keys = app[CREATED_KEYS]
+    return client
+
+
+async def post_login(http, agent, **extra):
+    return await http.post("/shepherd/login_user/", json={"apikey": http.keys[agent], **extra})
+
+
+async def expect_error(response, status, words):
+    assert response.status == status
+    body = await response.json()
+    assert set(body) == {"error"} and words in body["error"], body
+
+
+async def test_a_named_client_logs_in_and_steps(app_client):
+    response = await post_login(app_client, "arms", client="arm-3")
+    assert response.status == 200
+    reply = await response.json()
+    assert reply["ok"] is True and reply["agent"] == "arms" and reply["client"] == "arm-3"
+    step = await app_client.post("/shepherd/env/", json={"session_key": reply["session_key"], "obs": OBS4,
+                                                         "reward": 0.0, "done": False, "info": {}})
+    assert step.status == 200 and (await step.json())["action"] in (0, 1)
+    evaluation = await post_login(app_client, "arms", mode="evaluate")  # no name: the best (only) client
+    assert evaluation.status == 200 and (await evaluation.json())["client"] == "arm-3"
+
+
+async def test_missing_bad_and_misplaced_client_names_are_400(app_client):
+    await expect_error(await post_login(app_client, "arms"), 400, "names its client")
+    await expect_error(await post_login(app_client, "arms", client="../x"), 400, "'client' must be")
+    await expect_error(await post_login(app_client, "arms", client=""), 400, "'client' must be")
+    await expect_error(await post_login(app_client, "arms", client=3), 400, "'client' must be")
+    await expect_error(await post_login(app_client, "pole", client="arm-1"), 400, "pooled")
+    pooled = await post_login(app_client, "pole")
+    assert pooled.status == 200 and "client" not in await pooled.json()

@@ -1,0 +1,175 @@
+"""Advised agents in-process: a learner per named client, names that outlive a restart, clear refusals of
+bad and missing names, a failing client that fails alone, a new client starting from the best one, and
+advisors chosen by recent evaluation returns."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch as th
+
+from shepherd.agents import AgentFailed
+from shepherd.graph import AgentSpec, BadClient, GraphManager, Schedule
+from shepherd.graph.local import drive, serving_here
+from shepherd.storage import Store
+
+PPO = {"n_envs": 1, "n_steps": 16, "batch_size": 16, "n_epochs": 1, "seed": 0, "policy_kwargs": {"net_arch": [8]}}
+
+
+def advised_graph(**parameters: object) -> GraphManager:
+    return GraphManager(owner="tests", agents=[
+        AgentSpec("arms", "PPO", [[4], "-inf", "inf"], 2, {**PPO, **parameters}, sharing="advised"),
+        AgentSpec("pool", "PPO", [[4], "-inf", "inf"], 2, dict(PPO))],
+        schedule=Schedule(steps_between_evaluation_periods=10_000, evaluation_episodes=1,
+                          checkpoint_every_steps=50, checkpoint_every_seconds=3600.0))
+
+
+async def start(data: Path) -> tuple[GraphManager, Store, dict[str, str]]:
+    graph, store = advised_graph(), Store(data)
+    keys = graph.create_graph(store, serving_here())
+    if not keys:
+        keys = {record.name: store.add_api_key(record.id, "tests")[0] for record in store.agents()}
+    return graph, store, keys
+
+
+async def stop(graph: GraphManager, store: Store) -> None:
+    graph.end_sessions()
+    await asyncio.to_thread(graph.close)
+    store.close()
+
+
+def policy_weights(graph: GraphManager, client: str) -> dict[str, np.ndarray]:
+    runtime = graph.advised_agent("arms").clients[client]
+    runtime.checkpoint().result(30)  # the learner handled everything before it
+    return {k: v.detach().numpy().copy() for k, v in runtime.learner.algorithm.model.policy.state_dict().items()}
+
+
+async def test_each_client_name_has_its_learner_and_keeps_it_across_a_restart(tmp_path):
+    graph, store, keys = await start(tmp_path / "data")
+    try:
+        await asyncio.gather(drive(graph, keys["arms"], gym.make("CartPole-v1"), steps=40, seed=0, client_name="arm-1"),
+                             drive(graph, keys["arms"], gym.make("CartPole-v1"), steps=20, seed=1, client_name="arm-2"))
+        advised = graph.advised_agent("arms")
+        assert sorted(advised.clients) == ["arm-1", "arm-2"]
+        one, two = advised.clients["arm-1"], advised.clients["arm-2"]
+        assert one.learner is not two.learner
+        steps = {name: runtime.tracker.steps for name, runtime in advised.clients.items()}
+        assert steps["arm-1"] >= 40 and 20 <= steps["arm-2"] < 40  # each learner counts its own client
+        one.recent_return = 42.0
+        kept = policy_weights(graph, "arm-1")
+        status = graph.served.status(store.agent(one.record.id))
+        assert [row["client"] for row in status.clients or []] == ["arm-1", "arm-2"]
+    finally:
+        await stop(graph, store)
+
+    graph, store, keys = await start(tmp_path / "data")
+    try:
+        advised = graph.advised_agent("arms")
+        assert sorted(advised.clients) == ["arm-1", "arm-2"]  # restored before any login
+        assert advised.clients["arm-1"].tracker.steps == steps["arm-1"]
+        assert advised.clients["arm-1"].recent_return == 42.0
+        restored = policy_weights(graph, "arm-1")
+        assert all(np.array_equal(kept[name], restored[name]) for name in kept)
+        assert (tmp_path / "data" / "agents" / str(advised.record.id) / "clients" / "arm-2" / "model.zip").exists()
+    finally:
+        await stop(graph, store)
+
+
+async def test_bad_and_missing_client_names_are_refused_clearly(tmp_path):
+    graph, store, keys = await start(tmp_path / "data")
+    try:
+        with pytest.raises(BadClient, match="names its client"):
+            graph.login(keys["arms"])
+        with pytest.raises(BadClient, match="has no client yet"):
+            graph.login(keys["arms"], evaluate_only=True)
+        for bad in ("", "../etc", "a/b", "x" * 65, ".hidden", 7):
+            with pytest.raises(BadClient, match="'client' must"):
+                graph.login(keys["arms"], client=bad)  # type: ignore[arg-type]
+        with pytest.raises(BadClient, match="pooled"):
+            graph.login(keys["pool"], client="arm-1")
+        assert graph.advised_agent("arms").clients == {}
+    finally:
+        await stop(graph, store)
+
+
+async def test_a_failing_client_learner_fails_alone(tmp_path):
+    graph, store, keys = await start(tmp_path / "data")
+    try:
+        await asyncio.gather(*(drive(graph, keys["arms"], gym.make("CartPole-v1"), steps=5, client_name=name)
+                               for name in ("arm-1", "arm-2")))
+        advised = graph.advised_agent("arms")
+
+        def broken(requests):
+            raise RuntimeError("a broken learner")
+
+        advised.clients["arm-1"].learner.algorithm.process = broken  # type: ignore[method-assign]
+        with pytest.raises(AgentFailed):
+            await drive(graph, keys["arms"], gym.make("CartPole-v1"), steps=5, client_name="arm-1")
+        assert advised.clients["arm-1"].learner.failure is not None
+        with pytest.raises(AgentFailed, match="arms/arm-1"):
+            graph.login(keys["arms"], client="arm-1")
+        before = advised.clients["arm-2"].tracker.steps
+        await drive(graph, keys["arms"], gym.make("CartPole-v1"), steps=30, client_name="arm-2")
+        assert advised.clients["arm-2"].tracker.steps >= before + 30 and advised.clients["arm-2"].learner.failure is None
+        await drive(graph, keys["arms"], gym.make("CartPole-v1"), steps=5, client_name="arm-3")  # new ones too
+    finally:
+        await stop(graph, store)
+
+
+async def test_a_new_client_starts_from_the_best_clients_weights_and_is_advised_by_it(tmp_path):
+    graph, store, keys = await start(tmp_path / "data")
+    try:
+        await asyncio.gather(*(drive(graph, keys["arms"], gym.make("CartPole-v1"), steps=40, seed=i, client_name=name)
+                               for i, name in enumerate(("good", "poor"))))
+        advised = graph.advised_agent("arms")
+        good, poor = advised.clients["good"], advised.clients["poor"]
+        good.recent_return, poor.recent_return = 200.0, 20.0  # what their evaluations would have said
+        best_weights, poor_weights = policy_weights(graph, "good"), policy_weights(graph, "poor")
+        assert any(not np.array_equal(best_weights[k], poor_weights[k]) for k in best_weights)
+
+        await drive(graph, keys["arms"], gym.make("CartPole-v1"), steps=1, client_name="new")
+        new = advised.clients["new"]
+        assert new.tracker.steps <= 1
+        start_weights = {k: v.detach().numpy() for k, v in new.learner.algorithm.model.policy.state_dict().items()}
+        assert all(np.array_equal(best_weights[k], start_weights[k]) for k in best_weights)
+
+        advised.choose_advisors()
+        advisor = {name: getattr(runtime.learner.algorithm.advice.advisor, "name", None)
+                   for name, runtime in advised.clients.items()}
+        assert advisor == {"good": None, "poor": "good", "new": "good"}
+        session = graph.login(keys["arms"], evaluate_only=True)  # no name: the best client's
+        assert session.runtime is good
+        graph.logout(session.key)
+    finally:
+        await stop(graph, store)
+
+
+async def test_advised_learner_acts_with_the_advisors_policy(tmp_path):
+    """With a strong advisor, the advisee's actions follow the advisor's: its rollout rows hold the advice."""
+    graph, store, keys = await start(tmp_path / "data")
+    try:
+        await asyncio.gather(*(drive(graph, keys["arms"], gym.make("CartPole-v1"), steps=10, client_name=name)
+                               for name in ("teacher", "pupil")))
+        advised = graph.advised_agent("arms")
+        teacher, pupil = advised.clients["teacher"], advised.clients["pupil"]
+        teacher.recent_return, pupil.recent_return = 300.0, 10.0
+        advised.choose_advisors()
+        pupil.learner.algorithm.advice.strength = 5.0
+        teacher.checkpoint().result(30)  # its learner is idle from here on
+        with th.no_grad():  # a teacher sure of action 1: its advice outweighs the pupil's own policy
+            teacher.learner.algorithm.model.policy.action_net.bias[:] = th.as_tensor([-10.0, 10.0])
+        teacher.checkpoint().result(30)  # read by the pupil: the teacher never published weights
+        await drive(graph, keys["arms"], gym.make("CartPole-v1"), steps=12, seed=3, client_name="pupil")
+        pupil.checkpoint().result(30)
+        algorithm = pupil.learner.algorithm
+        buffer = algorithm.buffer
+        rows = int(algorithm._position[0])
+        assert rows > 0 and np.any(buffer.advice[:rows, 0] != 0)
+        assert np.all(buffer.actions[:rows, 0, 0] == 1)
+        assert np.all(buffer.advice[:rows, 0, 1] - buffer.advice[:rows, 0, 0] > 50)  # 5 * (log p1 - log p0)
+    finally:
+        await stop(graph, store)
