@@ -133,3 +133,18 @@ def test_reading_the_tail_of_a_long_csv(tmp_path):
     assert len(read_progress(path, 50_000).rows) == 20_000
     assert read_progress(path, 0).rows == []
     assert read_progress(tmp_path / "missing.csv", 5).rows == []
+
+
+def test_the_command_line_prints_the_latest_values(tmp_path, capsys, frequent_rows):
+    from shepherd.cli import main
+
+    data = tmp_path / "data"
+    assert main(["agents", "metrics", "pole", "--data", str(data)]) == 2  # no such folder: one line, status 2
+    capsys.readouterr()
+    asyncio.run(serve_and_drive(data, "PPO", steps=100))
+    assert main(["agents", "metrics", "pole", "--data", str(data)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["METRIC", "LATEST"]
+    latest = dict(line.split(None, 1) for line in lines[1:])
+    assert latest["shepherd/phase"] == "train" and float(latest["train/approx_kl"]) >= 0
+    assert 96 <= float(latest["time/total_timesteps"]) <= 100  # the last row, at the learner's stop
