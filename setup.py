@@ -23,6 +23,7 @@ setup(
         "tinydb>=4.8",
         "orjson>=3.9",
         "prometheus-client>=0.20",
+        "tensorboard>=2.14",  # the training metrics' event files (SB3's TensorBoard writer), and to read them
     ],
     extras_require={
         "test": [
