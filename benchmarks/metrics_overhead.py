@@ -31,6 +31,19 @@ PARAMETERS = {
 }
 
 
+#: seconds the learner's thread spent writing rows, and rows written (of the runs with metrics on)
+WRITING = [0.0, 0]
+
+
+def _timed(write):
+    def timed(self, now=None):
+        began = time.perf_counter()
+        write(self, now)
+        WRITING[0] += time.perf_counter() - began
+        WRITING[1] += 1
+    return timed
+
+
 async def run(algorithm: str, seconds: float, write: bool, data: Path) -> float:
     schedule = Schedule(heatup_steps=500 if algorithm == "DQN" else 0, checkpoint_every_seconds=3600.0,
                         checkpoint_every_steps=10 ** 9)
@@ -70,6 +83,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.every_update:
         training_metrics.MetricsWriter.update_seconds = 0.0
+    training_metrics.MetricsWriter.write = _timed(training_metrics.MetricsWriter.write)  # type: ignore[method-assign]
     rates: dict[bool, list[float]] = {False: [], True: []}
     with tempfile.TemporaryDirectory() as folder:
         for number in range(args.runs):
@@ -83,6 +97,9 @@ def main() -> None:
                 print(f"run {number + 1} metrics {'on ' if write else 'off'}: {rate:8.1f} steps/s ({rows} rows)")
     off, on = statistics.median(rates[False]), statistics.median(rates[True])
     print(f"{args.algorithm}: median {off:.1f} steps/s without metrics, {on:.1f} with; on/off = {on / off:.3f}")
+    spent, rows = WRITING
+    print(f"writing rows: {rows} rows, {1000 * spent / max(rows, 1):.2f} ms each on the learner's thread, "
+          f"{100 * spent / (args.runs * (args.seconds + 1.0)):.3f}% of the runs' time")
 
 
 if __name__ == "__main__":
