@@ -24,6 +24,8 @@ setup(
         "orjson>=3.9",
         "prometheus-client>=0.20",
         "tensorboard>=2.14",  # the training metrics' event files (SB3's TensorBoard writer), and to read them
+        "onnx>=1.15",  # the ONNX export of a greedy policy (shepherd/agents/export.py)
+        "onnxruntime>=1.17",  # shepherd.policy and the deploy server (run.py deploy) run exported policies
     ],
     extras_require={
         "test": [
@@ -34,6 +36,7 @@ setup(
             "schemathesis>=4.0",  # fuzzes the running server against its OpenAPI description
             "playwright>=1.40",
             "mypy>=1.10",  # the type check of shepherd/ (mypy.ini), run by tests/test_types.py  # the dashboard's browser tests, driving the system's chromium (never its own)
+            "rl_zoo3>=2.3",  # RL Zoo's hyperparameter files, for zoo:ALGO/ENV presets (read, never imported)
         ],
     },
 )

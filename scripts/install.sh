@@ -2,7 +2,8 @@
 # Install Shepherd into ./.venv. With --test, also what the test suite needs.
 #   scripts/install.sh          the server, its clients and presets
 #   scripts/install.sh --test   ... and pytest, Playwright, the example clients' needs, and (through apt,
-#                               when missing) Node.js, Chromium and wrk (benchmarks/perf.py's load generator)
+#                               when missing) Node.js, npm, Chromium and wrk (benchmarks/perf.py's load
+#                               generator); then onnxruntime-node into examples/node_modules (cartpole_onnx.js)
 # torch is installed first, pinned to the CPU build that pip finds on this kind of machine, so that
 # stable-baselines3 sees it satisfied instead of pulling a multi-GB CUDA build.
 set -eu
@@ -18,6 +19,7 @@ if [ "${1:-}" = "--test" ]; then
     $PIP install -e '.[test]'
     MISSING=""
     command -v node >/dev/null 2>&1 || MISSING="nodejs"  # the JavaScript example client
+    command -v npm >/dev/null 2>&1 || MISSING="$MISSING npm"  # installs onnxruntime-node for cartpole_onnx.js
     command -v chromium >/dev/null 2>&1 || MISSING="$MISSING chromium"  # the dashboard's browser tests
     command -v wrk >/dev/null 2>&1 || MISSING="$MISSING wrk"  # the load generator of benchmarks/perf.py
     if [ -n "$MISSING" ]; then
@@ -27,6 +29,7 @@ if [ "${1:-}" = "--test" ]; then
         # shellcheck disable=SC2086
         $SUDO apt-get update -q && $SUDO apt-get install -y -q $MISSING
     fi
+    (cd examples && npm install --no-save --loglevel=error)  # examples/package.json and .npmrc: no lock file
 else
     $PIP install -e .
 fi

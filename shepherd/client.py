@@ -76,7 +76,7 @@ class _Connection:
         self.session_key: str | None = None
         self.seq = 0
         self.info: dict[str, Any] = {}
-        self.policy_version: int | None = None  # of the last action received (None: none yet, or null)
+        self.policy_version: int | None = None  # of the last action received (None: none yet)
         self.reached = False  # whether the server ever answered: a server never reached is not retried
 
     def _connect(self) -> http.client.HTTPConnection:
@@ -174,7 +174,8 @@ class Client(_Connection):
         if action_mask is not None:
             payload["action_mask"] = to_json(action_mask)
         reply = self._send_step(payload)
-        self.policy_version = reply.get("policy_version")
+        if reply.get("action") is not None:  # an episode's end is answered without one
+            self.policy_version = reply.get("policy_version")
         return reply["action"]
 
 

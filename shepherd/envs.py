@@ -7,6 +7,11 @@ this module and so registers it::
 
     gymnasium.make("shepherd.envs:shepherd/CartPoleNoVel-v1")
     python -m shepherd.client --env shepherd.envs:shepherd/CartPoleNoVel-v1
+
+``shepherd/CartPoleSensors-v1``: CartPole-v1 observed as raw sensors would report it: the cart's position in
+millimetres from a rail end 2.4 m away, its speed in mm/s, the pole's angle and angular speed in
+millidegrees (and per second). The same task, numbers three to five orders of magnitude larger and offset:
+what a real client sends, and what an agent's observation normalisation (``filters``) is for.
 """
 
 from __future__ import annotations
@@ -20,6 +25,10 @@ from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 CARTPOLE_NO_VELOCITY = "shepherd/CartPoleNoVel-v1"
 #: the id to give ``gymnasium.make`` (or a client's ``--env``) from a process that has not imported this module
 CARTPOLE_NO_VELOCITY_MODULE_ID = f"{__name__}:{CARTPOLE_NO_VELOCITY}"
+CARTPOLE_SENSORS = "shepherd/CartPoleSensors-v1"
+#: observation = SENSOR_SCALE * CartPole's + SENSOR_OFFSET
+SENSOR_SCALE = np.array([1000.0, 1000.0, 180_000.0 / np.pi, 180_000.0 / np.pi], dtype=np.float64)
+SENSOR_OFFSET = np.array([2400.0, 0.0, 0.0, 0.0], dtype=np.float64)
 
 
 class CartPoleNoVelEnv(CartPoleEnv):
@@ -43,6 +52,30 @@ class CartPoleNoVelEnv(CartPoleEnv):
         return self._positions(full), float(reward), terminated, truncated, info
 
 
+class CartPoleSensorsEnv(CartPoleEnv):
+    """CartPole observed in sensor units: millimetres, mm/s, millidegrees, millidegrees/s (see above)."""
+
+    def __init__(self, render_mode: str | None = None) -> None:
+        super().__init__(render_mode=render_mode)
+        low, high = self.observation_space.low, self.observation_space.high  # type: ignore[attr-defined]
+        self.observation_space = gym.spaces.Box(self._sensed(low), self._sensed(high), dtype=np.float32)
+
+    @staticmethod
+    def _sensed(full: np.ndarray) -> np.ndarray:
+        return (np.asarray(full, np.float64) * SENSOR_SCALE + SENSOR_OFFSET).astype(np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        full, info = super().reset(seed=seed, options=options)
+        return self._sensed(full), info
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        full, reward, terminated, truncated, info = super().step(action)
+        return self._sensed(full), float(reward), terminated, truncated, info
+
+
+if CARTPOLE_SENSORS not in gym.registry:
+    gym.register(CARTPOLE_SENSORS, entry_point=f"{__name__}:CartPoleSensorsEnv", max_episode_steps=500,
+                 reward_threshold=475.0)
 if CARTPOLE_NO_VELOCITY not in gym.registry:
     gym.register(CARTPOLE_NO_VELOCITY, entry_point=f"{__name__}:CartPoleNoVelEnv", max_episode_steps=500,
                  reward_threshold=475.0)

@@ -1,6 +1,6 @@
 """The admin operations one caller may perform (see `AdminService.acting_as`): users, agents, API keys,
-the admin token, the curve and the seed's special actions (export the model, delete it, delete the curve,
-restart the agent).
+the admin token, the curve and the seed's special actions (export the model, or the greedy policy as
+ONNX, delete it, delete the curve, restart the agent).
 
 The admin may do everything; the holder of an agent's API key sees and acts on that agent only, and any
 other agent is "not found", exactly as one that does not exist, so no name leaks. The special actions
@@ -19,7 +19,8 @@ from shepherd.admin.errors import Forbidden, Invalid
 from shepherd.admin.names import check_name, match_agent
 from shepherd.admin.records import ActionResult, AgentView, CreatedKey, KeyView, NewAgent, Principal, UserView
 from shepherd.definition import AgentDefinition
-from shepherd.agents import ParameterError, check_agent, registry_records
+from shepherd.agents import ParameterError, check_agent, live, registry_records
+from shepherd.agents.export import NotExportable
 from shepherd.spaces import SpaceError
 from shepherd.storage import AgentRecord, AlreadyExists, EpisodeReturn, NotFound, ReturnsJson, ReturnsPage
 from shepherd.storage.metrics import MetricRows, progress_path, read_progress
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
     from shepherd.admin.service import AdminService
 
 logger = logging.getLogger(__name__)
+
+#: what an agent can be exported as: SB3's model zip, or the greedy policy as one ONNX file
+EXPORT_FORMATS = ("sb3", "onnx")
 
 class Operations:
     """The admin operations one principal may perform. Each raises:
@@ -70,7 +74,8 @@ class Operations:
         return AgentView(
             id=record.id, owner=self._owner_name(record), name=record.name, algorithm=record.algorithm,
             observation_space=record.observation_space, action_space=record.action_space,
-            parameters=dict(record.parameters), sharing=record.sharing, created=record.created,
+            parameters=dict(record.parameters), sharing=record.sharing, filters=dict(record.filters),
+            created=record.created,
             model=status.model, served=status.served, phase=status.phase, steps=status.steps,
             steps_per_second=round(status.steps_per_second, 1), sessions=status.sessions,
             episodes=status.episodes, mean_train_return=status.mean_train_return,
@@ -97,6 +102,39 @@ class Operations:
         self.require_admin("adding users")
         user = await asyncio.to_thread(self.store.add_user, check_name(name, "user"))
         return UserView(user.id, user.name, user.created, 0)
+
+    async def delete_user(self, user_id: int, with_agents: bool = False) -> ActionResult:
+        """Delete a user; one who owns agents only ``with_agents`` (which deletes them first, as
+        `delete_agent` does).
+
+        Raises:
+            Invalid: the user owns agents and ``with_agents`` is false (the message names them).
+        """
+        self.require_admin("deleting users")
+        user = self.store.user(user_id)
+        owned = [record for record in self.store.agents() if record.owner_id == user_id]
+        if owned and not with_agents:
+            raise Invalid(f"user {user.name} owns {len(owned)} agent(s): "
+                          f"{', '.join(self._ref(record) for record in owned)}; delete them first, or delete the "
+                          "user with its agents (--with-agents)")
+        for record in owned:
+            await self.delete_agent(record.id)
+        await asyncio.to_thread(self.store.delete_user, user_id)
+        logger.info("user %s deleted", user.name)
+        agents = f" and its {len(owned)} agent(s)" if owned else ""
+        return ActionResult(True, f"user {user.name} deleted{agents}")
+
+    async def find_user(self, ref: str) -> int:
+        """The id of the user that ``ref`` names (its id or its name).
+
+        Raises:
+            NotFound: no such user.
+        """
+        self.require_admin("finding users")
+        for user in self.store.users():
+            if ref.strip() in (user.name, str(user.id)):
+                return user.id
+        raise NotFound(f"no user {ref!r}")
 
     # -- agents --------------------------------------------------------------------------------
     async def agents(self) -> list[AgentView]:
@@ -127,7 +165,7 @@ class Operations:
         algorithm, values = _checked(definition)
         record = await asyncio.to_thread(self.store.add_agent, owner.id, definition.name, algorithm,
                                          definition.observation_space, definition.action_space, values,
-                                         definition.sharing.value)
+                                         definition.sharing.value, definition.filters.to_json())
         try:
             await self.graph.served.add(record, serve=self.service.serving)
         except Exception as error:  # noqa: BLE001 - whatever SB3 refuses is the input's fault; undo the add
@@ -218,6 +256,27 @@ class Operations:
         except NotFound as error:
             raise NotFound(f"agent {self._ref(record)} has {error}") from None
 
+    async def export_policy(self, agent_id: int, format: str) -> bytes:
+        """The agent's export in ``format``: ``sb3`` is the model zip (`export_model`), ``onnx`` the greedy
+        policy as one ONNX file with its filters and action unscaling (docs/export.md). A served agent
+        checkpoints first.
+
+        Raises:
+            Invalid: an unknown format, or a policy with no exact ONNX form (the message says why).
+            NotFound: the agent has no saved model yet.
+        """
+        if format not in EXPORT_FORMATS:
+            raise Invalid(f"unknown export format {format!r}; use one of {', '.join(EXPORT_FORMATS)}")
+        if format == "sb3":
+            return await self.export_model(agent_id)
+        record = self._record(agent_id)
+        try:
+            return await self.graph.served.export_onnx(agent_id)
+        except NotFound as error:
+            raise NotFound(f"agent {self._ref(record)} has {error}") from None
+        except NotExportable as error:
+            raise Invalid(f"agent {self._ref(record)} cannot be exported as ONNX: {error}") from None
+
     async def delete_model(self, agent_id: int) -> ActionResult:
         record = self._record(agent_id)
         existed = await self.graph.served.delete_model(agent_id)
@@ -233,6 +292,39 @@ class Operations:
         record = self._record(agent_id)
         await self.graph.served.delete_curve(agent_id)
         return ActionResult(True, f"learning curve of agent {self._ref(record)} deleted")
+
+    async def delete_agent(self, agent_id: int) -> ActionResult:
+        """Delete an agent: its sessions end (their clients get 410 Gone), its learner stops without a
+        checkpoint, its record and API keys go, and its folder (model, returns) moves to the data folder's
+        ``trash/``."""
+        self.require_admin("deleting agents")
+        record = self._record(agent_id)
+        ref = self._ref(record)
+        ended, trash = await self.graph.served.delete(agent_id)
+        logger.info("agent %s deleted; %d session(s) ended", ref, ended)
+        kept = f"; its model and returns moved to {trash}" if trash is not None else ""
+        return ActionResult(True, f"agent {ref} deleted: {ended} session(s) ended, its API keys removed{kept}")
+
+    async def set_parameters(self, agent_id: int, values: dict[str, Any]) -> ActionResult:
+        """Change parameters a live learner honours (`shepherd.agents.live`): typed and checked as an agent's
+        parameters; the learner takes them before its next update and the store keeps them.
+
+        Raises:
+            Invalid: a bad name or value, or one that needs a restart (naming those that can change).
+        """
+        record = self._record(agent_id)
+        ref = self._ref(record)
+        if not isinstance(values, dict):
+            raise Invalid("parameters must be an object of name: value")
+        try:
+            checked = live.check_live(record.algorithm, values)
+        except ParameterError as error:
+            raise Invalid(f"agent {ref}: {error}") from None
+        took = await self.graph.served.set_parameters(agent_id, checked)
+        shown = ", ".join(f"{name}={value!r}" for name, value in checked.items())
+        logger.info("agent %s: %s set", ref, shown)
+        where = "the learner takes it before its next update" if took else "its learner is not running here"
+        return ActionResult(True, f"agent {ref}: {shown} set ({where}; stored, so a restart keeps it)")
 
     async def restart(self, agent_id: int) -> ActionResult:
         """Forget the agent's model and counters and end its sessions (their keys are refused from now on);

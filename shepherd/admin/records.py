@@ -73,6 +73,7 @@ class AgentView(JsonRecord):
     action_space: Any
     parameters: dict[str, Any]
     sharing: str
+    filters: dict[str, Any]
     created: float
     last_active: float
     served: bool

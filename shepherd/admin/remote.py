@@ -118,6 +118,10 @@ class RemoteOperations:
     async def export_model(self, agent_id: int) -> bytes:
         return await asyncio.to_thread(self._request, "GET", f"/agents/{quote(str(agent_id))}/model.zip")
 
+    async def export_policy(self, agent_id: int, format: str) -> bytes:
+        return await asyncio.to_thread(self._request, "GET",
+                                       f"/agents/{quote(str(agent_id))}/export?format={quote(format)}")
+
     async def delete_model(self, agent_id: int) -> ActionResult:
         return ActionResult.from_json(await self._json("POST", f"/agents/{agent_id}/delete-model", {}))
 
@@ -126,3 +130,20 @@ class RemoteOperations:
 
     async def restart(self, agent_id: int) -> ActionResult:
         return ActionResult.from_json(await self._json("POST", f"/agents/{agent_id}/restart", {}))
+
+    async def delete_agent(self, agent_id: int) -> ActionResult:
+        return ActionResult.from_json(await self._json("POST", f"/agents/{agent_id}/delete", {}))
+
+    async def find_user(self, ref: str) -> int:
+        for user in await self.users():
+            if ref.strip() in (user.name, str(user.id)):
+                return user.id
+        raise NotFound(f"no user {ref!r}")
+
+    async def delete_user(self, user_id: int, with_agents: bool = False) -> ActionResult:
+        return ActionResult.from_json(await self._json("POST", f"/users/{user_id}/delete",
+                                                       {"with_agents": with_agents}))
+
+    async def set_parameters(self, agent_id: int, values: dict[str, Any]) -> ActionResult:
+        return ActionResult.from_json(await self._json("POST", f"/agents/{agent_id}/parameters",
+                                                       {"parameters": values}))

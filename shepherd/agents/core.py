@@ -74,7 +74,9 @@ class Request:
     (0: none is awaited); ``submitted`` is when it was queued (``time.perf_counter()``; 0: not noted).
     ``group`` is the vector session the actor belongs to (0: a session of its own): a group's actors step
     together, so a learner must never make one of them wait for another's progress. ``mask`` is the
-    client's action mask for this act (a flat boolean array, true where allowed; None: every action)."""
+    client's action mask for this act (a flat boolean array, true where allowed; None: every action).
+    ``raw_obs`` and ``raw_reward`` are what the client sent, kept when the learner's filters replaced ``obs``
+    or ``reward`` (``agents/filters.py``; None: nothing was replaced)."""
 
     kind: Kind
     actor: int
@@ -86,6 +88,8 @@ class Request:
     submitted: float = 0.0
     group: int = 0
     mask: Any = None
+    raw_obs: Any = None
+    raw_reward: float | None = None
 
 
 class Outcome(enum.Enum):

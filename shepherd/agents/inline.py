@@ -218,10 +218,12 @@ class GreedyActor:
     older, `act` returns None (the learner answers that step) and asking makes the learner publish anew.
     """
 
-    def __init__(self, plan: Plan, source: WeightSource, to_env: Callable[[np.ndarray], Any], name: str) -> None:
+    def __init__(self, plan: Plan, source: WeightSource, to_env: Callable[[np.ndarray], Any], name: str,
+                 normalize: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
         self.plan = plan
         self.source = source
         self.to_env = to_env
+        self.normalize = normalize  # the agent's observation filter, with the learner's current statistics
         self.name = name
         self.broken = False
         self._greedy: Greedy | None = None
@@ -249,7 +251,10 @@ class GreedyActor:
             width = next(len(mask) for mask in masks if mask is not None)
             rows = np.stack([np.ones(width, dtype=bool) if mask is None else mask for mask in masks])
         try:
-            return self.to_env(self._greedy(np.stack(observations), rows)), weights.version  # type: ignore[misc]
+            batch = np.stack(observations)
+            if self.normalize is not None:
+                batch = self.normalize(batch)
+            return self.to_env(self._greedy(batch, rows)), weights.version  # type: ignore[misc]
         except Exception:  # a snapshot's bug must cost speed, not the request: the learner answers it
             logger.exception("agent %s: the greedy snapshot failed; the learner answers instead", self.name)
             self.broken = True
@@ -265,13 +270,16 @@ class GreedyActor:
 
 
 def greedy_actor(policy: Any, observation_space: gym.Space, source: WeightSource,
-                 to_env: Callable[[np.ndarray], Any], name: str) -> GreedyActor | None:
+                 to_env: Callable[[np.ndarray], Any], name: str,
+                 normalize: Callable[[np.ndarray], np.ndarray] | None = None) -> GreedyActor | None:
     """A greedy actor for a policy that numpy can serve and that agrees with torch on its current
-    weights; None otherwise. Call it before the learner starts (it reads the policy)."""
+    weights; None otherwise. ``normalize`` is the agent's observation normalisation, applied to each batch
+    first (it reads the learner's statistics as they are). Call it before the learner starts (it reads the
+    policy)."""
     found = plan(policy, observation_space)
     if found is None:
         return None
     if not agrees(found.bind(weights_of(policy)), policy, observation_space):
         logger.warning("agent %s: the greedy snapshot disagrees with the policy; not used", name)
         return None
-    return GreedyActor(found, source, to_env, name)
+    return GreedyActor(found, source, to_env, name, normalize)

@@ -43,6 +43,7 @@ from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.type_aliases import TrainFreq, TrainFrequencyUnit
 
 from shepherd.agents.core import ActMode, Kind, Request
+from shepherd.agents.filters import Filtering
 from shepherd.agents.sb3 import SB3Algorithm, stack_observations
 
 logger = logging.getLogger(__name__)
@@ -131,8 +132,8 @@ class OffPolicyAdapter(SB3Algorithm):
                 action = self.actions.to_env(buffer_action)
             else:
                 action = buffer_action
-            if actor is not None:
-                actor.obs, actor.action = message.obs, buffer_action
+            if actor is not None:  # the replay buffer keeps observations before normalisation
+                actor.obs, actor.action = _sent(message.obs, message.raw_obs), buffer_action
             self.answer_env(message, action)
 
     def _acts_randomly(self, message: Request, drawn: dict[int, bool]) -> bool:
@@ -168,7 +169,8 @@ class OffPolicyAdapter(SB3Algorithm):
 
     def _store(self, actor: _Actor, message: Request) -> None:
         done = message.kind is Kind.END
-        self._row.append((actor.obs, message.obs, actor.action, message.reward, done, done and message.truncated))
+        self._row.append((actor.obs, _sent(message.obs, message.raw_obs), actor.action,
+                          _sent(message.reward, message.raw_reward), done, done and message.truncated))
         if len(self._row) < self._n_envs:
             return
         row, self._row = self._row, []
@@ -202,6 +204,12 @@ class OffPolicyAdapter(SB3Algorithm):
         self.after_update(started)
         model.policy.set_training_mode(False)
 
+    def use_filters(self, filtering: Filtering) -> None:
+        """SB3's replay buffer keeps what the client sent and normalises each sampled batch through
+        ``_vec_normalize_env``, as under ``VecNormalize``."""
+        super().use_filters(filtering)
+        self.model._vec_normalize_env = filtering  # type: ignore[assignment]
+
     # -- checkpoints -------------------------------------------------------------------------------
     def _counters(self) -> dict[str, Any]:
         return {**super()._counters(), "n_calls": int(getattr(self.model, "_n_calls", 0)),
@@ -222,3 +230,8 @@ class OffPolicyAdapter(SB3Algorithm):
         logger.info("agent %s: training resumes once the replay buffer holds %d transitions", self.name,
                     self._min_buffer)
 
+
+
+def _sent(value: Any, raw: Any) -> Any:
+    """What the client sent: ``raw`` when a filter replaced ``value``."""
+    return value if raw is None else raw

@@ -28,13 +28,14 @@ from stable_baselines3.common.noise import ActionNoise, NormalActionNoise, Ornst
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from shepherd.agents import inline
+from shepherd.agents.filters import Filtering, check_filters, policy_space
 from shepherd.agents.off_policy import OffPolicyAdapter
 from shepherd.agents.on_policy import OnPolicyAdapter
 from shepherd.agents.parameters import (LinearSchedule, Parameter, ParameterError, ParamType, coerce,
                                         from_signature)
 from shepherd.agents.sb3 import SB3Algorithm, SpacesEnv
 from shepherd.agents.worker import ThreadedLearner
-from shepherd.definition import AgentDefinition, Sharing
+from shepherd.definition import AgentDefinition, Filters, Sharing
 from shepherd.spaces import parse_space
 
 EVERY_ACTION_SPACE = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
@@ -229,8 +230,12 @@ def check_agent(definition: AgentDefinition) -> tuple[Algorithm, dict[str, Any]]
     if not isinstance(definition.parameters, dict):
         raise ParameterError("parameters must be an object of name: value")
     info = algorithm_info(definition.algorithm)
-    check_spaces(info.name, parse_space(definition.observation_space, "observation_space"),
-                 parse_space(definition.action_space, "action_space"))
+    observation_space = parse_space(definition.observation_space, "observation_space")
+    check_spaces(info.name, observation_space, parse_space(definition.action_space, "action_space"))
+    try:
+        check_filters(definition.filters, observation_space, info.on_policy)
+    except ValueError as error:
+        raise ParameterError(str(error)) from None
     return info, check_parameters(info.name, definition.parameters)
 
 
@@ -298,29 +303,42 @@ def policy_name(observation_space: spaces.Space, algorithm: str = "PPO") -> str:
 
 
 def build_learner(algorithm: str, name: str, observation_space: spaces.Space, action_space: spaces.Space,
-                  values: dict[str, Any], total_steps: int | None) -> ThreadedLearner:
-    """Build a fresh SB3 model for the spaces, wrapped in its family's adapter on a worker (not yet started).
+                  values: dict[str, Any], total_steps: int | None, filters: Filters | None = None) -> ThreadedLearner:
+    """Build a fresh SB3 model for the spaces, wrapped in its family's adapter on a worker (not yet started),
+    behind the agent's ``filters`` (the model sees the observation space they make: stacked frames).
 
     Raises:
-        ParameterError: bad parameters or spaces the algorithm cannot handle.
+        ParameterError: bad parameters, filters, or spaces the algorithm cannot handle.
     """
     info = algorithm_info(algorithm)
+    filters = filters or Filters()
     check_spaces(algorithm, observation_space, action_space)
-    kwargs, n_envs = sb3_arguments(algorithm, action_space, values)
-    env = DummyVecEnv([lambda: SpacesEnv(observation_space, action_space)] * n_envs)
     try:
-        model = info.sb3_class(policy_name(observation_space, algorithm), env, device="cpu", verbose=0, **kwargs)
+        check_filters(filters, observation_space, info.on_policy)
+    except ValueError as error:
+        raise ParameterError(str(error)) from None
+    kwargs, n_envs = sb3_arguments(algorithm, action_space, values)
+    seen = policy_space(filters, observation_space)
+    env = DummyVecEnv([lambda: SpacesEnv(seen, action_space)] * n_envs)
+    try:
+        model = info.sb3_class(policy_name(seen, algorithm), env, device="cpu", verbose=0, **kwargs)
         model.set_logger(Logger(folder=None, output_formats=[]))
         adapter = info.family(model, name, total_steps)
     except (ValueError, AssertionError, TypeError, KeyError) as error:
         raise ParameterError(f"{info.name} rejected its parameters: {error}") from None
-    greedy = inline.greedy_actor(model.policy, observation_space, adapter, adapter.actions.to_env, name)
+    filtering = None
+    if filters.active:
+        filtering = Filtering(filters, observation_space, float(getattr(model, "gamma", 0.99)))
+        adapter.use_filters(filtering)
+    greedy = None
+    if filters.frame_stack <= 1:  # stacks are kept per actor by the learner: it answers every step
+        greedy = inline.greedy_actor(model.policy, seen, adapter, adapter.actions.to_env, name,
+                                     None if filtering is None or not filtering.keys else filtering.normalize_obs)
     return ThreadedLearner(adapter, greedy)
 
 
-#: how each sharing mode builds an agent's learner: (algorithm, name, spaces, values, total steps) -> learner
-LEARNER_FACTORIES: dict[Sharing, Callable[[str, str, spaces.Space, spaces.Space, dict[str, Any], int | None],
-                                          ThreadedLearner]] = {Sharing.POOLED: build_learner}
+#: how each sharing mode builds an agent's learner: (algorithm, name, spaces, values, total steps, filters)
+LEARNER_FACTORIES: dict[Sharing, Callable[..., ThreadedLearner]] = {Sharing.POOLED: build_learner}
 
 
 def learner_for(definition: AgentDefinition, values: dict[str, Any], total_steps: int | None) -> ThreadedLearner:
@@ -331,7 +349,7 @@ def learner_for(definition: AgentDefinition, values: dict[str, Any], total_steps
     """
     check_agent(definition)
     return LEARNER_FACTORIES[definition.sharing](definition.algorithm, definition.name, parse_space(definition.observation_space),
-                   parse_space(definition.action_space), values, total_steps)
+                   parse_space(definition.action_space), values, total_steps, filters=definition.filters)
 
 
 def registry_records() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -23,7 +23,8 @@ from shepherd.agents import checkpoint
 from shepherd.agents.core import Answer, Outcome, Request, VersionedWeights
 from shepherd.agents.inline import weights_of
 from shepherd.agents.timing import WORK_BUCKETS, Histogram
-from shepherd.agents.transforms import ActionTransform, Identity, ObservationTransform
+from shepherd.agents.filters import Filtering
+from shepherd.agents.transforms import ActionTransform
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ class SB3Algorithm:
         self.observation_space = model.observation_space
         self.action_space = model.action_space
         self.draining = False
-        self.observations: ObservationTransform = Identity()
+        self.filtering: Filtering | None = None  # the agent's filters, if any (`use_filters`)
         self.actions = ActionTransform(model.action_space, scaled_actions)
         self._answers: list[Answer] = []
         self._version = 0
@@ -112,6 +113,16 @@ class SB3Algorithm:
         self._published = VersionedWeights(self._version, weights_of(self.model.policy))
 
     # -- hooks -----------------------------------------------------------------------------------
+    def use_filters(self, filtering: Filtering) -> None:
+        """Filter every batch from now on (before `start`); an off-policy subclass also hands them to
+        SB3's replay buffer."""
+        self.filtering = filtering
+
+    def filter(self, requests: list[Request]) -> None:
+        """Apply the agent's filters to a batch before `process` (in place)."""
+        if self.filtering is not None:
+            self.filtering.apply(requests)
+
     def process(self, requests: list[Request]) -> None:
         raise NotImplementedError
 
@@ -124,11 +135,19 @@ class SB3Algorithm:
     def stop_waiting(self, outcome: Outcome, detail: str) -> None:
         pass
 
+    def set_live_parameters(self, values: dict[str, Any]) -> None:
+        """Set parameters checked by `shepherd.agents.live.check_live` on the model (the learner's thread)."""
+        from shepherd.agents import live
+
+        live.apply(self.model, values)
+
     # -- checkpoints -----------------------------------------------------------------------------
     def write_checkpoint(self, path: Path, state: dict[str, Any]) -> None:
         buffer = io.BytesIO()
         self.model.save(buffer)
-        counters = {**self._counters(), "version": self._version, "observations": self.observations.state()}
+        counters = {**self._counters(), "version": self._version}
+        if self.filtering is not None:
+            counters["filters"] = self.filtering.state()
         checkpoint.write(path, buffer.getvalue(), counters, state)
         logger.info("agent %s checkpointed at %d steps", self.name, self.steps)
 
@@ -141,7 +160,8 @@ class SB3Algorithm:
         counters = state.get("learner", {})
         self._restore_counters(counters)
         self._version = int(counters.get("version", self.model._n_updates))
-        self.observations.load(counters.get("observations", {}))
+        if self.filtering is not None:
+            self.filtering.load(counters.get("filters", {}))
         self._published = None
         return state
 

@@ -1,43 +1,18 @@
 """The transform stage between a client and a policy: observations in, actions out.
 
 A learner and its greedy snapshot apply the same stage, so an action is the same whichever answers it.
-Today the stage is SB3's own action handling (scaling into [-1, 1] and back, clipping to a ``Box``);
-observation filters (normalisation, frame stacking) belong here too, as further `ObservationTransform`s,
-with their statistics saved by `state` in the checkpoint.
+The actions' side is SB3's own action handling (scaling into [-1, 1] and back, clipping to a ``Box``); the
+observations' side is the agent's filters (normalisation, reward scaling, frame stacking: ``filters.py``),
+with their statistics saved in the checkpoint.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 
-from shepherd.agents.core import Observation
-
-
-class ObservationTransform(Protocol):
-    """A filter from the client's observation to the policy's input."""
-
-    def __call__(self, obs: Observation) -> Observation: ...
-
-    def state(self) -> dict[str, Any]:
-        """Statistics to save with a checkpoint."""
-
-    def load(self, state: dict[str, Any]) -> None: ...
-
-
-class Identity:
-    """No observation filter: the policy sees what the client sends."""
-
-    def __call__(self, obs: Observation) -> Observation:
-        return obs
-
-    def state(self) -> dict[str, Any]:
-        return {}
-
-    def load(self, state: dict[str, Any]) -> None:
-        pass
 
 
 class ActionTransform:

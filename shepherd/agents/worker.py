@@ -40,6 +40,9 @@ class Algorithm(Protocol):
     @property
     def steps(self) -> int: ...
 
+    def filter(self, requests: list[Request]) -> None:
+        """Filter a batch's observations and rewards in place, before `process` sees any of it."""
+
     def process(self, requests: list[Request]) -> None:
         """Handle episode requests in arrival order; answer every act with one batched forward pass."""
 
@@ -67,7 +70,7 @@ class Algorithm(Protocol):
 class _Control:
     """A request to the worker itself, not to the algorithm."""
 
-    what: str  # "checkpoint", "drain" or "stop"
+    what: str  # "checkpoint", "set" (live parameters), "drain" or "stop"
     future: Future | None = None
     payload: Any = None
 
@@ -230,6 +233,15 @@ class ThreadedLearner:
         self._queue.put(_Control("checkpoint", future, (path, state)))
         return future
 
+    def set_parameters(self, values: dict[str, Any]) -> Future:
+        """Hand checked parameter values to the algorithm on the worker's thread, between two batches (so
+        between two updates); the future settles once they are set (with the algorithm's error, if any)."""
+        future: Future = Future()
+        if self._refused(future):
+            return future
+        self._queue.put(_Control("set", future, dict(values)))
+        return future
+
     def checkpoint_mismatch(self, path: Path) -> list[str]:
         """How the weights saved at ``path`` differ from this learner's model (empty: they fit); only for
         algorithms that can tell (SB3's), else empty. Call before `start`."""
@@ -350,6 +362,7 @@ class ThreadedLearner:
         algorithm, stats = self.algorithm, self.stats
         started, updating, writing, asked = time.perf_counter(), stats.updates.sum, 0.0, 0
         algorithm.before_batch()
+        algorithm.filter([message for message in batch if isinstance(message, Request)])
         run: list[Request] = []
         for message in batch:
             if isinstance(message, Request):
@@ -377,6 +390,13 @@ class ThreadedLearner:
                 writing += took
                 stats.checkpoints.observe(took)
                 message.future.set_result(path)  # type: ignore[union-attr]
+            elif message.what == "set":
+                try:
+                    algorithm.set_live_parameters(message.payload)  # type: ignore[attr-defined]
+                except Exception as error:  # noqa: BLE001 - the caller hears it; learning goes on
+                    message.future.set_exception(error)  # type: ignore[union-attr]
+                else:
+                    message.future.set_result(None)  # type: ignore[union-attr]
             elif message.what == "stop":
                 algorithm.stop_waiting(Outcome.CLOSED, f"agent {self.name} is shut down")
                 return False

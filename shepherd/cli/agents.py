@@ -13,6 +13,8 @@ from shepherd.cli.common import EXIT_OK, UsageError
 from shepherd.definition import Sharing
 
 AGENT_HELP = "the agent: its id, owner/name, or a name only one agent has"
+#: shepherd.admin.EXPORT_FORMATS, not imported here: the admin package imports torch, and --help must not wait
+EXPORT_FORMATS = ("sb3", "onnx")
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -38,6 +40,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                      help="a stable-baselines3 parameter, checked against its type; repeat for more "
                           "(VALUE is read as JSON when it parses, e.g. policy_kwargs='{\"net_arch\": [64, 64]}')")
     add.add_argument("--sharing", default=Sharing.POOLED.value, help="knowledge-sharing mode (default %(default)s)")
+    add.add_argument("--filters", type=json_value, metavar="JSON", default=None,
+                     help="observation and reward filters, e.g. '{\"normalize_observations\": true, "
+                          "\"normalize_rewards\": true}' (fields: docs/presets.md)")
     add.add_argument("--key", action="store_true", help="also create an API key for it and print it")
     add_data_option(add)
     add.set_defaults(func=command(add_agent))
@@ -51,7 +56,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
             ("show", show_agent, "show an agent: spaces, parameters, phase, steps, sessions, model, keys"),
             ("delete-model", delete_model, "delete the agent's saved model zip"),
             ("delete-curve", delete_curve, "delete the agent's learning curve (its episode returns)"),
-            ("restart", restart_agent, "forget the agent's model and counters and end its sessions")):
+            ("restart", restart_agent, "forget the agent's model and counters and end its sessions"),
+            ("delete", delete_agent, "delete the agent: its sessions end (clients get 410), its API keys are "
+                                     "removed, its folder (model, returns) moves to the data folder's trash/")):
         sub = actions.add_parser(name, help=summary, description=summary[0].upper() + summary[1:] + ".")
         sub.add_argument("agent", help=AGENT_HELP)
         add_data_option(sub)
@@ -68,12 +75,33 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     add_data_option(metrics)
     metrics.set_defaults(func=command(show_metrics))
 
-    export = actions.add_parser("export", help="write the agent's model zip (stable-baselines3's format)",
-                                description="Write the agent's model zip; load it with e.g. PPO.load(path). "
-                                            "A running server checkpoints the agent first.")
+    set_param = actions.add_parser(
+        "set-param", help="change parameters that a live learner honours, without a restart",
+        description="Change parameters of an agent that its learner honours between two updates (learning_rate, "
+                    "ent_coef, clip_range, exploration rates, ...: the error names those of its algorithm); "
+                    "typed and checked like preset values. A running server's learner takes them before its next "
+                    "update; the store keeps them, so a restart keeps them. A preset's agent takes the preset's "
+                    "values again when that preset is served: change the preset (or its -cp) too.",
+        epilog="Example: python run.py agents set-param cartpole learning_rate=0.0001 ent_coef=0.01")
+    set_param.add_argument("agent", help=AGENT_HELP)
+    set_param.add_argument("values", nargs="+", type=parameter, metavar="NAME=VALUE",
+                           help="a parameter and its value (read as JSON when it parses: 0.0001, \"lin_0.001\")")
+    add_data_option(set_param)
+    set_param.set_defaults(func=command(set_parameters))
+
+    export = actions.add_parser("export", help="write the agent's model zip (stable-baselines3's format) or its "
+                                               "greedy policy as ONNX",
+                                description="Write the agent's model zip (--format sb3; load it with e.g. "
+                                            "PPO.load(path)) or its greedy policy as one ONNX file (--format onnx: "
+                                            "observation filters and action unscaling included, runs with "
+                                            "onnxruntime alone; see docs/export.md). A running server "
+                                            "checkpoints the agent first.")
     export.add_argument("agent", help=AGENT_HELP)
+    export.add_argument("--format", choices=EXPORT_FORMATS, default="sb3",
+                        help="sb3: stable-baselines3's zip; onnx: the greedy policy (default %(default)s)")
     export.add_argument("-o", "--output", type=Path,
-                        help="file to write (default OWNER-NAME-model.zip), outside the data folder")
+                        help="file to write (default OWNER-NAME-model.zip, or OWNER-NAME-policy.onnx), outside "
+                             "the data folder")
     export.add_argument("--force", action="store_true", help="replace the output file if it exists")
     add_data_option(export)
     export.set_defaults(func=command(export_model))
@@ -111,7 +139,7 @@ async def add_agent(operations, args: argparse.Namespace) -> int:
     try:
         definition = AgentDefinition(name=args.name, algorithm=args.algorithm, parameters=parameters,
                                      observation_space=args.observation_space, action_space=args.action_space,
-                                     sharing=args.sharing)
+                                     sharing=args.sharing, filters=args.filters)
     except ValueError as error:
         raise UsageError(str(error)) from None
     view = await operations.add_agent(NewAgent(owner=args.owner, definition=definition))
@@ -146,6 +174,7 @@ async def show_agent(operations, args: argparse.Namespace) -> int:
         ("observation space", json.dumps(view.observation_space)),
         ("action space", json.dumps(view.action_space)),
         ("parameters", ", ".join(f"{k}={json.dumps(v)}" for k, v in view.parameters.items()) or "SB3's defaults"),
+        ("filters", ", ".join(f"{k}={json.dumps(v)}" for k, v in view.filters.items()) or "none"),
         ("phase", view.phase + (f" ({view.failure})" if view.failure else "")),
         ("steps", f"{view.steps} ({view.steps_per_second:.1f} steps/s)"),
         ("sessions", view.sessions),
@@ -170,18 +199,19 @@ async def export_model(operations, args: argparse.Namespace) -> int:
     from shepherd.storage import atomic_write_bytes
 
     view = await operations.agent(await operations.resolve(args.agent))
-    path = args.output or Path(f"{view.owner}-{view.name}-model.zip")
+    onnx = args.format == "onnx"
+    path = args.output or Path(f"{view.owner}-{view.name}-{'policy.onnx' if onnx else 'model.zip'}")
     if path.resolve().is_relative_to(Path(args.data).resolve()):
         raise UsageError(f"{path} is inside the data folder {args.data}, which only the server writes; "
                          "give -o a path outside it")
     if path.exists() and not args.force:
         raise UsageError(f"{path} exists; add --force to replace it, or give another -o")
-    data = await operations.export_model(view.id)
+    data = await (operations.export_policy(view.id, "onnx") if onnx else operations.export_model(view.id))
     try:
         atomic_write_bytes(path, data)
     except OSError as error:
         raise UsageError(f"cannot write {path}: {error.strerror or error}") from None
-    print(f"model of agent {view.ref} written to {path} ({len(data)} bytes)")
+    print(f"{'greedy policy (ONNX)' if onnx else 'model'} of agent {view.ref} written to {path} ({len(data)} bytes)")
     return EXIT_OK
 
 
@@ -213,4 +243,17 @@ async def delete_curve(operations, args: argparse.Namespace) -> int:
 
 async def restart_agent(operations, args: argparse.Namespace) -> int:
     print((await operations.restart(await operations.resolve(args.agent))).message)
+    return EXIT_OK
+
+
+async def delete_agent(operations, args: argparse.Namespace) -> int:
+    print((await operations.delete_agent(await operations.resolve(args.agent))).message)
+    return EXIT_OK
+
+
+async def set_parameters(operations, args: argparse.Namespace) -> int:
+    values = dict(args.values)
+    if len(values) != len(args.values):
+        raise UsageError("a parameter is given twice")
+    print((await operations.set_parameters(await operations.resolve(args.agent), values)).message)
     return EXIT_OK

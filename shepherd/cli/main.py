@@ -12,9 +12,10 @@ import sys
 
 from shepherd.cli import agents, algorithms, keys, presets, serve, users
 from shepherd.cli.common import EXIT_USAGE, UsageError
+from shepherd.deploy import cli as deploy
 
 #: modules that add subcommands: each has ``add_parser(subparsers)``, which sets ``func`` (args -> exit code)
-COMMAND_MODULES: list = [users, agents, keys, algorithms, presets]
+COMMAND_MODULES: list = [users, agents, keys, algorithms, presets, deploy]
 
 
 class Parser(argparse.ArgumentParser):

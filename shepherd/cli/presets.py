@@ -57,6 +57,10 @@ def list_presets_command() -> int:
         print(f"{entry.name:<{width}}  {entry.kind:<6}  {entry.description}")
     print("\nrun.py -p NAME serves one (python: presets/NAME.py, yaml: presets/NAME.yaml); run.py check NAME "
           "checks it.")
+    from shepherd.graph.zoo import zoo_folder
+
+    installed = "installed" if zoo_folder() is not None else "not installed: zoo:FILE.yml#ENV_ID only"
+    print(f"RL Zoo's hyperparameters: -p zoo:ALGO/ENV_ID (rl_zoo3 {installed}), or -p zoo:FILE.yml#ENV_ID.")
     return EXIT_OK
 
 
@@ -67,24 +71,31 @@ def check_command(args: argparse.Namespace) -> int:
 
     overrides = [*(getattr(args, "overrides", None) or []), *(args.check_overrides or [])]
     seed = args.check_seed if args.check_seed is not None else getattr(args, "seed", None)
+    zoo = args.preset.startswith("zoo:")  # RL Zoo's hyperparameters (shepherd.graph.zoo)
+    shown = args.preset
     try:
-        path = preset_path(args.preset)
+        if zoo:
+            from shepherd.graph.zoo import zoo_source
+
+            shown = zoo_source(args.preset).shown
+        else:
+            shown = shown_path(preset_path(args.preset))
         graph = load_preset(args.preset, overrides=overrides, seed=seed)
         problems = graph.build_problems()
         if problems:
-            raise InvalidPreset(problems).located(shown_path(path))
+            raise InvalidPreset(problems).located(shown)
     except InvalidPreset as error:
         count = len(error.problems)
-        print(f"preset {shown_path(path)}: {count} problem{'s' if count != 1 else ''}", file=sys.stderr)
+        print(f"preset {shown}: {count} problem{'s' if count != 1 else ''}", file=sys.stderr)
         for problem in error.problems:
             print(f"  {problem}", file=sys.stderr)
         return EXIT_USAGE
     except PresetError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    kind = "python" if path.suffix == ".py" else "yaml"
-    print(f"preset {graph.name} ({kind}, {shown_path(path)}): ok" + (f" - {graph.description}" if graph.description
-                                                                     else ""))
+    kind = "zoo" if zoo else "python" if shown.endswith(".py") else "yaml"
+    print(f"preset {graph.name} ({kind}, {shown}): ok" + (f" - {graph.description}" if graph.description
+                                                          else ""))
     for line in summary(graph):
         print(line)
     return EXIT_OK
@@ -102,6 +113,9 @@ def summary(graph: GraphManager) -> list[str]:
         if spec.parameters:
             lines.append("    parameters: " + ", ".join(f"{name}={json.dumps(value)}"
                                                        for name, value in spec.parameters.items()))
+        if spec.filters.active:
+            lines.append("    filters: " + ", ".join(f"{name}={json.dumps(value)}"
+                                                    for name, value in spec.filters.to_json().items()))
     schedule = graph.schedule
     lines.append(f"  schedule: {describe_schedule(schedule)}; checkpoint every {schedule.checkpoint_every_steps:,} "
                  f"steps or {schedule.checkpoint_every_seconds:g} s")

@@ -4,10 +4,10 @@ from shepherd.graph.manager import DEFAULT_SCHEDULE, AgentSpec, GraphManager, Pr
 from shepherd.graph.presets import list_presets, load_preset
 from shepherd.graph.runtime import AgentRuntime, AgentStats
 from shepherd.graph.schedule import EvaluationResult, PhaseTracker, Schedule
-from shepherd.graph.sessions import (Acted, ActTimeout, Conflict, Session, SessionTable, StepInput, TooManyEnvs,
+from shepherd.graph.sessions import (Acted, ActTimeout, Conflict, Gone, Session, SessionTable, StepInput, TooManyEnvs,
                                      TooManySessions, Unauthorized, VectorStepInput, WrongShape, check_mask)
 
 __all__ = ["DEFAULT_SCHEDULE", "ActTimeout", "Acted", "AgentRuntime", "AgentSpec", "AgentStats", "Conflict",
-           "EvaluationResult", "GraphManager", "PhaseTracker", "PresetError", "PresetValidation", "Schedule", "Serving",
+           "EvaluationResult", "Gone", "GraphManager", "PhaseTracker", "PresetError", "PresetValidation", "Schedule", "Serving",
            "Session", "SessionTable", "StepInput", "TooManyEnvs", "TooManySessions", "Unauthorized", "VectorStepInput", "check_mask",
            "WrongShape", "list_presets", "load_preset"]

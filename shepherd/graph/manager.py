@@ -22,7 +22,7 @@ from shepherd.graph.runtime import AgentRuntime
 from shepherd.graph.schedule import EvaluationResult, Schedule
 from shepherd.graph.served import ServedAgents
 from shepherd.graph.sessions import Acted, Session, SessionTable, StepInput, TooManyEnvs, Unauthorized, VectorStepInput
-from shepherd.definition import AgentDefinition
+from shepherd.definition import AgentDefinition, Filters
 from shepherd.spaces import SpaceError, parse_space, space_to_json
 from shepherd.storage import AgentRecord, Store, hash_key
 
@@ -281,7 +281,7 @@ class GraphManager:
             parameters = check_parameters(spec.algorithm, spec.parameters)
             if record is None:
                 record = store.add_agent(owner.id, spec.name, algorithm_info(spec.algorithm).name, spec.observation_space,
-                                         spec.action_space, parameters, spec.sharing.value)
+                                         spec.action_space, parameters, spec.sharing.value, spec.filters.to_json())
                 created_keys[spec.name], _ = store.add_api_key(record.id, label="created by preset")
             else:
                 record = self._reconcile(record, spec, parameters)
@@ -308,15 +308,16 @@ class GraphManager:
                 f"agent {spec.name!r} exists in the store with algorithm {record.algorithm} and other spaces, "
                 "so its model cannot serve the preset's: give the preset's agent another name, or serve the "
                 "preset with another --data")
-        if record.parameters != parameters:
-            self._check_model_fits(record, parameters)
-            logger.info("agent %s: parameters updated from the preset", spec.name)
-            record = self.store.update_agent(record.id, parameters=parameters)
+        filters = spec.filters.to_json()
+        if record.parameters != parameters or record.filters != filters:
+            self._check_model_fits(record, parameters, spec.filters)
+            logger.info("agent %s: parameters and filters updated from the preset", spec.name)
+            record = self.store.update_agent(record.id, parameters=parameters, filters=filters)
         return record
 
-    def _check_model_fits(self, record: AgentRecord, parameters: dict[str, Any]) -> None:
-        """Before the store takes a preset's changed parameters: the agent's saved model must still load
-        into the network they build (another ``net_arch``, say, does not).
+    def _check_model_fits(self, record: AgentRecord, parameters: dict[str, Any], filters: Filters) -> None:
+        """Before the store takes a preset's changed parameters or filters: the agent's saved model must still
+        load into the network they build (another ``net_arch`` or ``frame_stack``, say, does not).
 
         Raises:
             PresetError: one line with what differs and the choices; nothing was changed.
@@ -326,7 +327,7 @@ class GraphManager:
             return
         schedule = self.schedule_for(record)
         try:
-            learner = learner_for(replace(record.definition, parameters=parameters),
+            learner = learner_for(replace(record.definition, parameters=parameters, filters=filters),
                                   learner_values(record.algorithm, parameters, schedule), schedule.improve_steps)
             differences = learner.checkpoint_mismatch(path)
         except ParameterError as error:
@@ -334,7 +335,7 @@ class GraphManager:
         if differences:
             shown = "; ".join(differences[:3]) + (f"; and {len(differences) - 3} more" if len(differences) > 3 else "")
             raise PresetError(
-                f"agent {record.name!r}: the preset's parameters build a network that no longer fits its saved "
+                f"agent {record.name!r}: the preset's parameters and filters build a network that no longer fits its saved "
                 f"model ({shown}); nothing was changed. Choose one: start the agent afresh with `run.py agents "
                 f"restart {record.name}` (its model is discarded), give the preset's agent another name, or "
                 "serve the preset with another --data")

@@ -38,14 +38,14 @@ import yaml
 
 from shepherd.agents import ParameterError, algorithm_info, parameters
 from shepherd.agents.parameters import Parameter, ParamType, coerce
-from shepherd.definition import AgentDefinition, Sharing
+from shepherd.definition import AgentDefinition, Filters, Sharing
 from shepherd.graph.manager import (AgentSpec, GraphManager, InvalidPreset, PresetError, PresetValidation, Problem,
                                     preset_problems)
 from shepherd.graph.schedule import Schedule
 
 #: the keys of a preset, of each of its agents, and the agents' keys without a default
 PRESET_KEYS = ("owner", "description", "agents", "schedule", "validation")
-AGENT_KEYS = ("name", "algorithm", "observation_space", "action_space", "parameters", "sharing")
+AGENT_KEYS = ("name", "algorithm", "observation_space", "action_space", "parameters", "sharing", "filters")
 AGENT_REQUIRED = ("name", "algorithm", "observation_space", "action_space")
 #: the file suffixes of YAML presets
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -162,8 +162,13 @@ def _agent(data: Any, index: int, problems: list[Problem]) -> AgentSpec | None:
     except ValueError as error:
         problems.append(Problem(f"{where}.sharing", str(error)))
         return None
+    try:
+        filters = Filters.parse(values.get("filters"))
+    except ValueError as error:
+        problems.append(Problem(f"{where}.filters", str(error)))
+        return None
     return AgentDefinition(values["name"], values["algorithm"], values["observation_space"], values["action_space"],
-                           dict(values.get("parameters") or {}), sharing)
+                           dict(values.get("parameters") or {}), sharing, filters)
 
 
 def graph_from_data(data: Any, name: str = "") -> GraphManager:
@@ -370,6 +375,14 @@ def _set_agent(agents: list[dict[str, Any]], key: list[str], value: Any) -> str:
     if field not in AGENT_KEYS:
         raise PresetError(f"unknown key {field!r} in agents.{names[index]}; known: {_known(AGENT_KEYS)}")
     agent = agents[index]
+    if field == "filters" and rest:
+        known_filters = [f.name for f in dataclasses.fields(Filters)]
+        if rest[0] not in known_filters or len(rest) > 1:
+            raise PresetError(f"unknown key {'.'.join(rest)!r} in agents.{names[index]}.filters; known: "
+                              f"{_known(known_filters)}")
+        if agent.get("filters") is None:
+            agent["filters"] = {}
+        return _set_in(agent, "filters", rest, value, f"{where}.filters", free=True)
     if field != "parameters" or not rest:
         return _set_in(agent, field, rest, value, f"{where}.{field}", free=False)
     parameter = rest.pop(0)

@@ -127,6 +127,10 @@ def load_preset(name: str, folder: Path | None = None, overrides: Sequence[str] 
         PresetError: the file is missing, does not define a GraphManager, or the preset is invalid (an
             `InvalidPreset` listing every problem, each with its file or its ``-cp``).
     """
+    if name.startswith("zoo:"):  # RL Zoo's hyperparameters: shepherd.graph.zoo
+        from shepherd.graph import zoo
+
+        return zoo.load(name, list(overrides), seed)
     path = preset_path(name, folder)
     problems: list[Problem] = []
     parsed = []

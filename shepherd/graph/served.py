@@ -1,6 +1,7 @@
-"""The agents a graph serves, and their lifecycle verbs: status, restart, export, delete the model or the
-curve, end a key's sessions, add, drain, close. Each verb is one call, safe at any moment (one verb at a
-time per agent), and works as well on a data folder that no server serves (an offline graph).
+"""The agents a graph serves, and their lifecycle verbs: status, restart, export (the model zip, or the
+greedy policy as ONNX), delete the model or the curve, end a key's sessions, add, drain, close. Each verb
+is one call, safe at any moment (one verb at a time per agent), and works as well on a data folder that no
+server serves (an offline graph).
 
 A restart ends the agent's sessions, stops its learner without a checkpoint, deletes its model and starts
 a fresh learner; the model is deleted only after any checkpoint in flight is written (every write is a
@@ -17,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from shepherd.agents import checkpoint
+from shepherd.agents import algorithm_info, checkpoint
+from shepherd.agents.export import NotExportable, export_adapter
+from shepherd.agents.sb3 import SB3Algorithm
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.graph.schedule import EvaluationResult
 from shepherd.graph.sessions import SessionTable
@@ -26,6 +29,7 @@ from shepherd.storage import AgentRecord, NotFound, Store
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_WAIT_SECONDS = 60.0
+NO_MODEL = "no saved model yet; it is written at the agent's first checkpoint, once it has learned"
 
 
 @dataclass(frozen=True)
@@ -144,6 +148,48 @@ class ServedAgents:
                 self._restarting.discard(agent_id)
         return ended
 
+    async def delete(self, agent_id: int) -> tuple[int, Path | None]:
+        """Delete the agent: end its sessions (their clients get `Gone` from now on), stop its learner
+        without a checkpoint, and delete it from the store (its keys with it; its folder goes to the data
+        folder's trash). Returns how many sessions ended and where the folder went.
+
+        Raises:
+            NotFound: no such agent.
+        """
+        async with self.lock(agent_id):
+            record = self.store.agent(agent_id)
+            ended = self._sessions().end_agent(agent_id, gone=f"agent {record.name} was deleted; its sessions and "
+                                                              "API keys no longer work")
+            old = self.runtimes.pop(agent_id, None)
+            self.failures.pop(agent_id, None)
+            if old is not None:
+                await asyncio.to_thread(old.discard)
+            trash = await asyncio.to_thread(self.store.delete_agent, agent_id)
+        self._locks.pop(agent_id, None)
+        return ended, trash
+
+    async def set_parameters(self, agent_id: int, values: dict[str, Any]) -> bool:
+        """Hand checked live parameter values (`shepherd.agents.live.check_live`) to the agent's learner,
+        which takes them before its next update, then keep them in the store (a restart builds the learner
+        with them). Returns whether a running learner took them (False: stored only).
+
+        Raises:
+            NotFound: no such agent.
+            Exception: what the learner raised setting them (nothing is stored then).
+        """
+        async with self.lock(agent_id):
+            record = self.store.agent(agent_id)
+            runtime = self.runtimes.get(agent_id)
+            live = runtime is not None and runtime.learner.failure is None
+            if runtime is not None and live:
+                await asyncio.wait_for(asyncio.wrap_future(runtime.learner.set_parameters(values)),
+                                       CHECKPOINT_WAIT_SECONDS)
+            record = await asyncio.to_thread(self.store.update_agent, agent_id,
+                                             parameters={**record.parameters, **values})
+            if runtime is not None:
+                runtime.record = record
+        return live
+
     async def export(self, agent_id: int) -> bytes:
         """The agent's model zip; a served agent checkpoints first, so that it has its latest weights.
 
@@ -152,14 +198,41 @@ class ServedAgents:
         """
         path = self.model_path(agent_id)
         async with self.lock(agent_id):
-            runtime = self.runtimes.get(agent_id)
-            if runtime is not None and runtime.learner.failure is None and (runtime.tracker.steps or path.exists()):
-                await _settle(runtime.checkpoint(), runtime.record.name)
+            await self._checkpoint_first(agent_id)
             try:
                 return await asyncio.to_thread(path.read_bytes)
             except FileNotFoundError:
-                raise NotFound("no saved model yet; it is written at the agent's first checkpoint, once it has "
-                               "learned") from None
+                raise NotFound(NO_MODEL) from None
+
+    async def export_onnx(self, agent_id: int) -> bytes:
+        """The agent's greedy policy as one ONNX file (`shepherd.agents.export`), built from its checkpoint;
+        a served agent checkpoints first, so that it has its latest weights.
+
+        Raises:
+            NotFound: the agent has no saved model yet.
+            NotExportable: the policy has no exact ONNX form (RecurrentPPO's, say); the message says why.
+        """
+        async with self.lock(agent_id):
+            await self._checkpoint_first(agent_id)
+            if not self.model_path(agent_id).exists():
+                raise NotFound(NO_MODEL)
+            return await asyncio.to_thread(self._onnx, self.store.agent(agent_id))
+
+    def _onnx(self, record: AgentRecord) -> bytes:
+        runtime = self._build(record)  # a learner resumed from the checkpoint, never started
+        try:
+            adapter = runtime.learner.algorithm
+            if not isinstance(adapter, SB3Algorithm):
+                raise NotExportable(f"agent {record.name}'s learner is not a stable-baselines3 one")
+            return export_adapter(adapter, record.name, algorithm_info(record.algorithm).name)
+        finally:
+            runtime.discard()
+
+    async def _checkpoint_first(self, agent_id: int) -> None:
+        runtime = self.runtimes.get(agent_id)
+        if runtime is not None and runtime.learner.failure is None and (
+                runtime.tracker.steps or self.model_path(agent_id).exists()):
+            await _settle(runtime.checkpoint(), runtime.record.name)
 
     async def delete_model(self, agent_id: int) -> bool:
         """Delete the saved model (a served agent keeps its weights and saves them again at its next

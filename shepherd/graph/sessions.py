@@ -14,25 +14,32 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
-import math
-import numbers
 import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator
 
 import numpy as np
 
 from shepherd.agents import ALGORITHMS, ActionFuture
 from shepherd.graph.runtime import AgentRuntime
-from shepherd.level import EnvSteps, LevelManager, VectorLevel
+from shepherd.level import LevelManager, VectorLevel
 from shepherd.spaces import SpaceError, check_action_mask
 from shepherd.storage import new_secret
+from shepherd.wire import StepInput, VectorStepInput
 
 
 class Unauthorized(PermissionError):
     """An unknown or revoked API key, or an unknown or expired session key."""
+
+
+#: how many session keys of deleted agents are remembered, to answer them 410 rather than 401
+GONE_REMEMBERED = 10_000
+
+
+class Gone(LookupError):
+    """The session's agent was deleted: its sessions and keys are refused for good (HTTP 410)."""
 
 
 class Conflict(RuntimeError):
@@ -49,34 +56,6 @@ class TooManySessions(RuntimeError):
     """The agent has as many sessions as it may have; ``retry_after`` is in seconds."""
 
     retry_after = 5
-
-
-@dataclass(frozen=True)
-class StepInput:
-    """One checked step of the protocol; ``seq`` is the client's optional sequence number, ``mask`` its
-    checked action mask for ``obs`` (None: every action allowed)."""
-
-    obs: Any
-    reward: float
-    done: bool
-    truncated: bool = False  # a time limit: the learner bootstraps instead of treating the end as terminal
-    seq: int | None = None
-    mask: Any = None
-
-    @classmethod
-    def of(cls, obs: Any, reward: Any, done: bool | None = None, terminated: bool | None = None,
-           truncated: bool | None = None, seq: int | None = None, mask: Any = None) -> StepInput:
-        """A step from a checked observation and gymnasium's flags: ``done`` defaults to terminated or
-        truncated, and the end is a time limit only when truncated and not also terminated.
-
-        Raises:
-            ValueError: the reward is not a finite number.
-        """
-        if isinstance(reward, bool) or not isinstance(reward, numbers.Real) or not math.isfinite(reward):
-            raise ValueError("'reward' must be a finite number")
-        if done is None:
-            done = bool(terminated) or bool(truncated)
-        return cls(obs, float(reward), bool(done), bool(done and truncated and not terminated), seq, mask)
 
 
 def check_mask(value: Any, mask_space: Any, where: str = "action_mask") -> np.ndarray:
@@ -99,52 +78,6 @@ class WrongShape(ValueError):
 
 class TooManyEnvs(ValueError):
     """A vector login asked for more envs than the server allows per session (or fewer than one)."""
-
-
-@dataclass(frozen=True)
-class VectorStepInput:
-    """One checked step of a vector session, as columns with one item per env (`EnvSteps`)."""
-
-    envs: EnvSteps
-    seq: int | None = None
-
-    @classmethod
-    def of(cls, obs: Sequence[Any], reward: Sequence[Any], terminated: Sequence[bool], truncated: Sequence[bool],
-           final_obs: Sequence[Any] | None = None, seq: int | None = None,
-           masks: Sequence[Any] | None = None) -> VectorStepInput:
-        """A vector step from checked observations and gymnasium's flags, with SB3 ``VecEnv``'s automatic
-        reset: env i's end is a time limit only when truncated and not also terminated.
-
-        Raises:
-            ValueError: the lists differ in length, a reward is not a finite number, or an env that ended
-                has no final observation (the message names the index).
-        """
-        n = len(obs)
-        for name, values in (("reward", reward), ("terminated", terminated), ("truncated", truncated)):
-            if len(values) != n:
-                raise ValueError(f"'{name}' has {len(values)} items and 'obs' {n}: one per env")
-        if masks is not None and len(masks) != n:
-            raise ValueError(f"'action_mask' has {len(masks)} items and 'obs' {n}: one mask per env")
-        if final_obs is not None and len(final_obs) != n:
-            raise ValueError(f"'final_obs' has {len(final_obs)} items and 'obs' {n}: one per env (null where "
-                             "the env did not end)")
-        for i, value in enumerate(reward):
-            if type(value) is not float and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
-                raise ValueError(f"reward[{i}] must be a finite number")
-        if not all(math.isfinite(value) for value in reward):
-            raise ValueError(f"reward[{next(i for i, v in enumerate(reward) if not math.isfinite(v))}] must be "
-                             "a finite number")
-        ended = [bool(a) or bool(b) for a, b in zip(terminated, truncated)]
-        finals = list(final_obs) if final_obs is not None else [None] * n
-        for i, (end, last) in enumerate(zip(ended, finals)):
-            if end and last is None:
-                raise ValueError(f"env {i} ended (terminated or truncated) but final_obs[{i}] is missing: send "
-                                 "its last observation there, and the next episode's first in obs")
-            if not end and last is not None:
-                raise ValueError(f"final_obs[{i}] is given but env {i} did not end; send null there")
-        limits = [bool(b) and not a for a, b in zip(terminated, truncated)]
-        return cls(EnvSteps(list(obs), [float(value) for value in reward], ended, limits, finals,
-                            None if masks is None else list(masks)), seq)
 
 
 @dataclass(frozen=True)
@@ -330,6 +263,7 @@ class SessionTable:
     def __init__(self, max_per_agent: int | None = None) -> None:
         self.max_per_agent = max_per_agent
         self._by_key: dict[str, Session] = {}
+        self._gone: dict[str, str] = {}  # session keys of deleted agents, and what to tell their clients
         self._actor_ids = itertools.count(1)
 
     def __len__(self) -> int:
@@ -361,9 +295,13 @@ class SessionTable:
         return session
 
     def get(self, key: Any) -> Session:
-        """Raises Unauthorized for an unknown or expired session key."""
+        """Raises Unauthorized for an unknown or expired session key, Gone for a session whose agent was
+        deleted."""
         session = self._by_key.get(key) if isinstance(key, str) else None
         if session is None:
+            gone = self._gone.get(key) if isinstance(key, str) else None
+            if gone is not None:
+                raise Gone(gone)
             raise Unauthorized("unknown or expired session_key; log in again")
         return session
 
@@ -373,11 +311,16 @@ class SessionTable:
             session.level.close()
             session.runtime.sessions -= 1
 
-    def end_agent(self, agent_id: int) -> int:
-        """End every session of one agent; returns how many ended."""
+    def end_agent(self, agent_id: int, gone: str | None = None) -> int:
+        """End every session of one agent; returns how many ended. With ``gone`` (the agent was deleted),
+        their keys get `Gone` with that message from now on, instead of `Unauthorized`."""
         ending = [s for s in self._by_key.values() if s.runtime.record.id == agent_id]
         for session in ending:
             self.end(session)
+            if gone is not None:
+                self._gone[session.key] = gone
+        while len(self._gone) > GONE_REMEMBERED:  # the oldest first
+            del self._gone[next(iter(self._gone))]
         return len(ending)
 
     def end_client(self, client_id: str) -> int:

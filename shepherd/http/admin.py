@@ -18,7 +18,7 @@ import orjson
 from aiohttp import web
 
 from shepherd.admin import Forbidden, NewAgent, Operations, Principal
-from shepherd.definition import AgentDefinition, Sharing
+from shepherd.definition import AgentDefinition, Filters, Sharing
 from shepherd.graph import Unauthorized
 from shepherd.http.errors import BadRequest
 from shepherd.http.protocol import parse_object
@@ -29,6 +29,7 @@ from shepherd.storage import EpisodeReturn
 API = "/shepherd/admin/api"
 AGENT = API + "/agents/{agent_id:\\d{1,12}}"  # route pattern of one agent's resources
 KEY = API + "/keys/{key_id:\\d{1,12}}"
+USER = API + "/users/{user_id:\\d{1,12}}"
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 NO_STORE = {"Cache-Control": "no-store"}
 
@@ -120,7 +121,8 @@ async def reset_admin_token(request: web.Request) -> web.Response:
 
 
 # -- agents ---------------------------------------------------------------------------------------
-NEW_AGENT_FIELDS = {"owner", "name", "algorithm", "observation_space", "action_space", "parameters", "sharing"}
+NEW_AGENT_FIELDS = {"owner", "name", "algorithm", "observation_space", "action_space", "parameters", "sharing",
+                    "filters"}
 
 
 async def list_agents(request: web.Request) -> web.Response:
@@ -139,12 +141,13 @@ async def add_agent(request: web.Request) -> web.Response:
         raise BadRequest("'parameters' must be an object of name: value")
     try:
         sharing = Sharing.parse(text_field(data, "sharing", Sharing.POOLED.value))
+        filters = Filters.parse(data.get("filters"))
     except ValueError as error:
         raise BadRequest(str(error)) from None
     new = NewAgent(owner=text_field(data, "owner"), definition=AgentDefinition(
         name=text_field(data, "name"), algorithm=text_field(data, "algorithm"),
         observation_space=data["observation_space"], action_space=data["action_space"], parameters=parameters,
-        sharing=sharing))
+        sharing=sharing, filters=filters))
     return respond(await ops.add_agent(new), status=201)
 
 
@@ -257,6 +260,21 @@ async def model_zip(request: web.Request) -> web.Response:
         **NO_STORE, "Content-Disposition": f'attachment; filename="{view.owner}-{view.name}-model.zip"'})
 
 
+#: each export format's file name ending and content type
+EXPORT_FILES = {"sb3": ("model.zip", "application/zip"), "onnx": ("policy.onnx", "application/octet-stream")}
+
+
+async def export_agent(request: web.Request) -> web.Response:
+    """The agent's export in the ``format`` query parameter (``sb3``, the default, or ``onnx``)."""
+    ops = operations(request)
+    view = await ops.agent(agent_id(request))
+    format = request.query.get("format", "sb3")
+    data = await ops.export_policy(view.id, format)  # an unknown format is refused here, before the lookup below
+    ending, content_type = EXPORT_FILES[format]
+    return web.Response(body=data, content_type=content_type, headers={
+        **NO_STORE, "Content-Disposition": f'attachment; filename="{view.owner}-{view.name}-{ending}"'})
+
+
 async def delete_model(request: web.Request) -> web.Response:
     ops = operations(request)
     await body_object(request, set())
@@ -273,6 +291,32 @@ async def restart_agent(request: web.Request) -> web.Response:
     ops = operations(request)
     await body_object(request, set())
     return respond(await ops.restart(agent_id(request)))
+
+
+async def delete_agent(request: web.Request) -> web.Response:
+    ops = operations(request)
+    ops.require_admin("deleting agents")
+    await body_object(request, set())
+    return respond(await ops.delete_agent(agent_id(request)))
+
+
+async def set_parameters(request: web.Request) -> web.Response:
+    ops = operations(request)
+    data = await body_object(request, {"parameters"})
+    values = data.get("parameters")
+    if not isinstance(values, dict):
+        raise BadRequest("'parameters' (an object of name: value) is required")
+    return respond(await ops.set_parameters(agent_id(request), values))
+
+
+async def delete_user(request: web.Request) -> web.Response:
+    ops = operations(request)
+    ops.require_admin("deleting users")
+    data = await body_object(request, {"with_agents"})
+    with_agents = data.get("with_agents", False)
+    if not isinstance(with_agents, bool):
+        raise BadRequest("'with_agents' must be true or false")
+    return respond(await ops.delete_user(int(request.match_info["user_id"]), with_agents))
 
 
 # -- API keys -------------------------------------------------------------------------------------

@@ -14,19 +14,16 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from shepherd.admin import Forbidden, Invalid
 from shepherd.agents import AgentClosed, AgentFailed
-from shepherd.graph import ActTimeout, Conflict, TooManyEnvs, TooManySessions, Unauthorized, WrongShape
+from shepherd.graph import ActTimeout, Conflict, Gone, TooManyEnvs, TooManySessions, Unauthorized, WrongShape
 from shepherd.http.limits import TooManyRequests, retry_after_header
 from shepherd.http.state import CONFIG
 from shepherd.storage import AlreadyExists, NotFound
+from shepherd.wire import BadRequest
 
 logger = logging.getLogger(__name__)
 
 #: an absolute path (a server's file), not a ratio such as steps/s
 _PATH = re.compile(r"(?<![\w.])/(?:[\w.\-]+/)*[\w.\-]+")
-
-
-class BadRequest(ValueError):
-    """The body is malformed or does not fit the agent's spaces."""
 
 
 def json_error(status: int, message: str, retry_after: float | None = None) -> web.Response:
@@ -36,7 +33,7 @@ def json_error(status: int, message: str, retry_after: float | None = None) -> w
 
 
 _STATUS = ((BadRequest, 400), (Invalid, 400), (WrongShape, 400), (TooManyEnvs, 400), (Unauthorized, 401),
-           (Forbidden, 403), (NotFound, 404), (Conflict, 409), (AlreadyExists, 409))
+           (Forbidden, 403), (NotFound, 404), (Conflict, 409), (AlreadyExists, 409), (Gone, 410))
 _HTTP_MESSAGES = {404: "no such path: {path}", 405: "{method} is not allowed on {path}",
                   413: "the body is too large (limit {limit} bytes)"}
 

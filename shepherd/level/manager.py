@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from shepherd.agents import ActionFuture, ActMode, Kind, Request, ThreadedLearner
+from shepherd.wire import EnvSteps
 
 
 class Phase(enum.Enum):
@@ -97,22 +98,6 @@ class LevelManager:
             self.host.end_episode(self.episode, completed=False)
             self.episode = None
         self.host.learner.end_actor(self.actor_id)
-
-
-@dataclass(frozen=True)
-class EnvSteps:
-    """The N envs' parts of one vector step, as columns (one item per env): ``obs[i]`` after env i's last
-    action (the next episode's first when it ended), ``reward[i]`` for that action, and, when its episode
-    ended (``ended[i]``), ``final_obs[i]`` and whether the end was a time limit (``truncated[i]``:
-    bootstrapped) rather than terminal. ``masks[i]`` is env i's action mask for ``obs[i]`` (``masks`` None:
-    no env sent one)."""
-
-    obs: list[Any]
-    reward: list[float]
-    ended: list[bool]
-    truncated: list[bool]
-    final_obs: list[Any]
-    masks: list[Any] | None = None
 
 
 class VectorLevel:

@@ -16,7 +16,7 @@ from typing import Any
 from tinydb import Query, TinyDB
 from tinydb.table import Document
 
-from shepherd.definition import AgentDefinition, Sharing
+from shepherd.definition import AgentDefinition, Filters, Sharing
 from shepherd.storage.files import (PRIVATE_FILE, PRIVATE_FOLDER, make_private,
                                     remove_stale_temporaries)
 from shepherd.storage.errors import AlreadyExists, NotFound, StoreError
@@ -27,6 +27,8 @@ logger = logging.getLogger(__name__)
 
 STORE_FILE = "store.json"
 RETURNS_FILE = "returns.jsonl"
+#: where a deleted agent's folder goes (model, returns), inside the data folder: delete it to free the space
+TRASH_FOLDER = "trash"
 
 
 def _tidy_agent_folders(agents: Path) -> None:
@@ -61,6 +63,7 @@ class AgentRecord:
     action_space: Any
     parameters: dict[str, Any] = field(default_factory=dict)
     sharing: str = Sharing.POOLED.value
+    filters: dict[str, Any] = field(default_factory=dict)  # `Filters.to_json()`: {} for none
     created: float = 0.0
     last_active: float = 0.0
 
@@ -68,7 +71,7 @@ class AgentRecord:
     def definition(self) -> AgentDefinition:
         """What the agent is, without where it is stored and who owns it."""
         return AgentDefinition(self.name, self.algorithm, self.observation_space, self.action_space,
-                               dict(self.parameters), Sharing.parse(self.sharing))
+                               dict(self.parameters), Sharing.parse(self.sharing), Filters.parse(self.filters))
 
 
 @dataclass(frozen=True)
@@ -154,7 +157,8 @@ class Store:
 
     # -- agents --------------------------------------------------------------------------------
     def add_agent(self, owner_id: int, name: str, algorithm: str, observation_space: Any,
-                  action_space: Any, parameters: dict[str, Any], sharing: str = Sharing.POOLED.value) -> AgentRecord:
+                  action_space: Any, parameters: dict[str, Any], sharing: str = Sharing.POOLED.value,
+                  filters: dict[str, Any] | None = None) -> AgentRecord:
         with self._lock:
             if self._users.get(doc_id=owner_id) is None:
                 raise NotFound(f"no user with id {owner_id}")
@@ -163,7 +167,8 @@ class Store:
             now = time.time()
             doc = {"owner_id": owner_id, "name": name, "algorithm": algorithm,
                    "observation_space": observation_space, "action_space": action_space,
-                   "parameters": dict(parameters), "sharing": sharing, "created": now, "last_active": now}
+                   "parameters": dict(parameters), "sharing": sharing, "filters": dict(filters or {}),
+                   "created": now, "last_active": now}
             agent_id = self._new_agent_id()
             self._agents.insert(Document(doc, doc_id=agent_id))
             return AgentRecord(id=agent_id, **doc)
@@ -216,6 +221,49 @@ class Store:
 
     def agent_folder(self, agent_id: int) -> Path:
         return self.folder / AGENTS_FOLDER / str(agent_id)
+
+    def delete_agent(self, agent_id: int) -> Path | None:
+        """Delete an agent: its record and its API keys (refused from now on), and move its folder (model,
+        returns) to ``trash/AGENT_ID-NAME-TIME`` in the data folder; returns where it went (None when the
+        agent had no folder). Its id is never given again.
+
+        Raises:
+            NotFound: no such agent.
+        """
+        with self._lock:
+            record = self.agent(agent_id)
+            for doc in self._keys.search(Query().agent_id == agent_id):
+                self._key_index.pop(doc["hash"], None)
+            self._keys.remove(Query().agent_id == agent_id)
+            self._agents.remove(doc_ids=[agent_id])
+            log = self._returns.pop(agent_id, None)
+            if log is not None:
+                log.close()
+            folder = self.agent_folder(agent_id)
+            if not folder.exists():
+                return None
+            trash = self.folder / TRASH_FOLDER
+            trash.mkdir(exist_ok=True)
+            make_private(trash, PRIVATE_FOLDER)
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            target = trash / f"{agent_id}-{record.name}-{stamp}"
+            folder.rename(target)
+            return target
+
+    def delete_user(self, user_id: int) -> None:
+        """Delete a user who owns no agent.
+
+        Raises:
+            NotFound: no such user.
+            ValueError: the user owns agents (the message names them).
+        """
+        with self._lock:
+            user = self.user(user_id)
+            owned = self._agents.search(Query().owner_id == user_id)
+            if owned:
+                raise ValueError(f"user {user.name} owns {len(owned)} agent(s): "
+                                 + ", ".join(f"{user.name}/{doc['name']}" for doc in owned))
+            self._users.remove(doc_ids=[user_id])
 
     # -- API keys ------------------------------------------------------------------------------
     def add_api_key(self, agent_id: int, label: str = "") -> tuple[str, ApiKey]:

@@ -17,6 +17,8 @@ import time
 import zipfile
 from pathlib import Path
 
+import numpy as np
+import onnxruntime
 import pytest
 from stable_baselines3 import PPO
 
@@ -190,6 +192,15 @@ def test_download_the_model_zip_and_the_returns_csv(page, server, tmp_path):
     assert int(model.predict(OBS4, deterministic=True)[0]) in (0, 1)
 
     with page.expect_download() as download_info:
+        page.click("#download-onnx")
+    download = download_info.value
+    assert download.suggested_filename == "tests-cartpole-policy.onnx"
+    session = onnxruntime.InferenceSession(Path(download.path()).read_bytes())
+    action = session.run(["action"], {"observation": np.array([OBS4], dtype=np.float32)})[0]
+    assert action.shape == (1,) and int(action[0]) in (0, 1)
+    assert page.text_content("#action-status") == "Policy (ONNX) downloaded."
+
+    with page.expect_download() as download_info:
         page.click("#download-returns")
     download = download_info.value
     assert download.suggested_filename == "tests-cartpole-returns.csv"
@@ -263,3 +274,31 @@ def test_another_owner_sees_nothing_of_the_first(page, server):
     }""")
     assert with_token[0] == 404 and "cartpole" not in with_token[1]
     assert admin_api(server, "/agents/1")["phase"] != "restarting"
+
+
+def test_delete_the_agent_after_confirming_and_see_its_sessions_gone(page, server):
+    client = Client(server.url, server.api_key, timeout=30)
+    client.login()
+    assert client.step(OBS4, 0.0, False) in (0, 1)
+    sign_in(page, server, server.admin_token)
+    page.click("#agents tbody tr:has-text('tests/cartpole')")
+    page.wait_for_selector("#agent-view:not([hidden])")
+    page.once("dialog", lambda dialog: dialog.dismiss())  # a change of mind: nothing happens
+    page.click("button[data-action=delete]")
+    assert client.step(OBS4, 1.0, False) in (0, 1)
+    questions = []
+
+    def accept(dialog):
+        questions.append(dialog.message)
+        dialog.accept()
+
+    page.once("dialog", accept)
+    page.click("button[data-action=delete]")
+    page.wait_for_function("() => document.querySelector('#agents-status').textContent.includes('deleted')")
+    assert questions[0].startswith("Delete tests/cartpole for good?")
+    assert "agent tests/cartpole deleted: 1 session(s) ended" in page.text_content("#agents-status")
+    assert page.is_hidden("#agent-view") and "tests/cartpole" not in page.text_content("#agents")
+    with pytest.raises(ShepherdError) as refused:
+        client.step(OBS4, 1.0, False)
+    assert refused.value.status == 410
+    client.close()

@@ -5,6 +5,9 @@ import io
 import json
 import zipfile
 
+import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
 from stable_baselines3 import PPO
 
@@ -86,9 +89,10 @@ async def step_status(client, session_key):
 ROUTES = [("GET", "/whoami"), ("GET", "/users"), ("POST", "/users"), ("GET", "/algorithms"),
           ("POST", "/admin-token"), ("GET", "/agents"), ("POST", "/agents"), ("GET", "/agents/1"),
           ("GET", "/agents/1/returns"), ("GET", "/agents/1/returns.csv"), ("GET", "/agents/1/metrics"),
-          ("GET", "/agents/1/model.zip"),
+          ("GET", "/agents/1/model.zip"), ("GET", "/agents/1/export?format=onnx"),
           ("POST", "/agents/1/delete-model"), ("POST", "/agents/1/delete-returns"), ("POST", "/agents/1/restart"),
-          ("POST", "/agents/1/keys"), ("GET", "/keys"), ("POST", "/keys/1/revoke")]
+          ("POST", "/agents/1/keys"), ("GET", "/keys"), ("POST", "/keys/1/revoke"), ("POST", "/agents/1/delete"),
+          ("POST", "/users/1/delete")]
 
 
 @pytest.mark.parametrize("method, path", ROUTES)
@@ -291,6 +295,26 @@ async def test_the_exported_model_is_a_loadable_sb3_zip_with_the_latest_steps(ap
     model = PPO.load(io.BytesIO(data), device="cpu")
     action, _ = model.predict(OBS4, deterministic=True)
     assert int(action) in (0, 1)
+
+
+async def test_the_export_endpoint_gives_the_zip_or_the_greedy_policy_as_onnx(api):
+    await api.get("/agents/1/export?format=onnx", status=404)  # nothing learned, nothing saved yet
+    await play(api.client, api.pole_key, episodes=5, steps=5)
+    zipped = await api.get("/agents/1/export")  # sb3 by default: the model zip
+    assert zipped.headers["Content-Disposition"] == 'attachment; filename="tests-pole-model.zip"'
+    assert zipfile.is_zipfile(io.BytesIO(await zipped.read()))
+    response = await api.get("/agents/1/export?format=onnx")
+    assert response.headers["Content-Disposition"] == 'attachment; filename="tests-pole-policy.onnx"'
+    data = await response.read()
+    info = json.loads({p.key: p.value for p in onnx.load_from_string(data).metadata_props}["shepherd"])
+    assert info["agent"] == "pole" and info["algorithm"] == "PPO" and info["observation_space"] == [[4], "-inf", "inf"]
+    action = ort.InferenceSession(data).run(["action"], {"observation": np.array([OBS4], dtype=np.float32)})[0]
+    runtime = api.app[GRAPH].runtime()
+    # the learner is idle: its weights are the exported ones
+    expected, _ = runtime.learner.model.predict(np.array([OBS4], dtype=np.float32), deterministic=True)
+    assert action.tolist() == expected.tolist()
+    reply = await api.get_json("/agents/1/export?format=tflite", status=400)
+    assert "unknown export format 'tflite'; use one of sb3, onnx" in reply["error"]
 
 
 async def test_deleting_the_model_while_the_agent_learns(api):

@@ -43,10 +43,14 @@ CASES = {
 }
 
 
-def sb3_weights(algorithm: str, env_id: str, steps: int, params: dict, n_envs: int = 1) -> dict[str, th.Tensor]:
+def sb3_weights(algorithm: str, env_id: str, steps: int, params: dict, n_envs: int = 1,
+                wrap=None) -> dict[str, th.Tensor]:
+    """SB3's own learn(); ``wrap`` wraps its VecEnv (VecNormalize, VecFrameStack), as RL Zoo does."""
     from stable_baselines3.common.env_util import make_vec_env
 
     env = make_vec_env(env_id, n_envs=n_envs)
+    if wrap is not None:
+        env = wrap(env)
     kwargs, _ = sb3_arguments(algorithm, env.action_space, params)
     model = algorithm_info(algorithm).sb3_class(policy_name(env.observation_space, algorithm), env, device="cpu",
                                                 **kwargs)
@@ -112,8 +116,9 @@ def sb3_vector_weights(algorithm: str, env_id: str, n_envs: int, steps: int, par
     return sb3_weights(algorithm, env_id, steps, params, n_envs)
 
 
-def shepherd_vector_weights(algorithm: str, env_id: str, n_envs: int, steps: int, params: dict):
-    """One vector session of ``n_envs`` envs, stepped as SB3 steps a DummyVecEnv (automatic resets)."""
+def shepherd_vector_weights(algorithm: str, env_id: str, n_envs: int, steps: int, params: dict, filters=None):
+    """One vector session of ``n_envs`` envs, stepped as SB3 steps a DummyVecEnv (automatic resets), through
+    the agent's ``filters`` (a `shepherd.definition.Filters`)."""
     from stable_baselines3.common.env_util import make_vec_env
 
     from shepherd.agents import Kind, Request
@@ -121,7 +126,7 @@ def shepherd_vector_weights(algorithm: str, env_id: str, n_envs: int, steps: int
     env = make_vec_env(env_id, n_envs=n_envs)
     env.seed(params["seed"])  # as SB3 seeds its env with the model's seed: env i with seed + i
     learner = build_learner(algorithm, "same", parse_space(space_to_json(env.observation_space)),
-                            parse_space(space_to_json(env.action_space)), params, steps)
+                            parse_space(space_to_json(env.action_space)), params, steps, filters)
     learner.start()
     try:
         obs = env.reset()

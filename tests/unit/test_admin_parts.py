@@ -71,7 +71,7 @@ def test_the_server_file_is_private_and_tolerates_damage(tmp_path):
 
 def view(agent_id, owner, name):
     return AgentView(id=agent_id, owner=owner, name=name, algorithm="PPO", observation_space=2, action_space=2,
-                     parameters={}, sharing="pooled", created=0.0, last_active=0.0, served=False, phase="stopped",
+                     parameters={}, sharing="pooled", filters={}, created=0.0, last_active=0.0, served=False, phase="stopped",
                      steps=0, steps_per_second=0.0, sessions=0, episodes=0, mean_train_return=None,
                      last_evaluation=None, failure=None, model=None)
 

@@ -314,6 +314,11 @@ $("#download-model").addEventListener("click", (event) => {
   if (agent) act(event.currentTarget, async () => { await download(`/agents/${agent.id}/model.zip`); return "Model downloaded."; });
 });
 
+$("#download-onnx").addEventListener("click", (event) => {
+  const agent = selectedAgent();
+  if (agent) act(event.currentTarget, async () => { await download(`/agents/${agent.id}/export?format=onnx`); return "Policy (ONNX) downloaded."; });
+});
+
 $("#download-returns").addEventListener("click", (event) => {
   const agent = selectedAgent();
   if (agent) act(event.currentTarget, async () => { await download(`/agents/${agent.id}/returns.csv`); return "Returns downloaded."; });
@@ -328,6 +333,12 @@ for (const button of document.querySelectorAll("button[data-action]")) {
     act(button, async () => {
       const result = await postJson(`/agents/${agent.id}/${button.dataset.action}`);
       if (button.dataset.action !== "delete-model") state.curve = { agent: null, records: [], next: 0 };
+      if (button.dataset.action === "delete") {  // the agent is gone: say so where the list is
+        state.selected = null;
+        await refresh();
+        $("#agents-status").textContent = result.message;
+        return "";
+      }
       await refresh();
       return result.message;
     });

@@ -1,0 +1,282 @@
+"""The deploy server's aiohttp application: login, single and vector steps, logout (docs/protocol.md), every
+action the exported policy's greedy one. It never learns and never writes a file.
+
+Sessions are kept as the learning server keeps them (a session key each, ``seq`` retries answered with the
+same reply, idle sessions expired), but a session holds no episode: a step is answered as soon as its
+observation is checked, by one onnxruntime call on the event loop (a vector step's N observations in one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+import numpy as np
+import orjson
+from aiohttp import web
+
+from shepherd.policy import Policy
+from shepherd.spaces import SpaceError, action_to_json, check_action_mask, space_to_json
+from shepherd.wire import (STEP_FIELDS, BadRequest, StepInput, VectorStepInput, parse_login, parse_object,
+                           parse_step, parse_vector_step, session_key)
+
+logger = logging.getLogger(__name__)
+
+
+def new_key() -> str:
+    """A new API key or session key: 256 random bits, URL-safe (as the learning server's)."""
+    return secrets.token_urlsafe(32)
+
+
+class Unauthorized(PermissionError):
+    """A wrong API key, or an unknown or expired session key."""
+
+
+class Conflict(RuntimeError):
+    """A ``seq`` that went backwards, or came again with another step."""
+
+
+class TooManySessions(RuntimeError):
+    """The server has its maximum of sessions."""
+
+    retry_after = 5
+
+
+@dataclass(frozen=True)
+class DeployConfig:
+    """What `create_app` needs. Times are in seconds."""
+
+    policy: Policy
+    api_key: str
+    max_body_bytes: int = 1 << 20
+    max_sessions: int = 1024
+    max_envs_per_session: int = 1024
+    session_idle_seconds: float = 600.0
+    sweep_seconds: float = 5.0
+    failed_login_delay_seconds: float = 0.25  # slows down guessing the key (it has 256 random bits anyway)
+
+
+@dataclass(eq=False)
+class DeploySession:
+    """One client's session: how many envs it drives (None: one), and its last step for ``seq`` retries."""
+
+    key: str
+    n_envs: int | None
+    last_used: float = field(default_factory=time.monotonic)
+    last_seq: int | None = None
+    last_step: bytes = b""
+    last_reply: dict[str, Any] | None = None
+
+
+class Sessions:
+    """The open sessions by session key, at most ``limit``."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._sessions: dict[str, DeploySession] = {}
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def open(self, n_envs: int | None) -> DeploySession:
+        if len(self._sessions) >= self.limit:
+            raise TooManySessions(f"this server has its maximum of {self.limit} sessions; log out unused ones or "
+                                  "retry later")
+        session = DeploySession(new_key(), n_envs)
+        self._sessions[session.key] = session
+        return session
+
+    def get(self, key: str) -> DeploySession:
+        session = self._sessions.get(key)
+        if session is None:
+            raise Unauthorized("unknown or expired session_key; log in again")
+        session.last_used = time.monotonic()
+        return session
+
+    def end(self, key: str) -> None:
+        self._sessions.pop(self.get(key).key)
+
+    def expire(self, idle_seconds: float) -> int:
+        cutoff = time.monotonic() - idle_seconds
+        idle = [key for key, session in self._sessions.items() if session.last_used < cutoff]
+        for key in idle:
+            del self._sessions[key]
+        return len(idle)
+
+
+class MaskRule:
+    """The deploy server's rule for a step's action mask: `check_action_mask` against the policy's action
+    space, and a refusal naming the policy's algorithm when it takes none (``mask_space`` None)."""
+
+    def __init__(self, algorithm: str) -> None:
+        self.algorithm = algorithm
+
+    def __call__(self, value: Any, mask_space: Any, where: str) -> np.ndarray:
+        if mask_space is None:
+            raise SpaceError(f"this policy ({self.algorithm}) takes no 'action_mask'; only policies exported "
+                             "from an algorithm that takes masks do")
+        return check_action_mask(mask_space, value, where)
+
+
+CONFIG = web.AppKey("deploy_config", DeployConfig)
+SESSIONS = web.AppKey("deploy_sessions", Sessions)
+MASK_RULE = web.AppKey("deploy_mask_rule", MaskRule)
+
+
+def _json(data: object) -> web.Response:
+    return web.Response(body=orjson.dumps(data), content_type="application/json")
+
+
+def json_error(status: int, message: str, retry_after: int | None = None) -> web.Response:
+    headers = None if retry_after is None else {"Retry-After": str(retry_after)}
+    return web.Response(status=status, body=orjson.dumps({"error": message}), content_type="application/json",
+                        headers=headers)
+
+
+async def login_user(request: web.Request) -> web.Response:
+    login = parse_login(await request.read())
+    config = request.app[CONFIG]
+    if not hmac.compare_digest(login.apikey.encode(), config.api_key.encode()):
+        await asyncio.sleep(config.failed_login_delay_seconds)
+        raise Unauthorized("unknown or revoked API key")
+    if login.n_envs is not None and login.n_envs > config.max_envs_per_session:
+        raise BadRequest(f"'n_envs' must be between 1 and {config.max_envs_per_session} (this server's "
+                         f"--max-envs), not {login.n_envs}")
+    session = request.app[SESSIONS].open(login.n_envs)
+    policy = config.policy
+    # every session is in evaluate mode, whatever the login asked: the reply says so
+    reply: dict[str, Any] = {"ok": True, "session_key": session.key, "agent": policy.agent,
+                             "observation_space": space_to_json(policy.observation_space),
+                             "action_space": space_to_json(policy.action_space), "mode": "evaluate"}
+    if session.n_envs is not None:
+        reply["n_envs"] = session.n_envs
+    return _json(reply)
+
+
+def _fingerprint(data: dict[str, Any]) -> bytes:
+    """What makes a step the same step (its retry): everything but ``info`` and ``seq``."""
+    return orjson.dumps({key: value for key, value in data.items() if key not in ("info", "seq")},
+                        option=orjson.OPT_SORT_KEYS)
+
+
+async def env_step(request: web.Request) -> web.Response:
+    data = parse_object(await request.read(), STEP_FIELDS)
+    sessions, policy, mask_rule = request.app[SESSIONS], request.app[CONFIG].policy, request.app[MASK_RULE]
+    session = sessions.get(session_key(data))
+    mask_space = policy.action_space if policy.takes_masks else None
+    step: StepInput | VectorStepInput | None
+    if session.n_envs is None:
+        step = parse_step(data, policy.observation_space, mask_space, mask_rule)
+    else:
+        step = parse_vector_step(data, policy.observation_space, session.n_envs, mask_space, mask_rule)
+    if step is None:
+        sessions.end(session.key)
+        return _json({"ok": True})
+    if step.seq is not None and session.last_seq is not None:
+        if step.seq == session.last_seq:
+            if _fingerprint(data) != session.last_step:
+                raise Conflict(f"seq {step.seq} was already sent with another step; a retry must repeat the step "
+                               "exactly, and a new step needs the next seq")
+            return _json(session.last_reply)  # a retry: the same answer
+        if step.seq < session.last_seq:
+            raise Conflict(f"seq {step.seq} is older than this session's last step ({session.last_seq})")
+    reply = _act(policy, step)
+    if step.seq is not None:
+        session.last_seq, session.last_step, session.last_reply = step.seq, _fingerprint(data), reply
+    return _json(reply)
+
+
+def _act(policy: Policy, step: StepInput | VectorStepInput) -> dict[str, Any]:
+    space = policy.action_space
+    if isinstance(step, VectorStepInput):
+        actions = policy.run(step.envs.obs, step.envs.masks)
+        return {"actions": [action_to_json(space, action) for action in actions],
+                "policy_version": policy.policy_version}
+    if step.done:
+        return {"action": None}
+    action = policy.run([step.obs], None if step.mask is None else [step.mask])[0]
+    return {"action": action_to_json(space, action), "policy_version": policy.policy_version}
+
+
+async def logout(request: web.Request) -> web.Response:
+    data = parse_object(await request.read(), {"session_key"})
+    request.app[SESSIONS].end(session_key(data))
+    return _json({"ok": True})
+
+
+_HTTP_MESSAGES = {404: "no such path: {path}", 405: "{method} is not allowed on {path}",
+                  413: "the body is too large (limit {limit} bytes)"}
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Errors as the learning server words them: JSON, never a 200, never a traceback or a key."""
+    try:
+        length = request.content_length
+        if length is not None and length > request.client_max_size:
+            raise web.HTTPRequestEntityTooLarge(max_size=request.client_max_size, actual_size=length)
+        return await handler(request)
+    except web.HTTPException as error:
+        if error.status < 400:
+            raise
+        message = _HTTP_MESSAGES.get(error.status, "{reason}").format(
+            path=request.path, method=request.method, reason=error.reason, limit=request.client_max_size)
+        return json_error(error.status, message)
+    except BadRequest as error:
+        return json_error(400, str(error))
+    except Unauthorized as error:
+        return json_error(401, str(error))
+    except Conflict as error:
+        return json_error(409, str(error))
+    except TooManySessions as error:
+        return json_error(429, str(error), retry_after=error.retry_after)
+    except asyncio.CancelledError:
+        raise
+    except Exception:  # noqa: BLE001 - every expected error has its status above; the rest is a bug
+        logger.exception("unhandled error on %s %s", request.method, request.path)
+        return json_error(500, "internal server error; the server log has the details")
+
+
+async def _nosniff(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers["X-Content-Type-Options"] = "nosniff"
+
+
+async def _sweep_context(app: web.Application) -> AsyncIterator[None]:
+    """Ends sessions idle for longer than the session timeout, every few seconds."""
+    async def sweep() -> None:
+        config = app[CONFIG]
+        while True:
+            await asyncio.sleep(config.sweep_seconds)
+            expired = app[SESSIONS].expire(config.session_idle_seconds)
+            if expired:
+                logger.info("%d idle session(s) expired", expired)
+
+    task = asyncio.create_task(sweep())
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+def create_app(config: DeployConfig) -> web.Application:
+    """The deploy server's application over a loaded policy."""
+    app = web.Application(client_max_size=config.max_body_bytes, middlewares=[error_middleware])
+    app[CONFIG] = config
+    app[SESSIONS] = Sessions(config.max_sessions)
+    app[MASK_RULE] = MaskRule(config.policy.algorithm)
+    app.router.add_routes([
+        web.post("/shepherd/login_user/", login_user),
+        web.post("/shepherd/env/", env_step),
+        web.post("/shepherd/logout/", logout),
+    ])
+    app.on_response_prepare.append(_nosniff)
+    app.cleanup_ctx.append(_sweep_context)
+    return app

@@ -1,0 +1,57 @@
+"""Deleting agents and users through the admin API of the real app: sessions end with 410, keys and records
+go, the folder moves to trash/, a user who owns agents is refused by name; and what a key holder may not do."""
+
+from shepherd.http import GRAPH, STORE
+from shepherd.storage import NotFound
+from tests.http.test_admin_api import API, OBS4, Api, api, play, step_status  # noqa: F401  (the fixture)
+
+import pytest
+
+
+async def test_deleting_an_agent_ends_its_sessions_with_410_and_moves_its_folder_to_trash(api):
+    session = await play(api.client, api.pole_key, episodes=2, steps=5)
+    runtime = api.app[GRAPH].runtime()
+    runtime.checkpoint().result(30)
+    store = api.app[STORE]
+    folder = store.agent_folder(1)
+    assert (folder / "model.zip").exists()
+    reply = await api.post("/agents/1/delete")
+    assert reply["done"] and "agent tests/pole deleted: 1 session(s) ended, its API keys removed" in reply["message"]
+    response = await api.client.post("/shepherd/env/", json={"session_key": session, "obs": OBS4, "reward": 0.0,
+                                                             "done": False, "info": {}})
+    assert response.status == 410 and "agent pole was deleted" in (await response.json())["error"]
+    response = await api.client.post("/shepherd/login_user/", json={"apikey": api.pole_key})
+    assert response.status == 401
+    assert runtime.learner._closed and 1 not in api.app[GRAPH].runtimes
+    await api.get("/agents/1", status=404)
+    assert await api.get_json("/agents") == [] and store.api_keys() == []
+    trash = list((store.folder / "trash").iterdir())
+    assert [path.name.split("-")[:2] for path in trash] == [["1", "pole"]] and not folder.exists()
+    assert (trash[0] / "model.zip").exists() and (trash[0] / "returns.jsonl").exists()
+    await api.post("/agents/1/delete", status=404)
+    new = await api.add_agent("tests", "pole")  # the name is free again; the id is not given again
+    assert new["id"] == 2
+
+
+async def test_a_user_who_owns_agents_is_refused_by_name_unless_with_agents(api):
+    await api.post("/users", {"name": "alice"}, status=201)
+    await api.add_agent("alice", "a1")
+    await api.add_agent("alice", "a2")
+    users = {user["name"]: user["id"] for user in await api.get_json("/users")}
+    reply = await api.post(f"/users/{users['alice']}/delete", status=400)
+    assert reply["error"] == ("user alice owns 2 agent(s): alice/a1, alice/a2; delete them first, or delete the "
+                              "user with its agents (--with-agents)")
+    assert len(await api.get_json("/agents")) == 3  # nothing changed
+    await api.post(f"/users/{users['alice']}/delete", {"with_agents": "yes"}, status=400)
+    reply = await api.post(f"/users/{users['alice']}/delete", {"with_agents": True})
+    assert reply["message"] == "user alice deleted and its 2 agent(s)"
+    assert [agent["name"] for agent in await api.get_json("/agents")] == ["pole"]
+    assert "alice" not in {user["name"] for user in await api.get_json("/users")}
+    with pytest.raises(NotFound):
+        api.app[STORE].user(users["alice"])
+
+
+async def test_an_agent_s_key_may_delete_nothing(api):
+    await api.post("/agents/1/delete", token=api.pole_key, status=403)
+    await api.post("/users/1/delete", token=api.pole_key, status=403)
+    assert len(await api.get_json("/agents")) == 1

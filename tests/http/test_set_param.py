@@ -1,0 +1,59 @@
+"""``agents set-param`` through the admin API of the real app: the live learner takes the values before
+its next update (on its own thread), the store keeps them, a restart keeps them; what needs a restart is
+refused by name, changing nothing."""
+
+from shepherd.http import GRAPH, STORE
+from tests.http.test_admin_api import Api, api, play  # noqa: F401  (api: the fixture)
+
+
+def model_of(api, agent_id=1):
+    return api.app[GRAPH].runtimes[agent_id].learner.algorithm.model
+
+
+async def test_a_live_learner_takes_new_values_before_its_next_update_and_a_restart_keeps_them(api):
+    await play(api.client, api.pole_key, episodes=1, steps=4)
+    model = model_of(api)
+    assert model.learning_rate == 3e-4 and model.ent_coef == 0.0
+    reply = await api.post("/agents/1/parameters", {"parameters": {"learning_rate": "0.0001", "ent_coef": 0.02,
+                                                                   "clip_range": "lin_0.1"}})
+    assert reply["message"] == ("agent tests/pole: learning_rate=0.0001, ent_coef=0.02, clip_range='lin_0.1' set "
+                                "(the learner takes it before its next update; stored, so a restart keeps it)")
+    assert model.learning_rate == 1e-4 and model.lr_schedule(1.0) == 1e-4 and model.ent_coef == 0.02
+    assert model.clip_range(0.5) == 0.05  # a linear schedule, as SB3's constructor builds it
+    updates = model._n_updates
+    await play(api.client, api.pole_key, episodes=2, steps=8)  # n_steps 8: at least one update
+    assert model._n_updates > updates
+    assert model.policy.optimizer.param_groups[0]["lr"] == 1e-4  # SB3's train() set it from the new schedule
+    stored = api.app[STORE].agent(1).parameters
+    assert stored["learning_rate"] == 1e-4 and stored["ent_coef"] == 0.02 and stored["clip_range"] == "lin_0.1"
+    assert (await api.get_json("/agents/1"))["parameters"]["learning_rate"] == 1e-4
+    await api.post("/agents/1/restart")
+    fresh = model_of(api)
+    assert fresh is not model and fresh.learning_rate == 1e-4 and fresh.ent_coef == 0.02
+
+
+async def test_what_needs_a_restart_or_is_not_a_parameter_is_refused_and_changes_nothing(api):
+    model = model_of(api)
+    before = api.app[STORE].agent(1).parameters
+    reply = await api.post("/agents/1/parameters", {"parameters": {"gamma": 0.9, "learning_rate": 0.01}}, status=400)
+    assert reply["error"] == ("agent tests/pole: gamma of PPO needs a restart (run.py agents restart, which discards "
+                              "the model); PPO can change without one: learning_rate, ent_coef, vf_coef, "
+                              "max_grad_norm, n_epochs, clip_range")
+    reply = await api.post("/agents/1/parameters", {"parameters": {"learning_rat": 0.01}}, status=400)
+    assert "PPO has no parameter 'learning_rat'" in reply["error"]
+    reply = await api.post("/agents/1/parameters", {"parameters": {"learning_rate": "fast"}}, status=400)
+    assert "must be a number" in reply["error"]
+    await api.post("/agents/1/parameters", {"parameters": {}}, status=400)
+    await api.post("/agents/1/parameters", {"values": {}}, status=400)
+    assert api.app[STORE].agent(1).parameters == before and model.learning_rate == 3e-4 and model.gamma == 0.99
+
+
+async def test_dqn_s_exploration_schedule_is_rebuilt(api):
+    await api.post("/users", {"name": "alice"}, status=201)
+    view = await api.add_agent("alice", "dqn", algorithm="DQN", parameters={"learning_starts": 0})
+    model = model_of(api, view["id"])
+    assert model.exploration_schedule(0.0) == 0.05  # SB3's default final epsilon
+    await api.post(f"/agents/{view['id']}/parameters", {"parameters": {"exploration_final_eps": 0.2, "tau": 0.5}})
+    assert model.exploration_schedule(0.0) == 0.2 and model.exploration_schedule(1.0) == 1.0 and model.tau == 0.5
+    reply = await api.post(f"/agents/{view['id']}/parameters", {"parameters": {"ent_coef": 0.1}}, status=400)
+    assert "DQN has no parameter 'ent_coef'" in reply["error"]
