@@ -23,6 +23,7 @@ setup(
         "tinydb>=4.8",
         "orjson>=3.9",
         "prometheus-client>=0.20",
+        "tensorboard>=2.14",  # the training metrics' event files (SB3's TensorBoard writer), and to read them
         "onnx>=1.15",  # the ONNX export of a greedy policy (shepherd/agents/export.py)
         "onnxruntime>=1.17",  # shepherd.policy and the deploy server (run.py deploy) run exported policies
     ],

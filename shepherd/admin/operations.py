@@ -23,6 +23,7 @@ from shepherd.agents import ParameterError, check_agent, live, registry_records
 from shepherd.agents.export import NotExportable
 from shepherd.spaces import SpaceError
 from shepherd.storage import AgentRecord, AlreadyExists, EpisodeReturn, NotFound, ReturnsJson, ReturnsPage
+from shepherd.storage.metrics import MetricRows, progress_path, read_progress
 
 if TYPE_CHECKING:
     from shepherd.admin.service import AdminService
@@ -231,6 +232,15 @@ class Operations:
         event loop (``asyncio.to_thread``)."""
         self._record(agent_id)
         return self.store.returns_chunks(agent_id)
+
+    # -- training metrics ----------------------------------------------------------------------
+    async def metrics(self, agent_id: int, rows: int, columns: list[str] | None = None) -> MetricRows:
+        """The last ``rows`` rows of the agent's training metrics (SB3's logger and Shepherd's values, see
+        `shepherd.agents.metrics`), with only ``columns`` if given; none yet for an agent that has not
+        learned. Read off the event loop, from the end of the file."""
+        self._record(agent_id)
+        return await asyncio.to_thread(read_progress, progress_path(self.store.agent_folder(agent_id)), rows,
+                                       columns)
 
     # -- special actions -----------------------------------------------------------------------
     async def export_model(self, agent_id: int) -> bytes:

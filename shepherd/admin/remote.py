@@ -15,6 +15,7 @@ from shepherd.admin.records import ActionResult, AgentView, CreatedKey, KeyView,
 from shepherd.admin.names import match_agent
 from shepherd.graph import Conflict, Unauthorized
 from shepherd.storage import AlreadyExists, EpisodeReturn, NotFound, ReturnsPage
+from shepherd.storage.metrics import MetricRows
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +109,11 @@ class RemoteOperations:
         data = await self._json("GET", f"/agents/{agent_id}/returns{query}")
         return ReturnsPage(data["total"], data["offset"], data["reset"],
                            [EpisodeReturn(**item) for item in data["returns"]])
+
+    async def metrics(self, agent_id: int, rows: int, columns: list[str] | None = None) -> MetricRows:
+        query = f"?rows={int(rows)}" + (f"&columns={quote(','.join(columns))}" if columns else "")
+        data = await self._json("GET", f"/agents/{agent_id}/metrics{query}")
+        return MetricRows(data["columns"], data["rows"])
 
     async def export_model(self, agent_id: int) -> bytes:
         return await asyncio.to_thread(self._request, "GET", f"/agents/{quote(str(agent_id))}/model.zip")

@@ -25,6 +25,7 @@ import torch as th
 from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFailed, Answer, Deliver, Kind,
                                   Observation, Outcome, Request)
 from shepherd.agents.inline import GreedyActor
+from shepherd.agents.metrics import MetricsWriter
 from shepherd.agents.timing import LearnerStats
 
 logger = logging.getLogger(__name__)
@@ -141,6 +142,7 @@ class ThreadedLearner:
         updates = getattr(algorithm, "updates", None)
         if updates is not None:
             self.stats.updates = updates
+        self.metrics: MetricsWriter | None = None  # writes the training metrics (`shepherd.agents.metrics.attach`)
 
     @property
     def model(self) -> Any:
@@ -321,6 +323,8 @@ class ThreadedLearner:
             except queue.Empty:
                 last_idle = time.monotonic()
                 self._guard(self.algorithm.idle)
+                if self.metrics is not None:
+                    self.metrics.tick()
                 continue
             while True:
                 try:
@@ -332,12 +336,16 @@ class ThreadedLearner:
                 m for item in taken for m in (item if isinstance(item, list) else (item,))]
             if self.failure is None:
                 running = self._guard(lambda: self._dispatch(batch)) is not False
+                if self.metrics is not None:
+                    self.metrics.tick()
             if self.failure is not None:  # failed now or earlier: answer, never process
                 running = running and not any(isinstance(m, _Control) and m.what == "stop" for m in batch)
                 self._fail_pending(batch)
             elif time.monotonic() - last_idle > self.tick:  # busy agents need their housekeeping too
                 last_idle = time.monotonic()
                 self._guard(self.algorithm.idle)
+        if self.metrics is not None:
+            self.metrics.close()
         logger.debug("learner %s stopped", self.name)
 
     def _guard(self, work: Any) -> Any:

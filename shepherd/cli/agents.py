@@ -1,5 +1,5 @@
-"""``python run.py agents``: add, list and show agents, and the seed's special actions: export the model
-zip, delete it, delete the learning curve, restart the agent."""
+"""``python run.py agents``: add, list and show agents, print their training metrics, and the seed's special
+actions: export the model zip, delete it, delete the learning curve, restart the agent."""
 
 from __future__ import annotations
 
@@ -65,6 +65,17 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         sub.add_argument("agent", help=AGENT_HELP)
         add_data_option(sub)
         sub.set_defaults(func=command(work))
+
+    metrics = actions.add_parser(
+        "metrics", help="print the agent's latest training metrics (loss, entropy, epsilon, steps/s, ...)",
+        description="Print the latest value of each training metric the agent's learner wrote (SB3's logger "
+                    "and Shepherd's own, from <data>/agents/ID/metrics/progress.csv); open the whole run with "
+                    "`tensorboard --logdir <data>/agents/ID/metrics`.")
+    metrics.add_argument("agent", help=AGENT_HELP)
+    metrics.add_argument("--rows", type=int, default=50, metavar="N",
+                         help="look back this many rows for each metric's latest value (default %(default)s)")
+    add_data_option(metrics)
+    metrics.set_defaults(func=command(show_metrics))
 
     set_param = actions.add_parser(
         "set-param", help="change parameters that a live learner honours, without a restart",
@@ -208,6 +219,22 @@ async def export_model(operations, args: argparse.Namespace) -> int:
     except OSError as error:
         raise UsageError(f"cannot write {path}: {error.strerror or error}") from None
     print(f"{'greedy policy (ONNX)' if onnx else 'model'} of agent {view.ref} written to {path} ({len(data)} bytes)")
+    return EXIT_OK
+
+
+async def show_metrics(operations, args: argparse.Namespace) -> int:
+    if not 1 <= args.rows <= 10_000:
+        raise UsageError("--rows must be between 1 and 10000")
+    agent_id = await operations.resolve(args.agent)
+    found = await operations.metrics(agent_id, args.rows)
+    latest: dict[str, Any] = {}
+    for row in found.rows:  # each metric's value in the last row that has one
+        latest.update({name: value for name, value in zip(found.columns, row) if value is not None})
+    if not latest:
+        print("no training metrics yet: they are written once the agent learns")
+        return EXIT_OK
+    print(table(["METRIC", "LATEST"], [[name, f"{value:.6g}" if isinstance(value, float) else value]
+                                       for name, value in sorted(latest.items())]))
     return EXIT_OK
 
 

@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from shepherd.agents import ThreadedLearner, algorithm_info, checkpoint as checkpoint_format
+from shepherd.agents import metrics as training_metrics
 from shepherd.graph.schedule import EvaluationResult, PhaseTracker, Schedule
 from shepherd.level import Episode, Phase
 from shepherd.spaces import parse_space
 from shepherd.storage import AgentRecord, EpisodeReturn, Store, StoreError
+from shepherd.storage.metrics import metrics_folder
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +89,8 @@ class AgentRuntime:
         self.last_active = record.last_active  # wall time of the last step; stored at each checkpoint
         self._stored_last_active = record.last_active
         self._activity_lock = threading.Lock()
+        # SB3's logger and Shepherd's values, written by the learner into <agent folder>/metrics/
+        training_metrics.attach(learner, metrics_folder(store.agent_folder(record.id))).follow(self.metric_values)
 
     @property
     def model_path(self) -> Path:
@@ -231,6 +235,14 @@ class AgentRuntime:
             last_evaluation=self.evaluations[-1] if self.evaluations else None,
             failure=self.learner.failure,
         )
+
+    def metric_values(self) -> dict[str, Any]:
+        """The graph's part of a training metrics row; called on the learner's thread, so it only reads."""
+        train = list(self.train_returns)  # one C-level copy: the event loop may append meanwhile
+        served = sum(list(self.phase_steps.values()))
+        return {"shepherd/steps": self.tracker.steps, "shepherd/served_steps": served, "shepherd/sessions": self.sessions,
+                "shepherd/episodes": self.episodes, "shepherd/phase": self.tracker.phase.value,
+                "rollout/ep_rew_mean": sum(train) / len(train) if train else None}
 
     def describe(self) -> dict[str, Any]:
         return {"id": self.record.id, "name": self.record.name, "algorithm": self.record.algorithm}

@@ -230,6 +230,27 @@ async def returns_csv(request: web.Request) -> web.StreamResponse:
     return response
 
 
+# -- training metrics -----------------------------------------------------------------------------
+#: rows a metrics reply holds by default, and at most
+METRIC_ROWS, MAX_METRIC_ROWS = 500, 10_000
+MAX_COLUMNS_LENGTH = 2000
+
+
+async def agent_metrics(request: web.Request) -> web.Response:
+    """The last rows of the agent's training metrics: ``{"columns": [...], "rows": [[...], ...]}``, oldest
+    first; ``rows`` limits them, ``columns`` (comma-separated names) picks columns."""
+    ops = operations(request)
+    rows = _query_number(request, "rows", int)
+    rows = METRIC_ROWS if rows is None else rows
+    if not 1 <= rows <= MAX_METRIC_ROWS:
+        raise BadRequest(f"query parameter 'rows' must be between 1 and {MAX_METRIC_ROWS}")
+    raw = request.query.get("columns")
+    if raw is not None and len(raw) > MAX_COLUMNS_LENGTH:
+        raise BadRequest(f"query parameter 'columns' is at most {MAX_COLUMNS_LENGTH} characters")
+    columns = [name for name in raw.split(",") if name] if raw else None
+    return respond(await ops.metrics(agent_id(request), rows, columns))
+
+
 # -- special actions ------------------------------------------------------------------------------
 async def model_zip(request: web.Request) -> web.Response:
     ops = operations(request)

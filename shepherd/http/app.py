@@ -208,6 +208,7 @@ def create_app(config: ServerConfig) -> web.Application:
         web.get(admin.AGENT, admin.show_agent),
         web.get(admin.AGENT + "/returns", admin.agent_returns),
         web.get(admin.AGENT + "/returns.csv", admin.returns_csv),
+        web.get(admin.AGENT + "/metrics", admin.agent_metrics),
         web.get(admin.AGENT + "/model.zip", admin.model_zip),
         web.get(admin.AGENT + "/export", admin.export_agent),
         web.post(admin.AGENT + "/delete-model", admin.delete_model),

@@ -101,6 +101,17 @@ COUNT_ORANGE = """() => {
 }"""
 
 
+INKED = """(column) => {
+  const canvas = document.querySelector(`#metric-charts canvas[data-column='${column}']`);
+  const pixels = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+  let count = 0;
+  for (let i = 0; i < pixels.length; i += 4) {
+    if (pixels[i + 3] > 0 && pixels[i + 2] > pixels[i] + 60) count++;  // the line's dark blue
+  }
+  return count;
+}"""
+
+
 @pytest.fixture
 def page(browser):
     context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
@@ -143,6 +154,12 @@ def test_sign_in_and_watch_the_curve_grow_while_a_client_trains(page, server, tm
             timeout=120_000)
         page.wait_for_timeout(2500)  # one more poll draws the evaluation points
         assert page.evaluate(COUNT_ORANGE) > 20  # evaluation returns are drawn, in their colour
+        # beside the curve, the learner's main training metrics, each a small chart that grows
+        for column in ("train/loss", "train/entropy_loss", "train/explained_variance", "shepherd/steps_per_second"):
+            page.wait_for_function(f"() => Number(document.querySelector(\"#metric-charts canvas[data-column='{column}']\")"
+                                   "?.dataset.points || 0) >= 2", timeout=30_000)
+        assert page.is_hidden("#metrics-empty") and "Loss: " in page.text_content("#metric-charts")
+        assert page.evaluate(INKED, "train/loss") > 50  # a line is drawn
         if SCREENSHOT:  # a longer run, for the picture in the README
             wait_for_episodes(page, 160, timeout_ms=240_000)
             page.wait_for_timeout(2500)

@@ -88,8 +88,8 @@ async def step_status(client, session_key):
 # -- credentials ------------------------------------------------------------------------------------
 ROUTES = [("GET", "/whoami"), ("GET", "/users"), ("POST", "/users"), ("GET", "/algorithms"),
           ("POST", "/admin-token"), ("GET", "/agents"), ("POST", "/agents"), ("GET", "/agents/1"),
-          ("GET", "/agents/1/returns"), ("GET", "/agents/1/returns.csv"), ("GET", "/agents/1/model.zip"),
-          ("GET", "/agents/1/export?format=onnx"),
+          ("GET", "/agents/1/returns"), ("GET", "/agents/1/returns.csv"), ("GET", "/agents/1/metrics"),
+          ("GET", "/agents/1/model.zip"), ("GET", "/agents/1/export?format=onnx"),
           ("POST", "/agents/1/delete-model"), ("POST", "/agents/1/delete-returns"), ("POST", "/agents/1/restart"),
           ("POST", "/agents/1/keys"), ("GET", "/keys"), ("POST", "/keys/1/revoke"), ("POST", "/agents/1/delete"),
           ("POST", "/users/1/delete")]
@@ -407,7 +407,7 @@ async def test_an_agents_key_sees_and_touches_only_that_agent(api):
     assert await api.get_json("/whoami", token=bob_key) == {"role": "agent", "agent": bob["id"],
                                                             "agent_ref": "bob/bobs-robot"}
     missing = await api.get_json("/agents/999", token=bob_key, status=404)
-    for method, suffix in [("GET", ""), ("GET", "/returns"), ("GET", "/returns.csv"), ("GET", "/model.zip"),
+    for method, suffix in [("GET", ""), ("GET", "/returns"), ("GET", "/returns.csv"), ("GET", "/metrics"), ("GET", "/model.zip"),
                            ("POST", "/delete-model"), ("POST", "/delete-returns"), ("POST", "/restart")]:
         response = await api.client.request(method, f"{API}/agents/{alice['id']}{suffix}", json={},
                                             headers={"Authorization": f"Bearer {bob_key}"})

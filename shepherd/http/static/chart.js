@@ -1,5 +1,5 @@
-/* A small chart on a <canvas> for the dashboard's learning curves: points, a line, axes with round
-   ticks. No dependencies; colours come from the page's CSS variables. */
+/* Small charts on a <canvas> for the dashboard's learning curves and training metrics: points, a line,
+   axes with round ticks. No dependencies; colours come from the page's CSS variables. */
 "use strict";
 
 (function (global) {
@@ -143,5 +143,67 @@
     dots(series.evaluation, cssColor("--evaluation", "#e07b00"), 4, true);
   }
 
-  global.ShepherdChart = { drawCurve, movingAverage, ticks };
+  /* A small line chart of one training metric: points = list of [x (training steps), y]. */
+  function drawMetric(canvas, points) {
+    const ratio = global.devicePixelRatio || 1;
+    const width = canvas.clientWidth || 300;
+    const height = canvas.clientHeight || 150;
+    canvas.width = Math.round(width * ratio);
+    canvas.height = Math.round(height * ratio);
+    const ctx = canvas.getContext("2d");
+    ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
+    ctx.clearRect(0, 0, width, height);
+    const muted = cssColor("--muted", "#5f6b7a");
+    ctx.font = "11px system-ui, sans-serif";
+    if (!points.length) {
+      ctx.fillStyle = muted;
+      ctx.textAlign = "center";
+      ctx.fillText("no values yet", width / 2, height / 2);
+      return;
+    }
+    let xMin = Infinity, xMax = -Infinity, yMin = Infinity, yMax = -Infinity;
+    for (const [x, y] of points) {
+      xMin = Math.min(xMin, x); xMax = Math.max(xMax, x);
+      yMin = Math.min(yMin, y); yMax = Math.max(yMax, y);
+    }
+    if (xMin === xMax) { xMin -= 1; xMax += 1; }
+    if (yMin === yMax) { const d = Math.abs(yMin) * 0.1 || 1; yMin -= d; yMax += d; }
+    const yTicks = ticks(yMin, yMax, 3).filter((y) => y >= yMin && y <= yMax);
+    const pad = { left: 48, right: 10, top: 8, bottom: 20 };
+    const plotW = width - pad.left - pad.right;
+    const plotH = height - pad.top - pad.bottom;
+    const px = (x) => pad.left + ((x - xMin) / (xMax - xMin)) * plotW;
+    const py = (y) => pad.top + (1 - (y - yMin) / (yMax - yMin)) * plotH;
+    ctx.strokeStyle = cssColor("--line", "#d9dee5");
+    ctx.lineWidth = 1;
+    ctx.fillStyle = muted;
+    ctx.textAlign = "right";
+    ctx.textBaseline = "middle";
+    for (const y of yTicks) {
+      ctx.beginPath();
+      ctx.moveTo(pad.left, Math.round(py(y)) + 0.5);
+      ctx.lineTo(pad.left + plotW, Math.round(py(y)) + 0.5);
+      ctx.stroke();
+      ctx.fillText(format(y), pad.left - 6, py(y));
+    }
+    ctx.textAlign = "left";
+    ctx.textBaseline = "top";
+    ctx.fillText(format(xMin), pad.left, pad.top + plotH + 5);
+    ctx.textAlign = "right";
+    ctx.fillText(format(xMax) + " steps", pad.left + plotW, pad.top + plotH + 5);
+    ctx.strokeStyle = cssColor("--average", "#0b3d91");
+    ctx.lineWidth = 1.5;
+    ctx.lineJoin = "round";
+    ctx.beginPath();
+    points.forEach(([x, y], i) => (i ? ctx.lineTo(px(x), py(y)) : ctx.moveTo(px(x), py(y))));
+    ctx.stroke();
+    if (points.length === 1) {
+      ctx.fillStyle = cssColor("--average", "#0b3d91");
+      ctx.beginPath();
+      ctx.arc(px(points[0][0]), py(points[0][1]), 2.5, 0, 2 * Math.PI);
+      ctx.fill();
+    }
+  }
+
+  global.ShepherdChart = { drawCurve, drawMetric, movingAverage, ticks };
 })(window);

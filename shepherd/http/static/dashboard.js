@@ -1,5 +1,5 @@
 /* The Shepherd dashboard: sign in, list the agents you may see, draw the selected agent's learning curve
-   (polled every two seconds), and send the special actions as POSTs carrying the sign-in's CSRF token.
+   and its main training metrics (polled every two seconds), and send the special actions as POSTs carrying the sign-in's CSRF token.
    Server data is only ever put in the page as text, never as HTML. */
 "use strict";
 
@@ -213,6 +213,53 @@ function drawCurve(records) {
     `moving average ${last}`;
 }
 
+/* -- training metrics: small charts of what the learner's logger wrote --------------------------- */
+const STEP_COLUMN = "time/total_timesteps";
+// shown when the agent's algorithm records them: SB3's names, and Shepherd's own
+const METRIC_PANELS = [
+  ["train/loss", "Loss"],
+  ["train/entropy_loss", "Entropy loss"],
+  ["rollout/exploration_rate", "Exploration rate (epsilon)"],
+  ["train/ent_coef", "Entropy coefficient"],
+  ["train/explained_variance", "Explained variance"],
+  ["train/approx_kl", "Approximate KL"],
+  ["train/actor_loss", "Actor loss"],
+  ["train/critic_loss", "Critic loss"],
+  ["shepherd/steps_per_second", "Steps per second"],
+];
+const METRICS_PATH = `/metrics?rows=500&columns=${encodeURIComponent([STEP_COLUMN, ...METRIC_PANELS.map((p) => p[0])].join(","))}`;
+
+async function refreshMetrics(agentId) {
+  const reply = await getJson(`/agents/${agentId}${METRICS_PATH}`);
+  const grid = $("#metric-charts");
+  const last = reply.rows.length ? JSON.stringify(reply.rows[reply.rows.length - 1]) : "";
+  const key = `${agentId}:${reply.rows.length}:${last}:${grid.clientWidth}`;
+  if (grid.dataset.drawn === key) return;  // nothing new since the last poll
+  grid.dataset.drawn = key;
+  const step = reply.columns.indexOf(STEP_COLUMN);
+  const panels = [];
+  for (const [column, title] of METRIC_PANELS) {
+    const index = reply.columns.indexOf(column);
+    const points = reply.rows.filter((row) => row[index] !== null && row[step] !== null)
+      .map((row) => [row[step], row[index]]);
+    if (points.length) panels.push({ column, title, points });
+  }
+  $("#metrics-empty").hidden = panels.length > 0;
+  grid.replaceChildren();
+  for (const panel of panels) {
+    const figure = grid.appendChild(document.createElement("figure"));
+    figure.className = "metric";
+    const caption = figure.appendChild(document.createElement("figcaption"));
+    const latest = panel.points[panel.points.length - 1][1];
+    caption.textContent = `${panel.title}: ${Number.isInteger(latest) ? latest : latest.toPrecision(4)}`;
+    const canvas = figure.appendChild(document.createElement("canvas"));
+    canvas.dataset.column = panel.column;
+    canvas.dataset.points = String(panel.points.length);
+    canvas.setAttribute("aria-label", `${panel.title} against training steps`);
+    ShepherdChart.drawMetric(canvas, panel.points);
+  }
+}
+
 /* -- polling ----------------------------------------------------------------------------------- */
 async function refresh() {
   if (state.busy || !state.csrf) return;
@@ -224,6 +271,7 @@ async function refresh() {
     if (agent) {
       renderAgent(agent);
       await refreshCurve(agent.id);
+      await refreshMetrics(agent.id);
     } else {
       $("#agent-view").hidden = true;
     }
