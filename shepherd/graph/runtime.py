@@ -89,8 +89,11 @@ class AgentRuntime:
         self.last_active = record.last_active  # wall time of the last step; stored at each checkpoint
         self._stored_last_active = record.last_active
         self._activity_lock = threading.Lock()
-        # SB3's logger and Shepherd's values, written by the learner into <agent folder>/metrics/
-        training_metrics.attach(learner, metrics_folder(store.agent_folder(record.id))).follow(self.metric_values)
+        # SB3's logger and Shepherd's values, written by the learner into <agent folder>/metrics/ (an advised
+        # agent's clients: into <agent folder>/clients/<name>/metrics/)
+        folder = store.agent_folder(record.id)
+        folder = folder if client is None else client_folder(folder, client)
+        training_metrics.attach(learner, metrics_folder(folder)).follow(self.metric_values)
 
     @property
     def model_path(self) -> Path:
