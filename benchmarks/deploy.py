@@ -6,10 +6,9 @@
 
 - forward: `Policy.act` on one observation (a JSON list, checked as the server checks it) and
   `Policy.act_batch` on 64, against SB3's `predict()` (deterministic) of the same network on one and on 64,
-  both on one thread. The policy is SB3's CartPole PPO MlpPolicy (64x64 tanh, its initial weights); its
-  actor is written as ONNX with the same weights (tests/onnx_policies.py's `mlp_discrete`, the export
-  contract's format; the exporter's own file, when it exists, can take its place) and its actions are
-  checked equal to predict()'s on 1,000 observations first.
+  both on one thread. The policy is SB3's CartPole PPO MlpPolicy (64x64 tanh, its initial weights) of an
+  agent's learner, exported by `shepherd.agents.export` (what `run.py agents export --format onnx` writes);
+  its actions are checked equal to predict()'s on 1,000 observations first.
 - round trip (P1's method, benchmarks/perf.py): one wrk connection with an evaluate-mode session steps a
   CartPole observation as fast as it can; p50 of the deploy server (`run.py deploy`, that ONNX file)
   against the learning server's greedy step (`run.py -p benchmarks/presets/perf_ppo.py`, the same network
@@ -37,21 +36,22 @@ from benchmarks.perf import OBS, PPO_PRESET, sessions, wrk  # noqa: E402
 
 
 def sb3_and_onnx(folder: Path):
-    """SB3's CartPole PPO and the same actor as an exported-policy file."""
-    import gymnasium as gym
+    """SB3's CartPole PPO and its greedy policy as the exporter writes it (`shepherd.agents.export`)."""
     import numpy as np
     import torch as th
-    from stable_baselines3 import PPO
 
-    from tests.onnx_policies import mlp_discrete
+    from shepherd.agents import build_learner
+    from shepherd.agents.export import export_onnx
+    from shepherd.spaces import parse_space
 
     th.set_num_threads(1)  # as Shepherd's learners run, and as Policy runs onnxruntime
-    model = PPO("MlpPolicy", gym.make("CartPole-v1"), device="cpu", seed=0)
-    layers = [module for module in model.policy.mlp_extractor.policy_net if isinstance(module, th.nn.Linear)]
-    layers.append(model.policy.action_net)
-    weights = [(layer.weight.detach().numpy().T, layer.bias.detach().numpy()) for layer in layers]
-    path = mlp_discrete(folder / "cartpole_ppo.onnx", weights, agent="perf-ppo", policy_version=0)
-    return model, path, np
+    learner = build_learner("PPO", "perf-ppo", parse_space([[4], "-inf", "inf"]), parse_space(2), {"seed": 0}, None)
+    try:
+        path = folder / "cartpole_ppo.onnx"
+        path.write_bytes(export_onnx(learner.algorithm, "perf-ppo", "PPO"))
+        return learner.model, path, np  # SB3's own PPO model (MlpPolicy, 64x64 tanh), never started
+    finally:
+        learner.close()
 
 
 def per_call(function, repeat: int) -> float:
