@@ -1,6 +1,6 @@
 """The dashboard in real headless Chromium: sign in, watch the curve grow while a local client trains,
-download the model and the returns, restart the agent and see its sessions refused, and sign in as
-another owner and see nothing of the first.
+download the model and the returns, restart the agent and see its sessions refused, sign in as another
+owner and see nothing of the first, and delete users (with or without their agents) from the users panel.
 
 ``SHEPHERD_DASHBOARD_SCREENSHOT=docs/dashboard.png`` also saves the screenshot there, after a longer run.
 """
