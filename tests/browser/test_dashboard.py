@@ -1,6 +1,6 @@
 """The dashboard in real headless Chromium: sign in, watch the curve grow while a local client trains,
-download the model and the returns, restart the agent and see its sessions refused, and sign in as
-another owner and see nothing of the first.
+download the model and the returns, restart the agent and see its sessions refused, sign in as another
+owner and see nothing of the first, and delete users (with or without their agents) from the users panel.
 
 ``SHEPHERD_DASHBOARD_SCREENSHOT=docs/dashboard.png`` also saves the screenshot there, after a longer run.
 """
@@ -302,3 +302,78 @@ def test_delete_the_agent_after_confirming_and_see_its_sessions_gone(page, serve
         client.step(OBS4, 1.0, False)
     assert refused.value.status == 410
     client.close()
+
+
+def test_delete_users_after_confirming_with_or_without_their_agents(page, server):
+    admin_api(server, "/users", {"name": "carol"})
+    admin_api(server, "/users", {"name": "dave"})
+    for name in ("lander", "walker"):
+        admin_api(server, "/agents", {"owner": "dave", "name": name, "algorithm": "DQN",
+                                      "observation_space": [[3], -1, 1], "action_space": 2})
+    sign_in(page, server, server.admin_token)
+    page.wait_for_selector("#users tbody tr[data-user=dave]:has-text('dave/lander, dave/walker')")
+    carol, dave = page.locator("#users tbody tr[data-user=carol]"), page.locator("#users tbody tr[data-user=dave]")
+    assert carol.locator("td").nth(1).text_content() == "0" and dave.locator("td").nth(1).text_content() == "2"
+    assert carol.locator("input[name=with-agents]").count() == 0
+    assert dave.locator("label").text_content().strip() == "also delete its 2 agents"
+
+    def users():
+        return {user["name"]: user["agents"] for user in admin_api(server, "/users")}
+
+    questions: list[str] = []
+
+    def answer(accept: bool):
+        def handle(dialog):
+            questions.append(dialog.message)
+            dialog.accept() if accept else dialog.dismiss()
+        page.once("dialog", handle)
+
+    # a change of mind, even with the agents ticked: nothing happens
+    dave.locator("input[name=with-agents]").check()
+    page.wait_for_timeout(2500)  # a poll in between keeps the tick
+    assert dave.locator("input[name=with-agents]").is_checked()
+    answer(False)
+    dave.locator("button", has_text="Delete").click()
+    assert questions[-1].startswith("Delete user dave and its 2 agents (dave/lander, dave/walker) for good?")
+    answer(False)
+    carol.locator("button", has_text="Delete").click()
+    assert questions[-1] == "Delete user carol? It owns no agents."
+    assert users()["carol"] == 0 and users()["dave"] == 2
+    assert page.text_content("#users-status") == ""
+
+    # a user without agents goes after confirming
+    answer(True)
+    carol.locator("button", has_text="Delete").click()
+    page.wait_for_function("() => document.querySelector('#users-status').textContent === 'user carol deleted'")
+    page.wait_for_selector("#users tbody tr[data-user=carol]", state="detached")
+    assert "carol" not in users()
+
+    # a user with agents, without the choice: refused with the server's line, nothing changes
+    dave.locator("input[name=with-agents]").uncheck()
+    answer(True)
+    dave.locator("button", has_text="Delete").click()
+    page.wait_for_function("() => document.querySelector('#users-status').textContent.includes('owns 2 agent(s)')")
+    assert questions[-1].startswith("Delete user dave? It owns 2 agents (dave/lander, dave/walker), which are kept")
+    assert "dave/lander, dave/walker" in page.text_content("#users-status")
+    assert users()["dave"] == 2 and page.locator("#agents tbody tr:has-text('dave/')").count() == 2
+
+    # with it: the user and its agents go, from both lists
+    dave.locator("input[name=with-agents]").check()
+    answer(True)
+    dave.locator("button", has_text="Delete").click()
+    page.wait_for_function(
+        "() => document.querySelector('#users-status').textContent === 'user dave deleted and its 2 agent(s)'")
+    page.wait_for_selector("#users tbody tr[data-user=dave]", state="detached")
+    page.wait_for_function("() => !document.querySelector('#agents').textContent.includes('dave/')")
+    assert "dave" not in users()
+    assert not [agent for agent in admin_api(server, "/agents") if agent["owner"] == "dave"]
+
+
+def test_an_api_key_sees_no_users_panel(page, server):
+    admin_api(server, "/users", {"name": "erin"})
+    probe = admin_api(server, "/agents", {"owner": "erin", "name": "probe", "algorithm": "DQN",
+                                          "observation_space": [[3], -1, 1], "action_space": 2})
+    sign_in(page, server, admin_api(server, f"/agents/{probe['id']}/keys", {"label": "browser test"})["key"])
+    page.wait_for_selector("#agents-view:not([hidden])")
+    page.wait_for_timeout(2500)  # a poll: it must not ask for the users (403) nor show them
+    assert page.is_hidden("#users-view") and page.text_content("#action-status") == ""

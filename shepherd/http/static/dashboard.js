@@ -1,5 +1,6 @@
-/* The Shepherd dashboard: sign in, list the agents you may see, draw the selected agent's learning curve
-   and its main training metrics (polled every two seconds), and send the special actions as POSTs carrying the sign-in's CSRF token.
+/* The Shepherd dashboard: sign in, list the agents you may see (and, for the admin, the users), draw the
+   selected agent's learning curve and its main training metrics (polled every two seconds), and send the
+   special actions as POSTs carrying the sign-in's CSRF token.
    Server data is only ever put in the page as text, never as HTML. */
 "use strict";
 
@@ -11,6 +12,8 @@ const state = {
   csrf: null,     // the sign-in's CSRF token, kept in memory only
   me: null,       // {role, agent, agent_ref}
   agents: [],
+  users: [],      // the admin's only: {id, name, created, agents}
+  withAgents: new Set(),  // ids of users whose "also delete its N agents" is ticked
   selected: null, // agent id
   curve: { agent: null, records: [], next: 0 },
   timer: null,
@@ -47,9 +50,13 @@ const postJson = async (path, body) => (await call("POST", path, body)).json();
 /* -- signing in and out ------------------------------------------------------------------------ */
 function showSignIn(message) {
   clearInterval(state.timer);
-  Object.assign(state, { csrf: null, me: null, agents: [], selected: null, curve: { agent: null, records: [], next: 0 } });
+  Object.assign(state, { csrf: null, me: null, agents: [], users: [], withAgents: new Set(), selected: null,
+                         curve: { agent: null, records: [], next: 0 } });
   $("#signin-view").hidden = false;
   $("#agents-view").hidden = true;
+  $("#users-view").hidden = true;
+  $("#users tbody").replaceChildren();
+  delete $("#users").dataset.drawn;
   $("#agent-view").hidden = true;
   $("#signout").hidden = true;
   $("#who").textContent = "";
@@ -63,6 +70,7 @@ function signedIn(info) {
   $("#who").textContent = info.role === "admin" ? "signed in as admin" : `signed in with a key of agent ${info.agent_ref}`;
   $("#signin-view").hidden = true;
   $("#agents-view").hidden = false;
+  $("#users-view").hidden = info.role !== "admin";
   $("#signout").hidden = false;
   $("#token").value = "";
   if (info.role !== "admin") state.selected = info.agent;
@@ -267,6 +275,10 @@ async function refresh() {
   try {
     state.agents = await getJson("/agents");
     renderAgents();
+    if (state.me.role === "admin") {
+      state.users = await getJson("/users");
+      renderUsers();
+    }
     const agent = state.agents.find((a) => a.id === state.selected);
     if (agent) {
       renderAgent(agent);
@@ -302,8 +314,7 @@ async function download(path) {
   setTimeout(() => URL.revokeObjectURL(url), 10000);
 }
 
-async function act(button, work) {
-  const status = $("#action-status");
+async function act(button, work, status = $("#action-status")) {
   button.disabled = true;
   status.textContent = "Working...";
   try {
@@ -330,13 +341,19 @@ $("#download-returns").addEventListener("click", (event) => {
   if (agent) act(event.currentTarget, async () => { await download(`/agents/${agent.id}/returns.csv`); return "Returns downloaded."; });
 });
 
+/* A destructive action: ask `question` in the browser's confirmation dialog, and only if confirmed run
+   `work` as `button`'s action, its outcome (or the server's error line) shown in `status`. */
+function confirmThen(button, question, work, status) {
+  if (!window.confirm(question)) return;
+  act(button, work, status);
+}
+
 for (const button of document.querySelectorAll("button[data-action]")) {
   button.addEventListener("click", () => {
     const agent = selectedAgent();
     if (!agent) return;
     const question = button.dataset.confirm.replace("AGENT", `${agent.owner}/${agent.name}`);
-    if (!window.confirm(question)) return;
-    act(button, async () => {
+    confirmThen(button, question, async () => {
       const result = await postJson(`/agents/${agent.id}/${button.dataset.action}`);
       if (button.dataset.action !== "delete-model") state.curve = { agent: null, records: [], next: 0 };
       if (button.dataset.action === "delete") {  // the agent is gone: say so where the list is
@@ -349,6 +366,71 @@ for (const button of document.querySelectorAll("button[data-action]")) {
       return result.message;
     });
   });
+}
+
+/* -- users (the admin's only): each with its agents and a Delete button ----------------------------- */
+function ownedAgents(user) {
+  return state.agents.filter((a) => a.owner === user.name).map((a) => `${a.owner}/${a.name}`);
+}
+
+function renderUsers() {
+  const table = $("#users");
+  const drawn = JSON.stringify([state.users, state.users.map(ownedAgents)]);
+  if (table.dataset.drawn === drawn) return;  // redrawn only when something changed: a tick survives polls
+  table.dataset.drawn = drawn;
+  const body = $("#users tbody");
+  body.replaceChildren();
+  for (const user of state.users) {
+    const row = body.insertRow();
+    row.dataset.user = user.name;
+    cell(row, user.name);
+    cell(row, String(user.agents), "number");
+    cell(row, ownedAgents(user).join(", ") || "none");
+    cell(row, new Date(user.created * 1000).toLocaleDateString());
+    const actions = cell(row, "", "delete");
+    if (user.agents > 0) {
+      const label = actions.appendChild(document.createElement("label"));
+      const box = label.appendChild(document.createElement("input"));
+      box.type = "checkbox";
+      box.name = "with-agents";
+      box.checked = state.withAgents.has(user.id);
+      box.addEventListener("change", () => {
+        if (box.checked) state.withAgents.add(user.id); else state.withAgents.delete(user.id);
+      });
+      label.append(` also delete its ${user.agents} agent${user.agents === 1 ? "" : "s"}`);
+    }
+    const button = actions.appendChild(document.createElement("button"));
+    button.type = "button";
+    button.className = "danger";
+    button.textContent = "Delete";
+    button.addEventListener("click", () => deleteUser(user, button));
+  }
+}
+
+function deleteUser(user, button) {
+  const agents = ownedAgents(user);
+  const withAgents = user.agents > 0 && state.withAgents.has(user.id);
+  const count = `${user.agents} agent${user.agents === 1 ? "" : "s"}`;
+  let question = `Delete user ${user.name}? It owns no agents.`;
+  if (withAgents) {
+    question = `Delete user ${user.name} and its ${count} (${agents.join(", ")}) for good? Every client ` +
+      "session of them ends (clients get 410 Gone), their API keys stop working, and their models and returns " +
+      "move to the data folder's trash/.";
+  } else if (user.agents > 0) {
+    question = `Delete user ${user.name}? It owns ${count} (${agents.join(", ")}), which are kept: the server ` +
+      `refuses to delete a user who owns agents unless "also delete its ${count}" is ticked.`;
+  }
+  confirmThen(button, question, async () => {
+    const result = await postJson(`/users/${user.id}/delete`, { with_agents: withAgents });
+    state.withAgents.delete(user.id);
+    const selected = selectedAgent();
+    if (selected && selected.owner === user.name) {  // its agents are gone with it
+      state.selected = null;
+      state.curve = { agent: null, records: [], next: 0 };
+    }
+    await refresh();
+    return result.message;
+  }, $("#users-status"));
 }
 
 /* -- start: resume a sign-in kept by the cookie, or ask for a token ----------------------------- */
