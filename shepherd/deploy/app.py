@@ -22,6 +22,7 @@ import orjson
 from aiohttp import web
 
 from shepherd.policy import Policy
+from shepherd.replies import http_error, json_error
 from shepherd.spaces import SpaceError, action_to_json, check_action_mask, space_to_json
 from shepherd.wire import (STEP_FIELDS, BadRequest, StepInput, VectorStepInput, parse_login, parse_object,
                            parse_step, parse_vector_step, session_key)
@@ -133,12 +134,6 @@ def _json(data: object) -> web.Response:
     return web.Response(body=orjson.dumps(data), content_type="application/json")
 
 
-def json_error(status: int, message: str, retry_after: int | None = None) -> web.Response:
-    headers = None if retry_after is None else {"Retry-After": str(retry_after)}
-    return web.Response(status=status, body=orjson.dumps({"error": message}), content_type="application/json",
-                        headers=headers)
-
-
 async def login_user(request: web.Request) -> web.Response:
     login = parse_login(await request.read())
     config = request.app[CONFIG]
@@ -210,9 +205,6 @@ async def logout(request: web.Request) -> web.Response:
     return _json({"ok": True})
 
 
-_HTTP_MESSAGES = {404: "no such path: {path}", 405: "{method} is not allowed on {path}",
-                  413: "the body is too large (limit {limit} bytes)"}
-
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -227,9 +219,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except web.HTTPException as error:
         if error.status < 400:
             raise
-        message = _HTTP_MESSAGES.get(error.status, "{reason}").format(
-            path=request.path, method=request.method, reason=error.reason, limit=request.client_max_size)
-        return json_error(error.status, message)
+        return http_error(request, error)
     except BadRequest as error:
         return json_error(400, str(error))
     except Unauthorized as error:

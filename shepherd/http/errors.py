@@ -8,16 +8,16 @@ import logging
 import re
 from typing import Awaitable, Callable
 
-import orjson
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
 from shepherd.admin import Forbidden, Invalid
 from shepherd.agents import AgentClosed, AgentFailed
 from shepherd.graph import ActTimeout, BadClient, Conflict, Gone, TooManyEnvs, TooManySessions, Unauthorized, WrongShape
-from shepherd.http.limits import TooManyRequests, retry_after_header
+from shepherd.http.limits import TooManyRequests
 from shepherd.http.state import CONFIG
 from shepherd.storage import AlreadyExists, NotFound
+from shepherd.replies import http_error, json_error
 from shepherd.wire import BadRequest
 
 logger = logging.getLogger(__name__)
@@ -26,16 +26,8 @@ logger = logging.getLogger(__name__)
 _PATH = re.compile(r"(?<![\w.])/(?:[\w.\-]+/)*[\w.\-]+")
 
 
-def json_error(status: int, message: str, retry_after: float | None = None) -> web.Response:
-    headers = None if retry_after is None else {"Retry-After": retry_after_header(retry_after)}
-    return web.Response(status=status, body=orjson.dumps({"error": message}), content_type="application/json",
-                        headers=headers)
-
-
 _STATUS = ((BadRequest, 400), (BadClient, 400), (Invalid, 400), (WrongShape, 400), (TooManyEnvs, 400),
            (Unauthorized, 401), (Forbidden, 403), (NotFound, 404), (Conflict, 409), (AlreadyExists, 409), (Gone, 410))
-_HTTP_MESSAGES = {404: "no such path: {path}", 405: "{method} is not allowed on {path}",
-                  413: "the body is too large (limit {limit} bytes)"}
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -72,9 +64,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except web.HTTPException as error:
         if error.status < 400:
             raise
-        message = _HTTP_MESSAGES.get(error.status, "{reason}").format(
-            path=request.path, method=request.method, reason=error.reason, limit=request.client_max_size)
-        return json_error(error.status, message)
+        return http_error(request, error)
     except (AgentFailed, AgentClosed) as error:  # a learner's reason may quote a file of the server's: not sent
         return json_error(503, f"the agent is not available: {_PATH.sub('<path>', str(error))}", retry_after=5)
     except ActTimeout as error:

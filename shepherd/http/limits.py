@@ -7,7 +7,6 @@ flood of new keys or addresses cannot grow the server's memory.
 from __future__ import annotations
 
 import collections
-import math
 import time
 from dataclasses import dataclass
 
@@ -121,6 +120,3 @@ class LoginThrottle:
         return delay
 
 
-def retry_after_header(seconds: float) -> str:
-    """Retry-After takes whole seconds; never 0, which would invite an immediate retry storm."""
-    return str(max(1, math.ceil(seconds)))
