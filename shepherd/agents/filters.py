@@ -27,7 +27,6 @@ replay buffers call (`normalize_obs`, `normalize_reward`).
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import numpy as np
@@ -224,10 +223,6 @@ class Filtering:
                 stats.load(saved)
         if self.returns is not None and state.get("returns") is not None:
             self.returns.load(state["returns"])
-
-    def frozen(self) -> Filtering:
-        """A copy whose statistics no longer change (for an export)."""
-        return copy.deepcopy(self)
 
 
 def _shape(space: spaces.Space, key: str | None) -> tuple[int, ...]:

@@ -362,7 +362,6 @@ class ThreadedLearner:
         algorithm, stats = self.algorithm, self.stats
         started, updating, writing, asked = time.perf_counter(), stats.updates.sum, 0.0, 0
         algorithm.before_batch()
-        algorithm.filter([message for message in batch if isinstance(message, Request)])
         run: list[Request] = []
         for message in batch:
             if isinstance(message, Request):
@@ -372,6 +371,7 @@ class ThreadedLearner:
                     asked += 1
                 continue
             if run:
+                algorithm.filter(run)
                 algorithm.process(run)
                 run = []
             if message.what == "drain":
@@ -401,6 +401,7 @@ class ThreadedLearner:
                 algorithm.stop_waiting(Outcome.CLOSED, f"agent {self.name} is shut down")
                 return False
         if run:
+            algorithm.filter(run)
             algorithm.process(run)
         if asked:  # the batch's forward time: without the training updates and checkpoints it ran
             stats.batch_size.observe(asked)
