@@ -9,11 +9,25 @@
 
 import sys
 
+
+def _deploy_arguments(argv: list[str]) -> list[str] | None:
+    """The deploy command's arguments when the command line is `deploy ...` (after -v/--verbose, if given
+    first), else None: the deploy server starts before the learning server's command line, which imports
+    torch."""
+    for index, arg in enumerate(argv):
+        if arg == "deploy":
+            return argv[index + 1:] + argv[:index]
+        if arg not in ("-v", "--verbose"):
+            return None
+    return None
+
+
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["deploy"]:  # before the learning server's command line, which imports torch
+    deploy_argv = _deploy_arguments(sys.argv[1:])
+    if deploy_argv is not None:
         from shepherd.deploy.cli import main as deploy
 
-        sys.exit(deploy(sys.argv[2:]))
+        sys.exit(deploy(deploy_argv))
     from shepherd.cli import main
 
     sys.exit(main())

@@ -134,3 +134,15 @@ def test_unusable_files_and_bad_usage_exit_with_one_line(workdir):
     assert helped.returncode == 0 and "--key" in helped.stdout and "evaluate mode" in helped.stdout
     listed = subprocess.run([sys.executable, str(ROOT / "run.py"), "-h"], capture_output=True, text=True, timeout=120)
     assert "deploy" in listed.stdout
+
+
+@pytest.mark.parametrize("argv", [["deploy", "--help"], ["-v", "deploy", "--help"], ["--verbose", "deploy", "-h"]])
+def test_the_deploy_command_line_never_imports_torch(tmp_path, argv):
+    """`run.py deploy` starts before the learning server's command line, with -v/--verbose given first too."""
+    result = subprocess.run([sys.executable, "-X", "importtime", str(ROOT / "run.py"), *argv], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and "policy" in result.stdout
+    modules = {line.rsplit("|", 1)[1].strip() for line in result.stderr.splitlines()
+               if line.startswith("import time:") and "|" in line}
+    assert "shepherd.deploy.cli" in modules
+    assert not {m for m in modules if any(m == name or m.startswith(name + ".") for name in FORBIDDEN)}
