@@ -63,6 +63,8 @@ class OnPolicyAdapter(SB3Algorithm):
         self.n_segments = model.n_envs
         self._actors: dict[int, _Actor] = {}
         self._waiting: list[Request] = []
+        #: exploring acts answered without a segment (a vector session with more envs than segments): not learned from
+        self.unlearned_steps = 0
         self._reset_rollout()
         model.policy.set_training_mode(False)
         # float vectors through SB3's flatten extractor: the greedy path can hand them to the layers as they are
@@ -239,6 +241,12 @@ class OnPolicyAdapter(SB3Algorithm):
             return
         segment = actor.segment
         if segment is None:  # the server is stopping, or no segment is free for it: answer, learn nothing
+            if not self.draining:
+                if not self.unlearned_steps:
+                    logger.warning("agent %s: a vector session has more envs than the agent's %d segments "
+                                   "(n_envs): the envs without one act but are not learned from; give the "
+                                   "agent n_envs of at least the envs it serves", self.name, self.n_segments)
+                self.unlearned_steps += 1
             self.answer(message, sampled)
             return
         row = int(self._position[segment])
