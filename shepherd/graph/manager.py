@@ -226,6 +226,10 @@ class GraphManager:
         """The served agents' runtimes, by store id (read-only use)."""
         return {} if self._served is None else self._served.runtimes
 
+    def every_runtime(self) -> list[AgentRuntime]:
+        """Every learner's runtime: the pooled agents' (as `runtimes`) and each advised agent's clients'."""
+        return [] if self._served is None else self._served.every_runtime()
+
     @property
     def sessions(self) -> SessionTable:
         return self._sessions
