@@ -475,6 +475,21 @@ class GraphManager:
             else:
                 await asyncio.to_thread(runtime.discard)
 
+    def preset_advised(self) -> list[AdvisedAgent]:
+        """The served advised agents of the preset (their clients are not in `preset_runtimes`)."""
+        return [advised for agent_id, advised in self.served.advised.items() if agent_id in self._preset_ids]
+
+    def preset_agent_id(self, agent_name: str) -> int:
+        """The store id of a served preset agent, pooled or advised, by name.
+
+        Raises:
+            KeyError: no served preset agent of that name.
+        """
+        for runtime in self.preset_runtimes():
+            if runtime.record.name == agent_name:
+                return runtime.record.id
+        return self.advised_agent(agent_name).record.id
+
     def advised_agent(self, agent_name: str) -> AdvisedAgent:
         """A served advised agent of the preset, by name."""
         for agent_id, advised in self.served.advised.items():
