@@ -137,3 +137,16 @@ async def test_metrics_and_health_count_advised_clients(http):
     assert 'shepherd_agent_episodes_total{agent="tests/arms",client="arm-1",phase="train"} 1.0' in text
     health = await (await http.get("/shepherd/health")).json()
     assert health["agents"] == {"serving": 3, "failed": 0}  # pole, and arms' two clients
+
+
+async def test_the_progress_display_has_a_line_per_client_and_the_agents_sums(http):
+    from shepherd.cli.serve import agent_stats, learner_stats
+
+    await play(http, "arms", episodes=1, steps=4, client="arm-1")
+    await play(http, "arms", episodes=2, steps=3, client="arm-2")
+    ids = await agent_ids(http)
+    stats = learner_stats(http.graph)
+    assert set(stats) == {ids["pole"], (ids["arms"], "arm-1"), (ids["arms"], "arm-2")}
+    assert stats[(ids["arms"], "arm-2")].agent == "arms/arm-2" and stats[(ids["arms"], "arm-2")].steps == 6
+    summed = agent_stats(http.graph, ids["arms"])
+    assert (summed.agent, summed.steps, summed.episodes, summed.phase) == ("arms", 10, 3, "train")

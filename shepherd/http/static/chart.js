@@ -143,7 +143,7 @@
         if (outline) ctx.stroke();
       }
     };
-    const line = (points, color) => {
+    const polyline = (points, color) => {
       if (points.length < 2) return;
       ctx.strokeStyle = color;
       ctx.lineWidth = 2;
@@ -158,8 +158,8 @@
       dots(client.train, faded(clientColor(i), 0.3), 2, false);
       dots(client.deploy, faded(clientColor(i), 0.6), 2.5, false);
     });
-    line(series.average, cssColor("--average", "#0b3d91"));
-    clients.forEach((client, i) => line(client.average, clientColor(i)));
+    polyline(series.average, cssColor("--average", "#0b3d91"));
+    clients.forEach((client, i) => polyline(client.average, clientColor(i)));
     ctx.lineWidth = 1.5;
     dots(series.evaluation, cssColor("--evaluation", "#e07b00"), 4, true);
     clients.forEach((client, i) => { ctx.lineWidth = 1.5; dots(client.evaluation, clientColor(i), 4, true); });
