@@ -123,9 +123,8 @@ class ServedAgents:
         if record.sharing == Sharing.ADVISED.value:  # each client's counters, as its checkpoint has them
             clients = self._saved_clients(record.id)
             steps = sum(row["steps"] for row in clients)
-            best = max((r for r in clients if r["recent_return"] is not None), key=lambda r: r["recent_return"],
-                       default=None)
-            model = None if best is None else _model_file(self._client_path(record.id, best["client"]))
+            best = _best_saved(clients)
+            model = None if best is None else _model_file(self._client_path(record.id, best))
         return AgentStatus(False, phase, steps, 0.0, 0, 0, None, None, failure, record.last_active, model, clients)
 
     def _client_path(self, agent_id: int, client: str) -> Path:
@@ -151,11 +150,7 @@ class ServedAgents:
     def _saved_best(self, agent_id: int) -> str | None:
         """The saved client with the best recent evaluation return (else the most trained) of an advised agent
         not served here."""
-        rows = self._saved_clients(agent_id)
-        rated = [row for row in rows if row["recent_return"] is not None]
-        best = max(rated, key=lambda r: r["recent_return"], default=None) or max(
-            rows, key=lambda r: r["steps"], default=None)
-        return None if best is None else best["client"]
+        return _best_saved(self._saved_clients(agent_id))
 
     async def add(self, record: AgentRecord, serve: bool) -> None:
         """Build the learner of a new agent (proving SB3 accepts it) and, if ``serve``, serve it.
@@ -431,6 +426,13 @@ def _unlink(path: Path) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+def _best_saved(rows: list[dict[str, Any]]) -> str | None:
+    """The client row with the best recent evaluation return, else the most trained (None: no row)."""
+    rated = [row for row in rows if row["recent_return"] is not None]
+    best = max(rated, key=lambda r: r["recent_return"], default=None) or max(rows, key=lambda r: r["steps"], default=None)
+    return None if best is None else best["client"]
 
 
 def _model_file(path: Path) -> dict[str, float] | None:
