@@ -60,7 +60,8 @@ class _Connection:
     """What both clients share: a keep-alive HTTP connection to the server, the session key, and the retries
     of a step. Not thread-safe."""
 
-    def __init__(self, url: str, apikey: str, timeout: float = 120.0, retry_seconds: float = 30.0) -> None:
+    def __init__(self, url: str, apikey: str, timeout: float = 120.0, retry_seconds: float = 30.0,
+                 client: str | None = None) -> None:
         parts = urlsplit(url if "://" in url else f"http://{url}")
         if parts.scheme not in ("http", "https"):
             raise ValueError(f"unsupported URL scheme {parts.scheme!r}")
@@ -71,6 +72,7 @@ class _Connection:
         self.url = f"{parts.scheme}://{parts.netloc}{self._prefix}"
         self._timeout = timeout
         self._apikey = apikey
+        self.client = client  # the client name a login to an advised agent gives (docs/advice.md)
         self._connection: http.client.HTTPConnection | None = None
         self.retry_seconds = retry_seconds
         self.session_key: str | None = None
@@ -78,6 +80,12 @@ class _Connection:
         self.info: dict[str, Any] = {}
         self.policy_version: int | None = None  # of the last action received (None: none yet)
         self.reached = False  # whether the server ever answered: a server never reached is not retried
+
+    def _login_body(self, mode: str) -> dict[str, Any]:
+        body: dict[str, Any] = {"apikey": self._apikey, "mode": mode}
+        if self.client is not None:
+            body["client"] = self.client
+        return body
 
     def _connect(self) -> http.client.HTTPConnection:
         if self._connection is None:
@@ -152,7 +160,7 @@ class Client(_Connection):
 
     def login(self, mode: str = "train") -> dict[str, Any]:
         """Log in with the API key; returns the server's reply (agent name and spaces)."""
-        return self._open({"apikey": self._apikey, "mode": mode})
+        return self._open(self._login_body(mode))
 
     def step(self, obs: Any, reward: float, done: bool, info: dict | None = None,
              truncated: bool = False, action_mask: Any = None) -> Any:
@@ -190,10 +198,10 @@ class VectorClient(_Connection):
     """
 
     def __init__(self, url: str, apikey: str, n_envs: int, timeout: float = 120.0,
-                 retry_seconds: float = 30.0) -> None:
+                 retry_seconds: float = 30.0, client: str | None = None) -> None:
         if n_envs < 1:
             raise ValueError(f"n_envs must be at least 1, not {n_envs}")
-        super().__init__(url, apikey, timeout, retry_seconds)
+        super().__init__(url, apikey, timeout, retry_seconds, client)
         self.n_envs = n_envs
 
     def login(self, mode: str = "train") -> dict[str, Any]:
@@ -202,7 +210,7 @@ class VectorClient(_Connection):
         Raises:
             ShepherdError: the server refused (400: more envs than it allows; 401: unknown key).
         """
-        return self._open({"apikey": self._apikey, "mode": mode, "n_envs": self.n_envs})
+        return self._open({**self._login_body(mode), "n_envs": self.n_envs})
 
     def step(self, obs: list, reward: list, terminated: list, truncated: list, final_obs: list | None = None,
              info: list | None = None, action_mask: list | None = None) -> list:
@@ -528,6 +536,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="run N copies of the env (a gymnasium vector env that resets an ended copy in "
                              "the same step) and send all N steps in one request (default: one env, one "
                              "step per request)")
+    parser.add_argument("--client", metavar="NAME", default=None,
+                        help="the client's name, which a login to an advised agent needs (its learner and model "
+                             "are that name's; docs/advice.md)")
     parser.add_argument("--async", dest="asynchronous", action="store_true",
                         help="with --n-envs: run each copy in a subprocess (default: all in this process)")
     args = parser.parse_args(argv)
@@ -540,7 +551,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("set SHEPHERD_API_KEY to the agent's API key")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s client %(message)s")
     env_kwargs = json.loads(args.env_kwargs)
-    client = Client(args.url, apikey) if args.n_envs is None else VectorClient(args.url, apikey, args.n_envs)
+    client = (Client(args.url, apikey, client=args.client) if args.n_envs is None else
+              VectorClient(args.url, apikey, args.n_envs, client=args.client))
     vector_env = None
     try:
         if isinstance(client, Client):

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from shepherd.admin.errors import Forbidden, Invalid
 from shepherd.admin.names import check_name, match_agent
 from shepherd.admin.records import ActionResult, AgentView, CreatedKey, KeyView, NewAgent, Principal, UserView
-from shepherd.definition import AgentDefinition
+from shepherd.definition import AgentDefinition, Sharing, check_client_name
 from shepherd.agents import ParameterError, check_agent, live, registry_records
 from shepherd.agents.export import NotExportable
 from shepherd.spaces import SpaceError
@@ -64,6 +64,28 @@ class Operations:
             return self.store.user(record.owner_id).name
         except NotFound:
             return f"user{record.owner_id}"
+
+    def _client(self, record: AgentRecord, client: str | None) -> str | None:
+        """A client name the caller gives for an advised agent's curve or export, checked.
+
+        Raises:
+            Invalid: a malformed name, or a name for a pooled agent.
+            NotFound: the agent has no client of that name (the message names those it has).
+        """
+        if client is None:
+            return None
+        if record.sharing != Sharing.ADVISED.value:
+            raise Invalid(f"agent {self._ref(record)} is pooled: one learner serves every client, so 'client' "
+                          "names nothing here (only an advised agent's clients have curves and models of their own)")
+        try:
+            name = check_client_name(client)
+        except ValueError as error:
+            raise Invalid(str(error)) from None
+        known = sorted(set(self.graph.served.client_names(record.id)) | set(self.store.return_clients(record.id)))
+        if name not in known:
+            raise NotFound(f"agent {self._ref(record)} has no client {name!r}; " +
+                           (f"its clients: {', '.join(known)}" if known else "it has no client yet"))
+        return name
 
     def _ref(self, record: AgentRecord) -> str:
         return f"{self._owner_name(record)}/{record.name}"
@@ -216,22 +238,25 @@ class Operations:
         return [{**a, "parameters": [p for p in parameters if p["algorithm"] == a["name"]]} for a in algorithms]
 
     # -- the curve -----------------------------------------------------------------------------
-    async def returns(self, agent_id: int, offset: int = 0, first: float | None = None) -> ReturnsPage:
+    # ``client`` picks one client's curve of an advised agent; without it, the agent's curve (every client's).
+    async def returns(self, agent_id: int, offset: int = 0, first: float | None = None,
+                      client: str | None = None) -> ReturnsPage:
         """The returns from ``offset`` on (see `ReturnLog.page`), read off the event loop; only the new ones
         are read and parsed, so polling a long curve costs what it has gained since."""
-        self._record(agent_id)
-        return await asyncio.to_thread(self.store.returns_page, agent_id, offset, first)
+        client = self._client(self._record(agent_id), client)
+        return await asyncio.to_thread(self.store.returns_page, agent_id, offset, first, client)
 
-    async def returns_json(self, agent_id: int, offset: int = 0, first: float | None = None) -> ReturnsJson:
+    async def returns_json(self, agent_id: int, offset: int = 0, first: float | None = None,
+                           client: str | None = None) -> ReturnsJson:
         """`returns` with the records as JSON text, for a reply: a long curve makes no Python objects."""
-        self._record(agent_id)
-        return await asyncio.to_thread(self.store.returns_json, agent_id, offset, first)
+        client = self._client(self._record(agent_id), client)
+        return await asyncio.to_thread(self.store.returns_json, agent_id, offset, first, client)
 
-    async def returns_chunks(self, agent_id: int) -> Iterator[list[EpisodeReturn]]:
+    async def returns_chunks(self, agent_id: int, client: str | None = None) -> Iterator[list[EpisodeReturn]]:
         """Every return, a piece at a time, for a download. Each ``next`` reads the file: call it off the
         event loop (``asyncio.to_thread``)."""
-        self._record(agent_id)
-        return self.store.returns_chunks(agent_id)
+        client = self._client(self._record(agent_id), client)
+        return self.store.returns_chunks(agent_id, client=client)
 
     # -- training metrics ----------------------------------------------------------------------
     async def metrics(self, agent_id: int, rows: int, columns: list[str] | None = None) -> MetricRows:
@@ -243,35 +268,39 @@ class Operations:
                                        columns)
 
     # -- special actions -----------------------------------------------------------------------
-    async def export_model(self, agent_id: int) -> bytes:
+    async def export_model(self, agent_id: int, client: str | None = None) -> bytes:
         """The agent's model zip (SB3's format, loadable with ``PPO.load``); a served agent checkpoints first
-        so that the zip has its latest weights.
+        so that the zip has its latest weights. An advised agent's is one client's: ``client``'s, or the
+        best client's (by recent evaluation return).
 
         Raises:
-            NotFound: the agent has no saved model yet.
+            NotFound: the agent has no saved model yet, or no such client.
         """
         record = self._record(agent_id)
+        client = self._client(record, client)
         try:
-            return await self.graph.served.export(agent_id)
+            return await self.graph.served.export(agent_id, client)
         except NotFound as error:
             raise NotFound(f"agent {self._ref(record)} has {error}") from None
 
-    async def export_policy(self, agent_id: int, format: str) -> bytes:
+    async def export_policy(self, agent_id: int, format: str, client: str | None = None) -> bytes:
         """The agent's export in ``format``: ``sb3`` is the model zip (`export_model`), ``onnx`` the greedy
-        policy as one ONNX file with its filters and action unscaling (docs/export.md). A served agent
+        policy as one ONNX file with its filters and action unscaling (docs/export.md); an advised agent's
+        is one client's own network (its metadata says the advice is left out). A served agent
         checkpoints first.
 
         Raises:
             Invalid: an unknown format, or a policy with no exact ONNX form (the message says why).
-            NotFound: the agent has no saved model yet.
+            NotFound: the agent has no saved model yet, or no such client.
         """
         if format not in EXPORT_FORMATS:
             raise Invalid(f"unknown export format {format!r}; use one of {', '.join(EXPORT_FORMATS)}")
         if format == "sb3":
-            return await self.export_model(agent_id)
+            return await self.export_model(agent_id, client)
         record = self._record(agent_id)
+        client = self._client(record, client)
         try:
-            return await self.graph.served.export_onnx(agent_id)
+            return await self.graph.served.export_onnx(agent_id, client)
         except NotFound as error:
             raise NotFound(f"agent {self._ref(record)} has {error}") from None
         except NotExportable as error:

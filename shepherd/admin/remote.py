@@ -104,8 +104,10 @@ class RemoteOperations:
     async def algorithms(self) -> list[dict[str, Any]]:
         return await self._json("GET", "/algorithms")
 
-    async def returns(self, agent_id: int, offset: int = 0, first: float | None = None) -> ReturnsPage:
+    async def returns(self, agent_id: int, offset: int = 0, first: float | None = None,
+                      client: str | None = None) -> ReturnsPage:
         query = f"?offset={int(offset)}" + ("" if first is None else f"&first={float(first)!r}")
+        query += "" if client is None else f"&client={quote(client)}"
         data = await self._json("GET", f"/agents/{agent_id}/returns{query}")
         return ReturnsPage(data["total"], data["offset"], data["reset"],
                            [EpisodeReturn(**item) for item in data["returns"]])
@@ -115,12 +117,14 @@ class RemoteOperations:
         data = await self._json("GET", f"/agents/{agent_id}/metrics{query}")
         return MetricRows(data["columns"], data["rows"])
 
-    async def export_model(self, agent_id: int) -> bytes:
+    async def export_model(self, agent_id: int, client: str | None = None) -> bytes:
+        if client is not None:
+            return await self.export_policy(agent_id, "sb3", client)
         return await asyncio.to_thread(self._request, "GET", f"/agents/{quote(str(agent_id))}/model.zip")
 
-    async def export_policy(self, agent_id: int, format: str) -> bytes:
-        return await asyncio.to_thread(self._request, "GET",
-                                       f"/agents/{quote(str(agent_id))}/export?format={quote(format)}")
+    async def export_policy(self, agent_id: int, format: str, client: str | None = None) -> bytes:
+        query = f"?format={quote(format)}" + ("" if client is None else f"&client={quote(client)}")
+        return await asyncio.to_thread(self._request, "GET", f"/agents/{quote(str(agent_id))}/export{query}")
 
     async def delete_model(self, agent_id: int) -> ActionResult:
         return ActionResult.from_json(await self._json("POST", f"/agents/{agent_id}/delete-model", {}))

@@ -40,6 +40,9 @@ from shepherd.spaces import mask_size, space_to_json
 
 #: the ``format`` of the metadata this module writes (a reader refuses others)
 FORMAT = 1
+#: the metadata's ``advice`` of an advised client's file: what it leaves out
+ADVICE_LEFT_OUT = ("the client's own network's greedy action, without its advisor's: the mixed policy it acts "
+                   "with while served needs the advisor's network, which a deployed client does not have")
 #: the metadata key holding Shepherd's JSON object
 METADATA_KEY = "shepherd"
 
@@ -80,12 +83,13 @@ def input_name(key: str) -> str:
 
 def export_onnx(adapter: SB3Algorithm, agent: str, algorithm: str,
                 normalization: Mapping[str, Normalization] | None = None,
-                filters: dict[str, Any] | None = None) -> bytes:
+                filters: dict[str, Any] | None = None, client: str | None = None) -> bytes:
     """The serialized ONNX model of the adapter's greedy policy, with Shepherd's metadata.
 
     ``normalization`` gives the statistics per observation key ("" for a non-Dict space; a Dict's keys
     otherwise; keys left out are not normalised). ``filters`` is the metadata's ``filters`` object
-    (default: the normalisation statistics given, or null without any).
+    (default: the normalisation statistics given, or null without any). ``client`` names an advised agent's
+    client: the file is that client's own network, and the metadata says so (``client``, ``advice``).
 
     Raises:
         NotExportable: a recurrent policy, a layer or extractor with no exact ONNX form, normalisation of
@@ -115,11 +119,14 @@ def export_onnx(adapter: SB3Algorithm, agent: str, algorithm: str,
         "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "shepherd_version": shepherd.__version__,
     }
+    if client is not None:
+        metadata["client"] = client
+        metadata["advice"] = ADVICE_LEFT_OUT
     model = graph.model(f"shepherd_{algorithm}_greedy", {METADATA_KEY: json.dumps(metadata)})
     return model.SerializeToString()
 
 
-def export_adapter(adapter: SB3Algorithm, agent: str, algorithm: str) -> bytes:
+def export_adapter(adapter: SB3Algorithm, agent: str, algorithm: str, client: str | None = None) -> bytes:
     """`export_onnx` with the agent's own filters (``adapter.filtering``): observation normalisation with its
     current statistics inside the graph; the filters' settings and statistics as the metadata's ``filters``.
 
@@ -129,7 +136,7 @@ def export_adapter(adapter: SB3Algorithm, agent: str, algorithm: str) -> bytes:
     """
     filtering = adapter.filtering
     if filtering is None or not filtering.active:
-        return export_onnx(adapter, agent, algorithm)
+        return export_onnx(adapter, agent, algorithm, client=client)
     filters = filtering.filters
     if filters.frame_stack > 1:
         raise NotExportable(f"agent {agent} stacks {filters.frame_stack} frames, kept per session by the server; "
@@ -138,7 +145,7 @@ def export_adapter(adapter: SB3Algorithm, agent: str, algorithm: str) -> bytes:
                                                                  filters.clip_observations)
                      for key, stats in filtering.observations.items()}
     return export_onnx(adapter, agent, algorithm, normalization,
-                       {**filters.to_json(), "statistics": filtering.state()})
+                       {**filters.to_json(), "statistics": filtering.state()}, client)
 
 
 def _observation_inputs(graph: GraphBuilder, space: spaces.Space, normalization: dict[str, Normalization]

@@ -101,9 +101,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     export.add_argument("agent", help=AGENT_HELP)
     export.add_argument("--format", choices=EXPORT_FORMATS, default="sb3",
                         help="sb3: stable-baselines3's zip; onnx: the greedy policy (default %(default)s)")
+    export.add_argument("--client", metavar="NAME",
+                        help="an advised agent's client to export (default: the client with the best recent "
+                             "evaluation return); its own network, without its advisor's advice (docs/export.md)")
     export.add_argument("-o", "--output", type=Path,
-                        help="file to write (default OWNER-NAME-model.zip, or OWNER-NAME-policy.onnx), outside "
-                             "the data folder")
+                        help="file to write (default OWNER-NAME-model.zip, or OWNER-NAME-policy.onnx, with -CLIENT "
+                             "after NAME for --client), outside the data folder")
     export.add_argument("--force", action="store_true", help="replace the output file if it exists")
     add_data_option(export)
     export.set_defaults(func=command(export_model))
@@ -195,11 +198,16 @@ async def show_agent(operations, args: argparse.Namespace) -> int:
     for label, value in rows:
         print(f"  {label:<18}{value}")
     if view.clients is not None:
-        print(table(["CLIENT", "PHASE", "STEPS", "SESSIONS", "EPISODES", "RECENT EVALUATION", "ADVISOR"],
+        print(table(["CLIENT", "PHASE", "STEPS", "SESSIONS", "EPISODES", "TRAIN RETURN", "RECENT EVALUATION",
+                     "ADVISOR"],
                     [[c["client"], c["phase"] + (f" ({c['failure']})" if c["failure"] else ""), c["steps"],
-                      c["sessions"], c["episodes"], "-" if c["recent_return"] is None else f"{c['recent_return']:.1f}",
+                      c["sessions"], c["episodes"], _number(c["mean_train_return"]), _number(c["recent_return"]),
                       c["advisor"] or "-"] for c in view.clients]) if view.clients else "  no client yet")
     return EXIT_OK
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
 
 
 async def export_model(operations, args: argparse.Namespace) -> int:
@@ -207,18 +215,22 @@ async def export_model(operations, args: argparse.Namespace) -> int:
 
     view = await operations.agent(await operations.resolve(args.agent))
     onnx = args.format == "onnx"
-    path = args.output or Path(f"{view.owner}-{view.name}-{'policy.onnx' if onnx else 'model.zip'}")
+    stem = f"{view.owner}-{view.name}" + (f"-{args.client}" if args.client else "")
+    path = args.output or Path(f"{stem}-{'policy.onnx' if onnx else 'model.zip'}")
     if path.resolve().is_relative_to(Path(args.data).resolve()):
         raise UsageError(f"{path} is inside the data folder {args.data}, which only the server writes; "
                          "give -o a path outside it")
     if path.exists() and not args.force:
         raise UsageError(f"{path} exists; add --force to replace it, or give another -o")
-    data = await (operations.export_policy(view.id, "onnx") if onnx else operations.export_model(view.id))
+    data = await operations.export_policy(view.id, args.format, args.client)
     try:
         atomic_write_bytes(path, data)
     except OSError as error:
         raise UsageError(f"cannot write {path}: {error.strerror or error}") from None
-    print(f"{'greedy policy (ONNX)' if onnx else 'model'} of agent {view.ref} written to {path} ({len(data)} bytes)")
+    whose = f"agent {view.ref}" + (f", client {args.client}" if args.client else "")
+    if view.sharing == "advised" and not args.client:
+        whose += " (its best client)"
+    print(f"{'greedy policy (ONNX)' if onnx else 'model'} of {whose} written to {path} ({len(data)} bytes)")
     return EXIT_OK
 
 

@@ -128,4 +128,8 @@ def summary(graph: GraphManager) -> list[str]:
         lines.append(f"  validation: {validation.env_id}{kwargs}, {validation.clients} client(s) driving agent "
                      f"{agent}, target return {validation.target_return:g} within {validation.max_steps:,} steps "
                      f"(gives up after {validation.timeout_seconds:g} s)")
+        if any(spec.name == agent and spec.sharing.value == "advised" for spec in graph.agents):
+            lines.append(f"    agent {agent} is advised: the local clients (run.py -p --clients N) log in as clients "
+                         "local-0 ... local-N-1, and the target is reached when every client's last evaluation "
+                         "reaches it")
     return lines

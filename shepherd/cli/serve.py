@@ -13,6 +13,7 @@ import socket
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from shepherd.cli.common import EXIT_NOT_REACHED, EXIT_OK, UsageError
@@ -146,18 +147,22 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
     try:
         keys = dict(server.created_keys)
         if args.new_key:
-            for runtime in graph.preset_runtimes():
-                created = await operations.add_key(runtime.record.id, "created by --new-key")
-                keys[runtime.record.name] = created.key
+            for record in preset_records(graph):
+                created = await operations.add_key(record.id, "created by --new-key")
+                keys[record.name] = created.key
         announce(graph, server.url, args.data, keys, server.admin_token)
         if args.clients and graph.validation is not None:
-            runtime = graph.runtime(graph.validation.agent)
-            local = await operations.add_key(runtime.record.id, "local clients of run.py --clients")
+            agent_id = graph.preset_agent_id(graph.validation.agent or graph.agents[0].name)
+            local = await operations.add_key(agent_id, "local clients of run.py --clients")
             local_key_id = local.id
+            names = local_client_names(args.clients) if agent_id in graph.served.advised else None
             clients = await start_clients(server.url, local.key, graph.validation, args.clients,
-                                          args.envs_per_client, args.seed or 0)
-            watch(graph, runtime.record.id, outcome, stop)
-            monitor = asyncio.create_task(progress(graph, runtime.record.id, clients, outcome, stop, args.quiet))
+                                          args.envs_per_client, args.seed or 0, names)
+            if names:
+                print(f"local clients of advised agent {graph.validation.agent or graph.agents[0].name}: "
+                      f"{', '.join(names)}", flush=True)
+            watch(graph, agent_id, outcome, stop)
+            monitor = asyncio.create_task(progress(graph, agent_id, clients, outcome, stop, args.quiet))
         elif not args.quiet:
             monitor = asyncio.create_task(report_progress(graph))
         await stop.wait()
@@ -196,12 +201,27 @@ def check_address(host: str, port: int) -> None:
             probe.bind(address)
 
 
+def preset_records(graph: GraphManager) -> list[AgentRecord]:
+    """The records of the preset's served agents, pooled and advised."""
+    return [runtime.record for runtime in graph.preset_runtimes()] + [a.record for a in graph.preset_advised()]
+
+
+def local_client_names(count: int) -> list[str]:
+    """The client names of ``--clients`` local clients of an advised agent: ``local-0`` ... ``local-N-1``, the
+    same at every start, so that a restarted run resumes each local client's learner."""
+    return [f"local-{index}" for index in range(count)]
+
+
 def announce(graph: GraphManager, url: str, data: Path, keys: dict[str, str], admin_token: str = "") -> None:
     print(f"Shepherd serving preset {graph.name} at {url}  (data: {data.resolve()})")
     preset = graph.preset_runtimes()
     for runtime in preset:
         print(f"  agent {runtime.record.name}: {runtime.record.algorithm}, {runtime.tracker.steps} steps so far, "
               f"observations {runtime.observation_space}, actions {runtime.action_space}")
+    for advised in graph.preset_advised():
+        clients = ", ".join(f"{name} ({runtime.tracker.steps} steps)" for name, runtime in sorted(advised.clients.items()))
+        print(f"  agent {advised.record.name}: {advised.record.algorithm}, advised (a learner per named client; "
+              f"docs/advice.md); clients so far: {clients or 'none'}")
     others = [runtime for runtime in graph.runtimes.values() if runtime not in preset]
     if others:
         print(f"The data folder holds {len(others)} served agent(s) that the preset does not declare "
@@ -218,12 +238,14 @@ def announce(graph: GraphManager, url: str, data: Path, keys: dict[str, str], ad
     for agent_id, reason in graph.served.failures.items():
         print(f"  agent id {agent_id} is not served: it {reason} (restart it from the admin commands)")
     print(f"Clients POST to {url}/shepherd/login_user/ with {{\"apikey\": ...}}, then to {url}/shepherd/env/")
+    if graph.preset_advised():
+        print("  (a login to an advised agent also names its client: {\"apikey\": ..., \"client\": \"arm-3\"})")
     for name, key in keys.items():
         print(f"API key for agent {name} (shown once, the store keeps only its hash): {key}")
-    for runtime in graph.preset_runtimes():
-        if runtime.record.name not in keys:
-            print(f"API key for agent {runtime.record.name}: shown when it was created; create another with "
-                  f"`python run.py keys add {graph.owner}/{runtime.record.name}` (or start with --new-key)")
+    for record in preset_records(graph):
+        if record.name not in keys:
+            print(f"API key for agent {record.name}: shown when it was created; create another with "
+                  f"`python run.py keys add {graph.owner}/{record.name}` (or start with --new-key)")
     print(f"Dashboard: {url}/shepherd/admin/  (sign in with the admin token or an agent's API key)")
     if admin_token:
         print(f"Admin token (shown once, the store keeps only its hash): {admin_token}")
@@ -254,18 +276,22 @@ def describe_schedule(schedule: Schedule) -> str:
 
 
 async def start_clients(url: str, apikey: str, validation: PresetValidation, count: int,
-                        envs_per_client: int = 1, seed: int = 0) -> list[asyncio.subprocess.Process]:
+                        envs_per_client: int = 1, seed: int = 0,
+                        names: list[str] | None = None) -> list[asyncio.subprocess.Process]:
     """Start ``count`` client processes, each of ``envs_per_client`` envs (more than one: a vector session,
     ``--n-envs``); the key goes through the environment, never the command line. Client k seeds its envs
-    from ``seed + k * envs_per_client`` (env i of it with that plus i), so no two envs share a seed."""
+    from ``seed + k * envs_per_client`` (env i of it with that plus i), so no two envs share a seed, and
+    logs in as ``names[k]`` if names are given (an advised agent's clients)."""
     env = {**os.environ, "SHEPHERD_API_KEY": apikey,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     vector = ["--n-envs", str(envs_per_client)] if envs_per_client > 1 else []
     processes = []
     for index in range(count):
+        name = ["--client", names[index]] if names else []
         processes.append(await asyncio.create_subprocess_exec(
             sys.executable, "-m", "shepherd.client", "--url", url, "--env", validation.env_id,
             "--seed", str(seed + index * envs_per_client), "--env-kwargs", json.dumps(validation.env_kwargs), *vector,
+            *name,
             env=env, stdout=asyncio.subprocess.DEVNULL, stdin=asyncio.subprocess.DEVNULL))
     return processes
 
@@ -298,10 +324,11 @@ class ProgressLines:
 
     def __init__(self, interval: float = PROGRESS_SECONDS) -> None:
         self.interval = interval
-        self._shown: dict[int, tuple[tuple, float]] = {}  # agent id -> counters of its last line, and when
+        self._shown: dict[int | tuple[int, str], tuple[tuple, float]] = {}  # learner -> its last line's counters, when
 
-    def lines(self, stats: Mapping[int, AgentStats], now: float) -> list[str]:
-        """The lines to print now, given each served agent's stats by store id and a monotonic time."""
+    def lines(self, stats: Mapping[int | tuple[int, str], AgentStats], now: float) -> list[str]:
+        """The lines to print now, given each served learner's stats by store id (an advised agent's clients'
+        by store id and client name, their stats named ``agent/client``) and a monotonic time."""
         lines = []
         for agent_id, agent in stats.items():
             counters = (agent.steps, agent.episodes, agent.sessions, agent.phase)
@@ -310,18 +337,52 @@ class ProgressLines:
                 self._shown[agent_id] = (counters, -float("inf"))
             elif counters != shown[0] and now - shown[1] >= self.interval:
                 self._shown[agent_id] = (counters, now)
-                lines.append(f"agent {agent.agent} (id {agent_id}): {progress_line(agent)}")
+                number = agent_id if isinstance(agent_id, int) else agent_id[0]
+                lines.append(f"agent {agent.agent} (id {number}): {progress_line(agent)}")
         for agent_id in self._shown.keys() - stats.keys():  # no longer served
             del self._shown[agent_id]
         return lines
+
+
+def learner_stats(graph: GraphManager) -> dict[int | tuple[int, str], AgentStats]:
+    """Each served learner's stats: a pooled agent's by store id, an advised agent's clients' by store id and
+    client name (named ``agent/client``)."""
+    stats: dict[int | tuple[int, str], AgentStats] = {}
+    for runtime in graph.every_runtime():
+        if runtime.client is None:
+            stats[runtime.record.id] = runtime.stats()
+        else:
+            stats[(runtime.record.id, runtime.client)] = replace(runtime.stats(), agent=runtime.label)
+    return stats
+
+
+def agent_stats(graph: GraphManager, agent_id: int) -> AgentStats | None:
+    """A served agent's stats (None: not served now); an advised agent's are its clients' sums, its phase
+    ``failed`` only when every client failed, its evaluation the best client's."""
+    runtime = graph.runtimes.get(agent_id)  # looked up each time: a restart replaces it
+    if runtime is not None:
+        return runtime.stats()
+    advised = graph.served.advised.get(agent_id)
+    if advised is None or not advised.clients:
+        return None
+    every = [client.stats() for client in advised.clients.values()]
+    best = advised.best()
+    failures = [s.failure for s in every if s.failure]
+    trained = [s.mean_train_return for s in every if s.mean_train_return is not None]
+    return AgentStats(
+        agent=advised.record.name, steps=sum(s.steps for s in every),
+        steps_per_second=sum(s.steps_per_second for s in every),
+        phase="failed" if len(failures) == len(every) else "train", sessions=sum(s.sessions for s in every),
+        episodes=sum(s.episodes for s in every), mean_train_return=max(trained) if trained else None,
+        last_evaluation=None if best is None else best.stats().last_evaluation,
+        failure="; ".join(failures) if len(failures) == len(every) else None)
 
 
 async def report_progress(graph: GraphManager, lines: ProgressLines | None = None) -> None:
     """Print the progress lines of a server without local clients, until cancelled."""
     lines = lines or ProgressLines()
     while True:  # the first pass, at once, notes the counters the agents start with
-        stats = {agent_id: runtime.stats() for agent_id, runtime in graph.runtimes.items()}
-        for line in lines.lines(stats, time.monotonic()):
+        for line in lines.lines(learner_stats(graph), time.monotonic()):
             print(line, flush=True)
         await asyncio.sleep(1.0)  # stats() samples steps/s; once a second, as the --clients display does
 
@@ -337,10 +398,9 @@ async def progress(graph: GraphManager, agent_id: int, clients: list, outcome: O
         await asyncio.sleep(1.0)
         if stop.is_set():  # decided meanwhile (target reached, signal): keep that outcome
             return
-        runtime = graph.runtimes.get(agent_id)  # looked up each time: a restart replaces it
-        if runtime is None:
+        stats = agent_stats(graph, agent_id)
+        if stats is None:
             continue
-        stats = runtime.stats()
         line = f"{progress_line(stats)} (target {validation.target_return:g})"
         if quiet:
             pass

@@ -223,8 +223,8 @@ async def validate(graph: GraphManager, apikey: str | None = None, clients: int 
     store = graph.store
     if store is None:
         raise RuntimeError("create_graph must run before a validation")
-    runtime = graph.runtime(validation.agent)
-    agent_id = runtime.record.id
+    agent_id = graph.preset_agent_id(validation.agent or graph.agents[0].name)
+    advised = agent_id in graph.served.advised  # its drivers are named clients, local-0 ... local-N-1
     key_id = None
     if apikey is None:
         apikey, record = store.add_api_key(agent_id, "local validation")
@@ -233,7 +233,8 @@ async def validate(graph: GraphManager, apikey: str | None = None, clients: int 
     listener = watch(graph, agent_id, outcome, stop)
     count = clients if clients is not None else validation.clients
     envs = [gym.make(validation.env_id, **validation.env_kwargs) for _ in range(count)]
-    tasks = [asyncio.create_task(drive(graph, apikey, env, seed=index, stop=stop), name=f"validation-{index}")
+    tasks = [asyncio.create_task(drive(graph, apikey, env, seed=index, stop=stop,
+                                       client_name=f"local-{index}" if advised else None), name=f"validation-{index}")
              for index, env in enumerate(envs)]
     waiter = asyncio.create_task(stop.wait())
     started = time.monotonic()

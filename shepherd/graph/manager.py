@@ -226,6 +226,10 @@ class GraphManager:
         """The served agents' runtimes, by store id (read-only use)."""
         return {} if self._served is None else self._served.runtimes
 
+    def every_runtime(self) -> list[AgentRuntime]:
+        """Every learner's runtime: the pooled agents' (as `runtimes`) and each advised agent's clients'."""
+        return [] if self._served is None else self._served.every_runtime()
+
     @property
     def sessions(self) -> SessionTable:
         return self._sessions
@@ -470,6 +474,21 @@ class GraphManager:
                 advised.install(runtime)
             else:
                 await asyncio.to_thread(runtime.discard)
+
+    def preset_advised(self) -> list[AdvisedAgent]:
+        """The served advised agents of the preset (their clients are not in `preset_runtimes`)."""
+        return [advised for agent_id, advised in self.served.advised.items() if agent_id in self._preset_ids]
+
+    def preset_agent_id(self, agent_name: str) -> int:
+        """The store id of a served preset agent, pooled or advised, by name.
+
+        Raises:
+            KeyError: no served preset agent of that name.
+        """
+        for runtime in self.preset_runtimes():
+            if runtime.record.name == agent_name:
+                return runtime.record.id
+        return self.advised_agent(agent_name).record.id
 
     def advised_agent(self, agent_name: str) -> AdvisedAgent:
         """A served advised agent of the preset, by name."""

@@ -149,7 +149,7 @@ class AgentRuntime:
             self.episodes += 1
             self.phase_episodes[episode.phase] += 1
             self.store.append_return(self.record.id, EpisodeReturn(
-                time.time(), float(episode.total), episode.length, episode.phase.value))
+                time.time(), float(episode.total), episode.length, episode.phase.value, self.client))
             if episode.phase is Phase.TRAIN:
                 self.train_returns.append(float(episode.total))
         result = self.tracker.end_episode(episode, completed)

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 import shutil
+import zipfile
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,8 @@ from shepherd.agents import algorithm_info, checkpoint
 from shepherd.agents.export import NotExportable, export_adapter
 from shepherd.agents.sb3 import SB3Algorithm
 from shepherd.graph.advised import AdvisedAgent
-from shepherd.graph.runtime import AgentRuntime
+from shepherd.definition import Sharing, check_client_name
+from shepherd.graph.runtime import CLIENTS_FOLDER, AgentRuntime, client_folder
 from shepherd.graph.schedule import EvaluationResult
 from shepherd.graph.sessions import SessionTable
 from shepherd.storage import AgentRecord, NotFound, Store
@@ -101,11 +103,7 @@ class ServedAgents:
     # -- the verbs -------------------------------------------------------------------------------
     def status(self, record: AgentRecord) -> AgentStatus:
         path = self.model_path(record.id)
-        try:
-            stat = path.stat()
-            model: dict[str, float] | None = {"bytes": stat.st_size, "modified": stat.st_mtime}
-        except FileNotFoundError:
-            model = None
+        model = _model_file(path)
         advised = self.advised.get(record.id)
         if advised is not None:
             return _advised_status(advised, model)
@@ -121,7 +119,38 @@ class ServedAgents:
         elif record.id in self.failures:
             phase, failure = "failed", self.failures[record.id]
         steps = checkpoint.saved_steps(path) if model and phase == "stopped" else 0
-        return AgentStatus(False, phase, steps, 0.0, 0, 0, None, None, failure, record.last_active, model)
+        clients = None
+        if record.sharing == Sharing.ADVISED.value:  # each client's counters, as its checkpoint has them
+            clients = self._saved_clients(record.id)
+            steps = sum(row["steps"] for row in clients)
+            best = _best_saved(clients)
+            model = None if best is None else _model_file(self._client_path(record.id, best))
+        return AgentStatus(False, phase, steps, 0.0, 0, 0, None, None, failure, record.last_active, model, clients)
+
+    def _client_path(self, agent_id: int, client: str) -> Path:
+        return checkpoint.model_path(client_folder(self.store.agent_folder(agent_id), client))
+
+    def _saved_clients(self, agent_id: int) -> list[dict[str, Any]]:
+        """The client rows of an advised agent that is not served, from its clients' checkpoints."""
+        rows = []
+        for name in self.client_names(agent_id):
+            try:
+                state = checkpoint.read_state(self._client_path(agent_id, name))
+            except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+                state = {}
+            schedule = state.get("schedule")
+            steps = schedule.get("steps", 0) if isinstance(schedule, dict) else 0
+            recent = state.get("recent_return")
+            rows.append({"client": name, "steps": int(steps) if isinstance(steps, int) else 0, "phase": "stopped",
+                         "sessions": 0, "episodes": 0,
+                         "recent_return": float(recent) if isinstance(recent, (int, float)) else None,
+                         "advisor": None, "mean_train_return": None, "failure": None})
+        return rows
+
+    def _saved_best(self, agent_id: int) -> str | None:
+        """The saved client with the best recent evaluation return (else the most trained) of an advised agent
+        not served here."""
+        return _best_saved(self._saved_clients(agent_id))
 
     async def add(self, record: AgentRecord, serve: bool) -> None:
         """Build the learner of a new agent (proving SB3 accepts it) and, if ``serve``, serve it.
@@ -134,6 +163,19 @@ class ServedAgents:
             self.install(runtime)
         else:
             await asyncio.to_thread(runtime.discard)
+
+    def every_runtime(self) -> list[AgentRuntime]:
+        """Every learner's runtime: each pooled agent's, and each client's of an advised agent
+        (`AgentRuntime.client` names it)."""
+        runtimes = list(self.runtimes.values())
+        for advised in list(self.advised.values()):
+            runtimes.extend(runtime for _, runtime in sorted(advised.clients.items()))
+        return runtimes
+
+    def client_failures(self) -> list[tuple[AgentRecord, str, str]]:
+        """The clients of served advised agents whose learner could not be built: agent, client, reason."""
+        return [(advised.record, name, reason) for advised in list(self.advised.values())
+                for name, reason in sorted(advised.failures.items())]
 
     def served_ids(self) -> set[int]:
         return set(self.runtimes) | set(self.advised)
@@ -224,9 +266,13 @@ class ServedAgents:
                 runtime = (advised.clients.get(client) if client is not None else
                            advised.best() or advised.most_trained())
                 if runtime is None:
-                    raise NotFound(f"agent {advised.record.name} has no client {client!r}" if client else
-                                   f"agent {advised.record.name} has no client yet")
+                    raise NotFound(f"no client {client!r}" if client else "no client yet")
                 path = runtime.model_path
+            elif runtime is None and self.store.agent(agent_id).sharing == Sharing.ADVISED.value:
+                name = client or self._saved_best(agent_id)
+                if name is None:
+                    raise NotFound("no client yet")
+                path = self._client_path(agent_id, name)
             if runtime is not None and runtime.learner.failure is None and (runtime.tracker.steps or path.exists()):
                 await _settle(runtime.checkpoint(), runtime.record.name)
             try:
@@ -234,35 +280,65 @@ class ServedAgents:
             except FileNotFoundError:
                 raise NotFound(NO_MODEL) from None
 
-    async def export_onnx(self, agent_id: int) -> bytes:
+    async def export_onnx(self, agent_id: int, client: str | None = None) -> bytes:
         """The agent's greedy policy as one ONNX file (`shepherd.agents.export`), built from its checkpoint;
-        a served agent checkpoints first, so that it has its latest weights.
+        a served agent checkpoints first, so that it has its latest weights. An advised agent's is one
+        client's own network (the one named, or the best by recent evaluation return), without its advisor:
+        the mixed policy needs the advisor's network, which a deployed client does not have.
 
         Raises:
-            NotFound: the agent has no saved model yet.
+            NotFound: the agent (or the client) has no saved model yet, or no such client.
             NotExportable: the policy has no exact ONNX form (RecurrentPPO's, say); the message says why.
         """
         async with self.lock(agent_id):
-            if agent_id in self.advised:
-                raise NotExportable("an advised agent has a model per client; ONNX export of one client's policy is "
-                                    "not available yet (its SB3 zip is: format sb3)")
-            await self._checkpoint_first(agent_id)
-            if not self.model_path(agent_id).exists():
-                raise NotFound(NO_MODEL)
-            return await asyncio.to_thread(self._onnx, self.store.agent(agent_id))
+            advised = self.advised.get(agent_id)
+            if advised is not None:
+                runtime = self._client_runtime(advised, client)
+                if runtime.learner.failure is None and (runtime.tracker.steps or runtime.model_path.exists()):
+                    await _settle(runtime.checkpoint(), runtime.label)
+                if not runtime.model_path.exists():
+                    raise NotFound(NO_MODEL)
+                client = runtime.client
+            elif self.store.agent(agent_id).sharing != Sharing.ADVISED.value:  # (one not served here: `_onnx`
+                await self._checkpoint_first(agent_id)  # builds its clients from their checkpoints)
+                if not self.model_path(agent_id).exists():
+                    raise NotFound(NO_MODEL)
+            return await asyncio.to_thread(self._onnx, self.store.agent(agent_id), client)
 
-    def _onnx(self, record: AgentRecord) -> bytes:
-        runtime = self._build(record)  # a learner resumed from the checkpoint, never started
+    @staticmethod
+    def _client_runtime(advised: AdvisedAgent, client: str | None) -> AgentRuntime:
+        runtime = advised.clients.get(client) if client is not None else advised.best() or advised.most_trained()
+        if runtime is None:
+            raise NotFound(f"no client {client!r}" if client else "no client yet")
+        return runtime
+
+    def _onnx(self, record: AgentRecord, client: str | None) -> bytes:
+        built = self._build(record)  # learners resumed from their checkpoints, never started
         try:
-            if isinstance(runtime, AdvisedAgent):  # stored as advised since the check in export_onnx
-                raise NotExportable(f"agent {record.name} is advised: ONNX export of a client's policy is not "
-                                    "available yet")
+            runtime = self._client_runtime(built, client) if isinstance(built, AdvisedAgent) else built
+            if not runtime.model_path.exists():
+                raise NotFound(NO_MODEL)
             adapter = runtime.learner.algorithm
             if not isinstance(adapter, SB3Algorithm):
                 raise NotExportable(f"agent {record.name}'s learner is not a stable-baselines3 one")
-            return export_adapter(adapter, record.name, algorithm_info(record.algorithm).name)
+            return export_adapter(adapter, record.name, algorithm_info(record.algorithm).name, client=runtime.client)
         finally:
-            runtime.discard()
+            built.discard()
+
+    def client_names(self, agent_id: int) -> list[str]:
+        """An advised agent's client names: those served (and those that failed), or, for one not served
+        here, those with a folder of their own."""
+        advised = self.advised.get(agent_id)
+        if advised is not None:
+            return sorted(set(advised.clients) | set(advised.failures))
+        folder = self.store.agent_folder(agent_id) / CLIENTS_FOLDER
+        names = []
+        for entry in sorted(folder.iterdir()) if folder.is_dir() else []:
+            try:
+                names.append(check_client_name(entry.name))
+            except ValueError:
+                continue
+        return names
 
     async def _checkpoint_first(self, agent_id: int) -> None:
         runtime = self.runtimes.get(agent_id)
@@ -350,6 +426,22 @@ def _unlink(path: Path) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+def _best_saved(rows: list[dict[str, Any]]) -> str | None:
+    """The client row with the best recent evaluation return, else the most trained (None: no row)."""
+    rated = [row for row in rows if row["recent_return"] is not None]
+    best = max(rated, key=lambda r: r["recent_return"], default=None) or max(rows, key=lambda r: r["steps"], default=None)
+    return None if best is None else best["client"]
+
+
+def _model_file(path: Path) -> dict[str, float] | None:
+    """A saved model's size and time, as `AgentStatus.model` has them (None: there is none)."""
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return None
+    return {"bytes": stat.st_size, "modified": stat.st_mtime}
 
 
 def _advised_status(advised: AdvisedAgent, model: dict[str, float] | None) -> AgentStatus:

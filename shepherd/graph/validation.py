@@ -52,7 +52,9 @@ def judge(validation: PresetValidation, result: EvaluationResult, budget_finishe
 
 def watch(graph: GraphManager, agent_id: int, outcome: Outcome,
           stop: asyncio.Event) -> Callable[[AgentRuntime, EvaluationResult], None]:
-    """Decide ``outcome`` from each evaluation of the validated agent, once, and set ``stop`` then.
+    """Decide ``outcome`` from each evaluation of the validated agent, once, and set ``stop`` then. An
+    advised agent reaches the target once every client's last evaluation does; one client that spends its
+    budget below it decides "not reached".
     Returns the listener added to ``graph.evaluation_listeners`` (for the caller to remove).
 
     The agent is known by its store id: a restart (from the dashboard or the admin commands) gives it a
@@ -65,10 +67,25 @@ def watch(graph: GraphManager, agent_id: int, outcome: Outcome,
     if validation is None:
         raise ValueError(f"preset {graph.name or '(unnamed)'} has no validation block")
 
+    latest: dict[str, EvaluationResult] = {}  # an advised agent's clients' last evaluations
+
     def on_evaluation(runtime: AgentRuntime, result: EvaluationResult) -> None:
         if runtime.record.id != agent_id or outcome.decided:
             return
         decided = judge(validation, result, runtime.tracker.finished)
+        if runtime.client is not None:  # an advised agent: reached once every client's last evaluation is
+            latest[runtime.client] = result
+            advised = graph.served.advised.get(agent_id)
+            names = set(advised.clients) if advised is not None else set(latest)
+            if decided.reached and not all(
+                    name in latest and latest[name].mean_return >= validation.target_return for name in names):
+                return
+            if decided.reached:
+                decided.reason = (f"target reached by every client ({', '.join(sorted(names))}): last evaluations "
+                                  + ", ".join(f"{name} {latest[name].mean_return:.1f}" for name in sorted(names))
+                                  + f" >= {validation.target_return:g}")
+            elif decided.decided:
+                decided.reason = f"client {runtime.client}: {decided.reason}"
         if decided.decided:
             outcome.code, outcome.reason = decided.code, decided.reason
             logger.info("validation of agent id %d: %s", agent_id, decided.reason)

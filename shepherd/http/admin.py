@@ -167,12 +167,12 @@ def _query_number(request: web.Request, name: str, kind: type) -> Any:
 
 
 async def agent_returns(request: web.Request) -> web.StreamResponse:
-    """The episode returns, from ``offset`` on; a client polling with ``offset`` and ``first`` (the time of
+    """The episode returns (an advised agent's ``client``'s only, if named), from ``offset`` on; a client polling with ``offset`` and ``first`` (the time of
     the first record it has) gets everything again, with ``"reset": true``, when the curve was deleted.
     Only the records sent are read, off the event loop, and a long reply is streamed."""
     ops = operations(request)
     page = await ops.returns_json(agent_id(request), _query_number(request, "offset", int) or 0,
-                                  _query_number(request, "first", float))
+                                  _query_number(request, "first", float), request.query.get("client"))
     head = orjson.dumps({"total": page.total, "offset": page.offset, "reset": page.reset})[:-1] + b',"returns":['
     if len(page.pieces) <= 1:
         return web.Response(body=head + b"".join(page.pieces) + b"]}", content_type="application/json",
@@ -188,21 +188,28 @@ async def agent_returns(request: web.Request) -> web.StreamResponse:
     return response
 
 
-def csv_rows(records: list[EpisodeReturn], first_number: int) -> bytes:
-    """CSV rows of ``records``, numbered from ``first_number``."""
+CSV_HEADER = "episode,time_unix,time_utc,return,length,phase"
+
+
+def csv_rows(records: list[EpisodeReturn], first_number: int, clients: bool = False) -> bytes:
+    """CSV rows of ``records``, numbered from ``first_number``; with ``clients``, each row ends with its client."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     for number, record in enumerate(records, first_number):
         when = datetime.datetime.fromtimestamp(record.time, datetime.timezone.utc).isoformat(timespec="seconds")
-        writer.writerow([number, f"{record.time:.3f}", when, repr(record.value), record.length, record.phase])
+        row = [number, f"{record.time:.3f}", when, repr(record.value), record.length, record.phase]
+        writer.writerow(row + [record.client or ""] if clients else row)
     return out.getvalue().encode()
 
 
 async def returns_csv(request: web.Request) -> web.StreamResponse:
-    """The whole curve as CSV, streamed: each piece is read, parsed and written out off the event loop."""
+    """The whole curve as CSV, streamed: each piece is read, parsed and written out off the event loop. An
+    advised agent's rows end with their client (``client`` picks one client's)."""
     ops = operations(request)
     view = await ops.agent(agent_id(request))
-    chunks = await ops.returns_chunks(view.id)
+    client = request.query.get("client")
+    chunks = await ops.returns_chunks(view.id, client)
+    clients = view.sharing == "advised"
     numbered = 1
 
     def next_rows() -> bytes | None:
@@ -210,16 +217,16 @@ async def returns_csv(request: web.Request) -> web.StreamResponse:
         records = next(chunks, None)
         if records is None:
             return None
-        rows = csv_rows(records, numbered)
+        rows = csv_rows(records, numbered, clients)
         numbered += len(records)
         return rows
 
     response = web.StreamResponse(headers={
         **NO_STORE, "Content-Type": "text/csv; charset=utf-8",
-        "Content-Disposition": f'attachment; filename="{view.owner}-{view.name}-returns.csv"'})
+        "Content-Disposition": f'attachment; filename="{view.owner}-{view.name}{"-" + client if client else ""}-returns.csv"'})
     response.enable_chunked_encoding()
     await response.prepare(request)
-    await response.write(b"episode,time_unix,time_utc,return,length,phase\n")
+    await response.write((CSV_HEADER + (",client\n" if clients else "\n")).encode())
     try:
         while (rows := await asyncio.to_thread(next_rows)) is not None:
             if rows:
@@ -265,14 +272,17 @@ EXPORT_FILES = {"sb3": ("model.zip", "application/zip"), "onnx": ("policy.onnx",
 
 
 async def export_agent(request: web.Request) -> web.Response:
-    """The agent's export in the ``format`` query parameter (``sb3``, the default, or ``onnx``)."""
+    """The agent's export in the ``format`` query parameter (``sb3``, the default, or ``onnx``); an advised
+    agent's is the ``client`` named, or its best client's."""
     ops = operations(request)
     view = await ops.agent(agent_id(request))
     format = request.query.get("format", "sb3")
-    data = await ops.export_policy(view.id, format)  # an unknown format is refused here, before the lookup below
+    client = request.query.get("client")
+    data = await ops.export_policy(view.id, format, client)  # an unknown format is refused here, before the lookup below
     ending, content_type = EXPORT_FILES[format]
+    name = f"{view.owner}-{view.name}-{client}" if client else f"{view.owner}-{view.name}"
     return web.Response(body=data, content_type=content_type, headers={
-        **NO_STORE, "Content-Disposition": f'attachment; filename="{view.owner}-{view.name}-{ending}"'})
+        **NO_STORE, "Content-Disposition": f'attachment; filename="{name}-{ending}"'})
 
 
 async def delete_model(request: web.Request) -> web.Response:

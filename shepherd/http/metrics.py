@@ -56,28 +56,28 @@ class GraphCollector(Collector):
     def __init__(self, graph: Callable[[], GraphManager | None], labels: AgentLabels) -> None:
         self._graph = graph
         self._labels = labels
-        self._rates: dict[int, tuple[float, dict[Phase, int], dict[Phase, float]]] = {}
+        self._rates: dict[tuple[int, str | None], tuple[float, dict[Phase, int], dict[Phase, float]]] = {}
 
     def describe(self) -> Iterable[Metric]:
         return []  # families depend on what is served; none is checked at registration
 
     def collect(self) -> Iterator[Metric]:
         graph = self._graph()
-        runtimes = [] if graph is None else list(graph.runtimes.values())
+        runtimes = [] if graph is None else graph.every_runtime()
         failed = {} if graph is None else dict(graph.served.failures)
-        agent = ["agent"]
+        agent = ["agent", "client"]  # client: an advised agent's client name, empty for a pooled agent
         up = GaugeMetricFamily("shepherd_agent_up", "1 while the agent's learner serves, 0 when it failed",
                                labels=agent)
         learned = GaugeMetricFamily("shepherd_agent_learned_steps",
                                     "Steps learned from (heatup and train) since the agent was created or restarted; "
                                     "kept in its checkpoints", labels=agent)
         steps = CounterMetricFamily("shepherd_agent_steps", "Steps taken since the server started, by phase",
-                                    labels=["agent", "phase"])
+                                    labels=["agent", "client", "phase"])
         rates = GaugeMetricFamily("shepherd_agent_steps_per_second",
                                   "Steps per second by phase, between the last two scrapes (at least 1 s apart)",
-                                  labels=["agent", "phase"])
+                                  labels=["agent", "client", "phase"])
         episodes = CounterMetricFamily("shepherd_agent_episodes",
-                                       "Episodes completed since the server started, by phase", labels=["agent", "phase"])
+                                       "Episodes completed since the server started, by phase", labels=["agent", "client", "phase"])
         sessions = GaugeMetricFamily("shepherd_agent_sessions", "Client sessions open", labels=agent)
         timeouts = CounterMetricFamily("shepherd_act_timeouts",
                                        "Steps answered 503 because the action did not come within --act-timeout",
@@ -90,7 +90,7 @@ class GraphCollector(Collector):
             "shepherd_act_latency_seconds",
             "An act request's time in the learner: part=queue_wait from submission to its batch's start, "
             "part=forward the batch's processing (without training updates and checkpoints)",
-            labels=["agent", "part"])
+            labels=["agent", "client", "part"])
         batches = HistogramMetricFamily("shepherd_batch_size", "Act requests answered by one batch", labels=agent)
         updates = HistogramMetricFamily("shepherd_training_update_duration_seconds",
                                         "Each training update (SB3's train()); its count is the number of updates",
@@ -100,48 +100,51 @@ class GraphCollector(Collector):
                                             labels=agent)
         now = time.monotonic()
         for runtime in runtimes:
-            name = self._labels(graph, runtime.record.owner_id, runtime.record.name)  # type: ignore[arg-type]
+            name = [self._labels(graph, runtime.record.owner_id, runtime.record.name),  # type: ignore[arg-type]
+                    runtime.client or ""]
             learner = runtime.learner
-            up.add_metric([name], 0 if learner.failure is not None or not learner.alive else 1)
-            learned.add_metric([name], runtime.tracker.steps)
+            up.add_metric(name, 0 if learner.failure is not None or not learner.alive else 1)
+            learned.add_metric(name, runtime.tracker.steps)
             counts = dict(runtime.phase_steps)
             for phase, per_second in self._rate(runtime, now, counts).items():
-                rates.add_metric([name, phase.value], per_second)
+                rates.add_metric([*name, phase.value], per_second)
             for phase in Phase:
-                steps.add_metric([name, phase.value], counts.get(phase, 0))
-                episodes.add_metric([name, phase.value], runtime.phase_episodes.get(phase, 0))
-            sessions.add_metric([name], runtime.sessions)
-            timeouts.add_metric([name], runtime.act_timeouts)
-            depth.add_metric([name], learner.queue_depth)
-            version.add_metric([name], getattr(learner.algorithm, "version", 0))
+                steps.add_metric([*name, phase.value], counts.get(phase, 0))
+                episodes.add_metric([*name, phase.value], runtime.phase_episodes.get(phase, 0))
+            sessions.add_metric(name, runtime.sessions)
+            timeouts.add_metric(name, runtime.act_timeouts)
+            depth.add_metric(name, learner.queue_depth)
+            version.add_metric(name, getattr(learner.algorithm, "version", 0))
             stats = learner.stats
-            _add_histogram(latency, [name, "queue_wait"], stats.queue_wait)
-            _add_histogram(latency, [name, "forward"], stats.forward)
-            _add_histogram(batches, [name], stats.batch_size)
-            _add_histogram(updates, [name], stats.updates)
-            _add_histogram(checkpoints, [name], stats.checkpoints)
+            _add_histogram(latency, [*name, "queue_wait"], stats.queue_wait)
+            _add_histogram(latency, [*name, "forward"], stats.forward)
+            _add_histogram(batches, name, stats.batch_size)
+            _add_histogram(updates, name, stats.updates)
+            _add_histogram(checkpoints, name, stats.checkpoints)
         if graph is not None:
             for agent_id in failed:  # stored agents whose learner could not be built
                 try:
                     record = graph.store.agent(agent_id)
                 except NotFound:
                     continue
-                up.add_metric([self._labels(graph, record.owner_id, record.name)], 0)
-        self._rates = {k: v for k, v in self._rates.items() if k in {r.record.id for r in runtimes}}
+                up.add_metric([self._labels(graph, record.owner_id, record.name), ""], 0)
+            for record, client, _ in graph.served.client_failures():  # advised clients that could not be built
+                up.add_metric([self._labels(graph, record.owner_id, record.name), client], 0)
+        self._rates = {k: v for k, v in self._rates.items() if k in {(r.record.id, r.client) for r in runtimes}}
         yield from (up, learned, steps, rates, episodes, sessions, timeouts, depth, version, latency, batches,
                     updates, checkpoints)
 
     def _rate(self, runtime: AgentRuntime, now: float, counts: dict[Phase, int]) -> dict[Phase, float]:
-        agent_id = runtime.record.id
-        last = self._rates.get(agent_id)
+        key = (runtime.record.id, runtime.client)
+        last = self._rates.get(key)
         if last is None:
-            self._rates[agent_id] = (now, counts, {phase: 0.0 for phase in Phase})
-            return self._rates[agent_id][2]
+            self._rates[key] = (now, counts, {phase: 0.0 for phase in Phase})
+            return self._rates[key][2]
         then, before, rates = last
         if now - then < _RATE_INTERVAL:
             return rates
         rates = {phase: max(0, counts.get(phase, 0) - before.get(phase, 0)) / (now - then) for phase in Phase}
-        self._rates[agent_id] = (now, counts, rates)
+        self._rates[key] = (now, counts, rates)
         return rates
 
 

@@ -90,6 +90,11 @@ def probe_store(folder: Path) -> str:
     return "writable"
 
 
+def _label(agent: str, client: str | None) -> str:
+    """``owner/name``, with ``/client`` for an advised agent's client."""
+    return agent if client is None else f"{agent}/{client}"
+
+
 async def health(request: web.Request) -> web.Response:
     graph, store = request.app.get(GRAPH), request.app.get(STORE)
     if graph is None or store is None:
@@ -98,13 +103,15 @@ async def health(request: web.Request) -> web.Response:
     failures: dict[str, str] = {}
     serving = 0
     labels = request.app[METRICS].labels
-    for runtime in list(graph.runtimes.values()):
+    for runtime in graph.every_runtime():  # each pooled agent's learner, and each client's of an advised one
         learner = runtime.learner
         reason = learner.failure or (None if learner.alive else "its learner's thread stopped")
         if reason is None:
             serving += 1
         else:
-            failures[labels(graph, runtime.record.owner_id, runtime.record.name)] = reason
+            failures[_label(labels(graph, runtime.record.owner_id, runtime.record.name), runtime.client)] = reason
+    for record, client, reason in graph.served.client_failures():
+        failures[_label(labels(graph, record.owner_id, record.name), client)] = reason
     for agent_id, reason in list(graph.served.failures.items()):
         try:
             record = store.agent(agent_id)

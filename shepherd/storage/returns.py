@@ -25,12 +25,22 @@ SCAN_BYTES = 1 << 20  # the index is built, and a curve read, in blocks of this 
 
 @dataclass(frozen=True, slots=True)
 class EpisodeReturn:
-    """One finished episode: wall time (UNIX seconds), return, length in steps, phase name."""
+    """One finished episode: wall time (UNIX seconds), return, length in steps, phase name, and the client
+    name of an advised agent's client (None for a pooled agent, and in logs written before clients had
+    names: such a line has no ``client`` field)."""
 
     time: float
     value: float
     length: int
     phase: str
+    client: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        """The record as a log line's object: without ``client`` when it has none."""
+        fields = asdict(self)
+        if self.client is None:
+            del fields["client"]
+        return fields
 
 
 @dataclass(frozen=True)
@@ -55,6 +65,8 @@ class ReturnsJson:
 
 
 FIELDS = frozenset(("time", "value", "length", "phase"))
+#: the fields of a client's record (an advised agent's)
+CLIENT_FIELDS = FIELDS | {"client"}
 
 
 def _complete(line: bytes) -> bool:
@@ -117,7 +129,7 @@ def _json_objects(data: bytes, name: str) -> bytes:
                 line = orjson.dumps(fields) + b"\n"
             except ValueError:
                 fields = None
-        if not isinstance(fields, dict) or fields.keys() != FIELDS:
+        if not isinstance(fields, dict) or (fields.keys() != FIELDS and fields.keys() != CLIENT_FIELDS):
             logger.warning("%s: a damaged line is skipped", name)
             continue
         objects.append(line[:-1])
@@ -160,7 +172,7 @@ class ReturnLog:
         return self._handle
 
     def append(self, record: EpisodeReturn) -> None:
-        line = json.dumps(asdict(record), separators=(",", ":")).encode() + b"\n"
+        line = json.dumps(record.to_json(), separators=(",", ":")).encode() + b"\n"
         with self._lock:
             handle = self._open()
             if self._needs_newline:

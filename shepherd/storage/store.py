@@ -27,6 +27,8 @@ logger = logging.getLogger(__name__)
 
 STORE_FILE = "store.json"
 RETURNS_FILE = "returns.jsonl"
+#: the folder of an agent's folder with each client's own returns (an advised agent's), ``<client>.jsonl``
+CLIENT_RETURNS_FOLDER = "client-returns"
 #: where a deleted agent's folder goes (model, returns), inside the data folder: delete it to free the space
 TRASH_FOLDER = "trash"
 
@@ -41,6 +43,8 @@ def _tidy_agent_folders(agents: Path) -> None:
         if folder.is_dir() and not folder.is_symlink():
             make_private(folder, PRIVATE_FOLDER)
             make_private(folder / RETURNS_FILE, PRIVATE_FILE)
+            for path in (folder / CLIENT_RETURNS_FOLDER).glob("*.jsonl"):
+                make_private(path, PRIVATE_FILE)
             remove_stale_temporaries(folder)
 
 
@@ -118,7 +122,7 @@ class Store:
         self._algorithms = self._db.table("algorithms")
         self._parameters = self._db.table("parameters")
         self._settings = self._db.table("settings")
-        self._returns: dict[int, ReturnLog] = {}
+        self._returns: dict[tuple[int, str | None], ReturnLog] = {}  # by agent id and client (None: the agent's)
         self._key_index: dict[str, dict[str, Any]] = {
             doc["hash"]: {**doc, "id": doc.doc_id} for doc in self._keys.all() if not doc.get("revoked")
         }
@@ -236,9 +240,8 @@ class Store:
                 self._key_index.pop(doc["hash"], None)
             self._keys.remove(Query().agent_id == agent_id)
             self._agents.remove(doc_ids=[agent_id])
-            log = self._returns.pop(agent_id, None)
-            if log is not None:
-                log.close()
+            for key in [key for key in self._returns if key[0] == agent_id]:
+                self._returns.pop(key).close()
             folder = self.agent_folder(agent_id)
             if not folder.exists():
                 return None
@@ -345,35 +348,58 @@ class Store:
             return [dict(doc) for doc in self._parameters.search(Query().algorithm == algorithm)]
 
     # -- episode returns -----------------------------------------------------------------------
-    def _return_log(self, agent_id: int) -> ReturnLog:
+    # An agent's curve (``returns.jsonl``) holds every episode; an advised agent's records name their client,
+    # and each client's are also in a log of its own, so that one client's curve is read, and polled, without
+    # scanning the others'.
+    def _return_log(self, agent_id: int, client: str | None = None) -> ReturnLog:
         with self._lock:
-            log = self._returns.get(agent_id)
+            log = self._returns.get((agent_id, client))
             if log is None:
-                log = self._returns[agent_id] = ReturnLog(self.agent_folder(agent_id) / RETURNS_FILE)
+                folder = self.agent_folder(agent_id)
+                path = folder / RETURNS_FILE if client is None else folder / CLIENT_RETURNS_FOLDER / f"{client}.jsonl"
+                log = self._returns[(agent_id, client)] = ReturnLog(path)
             return log
 
     def append_return(self, agent_id: int, record: EpisodeReturn) -> None:
+        """Record an episode in the agent's curve, and in its client's if it names one."""
         self._return_log(agent_id).append(record)
+        if record.client is not None:
+            self._return_log(agent_id, record.client).append(record)
 
-    def returns(self, agent_id: int) -> list[EpisodeReturn]:
-        return self._return_log(agent_id).read()
+    def returns(self, agent_id: int, client: str | None = None) -> list[EpisodeReturn]:
+        return self._return_log(agent_id, client).read()
 
-    def returns_page(self, agent_id: int, offset: int = 0, first: float | None = None) -> ReturnsPage:
-        """The returns from ``offset`` on, parsing only those (see `ReturnLog.page`)."""
-        return self._return_log(agent_id).page(offset, first)
+    def returns_page(self, agent_id: int, offset: int = 0, first: float | None = None,
+                     client: str | None = None) -> ReturnsPage:
+        """The returns (of one client, if named) from ``offset`` on, parsing only those (see `ReturnLog.page`)."""
+        return self._return_log(agent_id, client).page(offset, first)
 
-    def returns_json(self, agent_id: int, offset: int = 0, first: float | None = None) -> ReturnsJson:
+    def returns_json(self, agent_id: int, offset: int = 0, first: float | None = None,
+                     client: str | None = None) -> ReturnsJson:
         """`returns_page` with the records as JSON text (see `ReturnLog.page_json`)."""
-        return self._return_log(agent_id).page_json(offset, first)
+        return self._return_log(agent_id, client).page_json(offset, first)
 
-    def returns_chunks(self, agent_id: int, chunk_bytes: int | None = None) -> Iterator[list[EpisodeReturn]]:
-        """Every return, a piece at a time (see `ReturnLog.chunks`)."""
-        log = self._return_log(agent_id)
+    def returns_chunks(self, agent_id: int, chunk_bytes: int | None = None,
+                       client: str | None = None) -> Iterator[list[EpisodeReturn]]:
+        """Every return (of one client, if named), a piece at a time (see `ReturnLog.chunks`)."""
+        log = self._return_log(agent_id, client)
         return log.chunks() if chunk_bytes is None else log.chunks(chunk_bytes)
 
+    def return_clients(self, agent_id: int) -> list[str]:
+        """The client names that have a curve of their own (an advised agent's that finished an episode)."""
+        folder = self.agent_folder(agent_id) / CLIENT_RETURNS_FOLDER
+        if not folder.is_dir():
+            return []
+        return sorted(path.stem for path in folder.glob("*.jsonl"))
+
     def clear_returns(self, agent_id: int) -> None:
-        """Delete an agent's learning curve; the next `append_return` starts a new one."""
+        """Delete an agent's learning curve, its clients' with it; the next `append_return` starts a new one."""
+        with self._lock:
+            names = set(self.return_clients(agent_id)) | {
+                client for (owner, client) in self._returns if owner == agent_id and client is not None}
         self._return_log(agent_id).clear()
+        for client in sorted(names):
+            self._return_log(agent_id, client).clear()
 
     def close(self) -> None:
         with self._lock:

@@ -265,3 +265,23 @@ def test_returns_and_agent_folders_are_private(tmp_path):
     os.chmod(folder / "agents", 0o755)
     Store(folder).close()
     assert (mode(returns), mode(returns.parent), mode(folder / "agents")) == (0o600, 0o700, 0o700)
+
+
+def test_a_clients_returns_name_it_and_are_kept_apart_and_old_logs_still_read(tmp_path, store):
+    agent = make_agent(store)
+    folder = tmp_path / "data" / "agents" / str(agent.id)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "returns.jsonl").write_text('{"time":1.0,"value":5.0,"length":3,"phase":"train"}\n')  # written before clients
+    store.append_return(agent.id, EpisodeReturn(2.0, 6.0, 4, "train", "arm-1"))
+    store.append_return(agent.id, EpisodeReturn(3.0, 7.0, 5, "evaluate", "arm-2"))
+    assert store.returns(agent.id) == [EpisodeReturn(1.0, 5.0, 3, "train"), EpisodeReturn(2.0, 6.0, 4, "train", "arm-1"),
+                                       EpisodeReturn(3.0, 7.0, 5, "evaluate", "arm-2")]
+    assert store.returns(agent.id, "arm-2") == [EpisodeReturn(3.0, 7.0, 5, "evaluate", "arm-2")]
+    assert store.return_clients(agent.id) == ["arm-1", "arm-2"]
+    page = store.returns_json(agent.id, client="arm-1")
+    assert page.total == 1 and b'"client":"arm-1"' in b"".join(page.pieces)
+    assert b"client" not in (folder / "returns.jsonl").read_bytes().splitlines()[0]  # a pooled record has none
+    store.clear_returns(agent.id)
+    assert store.returns(agent.id) == [] and store.returns(agent.id, "arm-1") == [] and store.return_clients(agent.id) == []
+    store.append_return(agent.id, EpisodeReturn(4.0, 8.0, 6, "train", "arm-1"))  # a fresh curve, per client too
+    assert [r.value for r in store.returns(agent.id, "arm-1")] == [8.0]

@@ -50,3 +50,12 @@ def test_a_schedule_in_words():
     assert describe_schedule(Schedule(heatup_steps=1_000, improve_steps=50_000)) == (
         "heatup 1,000 steps (random actions), train until 50,000 steps (then act greedily, unlearned), "
         "no periodic evaluation")
+
+
+def test_an_advised_agents_clients_get_a_line_each_named_agent_slash_client():
+    lines = ProgressLines(interval=10)
+    found = {1: stats(steps=10), (2, "arm-1"): stats("arms/arm-1"), (2, "arm-2"): stats("arms/arm-2")}
+    assert lines.lines(found, now=0) == []
+    moved = {**found, (2, "arm-2"): stats("arms/arm-2", steps=64, sessions=1)}
+    (line,) = lines.lines(moved, now=1)
+    assert line.startswith("agent arms/arm-2 (id 2): steps       64 |")

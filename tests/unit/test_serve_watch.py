@@ -9,8 +9,9 @@ from shepherd.graph import PresetValidation
 from shepherd.graph.schedule import EvaluationResult
 
 
-def runtime(agent_id):
-    return SimpleNamespace(record=SimpleNamespace(id=agent_id), tracker=SimpleNamespace(finished=False))
+def runtime(agent_id, client=None):
+    return SimpleNamespace(record=SimpleNamespace(id=agent_id), tracker=SimpleNamespace(finished=False),
+                           client=client)
 
 
 def test_an_evaluation_of_the_restarted_agent_still_decides_the_run():
@@ -23,6 +24,24 @@ def test_an_evaluation_of_the_restarted_agent_still_decides_the_run():
     assert outcome.code is None and not stop.is_set()
     listener(runtime(7), EvaluationResult(1, 600, 480.0, (480.0,)))  # a new runtime of agent 7 (restarted)
     assert outcome.code == EXIT_OK and stop.is_set() and "target reached" in outcome.reason
+
+
+def test_an_advised_agent_reaches_the_target_once_every_clients_last_evaluation_does():
+    advised = SimpleNamespace(clients={"local-0": None, "local-1": None})
+    graph = SimpleNamespace(validation=PresetValidation("CartPole-v1", target_return=475, max_steps=10_000),
+                            evaluation_listeners=[], served=SimpleNamespace(advised={7: advised}))
+    outcome, stop = Outcome(), asyncio.Event()
+    watch(graph, 7, outcome, stop)
+    (listener,) = graph.evaluation_listeners
+    listener(runtime(7, "local-0"), EvaluationResult(1, 500, 500.0, (500.0,)))
+    assert outcome.code is None  # local-1 has not reached it yet
+    listener(runtime(7, "local-1"), EvaluationResult(1, 500, 300.0, (300.0,)))
+    listener(runtime(7, "local-0"), EvaluationResult(2, 1_000, 200.0, (200.0,)))  # local-0 fell back below
+    listener(runtime(7, "local-1"), EvaluationResult(2, 1_000, 490.0, (490.0,)))
+    assert outcome.code is None and not stop.is_set()
+    listener(runtime(7, "local-0"), EvaluationResult(3, 1_500, 480.0, (480.0,)))
+    assert outcome.code == EXIT_OK and stop.is_set()
+    assert "every client (local-0, local-1)" in outcome.reason and "local-0 480.0, local-1 490.0" in outcome.reason
 
 
 def test_the_graph_decides_with_the_exit_statuses_of_run_py():

@@ -44,7 +44,19 @@
     return out;
   }
 
-  /* Draw series = {train, average, evaluation, deploy}, each a list of [x, y]. */
+  /* One colour per client of an advised agent, in the order the clients are listed. */
+  const CLIENT_COLORS = ["#2f6fdf", "#d9480f", "#2b8a3e", "#ae3ec9", "#0c8599", "#e8590c", "#5f3dc4", "#a61e4d"];
+  function clientColor(index) { return CLIENT_COLORS[index % CLIENT_COLORS.length]; }
+
+  /* `color` at opacity `alpha` (a #rrggbb colour). */
+  function faded(color, alpha) {
+    const n = parseInt(color.slice(1), 16);
+    return `rgba(${(n >> 16) & 255},${(n >> 8) & 255},${n & 255},${alpha})`;
+  }
+
+  /* Draw series = {train, average, evaluation, deploy}, each a list of [x, y]; an advised agent's also
+     has clients = [{name, train, average, evaluation, deploy}], each client drawn in its own colour
+     against its own training steps (then the top-level lists are empty). */
   function drawCurve(canvas, series) {
     const ratio = global.devicePixelRatio || 1;
     const width = canvas.clientWidth || 800;
@@ -59,7 +71,9 @@
     const line = cssColor("--line", "#d9dee5");
     ctx.font = "12px system-ui, sans-serif";
 
-    const all = [].concat(series.train, series.evaluation, series.deploy, series.average);
+    const clients = series.clients || [];
+    let all = [].concat(series.train, series.evaluation, series.deploy, series.average);
+    for (const client of clients) all = all.concat(client.train, client.evaluation, client.deploy);
     if (!all.length) {
       ctx.fillStyle = muted;
       ctx.textAlign = "center";
@@ -129,18 +143,26 @@
         if (outline) ctx.stroke();
       }
     };
-    dots(series.train, cssColor("--train", "rgba(47,111,223,0.45)"), 2, false);
-    dots(series.deploy, cssColor("--deploy", "#7a7a7a"), 2.5, false);
-    if (series.average.length > 1) {
-      ctx.strokeStyle = cssColor("--average", "#0b3d91");
+    const polyline = (points, color) => {
+      if (points.length < 2) return;
+      ctx.strokeStyle = color;
       ctx.lineWidth = 2;
       ctx.lineJoin = "round";
       ctx.beginPath();
-      series.average.forEach(([x, y], i) => (i ? ctx.lineTo(px(x), py(y)) : ctx.moveTo(px(x), py(y))));
+      points.forEach(([x, y], i) => (i ? ctx.lineTo(px(x), py(y)) : ctx.moveTo(px(x), py(y))));
       ctx.stroke();
-    }
+    };
+    dots(series.train, cssColor("--train", "rgba(47,111,223,0.45)"), 2, false);
+    dots(series.deploy, cssColor("--deploy", "#7a7a7a"), 2.5, false);
+    clients.forEach((client, i) => {
+      dots(client.train, faded(clientColor(i), 0.3), 2, false);
+      dots(client.deploy, faded(clientColor(i), 0.6), 2.5, false);
+    });
+    polyline(series.average, cssColor("--average", "#0b3d91"));
+    clients.forEach((client, i) => polyline(client.average, clientColor(i)));
     ctx.lineWidth = 1.5;
     dots(series.evaluation, cssColor("--evaluation", "#e07b00"), 4, true);
+    clients.forEach((client, i) => { ctx.lineWidth = 1.5; dots(client.evaluation, clientColor(i), 4, true); });
   }
 
   /* A small line chart of one training metric: points = list of [x (training steps), y]. */
@@ -205,5 +227,5 @@
     }
   }
 
-  global.ShepherdChart = { drawCurve, drawMetric, movingAverage, ticks };
+  global.ShepherdChart = { drawCurve, drawMetric, movingAverage, ticks, clientColor };
 })(window);

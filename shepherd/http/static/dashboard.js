@@ -198,7 +198,9 @@ async function refreshCurve(agentId) {
   if (fresh || resized || reply.reset || reply.returns.length) drawCurve(curve.records);
 }
 
-function drawCurve(records) {
+/* The points of a list of episodes against its own training steps: training returns, their moving
+   average, evaluation and deployment returns. */
+function curveSeries(records) {
   const series = { train: [], evaluation: [], deploy: [], average: [] };
   let steps = 0;
   for (const record of records) {
@@ -212,13 +214,44 @@ function drawCurve(records) {
     }
   }
   series.average = ShepherdChart.movingAverage(series.train, AVERAGE_WINDOW);
+  return series;
+}
+
+const lastAverage = (series) =>
+  series.average.length ? series.average[series.average.length - 1][1].toFixed(1) : "-";
+
+function drawCurve(records) {
+  // An advised agent's records name their client: one curve per client, each against its own steps.
+  const byClient = new Map();
+  for (const record of records) {
+    if (record.client === undefined) continue;
+    if (!byClient.has(record.client)) byClient.set(record.client, []);
+    byClient.get(record.client).push(record);
+  }
+  const pooled = records.filter((record) => record.client === undefined);
+  const series = curveSeries(pooled);
+  const names = [...byClient.keys()].sort();
+  series.clients = names.map((name) => ({ name, ...curveSeries(byClient.get(name)) }));
   const canvas = $("#curve");
   ShepherdChart.drawCurve(canvas, series);
   canvas.dataset.episodes = String(records.length);
-  const last = series.average.length ? series.average[series.average.length - 1][1].toFixed(1) : "-";
+  canvas.dataset.clients = names.join(",");
+  const legend = $("#curve-clients");
+  legend.replaceChildren();
+  legend.hidden = names.length === 0;
+  for (const key of document.querySelectorAll("#curve-keys .key")) key.hidden = names.length > 0 && !pooled.length;
+  series.clients.forEach((client, i) => {  // textContent only: the names are the clients'
+    const item = legend.appendChild(document.createElement("span"));
+    item.className = "client-key";
+    item.style.setProperty("--client-color", ShepherdChart.clientColor(i));
+    item.textContent = `${client.name}: ${client.train.length} training episodes, moving average ${lastAverage(client)}`;
+  });
+  const training = series.train.length + series.clients.reduce((n, c) => n + c.train.length, 0);
+  const evaluations = series.evaluation.length + series.clients.reduce((n, c) => n + c.evaluation.length, 0);
   $("#curve-summary").textContent =
-    `${records.length} episodes: ${series.train.length} training, ${series.evaluation.length} evaluation; ` +
-    `moving average ${last}`;
+    `${records.length} episodes: ${training} training, ${evaluations} evaluation` +
+    (names.length ? ` (${names.length} clients: one colour each, against each client's own steps)`
+                  : `; moving average ${lastAverage(series)}`);
 }
 
 /* -- training metrics: small charts of what the learner's logger wrote --------------------------- */
