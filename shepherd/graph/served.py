@@ -59,11 +59,12 @@ class ServedAgents:
     """The runtimes of the agents being served, by store id, and the verbs that change them.
 
     ``build`` makes a runtime for a stored agent (blocking: the graph's `GraphManager.build_runtime`): an
-    `AgentRuntime` for a pooled agent, an `AdvisedAgent` (a runtime per client) for an advised one.
+    `AgentRuntime` for a pooled agent, an `AdvisedAgent` (a runtime per client) for an advised one; with
+    ``in_process=True``, one whose learner's model is in this process (for an export).
     """
 
     def __init__(self, store: Store, sessions: Callable[[], SessionTable],
-                 build: Callable[[AgentRecord], AgentRuntime | AdvisedAgent],
+                 build: Callable[..., AgentRuntime | AdvisedAgent],
                  start: Callable[[AgentRuntime], None]) -> None:
         self.store = store
         self.runtimes: dict[int, AgentRuntime] = {}
@@ -252,7 +253,7 @@ class ServedAgents:
             return await asyncio.to_thread(self._onnx, self.store.agent(agent_id))
 
     def _onnx(self, record: AgentRecord) -> bytes:
-        runtime = self._build(record)  # a learner resumed from the checkpoint, never started
+        runtime = self._build(record, in_process=True)  # a learner resumed from the checkpoint, never started
         try:
             if isinstance(runtime, AdvisedAgent):  # stored as advised since the check in export_onnx
                 raise NotExportable(f"agent {record.name} is advised: ONNX export of a client's policy is not "
