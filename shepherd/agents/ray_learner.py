@@ -519,8 +519,8 @@ class RayLearner:
             future.set_exception(AgentClosed(f"agent {self.name} is shut down"))
         elif not self._available:
             future.set_exception(LearnerUnavailable(
-                f"agent {self.name}'s learner is being restarted from its last checkpoint; send the step again "
-                f"in {LearnerUnavailable.retry_after} s (with the same seq)"))
+                f"agent {self.name}'s learner is being restarted from its last checkpoint; retry in "
+                f"{LearnerUnavailable.retry_after} s (a step: with the same seq)"))
         else:
             return False
         return True
@@ -608,8 +608,8 @@ class RayLearner:
             self._units, self._controls = [], []
             lost = list(self._futures)  # a new actor's own tickets must not fail with these
         unavailable = LearnerUnavailable(f"agent {self.name}'s learner was lost ({reason}) and is being restarted "
-                                         f"from its last checkpoint; send the step again in "
-                                         f"{LearnerUnavailable.retry_after} s (with the same seq)")
+                                         f"from its last checkpoint; retry in {LearnerUnavailable.retry_after} s "
+                                         "(a step: with the same seq)")
         self._fail([], controls, unavailable)
         self._hand_over(functools.partial(self._fail_tickets, lost, unavailable))
         self._respawn(reason)
