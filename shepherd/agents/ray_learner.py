@@ -213,6 +213,10 @@ class LearnerActor:
         return Reply(answers, int(getattr(algorithm, "version", 0)), learner.steps, learner.failure,
                      learner.stats, results, weights)
 
+    def node(self) -> str:
+        """The id of the Ray node this actor runs on."""
+        return str(ray.get_runtime_context().get_node_id())
+
     def close(self, timeout: float) -> None:
         if self._learner is not None:
             self._learner.close(timeout)
@@ -263,7 +267,8 @@ class RayLearner:
     num_cpus = 0.0
 
     def __init__(self, definition: AgentDefinition, values: dict[str, Any], total_steps: int | None,
-                 actor_name: str, local: ThreadedLearner, num_cpus: float | None = None) -> None:
+                 actor_name: str, local: ThreadedLearner, num_cpus: float | None = None,
+                 actor_options: dict[str, Any] | None = None) -> None:
         self.name = definition.name
         self.actor_name = actor_name
         self.failure: str | None = None
@@ -273,6 +278,7 @@ class RayLearner:
         self._build_args = (definition, dict(values), total_steps)
         self._local = local  # never started: its spaces, greedy plan and checkpoint checks
         self._num_cpus = self.num_cpus if num_cpus is None else num_cpus
+        self._actor_options = dict(actor_options or {})  # more of Ray's actor options (a scheduling strategy)
         self._snapshot = _Snapshot(self.algorithm)
         self.greedy: GreedyActor | None = None
         local_greedy = local.greedy
@@ -305,7 +311,7 @@ class RayLearner:
         while True:
             try:
                 handle = _REMOTE_ACTOR.options(name=self.actor_name, namespace=NAMESPACE, num_cpus=self._num_cpus,
-                                              max_restarts=0, max_concurrency=1).remote()
+                                               max_restarts=0, max_concurrency=1, **self._actor_options).remote()
                 break
             except ValueError:  # the name is still taken by the actor that died or was killed
                 if time.monotonic() > deadline:
@@ -659,15 +665,17 @@ class RayLearner:
 
 class RayLearners:
     """Builds served learners as `RayLearner`s (`GraphManager.remote_learners`): actor
-    ``shepherd-learner/<agent id>``, each using ``num_cpus`` of Ray's logical CPUs (0: any number fit)."""
+    ``shepherd-learner/<agent id>``, each using ``num_cpus`` of Ray's logical CPUs (0: any number fit), with
+    more of Ray's actor options if given (``scheduling_strategy``, ``resources``, ...)."""
 
-    def __init__(self, num_cpus: float = 0.0) -> None:
+    def __init__(self, num_cpus: float = 0.0, actor_options: dict[str, Any] | None = None) -> None:
         self.num_cpus = num_cpus
+        self.actor_options = dict(actor_options or {})
 
     def __call__(self, record: Any, values: dict[str, Any], total_steps: int | None,
                  local: ThreadedLearner) -> ThreadedLearner:
         learner = RayLearner(record.definition, values, total_steps, f"shepherd-learner/{record.id}", local,
-                             self.num_cpus)
+                             self.num_cpus, self.actor_options)
         learner.spawn()
         # it answers every call a ThreadedLearner answers that the graph makes (see the class)
         return learner  # type: ignore[return-value]

@@ -103,13 +103,16 @@ def drive(url, key, seed, stop, totals, index):
         client.close()
 
 
-def test_a_killed_learner_actor_resumes_from_its_checkpoint_and_no_step_counts_twice(cluster, tmp_path):
+def serve_and_lose_the_learner(tmp_path, lose, actor_options=None, after=None):
+    """Serve tiny_ppo with its learner on Ray, drive it with two clients, ``lose(learner)`` once a
+    checkpoint is written, ``after(learner)`` once a new actor took over, and check that the agent resumed
+    from the checkpoint with every step counted once."""
     from shepherd.agents.ray_learner import RayLearners
     from shepherd.graph import load_preset
     from shepherd.http import ServerConfig
 
     graph = load_preset(str(TEST_PRESETS / "tiny_ppo.py"))
-    graph.remote_learners = RayLearners()
+    graph.remote_learners = RayLearners(actor_options=actor_options)
     server = ServerThread(ServerConfig(graph, tmp_path / "data")).start_and_wait()
     try:
         runtime = graph.runtime()
@@ -124,16 +127,18 @@ def test_a_killed_learner_actor_resumes_from_its_checkpoint_and_no_step_counts_t
         while not (runtime.model_path.exists() and learner.steps >= 600) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert runtime.model_path.exists(), "no checkpoint was written"
-        ray.kill(learner.handle, no_restart=False)  # the process dies: Ray does not restart it (max_restarts=0)
-        deadline = time.monotonic() + 60
+        lose(learner)
+        deadline = time.monotonic() + 90
         while learner.restarts == 0 and time.monotonic() < deadline:
             time.sleep(0.1)
         assert learner.restarts == 1, "the learner actor was not started again"
         resumed_at = learner.steps
+        if after is not None:
+            after(learner)
         time.sleep(3)  # the clients go on with the new actor
         stop.set()
         for thread in clients:
-            thread.join(120)
+            thread.join(150)
             assert not thread.is_alive(), "a client got stuck"
         assert all(totals), f"a client failed: {totals}"
         assert learner.failure is None
@@ -147,6 +152,28 @@ def test_a_killed_learner_actor_resumes_from_its_checkpoint_and_no_step_counts_t
         assert sum(runtime.phase_steps.values()) == runtime.tracker.steps == sent
     finally:
         server.stop()
+
+
+def test_a_killed_learner_actor_resumes_from_its_checkpoint_and_no_step_counts_twice(cluster, tmp_path):
+    # the process dies; Ray does not restart it (max_restarts=0): the head makes a new one
+    serve_and_lose_the_learner(tmp_path, lambda learner: ray.kill(learner.handle, no_restart=False))
+
+
+def test_a_learner_whose_node_is_removed_resumes_on_another_node(cluster, tmp_path):
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    doomed = cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
+    cluster.wait_for_nodes()
+    placed = []
+
+    def remove_its_node(learner):
+        placed.append(ray.get(learner.handle.node.remote()))
+        cluster.remove_node(doomed)
+
+    serve_and_lose_the_learner(  # first on the new node; anywhere once it is gone (the affinity is soft)
+        tmp_path, remove_its_node, {"scheduling_strategy": NodeAffinitySchedulingStrategy(doomed.node_id, soft=True)},
+        after=lambda learner: placed.append(ray.get(learner.handle.node.remote())))
+    assert placed[0] == doomed.node_id and placed[1] != doomed.node_id
 
 
 def test_without_ray_it_is_never_imported(tmp_path):
