@@ -130,7 +130,7 @@ class ServedAgents:
         Raises:
             Exception: whatever building the learner raised.
         """
-        runtime = await asyncio.to_thread(self._build, record)
+        runtime = await asyncio.to_thread(self._build, record, in_process=not serve)  # not served: no remote learner
         if serve:
             self.install(runtime)
         else:
