@@ -58,6 +58,13 @@ class AgentClosed(RuntimeError):
     """The learner was shut down (server stopping or agent restarted)."""
 
 
+class LearnerUnavailable(RuntimeError):
+    """The learner's process is gone for a moment (a Ray actor being restarted from its last checkpoint):
+    the request was not learned from; the client may send it again after ``retry_after`` seconds."""
+
+    retry_after = 2
+
+
 class Kind(enum.Enum):
     """What a `Request` asks of the learner."""
 

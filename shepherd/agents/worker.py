@@ -18,7 +18,7 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import torch as th
 
@@ -70,7 +70,7 @@ class Algorithm(Protocol):
 class _Control:
     """A request to the worker itself, not to the algorithm."""
 
-    what: str  # "checkpoint", "set" (live parameters), "drain" or "stop"
+    what: str  # "checkpoint", "set" (live parameters), "drain", "mark" or "stop"
     future: Future | None = None
     payload: Any = None
 
@@ -143,6 +143,9 @@ class ThreadedLearner:
         if updates is not None:
             self.stats.updates = updates
         self.metrics: MetricsWriter | None = None  # writes the training metrics (`shepherd.agents.metrics.attach`)
+        #: where answers go when the requests came from another process (`relay_requests`), instead of to
+        #: futures kept here; called on the worker's thread (set before `start`)
+        self.relay: Callable[[list[Answer]], None] | None = None
 
     @property
     def model(self) -> Any:
@@ -226,6 +229,19 @@ class ThreadedLearner:
         if requests and self.failure is None and not self._closed:
             self._queue.put(list(requests))
 
+    def relay_requests(self, requests: list[Request]) -> None:
+        """Queue requests whose tickets a caller in another process assigned, as one unit (one vector step's,
+        or one request); their answers go to `relay` (a learner in a Ray actor: `shepherd.agents.ray_learner`)."""
+        self._put_all(requests)
+
+    def mark(self) -> Future:
+        """A future set when the worker reaches this point of its queue, after handing over (to `relay`)
+        the answers of everything queued before it."""
+        future: Future = Future()
+        if not self._refused(future):
+            self._queue.put(_Control("mark", future))
+        return future
+
     def checkpoint(self, path: Path, state: dict[str, Any]) -> Future:
         future: Future = Future()
         if self._refused(future):
@@ -290,7 +306,9 @@ class ThreadedLearner:
     def _hand_over(self, answers: list[Answer]) -> None:
         if not answers:
             return
-        if self._deliver is None:
+        if self.relay is not None:
+            self.relay(answers)
+        elif self._deliver is None:
             self._resolve(answers)
         else:
             self._deliver(functools.partial(self._resolve, answers))
@@ -397,6 +415,9 @@ class ThreadedLearner:
                     message.future.set_exception(error)  # type: ignore[union-attr]
                 else:
                     message.future.set_result(None)  # type: ignore[union-attr]
+            elif message.what == "mark":  # the answers so far go out before the mark is passed
+                self._hand_over(algorithm.take_answers())
+                message.future.set_result(None)  # type: ignore[union-attr]
             elif message.what == "stop":
                 algorithm.stop_waiting(Outcome.CLOSED, f"agent {self.name} is shut down")
                 return False

@@ -24,6 +24,8 @@ from shepherd.storage import AgentRecord
 ROOT = Path(__file__).resolve().parents[2]
 #: a server without --clients prints a progress line per agent at most this often, if its counters changed
 PROGRESS_SECONDS = 10.0
+#: ``--ray`` without an address: start a local Ray
+LOCAL_RAY = "local"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -78,6 +80,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--idle-timeout", type=float, default=75.0, metavar="SECONDS",
                         help="close a keep-alive connection idle for this long between requests "
                              "(default %(default)s)")
+    parser.add_argument("--ray", nargs="?", const=LOCAL_RAY, default=None, metavar="ADDRESS",
+                        help="run each agent's learner in a Ray actor (pip install -e .[ray]): alone, start a "
+                             "local Ray bound to 127.0.0.1 with token authentication; 'auto' or HOST:PORT joins a "
+                             "running cluster (docs/distributed.md)")
     parser.add_argument("--metrics", choices=("off", "local", "open"), default="local",
                         help="who may read GET /metrics: off (404), local (loopback clients, or the admin "
                              "token as Bearer), open (anyone) (default %(default)s)")
@@ -103,12 +109,31 @@ def serve_command(args: argparse.Namespace) -> int:
         graph = load_preset(args.preset, overrides=args.overrides or (), seed=args.seed)
         if args.clients and graph.validation is None:
             raise PresetError(f"preset {graph.name} has no validation block, so --clients has no env to run")
+        if args.ray is not None:
+            return serve_on_ray(graph, args)
         return asyncio.run(serve(graph, args))
     except PresetError as error:
         raise UsageError(str(error)) from None
     except StopFailed as error:
         print(f"error: while stopping: {error}", file=sys.stderr)
         return EXIT_NOT_REACHED
+
+
+def serve_on_ray(graph: GraphManager, args: argparse.Namespace) -> int:
+    """Serve with every pooled agent's learner in a Ray actor (imports ray only now)."""
+    try:
+        from shepherd.agents import ray_learner
+    except ImportError as error:
+        raise UsageError(f"--ray needs Ray: pip install -e .[ray] ({error})") from None
+    try:
+        ray_learner.connect(None if args.ray == LOCAL_RAY else args.ray)
+    except Exception as error:  # noqa: BLE001 - Ray's own errors (no cluster at the address, a bad token)
+        raise UsageError(f"cannot start or reach Ray ({args.ray}): {type(error).__name__}: {error}") from None
+    graph.remote_learners = ray_learner.RayLearners()
+    try:
+        return asyncio.run(serve(graph, args))
+    finally:
+        ray_learner.disconnect()
 
 
 class StopFailed(Exception):

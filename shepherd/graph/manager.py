@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from shepherd.agents import (AgentClosed, AgentFailed, Deliver, ParameterError, algorithm_info, learner_for,
+from shepherd.agents import (AgentClosed, AgentFailed, Deliver, ParameterError, ThreadedLearner, algorithm_info, learner_for,
                              check_agent, check_parameters, checkpoint as checkpoint_format, parameters,
                              registry_records)
 from shepherd.graph.advised import AdvisedAgent, BadClient
@@ -193,6 +193,11 @@ class GraphManager:
         self.not_started: list[AgentRecord] = []  # stored agents left out by create_graph(only_preset=True)
         self._serving = Serving()
         self._sessions = SessionTable()
+        #: builds a pooled agent's served learner in another process from its record, values, training budget
+        #: and the in-process learner built first (`shepherd.agents.ray_learner.RayLearners`, run.py --ray);
+        #: None: every learner runs in this process
+        self.remote_learners: Callable[[AgentRecord, dict[str, Any], int | None, ThreadedLearner],
+                                       ThreadedLearner] | None = None
 
     @classmethod
     def offline(cls, store: Store) -> GraphManager:
@@ -366,10 +371,11 @@ class GraphManager:
             starts = parameters(record.algorithm)["learning_starts"].default
         return replace(self.default_schedule, heatup_steps=int(starts))
 
-    def build_runtime(self, record: AgentRecord) -> AgentRuntime | AdvisedAgent:
+    def build_runtime(self, record: AgentRecord, in_process: bool = False) -> AgentRuntime | AdvisedAgent:
         """A runtime with a fresh learner, resumed from the agent's checkpoint if it has one; not started.
-        An advised agent's is an `AdvisedAgent` with every client it had, each resumed. Blocks (builds the
-        model, reads the checkpoint): run it off the event loop.
+        An advised agent's is an `AdvisedAgent` with every client it had, each resumed. A pooled agent's
+        learner is built by `remote_learners` when set, unless ``in_process`` (an export reads the model).
+        Blocks (builds the model, reads the checkpoint): run it off the event loop.
 
         Raises:
             ParameterError, SpaceError: the stored agent cannot be built.
@@ -384,6 +390,8 @@ class GraphManager:
                                    self._evaluated)
             advised.restore()
             return advised
+        if self.remote_learners is not None and not in_process:
+            learner = self.remote_learners(record, values, schedule.improve_steps, learner)
         runtime = AgentRuntime(record, learner, schedule, self.store, self._evaluated)
         if runtime.resume():
             logger.info("agent %s resumes from %s", record.name, runtime.model_path)

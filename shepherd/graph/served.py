@@ -61,11 +61,12 @@ class ServedAgents:
     """The runtimes of the agents being served, by store id, and the verbs that change them.
 
     ``build`` makes a runtime for a stored agent (blocking: the graph's `GraphManager.build_runtime`): an
-    `AgentRuntime` for a pooled agent, an `AdvisedAgent` (a runtime per client) for an advised one.
+    `AgentRuntime` for a pooled agent, an `AdvisedAgent` (a runtime per client) for an advised one; with
+    ``in_process=True``, one whose learner's model is in this process (for an export).
     """
 
     def __init__(self, store: Store, sessions: Callable[[], SessionTable],
-                 build: Callable[[AgentRecord], AgentRuntime | AdvisedAgent],
+                 build: Callable[..., AgentRuntime | AdvisedAgent],
                  start: Callable[[AgentRuntime], None]) -> None:
         self.store = store
         self.runtimes: dict[int, AgentRuntime] = {}
@@ -158,7 +159,7 @@ class ServedAgents:
         Raises:
             Exception: whatever building the learner raised.
         """
-        runtime = await asyncio.to_thread(self._build, record)
+        runtime = await asyncio.to_thread(self._build, record, in_process=not serve)  # not served: no remote learner
         if serve:
             self.install(runtime)
         else:
@@ -313,7 +314,7 @@ class ServedAgents:
         return runtime
 
     def _onnx(self, record: AgentRecord, client: str | None) -> bytes:
-        built = self._build(record)  # learners resumed from their checkpoints, never started
+        built = self._build(record, in_process=True)  # learners resumed from their checkpoints, never started
         try:
             runtime = self._client_runtime(built, client) if isinstance(built, AdvisedAgent) else built
             if not runtime.model_path.exists():

@@ -22,7 +22,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from shepherd.agents import ALGORITHMS, ActionFuture
+from shepherd.agents import ALGORITHMS, ActionFuture, LearnerUnavailable
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.level import LevelManager, VectorLevel
 from shepherd.spaces import SpaceError, check_action_mask
@@ -174,6 +174,8 @@ class Session:
                 same ``seq`` gets its action).
             Unauthorized: the session ended while the step waited.
             AgentFailed, AgentClosed: the agent failed or is shutting down.
+            LearnerUnavailable: the learner's process died (a Ray actor, restarted from its checkpoint);
+                a retry with the same ``seq`` hands the step to the learner again, counted once.
         """
         self.active()
         self.in_request += 1
@@ -205,6 +207,8 @@ class Session:
                 if self.last_step is not None and not same_step(step, self.last_step):
                     raise Conflict(f"seq {step.seq} was already sent with another step; a retry must repeat "
                                    "the step exactly, and a new step needs the next seq")
+                if _lost(self.last_reply):  # its learner's process died with it: the learner hears it again
+                    self.last_reply = self.level.resend()
                 return self.last_reply  # type: ignore[return-value]  # a retry: the same answer, recorded once
             if step.seq < self.last_seq:
                 raise Conflict(f"seq {step.seq} is older than this session's last step ({self.last_seq})")
@@ -220,6 +224,12 @@ class Session:
         self.last_seq, self.last_step = step.seq, step
         self.last_reply = reply if reply is not None else _answered(None)
         return self.last_reply
+
+
+def _lost(reply: Future | None) -> bool:
+    """Whether a step's learner call failed with `LearnerUnavailable` (the step was counted, not learned)."""
+    return (reply is not None and reply.done() and not reply.cancelled()
+            and isinstance(reply.exception(), LearnerUnavailable))
 
 
 async def _wait(future: Future, timeout: float, seq: int | None) -> Any:

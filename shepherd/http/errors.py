@@ -12,7 +12,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
 from shepherd.admin import Forbidden, Invalid
-from shepherd.agents import AgentClosed, AgentFailed
+from shepherd.agents import AgentClosed, AgentFailed, LearnerUnavailable
 from shepherd.graph import ActTimeout, BadClient, Conflict, Gone, TooManyEnvs, TooManySessions, Unauthorized, WrongShape
 from shepherd.http.limits import TooManyRequests
 from shepherd.http.state import CONFIG
@@ -67,7 +67,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return http_error(request, error)
     except (AgentFailed, AgentClosed) as error:  # a learner's reason may quote a file of the server's: not sent
         return json_error(503, f"the agent is not available: {_PATH.sub('<path>', str(error))}", retry_after=5)
-    except ActTimeout as error:
+    except (ActTimeout, LearnerUnavailable) as error:
         return json_error(503, str(error), retry_after=error.retry_after)
     except (TooManyRequests, TooManySessions) as error:
         return json_error(429, str(error), retry_after=error.retry_after)

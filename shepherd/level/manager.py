@@ -12,10 +12,12 @@ learner as one unit (``Learner.submit``).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import functools
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from shepherd.agents import ActionFuture, ActMode, Kind, Request, ThreadedLearner
 from shepherd.wire import EnvSteps
@@ -67,6 +69,13 @@ class LevelManager:
         self.episode: Episode | None = None
         self.steps = 0
         self.closed = False
+        self._asked: Callable[[], Future] | None = None  # the last learner call awaiting an action (`resend`)
+
+    def resend(self) -> Future:
+        """Hand the last step's learner call over again, without counting the step anew: its learner lost
+        it (`LearnerUnavailable`: the learner's process died and was restarted from its checkpoint)."""
+        assert self._asked is not None, "resend before any step"
+        return self._asked()
 
     def step(self, obs: Any, reward: float, done: bool, truncated: bool = False, mask: Any = None) -> Future | None:
         learner = self.host.learner
@@ -76,7 +85,8 @@ class LevelManager:
                 return None
             phase = Phase.DEPLOY if self.evaluate_only else self.host.begin_episode()
             self.episode = Episode(phase)
-            return learner.begin_episode(self.actor_id, obs, MODES[phase], mask)
+            self._asked = functools.partial(learner.begin_episode, self.actor_id, obs, MODES[phase], mask)
+            return self._asked()
         episode.total += reward
         episode.length += 1
         self.steps += 1
@@ -87,7 +97,8 @@ class LevelManager:
             self.episode = None
             self.host.end_episode(episode, completed=True)
             return None
-        return learner.step(self.actor_id, reward, obs, mode, mask)
+        self._asked = functools.partial(learner.step, self.actor_id, reward, obs, mode, mask)
+        return self._asked()
 
     def close(self) -> None:
         """End the session: an unfinished episode is abandoned, the learner closes its partial data."""
@@ -116,6 +127,12 @@ class VectorLevel:
         self.episodes: list[Episode | None] = [None] * n_envs
         self.steps = 0
         self.closed = False
+        self._sent: list[Request] = []  # the last step's requests, as made (`resend`)
+
+    def resend(self) -> ActionFuture:
+        """Hand the last step's requests over again, without counting the step anew: its learner lost them
+        (`LearnerUnavailable`: the learner's process died and was restarted from its checkpoint)."""
+        return self.host.learner.submit([dataclasses.replace(r, ticket=0, submitted=0.0) for r in self._sent])
 
     @property
     def n_envs(self) -> int:
@@ -148,6 +165,7 @@ class VectorLevel:
             self.episodes[index] = Episode(phase)
             requests.append(Request(Kind.BEGIN, actor, envs.obs[index], 0.0, False, MODES[phase], group=group,
                                     mask=masks[index]))
+        self._sent = [dataclasses.replace(r) for r in requests]
         return host.learner.submit(requests)
 
     def close(self) -> None:

@@ -88,3 +88,50 @@ def test_done_on_a_reset_observation_is_an_empty_episode():
     host = FakeHost([])
     assert LevelManager(4, host).step("o", 0.0, True) is None
     assert host.learner.calls == [] and host.ended == []
+
+
+def test_resend_repeats_the_last_learner_call_without_counting_the_step_again():
+    host = FakeHost([Phase.TRAIN])
+    level = LevelManager(5, host)
+    level.step("o0", 0.0, False)
+    assert level.resend().result() == "a0"  # the episode's begin, again
+    level.step("o1", 1.0, False)
+    assert level.resend().result() == "a1"
+    assert host.learner.calls == [("begin", 5, "o0", ActMode.EXPLORE)] * 2 + [("step", 5, 1.0, "o1", ActMode.EXPLORE)] * 2
+    assert host.counted == [Phase.TRAIN] and level.steps == 1
+
+
+async def test_a_step_its_learner_lost_goes_to_the_learner_again_on_its_retry_and_counts_once():
+    """`LearnerUnavailable` (a learner's process died): the retry of the same seq is handed over again,
+    while a retry of an answered step gets the stored answer, never a second learner call."""
+    from shepherd.agents import LearnerUnavailable
+    from shepherd.graph.sessions import Session
+    from shepherd.wire import StepInput
+
+    class LosingLearner(FakeLearner):
+        lose = True
+
+        def step(self, actor, reward, obs, mode, mask=None):
+            self.calls.append(("step", actor, reward, obs, mode))
+            future = Future()
+            if self.lose:
+                future.set_exception(LearnerUnavailable("restarting"))
+            else:
+                future.set_result("a1")
+            return future
+
+    host = FakeHost([Phase.TRAIN])
+    host.learner = LosingLearner()
+    session = Session("key", LevelManager(6, host), runtime=None)
+    assert (await session.step(StepInput.of([0.0], 0.0, seq=1), 5)).action == "a0"
+    step = StepInput.of([1.0], 1.0, seq=2)
+    try:
+        await session.step(step, 5)
+        raise AssertionError("the lost step was answered")
+    except LearnerUnavailable:
+        pass
+    host.learner.lose = False
+    assert (await session.step(step, 5)).action == "a1"  # handed to the learner again
+    assert (await session.step(step, 5)).action == "a1"  # answered: the stored answer
+    assert [c[0] for c in host.learner.calls] == ["begin", "step", "step"]
+    assert host.counted == [Phase.TRAIN]

@@ -1,0 +1,113 @@
+#!/usr/bin/env python
+"""The price and the gain of learners as Ray actors (run.py --ray), in-process against --ray in one run.
+
+    .venv/bin/python benchmarks/ray_learners.py              # about 4 minutes
+    .venv/bin/python benchmarks/ray_learners.py --seconds 20  # shorter windows
+
+1. The Ray hop: one client's training round trip (CartPole PPO, benchmarks/presets/perf_ppo.py), p50 and
+   p90, served in-process and with --ray (a local Ray on 127.0.0.1): the step crosses to the learner's
+   actor and back (one remote call per batch, pickled requests and answers).
+2. Four agents learning at once (benchmarks/presets/ray4.py, one client process each): training steps per
+   second summed over the agents, in-process (four learner threads in one process) and with --ray (four
+   actor processes). On two cores the clients, the server and the learners share the same two cores, so
+   this shows the cost of the processes more than any gain; the gain needs cores (or nodes) that one
+   process cannot use.
+
+Prints one JSON object with the figures and the ratios (--ray / in-process). Everything runs on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from tempfile import TemporaryDirectory
+
+import gymnasium as gym
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import ROOT, Shepherd, metrics  # noqa: E402
+from shepherd.client import Client  # noqa: E402
+
+PRESETS = ROOT / "benchmarks" / "presets"
+
+
+def round_trips(extra: list[str], seconds: float) -> dict:
+    """One training client's round trips over ``seconds`` (the first tenth dropped as warm-up)."""
+    with TemporaryDirectory() as data:
+        server = Shepherd(PRESETS / "perf_ppo.py", Path(data), "--quiet", *extra)
+        try:
+            client = Client(server.url, server.keys["perf-ppo"], timeout=60)
+            client.login()
+            env = gym.make("CartPole-v1")
+            times: list[float] = []
+            end, episode = time.monotonic() + seconds, 0
+            while time.monotonic() < end:
+                obs, _ = env.reset(seed=episode)
+                episode += 1
+                action = client.step(obs.tolist(), 0.0, False)
+                done = False
+                while not done:
+                    obs, reward, terminated, truncated, _ = env.step(action)
+                    done = terminated or truncated
+                    started = time.perf_counter()
+                    action = client.step(obs.tolist(), float(reward), done, truncated=truncated)
+                    times.append(time.perf_counter() - started)
+            client.close()
+        finally:
+            server.stop()
+    times = sorted(times[len(times) // 10:])
+    return {"steps": len(times), "p50_us": round(times[len(times) // 2] * 1e6),
+            "p90_us": round(times[int(len(times) * 0.9)] * 1e6)}
+
+
+def training_rate(extra: list[str], seconds: float, warmup: float = 15.0) -> dict:
+    """Steps per second of the four agents of ray4.py, each driven by one client process."""
+    with TemporaryDirectory() as data:
+        server = Shepherd(PRESETS / "ray4.py", Path(data), "--quiet", *extra)
+        clients = []
+        try:
+            for index, key in enumerate(server.keys.values()):
+                clients.append(subprocess.Popen(
+                    [sys.executable, "-m", "shepherd.client", "--url", server.url, "--env", "CartPole-v1",
+                     "--seed", str(index)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                    env={**os.environ, "SHEPHERD_API_KEY": key, "PYTHONPATH": str(ROOT)}))
+            time.sleep(warmup)
+            first, started = metrics(server.url).get("shepherd_agent_steps_total", 0.0), time.monotonic()
+            time.sleep(seconds)
+            last, ended = metrics(server.url).get("shepherd_agent_steps_total", 0.0), time.monotonic()
+        finally:
+            for process in clients:
+                process.terminate()
+            for process in clients:
+                process.wait(30)
+            server.stop()
+    return {"steps_per_second": round((last - first) / (ended - started), 1)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=40.0, help="each measured window (default %(default)s)")
+    args = parser.parse_args()
+    result: dict = {"cores": os.cpu_count()}
+    result["round_trip_in_process"] = round_trips([], args.seconds)
+    result["round_trip_ray"] = round_trips(["--ray"], args.seconds)
+    result["four_agents_in_process"] = training_rate([], args.seconds)
+    result["four_agents_ray"] = training_rate(["--ray"], args.seconds)
+    hop, local = result["round_trip_ray"], result["round_trip_in_process"]
+    result["ray_hop_p50_us"] = hop["p50_us"] - local["p50_us"]
+    result["round_trip_p50_ratio"] = round(hop["p50_us"] / local["p50_us"], 2)
+    result["round_trip_p90_ratio"] = round(hop["p90_us"] / local["p90_us"], 2)
+    result["four_agents_steps_ratio"] = round(result["four_agents_ray"]["steps_per_second"]
+                                              / result["four_agents_in_process"]["steps_per_second"], 2)
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

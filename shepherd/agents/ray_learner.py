@@ -1,0 +1,681 @@
+"""Learners in Ray actors (``run.py --ray``): each served agent's learner runs in a named actor, wherever
+Ray places it, behind the calls of an in-process `ThreadedLearner`.
+
+What crosses the process boundary is plain data only: lists of `Request` in, lists of `Answer` out (with
+the learner's counters, its measurements and, when asked, its published weights), checkpoint bytes out
+and in. No future, callable or client-sent object is unpickled from the head's side of a call.
+
+- `LearnerActor` (the actor, named ``shepherd-learner/<agent id>`` in namespace ``shepherd``) builds the
+  ordinary learner with the registry's factory (`learner_for`) and runs its `ThreadedLearner` there, with
+  its answers relayed back (`ThreadedLearner.relay`) instead of set on futures.
+- `RayLearner` (on the head) keeps the callers' futures by ticket and sends everything pending for its
+  actor as one remote call, one call in flight at a time (the next batch collects meanwhile); the answers
+  are delivered on the caller's thread with the ``deliver`` given to `start`, as a `ThreadedLearner` does.
+  Greedy steps are answered on the head from a `GreedyActor` snapshot of the actor's published weights.
+- Checkpoints are written where the store is: the actor returns the checkpoint's bytes and the head
+  writes them atomically; a restore reads the head's file and sends its bytes.
+- An actor that dies (its node removed, its process killed) is created again, on any node, and restored
+  from the head's last checkpoint before it answers; meanwhile every step fails with
+  `LearnerUnavailable` (HTTP 503 with Retry-After), and a client's retry of the same ``seq`` is handed to
+  the new actor without being counted twice (`shepherd.graph.sessions`).
+
+Only this module imports ray, and only ``--ray`` imports it (`connect`).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import secrets
+import shutil
+import tempfile
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import ray
+from ray import exceptions as ray_errors
+
+from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFailed, Answer, Deliver, Kind,
+                                  LearnerUnavailable, Observation, Outcome, Request, VersionedWeights)
+from shepherd.agents.inline import GreedyActor
+from shepherd.agents.metrics import MetricsWriter
+from shepherd.agents.registry import learner_for
+from shepherd.agents.timing import LearnerStats
+from shepherd.agents.worker import ThreadedLearner, _Part, _refuse, _Vector
+from shepherd.definition import AgentDefinition
+from shepherd.storage.files import atomic_write_bytes
+
+logger = logging.getLogger(__name__)
+
+NAMESPACE = "shepherd"
+#: what a lost actor raises on the head: its process, node or raylet died, or it cannot be reached
+LOST = (ray_errors.RayActorError, ray_errors.WorkerCrashedError, ray_errors.NodeDiedError,
+        ray_errors.LocalRayletDiedError, ray_errors.ObjectLostError)
+#: how long a poll for held-back answers waits in the actor (seconds)
+POLL_SECONDS = 0.05
+#: how often at most the head asks for published weights for its greedy snapshot (seconds)
+WEIGHTS_SECONDS = 0.2
+#: how long building (or rebuilding) an actor's learner may take (seconds)
+BUILD_SECONDS = 300.0
+
+
+def connect(address: str | None, num_cpus: int | None = None) -> None:
+    """Start a local Ray (``address`` None) bound to loopback, with Ray's token authentication, or connect
+    to a running one (``auto`` or ``HOST:PORT``); the driver's namespace is ``shepherd``.
+
+    A local Ray's token is a fresh secret in this process's environment (``RAY_AUTH_TOKEN``), inherited by
+    the processes Ray starts and by nothing else (Ray 2.60 turns token authentication on for a local
+    ``ray.init`` unless ``RAY_AUTH_MODE=disabled``; a token already given by ``RAY_AUTH_TOKEN`` or
+    ``RAY_AUTH_TOKEN_PATH`` is kept). Connecting to a cluster started with token authentication needs its
+    token the same way.
+    """
+    if ray.is_initialized():
+        return
+    if address is None:
+        if not os.environ.get("RAY_AUTH_TOKEN_PATH"):
+            os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
+        # Ray binds its services to the address it finds reachable from other machines unless it is told the
+        # cluster is this one machine (read at import: set for this process and for the processes it starts)
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+        from ray._private import ray_constants
+
+        ray_constants.ENABLE_RAY_CLUSTER = False
+        ray.init(_node_ip_address="127.0.0.1", include_dashboard=False, namespace=NAMESPACE,
+                 num_cpus=num_cpus if num_cpus is not None else 1, log_to_driver=False,
+                 configure_logging=False)
+    else:
+        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, configure_logging=False)
+    logger.info("Ray: %s", ray.get_runtime_context().gcs_address)
+
+
+def disconnect() -> None:
+    """Leave Ray (a local Ray started by `connect` stops)."""
+    ray.shutdown()
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What one remote call to a `LearnerActor` returns: plain data."""
+
+    answers: list[Answer]
+    version: int
+    steps: int
+    failure: str | None
+    stats: LearnerStats
+    #: per control of the call, in order: checkpoint bytes, None (done), or an error's text
+    controls: list[bytes | str | None] = field(default_factory=list)
+    weights: VersionedWeights | None = None
+
+
+class LearnerActor:
+    """One agent's `ThreadedLearner` in a Ray actor. Calls arrive one at a time (the actor's own queue)."""
+
+    def __init__(self) -> None:
+        self._learner: ThreadedLearner | None = None
+        self._answers: list[Answer] = []
+        self._ready = threading.Condition()
+        self._folder = Path(tempfile.mkdtemp(prefix="shepherd-learner-"))
+        self._written = 0
+
+    def build(self, definition: AgentDefinition, values: dict[str, Any], total_steps: int | None,
+              checkpoint: bytes | None, start: bool) -> dict[str, Any]:
+        """Build the learner (the registry's factory), restore ``checkpoint`` if given, start it if asked;
+        returns the state saved with the checkpoint (empty without one).
+
+        Raises:
+            ParameterError: the agent cannot be built; whatever restoring raised.
+        """
+        learner = learner_for(definition, values, total_steps)
+        learner.greedy = None  # the head answers greedy steps from its own snapshot
+        learner.relay = self._collect
+        self._learner = learner
+        state = self.restore(checkpoint) if checkpoint is not None else {}
+        if start:
+            self.start()
+        return state
+
+    def restore(self, checkpoint: bytes) -> dict[str, Any]:
+        path = self._folder / "restore.zip"
+        path.write_bytes(checkpoint)
+        try:
+            return self._built.restore(path)
+        finally:
+            path.unlink()
+
+    def start(self) -> None:
+        self._built.start(None)
+
+    @property
+    def _built(self) -> ThreadedLearner:
+        if self._learner is None:
+            raise RuntimeError("the learner actor was not built")
+        return self._learner
+
+    def _collect(self, answers: list[Answer]) -> None:  # on the learner's thread
+        with self._ready:
+            self._answers.extend(answers)
+            self._ready.notify_all()
+
+    def process(self, units: list[Any], wait: float, weights_after: int | None) -> Reply:
+        """Queue ``units`` in order (a list of requests is one unit; ``("checkpoint", state)``, ``("set",
+        values)`` and ``("drain",)`` are controls), and return the answers given once the learner passed
+        them all; without units, wait up to ``wait`` seconds for answers held back before. With
+        ``weights_after``, also the published weights if newer than that version."""
+        learner = self._built
+        now = time.perf_counter()
+        controls: list[tuple[str, Future, Path | None]] = []
+        for unit in units:
+            if isinstance(unit, list):
+                for request in unit:
+                    if request.ticket:
+                        request.submitted = now  # the queue wait is measured on this process's clock
+                learner.relay_requests(unit)
+            elif unit[0] == "checkpoint":
+                self._written += 1
+                path = self._folder / f"checkpoint-{self._written}.zip"
+                controls.append(("checkpoint", learner.checkpoint(path, unit[1]), path))
+            elif unit[0] == "set":
+                controls.append(("set", learner.set_parameters(unit[1]), None))
+            elif unit[0] == "drain":
+                learner.drain()
+        if units:
+            try:
+                learner.mark().result()
+            except Exception:  # noqa: BLE001 - the learner failed: its failure goes back below
+                pass
+        elif wait > 0:
+            with self._ready:
+                self._ready.wait_for(lambda: bool(self._answers), timeout=wait)
+        results: list[bytes | str | None] = []
+        for _, future, written in controls:
+            try:
+                future.result(timeout=BUILD_SECONDS)
+                if written is None:
+                    results.append(None)
+                else:
+                    results.append(written.read_bytes())
+                    written.unlink()
+            except Exception as error:  # noqa: BLE001 - the head's caller hears it
+                results.append(f"{type(error).__name__}: {error}")
+        with self._ready:
+            answers, self._answers = self._answers, []
+        algorithm = learner.algorithm
+        weights = None
+        if weights_after is not None:
+            published = getattr(algorithm, "latest_weights", lambda: None)()  # asking makes it publish
+            if published is not None and published.version > weights_after:
+                weights = published
+        return Reply(answers, int(getattr(algorithm, "version", 0)), learner.steps, learner.failure,
+                     learner.stats, results, weights)
+
+    def node(self) -> str:
+        """The id of the Ray node this actor runs on."""
+        return str(ray.get_runtime_context().get_node_id())
+
+    def close(self, timeout: float) -> None:
+        if self._learner is not None:
+            self._learner.close(timeout)
+        shutil.rmtree(self._folder, ignore_errors=True)
+
+
+_REMOTE_ACTOR: Any = ray.remote(LearnerActor)
+
+
+class _RemoteStatus:
+    """The head's view of the actor's algorithm: its counters as of the last reply (no model here)."""
+
+    model = None
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.steps = 0
+        self.version = 0
+        self.draining = False
+
+
+class _Snapshot:
+    """The `WeightSource` of the head's greedy snapshot: the actor's version as of its last reply, and
+    the last weights it sent."""
+
+    def __init__(self, status: _RemoteStatus) -> None:
+        self._status = status
+        self.weights: VersionedWeights | None = None
+        self.wanted = False
+
+    @property
+    def version(self) -> int:
+        return self._status.version
+
+    def latest_weights(self) -> VersionedWeights | None:
+        self.wanted = True
+        return self.weights
+
+
+class RayLearner:
+    """The head's side of a learner in a `LearnerActor`: the calls of a `ThreadedLearner`, thread-safe.
+
+    ``model`` is not here (it lives in the actor): an export reads the checkpoint instead (the graph
+    builds an in-process learner for it).
+    """
+
+    #: the actor's CPUs (Ray's logical ones); 0 lets any number of learners share a node
+    num_cpus = 0.0
+
+    def __init__(self, definition: AgentDefinition, values: dict[str, Any], total_steps: int | None,
+                 actor_name: str, local: ThreadedLearner, num_cpus: float | None = None,
+                 actor_options: dict[str, Any] | None = None) -> None:
+        self.name = definition.name
+        self.actor_name = actor_name
+        self.failure: str | None = None
+        self.stats = LearnerStats()
+        self.metrics: MetricsWriter | None = None
+        self.algorithm = _RemoteStatus(self.name)
+        self._build_args = (definition, dict(values), total_steps)
+        self._local = local  # never started: its spaces, greedy plan and checkpoint checks
+        self._num_cpus = self.num_cpus if num_cpus is None else num_cpus
+        self._actor_options = dict(actor_options or {})  # more of Ray's actor options (a scheduling strategy)
+        self._snapshot = _Snapshot(self.algorithm)
+        self.greedy: GreedyActor | None = None
+        local_greedy = local.greedy
+        if local_greedy is not None and local_greedy.normalize is None:  # filter statistics live in the actor
+            self.greedy = GreedyActor(local_greedy.plan, self._snapshot, local_greedy.to_env, self.name)
+        self._handle: Any = None
+        self._available = False
+        self._closed = False
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._units: list[Any] = []  # what the next remote call sends
+        self._controls: list[tuple[str, Future, Any]] = []  # their futures, in order
+        self._futures: dict[int, ActionFuture | _Part] = {}  # by ticket; touched on the caller's thread
+        self._tickets = iter(range(1, 1 << 62))
+        self._deliver: Deliver | None = None
+        self._checkpoint_path: Path | None = None  # the head's last checkpoint: what a new actor restores
+        self._last_weights = 0.0
+        self.restarts = 0
+        self._thread = threading.Thread(target=self._run, name=f"ray-learner-{self.name}", daemon=True)
+
+    # -- the actor -------------------------------------------------------------------------------
+    def spawn(self, checkpoint: bytes | None = None, start: bool = False) -> dict[str, Any]:
+        """Create the actor (under its name; waiting for a dead one's name to be free) and build the
+        learner in it. Blocks.
+
+        Raises:
+            ParameterError: the learner cannot be built; a Ray error: no actor could be created.
+        """
+        deadline = time.monotonic() + 30.0
+        while True:
+            try:
+                handle = _REMOTE_ACTOR.options(name=self.actor_name, namespace=NAMESPACE, num_cpus=self._num_cpus,
+                                               max_restarts=0, max_concurrency=1, **self._actor_options).remote()
+                break
+            except ValueError:  # the name is still taken by the actor that died or was killed
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        self._handle = handle
+        state: dict[str, Any] = ray.get(handle.build.remote(*self._build_args, checkpoint, start), timeout=BUILD_SECONDS)
+        self._available = True
+        return state
+
+    @property
+    def handle(self) -> Any:
+        """The actor's handle (tests kill it to prove a restart)."""
+        return self._handle
+
+    def _respawn(self, reason: str) -> None:
+        """Replace a lost actor: a new one, anywhere in the cluster, restored from the head's last
+        checkpoint; retried until it works or the learner closes."""
+        logger.warning("learner %s: its Ray actor was lost (%s); starting it again from its last checkpoint",
+                       self.name, reason)
+        try:
+            ray.kill(self._handle, no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+        while not self._closed:
+            path = self._checkpoint_path
+            try:
+                data = path.read_bytes() if path is not None and path.exists() else None
+                self.spawn(data, start=True)
+            except LOST + (ray_errors.GetTimeoutError,) as error:
+                logger.warning("learner %s: its Ray actor could not be started again yet: %s", self.name, error)
+                time.sleep(1.0)
+                continue
+            except Exception as error:  # noqa: BLE001 - it cannot be built any more: the learner failed
+                self.failure = f"its Ray actor could not be started again: {type(error).__name__}: {error}"
+                logger.error("learner %s: %s", self.name, self.failure)
+                return
+            if self.greedy is not None:
+                self.greedy.forget()
+            self._snapshot.weights = None
+            self.restarts += 1
+            logger.info("learner %s: its Ray actor is back (restored from %s)", self.name,
+                        path if data is not None else "nothing: no checkpoint yet")
+            return
+
+    # -- the Learner calls, from any thread ------------------------------------------------------
+    @property
+    def steps(self) -> int:
+        return self.algorithm.steps
+
+    @property
+    def version(self) -> int:
+        return self.algorithm.version
+
+    @property
+    def model(self) -> Any:
+        raise AttributeError(f"learner {self.name} runs in a Ray actor: its model is not in this process "
+                             "(read its checkpoint instead)")
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._units)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    @property
+    def available(self) -> bool:
+        """The actor answers (False while a lost one is started again)."""
+        return self._available
+
+    def start(self, deliver: Deliver | None = None) -> None:
+        self._deliver = deliver
+        ray.get(self._handle.start.remote(), timeout=BUILD_SECONDS)
+        self._thread.start()
+
+    def begin_episode(self, actor: int, obs: Observation, mode: ActMode, mask: Any = None) -> ActionFuture:
+        if mode is ActMode.GREEDY and self.greedy is not None:
+            self.greedy.prepare()
+        return self._ask([Request(Kind.BEGIN, actor, obs, 0.0, False, mode, mask=mask)])
+
+    def step(self, actor: int, reward: float, obs: Observation, mode: ActMode, mask: Any = None) -> ActionFuture:
+        if mode is ActMode.GREEDY and self.greedy is not None and self.failure is None and self._available:
+            answered = self.greedy.act(obs, mask)
+            if answered is not None:
+                future = ActionFuture()
+                future.policy_version = answered[1]
+                future.set_result(answered[0])
+                return future
+        return self._ask([Request(Kind.STEP, actor, obs, reward, False, mode, mask=mask)])
+
+    def end_episode(self, actor: int, reward: float, obs: Observation, truncated: bool, mode: ActMode) -> None:
+        self._send([Request(Kind.END, actor, obs, reward, truncated, mode)])
+
+    def end_actor(self, actor: int) -> None:
+        self._send([Request(Kind.DROP, actor)])
+
+    def submit(self, requests: list[Request]) -> ActionFuture:
+        """One vector step's requests as one unit (see `ThreadedLearner.submit`)."""
+        acts = [r for r in requests if r.kind in (Kind.BEGIN, Kind.STEP)]
+        future = ActionFuture()
+        if not acts:
+            self._send(requests)
+            future.set_result([])
+            return future
+        if self.greedy is not None and self._available and all(r.mode is ActMode.GREEDY for r in acts):
+            masks = [r.mask for r in acts] if any(r.mask is not None for r in acts) else None
+            answered = self.greedy.act_batch([r.obs for r in acts], masks)
+            if answered is not None:
+                future.policy_version = answered[1]
+                future.set_result(list(answered[0]))
+                self._send([r for r in requests if r.kind not in (Kind.BEGIN, Kind.STEP)])
+                return future
+            self.greedy.prepare()
+        vector = _Vector(future, len(acts))
+        with self._lock:
+            if self._refused(future):
+                return future
+            for index, request in enumerate(acts):
+                request.ticket = next(self._tickets)
+                self._futures[request.ticket] = _Part(vector, index)
+            self._units.append(list(requests))
+        self._wake.set()
+        return future
+
+    def checkpoint(self, path: Path, state: dict[str, Any]) -> Future:
+        """The actor makes the checkpoint's bytes, in order with the steps sent before; the head writes
+        them to ``path`` atomically. The future gives ``path`` when written."""
+        return self._control(("checkpoint", state), path)
+
+    def set_parameters(self, values: dict[str, Any]) -> Future:
+        return self._control(("set", dict(values)), None)
+
+    def checkpoint_mismatch(self, path: Path) -> list[str]:
+        return self._local.checkpoint_mismatch(path)  # the same network as the actor's
+
+    def restore(self, path: Path) -> dict[str, Any]:
+        """Send the checkpoint's bytes to the actor (before `start`); a lost actor restores it too."""
+        state = ray.get(self._handle.restore.remote(path.read_bytes()), timeout=BUILD_SECONDS)
+        self._checkpoint_path = path
+        if self.greedy is not None:
+            self.greedy.forget()
+        return state
+
+    def drain(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._units.append(("drain",))
+        self._wake.set()
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Send what is queued, stop the actor's learner, and end the actor."""
+        with self._lock:
+            was_closed, self._closed = self._closed, True
+        self._wake.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+        if was_closed or self._handle is None:
+            return
+        if self._futures:  # held back in the actor when it stopped
+            self._hand_over(functools.partial(self._fail_tickets, None, AgentClosed(f"agent {self.name} is shut down")))
+        try:
+            ray.get(self._handle.close.remote(timeout), timeout=timeout)
+        except Exception as error:  # noqa: BLE001 - it is ended below either way
+            logger.debug("learner %s: closing its actor: %s", self.name, error)
+        try:
+            ray.kill(self._handle, no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+        self._local.close()
+        if self.metrics is not None:
+            self.metrics.close()
+
+    # -- sending ---------------------------------------------------------------------------------
+    def _ask(self, requests: list[Request]) -> ActionFuture:
+        future = ActionFuture()
+        with self._lock:
+            if self._refused(future):
+                return future
+            requests[0].ticket = next(self._tickets)
+            self._futures[requests[0].ticket] = future
+            self._units.append(requests)
+        self._wake.set()
+        return future
+
+    def _send(self, requests: list[Request]) -> None:
+        if not requests:
+            return
+        with self._lock:
+            if self.failure is not None or self._closed or not self._available:
+                return  # a lost actor's learner lost the episodes these belong to anyway
+            self._units.append(list(requests))
+        self._wake.set()
+
+    def _control(self, unit: tuple, path: Path | None) -> Future:
+        future: Future = Future()
+        with self._lock:
+            if self._refused(future):
+                return future
+            self._units.append(unit)
+            self._controls.append((unit[0], future, path))
+        self._wake.set()
+        return future
+
+    def _refused(self, future: Future) -> bool:
+        """Refuse a call now (under the lock): the learner failed, closed, or its actor is being replaced."""
+        if self.failure is not None:
+            future.set_exception(AgentFailed(self.failure))
+        elif self._closed:
+            future.set_exception(AgentClosed(f"agent {self.name} is shut down"))
+        elif not self._available:
+            future.set_exception(LearnerUnavailable(
+                f"agent {self.name}'s learner is being restarted from its last checkpoint; retry in "
+                f"{LearnerUnavailable.retry_after} s (a step: with the same seq)"))
+        else:
+            return False
+        return True
+
+    # -- the sender thread -----------------------------------------------------------------------
+    def _run(self) -> None:
+        last_call = time.monotonic()
+        while True:
+            self._wake.wait(POLL_SECONDS if self._futures else 0.5)
+            self._wake.clear()
+            with self._lock:
+                units, self._units = self._units, []
+                controls, self._controls = self._controls, []
+                closing = self._closed
+            if self.failure is not None:
+                self._fail(units, controls, AgentFailed(self.failure))
+                if closing:
+                    return
+                continue
+            idle = time.monotonic() - last_call > ThreadedLearner.tick
+            if not units and not (self._futures or idle or self._snapshot.wanted):
+                if closing:
+                    return
+                continue
+            last_call = time.monotonic()
+            self._call(units, controls)
+            if self.metrics is not None:
+                self.metrics.tick()
+            if closing and not self._units:
+                return
+
+    def _call(self, units: list[Any], controls: list[tuple[str, Future, Any]]) -> None:
+        weights_after = None
+        now = time.monotonic()
+        if self._snapshot.wanted and now - self._last_weights >= WEIGHTS_SECONDS:
+            self._last_weights = now
+            current = self._snapshot.weights
+            weights_after = current.version if current is not None else -1
+            self._snapshot.wanted = False
+        try:
+            reply: Reply = ray.get(self._handle.process.remote(units, 0.0 if units else POLL_SECONDS,
+                                                               weights_after))
+        except LOST as error:
+            self._lose(units, controls, f"{type(error).__name__}")
+            return
+        except Exception as error:  # noqa: BLE001 - a bug on the actor's side: the learner failed
+            self.failure = f"its Ray actor failed: {type(error).__name__}: {error}"
+            logger.error("learner %s: %s", self.name, self.failure)
+            self._fail(units, controls, AgentFailed(self.failure))
+            return
+        self._absorb(reply, controls)
+
+    def _absorb(self, reply: Reply, controls: list[tuple[str, Future, Any]]) -> None:
+        status = self.algorithm
+        status.steps, status.version = reply.steps, reply.version
+        for name in ("queue_wait", "forward", "batch_size", "updates", "checkpoints"):
+            setattr(self.stats, name, getattr(reply.stats, name))
+        if reply.weights is not None:
+            self._snapshot.weights = reply.weights
+        for (kind, future, path), result in zip(controls, reply.controls):
+            if isinstance(result, str):
+                future.set_exception(OSError(result) if kind == "checkpoint" else ValueError(result))
+            elif kind == "checkpoint":
+                try:
+                    atomic_write_bytes(path, result)  # type: ignore[arg-type]
+                except OSError as error:
+                    future.set_exception(error)
+                    continue
+                self._checkpoint_path = path
+                future.set_result(path)
+            else:
+                future.set_result(None)
+        if reply.failure is not None and self.failure is None:
+            self.failure = reply.failure
+        if reply.answers:
+            self._hand_over(functools.partial(self._resolve, reply.answers))
+
+    def _lose(self, units: list[Any], controls: list[tuple[str, Future, Any]], reason: str) -> None:
+        """The actor is gone: everything sent or waiting fails with `LearnerUnavailable`; a new actor
+        restored from the last checkpoint takes over. Steps queued meanwhile were refused at once."""
+        with self._lock:
+            self._available = False
+            units += self._units
+            controls += self._controls
+            self._units, self._controls = [], []
+            lost = list(self._futures)  # a new actor's own tickets must not fail with these
+        unavailable = LearnerUnavailable(f"agent {self.name}'s learner was lost ({reason}) and is being restarted "
+                                         f"from its last checkpoint; retry in {LearnerUnavailable.retry_after} s "
+                                         "(a step: with the same seq)")
+        self._fail([], controls, unavailable)
+        self._hand_over(functools.partial(self._fail_tickets, lost, unavailable))
+        self._respawn(reason)
+
+    def _fail(self, units: list[Any], controls: list[tuple[str, Future, Any]], error: Exception) -> None:
+        for _, future, _ in controls:
+            if not future.done():
+                future.set_exception(error)
+        if any(isinstance(unit, list) for unit in units):
+            self._hand_over(functools.partial(self._fail_tickets, None, error))
+
+    # -- answers, on the caller's thread ---------------------------------------------------------
+    def _hand_over(self, work: Callable[[], None]) -> None:
+        if self._deliver is None:
+            work()
+        else:
+            self._deliver(work)
+
+    def _resolve(self, answers: list[Answer]) -> None:
+        with self._lock:
+            futures = [self._futures.pop(answer.ticket, None) for answer in answers]
+        for answer, future in zip(answers, futures):
+            if isinstance(future, _Part):
+                future.vector.answer(future.index, answer)
+                continue
+            if future is None or future.done():
+                continue
+            if answer.outcome is Outcome.ACTION:
+                future.policy_version = answer.version
+                future.set_result(answer.action)
+            else:
+                _refuse(future, answer)
+
+    def _fail_tickets(self, tickets: list[int] | None, error: Exception) -> None:
+        """The futures of ``tickets`` (None: every one awaited) fail with ``error``: their requests were lost
+        with the actor, or the learner failed or closed."""
+        with self._lock:
+            if tickets is None:
+                futures, self._futures = list(self._futures.values()), {}
+            else:
+                futures = [f for f in map(self._futures.pop, tickets, [None] * len(tickets)) if f is not None]
+        for future in futures:
+            target = future.vector.future if isinstance(future, _Part) else future
+            if not target.done():
+                target.set_exception(error)
+
+
+class RayLearners:
+    """Builds served learners as `RayLearner`s (`GraphManager.remote_learners`): actor
+    ``shepherd-learner/<agent id>``, each using ``num_cpus`` of Ray's logical CPUs (0: any number fit), with
+    more of Ray's actor options if given (``scheduling_strategy``, ``resources``, ...)."""
+
+    def __init__(self, num_cpus: float = 0.0, actor_options: dict[str, Any] | None = None) -> None:
+        self.num_cpus = num_cpus
+        self.actor_options = dict(actor_options or {})
+
+    def __call__(self, record: Any, values: dict[str, Any], total_steps: int | None,
+                 local: ThreadedLearner) -> ThreadedLearner:
+        learner = RayLearner(record.definition, values, total_steps, f"shepherd-learner/{record.id}", local,
+                             self.num_cpus, self.actor_options)
+        learner.spawn()
+        # it answers every call a ThreadedLearner answers that the graph makes (see the class)
+        return learner  # type: ignore[return-value]

@@ -1,0 +1,197 @@
+"""Learners as Ray actors (run.py --ray), on a local multi-node Ray cluster on loopback sized for two cores:
+a preset learns to its target over real HTTP, a killed learner actor comes back from its checkpoint with
+its clients seeing only 503s and retries (no step counted twice), and without --ray Ray is never imported."""
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import gymnasium as gym
+import pytest
+
+from shepherd.client import Client, ShepherdError
+from tests.conftest import ROOT, TEST_PRESETS, ServerThread
+
+ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install -e .[ray])")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Two Ray nodes on 127.0.0.1 (one logical CPU each); this test process is their driver."""
+    from ray._private import ray_constants
+    from ray.cluster_utils import Cluster
+
+    saved = os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # loopback addresses (see ray_learner.connect)
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    nodes = Cluster(initialize_head=True, connect=False,
+                    head_node_args={"num_cpus": 1, "include_dashboard": False, "node_ip_address": "127.0.0.1"})
+    nodes.add_node(num_cpus=1, node_ip_address="127.0.0.1")
+    nodes.wait_for_nodes()
+    ray.init(address=nodes.address, namespace="shepherd", log_to_driver=False)
+    try:
+        yield nodes
+    finally:
+        ray.shutdown()
+        nodes.shutdown()
+        ray_constants.ENABLE_RAY_CLUSTER = True
+        if saved is None:
+            os.environ.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
+        else:
+            os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = saved
+
+
+def run_preset(cluster, tmp_path, *overrides):
+    return subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), "-p", "cartpole_ppo", *overrides, "--clients", "4", "--port", "0",
+         "--data", str(tmp_path / "data"), "--ray", cluster.address, "-v"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900)
+
+
+def test_cartpole_ppo_learns_with_its_learner_in_a_ray_actor(cluster, tmp_path):
+    """A shortened target (200 instead of 475) keeps it under a minute; the next test runs the preset's."""
+    result = run_preset(cluster, tmp_path, "-cp", "validation.target_return=200")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "target reached" in result.stdout
+    assert "shepherd.agents.ray_learner" in result.stderr  # it ran on Ray, not in-process
+    assert (tmp_path / "data" / "agents" / "1" / "model.zip").stat().st_size > 10_000  # written by the head
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_cartpole_ppo_reaches_its_preset_target_on_ray(cluster, tmp_path):
+    result = run_preset(cluster, tmp_path)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "target reached" in result.stdout
+
+
+class CountingClient(Client):
+    """A client that notes every error status it was answered with (it retries 503s and 429s itself)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.statuses: list[int] = []
+
+    def post(self, path, payload):
+        try:
+            return super().post(path, payload)
+        except ShepherdError as error:
+            self.statuses.append(error.status)
+            raise
+
+
+def drive(url, key, seed, stop, totals, index):
+    """Step CartPole until ``stop``; ``totals[index]`` = (steps sent, episodes begun, error statuses)."""
+    client = CountingClient(url, key, timeout=60, retry_seconds=120)
+    env = gym.make("CartPole-v1")
+    client.login()
+    episodes = 0
+    try:
+        while not stop.is_set():
+            obs, _ = env.reset(seed=seed + episodes)
+            episodes += 1
+            action = client.step(obs.tolist(), 0.0, False)
+            while True:
+                obs, reward, terminated, truncated, _ = env.step(action)
+                action = client.step(obs.tolist(), float(reward), terminated or truncated, truncated=truncated)
+                if terminated or truncated:
+                    break
+    finally:
+        totals[index] = (client.seq, episodes, client.statuses)
+        client.close()
+
+
+def serve_and_lose_the_learner(tmp_path, lose, actor_options=None, after=None):
+    """Serve tiny_ppo with its learner on Ray, drive it with two clients, ``lose(learner)`` once a
+    checkpoint is written, ``after(learner)`` once a new actor took over, and check that the agent resumed
+    from the checkpoint with every step counted once."""
+    from shepherd.agents.ray_learner import RayLearners
+    from shepherd.graph import load_preset
+    from shepherd.http import ServerConfig
+
+    graph = load_preset(str(TEST_PRESETS / "tiny_ppo.py"))
+    graph.remote_learners = RayLearners(actor_options=actor_options)
+    server = ServerThread(ServerConfig(graph, tmp_path / "data")).start_and_wait()
+    try:
+        runtime = graph.runtime()
+        learner = runtime.learner
+        key = server.server.created_keys["tiny"]
+        stop, totals = threading.Event(), [None, None]
+        clients = [threading.Thread(target=drive, args=(server.server.url, key, 100 * i, stop, totals, i))
+                   for i in range(2)]
+        for thread in clients:
+            thread.start()
+        deadline = time.monotonic() + 60
+        while not (runtime.model_path.exists() and learner.steps >= 600) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert runtime.model_path.exists(), "no checkpoint was written"
+        lose(learner)
+        deadline = time.monotonic() + 90
+        while learner.restarts == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert learner.restarts == 1, "the learner actor was not started again"
+        resumed_at = learner.steps
+        if after is not None:
+            after(learner)
+        time.sleep(3)  # the clients go on with the new actor
+        stop.set()
+        for thread in clients:
+            thread.join(150)
+            assert not thread.is_alive(), "a client got stuck"
+        assert all(totals), f"a client failed: {totals}"
+        assert learner.failure is None
+        assert learner.steps > resumed_at >= 200  # restored from a checkpoint (every 200 steps), learning again
+        statuses = {status for _, _, seen in totals for status in seen}
+        assert statuses <= {503}, f"clients saw {statuses}"
+        assert 503 in statuses, "no client was stepping while the actor was down"
+        # every step the clients sent (their seq, less the first step of each episode, which begins it and
+        # is no transition) is counted exactly once, retries included
+        sent = sum(seq - episodes for seq, episodes, _ in totals)
+        assert sum(runtime.phase_steps.values()) == runtime.tracker.steps == sent
+    finally:
+        server.stop()
+
+
+def test_a_killed_learner_actor_resumes_from_its_checkpoint_and_no_step_counts_twice(cluster, tmp_path):
+    # the process dies; Ray does not restart it (max_restarts=0): the head makes a new one
+    serve_and_lose_the_learner(tmp_path, lambda learner: ray.kill(learner.handle, no_restart=False))
+
+
+def test_a_learner_whose_node_is_removed_resumes_on_another_node(cluster, tmp_path):
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    doomed = cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
+    cluster.wait_for_nodes()
+    placed = []
+
+    def remove_its_node(learner):
+        placed.append(ray.get(learner.handle.node.remote()))
+        cluster.remove_node(doomed)
+
+    serve_and_lose_the_learner(  # first on the new node; anywhere once it is gone (the affinity is soft)
+        tmp_path, remove_its_node, {"scheduling_strategy": NodeAffinitySchedulingStrategy(doomed.node_id, soft=True)},
+        after=lambda learner: placed.append(ray.get(learner.handle.node.remote())))
+    assert placed[0] == doomed.node_id and placed[1] != doomed.node_id
+
+
+def test_without_ray_it_is_never_imported(tmp_path):
+    code = f"""
+import sys
+from shepherd.cli.main import build_parser
+from shepherd.graph import load_preset
+from shepherd.storage import Store
+build_parser()
+graph = load_preset("cartpole_ppo")
+store = Store({str(tmp_path / "data")!r})
+graph.create_graph(store)
+graph.close()
+store.close()
+assert "ray" not in sys.modules, "ray was imported"
+print("no ray")
+"""
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "no ray" in result.stdout
