@@ -15,11 +15,17 @@ import time
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from shepherd.cli.common import EXIT_NOT_REACHED, EXIT_OK, UsageError
 from shepherd.graph import AgentStats, GraphManager, PresetError, PresetValidation, Schedule
 from shepherd.graph.validation import Outcome, watch
-from shepherd.storage import AgentRecord
+from shepherd.storage import AgentRecord, new_secret
+
+if TYPE_CHECKING:
+    from shepherd.front.supervisor import FrontEnds
+    from shepherd.http import ServerConfig
+    from shepherd.http.server import RunningServer
 
 ROOT = Path(__file__).resolve().parents[2]
 #: a server without --clients prints a progress line per agent at most this often, if its counters changed
@@ -84,6 +90,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run each agent's learner in a Ray actor (pip install -e .[ray]): alone, start a "
                              "local Ray bound to 127.0.0.1 with token authentication; 'auto' or HOST:PORT joins a "
                              "running cluster (docs/distributed.md)")
+    parser.add_argument("--front-ends", type=int, default=0, metavar="K",
+                        help="answer the port with K front-end processes (SO_REUSEPORT) that batch the client "
+                             "protocol to this process, which keeps the sessions, agents and store and listens "
+                             "on a private loopback port; a front end that dies is restarted "
+                             "(docs/front-ends.md). 0 (the default): this process answers the port itself")
     parser.add_argument("--metrics", choices=("off", "local", "open"), default="local",
                         help="who may read GET /metrics: off (404), local (loopback clients, or the admin "
                              "token as Bearer), open (anyone) (default %(default)s)")
@@ -92,7 +103,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def serve_command(args: argparse.Namespace) -> int:
     from shepherd.graph import load_preset
 
-    for name in ("clients", "max_sessions", "rate_limit"):
+    for name in ("clients", "max_sessions", "rate_limit", "front_ends"):
         if getattr(args, name) < 0:
             raise UsageError(f"--{name.replace('_', '-')} must be 0 or more")
     for name in ("session_timeout", "act_timeout", "max_body", "header_timeout", "body_timeout", "idle_timeout",
@@ -143,6 +154,7 @@ class StopFailed(Exception):
 async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
     from shepherd.admin import ADMIN
     from shepherd.http import ServerConfig
+    from shepherd.front.supervisor import reserve_port
     from shepherd.http.server import RunningServer
     from shepherd.storage import StoreError
 
@@ -152,14 +164,23 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
                           max_connections=args.max_connections, header_timeout_seconds=args.header_timeout,
                           body_timeout_seconds=args.body_timeout, idle_timeout_seconds=args.idle_timeout,
                           secure_cookies=args.secure_cookies, only_preset=args.only_preset,
-                          metrics=args.metrics, max_envs_per_session=args.max_envs)
+                          metrics=args.metrics, max_envs_per_session=args.max_envs,
+                          front_end_token=new_secret() if args.front_ends else None)
     try:
         check_address(args.host, args.port)  # before the store creates keys and the admin token, shown once
-        server = await RunningServer.start(config, args.host, args.port)
+        holder = reserve_port(args.host, args.port) if args.front_ends else None
+    except OSError as error:
+        raise UsageError(f"cannot serve on {args.host}:{args.port}: {error}") from None
+    try:
+        # with front ends, this process listens on a private loopback port and they answer the public one
+        server = await RunningServer.start(config, *(("127.0.0.1", 0) if args.front_ends else (args.host, args.port)))
     except StoreError as error:
         raise UsageError(str(error)) from None
     except OSError as error:
         raise UsageError(f"cannot serve on {args.host}:{args.port}: {error}") from None
+    url, front_ends = server.url, None
+    if holder is not None:
+        front_ends, url = await start_front_ends(server, config, args, holder)
     outcome = Outcome()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -175,13 +196,16 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
             for record in preset_records(graph):
                 created = await operations.add_key(record.id, "created by --new-key")
                 keys[record.name] = created.key
-        announce(graph, server.url, args.data, keys, server.admin_token)
+        if front_ends is not None:
+            print(f"Front ends: {args.front_ends} processes answer {url} (pids "
+                  f"{', '.join(map(str, front_ends.pids))}); this process answers them on {server.url}", flush=True)
+        announce(graph, url, args.data, keys, server.admin_token)
         if args.clients and graph.validation is not None:
             agent_id = graph.preset_agent_id(graph.validation.agent or graph.agents[0].name)
             local = await operations.add_key(agent_id, "local clients of run.py --clients")
             local_key_id = local.id
             names = local_client_names(args.clients) if agent_id in graph.served.advised else None
-            clients = await start_clients(server.url, local.key, graph.validation, args.clients,
+            clients = await start_clients(url, local.key, graph.validation, args.clients,
                                           args.envs_per_client, args.seed or 0, names)
             if names:
                 print(f"local clients of advised agent {graph.validation.agent or graph.agents[0].name}: "
@@ -198,15 +222,46 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
         if local_key_id is not None:
             await operations.revoke_key(local_key_id)
         print("\nstopping: checkpointing the agents ...", flush=True)
+        if front_ends is not None:
+            front_ends.terminate()  # they finish their open requests while this process answers them
         try:
             await server.stop()
         except OSError as error:
             raise StopFailed(str(error)) from None
+        finally:
+            if front_ends is not None:
+                await front_ends.stop()
+            if holder is not None:
+                holder.close()
     if args.clients:
         print(outcome.reason or "stopped before the target was reached")
         print(f"data folder: {args.data.resolve()}")
         return EXIT_NOT_REACHED if outcome.code is None else outcome.code
     return EXIT_OK
+
+
+async def start_front_ends(server: RunningServer, config: ServerConfig, args: argparse.Namespace,
+                           holder: socket.socket) -> tuple[FrontEnds, str]:
+    """Start ``--front-ends`` front ends on the port ``holder`` keeps; returns them and the public URL.
+
+    Raises:
+        UsageError: one did not start (the server is stopped again).
+    """
+    from shepherd.front.supervisor import FrontEndError, FrontEnds, FrontEndSettings
+
+    assert config.front_end_token is not None
+    port = holder.getsockname()[1]
+    front_ends = FrontEnds(FrontEndSettings(
+        args.front_ends, args.host, port, server.url, config.front_end_token, config.max_body_bytes,
+        config.body_timeout_seconds, config.idle_timeout_seconds, config.act_timeout_seconds + 5))
+    try:
+        await front_ends.start()
+    except FrontEndError as error:
+        holder.close()
+        await server.stop()
+        raise UsageError(str(error)) from None
+    shown_host = f"[{args.host}]" if ":" in args.host else args.host
+    return front_ends, f"http://{shown_host}:{port}"
 
 
 def check_address(host: str, port: int) -> None:

@@ -12,90 +12,36 @@ import contextlib
 import gc
 import logging
 from pathlib import Path
-from typing import AsyncIterator
+from typing import AsyncIterator, Awaitable, Callable
 
 import orjson
 import yaml
 from aiohttp import web
 
 from shepherd.admin import AdminService
-from shepherd.graph import Serving, Session
-from shepherd.http import admin, dashboard, monitoring
+from shepherd.graph import Serving
+from shepherd.http import admin, dashboard, internal, monitoring
 from shepherd.http.errors import error_middleware
 from shepherd.http.metrics import METRICS_SETTINGS, Metrics
 from shepherd.http.limits import LoginThrottle, RateLimiter
-from shepherd.http.protocol import STEP_FIELDS, parse_login, parse_object, parse_step, parse_vector_step, session_key
+from shepherd.http.operations import CLIENT_OPERATIONS, ClientOperation
 from shepherd.http.signins import SignInTable
 from shepherd.http.state import (ADMIN, CONFIG, CREATED_ADMIN_TOKEN, CREATED_KEYS, DASHBOARD_FILES, GRAPH,
                                  LOCAL_CREDENTIAL, LOGIN_THROTTLE, METRICS, OPENAPI, RATE_LIMITER, SIGNINS, STORE,
                                  ServerConfig)
-from shepherd.spaces import action_to_json, space_to_json
-from shepherd.storage import DataFolderLock, Store, hash_key, new_secret
+from shepherd.storage import DataFolderLock, Store, new_secret
 
 logger = logging.getLogger(__name__)
 
 OPENAPI_FILE = Path(__file__).with_name("openapi.yaml")
 
 
-def _json(data: object) -> web.Response:
-    return web.Response(body=orjson.dumps(data), content_type="application/json")
+def _client_route(operation: ClientOperation) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def handler(request: web.Request) -> web.Response:
+        return await operation(request.app, await request.read(), request.remote or "?")
 
-
-def _count_request(app: web.Application, session: Session) -> None:
-    limiter = app.get(RATE_LIMITER)
-    if limiter is not None:  # environment steps: a vector session's request is one per env
-        limiter.take(session.client_id, cost=session.n_envs or 1)
-
-
-async def login_user(request: web.Request) -> web.Response:
-    login = parse_login(await request.read())
-    graph, throttle = request.app[GRAPH], request.app[LOGIN_THROTTLE]
-    address = request.remote or "?"
-    throttle.check(address)  # an address blocked by its failed attempts gets 429, its key untried
-    limiter = request.app.get(RATE_LIMITER)
-    if limiter is not None:  # before the session is opened: a refused login holds no slot
-        limiter.take(hash_key(login.apikey))
-    try:
-        await graph.prepare_client(login.apikey, login.client)  # a new client's learner, built off the loop
-        session = graph.login(login.apikey, login.evaluate_only, login.n_envs, login.client)
-    except PermissionError:
-        await asyncio.sleep(throttle.failed(address))  # slows down guessing, never blocks the loop
-        raise
-    reply = {"ok": True, "session_key": session.key, "agent": session.runtime.record.name,
-             "observation_space": space_to_json(session.observation_space),
-             "action_space": space_to_json(session.action_space)}
-    if session.n_envs is not None:
-        reply["n_envs"] = session.n_envs
-    if session.runtime.client is not None:
-        reply["client"] = session.runtime.client
-    return _json(reply)
-
-
-async def env_step(request: web.Request) -> web.Response:
-    data = parse_object(await request.read(), STEP_FIELDS)
-    graph = request.app[GRAPH]
-    session = graph.session(session_key(data))
-    _count_request(request.app, session)
-    n_envs = session.n_envs
-    step = (parse_step(data, session.observation_space, session.mask_space) if n_envs is None else
-            parse_vector_step(data, session.observation_space, n_envs, session.mask_space))
-    if step is None:
-        graph.logout(session.key)
-        return _json({"ok": True})
-    acted = await graph.step(session, step)
-    space = session.action_space
-    if n_envs is not None:
-        return _json({"actions": [action_to_json(space, action) for action in acted.action],
-                      "policy_version": acted.policy_version})
-    if acted.action is None:
-        return _json({"action": None})
-    return _json({"action": action_to_json(space, acted.action), "policy_version": acted.policy_version})
-
-
-async def logout(request: web.Request) -> web.Response:
-    data = parse_object(await request.read(), {"session_key"})
-    request.app[GRAPH].logout(session_key(data))
-    return _json({"ok": True})
+    handler.__name__ = handler.__qualname__ = operation.__name__.removesuffix("_reply")
+    return handler
 
 
 async def openapi(request: web.Request) -> web.Response:
@@ -177,8 +123,11 @@ def create_app(config: ServerConfig) -> web.Application:
     """Build the application; the graph is created on startup and checkpointed on cleanup."""
     if config.metrics not in METRICS_SETTINGS:
         raise ValueError(f"metrics must be one of {', '.join(METRICS_SETTINGS)}, not {config.metrics!r}")
+    # with front ends, their middleware comes first: it vouches for the client addresses they pass on, and lets
+    # the batch endpoint's bodies (many clients' bodies in one) past the per-request limit
+    front_ends = [] if config.front_end_token is None else [internal.front_end_middleware(config)]
     app = web.Application(client_max_size=config.max_body_bytes,
-                          middlewares=[error_middleware])
+                          middlewares=[*front_ends, error_middleware])
     app[CONFIG] = config
     app[METRICS] = Metrics(lambda: app.get(GRAPH))
     app[LOGIN_THROTTLE] = LoginThrottle()
@@ -187,9 +136,7 @@ def create_app(config: ServerConfig) -> web.Application:
         app[RATE_LIMITER] = RateLimiter(config.requests_per_second_per_key, config.burst_per_key)
     app[DASHBOARD_FILES] = dashboard.load_files()
     app.router.add_routes([
-        web.post("/shepherd/login_user/", login_user),
-        web.post("/shepherd/env/", env_step),
-        web.post("/shepherd/logout/", logout),
+        *(web.post(path, _client_route(operation)) for path, operation in CLIENT_OPERATIONS.values()),
         # the dashboard
         web.get(dashboard.PAGE, dashboard.page),
         web.get(dashboard.PAGE.rstrip("/"), dashboard.to_page),
@@ -225,6 +172,8 @@ def create_app(config: ServerConfig) -> web.Application:
         web.get(monitoring.METRICS_PATH, monitoring.metrics),
         web.get(monitoring.HEALTH_PATH, monitoring.health),
     ])
+    if config.front_end_token is not None:
+        app.router.add_post(internal.INTERNAL_PATH, internal.internal_steps)
     app.on_response_prepare.extend([_nosniff, monitoring.count_request])
     app.cleanup_ctx.extend([_folder_lock_context, _graph_context, _admin_context])
     app.on_shutdown.append(_drain)

@@ -65,17 +65,24 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if error.status < 400:
             raise
         return http_error(request, error)
-    except (AgentFailed, AgentClosed) as error:  # a learner's reason may quote a file of the server's: not sent
-        return json_error(503, f"the agent is not available: {_PATH.sub('<path>', str(error))}", retry_after=5)
-    except (ActTimeout, LearnerUnavailable) as error:
-        return json_error(503, str(error), retry_after=error.retry_after)
-    except (TooManyRequests, TooManySessions) as error:
-        return json_error(429, str(error), retry_after=error.retry_after)
     except asyncio.CancelledError:
         raise
-    except Exception as error:  # noqa: BLE001 - every domain error has its status; the rest is a bug
-        for kind, status in _STATUS:
-            if isinstance(error, kind):
-                return json_error(status, str(error))
-        logger.exception("unhandled error on %s %s", request.method, request.path)
-        return json_error(500, "internal server error; the server log has the details")
+    except Exception as error:  # noqa: BLE001 - error_reply maps every domain error; the rest is a bug
+        return error_reply(error, request.method, request.path)
+
+
+def error_reply(error: Exception, method: str, path: str) -> web.Response:
+    """The JSON error a domain error becomes (its status, and a Retry-After where a retry helps); any
+    other exception is a bug: logged with its traceback, answered 500. Used by `error_middleware` and by
+    the front ends' batch endpoint (``internal.py``), so both answer alike."""
+    if isinstance(error, (AgentFailed, AgentClosed)):  # a learner's reason may quote a file of the server's
+        return json_error(503, f"the agent is not available: {_PATH.sub('<path>', str(error))}", retry_after=5)
+    if isinstance(error, (ActTimeout, LearnerUnavailable)):
+        return json_error(503, str(error), retry_after=error.retry_after)
+    if isinstance(error, (TooManyRequests, TooManySessions)):
+        return json_error(429, str(error), retry_after=error.retry_after)
+    for kind, status in _STATUS:
+        if isinstance(error, kind):
+            return json_error(status, str(error))
+    logger.error("unhandled error on %s %s", method, path, exc_info=error)
+    return json_error(500, "internal server error; the server log has the details")

@@ -43,6 +43,10 @@ class ServerConfig:
     only_preset: bool = False  # serve the preset's agents alone, not the store's others
     # who may read GET /metrics: "off" (404), "local" (loopback peers, or the admin token), "open" (anyone)
     metrics: str = "local"
+    # with front ends (run.py --front-ends, shepherd/front/): this run's random token, which their batch
+    # endpoint POST /internal/steps requires and with which they vouch for their clients' addresses; None
+    # (the default): no front ends, no such endpoint
+    front_end_token: str | None = None
 
 
 #: the configuration the app was created with

@@ -1,0 +1,85 @@
+#!/usr/bin/env python
+"""P2 with front ends (``run.py --front-ends K``, docs/front-ends.md): 64 clients of one agent, inference only
+(sessions in evaluate mode), steps/s and p99, driven by wrk exactly as benchmarks/perf.py's P2, against the
+in-process server (no front ends) and the bare aiohttp echo (benchmarks/echo_server.py), all in one run.
+
+    .venv/bin/python benchmarks/front_ends.py                       # K = 1, 2, 4; 10 s each, 2 rounds
+    .venv/bin/python benchmarks/front_ends.py --front-ends 2 --seconds 5 --rounds 1
+
+Each round runs every configuration once (in alternating order, as this machine's speed wanders) and the
+table shows each configuration's best round with its ratios to the in-process server and to the echo.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import ROOT, Echo, Shepherd  # noqa: E402
+from benchmarks.perf import PPO_PRESET, sessions, wrk  # noqa: E402
+
+CLIENTS = 64
+
+
+def shepherd_run(data: Path, front_ends: int, seconds: float) -> dict:
+    extra = ["--front-ends", str(front_ends)] if front_ends else []
+    server = Shepherd(PPO_PRESET, data, "--quiet", *extra)
+    try:
+        keys = sessions(server.url, next(iter(server.keys.values())), CLIENTS)
+        wrk(server.url, keys[:4], 4, 1)  # warm-up: connections, the first batches
+        return wrk(server.url, keys, CLIENTS, seconds)
+    finally:
+        server.stop()
+
+
+def echo_run(seconds: float) -> dict:
+    echo = Echo("orjson")
+    try:
+        return wrk(echo.url, ["-"], CLIENTS, seconds)
+    finally:
+        echo.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--front-ends", type=int, nargs="+", default=[1, 2, 4], metavar="K")
+    parser.add_argument("--seconds", type=float, default=10.0, help="each wrk run (default %(default)s)")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of every configuration (default %(default)s)")
+    args = parser.parse_args(argv)
+    configurations = ["echo", 0, *args.front_ends]
+    runs: dict[str, list[dict]] = {str(name): [] for name in configurations}
+    with tempfile.TemporaryDirectory(prefix="front-ends-bench-") as folder:
+        for round_index in range(args.rounds):
+            order = configurations if round_index % 2 == 0 else configurations[::-1]
+            for name in order:
+                label = "echo" if name == "echo" else f"{name} front end(s)" if name else "in-process"
+                print(f"round {round_index + 1}: {label} ...", flush=True)
+                if name == "echo":
+                    result = echo_run(args.seconds)
+                else:
+                    result = shepherd_run(Path(folder) / f"data-{name}-{round_index}", int(name), args.seconds)
+                runs[str(name)].append(result)
+    best = {name: max(results, key=lambda run: run["per_s"]) for name, results in runs.items()}
+    echo, single = best["echo"]["per_s"], best["0"]["per_s"]
+    print(f"\nP2: {CLIENTS} clients, one agent, inference (best of {args.rounds} round(s) of {args.seconds:g} s)")
+    print(f"{'server':<22} {'steps/s':>9} {'p99 ms':>8} {'vs in-process':>14} {'vs echo':>8}")
+    for name in configurations:
+        run = best[str(name)]
+        label = "echo (orjson)" if name == "echo" else f"--front-ends {name}" if name else "in-process"
+        print(f"{label:<22} {run['per_s']:>9,.0f} {run['p99_ms']:>8.1f} {run['per_s'] / single:>13.2f}x "
+              f"{run['per_s'] / echo:>7.2f}x")
+    out = ROOT / "benchmarks" / "results"
+    out.mkdir(exist_ok=True)
+    (out / "front_ends.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), "runs": runs},
+                                                    indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""``python -m shepherd.front``: one front end, as the head starts it (``shepherd/front/supervisor.py``).
+
+The first line of standard input is this run's token (never on the command line, where ``ps`` shows it);
+the rest of standard input stays open while the head lives: its end (the head stopped, or was killed) stops
+the front end. The line ``listening <pid>`` on standard output says the port is bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+
+from aiohttp import web
+
+from shepherd.front.app import FrontConfig, create_app
+
+logger = logging.getLogger("shepherd.front")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m shepherd.front", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--head", required=True, help="the head's private URL (http://127.0.0.1:PORT)")
+    parser.add_argument("--host", required=True, help="the public address, bound with SO_REUSEPORT")
+    parser.add_argument("--port", type=int, required=True, help="the public port")
+    parser.add_argument("--max-body", type=int, default=1 << 20, metavar="BYTES")
+    parser.add_argument("--body-timeout", type=float, default=30.0, metavar="SECONDS")
+    parser.add_argument("--idle-timeout", type=float, default=75.0, metavar="SECONDS")
+    parser.add_argument("--shutdown-timeout", type=float, default=35.0, metavar="SECONDS",
+                        help="how long open requests get to be answered when the front end stops")
+    return parser.parse_args(argv)
+
+
+async def serve(args: argparse.Namespace, token: str) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the head's to handle: it stops us in order
+
+    def head_gone() -> None:  # standard input readable: the head wrote nothing more, so this is its end
+        if not os.read(sys.stdin.fileno(), 4096):
+            loop.remove_reader(sys.stdin.fileno())
+            logger.warning("the head is gone; stopping")
+            stop.set()
+
+    loop.add_reader(sys.stdin.fileno(), head_gone)
+    config = FrontConfig(args.head, token, args.max_body, args.body_timeout, args.idle_timeout)
+    runner = web.AppRunner(create_app(config), handle_signals=False, access_log=None,
+                           keepalive_timeout=args.idle_timeout, shutdown_timeout=args.shutdown_timeout)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, args.host, args.port, reuse_port=True).start()
+        print(f"listening {os.getpid()}", flush=True)
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format=f"front end {os.getpid()}: %(levelname)s %(name)s: %(message)s")
+    token = sys.stdin.readline().strip()
+    if not token:
+        print("error: the token must be the first line of standard input", file=sys.stderr)
+        return 2
+    asyncio.run(serve(args, token))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""The batch format between the front ends and the head (``POST /internal/steps``): length-prefixed frames,
+so a client's body travels as the bytes it sent (never parsed, never re-encoded) and answers can be read one
+by one as the head sends them. orjson only: the head (``shepherd/http/internal.py``) and the front ends
+(``shepherd/front/``) both import it.
+
+A request body is one frame per item: a header line ``{"op": "login"|"step"|"logout", "address": "...",
+"length": N}`` then the N bytes of the client's body. The reply streams one frame per item, in the order
+the answers are ready: ``{"item": I, "status": S, "retry_after": "5" or null, "length": N}`` then the N
+bytes of the JSON body the public route would have sent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+CONTENT_TYPE = "application/x-shepherd-frames"
+#: the batch endpoint, on the head's private loopback port only
+INTERNAL_PATH = "/internal/steps"
+#: the per-run token a front end sends: on the batch endpoint, and on the requests it forwards (whose
+#: client address it vouches for in `ADDRESS_HEADER`)
+TOKEN_HEADER = "X-Shepherd-Internal-Token"
+ADDRESS_HEADER = "X-Shepherd-Client-Address"
+#: on every reply of a front end: its process id
+FRONT_END_HEADER = "X-Shepherd-Front-End"
+OPERATIONS = ("login", "step", "logout")
+#: the most items of one batch, and the most bytes of an item's header line
+MAX_ITEMS = 256
+MAX_HEADER_BYTES = 512
+
+
+class FrameError(ValueError):
+    """A batch body or reply that is not a sequence of well-formed frames."""
+
+
+@dataclass(frozen=True)
+class Item:
+    """One client operation of a batch: which, from which client address, and the client's body."""
+
+    op: str
+    address: str
+    body: bytes
+
+
+def frame(header: dict[str, Any], body: bytes) -> bytes:
+    """One frame: the header line with the body's ``length``, then the body."""
+    return orjson.dumps({**header, "length": len(body)}) + b"\n" + body
+
+
+def _header(line: bytes) -> dict[str, Any]:
+    try:
+        header = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        raise FrameError("a frame's header is not JSON") from None
+    if not isinstance(header, dict) or not isinstance(header.get("length"), int) or header["length"] < 0:
+        raise FrameError("a frame's header must be an object with a length")
+    return header
+
+
+def encode_items(items: list[Item]) -> bytes:
+    return b"".join(frame({"op": item.op, "address": item.address}, item.body) for item in items)
+
+
+def decode_items(data: bytes) -> list[Item]:
+    """A batch body's items. Raises FrameError."""
+    items: list[Item] = []
+    position = 0
+    while position < len(data):
+        end = data.find(b"\n", position, position + MAX_HEADER_BYTES)
+        if end < 0:
+            raise FrameError("a frame's header line is missing or too long")
+        header = _header(data[position:end])
+        op, address = header.get("op"), header.get("address")
+        if op not in OPERATIONS or not isinstance(address, str):
+            raise FrameError(f"a frame's op must be one of {', '.join(OPERATIONS)}, with an address")
+        start, position = end + 1, end + 1 + header["length"]
+        if position > len(data):
+            raise FrameError("a frame's body is cut off")
+        items.append(Item(op, address, data[start:position]))
+        if len(items) > MAX_ITEMS:
+            raise FrameError(f"a batch holds at most {MAX_ITEMS} items")
+    if not items:
+        raise FrameError("a batch holds at least one item")
+    return items
+
+
+def answer_frame(item: int, status: int, body: bytes, retry_after: str | None) -> bytes:
+    return frame({"item": item, "status": status, "retry_after": retry_after}, body)
+
+
+def answer_header(line: bytes) -> tuple[int, int, str | None, int]:
+    """An answer frame's (item, status, retry_after, length). Raises FrameError."""
+    header = _header(line)
+    item, status, retry_after = header.get("item"), header.get("status"), header.get("retry_after")
+    if not isinstance(item, int) or not isinstance(status, int) or not isinstance(retry_after, (str, type(None))):
+        raise FrameError("an answer's header needs its item, status and retry_after")
+    return item, status, retry_after, header["length"]

@@ -1,0 +1,101 @@
+"""The head's side of the front ends (``run.py --front-ends K``, ``shepherd/front/``): the batch endpoint
+``POST /internal/steps``, which runs many clients' operations from one body and streams each answer back as
+soon as it is ready, and the middleware that guards it with this run's token. Both exist only when
+``ServerConfig.front_end_token`` is set, on the head's private loopback port.
+
+The token also lets a front end vouch for a forwarded request's client address (the admin API, the
+dashboard, ``/metrics``): the login throttle, the rate limits and the loopback rule of ``/metrics`` see the
+real client's address, never the front end's. Without the token a request is taken as it came.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+from shepherd.front.frames import (ADDRESS_HEADER, CONTENT_TYPE, INTERNAL_PATH, MAX_HEADER_BYTES, MAX_ITEMS,
+                                   TOKEN_HEADER, FrameError, Item, answer_frame, decode_items)
+from shepherd.http.errors import Handler, error_reply
+from shepherd.http.operations import CLIENT_OPERATIONS
+from shepherd.http.state import CONFIG, METRICS, ServerConfig
+from shepherd.replies import HTTP_MESSAGES, json_error
+from shepherd.wire import BadRequest
+
+__all__ = ["INTERNAL_PATH", "front_end_middleware", "internal_steps"]
+
+logger = logging.getLogger(__name__)
+
+
+def front_end_middleware(config: ServerConfig) -> Middleware:
+    """The outermost middleware of a head with front ends. On the batch endpoint: 404 without a token, 401
+    with a wrong one (compared in constant time, never logged); with the right one, the body may hold a
+    whole batch. Elsewhere: a request with the right token gets the client address its front end sent."""
+    assert config.front_end_token is not None
+    expected = config.front_end_token.encode()
+    # a batch: at most MAX_ITEMS frames whose bodies the front end keeps within one body's limit in all
+    batch_limit = config.max_body_bytes + MAX_ITEMS * (MAX_HEADER_BYTES + 1)
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        sent = request.headers.get(TOKEN_HEADER)
+        trusted = sent is not None and hmac.compare_digest(sent.encode(), expected)
+        if request.path == INTERNAL_PATH:
+            if sent is None:
+                return json_error(404, HTTP_MESSAGES[404].format(path=request.path))
+            if not trusted:
+                return json_error(401, "the internal endpoint needs this run's token")
+            return await handler(request.clone(client_max_size=batch_limit))
+        address = request.headers.get(ADDRESS_HEADER)
+        if trusted and address:
+            return await handler(request.clone(remote=address))
+        return await handler(request)
+
+    return middleware
+
+
+async def internal_steps(request: web.Request) -> web.StreamResponse:
+    """Run a batch's items concurrently (started in their order, so a session's steps keep theirs) and
+    stream one answer frame per item as it is ready: a slow item (a step waiting for an update, a failed
+    login's delay) holds up no other. An item runs to its end even if the front end went away meanwhile,
+    so a step it carried is recorded once and a client's retry with the same ``seq`` gets its answer."""
+    try:
+        items = decode_items(await request.read())
+    except FrameError as error:
+        raise BadRequest(str(error)) from None
+    app = request.app
+    tasks = [asyncio.ensure_future(_answer(app, index, item)) for index, item in enumerate(items)]
+    response = web.StreamResponse(headers={"Content-Type": CONTENT_TYPE, "Cache-Control": "no-store"})
+    await response.prepare(request)
+    connected = True
+    for next_done in asyncio.as_completed(tasks):
+        data = await next_done
+        if connected:
+            try:
+                await response.write(data)
+            except ConnectionError:  # the front end died: its clients retry through another one
+                connected = False
+                logger.info("a front end went away before its batch was answered")
+    if connected:
+        await response.write_eof()
+    return response
+
+
+async def _answer(app: web.Application, index: int, item: Item) -> bytes:
+    """An item's answer frame: the status, body and Retry-After its public route would have sent."""
+    path, operation = CLIENT_OPERATIONS[item.op]
+    limit = app[CONFIG].max_body_bytes
+    if len(item.body) > limit:  # the front end checks it first; this keeps the head's rule its own
+        reply = json_error(413, HTTP_MESSAGES[413].format(limit=limit))
+    else:
+        try:
+            reply = await operation(app, item.body, item.address)
+        except Exception as error:  # noqa: BLE001 - mapped as error_middleware maps it
+            reply = error_reply(error, "POST", path)
+    app[METRICS].count_request("POST", path, reply.status)
+    body = reply.body
+    assert isinstance(body, bytes)
+    return answer_frame(index, reply.status, body, reply.headers.get("Retry-After"))

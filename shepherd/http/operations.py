@@ -1,0 +1,90 @@
+"""The client protocol's three operations (docs/protocol.md), each from a body and the client's address to a
+reply: the public routes (``app.py``) and the front ends' batch endpoint (``internal.py``) both call them, so
+an operation answers alike whichever way it came. A domain error is raised, for `errors.error_reply`."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Awaitable, Callable
+
+import orjson
+from aiohttp import web
+
+from shepherd.graph import Session
+from shepherd.http.protocol import STEP_FIELDS, parse_login, parse_object, parse_step, parse_vector_step, session_key
+from shepherd.http.state import GRAPH, LOGIN_THROTTLE, RATE_LIMITER
+from shepherd.spaces import action_to_json, space_to_json
+from shepherd.storage import hash_key
+
+
+def _json(data: object) -> web.Response:
+    return web.Response(body=orjson.dumps(data), content_type="application/json")
+
+
+def _count_request(app: web.Application, session: Session) -> None:
+    limiter = app.get(RATE_LIMITER)
+    if limiter is not None:  # environment steps: a vector session's request is one per env
+        limiter.take(session.client_id, cost=session.n_envs or 1)
+
+
+async def login_reply(app: web.Application, body: bytes, address: str) -> web.Response:
+    """Log in (``POST /shepherd/login_user/``)."""
+    login = parse_login(body)
+    graph, throttle = app[GRAPH], app[LOGIN_THROTTLE]
+    throttle.check(address)  # an address blocked by its failed attempts gets 429, its key untried
+    limiter = app.get(RATE_LIMITER)
+    if limiter is not None:  # before the session is opened: a refused login holds no slot
+        limiter.take(hash_key(login.apikey))
+    try:
+        await graph.prepare_client(login.apikey, login.client)  # a new client's learner, built off the loop
+        session = graph.login(login.apikey, login.evaluate_only, login.n_envs, login.client)
+    except PermissionError:
+        await asyncio.sleep(throttle.failed(address))  # slows down guessing, never blocks the loop
+        raise
+    reply = {"ok": True, "session_key": session.key, "agent": session.runtime.record.name,
+             "observation_space": space_to_json(session.observation_space),
+             "action_space": space_to_json(session.action_space)}
+    if session.n_envs is not None:
+        reply["n_envs"] = session.n_envs
+    if session.runtime.client is not None:
+        reply["client"] = session.runtime.client
+    return _json(reply)
+
+
+async def step_reply(app: web.Application, body: bytes, address: str) -> web.Response:
+    """One step, single or vector (``POST /shepherd/env/``); ``"obs": null`` logs out."""
+    data = parse_object(body, STEP_FIELDS)
+    graph = app[GRAPH]
+    session = graph.session(session_key(data))
+    _count_request(app, session)
+    n_envs = session.n_envs
+    step = (parse_step(data, session.observation_space, session.mask_space) if n_envs is None else
+            parse_vector_step(data, session.observation_space, n_envs, session.mask_space))
+    if step is None:
+        graph.logout(session.key)
+        return _json({"ok": True})
+    acted = await graph.step(session, step)
+    space = session.action_space
+    if n_envs is not None:
+        return _json({"actions": [action_to_json(space, action) for action in acted.action],
+                      "policy_version": acted.policy_version})
+    if acted.action is None:
+        return _json({"action": None})
+    return _json({"action": action_to_json(space, acted.action), "policy_version": acted.policy_version})
+
+
+async def logout_reply(app: web.Application, body: bytes, address: str) -> web.Response:
+    """Log out (``POST /shepherd/logout/``)."""
+    data = parse_object(body, {"session_key"})
+    app[GRAPH].logout(session_key(data))
+    return _json({"ok": True})
+
+
+ClientOperation = Callable[[web.Application, bytes, str], Awaitable[web.Response]]
+
+#: the client protocol's routes and their operations, by the name the batch endpoint gives them
+CLIENT_OPERATIONS: dict[str, tuple[str, ClientOperation]] = {
+    "login": ("/shepherd/login_user/", login_reply),
+    "step": ("/shepherd/env/", step_reply),
+    "logout": ("/shepherd/logout/", logout_reply),
+}
