@@ -186,6 +186,7 @@ def test_the_admin_api_and_metrics_work_through_the_public_port(server_factory):
         urllib.request.urlopen(urllib.request.Request(server.url + "/metrics",
                                                       headers={"X-Forwarded-For": "192.0.2.1"}), timeout=10)
     assert refused.value.code == 401
+    refused.value.close()  # its reply's socket
     status, _, health = request(server.url, "/shepherd/health")
     assert status == 200 and health["status"] == "ok", health
 
