@@ -208,7 +208,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--eval-every", type=int, default=8_000,
                         help="steps (summed over clients) between evaluations (default %(default)s)")
     parser.add_argument("--eval-episodes", type=int, default=3, help="greedy episodes per client and evaluation")
-    parser.add_argument("--strength", type=float, default=1.0, help="advice_strength of `advised` (default 1)")
+    parser.add_argument("--strength", type=float, default=0.3, help="advice_strength of `advised` (default %(default)s)")
     parser.add_argument("--decay", type=int, default=0,
                         help="advice_decay of `advised`: a client's steps until its advice is zero (default 0: never)")
     parser.add_argument("--tasks", nargs="+", default=["lengths", "inverted"], choices=["lengths", "inverted"])

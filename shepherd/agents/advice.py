@@ -146,22 +146,37 @@ class Advisor:
     name: str
     weights: WeightSource
     model_path: Path
+    recent_return: float | None = None  # its own policy's recent evaluation return, when it was chosen
+
+
+def catch_up(own: float | None, advisor: float | None) -> float:
+    """How much of the advice a client still takes, from 1 (its own policy is far behind its advisor's, or
+    not evaluated yet) to 0 (it has caught up): the advisor's lead over the client's own recent evaluation
+    return, relative to the advisor's, clipped to [0, 1]."""
+    if own is None or advisor is None:
+        return 1.0
+    return min(1.0, max(0.0, (advisor - own) / max(abs(advisor), 1e-8)))
 
 
 class Advice:
-    """A client's advice settings and advisor. The graph sets `advisor` (one assignment, from its thread);
-    the learner reads it on its own."""
+    """A client's advice settings and advisor. The graph sets `advisor` and `own_return` (assignments, from
+    its thread); the learner reads them on its own."""
 
     def __init__(self, strength: float = 1.0, decay_steps: int = 0) -> None:
         self.strength = float(strength)
         self.decay_steps = int(decay_steps)
         self.advisor: Advisor | None = None
+        self.own_return: float | None = None  # the client's own policy's recent evaluation return
 
     def strength_at(self, steps: int) -> float:
-        """The advice strength after ``steps`` learned: linear to zero over ``decay_steps`` (0: constant)."""
-        if self.decay_steps <= 0:
-            return self.strength
-        return self.strength * max(0.0, 1.0 - steps / self.decay_steps)
+        """The advice strength after ``steps`` learned: ``strength``, falling linearly to zero over
+        ``decay_steps`` (0: no decay by steps), times how far the client's own evaluation is behind its
+        advisor's (`catch_up`): advice fades as the client catches up."""
+        strength = self.strength
+        if self.decay_steps > 0:
+            strength *= max(0.0, 1.0 - steps / self.decay_steps)
+        advisor = self.advisor
+        return strength * catch_up(self.own_return, None if advisor is None else advisor.recent_return)
 
 
 class AdvisorPolicy:
@@ -229,16 +244,18 @@ class AdvisedOnPolicyAdapter(OnPolicyAdapter):
         self._row_advice = {} if rows is None else {id(m): rows[i].numpy() for i, m in enumerate(acting)}
         return distribution if rows is None else mix(distribution, rows)
 
-    @th.no_grad()
-    def _greedy(self, messages: list[Request]) -> np.ndarray:
-        """The mode of the mixed policy: what the client acts with, at the current strength."""
-        policy: Any = self.model.policy
-        obs_tensor, _ = policy.obs_to_tensor(stack_observations([m.obs for m in messages]))
-        distribution = policy.get_distribution(obs_tensor)
-        rows = self.advice_for(messages)
-        if rows is not None:
-            mix(distribution, rows)
-        return distribution.get_actions(deterministic=True).numpy()
+    @th.inference_mode()
+    def _sample(self, latent_pi: th.Tensor, acting: list[Request],
+                greedy_too: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Sampled actions and log-probabilities of the mixed policy; greedy actions of the own policy."""
+        sampled, _, log_probs = super()._sample(latent_pi, acting, False)
+        if not greedy_too:
+            return sampled, sampled, log_probs
+        own = self.model.policy._get_action_dist_from_latent(latent_pi)  # the Mixer is unset while acting
+        return sampled, own.get_actions(deterministic=True).numpy(), log_probs
+
+    # Greedy acts (evaluation, deployment) are the own policy's: the base class's `_greedy`. An evaluation
+    # then measures what the client lends when it advises, and what its export holds.
 
     def _write_row(self, row: int, segment: int, message: Request, action: Any, value: float, log_prob: float,
                    start: bool) -> None:

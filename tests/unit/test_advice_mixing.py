@@ -134,3 +134,23 @@ def test_advice_parameters_are_shepherds_not_sb3s() -> None:
     assert "advice_strength" not in kwargs and "advice_decay" not in kwargs
     with pytest.raises(ParameterError, match="0 or more"):
         sb3_arguments("PPO", spaces.Discrete(2), {"advice_strength": -1.0})
+
+
+def test_advice_fades_as_the_client_catches_up_with_its_advisor() -> None:
+    from pathlib import Path
+
+    from shepherd.agents.advice import Advice, Advisor, catch_up
+    assert catch_up(None, 500.0) == 1.0 and catch_up(100.0, None) == 1.0  # not evaluated: full advice
+    assert catch_up(0.0, 500.0) == 1.0
+    assert catch_up(250.0, 500.0) == pytest.approx(0.5)
+    assert catch_up(500.0, 500.0) == 0.0 and catch_up(520.0, 500.0) == 0.0  # caught up: none
+    assert catch_up(-300.0, -200.0) == pytest.approx(0.5)  # negative returns: the lead relative to |advisor|
+    advice = Advice(strength=2.0, decay_steps=1000)
+    advice.advisor = Advisor("best", None, Path("nowhere"), recent_return=400.0)  # type: ignore[arg-type]
+    assert advice.strength_at(0) == 2.0  # no evaluation of its own yet
+    advice.own_return = 100.0
+    assert advice.strength_at(0) == pytest.approx(1.5)
+    assert advice.strength_at(500) == pytest.approx(0.75)  # and the decay by steps on top
+    assert advice.strength_at(1000) == 0.0
+    advice.own_return = 400.0
+    assert advice.strength_at(0) == 0.0
