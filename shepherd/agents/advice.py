@@ -36,6 +36,7 @@ from stable_baselines3.common.save_util import load_from_zip_file
 from torch.distributions import Categorical, Normal
 
 from shepherd.agents.core import Request, WeightSource
+from shepherd.agents.filters import Filtering
 from shepherd.agents.on_policy import OnPolicyAdapter
 from shepherd.agents.sb3 import stack_observations
 
@@ -213,6 +214,29 @@ class AdvisorPolicy:
         return self.policy
 
 
+def advisor_observations(obs: Any, own: Filtering | None, advisor: Filtering | None) -> Any:
+    """A batch of observations normalised by the advisee's filter statistics, normalised by the advisor's
+    instead: what the advisor's network was trained on. Each client's learner has its own statistics (its
+    own system), so the advisee's normalised observations mean something else to the advisor. Stacked
+    frames are converted frame by frame; values the advisee's filter clipped stay approximate. Without
+    observation normalisation the observations are the same for both and are returned as they are."""
+    if own is None or advisor is None or not own.keys or not advisor.keys:
+        return obs
+    epsilon, clip, frames = own.filters.epsilon, own.filters.clip_observations, max(1, own.filters.frame_stack)
+
+    def convert(values: np.ndarray, key: str | None) -> np.ndarray:
+        own_mean, own_var = own.observations[key].moments
+        mean, var = advisor.observations[key].moments
+        if frames > 1:
+            own_mean, own_var, mean, var = (np.tile(a, frames) for a in (own_mean, own_var, mean, var))
+        raw = np.asarray(values, np.float64) * np.sqrt(own_var + epsilon) + own_mean
+        return np.clip((raw - mean) / np.sqrt(var + epsilon), -clip, clip).astype(np.float32)
+
+    if isinstance(obs, dict):
+        return {key: convert(value, key) if key in own.keys else value for key, value in obs.items()}
+    return convert(obs, None)
+
+
 class AdvisedOnPolicyAdapter(OnPolicyAdapter):
     """PPO or A2C acting and learning through the mixed policy of its own and its advisor's."""
 
@@ -232,11 +256,14 @@ class AdvisedOnPolicyAdapter(OnPolicyAdapter):
         strength = self.advice.strength_at(self.steps)
         if strength <= 0.0:
             return None
-        advisor = self.advisor_policy.of(self.advice.advisor)
-        if advisor is None:
+        advisor = self.advice.advisor
+        policy = self.advisor_policy.of(advisor)
+        if advisor is None or policy is None:
             return None
-        obs_tensor, _ = advisor.obs_to_tensor(stack_observations([m.obs for m in messages]))
-        return advice_rows(advisor.get_distribution(obs_tensor), strength)
+        observations = advisor_observations(stack_observations([m.obs for m in messages]), self.filtering,
+                                            getattr(advisor.weights, "filtering", None))
+        obs_tensor, _ = policy.obs_to_tensor(observations)
+        return advice_rows(policy.get_distribution(obs_tensor), strength)
 
     def _distribution(self, latent_pi: th.Tensor, acting: list[Request]) -> Any:
         rows = self.advice_for(acting)
