@@ -130,10 +130,14 @@ async def one_run(task: str, mode: str, seed: int, args: argparse.Namespace, plu
                                                       args.eval_episodes)
             if plug and mode == "advised":
                 best = graph.advised_agent("cartpole").best()  # whose weights the new client starts from
-                env = make_env(task, 1)  # the new client: a 0.5 pole (gymnasium's), or a normal motor
+                env = make_env(task, 1)  # the new client: a 0.5 pole (gymnasium's), or an inverted motor
+                # how the best client's own greedy policy does on the new client's system: whether what it
+                # starts from fits it at all
+                transfer = None if best is None else float(np.mean(await drive(
+                    graph, key, env, episodes=3, evaluate=True, seed=778, client_name=best.client)))
                 first = await drive(graph, key, env, episodes=10, seed=777, client_name="late")
                 plugged = {"best_recent_evaluation": max(evaluations), "late_first_10": float(np.mean(first)),
-                           "started_from": None if best is None else best.client}
+                           "started_from": None if best is None else best.client, "best_on_new_env": transfer}
         finally:
             graph.end_sessions()
             await asyncio.to_thread(graph.close)
@@ -181,7 +185,8 @@ async def main(args: argparse.Namespace) -> int:
                     print(f"{task:9s} plugged-in client: first 10 episodes {plugged['late_first_10']:.1f} vs the best "
                           f"client's recent evaluation {plugged['best_recent_evaluation']:.1f} (ratio "
                           f"{plugged['late_first_10'] / max(plugged['best_recent_evaluation'], 1e-9):.2f}; it started from "
-                          f"client {plugged['started_from']}, env c1's dynamics); a fresh "
+                          f"client {plugged['started_from']}, whose own greedy policy returns {plugged['best_on_new_env']} on "
+                          f"the new client's env, c1's dynamics); a fresh "
                           f"learner's first 10: {fresh:.1f}", flush=True)
     print("\nsummary (steps summed over the 4 clients):")
     for (task, mode), runs in results.items():
@@ -208,7 +213,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--eval-every", type=int, default=8_000,
                         help="steps (summed over clients) between evaluations (default %(default)s)")
     parser.add_argument("--eval-episodes", type=int, default=3, help="greedy episodes per client and evaluation")
-    parser.add_argument("--strength", type=float, default=1.0, help="advice_strength of `advised` (default 1)")
+    parser.add_argument("--strength", type=float, default=0.3, help="advice_strength of `advised` (default %(default)s)")
     parser.add_argument("--decay", type=int, default=0,
                         help="advice_decay of `advised`: a client's steps until its advice is zero (default 0: never)")
     parser.add_argument("--tasks", nargs="+", default=["lengths", "inverted"], choices=["lengths", "inverted"])

@@ -36,6 +36,7 @@ from stable_baselines3.common.save_util import load_from_zip_file
 from torch.distributions import Categorical, Normal
 
 from shepherd.agents.core import Request, WeightSource
+from shepherd.agents.filters import Filtering
 from shepherd.agents.on_policy import OnPolicyAdapter
 from shepherd.agents.sb3 import stack_observations
 
@@ -146,22 +147,37 @@ class Advisor:
     name: str
     weights: WeightSource
     model_path: Path
+    recent_return: float | None = None  # its own policy's recent evaluation return, when it was chosen
+
+
+def catch_up(own: float | None, advisor: float | None) -> float:
+    """How much of the advice a client still takes, from 1 (its own policy is far behind its advisor's, or
+    not evaluated yet) to 0 (it has caught up): the advisor's lead over the client's own recent evaluation
+    return, relative to the advisor's, clipped to [0, 1]."""
+    if own is None or advisor is None:
+        return 1.0
+    return min(1.0, max(0.0, (advisor - own) / max(abs(advisor), 1e-8)))
 
 
 class Advice:
-    """A client's advice settings and advisor. The graph sets `advisor` (one assignment, from its thread);
-    the learner reads it on its own."""
+    """A client's advice settings and advisor. The graph sets `advisor` and `own_return` (assignments, from
+    its thread); the learner reads them on its own."""
 
     def __init__(self, strength: float = 1.0, decay_steps: int = 0) -> None:
         self.strength = float(strength)
         self.decay_steps = int(decay_steps)
         self.advisor: Advisor | None = None
+        self.own_return: float | None = None  # the client's own policy's recent evaluation return
 
     def strength_at(self, steps: int) -> float:
-        """The advice strength after ``steps`` learned: linear to zero over ``decay_steps`` (0: constant)."""
-        if self.decay_steps <= 0:
-            return self.strength
-        return self.strength * max(0.0, 1.0 - steps / self.decay_steps)
+        """The advice strength after ``steps`` learned: ``strength``, falling linearly to zero over
+        ``decay_steps`` (0: no decay by steps), times how far the client's own evaluation is behind its
+        advisor's (`catch_up`): advice fades as the client catches up."""
+        strength = self.strength
+        if self.decay_steps > 0:
+            strength *= max(0.0, 1.0 - steps / self.decay_steps)
+        advisor = self.advisor
+        return strength * catch_up(self.own_return, None if advisor is None else advisor.recent_return)
 
 
 class AdvisorPolicy:
@@ -198,6 +214,29 @@ class AdvisorPolicy:
         return self.policy
 
 
+def advisor_observations(obs: Any, own: Filtering | None, advisor: Filtering | None) -> Any:
+    """A batch of observations normalised by the advisee's filter statistics, normalised by the advisor's
+    instead: what the advisor's network was trained on. Each client's learner has its own statistics (its
+    own system), so the advisee's normalised observations mean something else to the advisor. Stacked
+    frames are converted frame by frame; values the advisee's filter clipped stay approximate. Without
+    observation normalisation the observations are the same for both and are returned as they are."""
+    if own is None or advisor is None or not own.keys or not advisor.keys:
+        return obs
+    epsilon, clip, frames = own.filters.epsilon, own.filters.clip_observations, max(1, own.filters.frame_stack)
+
+    def convert(values: np.ndarray, key: str | None) -> np.ndarray:
+        own_mean, own_var = own.observations[key].moments
+        mean, var = advisor.observations[key].moments
+        if frames > 1:
+            own_mean, own_var, mean, var = (np.tile(a, frames) for a in (own_mean, own_var, mean, var))
+        raw = np.asarray(values, np.float64) * np.sqrt(own_var + epsilon) + own_mean
+        return np.clip((raw - mean) / np.sqrt(var + epsilon), -clip, clip).astype(np.float32)
+
+    if isinstance(obs, dict):
+        return {key: convert(value, key) if key in own.keys else value for key, value in obs.items()}
+    return convert(obs, None)
+
+
 class AdvisedOnPolicyAdapter(OnPolicyAdapter):
     """PPO or A2C acting and learning through the mixed policy of its own and its advisor's."""
 
@@ -217,11 +256,14 @@ class AdvisedOnPolicyAdapter(OnPolicyAdapter):
         strength = self.advice.strength_at(self.steps)
         if strength <= 0.0:
             return None
-        advisor = self.advisor_policy.of(self.advice.advisor)
-        if advisor is None:
+        advisor = self.advice.advisor
+        policy = self.advisor_policy.of(advisor)
+        if advisor is None or policy is None:
             return None
-        obs_tensor, _ = advisor.obs_to_tensor(stack_observations([m.obs for m in messages]))
-        return advice_rows(advisor.get_distribution(obs_tensor), strength)
+        observations = advisor_observations(stack_observations([m.obs for m in messages]), self.filtering,
+                                            getattr(advisor.weights, "filtering", None))
+        obs_tensor, _ = policy.obs_to_tensor(observations)
+        return advice_rows(policy.get_distribution(obs_tensor), strength)
 
     def _distribution(self, latent_pi: th.Tensor, acting: list[Request]) -> Any:
         rows = self.advice_for(acting)
@@ -229,16 +271,18 @@ class AdvisedOnPolicyAdapter(OnPolicyAdapter):
         self._row_advice = {} if rows is None else {id(m): rows[i].numpy() for i, m in enumerate(acting)}
         return distribution if rows is None else mix(distribution, rows)
 
-    @th.no_grad()
-    def _greedy(self, messages: list[Request]) -> np.ndarray:
-        """The mode of the mixed policy: what the client acts with, at the current strength."""
-        policy: Any = self.model.policy
-        obs_tensor, _ = policy.obs_to_tensor(stack_observations([m.obs for m in messages]))
-        distribution = policy.get_distribution(obs_tensor)
-        rows = self.advice_for(messages)
-        if rows is not None:
-            mix(distribution, rows)
-        return distribution.get_actions(deterministic=True).numpy()
+    @th.inference_mode()
+    def _sample(self, latent_pi: th.Tensor, acting: list[Request],
+                greedy_too: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Sampled actions and log-probabilities of the mixed policy; greedy actions of the own policy."""
+        sampled, _, log_probs = super()._sample(latent_pi, acting, False)
+        if not greedy_too:
+            return sampled, sampled, log_probs
+        own = self.model.policy._get_action_dist_from_latent(latent_pi)  # the Mixer is unset while acting
+        return sampled, own.get_actions(deterministic=True).numpy(), log_probs
+
+    # Greedy acts (evaluation, deployment) are the own policy's: the base class's `_greedy`. An evaluation
+    # then measures what the client lends when it advises, and what its export holds.
 
     def _write_row(self, row: int, segment: int, message: Request, action: Any, value: float, log_prob: float,
                    start: bool) -> None:

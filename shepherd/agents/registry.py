@@ -131,7 +131,7 @@ def _advice_parameters(info: Algorithm) -> list[Parameter]:
     if info.advised is None:
         return []
     return [
-        Parameter(info.name, "advice_strength", ParamType.FLOAT, 1.0, doc=(
+        Parameter(info.name, "advice_strength", ParamType.FLOAT, 0.3, doc=(
             "advised agents: the power k of the advisor's policy in the mixed policy pi ∝ pi_own * pi_adv^k "
             "(0: every client learns independently)")),
         Parameter(info.name, "advice_decay", ParamType.INT, 0, doc=(
@@ -394,7 +394,7 @@ def build_advised_learner(algorithm: str, name: str, observation_space: spaces.S
     assert info.advised is not None  # checked
     kwargs, n_envs = sb3_arguments(algorithm, action_space, values)
     checked = check_parameters(algorithm, values)
-    advice = Advice(checked.get("advice_strength", 1.0), checked.get("advice_decay", 0))
+    advice = Advice(checked.get("advice_strength", 0.3), checked.get("advice_decay", 0))
     kwargs["rollout_buffer_class"] = AdvisedRolloutBuffer
     kwargs["rollout_buffer_kwargs"] = {"advice_width": advice_width(action_space)}
     filters = filters or Filters()

@@ -22,9 +22,13 @@ from shepherd.agents.advice import Advice, Advisor
 from shepherd.definition import check_client_name
 from shepherd.graph.runtime import CLIENTS_FOLDER, AgentRuntime
 from shepherd.graph.schedule import EvaluationResult, Schedule
+from shepherd.level import Phase
 from shepherd.storage import AgentRecord, Store
 
 logger = logging.getLogger(__name__)
+
+#: training episodes under one advisor after which a client judges its advice (`AdvisedAgent.choose_advisors`)
+JUDGE_EPISODES = 5
 
 
 class BadClient(ValueError):
@@ -46,6 +50,11 @@ class AdvisedAgent:
         self._build_learner = build_learner
         self._on_evaluation = on_evaluation
         self._start: Callable[[AgentRuntime], None] = lambda runtime: None
+        #: per client, the advisors it refused, with the advisor's recent return when refused
+        self.refused: dict[str, dict[str, float]] = {}
+        #: per advised client, its advisor and its training episodes when that advisor was given
+        #: and the mean of its training returns just before (None: too few to judge the advice by)
+        self._advised_since: dict[str, tuple[str, int, float | None]] = {}
 
     @property
     def folder(self) -> Path:
@@ -157,12 +166,24 @@ class AdvisedAgent:
 
     def choose_advisors(self) -> None:
         """Give each client the other client with the best recent evaluation return as advisor, if it is
-        better than its own (or it has none yet); else no advisor."""
+        better than its own (or it has none yet) and the client has not refused it; else no advisor.
+
+        A client refuses an advisor whose advice lowered its returns: once it has trained `JUDGE_EPISODES`
+        episodes under that advisor, if their mean return is below the mean of its last `JUDGE_EPISODES`
+        training episodes before that advisor (training returns both: sampled acts, not greedy ones), it
+        refuses that advisor until the advisor's evaluation rises above what it was when refused. Each
+        client's `Advice` is also told its own recent return, so that its advice fades as it catches up.
+        """
         for runtime in self.clients.values():
             advice = getattr(runtime.learner.algorithm, "advice", None)
             if not isinstance(advice, Advice):
                 continue
-            best = self.best(exclude=runtime)
+            self._judge_advisor(runtime, advice)
+            advice.own_return = runtime.recent_return
+            refused = self.refused.setdefault(str(runtime.client), {})
+            candidates = [r for r in self.serving() if r is not runtime and r.recent_return is not None
+                          and not (r.client in refused and r.recent_return <= refused[str(r.client)])]
+            best = max(candidates, key=lambda r: r.recent_return or 0.0, default=None)
             better = best is not None and (runtime.recent_return is None or
                                            (best.recent_return or 0.0) > runtime.recent_return)
             current = advice.advisor
@@ -170,10 +191,43 @@ class AdvisedAgent:
                 if current is not None:
                     logger.info("client %s: no better client to advise it now", runtime.label)
                 advice.advisor = None
-            elif current is None or current.name != best.client:
+                self._advised_since.pop(str(runtime.client), None)
+                continue
+            if current is None or current.name != best.client:
                 logger.info("client %s is advised by client %s (recent evaluation %.1f)", runtime.label,
                             best.client, best.recent_return or 0.0)
-                advice.advisor = Advisor(str(best.client), best.learner.algorithm, best.model_path)  # type: ignore[arg-type]
+                self._advised_since[str(runtime.client)] = (str(best.client), self._train_episodes(runtime),
+                                                            self._recent_train_mean(runtime))
+            advice.advisor = Advisor(str(best.client), best.learner.algorithm, best.model_path,  # type: ignore[arg-type]
+                                     best.recent_return)
+
+    @staticmethod
+    def _train_episodes(runtime: AgentRuntime) -> int:
+        return runtime.phase_episodes[Phase.TRAIN]
+
+    @staticmethod
+    def _recent_train_mean(runtime: AgentRuntime) -> float | None:
+        """The mean of the client's last `JUDGE_EPISODES` training returns (None: fewer yet)."""
+        recent = list(runtime.train_returns)[-JUDGE_EPISODES:]
+        return sum(recent) / len(recent) if len(recent) == JUDGE_EPISODES else None
+
+    def _judge_advisor(self, runtime: AgentRuntime, advice: Advice) -> None:
+        """Refuse the client's advisor if the training episodes it advised returned less, on average, than
+        the client's training episodes just before it (no judgement without those)."""
+        since = self._advised_since.get(str(runtime.client))
+        advisor = advice.advisor
+        if since is None or advisor is None or since[0] != advisor.name or since[2] is None:
+            return
+        count = self._train_episodes(runtime) - since[1]
+        if count < JUDGE_EPISODES:
+            return
+        advised = list(runtime.train_returns)[-min(count, len(runtime.train_returns)):]
+        if advised and sum(advised) / len(advised) < since[2]:
+            logger.info("client %s refuses the advice of client %s: %d episodes under it returned %.1f on "
+                        "average, below the %.1f of its training episodes before it", runtime.label,
+                        advisor.name, len(advised), sum(advised) / len(advised), since[2])
+            self.refused.setdefault(str(runtime.client), {})[advisor.name] = advisor.recent_return or 0.0
+            self._advised_since.pop(str(runtime.client), None)
 
     def note_evaluation(self, client: str, mean_return: float) -> None:
         """An evaluation made outside the schedule (a benchmark's, of the client's greedy sessions): it is

@@ -173,3 +173,78 @@ async def test_advised_learner_acts_with_the_advisors_policy(tmp_path):
         assert np.all(buffer.advice[:rows, 0, 1] - buffer.advice[:rows, 0, 0] > 50)  # 5 * (log p1 - log p0)
     finally:
         await stop(graph, store)
+
+
+async def test_greedy_acts_are_the_clients_own_policy_not_the_advised_one(tmp_path):
+    """An evaluation measures the client's own policy (what it lends as an advisor, what its export holds):
+    a confident advisor shapes the pupil's training acts, not its greedy ones."""
+    graph, store, keys = await start(tmp_path / "data")
+    try:
+        await asyncio.gather(*(drive(graph, keys["arms"], gym.make("CartPole-v1"), steps=10, client_name=name)
+                               for name in ("teacher", "pupil")))
+        advised = graph.advised_agent("arms")
+        teacher, pupil = advised.clients["teacher"], advised.clients["pupil"]
+        teacher.recent_return, pupil.recent_return = 300.0, 10.0
+        advised.choose_advisors()
+        pupil.learner.algorithm.advice.strength = 50.0
+        pupil.checkpoint().result(30)
+        teacher.checkpoint().result(30)
+        with th.no_grad():  # the teacher is sure of action 1, the pupil of action 0
+            teacher.learner.algorithm.model.policy.action_net.bias[:] = th.as_tensor([-10.0, 10.0])
+            pupil.learner.algorithm.model.policy.action_net.bias[:] = th.as_tensor([10.0, -10.0])
+        teacher.checkpoint().result(30)
+        pushes: list[int] = []
+
+        class Recorded(gym.ActionWrapper):
+            def action(self, action):
+                pushes.append(int(action))
+                return action
+
+        await drive(graph, keys["arms"], Recorded(gym.make("CartPole-v1")), episodes=1, evaluate=True, seed=3,
+                    client_name="pupil")
+        assert pushes and set(pushes) == {0}  # its own policy alone
+        pushes.clear()
+        await drive(graph, keys["arms"], Recorded(gym.make("CartPole-v1")), steps=8, seed=3, client_name="pupil")
+        assert pushes and set(pushes) == {1}  # training: the mixed policy, the advisor's pull outweighs
+    finally:
+        await stop(graph, store)
+
+
+async def test_a_client_refuses_an_advisor_whose_advice_lowered_its_returns(tmp_path):
+    from shepherd.graph.advised import JUDGE_EPISODES
+    from shepherd.level import Phase
+    graph, store, keys = await start(tmp_path / "data")
+    try:
+        await asyncio.gather(*(drive(graph, keys["arms"], gym.make("CartPole-v1"), steps=10, client_name=name)
+                               for name in ("wrong", "pupil", "other")))
+        advised = graph.advised_agent("arms")
+        wrong, pupil, other = (advised.clients[n] for n in ("wrong", "pupil", "other"))
+        wrong.recent_return, other.recent_return, pupil.recent_return = 500.0, 200.0, 50.0
+        advice = pupil.learner.algorithm.advice
+
+        def trained(returns):  # training episodes as the runtime records them
+            for value in returns:
+                pupil.train_returns.append(value)
+                pupil.phase_episodes[Phase.TRAIN] += 1
+
+        trained([30.0] * JUDGE_EPISODES)  # before any advice: averaging 30
+        advised.choose_advisors()
+        assert advice.advisor.name == "wrong" and advice.advisor.recent_return == 500.0
+        assert advice.own_return == 50.0
+        assert advice.strength_at(0) == pytest.approx(advice.strength * 0.9)  # 1 - 50/500 of it
+
+        trained([10.0] * (JUDGE_EPISODES - 1))  # too few to judge
+        advised.choose_advisors()
+        assert advice.advisor.name == "wrong" and advised.refused["pupil"] == {}
+        trained([10.0])  # JUDGE_EPISODES under it, averaging below the 30 before it
+        advised.choose_advisors()
+        assert advised.refused["pupil"] == {"wrong": 500.0}
+        assert advice.advisor.name == "other"  # the best it has not refused
+        trained([120.0] * JUDGE_EPISODES)  # this advice helps (the 10s before it): kept
+        advised.choose_advisors()
+        assert advice.advisor.name == "other" and "other" not in advised.refused["pupil"]
+        pupil.recent_return = 250.0  # better than every advisor it has not refused: none
+        advised.choose_advisors()
+        assert advice.advisor is None and advice.own_return == 250.0
+    finally:
+        await stop(graph, store)

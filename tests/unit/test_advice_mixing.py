@@ -134,3 +134,46 @@ def test_advice_parameters_are_shepherds_not_sb3s() -> None:
     assert "advice_strength" not in kwargs and "advice_decay" not in kwargs
     with pytest.raises(ParameterError, match="0 or more"):
         sb3_arguments("PPO", spaces.Discrete(2), {"advice_strength": -1.0})
+
+
+def test_advice_fades_as_the_client_catches_up_with_its_advisor() -> None:
+    from pathlib import Path
+
+    from shepherd.agents.advice import Advice, Advisor, catch_up
+    assert catch_up(None, 500.0) == 1.0 and catch_up(100.0, None) == 1.0  # not evaluated: full advice
+    assert catch_up(0.0, 500.0) == 1.0
+    assert catch_up(250.0, 500.0) == pytest.approx(0.5)
+    assert catch_up(500.0, 500.0) == 0.0 and catch_up(520.0, 500.0) == 0.0  # caught up: none
+    assert catch_up(-300.0, -200.0) == pytest.approx(0.5)  # negative returns: the lead relative to |advisor|
+    advice = Advice(strength=2.0, decay_steps=1000)
+    advice.advisor = Advisor("best", None, Path("nowhere"), recent_return=400.0)  # type: ignore[arg-type]
+    assert advice.strength_at(0) == 2.0  # no evaluation of its own yet
+    advice.own_return = 100.0
+    assert advice.strength_at(0) == pytest.approx(1.5)
+    assert advice.strength_at(500) == pytest.approx(0.75)  # and the decay by steps on top
+    assert advice.strength_at(1000) == 0.0
+    advice.own_return = 400.0
+    assert advice.strength_at(0) == 0.0
+
+
+@pytest.mark.parametrize("frame_stack", [1, 3])
+def test_the_advisor_sees_observations_normalised_by_its_own_filter_statistics(frame_stack: int) -> None:
+    """Each client normalises with its own statistics; the advisor's network gets them as its own filters
+    would have made them."""
+    from shepherd.agents.advice import advisor_observations
+    from shepherd.agents.filters import Filtering, Filters
+    space = spaces.Box(-10, 10, (2,))
+    filters = Filters(normalize_observations=True, frame_stack=frame_stack)
+    own, advisor = Filtering(filters, space, 0.99), Filtering(filters, space, 0.99)
+    rng = np.random.default_rng(4)
+    own.observations[None].update(rng.normal([1.0, -2.0], [0.5, 3.0], size=(200, 2)))
+    advisor.observations[None].update(rng.normal([-1.0, 4.0], [2.0, 0.2], size=(200, 2)))
+    raw = rng.normal(size=(5, 2 * frame_stack)) + np.tile([0.0, 1.0], frame_stack)  # five stacks of raw frames
+
+    def normalised(filtering: Filtering) -> np.ndarray:
+        return np.concatenate([filtering.normalize_obs(raw[:, 2 * f:2 * f + 2]) for f in range(frame_stack)], axis=1)
+
+    converted = advisor_observations(normalised(own), own, advisor)
+    assert np.allclose(converted, normalised(advisor), atol=1e-4)
+    assert not np.allclose(normalised(own), normalised(advisor), atol=0.1)  # it did need converting
+    assert advisor_observations(raw, None, advisor) is raw  # no filters: as they are
