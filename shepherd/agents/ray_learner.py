@@ -62,6 +62,13 @@ POLL_SECONDS = 0.05
 WEIGHTS_SECONDS = 0.2
 #: how long building (or rebuilding) an actor's learner may take (seconds)
 BUILD_SECONDS = 300.0
+#: how long a new actor waits for the name of one that died (Ray frees it once it knows; a node's death
+#: takes its health checks' time to be known)
+NAME_SECONDS = 30.0
+
+
+class NameTaken(RuntimeError):
+    """The learner's actor name is held by another actor (one that died but is not known dead yet)."""
 
 
 def connect(address: str | None, num_cpus: int | None = None) -> None:
@@ -296,6 +303,7 @@ class RayLearner:
         self._deliver: Deliver | None = None
         self._checkpoint_path: Path | None = None  # the head's last checkpoint: what a new actor restores
         self._last_weights = 0.0
+        self._awaited: set[int] = set()  # tickets sent and not yet answered (the sender thread's own)
         self.restarts = 0
         self._thread = threading.Thread(target=self._run, name=f"ray-learner-{self.name}", daemon=True)
 
@@ -305,9 +313,10 @@ class RayLearner:
         learner in it. Blocks.
 
         Raises:
-            ParameterError: the learner cannot be built; a Ray error: no actor could be created.
+            ParameterError: the learner cannot be built; NameTaken: the name stays taken; a Ray error: no
+                actor could be created.
         """
-        deadline = time.monotonic() + 30.0
+        deadline = time.monotonic() + NAME_SECONDS
         while True:
             try:
                 handle = _REMOTE_ACTOR.options(name=self.actor_name, namespace=NAMESPACE, num_cpus=self._num_cpus,
@@ -315,11 +324,19 @@ class RayLearner:
                 break
             except ValueError:  # the name is still taken by the actor that died or was killed
                 if time.monotonic() > deadline:
-                    raise
+                    raise NameTaken(f"the Ray actor name {self.actor_name} is still taken after {NAME_SECONDS:g} s "
+                                    "(another server on this cluster serves the agent, or Ray has not noticed "
+                                    "that its actor died)") from None
                 time.sleep(0.2)
         self._handle = handle
-        state: dict[str, Any] = ray.get(handle.build.remote(*self._build_args, checkpoint, start), timeout=BUILD_SECONDS)
-        self._available = True
+        try:
+            state: dict[str, Any] = ray.get(handle.build.remote(*self._build_args, checkpoint, start),
+                                            timeout=BUILD_SECONDS)
+        except BaseException:  # never leave an actor behind that holds the name
+            _kill(handle)
+            raise
+        with self._lock:
+            self._available = True
         return state
 
     @property
@@ -332,16 +349,13 @@ class RayLearner:
         checkpoint; retried until it works or the learner closes."""
         logger.warning("learner %s: its Ray actor was lost (%s); starting it again from its last checkpoint",
                        self.name, reason)
-        try:
-            ray.kill(self._handle, no_restart=True)
-        except Exception:  # noqa: BLE001 - already gone
-            pass
+        _kill(self._handle)
         while not self._closed:
             path = self._checkpoint_path
             try:
                 data = path.read_bytes() if path is not None and path.exists() else None
                 self.spawn(data, start=True)
-            except LOST + (ray_errors.GetTimeoutError,) as error:
+            except LOST + (ray_errors.GetTimeoutError, NameTaken) as error:  # Ray has not caught up yet
                 logger.warning("learner %s: its Ray actor could not be started again yet: %s", self.name, error)
                 time.sleep(1.0)
                 continue
@@ -478,10 +492,7 @@ class RayLearner:
             ray.get(self._handle.close.remote(timeout), timeout=timeout)
         except Exception as error:  # noqa: BLE001 - it is ended below either way
             logger.debug("learner %s: closing its actor: %s", self.name, error)
-        try:
-            ray.kill(self._handle, no_restart=True)
-        except Exception:  # noqa: BLE001 - already gone
-            pass
+        _kill(self._handle)
         self._local.close()
         if self.metrics is not None:
             self.metrics.close()
@@ -533,9 +544,8 @@ class RayLearner:
 
     # -- the sender thread -----------------------------------------------------------------------
     def _run(self) -> None:
-        last_call = time.monotonic()
         while True:
-            self._wake.wait(POLL_SECONDS if self._futures else 0.5)
+            self._wake.wait(POLL_SECONDS if self._awaited else 0.5)
             self._wake.clear()
             with self._lock:
                 units, self._units = self._units, []
@@ -546,12 +556,12 @@ class RayLearner:
                 if closing:
                     return
                 continue
-            idle = time.monotonic() - last_call > ThreadedLearner.tick
-            if not units and not (self._futures or idle or self._snapshot.wanted):
+            # the actor's learner does its own housekeeping when idle: call only with something to send, an
+            # answer held back there (polled), or weights wanted for the greedy snapshot
+            if not units and not (self._awaited or self._snapshot.wanted):
                 if closing:
                     return
                 continue
-            last_call = time.monotonic()
             self._call(units, controls)
             if self.metrics is not None:
                 self.metrics.tick()
@@ -566,9 +576,10 @@ class RayLearner:
             current = self._snapshot.weights
             weights_after = current.version if current is not None else -1
             self._snapshot.wanted = False
+        self._awaited.update(r.ticket for unit in units if isinstance(unit, list) for r in unit if r.ticket)
+        wait = POLL_SECONDS if self._awaited and not units else 0.0  # a poll waits a moment for held-back answers
         try:
-            reply: Reply = ray.get(self._handle.process.remote(units, 0.0 if units else POLL_SECONDS,
-                                                               weights_after))
+            reply: Reply = ray.get(self._handle.process.remote(units, wait, weights_after))
         except LOST as error:
             self._lose(units, controls, f"{type(error).__name__}")
             return
@@ -580,6 +591,7 @@ class RayLearner:
         self._absorb(reply, controls)
 
     def _absorb(self, reply: Reply, controls: list[tuple[str, Future, Any]]) -> None:
+        self._awaited.difference_update(answer.ticket for answer in reply.answers)
         status = self.algorithm
         status.steps, status.version = reply.steps, reply.version
         for name in ("queue_wait", "forward", "batch_size", "updates", "checkpoints"):
@@ -607,6 +619,7 @@ class RayLearner:
     def _lose(self, units: list[Any], controls: list[tuple[str, Future, Any]], reason: str) -> None:
         """The actor is gone: everything sent or waiting fails with `LearnerUnavailable`; a new actor
         restored from the last checkpoint takes over. Steps queued meanwhile were refused at once."""
+        self._awaited.clear()
         with self._lock:
             self._available = False
             units += self._units
@@ -621,6 +634,7 @@ class RayLearner:
         self._respawn(reason)
 
     def _fail(self, units: list[Any], controls: list[tuple[str, Future, Any]], error: Exception) -> None:
+        self._awaited.clear()
         for _, future, _ in controls:
             if not future.done():
                 future.set_exception(error)
@@ -661,6 +675,14 @@ class RayLearner:
             target = future.vector.future if isinstance(future, _Part) else future
             if not target.done():
                 target.set_exception(error)
+
+
+def _kill(handle: Any) -> None:
+    """End an actor for good (nothing if it is gone already)."""
+    try:
+        ray.kill(handle, no_restart=True)
+    except Exception:  # noqa: BLE001 - already gone
+        pass
 
 
 class RayLearners:

@@ -114,12 +114,12 @@ def serve_and_lose_the_learner(tmp_path, lose, actor_options=None, after=None):
     graph = load_preset(str(TEST_PRESETS / "tiny_ppo.py"))
     graph.remote_learners = RayLearners(actor_options=actor_options)
     server = ServerThread(ServerConfig(graph, tmp_path / "data")).start_and_wait()
+    stop, totals = threading.Event(), [None, None]
     try:
         runtime = graph.runtime()
         learner = runtime.learner
         key = server.server.created_keys["tiny"]
-        stop, totals = threading.Event(), [None, None]
-        clients = [threading.Thread(target=drive, args=(server.server.url, key, 100 * i, stop, totals, i))
+        clients = [threading.Thread(target=drive, args=(server.server.url, key, 100 * i, stop, totals, i), daemon=True)
                    for i in range(2)]
         for thread in clients:
             thread.start()
@@ -131,7 +131,7 @@ def serve_and_lose_the_learner(tmp_path, lose, actor_options=None, after=None):
         deadline = time.monotonic() + 90
         while learner.restarts == 0 and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert learner.restarts == 1, "the learner actor was not started again"
+        assert learner.restarts == 1, f"the learner actor was not started again (failure: {learner.failure})"
         resumed_at = learner.steps
         if after is not None:
             after(learner)
@@ -151,6 +151,7 @@ def serve_and_lose_the_learner(tmp_path, lose, actor_options=None, after=None):
         sent = sum(seq - episodes for seq, episodes, _ in totals)
         assert sum(runtime.phase_steps.values()) == runtime.tracker.steps == sent
     finally:
+        stop.set()
         server.stop()
 
 
