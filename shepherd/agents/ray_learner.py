@@ -92,7 +92,8 @@ def connect(address: str | None, num_cpus: int | None = None) -> None:
         from ray._private import ray_constants
 
         ray_constants.ENABLE_RAY_CLUSTER = False
-        ray.init(_node_ip_address="127.0.0.1", include_dashboard=False, namespace=NAMESPACE,
+        ray.init(address="local",  # a new instance, never another Ray of this machine found by ray.init
+                 _node_ip_address="127.0.0.1", include_dashboard=False, namespace=NAMESPACE,
                  num_cpus=num_cpus if num_cpus is not None else 1, log_to_driver=False,
                  configure_logging=False)
     else:

@@ -103,7 +103,7 @@ def drive(url, key, seed, stop, totals, index):
         client.close()
 
 
-def serve_and_lose_the_learner(tmp_path, lose, actor_options=None, after=None):
+def serve_and_lose_the_learner(tmp_path, lose, actor_options=None, after=None, num_cpus=0.0):
     """Serve tiny_ppo with its learner on Ray, drive it with two clients, ``lose(learner)`` once a
     checkpoint is written, ``after(learner)`` once a new actor took over, and check that the agent resumed
     from the checkpoint with every step counted once."""
@@ -112,7 +112,7 @@ def serve_and_lose_the_learner(tmp_path, lose, actor_options=None, after=None):
     from shepherd.http import ServerConfig
 
     graph = load_preset(str(TEST_PRESETS / "tiny_ppo.py"))
-    graph.remote_learners = RayLearners(actor_options=actor_options)
+    graph.remote_learners = RayLearners(num_cpus, actor_options)
     server = ServerThread(ServerConfig(graph, tmp_path / "data")).start_and_wait()
     stop, totals = threading.Event(), [None, None]
     try:
@@ -165,16 +165,22 @@ def test_a_learner_whose_node_is_removed_resumes_on_another_node(cluster, tmp_pa
 
     doomed = cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
     cluster.wait_for_nodes()
+    deadline = time.monotonic() + 30  # until the scheduler knows the node (the affinity below is best effort)
+    while not any(node["NodeID"] == doomed.node_id and node["Alive"] for node in ray.nodes()):
+        assert time.monotonic() < deadline, "the new node never joined"
+        time.sleep(0.2)
     placed = []
 
     def remove_its_node(learner):
         placed.append(ray.get(learner.handle.node.remote()))
-        cluster.remove_node(doomed)
+        hosts = [node for node in cluster.worker_nodes if node.node_id == placed[0]]
+        assert hosts, "the learner's actor runs on the head node, which cannot be removed"
+        cluster.remove_node(hosts[0])
 
-    serve_and_lose_the_learner(  # first on the new node; anywhere once it is gone (the affinity is soft)
+    serve_and_lose_the_learner(  # first on the new node, likely; anywhere once it is gone (the affinity is soft)
         tmp_path, remove_its_node, {"scheduling_strategy": NodeAffinitySchedulingStrategy(doomed.node_id, soft=True)},
-        after=lambda learner: placed.append(ray.get(learner.handle.node.remote())))
-    assert placed[0] == doomed.node_id and placed[1] != doomed.node_id
+        after=lambda learner: placed.append(ray.get(learner.handle.node.remote())), num_cpus=0.5)
+    assert placed[1] != placed[0]
 
 
 def test_without_ray_it_is_never_imported(tmp_path):
