@@ -253,7 +253,8 @@ async def start_front_ends(server: RunningServer, config: ServerConfig, args: ar
     port = holder.getsockname()[1]
     front_ends = FrontEnds(FrontEndSettings(
         args.front_ends, args.host, port, server.url, config.front_end_token, config.max_body_bytes,
-        config.body_timeout_seconds, config.idle_timeout_seconds, config.act_timeout_seconds + 5))
+        config.body_timeout_seconds, config.idle_timeout_seconds, config.act_timeout_seconds + 5,
+        config.max_connections, config.header_timeout_seconds))
     try:
         await front_ends.start()
     except FrontEndError as error:

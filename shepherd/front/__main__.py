@@ -16,6 +16,7 @@ import sys
 
 from aiohttp import web
 
+from shepherd.connections import GuardedRunner, connection_limit
 from shepherd.front.app import FrontConfig, create_app
 
 logger = logging.getLogger("shepherd.front")
@@ -30,6 +31,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-body", type=int, default=1 << 20, metavar="BYTES")
     parser.add_argument("--body-timeout", type=float, default=30.0, metavar="SECONDS")
     parser.add_argument("--idle-timeout", type=float, default=75.0, metavar="SECONDS")
+    parser.add_argument("--max-connections", type=int, default=None, metavar="N",
+                        help="open public connections at most (more are answered 503 and closed; default: from "
+                             "the open-file limit)")
+    parser.add_argument("--header-timeout", type=float, default=10.0, metavar="SECONDS",
+                        help="close a new connection that sends no request headers within this long")
     parser.add_argument("--shutdown-timeout", type=float, default=35.0, metavar="SECONDS",
                         help="how long open requests get to be answered when the front end stops")
     return parser.parse_args(argv)
@@ -49,8 +55,9 @@ async def serve(args: argparse.Namespace, token: str) -> None:
 
     loop.add_reader(sys.stdin.fileno(), head_gone)
     config = FrontConfig(args.head, token, args.max_body, args.body_timeout, args.idle_timeout)
-    runner = web.AppRunner(create_app(config), handle_signals=False, access_log=None,
-                           keepalive_timeout=args.idle_timeout, shutdown_timeout=args.shutdown_timeout)
+    runner = GuardedRunner(create_app(config), connection_limit(args.max_connections), args.header_timeout,
+                           handle_signals=False, access_log=None, keepalive_timeout=args.idle_timeout,
+                           shutdown_timeout=args.shutdown_timeout)
     await runner.setup()
     try:
         await web.TCPSite(runner, args.host, args.port, reuse_port=True).start()

@@ -45,6 +45,9 @@ class FrontEndSettings:
     body_timeout_seconds: float
     idle_timeout_seconds: float
     shutdown_timeout_seconds: float
+    #: each front end's own limits on its public connections (None: derived from its open-file limit)
+    max_connections: int | None = None
+    header_timeout_seconds: float = 10.0
 
 
 def reserve_port(host: str, port: int) -> socket.socket:
@@ -104,6 +107,8 @@ class FrontEnds:
             sys.executable, "-m", "shepherd.front", "--head", s.head_url, "--host", s.host, "--port", str(s.port),
             "--max-body", str(s.max_body_bytes), "--body-timeout", str(s.body_timeout_seconds),
             "--idle-timeout", str(s.idle_timeout_seconds), "--shutdown-timeout", str(s.shutdown_timeout_seconds),
+            "--header-timeout", str(s.header_timeout_seconds),
+            *(() if s.max_connections is None else ("--max-connections", str(s.max_connections))),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env,
             start_new_session=True)  # Ctrl-C reaches the head only, which stops the front ends in order
         assert process.stdin is not None and process.stdout is not None

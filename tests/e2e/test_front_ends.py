@@ -249,3 +249,24 @@ def test_front_ends_exit_when_the_head_is_killed(server_factory):
     while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(alive(pid) for pid in pids)
+
+
+def test_front_ends_keep_the_connection_limits_of_the_public_port(server_factory):
+    """--max-connections and --header-timeout hold on the front ends' port as on the head's own: silent
+    connections over the limit are answered 503 and closed, the others closed after the header timeout."""
+    import socket
+
+    server = server_factory(TINY, "--front-ends", "1", "--max-connections", "4", "--header-timeout", "0.5")
+    host, port = urlsplit(server.url).hostname, urlsplit(server.url).port
+    silent = [socket.create_connection((host, port), timeout=10) for _ in range(12)]  # never send a byte
+    replies = []
+    for connection in silent:
+        chunks = []
+        while chunk := connection.recv(4096):
+            chunks.append(chunk)
+        replies.append(b"".join(chunks))
+        connection.close()
+    refused = [reply for reply in replies if reply.startswith(b"HTTP/1.1 503 ") and b"maximum of open connections" in reply]
+    assert len(refused) == 8 and replies.count(b"") == 4, replies
+    status, _, _ = request(server.url, "/shepherd/login_user/", {"apikey": server.api_key})
+    assert status == 200  # the slots are free again
