@@ -142,11 +142,12 @@ class AdvisedRolloutBuffer(RolloutBuffer):
 
 @dataclass(frozen=True)
 class Advisor:
-    """Who advises a client: its name, its learner's weights, and its checkpoint (read before it publishes)."""
+    """Who advises a client: its name, its learner's weights, and its checkpoint (read before it publishes;
+    None: no advice before it publishes, as for an advisor in another process)."""
 
     name: str
     weights: WeightSource
-    model_path: Path
+    model_path: Path | None
     recent_return: float | None = None  # its own policy's recent evaluation return, when it was chosen
 
 
@@ -204,6 +205,8 @@ class AdvisorPolicy:
             return self.policy
         if self._version is not None:
             return self.policy
+        if advisor.model_path is None:
+            return None
         try:
             _, params, _ = load_from_zip_file(advisor.model_path, device="cpu")
         except (OSError, ValueError, KeyError) as error:

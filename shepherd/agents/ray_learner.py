@@ -5,8 +5,8 @@ What crosses the process boundary is plain data only: lists of `Request` in, lis
 the learner's counters, its measurements and, when asked, its published weights), checkpoint bytes out
 and in. No future, callable or client-sent object is unpickled from the head's side of a call.
 
-- `LearnerActor` (the actor, named ``shepherd-learner/<agent id>`` in namespace ``shepherd``) builds the
-  ordinary learner with the registry's factory (`learner_for`) and runs its `ThreadedLearner` there, with
+- `LearnerActor` (the actor, named ``shepherd-learner/<agent id>`` in namespace ``shepherd``, or
+  ``shepherd-learner/<agent id>/<client>`` for each client of an advised agent) builds the ordinary learner with the registry's factory (`learner_for`) and runs its `ThreadedLearner` there, with
   its answers relayed back (`ThreadedLearner.relay`) instead of set on futures.
 - `RayLearner` (on the head) keeps the callers' futures by ticket and sends everything pending for its
   actor as one remote call, one call in flight at a time (the next batch collects meanwhile); the answers
@@ -19,7 +19,10 @@ and in. No future, callable or client-sent object is unpickled from the head's s
   `LearnerUnavailable` (HTTP 503 with Retry-After), and a client's retry of the same ``seq`` is handed to
   the new actor without being counted twice (`shepherd.graph.sessions`).
 
-Only this module imports ray, and only ``--ray`` imports it (`connect`).
+An advised client's advice is forwarded to its actor as plain data, and read there from its advisor's
+actor (`shepherd.agents.ray_advice`).
+
+Only this module and `shepherd.agents.ray_advice` import ray, and only ``--ray`` imports them (`connect`).
 """
 
 from __future__ import annotations
@@ -40,14 +43,16 @@ from typing import Any, Callable
 import ray
 from ray import exceptions as ray_errors
 
+from shepherd.agents.advice import Advice
 from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFailed, Answer, Deliver, Kind,
                                   LearnerUnavailable, Observation, Outcome, Request, VersionedWeights)
 from shepherd.agents.inline import GreedyActor
 from shepherd.agents.metrics import MetricsWriter
+from shepherd.agents.ray_advice import advice_data, advice_status, apply_advice
 from shepherd.agents.registry import learner_for
 from shepherd.agents.timing import LearnerStats
 from shepherd.agents.worker import ThreadedLearner, _Part, _refuse, _Vector
-from shepherd.definition import AgentDefinition
+from shepherd.definition import AgentDefinition, Sharing
 from shepherd.storage.files import atomic_write_bytes
 
 logger = logging.getLogger(__name__)
@@ -158,6 +163,29 @@ class LearnerActor:
     def start(self) -> None:
         self._built.start(None)
 
+    def start_from(self, weights: bytes) -> None:
+        """Start an advised client's learner from another client's checkpoint (before `start`)."""
+        path = self._folder / "start-from.zip"
+        path.write_bytes(weights)
+        algorithm: Any = self._built.algorithm  # an advised adapter (the head sends this to no other)
+        try:
+            algorithm.start_from(path)
+        finally:
+            path.unlink()
+
+    def advisor_weights(self, after: int) -> tuple[VersionedWeights | None, dict[str, Any] | None]:
+        """What an advisee's actor reads of this one as its advisor: the published weights if newer than
+        ``after`` (asking makes the learner publish at its next batch), and its filter statistics."""
+        algorithm: Any = self._built.algorithm
+        published = algorithm.latest_weights()
+        filtering = getattr(algorithm, "filtering", None)
+        filters = filtering.state() if filtering is not None and filtering.keys else None
+        return (published if published is not None and published.version > after else None), filters
+
+    def advice_status(self) -> dict[str, Any]:
+        """This advisee's advisor (its actor name), the weights read from it, and their version."""
+        return advice_status(self._built.algorithm)
+
     @property
     def _built(self) -> ThreadedLearner:
         if self._learner is None:
@@ -171,7 +199,8 @@ class LearnerActor:
 
     def process(self, units: list[Any], wait: float, weights_after: int | None) -> Reply:
         """Queue ``units`` in order (a list of requests is one unit; ``("checkpoint", state)``, ``("set",
-        values)`` and ``("drain",)`` are controls), and return the answers given once the learner passed
+        values)`` and ``("drain",)`` are controls; ``("advice", data)`` sets an advised client's advice at once),
+        and return the answers given once the learner passed
         them all; without units, wait up to ``wait`` seconds for answers held back before. With
         ``weights_after``, also the published weights if newer than that version."""
         learner = self._built
@@ -191,6 +220,8 @@ class LearnerActor:
                 controls.append(("set", learner.set_parameters(unit[1]), None))
             elif unit[0] == "drain":
                 learner.drain()
+            elif unit[0] == "advice":
+                apply_advice(learner.algorithm, unit[1], NAMESPACE)
         if units:
             try:
                 learner.mark().result()
@@ -239,11 +270,26 @@ class _RemoteStatus:
 
     model = None
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, actor_name: str) -> None:
         self.name = name
+        self.actor_name = actor_name  # what an advisee's actor asks for this one's weights by
         self.steps = 0
         self.version = 0
         self.draining = False
+
+
+class _AdvisedStatus(_RemoteStatus):
+    """An advised client's status: also the head's `Advice`, which the graph sets and the `RayLearner`
+    forwards to the actor (`ray_advice.advice_data`), and `start_from`, sent to the actor."""
+
+    def __init__(self, name: str, actor_name: str, learner: RayLearner) -> None:
+        super().__init__(name, actor_name)
+        self.advice = Advice()  # strength and decay are the actor's (its parameters): only the advisor is sent
+        self._learner = learner
+
+    def start_from(self, path: Path) -> None:
+        """Raises: OSError (the file), or what the actor's `start_from` raised."""
+        self._learner.start_from(path)
 
 
 class _Snapshot:
@@ -282,7 +328,10 @@ class RayLearner:
         self.failure: str | None = None
         self.stats = LearnerStats()
         self.metrics: MetricsWriter | None = None
-        self.algorithm = _RemoteStatus(self.name)
+        self.algorithm: _RemoteStatus = _RemoteStatus(self.name, actor_name)
+        if definition.sharing is Sharing.ADVISED:
+            self.algorithm = _AdvisedStatus(self.name, actor_name, self)
+        self._advice_sent: dict[str, Any] | None = None  # what the actor has of the advice
         self._build_args = (definition, dict(values), total_steps)
         self._local = local  # never started: its spaces, greedy plan and checkpoint checks
         self._num_cpus = self.num_cpus if num_cpus is None else num_cpus
@@ -330,6 +379,7 @@ class RayLearner:
                                     "that its actor died)") from None
                 time.sleep(0.2)
         self._handle = handle
+        self._advice_sent = None  # a new actor has no advisor yet
         try:
             state: dict[str, Any] = ray.get(handle.build.remote(*self._build_args, checkpoint, start),
                                             timeout=BUILD_SECONDS)
@@ -398,6 +448,10 @@ class RayLearner:
     def available(self) -> bool:
         """The actor answers (False while a lost one is started again)."""
         return self._available
+
+    def start_from(self, path: Path) -> None:
+        """An advised client's learner starts from another client's weights (before `start`)."""
+        ray.get(self._handle.start_from.remote(path.read_bytes()), timeout=BUILD_SECONDS)
 
     def start(self, deliver: Deliver | None = None) -> None:
         self._deliver = deliver
@@ -563,11 +617,21 @@ class RayLearner:
                 if closing:
                     return
                 continue
-            self._call(units, controls)
+            self._call(self._advice_units() + units, controls)
             if self.metrics is not None:
                 self.metrics.tick()
             if closing and not self._units:
                 return
+
+    def _advice_units(self) -> list[Any]:
+        """The advised client's advice as the head's graph set it, if the actor does not have it yet."""
+        if not isinstance(self.algorithm, _AdvisedStatus):
+            return []
+        data = advice_data(self.algorithm.advice)
+        if data == self._advice_sent:
+            return []
+        self._advice_sent = data  # a call that fails loses its actor, whose replacement is sent it again
+        return [("advice", data)]
 
     def _call(self, units: list[Any], controls: list[tuple[str, Future, Any]]) -> None:
         weights_after = None
@@ -688,7 +752,7 @@ def _kill(handle: Any) -> None:
 
 class RayLearners:
     """Builds served learners as `RayLearner`s (`GraphManager.remote_learners`): actor
-    ``shepherd-learner/<agent id>``, each using ``num_cpus`` of Ray's logical CPUs (0: any number fit), with
+    ``shepherd-learner/<agent id>`` (an advised agent's client: ``shepherd-learner/<agent id>/<client>``), each using ``num_cpus`` of Ray's logical CPUs (0: any number fit), with
     more of Ray's actor options if given (``scheduling_strategy``, ``resources``, ...)."""
 
     def __init__(self, num_cpus: float = 0.0, actor_options: dict[str, Any] | None = None) -> None:
@@ -696,9 +760,9 @@ class RayLearners:
         self.actor_options = dict(actor_options or {})
 
     def __call__(self, record: Any, values: dict[str, Any], total_steps: int | None,
-                 local: ThreadedLearner) -> ThreadedLearner:
-        learner = RayLearner(record.definition, values, total_steps, f"shepherd-learner/{record.id}", local,
-                             self.num_cpus, self.actor_options)
+                 local: ThreadedLearner, client: str | None = None) -> ThreadedLearner:
+        name = f"shepherd-learner/{record.id}" if client is None else f"shepherd-learner/{record.id}/{client}"
+        learner = RayLearner(record.definition, values, total_steps, name, local, self.num_cpus, self.actor_options)
         learner.spawn()
         # it answers every call a ThreadedLearner answers that the graph makes (see the class)
         return learner  # type: ignore[return-value]

@@ -87,7 +87,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="close a keep-alive connection idle for this long between requests "
                              "(default %(default)s)")
     parser.add_argument("--ray", nargs="?", const=LOCAL_RAY, default=None, metavar="ADDRESS",
-                        help="run each agent's learner in a Ray actor (pip install -e .[ray]): alone, start a "
+                        help="run each agent's learner (each client's, for an advised agent) in a Ray actor "
+                             "(pip install -e .[ray]): alone, start a "
                              "local Ray bound to 127.0.0.1 with token authentication; 'auto' or HOST:PORT joins a "
                              "running cluster (docs/distributed.md)")
     parser.add_argument("--front-ends", type=int, default=0, metavar="K",
@@ -131,7 +132,8 @@ def serve_command(args: argparse.Namespace) -> int:
 
 
 def serve_on_ray(graph: GraphManager, args: argparse.Namespace) -> int:
-    """Serve with every pooled agent's learner in a Ray actor (imports ray only now)."""
+    """Serve with every learner (a pooled agent's, each client's of an advised one) in a Ray actor (imports
+    ray only now)."""
     try:
         from shepherd.agents import ray_learner
     except ImportError as error:

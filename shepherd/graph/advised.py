@@ -40,7 +40,7 @@ class AdvisedAgent:
     `build_client` and `restore` (they build models and read checkpoints: run them off the event loop)."""
 
     def __init__(self, record: AgentRecord, schedule: Schedule, store: Store,
-                 build_learner: Callable[[], ThreadedLearner],
+                 build_learner: Callable[[str], ThreadedLearner],
                  on_evaluation: Callable[[AgentRuntime, EvaluationResult], None] | None = None) -> None:
         self.record = record
         self.schedule = schedule
@@ -80,7 +80,7 @@ class AdvisedAgent:
         Raises:
             ParameterError: the learner cannot be built; StoreError: its checkpoint cannot be loaded.
         """
-        learner = self._build_learner()
+        learner = self._build_learner(name)
         runtime = AgentRuntime(self.record, learner, self.schedule, self.store, self._evaluated, client=name)
         if runtime.resume():
             return runtime

@@ -193,10 +193,10 @@ class GraphManager:
         self.not_started: list[AgentRecord] = []  # stored agents left out by create_graph(only_preset=True)
         self._serving = Serving()
         self._sessions = SessionTable()
-        #: builds a pooled agent's served learner in another process from its record, values, training budget
-        #: and the in-process learner built first (`shepherd.agents.ray_learner.RayLearners`, run.py --ray);
-        #: None: every learner runs in this process
-        self.remote_learners: Callable[[AgentRecord, dict[str, Any], int | None, ThreadedLearner],
+        #: builds a served learner in another process from the agent's record, values, training budget, the
+        #: in-process learner built first and the client's name (an advised agent's clients; None: a pooled
+        #: agent's) (`shepherd.agents.ray_learner.RayLearners`, run.py --ray); None: every learner runs here
+        self.remote_learners: Callable[[AgentRecord, dict[str, Any], int | None, ThreadedLearner, str | None],
                                        ThreadedLearner] | None = None
 
     @classmethod
@@ -373,8 +373,9 @@ class GraphManager:
 
     def build_runtime(self, record: AgentRecord, in_process: bool = False) -> AgentRuntime | AdvisedAgent:
         """A runtime with a fresh learner, resumed from the agent's checkpoint if it has one; not started.
-        An advised agent's is an `AdvisedAgent` with every client it had, each resumed. A pooled agent's
-        learner is built by `remote_learners` when set, unless ``in_process`` (an export reads the model).
+        An advised agent's is an `AdvisedAgent` with every client it had, each resumed. Each learner (a pooled
+        agent's, each client's of an advised one) is built by `remote_learners` when set, unless
+        ``in_process`` (an export reads the model).
         Blocks (builds the model, reads the checkpoint): run it off the event loop.
 
         Raises:
@@ -383,15 +384,19 @@ class GraphManager:
         schedule = self.schedule_for(record)
         values = learner_values(record.algorithm, record.parameters, schedule)
         learner = learner_for(record.definition, values, schedule.improve_steps)
+        remote = None if in_process else self.remote_learners
         if record.definition.sharing is Sharing.ADVISED:  # the learner built proves the parameters
             learner.close()
-            advised = AdvisedAgent(record, schedule, self.store,
-                                   lambda: learner_for(record.definition, values, schedule.improve_steps),
-                                   self._evaluated)
+
+            def client_learner(client: str) -> ThreadedLearner:
+                local = learner_for(record.definition, values, schedule.improve_steps)
+                return local if remote is None else remote(record, values, schedule.improve_steps, local, client)
+
+            advised = AdvisedAgent(record, schedule, self.store, client_learner, self._evaluated)
             advised.restore()
             return advised
-        if self.remote_learners is not None and not in_process:
-            learner = self.remote_learners(record, values, schedule.improve_steps, learner)
+        if remote is not None:
+            learner = remote(record, values, schedule.improve_steps, learner, None)
         runtime = AgentRuntime(record, learner, schedule, self.store, self._evaluated)
         if runtime.resume():
             logger.info("agent %s resumes from %s", record.name, runtime.model_path)

@@ -202,3 +202,75 @@ print("no ray")
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode == 0, result.stderr[-2000:]
     assert "no ray" in result.stdout
+
+
+def drive_client(url, key, name, seed, stop, errors):
+    """Step CartPole as the advised agent's client ``name`` until ``stop``."""
+    try:
+        client = Client(url, key, timeout=60, retry_seconds=60, client=name)
+        env = gym.make("CartPole-v1")
+        client.login()
+        episodes = 0
+        try:
+            while not stop.is_set():
+                obs, _ = env.reset(seed=seed + episodes)
+                episodes += 1
+                action = client.step(obs.tolist(), 0.0, False)
+                while not stop.is_set():
+                    obs, reward, terminated, truncated, _ = env.step(action)
+                    action = client.step(obs.tolist(), float(reward), terminated or truncated, truncated=truncated)
+                    if terminated or truncated:
+                        break
+        finally:
+            client.close()
+    except Exception as error:  # noqa: BLE001 - the test reports it
+        errors.append(f"{name}: {type(error).__name__}: {error}")
+
+
+def test_an_advised_agents_clients_learn_in_named_actors_and_the_advisee_reads_its_advisors_weights(
+        cluster, tmp_path):
+    """tiny_ppo_advised over HTTP with two named clients: each client's learner is its own named actor, both
+    learn, the graph on the head gives one the other as advisor, and the advisee's actor reads the
+    advisor's actor's published weights (the head forwards only the advisor's actor name)."""
+    from shepherd.agents.ray_learner import NAMESPACE, RayLearner, RayLearners
+    from shepherd.graph import load_preset
+    from shepherd.http import ServerConfig
+
+    graph = load_preset(str(TEST_PRESETS / "tiny_ppo_advised.py"))
+    graph.remote_learners = RayLearners()
+    server = ServerThread(ServerConfig(graph, tmp_path / "data")).start_and_wait()
+    stop, errors = threading.Event(), []
+    try:
+        key = server.server.created_keys["arms"]
+        clients = [threading.Thread(target=drive_client, args=(server.server.url, key, name, 100 * i, stop, errors),
+                                    daemon=True) for i, name in enumerate(("arm-1", "arm-2"))]
+        for thread in clients:
+            thread.start()
+        advised = graph.advised_agent("arms")
+        agent_id = advised.record.id
+        names = {client: f"shepherd-learner/{agent_id}/{client}" for client in ("arm-1", "arm-2")}
+        read, seen, deadline = None, [], time.monotonic() + 60
+        while read is None and time.monotonic() < deadline and not errors:
+            time.sleep(0.5)
+            for row in advised.describe_clients():
+                if row["advisor"] is None:
+                    continue
+                status = ray.get(ray.get_actor(names[row["client"]], namespace=NAMESPACE).advice_status.remote())
+                seen.append((row["client"], row["advisor"], status))
+                if status["advisor"] == names[row["advisor"]] and status["reads"] >= 2 and status["version"] > 0:
+                    read = status  # the advisee's actor read newer weights of its advisor's actor as it learned
+        assert not errors, errors
+        assert seen, "the graph gave no client an advisor"
+        assert read is not None, f"the advisee's actor read no weights of its advisor's actor: {seen[-5:]}"
+        assert set(advised.clients) == {"arm-1", "arm-2"}
+        for client, runtime in advised.clients.items():
+            learner = runtime.learner
+            assert isinstance(learner, RayLearner) and learner.actor_name == names[client]
+            assert ray.get_actor(names[client], namespace=NAMESPACE) is not None
+            assert learner.failure is None
+            assert learner.steps > 0 and runtime.tracker.steps > 0, f"client {client} did not learn"
+    finally:
+        stop.set()
+        for thread in clients:
+            thread.join(60)
+        server.stop()
