@@ -69,6 +69,7 @@ class RemoteAdvisor:
         self._pending: Any = None  # the ObjectRef of the request in flight
         self._asked = 0.0
         self._handle: Any = None
+        self._after = -1  # the version asked to be newer than (-1 again for an advisor's actor started anew)
         self.reads = 0
         self.filtering: _AdvisorFiltering | None = None
         if own_filtering is not None and own_filtering.keys:
@@ -89,7 +90,7 @@ class RemoteAdvisor:
         try:
             if self._handle is None:
                 self._handle = ray.get_actor(self.actor_name, namespace=self._namespace)
-            self._pending = self._handle.advisor_weights.remote(self.version)
+            self._pending = self._handle.advisor_weights.remote(self._after)
         except Exception as error:  # noqa: BLE001 - the advisor's actor is gone or not there yet: no advice now
             logger.debug("advisor %s cannot be asked for its weights: %s", self.actor_name, error)
             self._handle = None
@@ -107,10 +108,12 @@ class RemoteAdvisor:
         except Exception as error:  # noqa: BLE001 - the advisor's actor died: found again by name next time
             logger.debug("advisor %s did not send its weights: %s", self.actor_name, error)
             self._handle = None
+            self._after = -1  # its replacement counts versions from its checkpoint's
             return
         if weights is not None:
             self._weights = VersionedWeights(int(weights.version),
                                              {k: np.asarray(v) for k, v in weights.arrays.items()})
+            self._after = self._weights.version
             self.reads += 1
         if filters is not None and self.filtering is not None:
             self.filtering.load(filters)

@@ -6,8 +6,9 @@ the learner's counters, its measurements and, when asked, its published weights)
 and in. No future, callable or client-sent object is unpickled from the head's side of a call.
 
 - `LearnerActor` (the actor, named ``shepherd-learner/<agent id>`` in namespace ``shepherd``, or
-  ``shepherd-learner/<agent id>/<client>`` for each client of an advised agent) builds the ordinary learner with the registry's factory (`learner_for`) and runs its `ThreadedLearner` there, with
-  its answers relayed back (`ThreadedLearner.relay`) instead of set on futures.
+  ``shepherd-learner/<agent id>/<client>`` for each client of an advised agent) builds the ordinary
+  learner with the registry's factory (`learner_for`) and runs its `ThreadedLearner` there, with its
+  answers relayed back (`ThreadedLearner.relay`) instead of set on futures.
 - `RayLearner` (on the head) keeps the callers' futures by ticket and sends everything pending for its
   actor as one remote call, one call in flight at a time (the next batch collects meanwhile); the answers
   are delivered on the caller's thread with the ``deliver`` given to `start`, as a `ThreadedLearner` does.
@@ -199,10 +200,10 @@ class LearnerActor:
 
     def process(self, units: list[Any], wait: float, weights_after: int | None) -> Reply:
         """Queue ``units`` in order (a list of requests is one unit; ``("checkpoint", state)``, ``("set",
-        values)`` and ``("drain",)`` are controls; ``("advice", data)`` sets an advised client's advice at once),
-        and return the answers given once the learner passed
-        them all; without units, wait up to ``wait`` seconds for answers held back before. With
-        ``weights_after``, also the published weights if newer than that version."""
+        values)`` and ``("drain",)`` are controls; ``("advice", data)`` sets an advised client's advice at
+        once), and return the answers given once the learner passed them all; without units, wait up to
+        ``wait`` seconds for answers held back before. With ``weights_after``, also the published weights if
+        newer than that version."""
         learner = self._built
         now = time.perf_counter()
         controls: list[tuple[str, Future, Path | None]] = []
@@ -752,8 +753,9 @@ def _kill(handle: Any) -> None:
 
 class RayLearners:
     """Builds served learners as `RayLearner`s (`GraphManager.remote_learners`): actor
-    ``shepherd-learner/<agent id>`` (an advised agent's client: ``shepherd-learner/<agent id>/<client>``), each using ``num_cpus`` of Ray's logical CPUs (0: any number fit), with
-    more of Ray's actor options if given (``scheduling_strategy``, ``resources``, ...)."""
+    ``shepherd-learner/<agent id>`` (an advised agent's client: ``shepherd-learner/<agent id>/<client>``),
+    each using ``num_cpus`` of Ray's logical CPUs (0: any number fit), with more of Ray's actor options if
+    given (``scheduling_strategy``, ``resources``, ...)."""
 
     def __init__(self, num_cpus: float = 0.0, actor_options: dict[str, Any] | None = None) -> None:
         self.num_cpus = num_cpus
