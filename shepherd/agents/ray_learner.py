@@ -46,13 +46,13 @@ from ray import exceptions as ray_errors
 
 from shepherd.agents.advice import Advice
 from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFailed, Answer, Deliver, Kind,
-                                  LearnerUnavailable, Observation, Outcome, Request, VersionedWeights)
+                                  LearnerUnavailable, Observation, Request, VersionedWeights)
 from shepherd.agents.inline import GreedyActor
 from shepherd.agents.metrics import MetricsWriter
 from shepherd.agents.ray_advice import advice_data, advice_status, apply_advice
 from shepherd.agents.registry import learner_for
 from shepherd.agents.timing import LearnerStats
-from shepherd.agents.worker import ThreadedLearner, _Part, _refuse, _Vector
+from shepherd.agents.worker import ThreadedLearner, _Part, _Vector, settle
 from shepherd.definition import AgentDefinition, Sharing
 from shepherd.storage.files import atomic_write_bytes
 
@@ -718,16 +718,7 @@ class RayLearner:
         with self._lock:
             futures = [self._futures.pop(answer.ticket, None) for answer in answers]
         for answer, future in zip(answers, futures):
-            if isinstance(future, _Part):
-                future.vector.answer(future.index, answer)
-                continue
-            if future is None or future.done():
-                continue
-            if answer.outcome is Outcome.ACTION:
-                future.policy_version = answer.version
-                future.set_result(answer.action)
-            else:
-                _refuse(future, answer)
+            settle(future, answer)
 
     def _fail_tickets(self, tickets: list[int] | None, error: Exception) -> None:
         """The futures of ``tickets`` (None: every one awaited) fail with ``error``: their requests were lost

@@ -119,6 +119,20 @@ class _Part:
     index: int
 
 
+def settle(future: ActionFuture | _Part | None, answer: Answer) -> None:
+    """Settle the future an answer was awaited by (None, or done already: nothing left to do): its action
+    with the policy version, a refusal, or one part of a vector step's answer."""
+    if isinstance(future, _Part):
+        future.vector.answer(future.index, answer)
+    elif future is None or future.done():
+        return
+    elif answer.outcome is Outcome.ACTION:
+        future.policy_version = answer.version
+        future.set_result(answer.action)
+    else:
+        _refuse(future, answer)
+
+
 class ThreadedLearner:
     """An `Algorithm` on a worker thread, behind the `Learner` calls; every call is thread-safe."""
 
@@ -315,17 +329,7 @@ class ThreadedLearner:
 
     def _resolve(self, answers: list[Answer]) -> None:
         for answer in answers:
-            future = self._futures.pop(answer.ticket, None)
-            if isinstance(future, _Part):
-                future.vector.answer(future.index, answer)
-                continue
-            if future is None or future.done():
-                continue
-            if answer.outcome is Outcome.ACTION:
-                future.policy_version = answer.version
-                future.set_result(answer.action)
-            else:
-                _refuse(future, answer)
+            settle(self._futures.pop(answer.ticket, None), answer)
 
     # -- the worker thread -----------------------------------------------------------------------
     def _run(self) -> None:
