@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import resource
 from dataclasses import dataclass
 from typing import Any
 
