@@ -18,34 +18,35 @@ ROOT = Path(__file__).resolve().parents[1]
 TEST_PRESETS = Path(__file__).resolve().parent / "presets"
 
 
-class ServerProcess:
-    """``python run.py`` in a subprocess, with the URL and API key it printed."""
+class AnnouncedProcess:
+    """``python run.py ARGS`` in a subprocess, its stderr to ``log``: the lines it prints are read until
+    ``Stop with Ctrl-C``, and each attribute of ``PATTERNS`` is set from its pattern's first group."""
 
-    def __init__(self, args: list[str], data: Path, timeout: float = 60.0) -> None:
-        self.data = data
-        self.log = data.parent / f"{data.name}-server-{time.monotonic_ns()}.log"
-        self._log_handle = open(self.log, "w")
+    #: attribute -> regular expression of the announcement line that gives it
+    PATTERNS: dict[str, str] = {}
+
+    def __init__(self, args: list[str], cwd: Path, log: Path, timeout: float = 60.0,
+                 python: tuple[str, ...] = ()) -> None:
+        self.log = log
+        self._log_handle = open(log, "w")
         self.process = subprocess.Popen(
-            [sys.executable, str(ROOT / "run.py"), *args, "--data", str(data), "--port", "0"],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=self._log_handle, text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        self.url = self.api_key = self.admin_token = None
+            [sys.executable, *python, str(ROOT / "run.py"), *args], cwd=cwd, stdout=subprocess.PIPE,
+            stderr=self._log_handle, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        for name in self.PATTERNS:
+            setattr(self, name, None)
         self.lines: list[str] = []
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             line = self.process.stdout.readline()
             if not line:
-                raise RuntimeError(f"server exited early:\n{self.log.read_text()}")
+                raise RuntimeError(f"{args[0]}: the process exited early:\n{self.log.read_text()[-3000:]}")
             self.lines.append(line)
-            if match := re.search(r"serving preset \S+ at (http://\S+)", line):
-                self.url = match.group(1)
-            if match := re.search(r"API key for agent \S+ \(.*\): (\S+)", line):
-                self.api_key = match.group(1)
-            if match := re.search(r"Admin token \(.*\): (\S+)", line):
-                self.admin_token = match.group(1)
+            for name, pattern in self.PATTERNS.items():
+                if match := re.search(pattern, line):
+                    setattr(self, name, match.group(1))
             if line.startswith("Stop with Ctrl-C"):
                 return
-        raise RuntimeError("server did not start in time")
+        raise RuntimeError(f"{args[0]}: the process did not start in time")
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
         """Send ``sig`` and wait for the exit status (SIGKILL after ``timeout``)."""
@@ -57,12 +58,27 @@ class ServerProcess:
             self.close()
 
     def close(self) -> None:
-        """Kill the server if it still runs and release its pipes."""
+        """Kill the process if it still runs and release its pipes."""
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait()
         self.process.stdout.close()
         self._log_handle.close()
+
+
+class ServerProcess(AnnouncedProcess):
+    """``python run.py`` in a subprocess, with the URL, API key and admin token it printed."""
+
+    PATTERNS = {"url": r"serving preset \S+ at (http://\S+)", "api_key": r"API key for agent \S+ \(.*\): (\S+)",
+                "admin_token": r"Admin token \(.*\): (\S+)"}
+    url: str | None
+    api_key: str | None
+    admin_token: str | None
+
+    def __init__(self, args: list[str], data: Path, timeout: float = 60.0) -> None:
+        self.data = data
+        super().__init__([*args, "--data", str(data), "--port", "0"], ROOT,
+                         data.parent / f"{data.name}-server-{time.monotonic_ns()}.log", timeout)
 
 
 @pytest.fixture
