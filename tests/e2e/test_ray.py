@@ -85,22 +85,28 @@ class CountingClient(Client):
 def drive(url, key, seed, stop, totals, index):
     """Step CartPole until ``stop``; ``totals[index]`` = (steps sent, episodes begun, error statuses)."""
     client = CountingClient(url, key, timeout=60, retry_seconds=120)
-    env = gym.make("CartPole-v1")
     client.login()
-    episodes = 0
+    episodes = [0]
     try:
-        while not stop.is_set():
-            obs, _ = env.reset(seed=seed + episodes)
-            episodes += 1
-            action = client.step(obs.tolist(), 0.0, False)
-            while True:
-                obs, reward, terminated, truncated, _ = env.step(action)
-                action = client.step(obs.tolist(), float(reward), terminated or truncated, truncated=truncated)
-                if terminated or truncated:
-                    break
+        play(client, seed, stop, episodes)
     finally:
-        totals[index] = (client.seq, episodes, client.statuses)
+        totals[index] = (client.seq, episodes[0], client.statuses)
         client.close()
+
+
+def play(client, seed, stop, episodes):
+    """Step CartPole episodes through a logged-in client until ``stop`` (an episode under way is finished);
+    ``episodes[0]`` counts the episodes begun."""
+    env = gym.make("CartPole-v1")
+    while not stop.is_set():
+        obs, _ = env.reset(seed=seed + episodes[0])
+        episodes[0] += 1
+        action = client.step(obs.tolist(), 0.0, False)
+        while True:
+            obs, reward, terminated, truncated, _ = env.step(action)
+            action = client.step(obs.tolist(), float(reward), terminated or truncated, truncated=truncated)
+            if terminated or truncated:
+                break
 
 
 def serve_and_lose_the_learner(tmp_path, lose, actor_options=None, after=None, num_cpus=0.0):
@@ -208,19 +214,9 @@ def drive_client(url, key, name, seed, stop, errors):
     """Step CartPole as the advised agent's client ``name`` until ``stop``."""
     try:
         client = Client(url, key, timeout=60, retry_seconds=60, client=name)
-        env = gym.make("CartPole-v1")
         client.login()
-        episodes = 0
         try:
-            while not stop.is_set():
-                obs, _ = env.reset(seed=seed + episodes)
-                episodes += 1
-                action = client.step(obs.tolist(), 0.0, False)
-                while not stop.is_set():
-                    obs, reward, terminated, truncated, _ = env.step(action)
-                    action = client.step(obs.tolist(), float(reward), terminated or truncated, truncated=truncated)
-                    if terminated or truncated:
-                        break
+            play(client, seed, stop, [0])
         finally:
             client.close()
     except Exception as error:  # noqa: BLE001 - the test reports it

@@ -48,6 +48,12 @@ def policy_weights(graph: GraphManager, client: str) -> dict[str, np.ndarray]:
     return {k: v.detach().numpy().copy() for k, v in runtime.learner.algorithm.model.policy.state_dict().items()}
 
 
+async def drive_clients(graph, key, names, steps, seeded=False):
+    """Drive a CartPole client of each name at once for ``steps`` steps (with seed = its index, if ``seeded``)."""
+    await asyncio.gather(*(drive(graph, key, gym.make("CartPole-v1"), steps=steps, client_name=name,
+                                 **({"seed": i} if seeded else {})) for i, name in enumerate(names)))
+
+
 async def test_each_client_name_has_its_learner_and_keeps_it_across_a_restart(tmp_path):
     graph, store, keys = await start(tmp_path / "data")
     try:
@@ -99,8 +105,7 @@ async def test_bad_and_missing_client_names_are_refused_clearly(tmp_path):
 async def test_a_failing_client_learner_fails_alone(tmp_path):
     graph, store, keys = await start(tmp_path / "data")
     try:
-        await asyncio.gather(*(drive(graph, keys["arms"], gym.make("CartPole-v1"), steps=5, client_name=name)
-                               for name in ("arm-1", "arm-2")))
+        await drive_clients(graph, keys["arms"], ("arm-1", "arm-2"), steps=5)
         advised = graph.advised_agent("arms")
 
         def broken(requests):
@@ -123,8 +128,7 @@ async def test_a_failing_client_learner_fails_alone(tmp_path):
 async def test_a_new_client_starts_from_the_best_clients_weights_and_is_advised_by_it(tmp_path):
     graph, store, keys = await start(tmp_path / "data")
     try:
-        await asyncio.gather(*(drive(graph, keys["arms"], gym.make("CartPole-v1"), steps=40, seed=i, client_name=name)
-                               for i, name in enumerate(("good", "poor"))))
+        await drive_clients(graph, keys["arms"], ("good", "poor"), steps=40, seeded=True)
         advised = graph.advised_agent("arms")
         good, poor = advised.clients["good"], advised.clients["poor"]
         good.recent_return, poor.recent_return = 200.0, 20.0  # what their evaluations would have said
@@ -152,8 +156,7 @@ async def test_advised_learner_acts_with_the_advisors_policy(tmp_path):
     """With a strong advisor, the advisee's actions follow the advisor's: its rollout rows hold the advice."""
     graph, store, keys = await start(tmp_path / "data")
     try:
-        await asyncio.gather(*(drive(graph, keys["arms"], gym.make("CartPole-v1"), steps=10, client_name=name)
-                               for name in ("teacher", "pupil")))
+        await drive_clients(graph, keys["arms"], ("teacher", "pupil"), steps=10)
         advised = graph.advised_agent("arms")
         teacher, pupil = advised.clients["teacher"], advised.clients["pupil"]
         teacher.recent_return, pupil.recent_return = 300.0, 10.0
@@ -180,8 +183,7 @@ async def test_greedy_acts_are_the_clients_own_policy_not_the_advised_one(tmp_pa
     a confident advisor shapes the pupil's training acts, not its greedy ones."""
     graph, store, keys = await start(tmp_path / "data")
     try:
-        await asyncio.gather(*(drive(graph, keys["arms"], gym.make("CartPole-v1"), steps=10, client_name=name)
-                               for name in ("teacher", "pupil")))
+        await drive_clients(graph, keys["arms"], ("teacher", "pupil"), steps=10)
         advised = graph.advised_agent("arms")
         teacher, pupil = advised.clients["teacher"], advised.clients["pupil"]
         teacher.recent_return, pupil.recent_return = 300.0, 10.0
@@ -215,8 +217,7 @@ async def test_a_client_refuses_an_advisor_whose_advice_lowered_its_returns(tmp_
     from shepherd.level import Phase
     graph, store, keys = await start(tmp_path / "data")
     try:
-        await asyncio.gather(*(drive(graph, keys["arms"], gym.make("CartPole-v1"), steps=10, client_name=name)
-                               for name in ("wrong", "pupil", "other")))
+        await drive_clients(graph, keys["arms"], ("wrong", "pupil", "other"), steps=10)
         advised = graph.advised_agent("arms")
         wrong, pupil, other = (advised.clients[n] for n in ("wrong", "pupil", "other"))
         wrong.recent_return, other.recent_return, pupil.recent_return = 500.0, 200.0, 50.0
