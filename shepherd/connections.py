@@ -116,10 +116,9 @@ class ConnectionGuard:
 
     def _open(self) -> int:
         """Connections open or about to be: the server's, and the handlers made whose connection is not yet
-        made (a handler whose connection ended has no manager any more)."""
-        connections = set(self.server.connections)
-        self._unmade = [h for h in self._unmade if h not in connections and h._manager is not None]
-        return len(connections) + len(self._unmade)
+        made (no transport yet; a handler whose connection ended has no manager any more)."""
+        self._unmade = [h for h in self._unmade if h.transport is None and h._manager is not None]
+        return len(self.server.connections) + len(self._unmade)
 
     def __call__(self) -> asyncio.BaseProtocol:
         if self._open() >= self.limit:
