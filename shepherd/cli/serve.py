@@ -212,7 +212,7 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
             if names:
                 print(f"local clients of advised agent {graph.validation.agent or graph.agents[0].name}: "
                       f"{', '.join(names)}", flush=True)
-            watch(graph, agent_id, outcome, stop)
+            watch(graph, agent_id, outcome, stop, names or ())
             monitor = asyncio.create_task(progress(graph, agent_id, clients, outcome, stop, args.quiet))
         elif not args.quiet:
             monitor = asyncio.create_task(report_progress(graph))

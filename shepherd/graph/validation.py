@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Final
+from typing import TYPE_CHECKING, Callable, Final, Iterable
 
 from shepherd.graph.schedule import EvaluationResult
 
@@ -50,10 +50,12 @@ def judge(validation: PresetValidation, result: EvaluationResult, budget_finishe
     return Outcome()
 
 
-def watch(graph: GraphManager, agent_id: int, outcome: Outcome,
-          stop: asyncio.Event) -> Callable[[AgentRuntime, EvaluationResult], None]:
+def watch(graph: GraphManager, agent_id: int, outcome: Outcome, stop: asyncio.Event,
+          clients: Iterable[str] = ()) -> Callable[[AgentRuntime, EvaluationResult], None]:
     """Decide ``outcome`` from each evaluation of the validated agent, once, and set ``stop`` then. An
-    advised agent reaches the target once every client's last evaluation does; one client that spends its
+    advised agent reaches the target once every client's last evaluation does, every client it has and
+    every name in ``clients`` (the local clients `run.py --clients` starts, counted before their first
+    login, so a fast client cannot end the run before a slow one has logged in); one client that spends its
     budget below it decides "not reached".
     Returns the listener added to ``graph.evaluation_listeners`` (for the caller to remove).
 
@@ -68,6 +70,7 @@ def watch(graph: GraphManager, agent_id: int, outcome: Outcome,
         raise ValueError(f"preset {graph.name or '(unnamed)'} has no validation block")
 
     latest: dict[str, EvaluationResult] = {}  # an advised agent's clients' last evaluations
+    expected = set(clients)
 
     def on_evaluation(runtime: AgentRuntime, result: EvaluationResult) -> None:
         if runtime.record.id != agent_id or outcome.decided:
@@ -76,7 +79,7 @@ def watch(graph: GraphManager, agent_id: int, outcome: Outcome,
         if runtime.client is not None:  # an advised agent: reached once every client's last evaluation is
             latest[runtime.client] = result
             advised = graph.served.advised.get(agent_id)
-            names = set(advised.clients) if advised is not None else set(latest)
+            names = (set(advised.clients) if advised is not None else set(latest)) | expected
             if decided.reached and not all(
                     name in latest and latest[name].mean_return >= validation.target_return for name in names):
                 return

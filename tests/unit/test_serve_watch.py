@@ -60,3 +60,17 @@ def test_below_the_target_the_run_is_decided_only_once_the_budget_is_spent():
     late = judge(validation, EvaluationResult(2, 10_000, 474.9, (474.9,)))
     assert late.code == NOT_REACHED and not late.reached and "474.9 < 475" in late.reason
     assert judge(validation, EvaluationResult(3, 10_000, 475.0, (475.0,))).reached
+
+
+def test_a_local_client_not_yet_logged_in_holds_the_run_open():
+    advised = SimpleNamespace(clients={"local-0": None})  # local-1 has not logged in yet
+    graph = SimpleNamespace(validation=PresetValidation("CartPole-v1", target_return=475, max_steps=10_000),
+                            evaluation_listeners=[], served=SimpleNamespace(advised={7: advised}))
+    outcome, stop = Outcome(), asyncio.Event()
+    watch(graph, 7, outcome, stop, ["local-0", "local-1"])
+    (listener,) = graph.evaluation_listeners
+    listener(runtime(7, "local-0"), EvaluationResult(1, 500, 500.0, (500.0,)))
+    assert outcome.code is None and not stop.is_set()
+    advised.clients["local-1"] = None
+    listener(runtime(7, "local-1"), EvaluationResult(1, 500, 480.0, (480.0,)))
+    assert outcome.code == EXIT_OK and "every client (local-0, local-1)" in outcome.reason
