@@ -7,8 +7,9 @@ with ``advice_strength`` 0). Each run drives the 4 clients in-process (`shepherd
 drives them), and every ``--eval-every`` steps (summed over clients) evaluates each client on its own env
 with greedy sessions; it stops when every client's evaluation reaches 475, or at ``--budget`` steps. It
 prints, per task and mode, the steps to the target (median and range over seeds; runs that missed it are
-counted). ``--plug`` then adds a fifth client to a trained advised agent and compares its first 10
-episodes with the best client's recent evaluation and with a fresh learner's first 10.
+counted). ``--plug`` then adds two clients to the trained advised agent of seed 0, one on client c1's
+system and one on the best client's own system, and compares each one's first 10 episodes with the best
+client's recent evaluation and with a fresh learner's first 10 on the same system.
 
     python benchmarks/advice.py --seeds 5 --budget 400000          # the issue's measurement (hours)
     python benchmarks/advice.py --seeds 1 --budget 30000 --tasks lengths --modes advised independent
@@ -129,15 +130,7 @@ async def one_run(task: str, mode: str, seed: int, args: argparse.Namespace, plu
             steps, evaluations, _ = await train_until(graph, key, task, mode, args.budget, args.eval_every,
                                                       args.eval_episodes)
             if plug and mode == "advised":
-                best = graph.advised_agent("cartpole").best()  # whose weights the new client starts from
-                env = make_env(task, 1)  # the new client: a 0.5 pole (gymnasium's), or an inverted motor
-                # how the best client's own greedy policy does on the new client's system: whether what it
-                # starts from fits it at all
-                transfer = None if best is None else float(np.mean(await drive(
-                    graph, key, env, episodes=3, evaluate=True, seed=778, client_name=best.client)))
-                first = await drive(graph, key, env, episodes=10, seed=777, client_name="late")
-                plugged = {"best_recent_evaluation": max(evaluations), "late_first_10": float(np.mean(first)),
-                           "started_from": None if best is None else best.client, "best_on_new_env": transfer}
+                plugged = await plug_in(graph, key, task, max(evaluations))
         finally:
             graph.end_sessions()
             await asyncio.to_thread(graph.close)
@@ -145,14 +138,33 @@ async def one_run(task: str, mode: str, seed: int, args: argparse.Namespace, plu
         return Run(task, mode, seed, steps, evaluations, time.monotonic() - started), plugged
 
 
-async def fresh_first_10(task: str, seed: int, strength: float) -> float:
+async def plug_in(graph: GraphManager, key: str, task: str, best_evaluation: float) -> dict:
+    """Plug two new clients into the trained advised agent, each starting from the best client's weights:
+    ``late`` on c1's system (a 0.5 pole, or an inverted motor), whatever the best client's system is, and
+    ``twin`` on the best client's own system (another arm like the best one). Returns their first 10
+    training episodes' mean returns, and how the best client's own greedy policy does on c1's system."""
+    best = graph.advised_agent("cartpole").best()  # whose weights the new clients start from
+    if best is None:
+        raise RuntimeError("no client has an evaluation to be the best")
+    best_index = int(best.client.removeprefix("c"))
+    env = make_env(task, 1)
+    transfer = float(np.mean(await drive(graph, key, env, episodes=3, evaluate=True, seed=778,
+                                         client_name=best.client)))
+    late = await drive(graph, key, env, episodes=10, seed=777, client_name="late")
+    twin = await drive(graph, key, make_env(task, best_index), episodes=10, seed=777, client_name="twin")
+    return {"best_recent_evaluation": best_evaluation, "late_first_10": float(np.mean(late)),
+            "twin_first_10": float(np.mean(twin)), "started_from": best.client, "best_index": best_index,
+            "best_on_new_env": transfer}
+
+
+async def fresh_first_10(task: str, seed: int, strength: float, index: int = 1) -> float:
     with tempfile.TemporaryDirectory() as folder:
         graph = GraphManager([agent("independent", seed, strength)], owner="bench", schedule=Schedule(
             steps_between_evaluation_periods=10 ** 12, evaluation_episodes=1))
         store = Store(Path(folder) / "data")
         key = graph.create_graph(store, serving_here())["cartpole"]
         try:
-            returns = await drive(graph, key, make_env(task, 1), episodes=10, seed=777, client_name="late")
+            returns = await drive(graph, key, make_env(task, index), episodes=10, seed=777, client_name="late")
         finally:
             graph.end_sessions()
             await asyncio.to_thread(graph.close)
@@ -181,13 +193,18 @@ async def main(args: argparse.Namespace) -> int:
                       f"{run.steps if run.steps is not None else 'not reached'}; last evaluations "
                       f"{[round(v) for v in run.evaluations]} ({run.seconds:.0f} s)", flush=True)
                 if plugged:
+                    best = plugged["best_recent_evaluation"]
                     fresh = await fresh_first_10(task, seed, args.strength)
-                    print(f"{task:9s} plugged-in client: first 10 episodes {plugged['late_first_10']:.1f} vs the best "
-                          f"client's recent evaluation {plugged['best_recent_evaluation']:.1f} (ratio "
-                          f"{plugged['late_first_10'] / max(plugged['best_recent_evaluation'], 1e-9):.2f}; it started from "
-                          f"client {plugged['started_from']}, whose own greedy policy returns {plugged['best_on_new_env']} on "
-                          f"the new client's env, c1's dynamics); a fresh "
-                          f"learner's first 10: {fresh:.1f}", flush=True)
+                    fresh_twin = await fresh_first_10(task, seed, args.strength, plugged["best_index"])
+                    print(f"{task:9s} plugged-in clients, each starting from client {plugged['started_from']} (the best; "
+                          f"recent evaluation {best:.1f}):", flush=True)
+                    print(f"{task:9s}   on c1's system: first 10 episodes {plugged['late_first_10']:.1f} (ratio "
+                          f"{plugged['late_first_10'] / max(best, 1e-9):.2f}; {plugged['started_from']}'s own greedy "
+                          f"policy returns {plugged['best_on_new_env']:.1f} there); a fresh learner's first 10: "
+                          f"{fresh:.1f}", flush=True)
+                    print(f"{task:9s}   on {plugged['started_from']}'s own system: first 10 episodes "
+                          f"{plugged['twin_first_10']:.1f} (ratio {plugged['twin_first_10'] / max(best, 1e-9):.2f}, "
+                          f"target >= 0.8); a fresh learner's first 10: {fresh_twin:.1f}", flush=True)
     print("\nsummary (steps summed over the 4 clients):")
     for (task, mode), runs in results.items():
         print(f"  {task:9s} {mode:12s} {summary(runs, args.budget)}")
@@ -220,7 +237,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--modes", nargs="+", default=["pooled", "advised", "independent"],
                         choices=["pooled", "advised", "independent"])
     parser.add_argument("--plug", action="store_true",
-                        help="after the first advised run of each task, plug in a fifth client")
+                        help="after the first advised run of each task, plug in two new clients (on c1's system, "
+                             "and on the best client's)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log every evaluation")
     return parser.parse_args(argv)
 
