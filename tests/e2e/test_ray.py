@@ -59,6 +59,16 @@ def test_cartpole_ppo_learns_with_its_learner_in_a_ray_actor(cluster, tmp_path):
     assert (tmp_path / "data" / "agents" / "1" / "model.zip").stat().st_size > 10_000  # written by the head
 
 
+def test_cartpole_ppo_learns_on_ray_behind_two_front_ends(cluster, tmp_path):
+    """The whole of it at once: clients through two front-end processes, sessions on the head, the learner
+    in a Ray actor."""
+    result = run_preset(cluster, tmp_path, "-cp", "validation.target_return=200", "--front-ends", "2")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "target reached" in result.stdout
+    assert "Front ends: 2 processes" in result.stdout
+    assert "shepherd.agents.ray_learner" in result.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_cartpole_ppo_reaches_its_preset_target_on_ray(cluster, tmp_path):
