@@ -206,12 +206,21 @@ def attach(learner: _Learner, folder: Path) -> MetricsWriter:
 
     The one set-up every learner calls, a pooled agent's or a per-client one's: SB3's ``train()`` records
     into the model's logger from now on, and the learner's thread writes rows (`MetricsWriter.tick`).
+    A learner whose model is in another process (a `RayLearner`) has none here: its algorithm says whether
+    it is on-policy (``on_policy``), and it records its model's values into the writer's logger itself.
     """
     sb3_logger = Logger(folder=str(folder), output_formats=[])  # the files open at the first row
     model = getattr(learner.algorithm, "model", None)
     if model is not None:
         model.set_logger(sb3_logger)
-    on_policy = model is not None and hasattr(model, "rollout_buffer")
+    on_policy = getattr(learner.algorithm, "on_policy", None)
+    if not isinstance(on_policy, bool):
+        on_policy = is_on_policy(model)
     writer = MetricsWriter(folder, sb3_logger, learner.algorithm, learner.stats, on_policy)
     learner.metrics = writer
     return writer
+
+
+def is_on_policy(model: Any) -> bool:
+    """Whether an SB3 model learns on-policy (from rollouts): its metrics rows follow its updates."""
+    return model is not None and hasattr(model, "rollout_buffer")

@@ -2,8 +2,9 @@
 Ray places it, behind the calls of an in-process `ThreadedLearner`.
 
 What crosses the process boundary is plain data only: lists of `Request` in, lists of `Answer` out (with
-the learner's counters, its measurements and, when asked, its published weights), checkpoint bytes out
-and in. No future, callable or client-sent object is unpickled from the head's side of a call.
+the learner's counters, its measurements, what its SB3 logger recorded (`shepherd.agents.ray_metrics`)
+and, when asked, its published weights), checkpoint bytes out and in. No future, callable or client-sent
+object is unpickled from the head's side of a call.
 
 - `LearnerActor` (the actor, named ``shepherd-learner/<agent id>`` in namespace ``shepherd``, or
   ``shepherd-learner/<agent id>/<client>`` for each client of an advised agent) builds the ordinary
@@ -48,8 +49,9 @@ from shepherd.agents.advice import Advice
 from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFailed, Answer, Deliver, Kind,
                                   LearnerUnavailable, Observation, Request, VersionedWeights)
 from shepherd.agents.inline import GreedyActor
-from shepherd.agents.metrics import MetricsWriter
+from shepherd.agents.metrics import MetricsWriter, is_on_policy
 from shepherd.agents.ray_advice import advice_data, advice_status, apply_advice
+from shepherd.agents.ray_metrics import Recorded, RecordingLogger, record_in, replay
 from shepherd.agents.registry import learner_for
 from shepherd.agents.timing import LearnerStats
 from shepherd.agents.worker import ThreadedLearner, _Part, _Vector, settle
@@ -124,6 +126,8 @@ class Reply:
     #: per control of the call, in order: checkpoint bytes, None (done), or an error's text
     controls: list[bytes | str | None] = field(default_factory=list)
     weights: VersionedWeights | None = None
+    #: what the model's SB3 logger recorded since the last reply (``train/loss``, ...), for the head's metrics
+    recorded: Recorded = field(default_factory=dict)
 
 
 class LearnerActor:
@@ -131,6 +135,7 @@ class LearnerActor:
 
     def __init__(self) -> None:
         self._learner: ThreadedLearner | None = None
+        self._recording: RecordingLogger | None = None
         self._answers: list[Answer] = []
         self._ready = threading.Condition()
         self._folder = Path(tempfile.mkdtemp(prefix="shepherd-learner-"))
@@ -147,6 +152,7 @@ class LearnerActor:
         learner = learner_for(definition, values, total_steps)
         learner.greedy = None  # the head answers greedy steps from its own snapshot
         learner.relay = self._collect
+        self._recording = record_in(learner)  # what train() records goes to the head with each reply
         self._learner = learner
         state = self.restore(checkpoint) if checkpoint is not None else {}
         if start:
@@ -250,8 +256,9 @@ class LearnerActor:
             published = getattr(algorithm, "latest_weights", lambda: None)()  # asking makes it publish
             if published is not None and published.version > weights_after:
                 weights = published
-        return Reply(answers, int(getattr(algorithm, "version", 0)), learner.steps, learner.failure,
-                     learner.stats, results, weights)
+        version = int(getattr(algorithm, "version", 0))  # read before the values: a row never misses its update's
+        recorded = self._recording.take() if self._recording is not None else {}
+        return Reply(answers, version, learner.steps, learner.failure, learner.stats, results, weights, recorded)
 
     def node(self) -> str:
         """The id of the Ray node this actor runs on."""
@@ -271,9 +278,10 @@ class _RemoteStatus:
 
     model = None
 
-    def __init__(self, name: str, actor_name: str) -> None:
+    def __init__(self, name: str, actor_name: str, on_policy: bool) -> None:
         self.name = name
         self.actor_name = actor_name  # what an advisee's actor asks for this one's weights by
+        self.on_policy = on_policy  # its metrics rows follow its updates (`metrics.attach`)
         self.steps = 0
         self.version = 0
         self.draining = False
@@ -283,8 +291,8 @@ class _AdvisedStatus(_RemoteStatus):
     """An advised client's status: also the head's `Advice`, which the graph sets and the `RayLearner`
     forwards to the actor (`ray_advice.advice_data`), and `start_from`, sent to the actor."""
 
-    def __init__(self, name: str, actor_name: str, learner: RayLearner) -> None:
-        super().__init__(name, actor_name)
+    def __init__(self, name: str, actor_name: str, on_policy: bool, learner: RayLearner) -> None:
+        super().__init__(name, actor_name, on_policy)
         self.advice = Advice()  # strength and decay are the actor's (its parameters): only the advisor is sent
         self._learner = learner
 
@@ -329,9 +337,10 @@ class RayLearner:
         self.failure: str | None = None
         self.stats = LearnerStats()
         self.metrics: MetricsWriter | None = None
-        self.algorithm: _RemoteStatus = _RemoteStatus(self.name, actor_name)
+        on_policy = is_on_policy(getattr(local.algorithm, "model", None))
+        self.algorithm: _RemoteStatus = _RemoteStatus(self.name, actor_name, on_policy)
         if definition.sharing is Sharing.ADVISED:
-            self.algorithm = _AdvisedStatus(self.name, actor_name, self)
+            self.algorithm = _AdvisedStatus(self.name, actor_name, on_policy, self)
         self._advice_sent: dict[str, Any] | None = None  # what the actor has of the advice
         self._build_args = (definition, dict(values), total_steps)
         self._local = local  # never started: its spaces, greedy plan and checkpoint checks
@@ -658,6 +667,7 @@ class RayLearner:
 
     def _absorb(self, reply: Reply, controls: list[tuple[str, Future, Any]]) -> None:
         self._awaited.difference_update(answer.ticket for answer in reply.answers)
+        replay(self.metrics, reply.recorded)  # the next row writes them, as in-process (`metrics.tick`, after the call)
         status = self.algorithm
         status.steps, status.version = reply.steps, reply.version
         for name in ("queue_wait", "forward", "batch_size", "updates", "checkpoints"):

@@ -13,6 +13,7 @@ import pytest
 
 from shepherd.client import Client, ShepherdError
 from tests.conftest import ROOT, TEST_PRESETS, ServerThread
+from tests.integration.test_training_metrics import frequent_rows  # noqa: F401  (the fixture)
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install -e .[ray])")
 
@@ -199,6 +200,16 @@ def test_a_learner_whose_node_is_removed_resumes_on_another_node(cluster, tmp_pa
     assert placed[1] != placed[0]
 
 
+@pytest.mark.parametrize("algorithm", ["DQN", "PPO"])
+async def test_sb3s_training_values_reach_the_heads_metrics_files(cluster, tmp_path, algorithm, frequent_rows):
+    """The in-process metrics test's agents, on Ray: what SB3's train() records in the actor is in the
+    head's CSV and TensorBoard rows as in-process (a row per PPO update with its values)."""
+    from shepherd.agents.ray_learner import RayLearners
+    from tests.integration.test_training_metrics import check_metrics, serve_and_drive
+
+    check_metrics(await serve_and_drive(tmp_path / "data", algorithm, 400, RayLearners()), algorithm)
+
+
 def test_without_ray_it_is_never_imported(tmp_path):
     code = f"""
 import sys
@@ -234,12 +245,15 @@ def drive_client(url, key, name, seed, stop, errors):
 
 
 def test_an_advised_agents_clients_learn_in_named_actors_and_the_advisee_reads_its_advisors_weights(
-        cluster, tmp_path):
+        cluster, tmp_path, frequent_rows):
     """tiny_ppo_advised over HTTP with two named clients: each client's learner is its own named actor, both
     learn, the graph on the head gives one the other as advisor, and the advisee's actor reads the
-    advisor's actor's published weights (the head forwards only the advisor's actor name)."""
+    advisor's actor's published weights (the head forwards only the advisor's actor name); each client's
+    metrics, in its folder on the head, have SB3's training values."""
     from shepherd.agents.ray_learner import NAMESPACE, RayLearner, RayLearners
     from shepherd.graph import load_preset
+    from shepherd.graph.runtime import client_folder
+    from shepherd.storage.metrics import progress_path, read_progress
     from shepherd.http import ServerConfig
 
     graph = load_preset(str(TEST_PRESETS / "tiny_ppo_advised.py"))
@@ -275,8 +289,12 @@ def test_an_advised_agents_clients_learn_in_named_actors_and_the_advisee_reads_i
             assert ray.get_actor(names[client], namespace=NAMESPACE) is not None
             assert learner.failure is None
             assert learner.steps > 0 and runtime.tracker.steps > 0, f"client {client} did not learn"
+        folders = [client_folder(graph.store.agent_folder(agent_id), client) for client in names]
     finally:
         stop.set()
         for thread in clients:
             thread.join(60)
         server.stop()
+    for folder in folders:
+        rows = read_progress(progress_path(folder), 1000, ["train/approx_kl", "train/loss"]).rows
+        assert any(kl is not None and loss is not None for kl, loss in rows), f"{folder}: no SB3 values"

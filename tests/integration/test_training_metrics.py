@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import math
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import pytest
@@ -41,9 +43,11 @@ def graph_for(algorithm: str) -> GraphManager:
                         schedule=schedule)
 
 
-async def serve_and_drive(data: Path, algorithm: str, steps: int) -> Path:
-    """Serve a fresh graph on ``data``, drive ``steps`` CartPole steps, stop; the agent's folder."""
+async def serve_and_drive(data: Path, algorithm: str, steps: int, remote_learners: Any = None) -> Path:
+    """Serve a fresh graph on ``data`` (its learners built by ``remote_learners`` if given: on Ray), drive
+    ``steps`` CartPole steps, stop; the agent's folder."""
     graph, store = graph_for(algorithm), Store(data)
+    graph.remote_learners = remote_learners
     keys = graph.create_graph(store, serving_here())
     key = keys["pole"] if keys else store.add_api_key(store.agents()[0].id, "tests")[0]
     try:
@@ -69,6 +73,12 @@ def frequent_rows(monkeypatch):
 @pytest.mark.parametrize("algorithm", sorted(AGENTS))
 async def test_a_learning_agent_writes_sb3_and_shepherd_metrics(tmp_path, algorithm, frequent_rows):
     folder = await serve_and_drive(tmp_path / "data", algorithm, steps=400)
+    check_metrics(folder, algorithm)
+
+
+def check_metrics(folder: Path, algorithm: str) -> None:
+    """The metrics of 400 steps of ``AGENTS[algorithm]`` with `frequent_rows`: SB3's values and Shepherd's,
+    a row per PPO update, in the CSV and in TensorBoard's files (tests/e2e/test_ray.py checks them on Ray)."""
     rows = csv_rows(progress_path(folder))
     assert rows, "no metrics row written"
     columns = set(rows[0])
@@ -76,6 +86,7 @@ async def test_a_learning_agent_writes_sb3_and_shepherd_metrics(tmp_path, algori
     assert SHEPHERD_COLUMNS <= columns, SHEPHERD_COLUMNS - columns
     trained = [row for row in rows if row["train/loss"]]
     assert trained and all(float(row["time/total_timesteps"]) > 0 for row in trained)
+    assert all(math.isfinite(float(row[key])) for row in trained for key in SB3_COLUMNS[algorithm] if row[key])
     assert {row["shepherd/phase"] for row in rows} <= {"heatup", "train", "evaluate"}
     assert max(float(row["shepherd/steps"]) for row in rows) >= 300
     if algorithm == "PPO":  # a row after each update: 400 steps are 12 rollouts of 32
