@@ -17,8 +17,9 @@ Each trial reports training steps/s and SB3 updates/s (``train()`` calls) over t
 node's processes, the head and the clients used (in cores), the machine's load (busy cores from
 /proc/stat, over the window) and, from inside every learner actor (``actor.__ray_call__``): its pid, its
 affinity and torch's intra-op thread count; from /proc, the affinity of every thread of the node's
-processes and how many threads of each actor did its work (used a tenth or more of its CPU). Prints one JSON object with every trial, the
-medians and the ratios 2 cores / 1 core.
+processes and how many threads of each actor did its work (used a tenth or more of its CPU). Prints one
+JSON object with every trial, the medians and the ratios 2 cores / 1 core: of steps/s, of updates/s, and
+of the cores the node's processes actually got (on a shared machine, fewer than they were allowed).
 """
 
 from __future__ import annotations
@@ -109,6 +110,13 @@ def threads(pid: int) -> dict[int, float]:
         return {}
 
 
+def thread_name(pid: int, tid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+    except OSError:
+        return "?"
+
+
 def thread_affinities(pids: list[int]) -> list[str]:
     """The distinct CPU lists the threads of these processes may run on."""
     lists = set()
@@ -158,7 +166,10 @@ class RayNode:
 def trial(cores: set[int], seconds: float, warmup: float) -> dict:
     """One setting: a fresh Ray node on ``cores``, the head and four clients unrestricted; the window's figures."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
-           "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # loopback addresses, as ray_learner.connect sets
+           "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # loopback addresses, as ray_learner.connect sets
+           # Ray runs its workers 15 steps nicer than the raylet: on a shared machine the learners would get
+           # what everyone else leaves; here they run at the head's and the clients' priority
+           "RAY_worker_niceness": "0"}
     with TemporaryDirectory() as folder:
         node = RayNode(cores, env, Path(folder) / "node.log")
         try:
@@ -172,6 +183,9 @@ def trial(cores: set[int], seconds: float, warmup: float) -> dict:
     return {
         "ray_cores": sorted(cores),
         "steps_per_second": round((last["steps"] - first["steps"]) / elapsed, 1),
+        # per core the node's processes got: what the same work costs, whatever share of the cores it got
+        "steps_per_ray_core_second": round((last["steps"] - first["steps"]) / max(1e-9, sum(
+            max(0.0, last["cpu"]["ray_node"].get(pid, cpu) - cpu) for pid, cpu in first["cpu"]["ray_node"].items())), 1),
         "updates_per_second": round((last["updates"] - first["updates"]) / elapsed, 3),
         "update_seconds_mean": round((last["update_seconds"] - first["update_seconds"])
                                      / max(1.0, last["updates"] - first["updates"]), 3),
@@ -188,6 +202,9 @@ def trial(cores: set[int], seconds: float, warmup: float) -> dict:
             "busy_threads": [sum(share >= 0.1 * sum(shares.values()) > 0 for share in shares.values())
                              for shares in per_thread],
             "busiest_thread_cores": [round(max(shares.values(), default=0.0), 2) for shares in per_thread],
+            "busy_thread_names": sorted({name for actor, shares in zip(inside.values(), per_thread)
+                                         for tid, share in shares.items() if share >= 0.1 * sum(shares.values()) > 0
+                                         for name in [last["names"][actor["pid"]].get(tid, "?")]}),
             "process_cores": [round(sum(shares.values()), 2) for shares in per_thread]},
         "node_thread_affinities": affinities,
     }
@@ -204,10 +221,11 @@ def measure(node: RayNode, data: Path, env: dict[str, str], seconds: float,
             clients.append(subprocess.Popen(
                 [sys.executable, "-m", "shepherd.client", "--url", server.url, "--env", "CartPole-v1",
                  "--seed", str(index)], cwd=ROOT, stdout=subprocess.DEVNULL, env={**env, "SHEPHERD_API_KEY": key}))
-        time.sleep(warmup)
+        started = time.monotonic()  # the actors' report (a Ray driver of its own) is part of the warm-up
         inside = json.loads(subprocess.run(
             [sys.executable, str(Path(__file__).resolve()), "actors", node.address], cwd=ROOT, env=env,
             capture_output=True, text=True, check=True, timeout=120).stdout)
+        time.sleep(max(0.0, warmup - (time.monotonic() - started)))
         pids = {"ray_node": descendants(node.process.pid), "head": [server.pid],
                 "clients": [process.pid for process in clients]}
         actor_pids = [actor["pid"] for actor in inside.values()]
@@ -231,6 +249,7 @@ def window_sample(server: Shepherd, pids: dict[str, list[int]], actor_pids: list
         "update_seconds": figures.get(UPDATE_SECONDS, 0.0),
         "cpu": {name: {pid: cpu_seconds(pid) for pid in group} for name, group in pids.items()},
         "threads": {pid: threads(pid) for pid in actor_pids},
+        "names": {pid: {tid: thread_name(pid, tid) for tid in threads(pid)} for pid in actor_pids},
     }
 
 
@@ -244,14 +263,19 @@ def scaling(rounds: int, seconds: float, warmup: float) -> dict:
     for _ in range(rounds):
         for name, cores in settings.items():
             trials[name].append(trial(cores, seconds, warmup))
-            print(f"ray on {name} core(s): {trials[name][-1]['steps_per_second']} steps/s, "
-                  f"{trials[name][-1]['updates_per_second']} updates/s", file=sys.stderr, flush=True)
+            run = trials[name][-1]
+            print(f"ray on {name} core(s): {run['steps_per_second']} steps/s, {run['updates_per_second']} updates/s,"
+                  f" the node got {run['cpu_cores_used']['ray_node']} cores", file=sys.stderr, flush=True)
     result: dict = {"cores": os.cpu_count(), "preset": PRESET.name, "seconds": seconds, "trials": trials}
-    for key in ("steps_per_second", "updates_per_second"):
-        medians = {name: statistics.median(run[key] for run in runs) for name, runs in trials.items()}
+    for key in ("steps_per_second", "updates_per_second", "ray_node_cores_used", "steps_per_ray_core_second"):
+        medians = {name: statistics.median(figure(run, key) for run in runs) for name, runs in trials.items()}
         result[f"median_{key}"] = {f"{name}_core": value for name, value in medians.items()}
         result[f"{key}_ratio_2_to_1"] = round(medians["2"] / medians["1"], 2) if medians["1"] else None
     return result
+
+
+def figure(run: dict, key: str) -> float:
+    return run["cpu_cores_used"]["ray_node"] if key == "ray_node_cores_used" else run[key]
 
 
 def main() -> int:
@@ -261,7 +285,7 @@ def main() -> int:
         return report_actors(sys.argv[2])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2, help="trials of each setting (default %(default)s)")
-    parser.add_argument("--seconds", type=float, default=30.0, help="each measured window (default %(default)s)")
+    parser.add_argument("--seconds", type=float, default=25.0, help="each measured window (default %(default)s)")
     parser.add_argument("--warmup", type=float, default=15.0, help="seconds before each window (default %(default)s)")
     args = parser.parse_args()
     print(json.dumps(scaling(args.rounds, args.seconds, args.warmup), indent=1))

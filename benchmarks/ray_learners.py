@@ -105,7 +105,7 @@ def main() -> int:
     parser.add_argument("--parts", default="1,2,3", help="which parts to run, comma-separated (default %(default)s)")
     parser.add_argument("--cores-rounds", type=int, default=2,
                         help="part 3: trials of each setting, 1 and 2 cores (default %(default)s)")
-    parser.add_argument("--cores-seconds", type=float, default=30.0,
+    parser.add_argument("--cores-seconds", type=float, default=25.0,
                         help="part 3: each measured window (default %(default)s)")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
