@@ -2,7 +2,7 @@
 """How the learners' training throughput on Ray scales with the cores Ray is given (part 3 of
 benchmarks/ray_learners.py, also runnable alone):
 
-    .venv/bin/python benchmarks/ray_cores.py                 # about 5 minutes: 1, 2, 1, 2 cores
+    .venv/bin/python benchmarks/ray_cores.py                 # about 4 minutes: 1, 2, 1, 2 cores
     .venv/bin/python benchmarks/ray_cores.py --rounds 3 --seconds 40
 
 Four learner-bound CartPole PPO agents (benchmarks/presets/ray4_heavy.py: a 512x512 network, 40 epochs of
@@ -20,6 +20,23 @@ affinity and torch's intra-op thread count; from /proc, the affinity of every th
 processes and how many threads of each actor did its work (used a tenth or more of its CPU). Prints one
 JSON object with every trial, the medians and the ratios 2 cores / 1 core: of steps/s, of updates/s, and
 of the cores the node's processes actually got (on a shared machine, fewer than they were allowed).
+
+Ray runs its workers 15 steps of ``nice`` below the raylet (``worker_niceness``); here they run at the
+head's and the clients' priority (``RAY_worker_niceness=0``), so that the learners are not the first to
+yield to other work on a shared machine.
+
+Figures (22:30 UTC, ``benchmarks/ray_learners.py`` with its defaults; 2 cores shared with four other
+engineers, load average 3.9 to 4.9; the head and the clients on the same two cores):
+
+    Ray node allowed   steps/s per trial   median   updates/s   cores the node got   steps/core-second
+    1 core             122.8, 122.8        122.8    0.480       0.98                 125.8
+    2 cores            178.8, 190.5        184.7    0.759       1.48                 124.3
+    2 / 1                                  1.50     1.58        1.52                 0.99
+
+Throughput follows the cores the learners get (the same steps per core-second); 2 cores give 1.5x, not
+2x, because the head and the clients (about 0.45 of a core) and the machine's other work share the second
+core. At load averages of 7 to 31 two earlier runs gave 1.64 and 0.91: the node then got 0.4 to 1.25
+cores whatever it was allowed. docs/distributed.md discusses them.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """The price and the gain of learners as Ray actors (run.py --ray), in-process against --ray in one run.
 
-    .venv/bin/python benchmarks/ray_learners.py              # about 9 minutes: parts 1, 2 and 3
+    .venv/bin/python benchmarks/ray_learners.py              # about 8 minutes (more on a busy machine)
     .venv/bin/python benchmarks/ray_learners.py --seconds 20  # shorter windows for parts 1 and 2
-    .venv/bin/python benchmarks/ray_learners.py --parts 3     # part 3 alone, about 5 minutes
+    .venv/bin/python benchmarks/ray_learners.py --parts 3     # part 3 alone, about 4 minutes
 
 1. The Ray hop: one client's training round trip (CartPole PPO, benchmarks/presets/perf_ppo.py), p50 and
    p90, served in-process and with --ray (a local Ray on 127.0.0.1): the step crosses to the learner's
@@ -17,7 +17,9 @@
    four learner-bound PPO agents (benchmarks/presets/ray4_heavy.py) on --ray, the Ray node's processes
    (the learner actors among them) restricted to 1 core and to 2 cores by CPU affinity, alternating
    (1, 2, 1, 2), the head and the clients unrestricted in both; steps/s and SB3 updates/s of each trial,
-   their medians and the ratios 2 cores / 1 core.
+   their medians and the ratios 2 cores / 1 core. On this machine (2 cores, shared, load average about 4):
+   1.50x steps/s and 1.58x SB3 updates/s, the Ray node getting 1.48 cores of the 2 it was allowed (the
+   head and clients share them); the same steps per core it got in both settings (docs/distributed.md).
 
 Prints one JSON object with the figures and the ratios (--ray / in-process, 2 cores / 1 core). Everything
 runs on 127.0.0.1.
