@@ -1,6 +1,7 @@
 #!/usr/bin/env python
-"""How the learners' training throughput on Ray scales with the cores Ray is given (part 3 of
-benchmarks/ray_learners.py, also runnable alone):
+"""How the learners' training throughput on Ray scales with the cores Ray is given.
+
+Part 3 of benchmarks/ray_learners.py, also runnable alone:
 
     .venv/bin/python benchmarks/ray_cores.py                 # about 4 minutes: 1, 2, 1, 2 cores
     .venv/bin/python benchmarks/ray_cores.py --rounds 3 --seconds 40
