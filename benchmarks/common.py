@@ -28,8 +28,8 @@ def cpu_seconds(pid: int, thread: int | None = None) -> float:
 class Server:
     """A process serving HTTP on loopback; stopped with SIGTERM (SIGKILL if it hangs)."""
 
-    def __init__(self, args: list[str], ready: str) -> None:
-        self.process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    def __init__(self, args: list[str], ready: str, env: dict[str, str] | None = None) -> None:
+        self.process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, text=True, env=env)
         self.lines: list[str] = []
         for line in self.process.stdout:
             self.lines.append(line)
@@ -75,9 +75,9 @@ class Server:
 class Shepherd(Server):
     """``run.py -p PRESET`` with the URL and the API keys it printed."""
 
-    def __init__(self, preset: Path, data: Path, *extra: str) -> None:
+    def __init__(self, preset: Path, data: Path, *extra: str, env: dict[str, str] | None = None) -> None:
         super().__init__([sys.executable, str(ROOT / "run.py"), "-p", str(preset), "--port", "0",
-                          "--data", str(data), *extra], ready="Stop with Ctrl-C")
+                          "--data", str(data), *extra], ready="Stop with Ctrl-C", env=env)
         text = "".join(self.lines)
         self.url = re.search(r"serving preset \S+ at (http://\S+)", text).group(1)
         self.keys = dict(re.findall(r"API key for agent (\S+) \(.*\): (\S+)", text))

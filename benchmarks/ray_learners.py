@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """The price and the gain of learners as Ray actors (run.py --ray), in-process against --ray in one run.
 
-    .venv/bin/python benchmarks/ray_learners.py              # about 4 minutes
-    .venv/bin/python benchmarks/ray_learners.py --seconds 20  # shorter windows
+    .venv/bin/python benchmarks/ray_learners.py              # about 8 minutes (more on a busy machine)
+    .venv/bin/python benchmarks/ray_learners.py --seconds 20  # shorter windows for parts 1 and 2
+    .venv/bin/python benchmarks/ray_learners.py --parts 3     # part 3 alone, about 4 minutes
 
 1. The Ray hop: one client's training round trip (CartPole PPO, benchmarks/presets/perf_ppo.py), p50 and
    p90, served in-process and with --ray (a local Ray on 127.0.0.1): the step crosses to the learner's
@@ -12,8 +13,16 @@
    actor processes). On two cores the clients, the server and the learners share the same two cores, so
    this shows the cost of the processes more than any gain; the gain needs cores (or nodes) that one
    process cannot use.
+3. How the learners' training throughput scales with the cores Ray is given (benchmarks/ray_cores.py):
+   four learner-bound PPO agents (benchmarks/presets/ray4_heavy.py) on --ray, the Ray node's processes
+   (the learner actors among them) restricted to 1 core and to 2 cores by CPU affinity, alternating
+   (1, 2, 1, 2), the head and the clients unrestricted in both; steps/s and SB3 updates/s of each trial,
+   their medians and the ratios 2 cores / 1 core. On this machine (2 cores, shared, load average about 4):
+   1.50x steps/s and 1.58x SB3 updates/s, the Ray node getting 1.48 cores of the 2 it was allowed (the
+   head and clients share them); the same steps per core it got in both settings (docs/distributed.md).
 
-Prints one JSON object with the figures and the ratios (--ray / in-process). Everything runs on 127.0.0.1.
+Prints one JSON object with the figures and the ratios (--ray / in-process, 2 cores / 1 core). Everything
+runs on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ import gymnasium as gym
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import ROOT, Shepherd, metrics  # noqa: E402
+from benchmarks.ray_cores import scaling  # noqa: E402
 from shepherd.client import Client  # noqa: E402
 
 PRESETS = ROOT / "benchmarks" / "presets"
@@ -92,19 +102,32 @@ def training_rate(extra: list[str], seconds: float, warmup: float = 15.0) -> dic
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=40.0, help="each measured window (default %(default)s)")
+    parser.add_argument("--seconds", type=float, default=40.0,
+                        help="each measured window of parts 1 and 2 (default %(default)s)")
+    parser.add_argument("--parts", default="1,2,3", help="which parts to run, comma-separated (default %(default)s)")
+    parser.add_argument("--cores-rounds", type=int, default=2,
+                        help="part 3: trials of each setting, 1 and 2 cores (default %(default)s)")
+    parser.add_argument("--cores-seconds", type=float, default=25.0,
+                        help="part 3: each measured window (default %(default)s)")
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
+    if not parts or parts - {"1", "2", "3"}:
+        parser.error("--parts takes 1, 2 and 3, comma-separated")
     result: dict = {"cores": os.cpu_count()}
-    result["round_trip_in_process"] = round_trips([], args.seconds)
-    result["round_trip_ray"] = round_trips(["--ray"], args.seconds)
-    result["four_agents_in_process"] = training_rate([], args.seconds)
-    result["four_agents_ray"] = training_rate(["--ray"], args.seconds)
-    hop, local = result["round_trip_ray"], result["round_trip_in_process"]
-    result["ray_hop_p50_us"] = hop["p50_us"] - local["p50_us"]
-    result["round_trip_p50_ratio"] = round(hop["p50_us"] / local["p50_us"], 2)
-    result["round_trip_p90_ratio"] = round(hop["p90_us"] / local["p90_us"], 2)
-    result["four_agents_steps_ratio"] = round(result["four_agents_ray"]["steps_per_second"]
-                                              / result["four_agents_in_process"]["steps_per_second"], 2)
+    if "1" in parts:
+        result["round_trip_in_process"] = round_trips([], args.seconds)
+        result["round_trip_ray"] = round_trips(["--ray"], args.seconds)
+        hop, local = result["round_trip_ray"], result["round_trip_in_process"]
+        result["ray_hop_p50_us"] = hop["p50_us"] - local["p50_us"]
+        result["round_trip_p50_ratio"] = round(hop["p50_us"] / local["p50_us"], 2)
+        result["round_trip_p90_ratio"] = round(hop["p90_us"] / local["p90_us"], 2)
+    if "2" in parts:
+        result["four_agents_in_process"] = training_rate([], args.seconds)
+        result["four_agents_ray"] = training_rate(["--ray"], args.seconds)
+        result["four_agents_steps_ratio"] = round(result["four_agents_ray"]["steps_per_second"]
+                                                  / result["four_agents_in_process"]["steps_per_second"], 2)
+    if "3" in parts:
+        result["ray_cores"] = scaling(args.cores_rounds, args.cores_seconds, warmup=15.0)
     print(json.dumps(result, indent=1))
     return 0
 
