@@ -25,6 +25,27 @@ def cpu_seconds(pid: int, thread: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def stop_process(process: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM, up to ``timeout`` seconds to exit, then SIGKILL; closes its piped standard output."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    if process.stdout is not None:
+        process.stdout.close()
+
+
+def terminate_all(processes: list[subprocess.Popen], timeout: float = 30) -> None:
+    """SIGTERM every process, then wait for each (the clients of a benchmark run)."""
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.wait(timeout)
+
+
 class Server:
     """A process serving HTTP on loopback; stopped with SIGTERM (SIGKILL if it hangs)."""
 
@@ -62,14 +83,7 @@ class Server:
         return times
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(120)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.process.stdout.close()
+        stop_process(self.process, 120)
 
 
 class Shepherd(Server):

@@ -56,7 +56,7 @@ from tempfile import TemporaryDirectory
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import ROOT, Shepherd, cpu_seconds, metrics  # noqa: E402
+from benchmarks.common import ROOT, Shepherd, cpu_seconds, metrics, stop_process, terminate_all  # noqa: E402
 
 PRESET = ROOT / "benchmarks" / "presets" / "ray4_heavy.py"
 UPDATES = "shepherd_training_update_duration_seconds_count"
@@ -171,14 +171,7 @@ class RayNode:
         self.address = line.split()[-1]
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.process.stdout.close()
+        stop_process(self.process, 60)
 
 
 def trial(cores: set[int], seconds: float, warmup: float) -> dict:
@@ -252,10 +245,7 @@ def measure(node: RayNode, data: Path, env: dict[str, str], seconds: float,
         last = window_sample(server, pids, actor_pids)
         return first, last, inside, thread_affinities(descendants(node.process.pid))
     finally:
-        for process in clients:
-            process.terminate()
-        for process in clients:
-            process.wait(30)
+        terminate_all(clients)
         server.stop()
 
 

@@ -40,7 +40,7 @@ import gymnasium as gym
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import ROOT, Shepherd, metrics  # noqa: E402
+from benchmarks.common import ROOT, Shepherd, metrics, terminate_all  # noqa: E402
 from benchmarks.ray_cores import scaling  # noqa: E402
 from shepherd.client import Client  # noqa: E402
 
@@ -92,10 +92,7 @@ def training_rate(extra: list[str], seconds: float, warmup: float = 15.0) -> dic
             time.sleep(seconds)
             last, ended = metrics(server.url).get("shepherd_agent_steps_total", 0.0), time.monotonic()
         finally:
-            for process in clients:
-                process.terminate()
-            for process in clients:
-                process.wait(30)
+            terminate_all(clients)
             server.stop()
     return {"steps_per_second": round((last - first) / (ended - started), 1)}
 
