@@ -152,16 +152,23 @@ async def test_a_new_client_starts_from_the_best_clients_weights_and_is_advised_
         await stop(graph, store)
 
 
+async def teacher_and_pupil(graph, keys, strength):
+    """Clients "teacher" (recent return 300) and "pupil" (10) of agent "arms", the teacher advising the pupil
+    at ``strength``."""
+    await drive_clients(graph, keys["arms"], ("teacher", "pupil"), steps=10)
+    advised = graph.advised_agent("arms")
+    teacher, pupil = advised.clients["teacher"], advised.clients["pupil"]
+    teacher.recent_return, pupil.recent_return = 300.0, 10.0
+    advised.choose_advisors()
+    pupil.learner.algorithm.advice.strength = strength
+    return teacher, pupil
+
+
 async def test_advised_learner_acts_with_the_advisors_policy(tmp_path):
     """With a strong advisor, the advisee's actions follow the advisor's: its rollout rows hold the advice."""
     graph, store, keys = await start(tmp_path / "data")
     try:
-        await drive_clients(graph, keys["arms"], ("teacher", "pupil"), steps=10)
-        advised = graph.advised_agent("arms")
-        teacher, pupil = advised.clients["teacher"], advised.clients["pupil"]
-        teacher.recent_return, pupil.recent_return = 300.0, 10.0
-        advised.choose_advisors()
-        pupil.learner.algorithm.advice.strength = 5.0
+        teacher, pupil = await teacher_and_pupil(graph, keys, strength=5.0)
         teacher.checkpoint().result(30)  # its learner is idle from here on
         with th.no_grad():  # a teacher sure of action 1: its advice outweighs the pupil's own policy
             teacher.learner.algorithm.model.policy.action_net.bias[:] = th.as_tensor([-10.0, 10.0])
@@ -183,12 +190,7 @@ async def test_greedy_acts_are_the_clients_own_policy_not_the_advised_one(tmp_pa
     a confident advisor shapes the pupil's training acts, not its greedy ones."""
     graph, store, keys = await start(tmp_path / "data")
     try:
-        await drive_clients(graph, keys["arms"], ("teacher", "pupil"), steps=10)
-        advised = graph.advised_agent("arms")
-        teacher, pupil = advised.clients["teacher"], advised.clients["pupil"]
-        teacher.recent_return, pupil.recent_return = 300.0, 10.0
-        advised.choose_advisors()
-        pupil.learner.algorithm.advice.strength = 50.0
+        teacher, pupil = await teacher_and_pupil(graph, keys, strength=50.0)
         pupil.checkpoint().result(30)
         teacher.checkpoint().result(30)
         with th.no_grad():  # the teacher is sure of action 1, the pupil of action 0
