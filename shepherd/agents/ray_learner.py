@@ -54,7 +54,7 @@ from shepherd.agents.ray_advice import advice_data, advice_status, apply_advice
 from shepherd.agents.ray_metrics import Recorded, RecordingLogger, record_in, replay
 from shepherd.agents.registry import learner_for
 from shepherd.agents.timing import LearnerStats
-from shepherd.agents.worker import ThreadedLearner, _Part, _Vector, settle
+from shepherd.agents.worker import ThreadedLearner, _Part, _Vector, answer_greedy_acts, settle
 from shepherd.definition import AgentDefinition, Sharing
 from shepherd.storage.files import atomic_write_bytes
 
@@ -497,15 +497,11 @@ class RayLearner:
             self._send(requests)
             future.set_result([])
             return future
-        if self.greedy is not None and self._available and all(r.mode is ActMode.GREEDY for r in acts):
-            masks = [r.mask for r in acts] if any(r.mask is not None for r in acts) else None
-            answered = self.greedy.act_batch([r.obs for r in acts], masks)
-            if answered is not None:
-                future.policy_version = answered[1]
-                future.set_result(list(answered[0]))
-                self._send([r for r in requests if r.kind not in (Kind.BEGIN, Kind.STEP)])
+        if self.greedy is not None and self._available:
+            rest = answer_greedy_acts(self.greedy, requests, acts, future)
+            if rest is not None:
+                self._send(rest)
                 return future
-            self.greedy.prepare()
         vector = _Vector(future, len(acts))
         with self._lock:
             if self._refused(future):

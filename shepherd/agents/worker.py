@@ -133,6 +133,24 @@ def settle(future: ActionFuture | _Part | None, answer: Answer) -> None:
         _refuse(future, answer)
 
 
+def answer_greedy_acts(greedy: GreedyActor, requests: list[Request], acts: list[Request],
+                       future: ActionFuture) -> list[Request] | None:
+    """A vector step's acts answered at once from the greedy snapshot, when every one is greedy and the
+    snapshot can serve them (one numpy forward): sets ``future`` and returns the step's other requests
+    (ends, drops), which the learner must still be sent. None: the learner answers them (the snapshot is
+    asked to get ready, so the next greedy steps can be answered at once)."""
+    if not all(r.mode is ActMode.GREEDY for r in acts):
+        return None
+    masks = [r.mask for r in acts] if any(r.mask is not None for r in acts) else None
+    answered = greedy.act_batch([r.obs for r in acts], masks)
+    if answered is None:
+        greedy.prepare()
+        return None
+    future.policy_version = answered[1]
+    future.set_result(list(answered[0]))
+    return [r for r in requests if r.kind not in (Kind.BEGIN, Kind.STEP)]
+
+
 class ThreadedLearner:
     """An `Algorithm` on a worker thread, behind the `Learner` calls; every call is thread-safe."""
 
@@ -222,15 +240,11 @@ class ThreadedLearner:
             return future
         if self._refused(future):
             return future
-        if self.greedy is not None and all(r.mode is ActMode.GREEDY for r in acts):
-            masks = [r.mask for r in acts] if any(r.mask is not None for r in acts) else None
-            answered = self.greedy.act_batch([r.obs for r in acts], masks)
-            if answered is not None:
-                future.policy_version = answered[1]
-                future.set_result(list(answered[0]))
-                self._put_all([r for r in requests if r.kind not in (Kind.BEGIN, Kind.STEP)])
+        if self.greedy is not None:
+            rest = answer_greedy_acts(self.greedy, requests, acts, future)
+            if rest is not None:
+                self._put_all(rest)
                 return future
-            self.greedy.prepare()  # the next greedy steps can be answered at once
         vector, now = _Vector(future, len(acts)), time.perf_counter()
         for index, request in enumerate(acts):
             request.ticket = next(self._tickets)
