@@ -169,6 +169,9 @@ class Advice:
         self.decay_steps = int(decay_steps)
         self.advisor: Advisor | None = None
         self.own_return: float | None = None  # the client's own policy's recent evaluation return
+        #: adopt this advisor's weights after the next update: (advisor's name, request number); set by the
+        #: graph when the advisor's policy, tried on the client's own system, beat the client's own
+        self.adopt: tuple[str, int] | None = None
 
     def strength_at(self, steps: int) -> float:
         """The advice strength after ``steps`` learned: ``strength``, falling linearly to zero over
@@ -252,6 +255,38 @@ class AdvisedOnPolicyAdapter(OnPolicyAdapter):
         if isinstance(self.buffer, AdvisedRolloutBuffer):
             self.buffer.mixer = self.mixer
         self._row_advice: dict[int, np.ndarray] = {}
+        self._adopted = 0  # the number of the last adopt request carried out
+        self.adoptions = 0
+
+    def after_update(self, started: float | None = None) -> None:
+        self._adopt()  # between two rollouts: the next one is collected wholly by the adopted policy
+        super().after_update(started)
+
+    def _adopt(self) -> None:
+        """Carry out the graph's request to adopt the advisor's weights (`Advice.adopt`): the own policy
+        (actor and critic) becomes a copy of the advisor's, and the own observation
+        statistics become the advisor's (what its network was trained on). Waits, to a later update, for
+        the advisor's weights; a request for another advisor than the current one is dropped."""
+        request, advisor = self.advice.adopt, self.advice.advisor
+        if request is None or request[1] == self._adopted:
+            return
+        if advisor is None or advisor.name != request[0]:
+            self._adopted = request[1]
+            logger.info("learner %s: no adoption of %s, no longer its advisor", self.name, request[0])
+            return
+        policy = self.advisor_policy.of(advisor)
+        if policy is None:
+            return
+        self.model.policy.load_state_dict(policy.state_dict())  # Adam's moments stay: gradients of a like scale
+        theirs = getattr(advisor.weights, "filtering", None)
+        if self.filtering is not None and theirs is not None:
+            for key in self.filtering.keys:
+                if key in theirs.observations:
+                    self.filtering.observations[key].moments = tuple(
+                        np.array(m, np.float64) for m in theirs.observations[key].moments)  # type: ignore[assignment]
+        self._adopted = request[1]
+        self.adoptions += 1
+        logger.info("learner %s adopts the weights of its advisor %s", self.name, advisor.name)
 
     @th.inference_mode()
     def advice_for(self, messages: list[Request]) -> th.Tensor | None:

@@ -37,7 +37,7 @@ def advice_data(advice: Advice) -> dict[str, Any]:
     actor_name = None if advisor is None else getattr(advisor.weights, "actor_name", None)
     return {"advisor": actor_name, "name": None if advisor is None else advisor.name,
             "recent_return": None if advisor is None else advisor.recent_return,
-            "own_return": advice.own_return}
+            "own_return": advice.own_return, "adopt": None if advice.adopt is None else list(advice.adopt)}
 
 
 class _AdvisorFiltering:
@@ -129,6 +129,8 @@ def apply_advice(algorithm: Any, data: dict[str, Any], namespace: str) -> None:
     if not isinstance(advice, Advice):
         raise ValueError(f"learner {getattr(algorithm, 'name', '?')} takes no advice (not an advised agent's)")
     advice.own_return = None if data.get("own_return") is None else float(data["own_return"])
+    adopt = data.get("adopt")
+    advice.adopt = None if adopt is None else (str(adopt[0]), int(adopt[1]))
     actor_name = data.get("advisor")
     if actor_name is None:
         advice.advisor = None
@@ -147,5 +149,6 @@ def advice_status(algorithm: Any) -> dict[str, Any]:
     advisor = advice.advisor if isinstance(advice, Advice) else None
     source = None if advisor is None else advisor.weights
     if not isinstance(source, RemoteAdvisor):
-        return {"advisor": None, "reads": 0, "version": None}
-    return {"advisor": source.actor_name, "reads": source.reads, "version": source.version}
+        return {"advisor": None, "reads": 0, "version": None, "adoptions": getattr(algorithm, "adoptions", 0)}
+    return {"advisor": source.actor_name, "reads": source.reads, "version": source.version,
+            "adoptions": getattr(algorithm, "adoptions", 0)}

@@ -22,13 +22,17 @@ from shepherd.agents.advice import Advice, Advisor
 from shepherd.definition import check_client_name
 from shepherd.graph.runtime import CLIENTS_FOLDER, AgentRuntime
 from shepherd.graph.schedule import EvaluationResult, Schedule
-from shepherd.level import Phase
+from shepherd.level import Phase, Trial
 from shepherd.storage import AgentRecord, Store
 
 logger = logging.getLogger(__name__)
 
 #: training episodes under one advisor after which a client judges its advice (`AdvisedAgent.choose_advisors`)
 JUDGE_EPISODES = 5
+
+#: a client adopts its advisor's weights when the advisor's policy, tried on the client's own system,
+#: returned more than the client's own recent evaluation by this share of the advisor's (absolute) one
+ADOPT_GAIN = 0.25
 
 
 class BadClient(ValueError):
@@ -55,6 +59,12 @@ class AdvisedAgent:
         #: per advised client, its advisor and its training episodes when that advisor was given
         #: and the mean of its training returns just before (None: too few to judge the advice by)
         self._advised_since: dict[str, tuple[str, int, float | None]] = {}
+        #: per client, the other clients whose policy it tried on its own system: (the other's recent
+        #: evaluation when tried, the trial's return)
+        self.tried: dict[str, dict[str, tuple[float, float]]] = {}
+        self._adopt_requests = 0
+        self._trying: set[tuple[str, str]] = set()  # (client, other client) trials queued or running
+        self.advice_on = float(record.parameters.get("advice_strength", 0.3)) > 0.0  # 0: independent learners
 
     @property
     def folder(self) -> Path:
@@ -81,7 +91,8 @@ class AdvisedAgent:
             ParameterError: the learner cannot be built; StoreError: its checkpoint cannot be loaded.
         """
         learner = self._build_learner(name)
-        runtime = AgentRuntime(self.record, learner, self.schedule, self.store, self._evaluated, client=name)
+        runtime = AgentRuntime(self.record, learner, self.schedule, self.store, self._evaluated, client=name,
+                               on_trial=self._tried)
         if runtime.resume():
             return runtime
         best = self.best()
@@ -166,13 +177,20 @@ class AdvisedAgent:
 
     def choose_advisors(self) -> None:
         """Give each client the other client with the best recent evaluation return as advisor, if it is
-        better than its own (or it has none yet) and the client has not refused it; else no advisor.
+        better than its own (or it has none yet) and the client has neither refused it nor seen it fail on
+        its own system; else no advisor. Then queue a trial of that advisor on the client's system.
 
         A client refuses an advisor whose advice lowered its returns: once it has trained `JUDGE_EPISODES`
         episodes under that advisor, if their mean return is below the mean of its last `JUDGE_EPISODES`
         training episodes before that advisor (training returns both: sampled acts, not greedy ones), it
-        refuses that advisor until the advisor's evaluation rises above what it was when refused. Each
-        client's `Advice` is also told its own recent return, so that its advice fades as it catches up.
+        refuses that advisor until the advisor's evaluation rises above what it was when refused.
+
+        A *trial* plays the advisor's greedy policy for one of the client's training episodes, on the
+        client's own system (`AgentRuntime.begin_trial`): the advisor is rated where it matters. A trial
+        that returned no more than the client's own recent evaluation rules that advisor out for the
+        client until its evaluation rises; one that returned clearly more makes the client adopt it
+        (`_tried`). Each client's `Advice` is also told its own recent return, so that its advice fades
+        as it catches up. An agent without advice (``advice_strength`` 0) runs no trials.
         """
         for runtime in self.clients.values():
             advice = getattr(runtime.learner.algorithm, "advice", None)
@@ -180,9 +198,12 @@ class AdvisedAgent:
                 continue
             self._judge_advisor(runtime, advice)
             advice.own_return = runtime.recent_return
-            refused = self.refused.setdefault(str(runtime.client), {})
+            name = str(runtime.client)
+            refused = self.refused.setdefault(name, {})
+            tried = self.tried.setdefault(name, {})
             candidates = [r for r in self.serving() if r is not runtime and r.recent_return is not None
-                          and not (r.client in refused and r.recent_return <= refused[str(r.client)])]
+                          and not (r.client in refused and r.recent_return <= refused[str(r.client)])
+                          and not self._failed_trial(runtime, r)]
             best = max(candidates, key=lambda r: r.recent_return or 0.0, default=None)
             better = best is not None and (runtime.recent_return is None or
                                            (best.recent_return or 0.0) > runtime.recent_return)
@@ -191,15 +212,63 @@ class AdvisedAgent:
                 if current is not None:
                     logger.info("client %s: no better client to advise it now", runtime.label)
                 advice.advisor = None
-                self._advised_since.pop(str(runtime.client), None)
+                self._advised_since.pop(name, None)
+                self._drop_trials(runtime)
                 continue
             if current is None or current.name != best.client:
                 logger.info("client %s is advised by client %s (recent evaluation %.1f)", runtime.label,
                             best.client, best.recent_return or 0.0)
-                self._advised_since[str(runtime.client)] = (str(best.client), self._train_episodes(runtime),
-                                                            self._recent_train_mean(runtime))
+                self._advised_since[name] = (str(best.client), self._train_episodes(runtime),
+                                             self._recent_train_mean(runtime))
             advice.advisor = Advisor(str(best.client), best.learner.algorithm, best.model_path,  # type: ignore[arg-type]
                                      best.recent_return)
+            self._drop_trials(runtime, keep=str(best.client))
+            last = tried.get(str(best.client))
+            if (self.advice_on and self._worth_trying(runtime, best) and (name, str(best.client)) not in self._trying
+                    and (last is None or (best.recent_return or 0.0) > last[0])):
+                self._trying.add((name, str(best.client)))
+                runtime.trials.append(Trial(str(best.client), best.learner))
+
+    @staticmethod
+    def _worth_trying(runtime: AgentRuntime, other: AgentRuntime) -> bool:
+        """Whether ``other`` leads the client's own recent evaluation by enough for a trial that matched its
+        evaluation to be adopted (`ADOPT_GAIN`): a trial costs an unlearned episode of the client's."""
+        own, theirs = runtime.recent_return, other.recent_return
+        return own is not None and theirs is not None and theirs - own >= ADOPT_GAIN * max(abs(theirs), 1e-8)
+
+    def _drop_trials(self, runtime: AgentRuntime, keep: str | None = None) -> None:
+        """Forget the client's queued trials of any other client than ``keep`` (no longer its advisor)."""
+        for trial in [t for t in runtime.trials if t.tried != keep]:
+            runtime.trials.remove(trial)
+            self._trying.discard((str(runtime.client), trial.tried))
+
+    def _failed_trial(self, runtime: AgentRuntime, other: AgentRuntime) -> bool:
+        """Whether ``other``'s policy, tried on the client's system since its evaluation last rose, returned
+        no more than the client's own recent evaluation."""
+        last = self.tried.get(str(runtime.client), {}).get(str(other.client))
+        if last is None or (other.recent_return or 0.0) > last[0]:
+            return False
+        return runtime.recent_return is not None and last[1] <= runtime.recent_return
+
+    def _tried(self, runtime: AgentRuntime, other: str, value: float) -> None:
+        """A trial of client ``other``'s policy on ``runtime``'s system returned ``value``: rate it, choose
+        advisors again, and have the client adopt that policy if it did clearly better there than the
+        client's own (by `ADOPT_GAIN` of the other's evaluation) and is its advisor now."""
+        self._trying.discard((str(runtime.client), other))
+        tried = self.clients.get(other)
+        if tried is None or tried.recent_return is None:
+            return
+        self.tried.setdefault(str(runtime.client), {})[other] = (tried.recent_return, value)
+        own = runtime.recent_return
+        logger.info("client %s tried client %s's policy on its own system: return %.1f (its own recent "
+                    "evaluation %s)", runtime.label, other, value, "none" if own is None else f"{own:.1f}")
+        self.choose_advisors()
+        advice = getattr(runtime.learner.algorithm, "advice", None)
+        if (isinstance(advice, Advice) and advice.advisor is not None and advice.advisor.name == other
+                and own is not None and value - own >= ADOPT_GAIN * max(abs(tried.recent_return), 1e-8)):
+            self._adopt_requests += 1
+            advice.adopt = (other, self._adopt_requests)
+            logger.info("client %s adopts client %s's weights after its next update", runtime.label, other)
 
     @staticmethod
     def _train_episodes(runtime: AgentRuntime) -> int:
@@ -229,10 +298,11 @@ class AdvisedAgent:
             self.refused.setdefault(str(runtime.client), {})[advisor.name] = advisor.recent_return or 0.0
             self._advised_since.pop(str(runtime.client), None)
 
-    def note_evaluation(self, client: str, mean_return: float) -> None:
-        """An evaluation made outside the schedule (a benchmark's, of the client's greedy sessions): it is
-        the client's recent return, and advisors are chosen again."""
-        self.clients[client].recent_return = float(mean_return)
+    def note_evaluations(self, returns: dict[str, float]) -> None:
+        """Evaluations made outside the schedule (a benchmark's, of the clients' greedy sessions): each is
+        its client's recent return, and advisors are chosen again, once, with all of them."""
+        for client, mean_return in returns.items():
+            self.clients[client].recent_return = float(mean_return)
         self.choose_advisors()
 
     def _evaluated(self, runtime: AgentRuntime, result: EvaluationResult) -> None:

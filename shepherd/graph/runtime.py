@@ -14,7 +14,7 @@ from typing import Any, Callable
 from shepherd.agents import ThreadedLearner, algorithm_info, checkpoint as checkpoint_format
 from shepherd.agents import metrics as training_metrics
 from shepherd.graph.schedule import EvaluationResult, PhaseTracker, Schedule
-from shepherd.level import Episode, Phase
+from shepherd.level import Episode, Phase, Trial
 from shepherd.spaces import parse_space
 from shepherd.storage import AgentRecord, EpisodeReturn, Store, StoreError
 from shepherd.storage.metrics import metrics_folder
@@ -58,7 +58,8 @@ class AgentRuntime:
 
     def __init__(self, record: AgentRecord, learner: ThreadedLearner, schedule: Schedule, store: Store,
                  on_evaluation: Callable[[AgentRuntime, EvaluationResult], None] | None = None,
-                 client: str | None = None) -> None:
+                 client: str | None = None,
+                 on_trial: Callable[[AgentRuntime, str, float], None] | None = None) -> None:
         self.record = record
         #: the client name of an advised agent's client learner (None: the agent's one learner)
         self.client = client
@@ -81,6 +82,9 @@ class AgentRuntime:
         self.phase_episodes: collections.Counter[Phase] = collections.Counter()
         self.act_timeouts = 0
         self._on_evaluation = on_evaluation
+        #: other clients' policies to try on this client's system, one training episode each (advised agents)
+        self.trials: collections.deque[Trial] = collections.deque()
+        self._on_trial = on_trial
         self._rate: collections.deque[tuple[float, int]] = collections.deque(maxlen=20)  # (time, steps) samples for steps/s
         self._last_checkpoint = (time.monotonic(), 0)
         self._pending_checkpoint: Future | None = None
@@ -130,6 +134,15 @@ class AgentRuntime:
     def begin_episode(self) -> Phase:
         return self.tracker.begin_episode()
 
+    def begin_trial(self) -> Trial | None:
+        """The next queued trial, taken in place of a training episode (never in heatup, an evaluation
+        period or past the budget; a trial whose learner failed is dropped)."""
+        while self.trials and self.tracker.phase is Phase.TRAIN:
+            trial = self.trials.popleft()
+            if trial.learner.failure is None:
+                return trial
+        return None
+
     def count_step(self, phase: Phase) -> None:
         self.last_active = time.time()
         self.phase_steps[phase] += 1
@@ -152,6 +165,10 @@ class AgentRuntime:
                 time.time(), float(episode.total), episode.length, episode.phase.value, self.client))
             if episode.phase is Phase.TRAIN:
                 self.train_returns.append(float(episode.total))
+            elif episode.phase is Phase.TRIAL and episode.tried is not None and self._on_trial is not None:
+                self._on_trial(self, episode.tried, float(episode.total))
+        elif episode.phase is Phase.TRIAL and episode.tried is not None:
+            self.trials.appendleft(Trial(episode.tried, episode.learner))  # abandoned: the next episode tries it
         result = self.tracker.end_episode(episode, completed)
         if result is not None:
             self.evaluations.append(result)

@@ -30,10 +30,11 @@ class Phase(enum.Enum):
     TRAIN = "train"  # exploration policy; learned from
     EVALUATE = "evaluate"  # greedy, not learned from; its returns form the evaluation curve
     DEPLOY = "deploy"  # greedy, not learned from: evaluate-mode sessions and past the training budget
+    TRIAL = "trial"  # greedy with another learner's policy, not learned from: how it does on this system
 
 
 MODES = {Phase.HEATUP: ActMode.RANDOM, Phase.TRAIN: ActMode.EXPLORE, Phase.EVALUATE: ActMode.GREEDY,
-         Phase.DEPLOY: ActMode.GREEDY}
+         Phase.DEPLOY: ActMode.GREEDY, Phase.TRIAL: ActMode.GREEDY}
 
 
 @dataclass
@@ -41,6 +42,16 @@ class Episode:
     phase: Phase
     total: float = 0.0
     length: int = 0
+    tried: str | None = None  # a TRIAL episode: whose policy it tries (the host's name for it)
+    learner: Any = None  # a TRIAL episode: the learner whose greedy policy answers it (None: the host's)
+
+
+@dataclass(frozen=True)
+class Trial:
+    """Another learner's greedy policy to play one episode with, on a session's own system."""
+
+    tried: str
+    learner: ThreadedLearner
 
 
 class EpisodeHost(Protocol):
@@ -49,6 +60,10 @@ class EpisodeHost(Protocol):
     learner: ThreadedLearner
 
     def begin_episode(self) -> Phase: ...
+
+    def begin_trial(self) -> Trial | None:
+        """Another policy to try on this session's next episode instead (None: none)."""
+        ...
 
     def count_step(self, phase: Phase) -> None: ...
 
@@ -83,10 +98,18 @@ class LevelManager:
         if episode is None:
             if done:  # an episode that ended on its reset observation: nothing to learn or answer
                 return None
-            phase = Phase.DEPLOY if self.evaluate_only else self.host.begin_episode()
-            self.episode = Episode(phase)
-            self._asked = functools.partial(learner.begin_episode, self.actor_id, obs, MODES[phase], mask)
+            trial = None if self.evaluate_only else self.host.begin_trial()
+            if trial is not None:
+                self.episode = Episode(Phase.TRIAL, tried=trial.tried, learner=trial.learner)
+                learner = trial.learner
+            else:
+                phase = Phase.DEPLOY if self.evaluate_only else self.host.begin_episode()
+                self.episode = Episode(phase)
+            mode = MODES[self.episode.phase]
+            self._asked = functools.partial(learner.begin_episode, self.actor_id, obs, mode, mask)
             return self._asked()
+        if episode.learner is not None:
+            learner = episode.learner
         episode.total += reward
         episode.length += 1
         self.steps += 1
@@ -94,6 +117,8 @@ class LevelManager:
         mode = MODES[episode.phase]
         if done:
             learner.end_episode(self.actor_id, reward, obs, truncated, mode)
+            if episode.learner is not None:
+                learner.end_actor(self.actor_id)  # the tried learner forgets this session at once
             self.episode = None
             self.host.end_episode(episode, completed=True)
             return None
@@ -105,8 +130,11 @@ class LevelManager:
         if self.closed:
             return
         self.closed = True
-        if self.episode is not None:
-            self.host.end_episode(self.episode, completed=False)
+        episode = self.episode
+        if episode is not None:
+            if episode.learner is not None:
+                episode.learner.end_actor(self.actor_id)
+            self.host.end_episode(episode, completed=False)
             self.episode = None
         self.host.learner.end_actor(self.actor_id)
 

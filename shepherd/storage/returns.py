@@ -19,7 +19,7 @@ from shepherd.storage.files import PRIVATE_FILE, make_private, private_folder
 
 logger = logging.getLogger(__name__)
 
-PHASES = {name: name for name in ("heatup", "train", "evaluate", "deploy")}
+PHASES = {name: name for name in ("heatup", "train", "evaluate", "deploy", "trial")}
 SCAN_BYTES = 1 << 20  # the index is built, and a curve read, in blocks of this size
 
 

@@ -160,6 +160,7 @@ async def teacher_and_pupil(graph, keys, strength):
     teacher, pupil = advised.clients["teacher"], advised.clients["pupil"]
     teacher.recent_return, pupil.recent_return = 300.0, 10.0
     advised.choose_advisors()
+    pupil.trials.clear()  # no trial of the teacher's policy first: these tests look at the pupil's own acts
     pupil.learner.algorithm.advice.strength = strength
     return teacher, pupil
 
@@ -249,5 +250,73 @@ async def test_a_client_refuses_an_advisor_whose_advice_lowered_its_returns(tmp_
         pupil.recent_return = 250.0  # better than every advisor it has not refused: none
         advised.choose_advisors()
         assert advice.advisor is None and advice.own_return == 250.0
+    finally:
+        await stop(graph, store)
+
+
+async def test_a_trial_plays_the_advisors_greedy_policy_on_the_clients_system_and_a_clear_win_is_adopted(tmp_path):
+    """After its advisors are chosen, a client's next training episode is played by its advisor's greedy
+    policy on the client's own system, unlearned and uncounted; a trial that returns clearly more than the
+    client's own recent evaluation makes the client take the advisor's weights after its next update."""
+    from shepherd.level import Phase
+    graph, store, keys = await start(tmp_path / "data")
+    try:
+        await drive_clients(graph, keys["arms"], ("teacher", "pupil"), steps=10)
+        advised = graph.advised_agent("arms")
+        teacher, pupil = advised.clients["teacher"], advised.clients["pupil"]
+        teacher.recent_return, pupil.recent_return = 4.0, 0.0  # every CartPole episode returns 8 or more
+        advised.choose_advisors()
+        assert [trial.tried for trial in pupil.trials] == ["teacher"] and not teacher.trials
+        teacher_weights = policy_weights(graph, "teacher")  # read by the pupil from the teacher's checkpoint
+        steps, teacher_steps, version = pupil.tracker.steps, teacher.tracker.steps, pupil.learner.algorithm.version
+        trial = await drive(graph, keys["arms"], gym.make("CartPole-v1"), episodes=1, seed=3, client_name="pupil")
+        assert advised.tried["pupil"]["teacher"] == (4.0, trial[0])
+        assert pupil.phase_episodes[Phase.TRIAL] == 1 and pupil.phase_steps[Phase.TRIAL] == trial[0]
+        assert pupil.tracker.steps == steps and teacher.tracker.steps == teacher_steps  # nobody's training steps
+        assert pupil.learner.algorithm.version == version  # nothing learned from it
+        returns = store.returns(pupil.record.id, client="pupil")
+        assert [(r.phase, r.value) for r in returns][-1] == ("trial", trial[0])
+        assert pupil.learner.algorithm.advice.adopt == ("teacher", 1) and pupil.learner.algorithm.adoptions == 0
+
+        await drive(graph, keys["arms"], gym.make("CartPole-v1"), steps=10, seed=4, client_name="pupil")
+        pupil.checkpoint().result(30)  # its learner handled every step before it
+        algorithm = pupil.learner.algorithm
+        assert algorithm.adoptions == 1 and algorithm.version == version + 1  # one update (16 rows), then adopted
+        own = {k: v.detach().numpy() for k, v in algorithm.model.policy.state_dict().items()}
+        assert all(np.array_equal(teacher_weights[k], own[k]) for k in teacher_weights)
+    finally:
+        await stop(graph, store)
+
+
+async def test_an_advisor_whose_trial_did_no_better_is_ruled_out_until_its_evaluation_rises(tmp_path):
+    graph, store, keys = await start(tmp_path / "data")
+    try:
+        await drive_clients(graph, keys["arms"], ("teacher", "pupil"), steps=10)
+        advised = graph.advised_agent("arms")
+        teacher, pupil = advised.clients["teacher"], advised.clients["pupil"]
+        teacher.recent_return, pupil.recent_return = 2000.0, 1000.0  # no CartPole episode returns 1000 here
+        advised.choose_advisors()
+        advice = pupil.learner.algorithm.advice
+        assert advice.advisor.name == "teacher"
+        await drive(graph, keys["arms"], gym.make("CartPole-v1"), episodes=1, seed=3, client_name="pupil")
+        assert advice.advisor is None and advice.adopt is None  # ruled out by the trial, not adopted
+        advised.choose_advisors()
+        assert advice.advisor is None and not pupil.trials
+        teacher.recent_return = 2500.0  # it improved: advised, and tried again
+        advised.choose_advisors()
+        assert advice.advisor.name == "teacher" and [trial.tried for trial in pupil.trials] == ["teacher"]
+    finally:
+        await stop(graph, store)
+
+
+async def test_independent_clients_run_no_trials(tmp_path):
+    graph, store = advised_graph(advice_strength=0.0), Store(tmp_path / "data")
+    keys = graph.create_graph(store, serving_here())
+    try:
+        await drive_clients(graph, keys["arms"], ("teacher", "pupil"), steps=10)
+        advised = graph.advised_agent("arms")
+        advised.clients["teacher"].recent_return, advised.clients["pupil"].recent_return = 4.0, 0.0
+        advised.choose_advisors()
+        assert not advised.clients["pupil"].trials
     finally:
         await stop(graph, store)

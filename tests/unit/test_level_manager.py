@@ -3,7 +3,7 @@
 from concurrent.futures import Future
 
 from shepherd.agents import ActMode
-from shepherd.level import Episode, LevelManager, Phase
+from shepherd.level import Episode, LevelManager, Phase, Trial
 
 
 class FakeLearner:
@@ -36,15 +36,20 @@ class FakeHost:
         self.phases = list(phases)
         self.counted = []
         self.ended = []
+        self.trials = []
 
     def begin_episode(self):
         return self.phases.pop(0)
+
+    def begin_trial(self):
+        return self.trials.pop(0) if self.trials else None
 
     def count_step(self, phase):
         self.counted.append(phase)
 
     def end_episode(self, episode: Episode, completed: bool):
         self.ended.append((episode.phase, episode.total, episode.length, completed))
+        self.tried = episode.tried
 
 
 def test_an_episode_maps_to_begin_step_end():
@@ -135,3 +140,40 @@ async def test_a_step_its_learner_lost_goes_to_the_learner_again_on_its_retry_an
     assert (await session.step(step, 5)).action == "a1"  # answered: the stored answer
     assert [c[0] for c in host.learner.calls] == ["begin", "step", "step"]
     assert host.counted == [Phase.TRAIN]
+
+
+def test_a_trial_episode_is_played_greedy_by_the_tried_learner_then_the_hosts_goes_on():
+    host = FakeHost([Phase.TRAIN])
+    tried = FakeLearner()
+    host.trials.append(Trial("c0", tried))
+    level = LevelManager(7, host)
+    level.step("o0", 0.0, False)
+    level.step("o1", 1.0, False)
+    assert level.step("o2", 1.0, True) is None
+    assert tried.calls == [("begin", 7, "o0", ActMode.GREEDY), ("step", 7, 1.0, "o1", ActMode.GREEDY),
+                           ("end", 7, 1.0, "o2", False, ActMode.GREEDY), ("drop", 7)]
+    assert host.learner.calls == []  # the session's own learner saw nothing of the trial
+    assert host.ended == [(Phase.TRIAL, 2.0, 2, True)] and host.tried == "c0"
+    assert host.counted == [Phase.TRIAL, Phase.TRIAL]
+    level.step("o3", 0.0, False)  # the next episode is the host's own again
+    assert host.learner.calls == [("begin", 7, "o3", ActMode.EXPLORE)]
+    assert len(tried.calls) == 4
+
+
+def test_closing_mid_trial_drops_the_actor_from_both_learners():
+    host = FakeHost([])
+    tried = FakeLearner()
+    host.trials.append(Trial("c0", tried))
+    level = LevelManager(3, host)
+    level.step("o0", 0.0, False)
+    level.close()
+    assert tried.calls[-1] == ("drop", 3) and host.learner.calls == [("drop", 3)]
+    assert host.ended == [(Phase.TRIAL, 0.0, 0, False)]
+
+
+def test_evaluate_sessions_never_run_trials():
+    host = FakeHost([])
+    host.trials.append(Trial("c0", FakeLearner()))
+    level = LevelManager(3, host, evaluate_only=True)
+    level.step("o0", 0.0, False)
+    assert host.learner.calls == [("begin", 3, "o0", ActMode.GREEDY)] and len(host.trials) == 1

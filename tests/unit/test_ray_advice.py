@@ -33,18 +33,22 @@ class Adapter:
 
 def test_the_head_forwards_the_advisor_by_its_actor_name_and_the_returns_as_plain_data():
     head = Advice()
-    assert advice_data(head) == {"advisor": None, "name": None, "recent_return": None, "own_return": None}
+    assert advice_data(head) == {"advisor": None, "name": None, "recent_return": None, "own_return": None,
+                                 "adopt": None}
     head.advisor = Advisor("arm-1", Status(), Path("/head/only/model.zip"), 120.0)  # type: ignore[arg-type]
     head.own_return = 30.0
+    head.adopt = ("arm-1", 2)
     data = advice_data(head)
-    assert data == {"advisor": "shepherd-learner/3/arm-1", "name": "arm-1", "recent_return": 120.0, "own_return": 30.0}
+    assert data == {"advisor": "shepherd-learner/3/arm-1", "name": "arm-1", "recent_return": 120.0, "own_return": 30.0,
+                    "adopt": ["arm-1", 2]}
     assert json.loads(json.dumps(data)) == data  # nothing but plain values
 
 
 def test_the_actor_sets_its_advice_from_the_forwarded_data_and_keeps_its_advisor_source():
     adapter = Adapter()
     apply_advice(adapter, {"advisor": "shepherd-learner/3/arm-1", "name": "arm-1", "recent_return": 120.0,
-                           "own_return": 30.0}, "shepherd")
+                           "own_return": 30.0, "adopt": ["arm-1", 2]}, "shepherd")
+    assert adapter.advice.adopt == ("arm-1", 2)  # adopted in the actor after its next update
     advisor = adapter.advice.advisor
     assert advisor is not None and advisor.name == "arm-1" and advisor.recent_return == 120.0
     assert advisor.model_path is None  # no advice before the advisor's actor publishes
@@ -59,7 +63,7 @@ def test_the_actor_sets_its_advice_from_the_forwarded_data_and_keeps_its_advisor
     apply_advice(adapter, {"advisor": "shepherd-learner/3/arm-2", "name": "arm-2", "recent_return": 150.0,
                            "own_return": 40.0}, "shepherd")
     assert adapter.advice.advisor.weights is not source
-    assert advice_status(adapter) == {"advisor": "shepherd-learner/3/arm-2", "reads": 0, "version": -1}
+    assert advice_status(adapter) == {"advisor": "shepherd-learner/3/arm-2", "reads": 0, "version": -1, "adoptions": 0}
     apply_advice(adapter, {"advisor": None, "name": None, "recent_return": None, "own_return": 41.0}, "shepherd")
     assert adapter.advice.advisor is None and adapter.advice.own_return == 41.0
 
