@@ -60,10 +60,8 @@ def make_env(task: str, index: int) -> gym.Env:
     return InvertedActions(env) if index % 2 else env
 
 
-def agent(mode: str, seed: int, strength: float, decay: int = 0, linear: bool = True) -> AgentSpec:
+def agent(mode: str, seed: int, strength: float, decay: int = 0) -> AgentSpec:
     parameters = dict(PPO, seed=seed)
-    if linear:  # RL Zoo's schedules: learning rate and clip range fall to 0 over each learner's budget
-        parameters.update(learning_rate="lin_0.001", clip_range="lin_0.2")
     if mode == "pooled":
         return AgentSpec("cartpole", "PPO", [[4], "-inf", "inf"], 2, {**parameters, "n_envs": 4})
     parameters["advice_strength"] = 0.0 if mode == "independent" else strength
@@ -120,14 +118,9 @@ async def train_until(graph: GraphManager, key: str, task: str, mode: str, budge
 
 async def one_run(task: str, mode: str, seed: int, args: argparse.Namespace, plug: bool = False) -> tuple[Run, dict]:
     with tempfile.TemporaryDirectory() as folder:
-        # each learner's training budget (what a linear schedule falls over): the pooled one's is all the
-        # steps, each client's of advised and independent a quarter
-        improve = args.budget if mode == "pooled" else args.budget // 4
-        graph = GraphManager([agent(mode, seed, args.strength, args.decay, args.schedule == "linear")],
-                             owner="bench", schedule=Schedule(
-                                 improve_steps=improve if args.schedule == "linear" else None,
-                                 steps_between_evaluation_periods=10 ** 12, evaluation_episodes=1,
-                                 checkpoint_every_steps=20_000))
+        graph = GraphManager([agent(mode, seed, args.strength, args.decay)], owner="bench",
+                             schedule=Schedule(steps_between_evaluation_periods=10 ** 12, evaluation_episodes=1,
+                                               checkpoint_every_steps=20_000))
         store = Store(Path(folder) / "data")
         key = graph.create_graph(store, serving_here(act_timeout_seconds=120.0))["cartpole"]
         started = time.monotonic()
@@ -239,9 +232,6 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--strength", type=float, default=0.3, help="advice_strength of `advised` (default %(default)s)")
     parser.add_argument("--decay", type=int, default=0,
                         help="advice_decay of `advised`: a client's steps until its advice is zero (default 0: never)")
-    parser.add_argument("--schedule", choices=["linear", "constant"], default="linear",
-                        help="PPO's learning rate and clip range: RL Zoo's linear schedules over each learner's share "
-                             "of the budget (default), or constant 1e-3 and 0.2 (the figures before 2026-11-23, fourth pass)")
     parser.add_argument("--tasks", nargs="+", default=["lengths", "inverted"], choices=["lengths", "inverted"])
     parser.add_argument("--modes", nargs="+", default=["pooled", "advised", "independent"],
                         choices=["pooled", "advised", "independent"])
