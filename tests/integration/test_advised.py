@@ -152,16 +152,18 @@ async def test_a_new_client_starts_from_the_best_clients_weights_and_is_advised_
         await stop(graph, store)
 
 
-async def teacher_and_pupil(graph, keys, strength):
-    """Clients "teacher" (recent return 300) and "pupil" (10) of agent "arms", the teacher advising the pupil
-    at ``strength``."""
+async def teacher_and_pupil(graph, keys, strength=None, returns=(300.0, 10.0), trials=False):
+    """Clients "teacher" and "pupil" of agent "arms" with these recent returns, the teacher advising the
+    pupil (at ``strength``, if given); without ``trials`` the pupil's trial of the teacher is dropped."""
     await drive_clients(graph, keys["arms"], ("teacher", "pupil"), steps=10)
     advised = graph.advised_agent("arms")
     teacher, pupil = advised.clients["teacher"], advised.clients["pupil"]
-    teacher.recent_return, pupil.recent_return = 300.0, 10.0
+    teacher.recent_return, pupil.recent_return = returns
     advised.choose_advisors()
-    pupil.trials.clear()  # no trial of the teacher's policy first: these tests look at the pupil's own acts
-    pupil.learner.algorithm.advice.strength = strength
+    if not trials:
+        pupil.trials.clear()  # these tests look at the pupil's own acts
+    if strength is not None:
+        pupil.learner.algorithm.advice.strength = strength
     return teacher, pupil
 
 
@@ -261,11 +263,9 @@ async def test_a_trial_plays_the_advisors_greedy_policy_on_the_clients_system_an
     from shepherd.level import Phase
     graph, store, keys = await start(tmp_path / "data")
     try:
-        await drive_clients(graph, keys["arms"], ("teacher", "pupil"), steps=10)
+        # every CartPole episode returns 8 or more: more than 0 by ADOPT_GAIN of 4
+        teacher, pupil = await teacher_and_pupil(graph, keys, returns=(4.0, 0.0), trials=True)
         advised = graph.advised_agent("arms")
-        teacher, pupil = advised.clients["teacher"], advised.clients["pupil"]
-        teacher.recent_return, pupil.recent_return = 4.0, 0.0  # every CartPole episode returns 8 or more
-        advised.choose_advisors()
         assert [trial.tried for trial in pupil.trials] == ["teacher"] and not teacher.trials
         teacher_weights = policy_weights(graph, "teacher")  # read by the pupil from the teacher's checkpoint
         steps, teacher_steps, version = pupil.tracker.steps, teacher.tracker.steps, pupil.learner.algorithm.version
@@ -291,11 +291,9 @@ async def test_a_trial_plays_the_advisors_greedy_policy_on_the_clients_system_an
 async def test_an_advisor_whose_trial_did_no_better_is_ruled_out_until_its_evaluation_rises(tmp_path):
     graph, store, keys = await start(tmp_path / "data")
     try:
-        await drive_clients(graph, keys["arms"], ("teacher", "pupil"), steps=10)
+        # no CartPole episode returns 1000 here
+        teacher, pupil = await teacher_and_pupil(graph, keys, returns=(2000.0, 1000.0), trials=True)
         advised = graph.advised_agent("arms")
-        teacher, pupil = advised.clients["teacher"], advised.clients["pupil"]
-        teacher.recent_return, pupil.recent_return = 2000.0, 1000.0  # no CartPole episode returns 1000 here
-        advised.choose_advisors()
         advice = pupil.learner.algorithm.advice
         assert advice.advisor.name == "teacher"
         await drive(graph, keys["arms"], gym.make("CartPole-v1"), episodes=1, seed=3, client_name="pupil")
