@@ -60,8 +60,10 @@ def make_env(task: str, index: int) -> gym.Env:
     return InvertedActions(env) if index % 2 else env
 
 
-def agent(mode: str, seed: int, strength: float, decay: int = 0) -> AgentSpec:
+def agent(mode: str, seed: int, strength: float, decay: int = 0, learning_rate: float | None = None) -> AgentSpec:
     parameters = dict(PPO, seed=seed)
+    if learning_rate is not None:
+        parameters["learning_rate"] = learning_rate
     if mode == "pooled":
         return AgentSpec("cartpole", "PPO", [[4], "-inf", "inf"], 2, {**parameters, "n_envs": 4})
     parameters["advice_strength"] = 0.0 if mode == "independent" else strength
@@ -118,7 +120,7 @@ async def train_until(graph: GraphManager, key: str, task: str, mode: str, budge
 
 async def one_run(task: str, mode: str, seed: int, args: argparse.Namespace, plug: bool = False) -> tuple[Run, dict]:
     with tempfile.TemporaryDirectory() as folder:
-        graph = GraphManager([agent(mode, seed, args.strength, args.decay)], owner="bench",
+        graph = GraphManager([agent(mode, seed, args.strength, args.decay, args.learning_rate)], owner="bench",
                              schedule=Schedule(steps_between_evaluation_periods=10 ** 12, evaluation_episodes=1,
                                                checkpoint_every_steps=20_000))
         store = Store(Path(folder) / "data")
@@ -156,9 +158,10 @@ async def plug_in(graph: GraphManager, key: str, task: str, best_evaluation: flo
             "best_on_new_env": transfer}
 
 
-async def fresh_first_10(task: str, seed: int, strength: float, index: int = 1) -> float:
+async def fresh_first_10(task: str, seed: int, strength: float, index: int = 1,
+                         learning_rate: float | None = None) -> float:
     with tempfile.TemporaryDirectory() as folder:
-        graph = GraphManager([agent("independent", seed, strength)], owner="bench", schedule=Schedule(
+        graph = GraphManager([agent("independent", seed, strength, learning_rate=learning_rate)], owner="bench", schedule=Schedule(
             steps_between_evaluation_periods=10 ** 12, evaluation_episodes=1))
         store = Store(Path(folder) / "data")
         key = graph.create_graph(store, serving_here())["cartpole"]
@@ -193,8 +196,8 @@ async def main(args: argparse.Namespace) -> int:
                       f"{[round(v) for v in run.evaluations]} ({run.seconds:.0f} s)", flush=True)
                 if plugged:
                     best = plugged["best_recent_evaluation"]
-                    fresh = await fresh_first_10(task, seed, args.strength)
-                    fresh_twin = await fresh_first_10(task, seed, args.strength, plugged["best_index"])
+                    fresh = await fresh_first_10(task, seed, args.strength, learning_rate=args.learning_rate)
+                    fresh_twin = await fresh_first_10(task, seed, args.strength, plugged["best_index"], args.learning_rate)
                     print(f"{task:9s} plugged-in clients, each starting from client {plugged['started_from']} (the best; "
                           f"recent evaluation {best:.1f}):", flush=True)
                     print(f"{task:9s}   on c1's system: first 10 episodes {plugged['late_first_10']:.1f} (ratio "
@@ -232,6 +235,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--strength", type=float, default=0.3, help="advice_strength of `advised` (default %(default)s)")
     parser.add_argument("--decay", type=int, default=0,
                         help="advice_decay of `advised`: a client's steps until its advice is zero (default 0: never)")
+    parser.add_argument("--learning-rate", type=float, default=None,
+                        help="PPO's learning rate for every mode (default: RL Zoo's 1e-3, as in PPO above)")
     parser.add_argument("--tasks", nargs="+", default=["lengths", "inverted"], choices=["lengths", "inverted"])
     parser.add_argument("--modes", nargs="+", default=["pooled", "advised", "independent"],
                         choices=["pooled", "advised", "independent"])
