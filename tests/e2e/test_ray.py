@@ -248,8 +248,8 @@ def test_an_advised_agents_clients_learn_in_named_actors_and_the_advisee_reads_i
         cluster, tmp_path, frequent_rows):
     """tiny_ppo_advised over HTTP with two named clients: each client's learner is its own named actor, both
     learn, the graph on the head gives one the other as advisor, and the advisee's actor reads the
-    advisor's actor's published weights (the head forwards only the advisor's actor name); each client's
-    metrics, in its folder on the head, have SB3's training values."""
+    advisor's actor's published weights (the head forwards only the advisor's actor name) and adopts them
+    when the graph asks; each client's metrics, in its folder on the head, have SB3's training values."""
     from shepherd.agents.ray_learner import NAMESPACE, RayLearner, RayLearners
     from shepherd.graph import load_preset
     from shepherd.graph.runtime import client_folder
@@ -282,6 +282,16 @@ def test_an_advised_agents_clients_learn_in_named_actors_and_the_advisee_reads_i
         assert not errors, errors
         assert seen, "the graph gave no client an advisor"
         assert read is not None, f"the advisee's actor read no weights of its advisor's actor: {seen[-5:]}"
+        adopted, request, deadline = None, 1000, time.monotonic() + 60
+        while adopted is None and time.monotonic() < deadline and not errors:
+            for row in advised.describe_clients():  # the graph's adoption request, to whoever advises now
+                if row["advisor"] is not None:
+                    request += 1
+                    advised.clients[row["client"]].learner.algorithm.advice.adopt = (row["advisor"], request)
+                    status = ray.get(ray.get_actor(names[row["client"]], namespace=NAMESPACE).advice_status.remote())
+                    adopted = status if status["adoptions"] >= 1 else None
+            time.sleep(0.5)
+        assert adopted is not None, "no advisee's actor adopted its advisor's weights"
         assert set(advised.clients) == {"arm-1", "arm-2"}
         for client, runtime in advised.clients.items():
             learner = runtime.learner
