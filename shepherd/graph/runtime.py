@@ -165,10 +165,10 @@ class AgentRuntime:
                 time.time(), float(episode.total), episode.length, episode.phase.value, self.client))
             if episode.phase is Phase.TRAIN:
                 self.train_returns.append(float(episode.total))
-            elif episode.phase is Phase.TRIAL and episode.tried is not None and self._on_trial is not None:
-                self._on_trial(self, episode.tried, float(episode.total))
-        elif episode.phase is Phase.TRIAL and episode.tried is not None:
-            self.trials.appendleft(Trial(episode.tried, episode.learner))  # abandoned: the next episode tries it
+            elif episode.trial is not None and self._on_trial is not None:
+                self._on_trial(self, episode.trial.tried, float(episode.total))
+        elif episode.trial is not None:
+            self.trials.appendleft(episode.trial)  # abandoned: the next episode tries it
         result = self.tracker.end_episode(episode, completed)
         if result is not None:
             self.evaluations.append(result)

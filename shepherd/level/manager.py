@@ -37,21 +37,20 @@ MODES = {Phase.HEATUP: ActMode.RANDOM, Phase.TRAIN: ActMode.EXPLORE, Phase.EVALU
          Phase.DEPLOY: ActMode.GREEDY, Phase.TRIAL: ActMode.GREEDY}
 
 
+@dataclass(frozen=True)
+class Trial:
+    """Another learner's greedy policy to play one episode with, on a session's own system."""
+
+    tried: str  # whose policy it is (the host's name for it)
+    learner: ThreadedLearner
+
+
 @dataclass
 class Episode:
     phase: Phase
     total: float = 0.0
     length: int = 0
-    tried: str | None = None  # a TRIAL episode: whose policy it tries (the host's name for it)
-    learner: Any = None  # a TRIAL episode: the learner whose greedy policy answers it (None: the host's)
-
-
-@dataclass(frozen=True)
-class Trial:
-    """Another learner's greedy policy to play one episode with, on a session's own system."""
-
-    tried: str
-    learner: ThreadedLearner
+    trial: Trial | None = None  # a TRIAL episode's: the learner that answers it instead of the host's
 
 
 class EpisodeHost(Protocol):
@@ -100,7 +99,7 @@ class LevelManager:
                 return None
             trial = None if self.evaluate_only else self.host.begin_trial()
             if trial is not None:
-                self.episode = Episode(Phase.TRIAL, tried=trial.tried, learner=trial.learner)
+                self.episode = Episode(Phase.TRIAL, trial=trial)
                 learner = trial.learner
             else:
                 phase = Phase.DEPLOY if self.evaluate_only else self.host.begin_episode()
@@ -108,8 +107,8 @@ class LevelManager:
             mode = MODES[self.episode.phase]
             self._asked = functools.partial(learner.begin_episode, self.actor_id, obs, mode, mask)
             return self._asked()
-        if episode.learner is not None:
-            learner = episode.learner
+        if episode.trial is not None:
+            learner = episode.trial.learner
         episode.total += reward
         episode.length += 1
         self.steps += 1
@@ -117,7 +116,7 @@ class LevelManager:
         mode = MODES[episode.phase]
         if done:
             learner.end_episode(self.actor_id, reward, obs, truncated, mode)
-            if episode.learner is not None:
+            if episode.trial is not None:
                 learner.end_actor(self.actor_id)  # the tried learner forgets this session at once
             self.episode = None
             self.host.end_episode(episode, completed=True)
@@ -132,8 +131,8 @@ class LevelManager:
         self.closed = True
         episode = self.episode
         if episode is not None:
-            if episode.learner is not None:
-                episode.learner.end_actor(self.actor_id)
+            if episode.trial is not None:
+                episode.trial.learner.end_actor(self.actor_id)
             self.host.end_episode(episode, completed=False)
             self.episode = None
         self.host.learner.end_actor(self.actor_id)

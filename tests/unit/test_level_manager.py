@@ -49,7 +49,7 @@ class FakeHost:
 
     def end_episode(self, episode: Episode, completed: bool):
         self.ended.append((episode.phase, episode.total, episode.length, completed))
-        self.tried = episode.tried
+        self.tried = episode.trial.tried if episode.trial else None
 
 
 def test_an_episode_maps_to_begin_step_end():
