@@ -35,6 +35,14 @@ JUDGE_EPISODES = 5
 ADOPT_GAIN = 0.25
 
 
+def clearly_better(value: float | None, own: float | None, reference: float | None) -> bool:
+    """Whether ``value`` beats the client's own recent evaluation ``own`` by `ADOPT_GAIN` of the (absolute)
+    ``reference`` evaluation (False when either evaluation is unknown)."""
+    if value is None or own is None or reference is None:
+        return False
+    return value - own >= ADOPT_GAIN * max(abs(reference), 1e-8)
+
+
 class BadClient(ValueError):
     """A login's client name is missing, malformed, or given where it means nothing (HTTP 400)."""
 
@@ -224,17 +232,12 @@ class AdvisedAgent:
                                      best.recent_return)
             self._drop_trials(runtime, keep=str(best.client))
             last = tried.get(str(best.client))
-            if (self.advice_on and self._worth_trying(runtime, best) and (name, str(best.client)) not in self._trying
+            # a trial costs an unlearned episode: only of an advisor whose lead a matching trial would adopt
+            worth_trying = clearly_better(best.recent_return, runtime.recent_return, best.recent_return)
+            if (self.advice_on and worth_trying and (name, str(best.client)) not in self._trying
                     and (last is None or (best.recent_return or 0.0) > last[0])):
                 self._trying.add((name, str(best.client)))
                 runtime.trials.append(Trial(str(best.client), best.learner))
-
-    @staticmethod
-    def _worth_trying(runtime: AgentRuntime, other: AgentRuntime) -> bool:
-        """Whether ``other`` leads the client's own recent evaluation by enough for a trial that matched its
-        evaluation to be adopted (`ADOPT_GAIN`): a trial costs an unlearned episode of the client's."""
-        own, theirs = runtime.recent_return, other.recent_return
-        return own is not None and theirs is not None and theirs - own >= ADOPT_GAIN * max(abs(theirs), 1e-8)
 
     def _drop_trials(self, runtime: AgentRuntime, keep: str | None = None) -> None:
         """Forget the client's queued trials of any other client than ``keep`` (no longer its advisor)."""
@@ -265,7 +268,7 @@ class AdvisedAgent:
         self.choose_advisors()
         advice = getattr(runtime.learner.algorithm, "advice", None)
         if (isinstance(advice, Advice) and advice.advisor is not None and advice.advisor.name == other
-                and own is not None and value - own >= ADOPT_GAIN * max(abs(tried.recent_return), 1e-8)):
+                and clearly_better(value, own, tried.recent_return)):
             self._adopt_requests += 1
             advice.adopt = (other, self._adopt_requests)
             logger.info("client %s adopts client %s's weights after its next update", runtime.label, other)
