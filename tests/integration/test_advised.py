@@ -318,3 +318,18 @@ async def test_independent_clients_run_no_trials(tmp_path):
         assert not advised.clients["pupil"].trials
     finally:
         await stop(graph, store)
+
+
+async def test_a_trial_abandoned_mid_episode_is_tried_again_on_the_next_episode(tmp_path):
+    from shepherd.level import Phase
+    graph, store, keys = await start(tmp_path / "data")
+    try:
+        teacher, pupil = await teacher_and_pupil(graph, keys, returns=(4.0, 0.0), trials=True)
+        await drive(graph, keys["arms"], gym.make("CartPole-v1"), steps=2, seed=3, client_name="pupil")  # logs out mid-trial
+        assert [trial.tried for trial in pupil.trials] == ["teacher"]
+        assert pupil.phase_steps[Phase.TRIAL] == 2 and pupil.phase_episodes[Phase.TRIAL] == 0
+        await drive(graph, keys["arms"], gym.make("CartPole-v1"), episodes=1, seed=3, client_name="pupil")
+        assert not pupil.trials and pupil.phase_episodes[Phase.TRIAL] == 1
+        assert "teacher" in graph.advised_agent("arms").tried["pupil"]
+    finally:
+        await stop(graph, store)
