@@ -60,7 +60,8 @@ def make_env(task: str, index: int) -> gym.Env:
     return InvertedActions(env) if index % 2 else env
 
 
-def agent(mode: str, seed: int, strength: float, decay: int = 0, learning_rate: float | None = None) -> AgentSpec:
+def agent(mode: str, seed: int, strength: float, decay: int = 0, learning_rate: float | None = None,
+          keep: int = 0) -> AgentSpec:
     parameters = dict(PPO, seed=seed)
     if learning_rate is not None:
         parameters["learning_rate"] = learning_rate
@@ -68,6 +69,7 @@ def agent(mode: str, seed: int, strength: float, decay: int = 0, learning_rate: 
         return AgentSpec("cartpole", "PPO", [[4], "-inf", "inf"], 2, {**parameters, "n_envs": 4})
     parameters["advice_strength"] = 0.0 if mode == "independent" else strength
     parameters["advice_decay"] = decay
+    parameters["advice_keep"] = keep
     return AgentSpec("cartpole", "PPO", [[4], "-inf", "inf"], 2, parameters, sharing="advised")
 
 
@@ -120,7 +122,7 @@ async def train_until(graph: GraphManager, key: str, task: str, mode: str, budge
 
 async def one_run(task: str, mode: str, seed: int, args: argparse.Namespace, plug: bool = False) -> tuple[Run, dict]:
     with tempfile.TemporaryDirectory() as folder:
-        graph = GraphManager([agent(mode, seed, args.strength, args.decay, args.learning_rate)], owner="bench",
+        graph = GraphManager([agent(mode, seed, args.strength, args.decay, args.learning_rate, args.keep)], owner="bench",
                              schedule=Schedule(steps_between_evaluation_periods=10 ** 12, evaluation_episodes=1,
                                                checkpoint_every_steps=20_000))
         store = Store(Path(folder) / "data")
@@ -235,6 +237,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--strength", type=float, default=0.3, help="advice_strength of `advised` (default %(default)s)")
     parser.add_argument("--decay", type=int, default=0,
                         help="advice_decay of `advised`: a client's steps until its advice is zero (default 0: never)")
+    parser.add_argument("--keep", type=int, default=0,
+                        help="advice_keep of `advised`: a client's steps over which a policy it adopted is kept "
+                             "(default %(default)s: not kept)")
     parser.add_argument("--learning-rate", type=float, default=None,
                         help="PPO's learning rate for every mode (default: RL Zoo's 1e-3, as in PPO above)")
     parser.add_argument("--tasks", nargs="+", default=["lengths", "inverted"], choices=["lengths", "inverted"])

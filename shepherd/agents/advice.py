@@ -164,9 +164,12 @@ class Advice:
     """A client's advice settings and advisor. The graph sets `advisor` and `own_return` (assignments, from
     its thread); the learner reads them on its own."""
 
-    def __init__(self, strength: float = 1.0, decay_steps: int = 0) -> None:
+    def __init__(self, strength: float = 1.0, decay_steps: int = 0, keep_steps: int = 0) -> None:
         self.strength = float(strength)
         self.decay_steps = int(decay_steps)
+        #: steps of the client over which an adopted policy is kept: the client is distilled towards it after
+        #: every update, less and less (`keep_weight`); 0: not kept
+        self.keep_steps = int(keep_steps)
         self.advisor: Advisor | None = None
         self.own_return: float | None = None  # the client's own policy's recent evaluation return
         #: adopt this advisor's weights after the next update: (advisor's name, request number); set by the
@@ -182,6 +185,22 @@ class Advice:
             strength *= max(0.0, 1.0 - steps / self.decay_steps)
         advisor = self.advisor
         return strength * catch_up(self.own_return, None if advisor is None else advisor.recent_return)
+
+
+def keep_weight(steps_since: int, keep_steps: int) -> float:
+    """The weight of the pull towards an adopted policy ``steps_since`` steps after adopting it: 1 at once,
+    falling linearly to 0 over ``keep_steps`` (0: no pull)."""
+    if keep_steps <= 0:
+        return 0.0
+    return max(0.0, 1.0 - steps_since / keep_steps)
+
+
+def policy_divergence(kept: Any, own: Any) -> th.Tensor:
+    """The mean over a batch of KL(kept || own) of two SB3 action distributions of the same family."""
+    divergence = th.distributions.kl_divergence(kept.distribution, own.distribution)
+    if divergence.dim() > 1:
+        divergence = divergence.sum(dim=-1)  # a Gaussian's independent dimensions
+    return divergence.mean()
 
 
 class AdvisorPolicy:
@@ -257,10 +276,49 @@ class AdvisedOnPolicyAdapter(OnPolicyAdapter):
         self._row_advice: dict[int, np.ndarray] = {}
         self._adopted = 0  # the number of the last adopt request carried out
         self.adoptions = 0
+        self._kept: Any = None  # a frozen copy of the adopted policy while it is kept
+        self._kept_at = 0  # the steps learned when it was adopted
 
     def after_update(self, started: float | None = None) -> None:
+        self._keep()  # on the rollout just learned from, before a new adoption replaces the kept policy
         self._adopt()  # between two rollouts: the next one is collected wholly by the adopted policy
         super().after_update(started)
+
+    def _keep(self) -> None:
+        """Pull the own policy back towards the adopted one (kickstarting, Schmitt et al.,
+        arXiv:1803.03835): after an update of the first ``keep_steps`` steps since adopting, minimise
+        ``w * KL(pi_adopted || pi_own)`` on the rollout's observations, ``n_epochs`` passes in
+        minibatches with the policy's optimizer, ``w`` falling from 1 to 0 (`keep_weight`). Without it the
+        client's own updates move an adopted policy that balances its system away within a few updates, as
+        they move every policy here; with it the client keeps what it adopted while it learns on."""
+        if self._kept is None or not self.buffer.generator_ready:
+            return
+        weight = keep_weight(self.steps - self._kept_at, self.advice.keep_steps)
+        if weight <= 0.0:
+            self._kept = None
+            return
+        model, buffer = self.model, self.buffer
+        policy = model.policy
+        size = buffer.buffer_size * buffer.n_envs
+        observations = buffer.observations  # flattened by train()'s pass over the buffer: (size, ...)
+        batch_size = getattr(model, "batch_size", None) or size
+        policy.set_training_mode(True)
+        for _ in range(getattr(model, "n_epochs", 1)):
+            order = np.random.permutation(size)
+            for start in range(0, size, batch_size):
+                rows = order[start:start + batch_size]
+                if isinstance(observations, dict):
+                    obs = {key: buffer.to_torch(value[rows]) for key, value in observations.items()}
+                else:
+                    obs = buffer.to_torch(observations[rows])
+                with th.no_grad():
+                    kept = self._kept.get_distribution(obs)
+                loss = weight * policy_divergence(kept, policy.get_distribution(obs))
+                policy.optimizer.zero_grad()
+                loss.backward()
+                th.nn.utils.clip_grad_norm_(policy.parameters(), model.max_grad_norm)
+                policy.optimizer.step()
+        policy.set_training_mode(False)
 
     def _adopt(self) -> None:
         """Carry out the graph's request to adopt the advisor's weights (`Advice.adopt`): the own policy
@@ -278,6 +336,9 @@ class AdvisedOnPolicyAdapter(OnPolicyAdapter):
         if policy is None:
             return
         self.model.policy.load_state_dict(policy.state_dict())  # Adam's moments stay: gradients of a like scale
+        if self.advice.keep_steps > 0:
+            self._kept = copy.deepcopy(policy)  # the advisor's copy is reloaded when it publishes again
+            self._kept_at = self.steps
         theirs = getattr(advisor.weights, "filtering", None)
         if self.filtering is not None and theirs is not None:
             for key in self.filtering.keys:

@@ -124,7 +124,7 @@ NOISES = ("normal", "ornstein-uhlenbeck")
 
 
 #: the parameters of advice (``advised`` agents only; a pooled agent ignores them)
-ADVICE_PARAMETERS = ("advice_strength", "advice_decay")
+ADVICE_PARAMETERS = ("advice_strength", "advice_decay", "advice_keep")
 
 
 def _advice_parameters(info: Algorithm) -> list[Parameter]:
@@ -137,6 +137,9 @@ def _advice_parameters(info: Algorithm) -> list[Parameter]:
         Parameter(info.name, "advice_decay", ParamType.INT, 0, doc=(
             "advised agents: steps of a client over which its advice strength falls linearly to zero "
             "(0: it never decays)")),
+        Parameter(info.name, "advice_keep", ParamType.INT, 0, doc=(
+            "advised agents: steps of a client over which a policy it adopted is kept, by distilling the "
+            "client's policy towards it after every update with a weight falling from 1 to 0 (0: not kept)")),
     ]
 
 
@@ -394,7 +397,8 @@ def build_advised_learner(algorithm: str, name: str, observation_space: spaces.S
     assert info.advised is not None  # checked
     kwargs, n_envs = sb3_arguments(algorithm, action_space, values)
     checked = check_parameters(algorithm, values)
-    advice = Advice(checked.get("advice_strength", 0.3), checked.get("advice_decay", 0))
+    advice = Advice(checked.get("advice_strength", 0.3), checked.get("advice_decay", 0),
+                    checked.get("advice_keep", 0))
     kwargs["rollout_buffer_class"] = AdvisedRolloutBuffer
     kwargs["rollout_buffer_kwargs"] = {"advice_width": advice_width(action_space)}
     filters = filters or Filters()
