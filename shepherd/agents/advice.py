@@ -307,10 +307,9 @@ class AdvisedOnPolicyAdapter(OnPolicyAdapter):
             order = np.random.permutation(size)
             for start in range(0, size, batch_size):
                 rows = order[start:start + batch_size]
-                if isinstance(observations, dict):
-                    obs = {key: buffer.to_torch(value[rows]) for key, value in observations.items()}
-                else:
-                    obs = buffer.to_torch(observations[rows])
+                obs: th.Tensor | dict[str, th.Tensor] = (
+                    {key: buffer.to_torch(value[rows]) for key, value in observations.items()}
+                    if isinstance(observations, dict) else buffer.to_torch(observations[rows]))
                 with th.no_grad():
                     kept = self._kept.get_distribution(obs)
                 loss = weight * policy_divergence(kept, policy.get_distribution(obs))
