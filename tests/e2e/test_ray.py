@@ -248,11 +248,13 @@ def test_an_advised_agents_clients_learn_in_named_actors_and_the_advisee_reads_i
         cluster, tmp_path, frequent_rows):
     """tiny_ppo_advised over HTTP with two named clients: each client's learner is its own named actor, both
     learn, the graph on the head gives one the other as advisor, and the advisee's actor reads the
-    advisor's actor's published weights (the head forwards only the advisor's actor name) and adopts them
-    when the graph asks; each client's metrics, in its folder on the head, have SB3's training values."""
+    advisor's actor's published weights (the head forwards only the advisor's actor name), plays a trial
+    episode with the advisor's actor's greedy policy, and adopts the advisor's weights when the graph asks; each client's metrics, in its folder on the head, have SB3's training values."""
     from shepherd.agents.ray_learner import NAMESPACE, RayLearner, RayLearners
     from shepherd.graph import load_preset
     from shepherd.graph.runtime import client_folder
+    from shepherd.level import Phase
+    from shepherd.level.manager import Trial
     from shepherd.storage.metrics import progress_path, read_progress
     from shepherd.http import ServerConfig
 
@@ -279,9 +281,19 @@ def test_an_advised_agents_clients_learn_in_named_actors_and_the_advisee_reads_i
                 seen.append((row["client"], row["advisor"], status))
                 if status["advisor"] == names[row["advisor"]] and status["reads"] >= 2 and status["version"] > 0:
                     read = status  # the advisee's actor read newer weights of its advisor's actor as it learned
+                    advisee, advisor = row["client"], row["advisor"]
         assert not errors, errors
         assert seen, "the graph gave no client an advisor"
         assert read is not None, f"the advisee's actor read no weights of its advisor's actor: {seen[-5:]}"
+        advisee_runtime = advised.clients[advisee]
+        advisee_runtime.trials.append(Trial(advisor, advised.clients[advisor].learner))  # as choose_advisors queues one
+        deadline = time.monotonic() + 60
+        while advisor not in advised.tried.get(advisee, {}) and time.monotonic() < deadline and not errors:
+            time.sleep(0.2)  # the advisee's next training episode is played by the advisor's actor, greedily
+        assert advisor in advised.tried.get(advisee, {}), "the trial of the advisor's policy was not played"
+        trials = [r for r in graph.store.returns(advisee_runtime.record.id, client=advisee) if r.phase == "trial"]
+        assert trials and trials[-1].value == advised.tried[advisee][advisor][1]
+        assert advisee_runtime.phase_episodes[Phase.TRIAL] >= 1
         adopted, request, deadline = None, 1000, time.monotonic() + 60
         while adopted is None and time.monotonic() < deadline and not errors:
             for row in advised.describe_clients():  # the graph's adoption request, to whoever advises now
