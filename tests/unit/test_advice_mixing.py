@@ -130,10 +130,12 @@ def test_advised_agents_are_refused_where_advice_is_not_defined(algorithm, actio
 
 def test_advice_parameters_are_shepherds_not_sb3s() -> None:
     from shepherd.agents import ParameterError, sb3_arguments
-    kwargs, _ = sb3_arguments("PPO", spaces.Discrete(2), {"advice_strength": 2.0, "advice_decay": 1000})
-    assert "advice_strength" not in kwargs and "advice_decay" not in kwargs
-    with pytest.raises(ParameterError, match="0 or more"):
-        sb3_arguments("PPO", spaces.Discrete(2), {"advice_strength": -1.0})
+    kwargs, _ = sb3_arguments("PPO", spaces.Discrete(2), {"advice_strength": 2.0, "advice_decay": 1000,
+                                                           "advice_keep": 8000})
+    assert not {"advice_strength", "advice_decay", "advice_keep"} & set(kwargs)
+    for name in ("advice_strength", "advice_decay", "advice_keep"):
+        with pytest.raises(ParameterError, match=f"'{name}' must be 0 or more"):
+            sb3_arguments("PPO", spaces.Discrete(2), {name: -1})
 
 
 def test_advice_fades_as_the_client_catches_up_with_its_advisor() -> None:
