@@ -151,7 +151,7 @@ def test_overrides_are_typed_as_the_preset_s_own_values():
                                           + ", ".join(AGENT_KEYS)),
     ("agents.cartpol.parameters.gamma=1", "no agent named 'cartpol' in agents; known: cartpole"),
     ("agents.cartpole.parameters.gama=1", "unknown key 'gama' in agents.cartpole.parameters: PPO has no such "
-                                          "parameter; known: advice_decay, advice_strength, batch_size, clip_range,"),
+                                          "parameter; known: advice_decay, advice_keep, advice_strength, batch_size,"),
     ("schedule.evaluation_episode=1", "unknown key 'evaluation_episode' in schedule; known: heatup_steps,"),
     ("validation.client=1", "unknown key 'client' in validation; known: env_id, target_return,"),
     ("sched.x=1", "unknown key 'sched'; known: owner, description, agents, schedule, validation"),
