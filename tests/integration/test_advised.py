@@ -29,8 +29,8 @@ def advised_graph(**parameters: object) -> GraphManager:
                           checkpoint_every_steps=50, checkpoint_every_seconds=3600.0))
 
 
-async def start(data: Path) -> tuple[GraphManager, Store, dict[str, str]]:
-    graph, store = advised_graph(), Store(data)
+async def start(data: Path, **parameters: object) -> tuple[GraphManager, Store, dict[str, str]]:
+    graph, store = advised_graph(**parameters), Store(data)
     keys = graph.create_graph(store, serving_here())
     if not keys:
         keys = {record.name: store.add_api_key(record.id, "tests")[0] for record in store.agents()}
@@ -309,8 +309,7 @@ async def test_an_advisor_whose_trial_did_no_better_is_ruled_out_until_its_evalu
 
 
 async def test_independent_clients_run_no_trials(tmp_path):
-    graph, store = advised_graph(advice_strength=0.0), Store(tmp_path / "data")
-    keys = graph.create_graph(store, serving_here())
+    graph, store, keys = await start(tmp_path / "data", advice_strength=0.0)
     try:
         await drive_clients(graph, keys["arms"], ("teacher", "pupil"), steps=10)
         advised = graph.advised_agent("arms")
@@ -340,8 +339,7 @@ async def adopt_then_learn(data: Path, **parameters: object) -> float:
     """The pupil adopts the teacher's policy, then learns 12 updates on its own (at a learning rate that
     moves a policy fast); returns the mean KL(adopted || pupil's policy now) on CartPole observations."""
     from shepherd.agents.advice import policy_divergence
-    graph, store = advised_graph(learning_rate=0.05, **parameters), Store(data)
-    keys = graph.create_graph(store, serving_here())
+    graph, store, keys = await start(data, learning_rate=0.05, **parameters)
     try:
         teacher, pupil = await teacher_and_pupil(graph, keys, returns=(4.0, 0.0), trials=True)
         await drive(graph, keys["arms"], gym.make("CartPole-v1"), episodes=1, seed=3, client_name="pupil")  # the trial
