@@ -182,6 +182,19 @@ class Filtering:
             self._stacks[request.actor] = stack
         request.obs = stack
 
+    def frozen(self) -> Filtering:
+        """A copy that normalises observations with the statistics as they are now, whatever later batches
+        count (a frozen greedy policy's, `GreedyActor.frozen`); it keeps no actor's rewards or frames."""
+        clone = Filtering.__new__(Filtering)
+        clone.filters, clone.gamma, clone.keys = self.filters, self.gamma, list(self.keys)
+        clone.observations = {}
+        for key, stats in self.observations.items():
+            copied = RunningMeanStd(stats.mean.shape)
+            copied.moments, copied.count = stats.moments, stats.count  # one pair, replaced whole by updates
+            clone.observations[key] = copied
+        clone.returns, clone._returns, clone._stacks = None, {}, {}
+        return clone
+
     # -- VecNormalize's interface, for SB3's replay buffers and the greedy snapshot -----------------
     def normalize_obs(self, obs: Any) -> Any:
         """Observations (one or a batch) normalised with the current statistics, as float32."""

@@ -34,7 +34,8 @@ from stable_baselines3.common.distributions import (BernoulliDistribution, Categ
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.torch_layers import FlattenExtractor
 
-from shepherd.agents.core import WeightSource
+from shepherd.agents.core import VersionedWeights, WeightSource
+from shepherd.agents.filters import Filtering
 
 logger = logging.getLogger(__name__)
 
@@ -211,6 +212,20 @@ def _sized(policy: th.nn.Module, steps: list[Step], head: Callable[[np.ndarray],
     return Plan(steps, head, takes_masks)
 
 
+class FixedWeights:
+    """A `WeightSource` that never changes: one version of a learner's weights, kept."""
+
+    def __init__(self, weights: VersionedWeights) -> None:
+        self.weights = weights
+
+    @property
+    def version(self) -> int:
+        return self.weights.version
+
+    def latest_weights(self) -> VersionedWeights:
+        return self.weights
+
+
 class GreedyActor:
     """Greedy actions on the caller's thread, from the weights a learner publishes (`WeightSource`).
 
@@ -219,15 +234,26 @@ class GreedyActor:
     """
 
     def __init__(self, plan: Plan, source: WeightSource, to_env: Callable[[np.ndarray], Any], name: str,
-                 normalize: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
+                 filtering: Filtering | None = None) -> None:
         self.plan = plan
         self.source = source
         self.to_env = to_env
-        self.normalize = normalize  # the agent's observation filter, with the learner's current statistics
+        #: the agent's observation normalisation, read with the learner's current statistics (None: none)
+        self.filtering = filtering if filtering is not None and filtering.keys else None
         self.name = name
         self.broken = False
         self._greedy: Greedy | None = None
         self._version = -1
+
+    def frozen(self) -> GreedyActor | None:
+        """A greedy actor of the policy as the learner published it last, kept whatever the learner does
+        next: its weights (`FixedWeights`) and its observation statistics as they are now. None: nothing
+        published yet (asking makes the learner publish), or this actor is broken."""
+        weights = self.source.latest_weights()
+        if weights is None or self.broken:
+            return None
+        return GreedyActor(self.plan, FixedWeights(weights), self.to_env, self.name,
+                           None if self.filtering is None else self.filtering.frozen())
 
     def act(self, obs: Any, mask: Any = None) -> tuple[Any, int] | None:
         """The action for ``obs`` (under its action ``mask``, if any) and the policy version that chose it,
@@ -252,8 +278,8 @@ class GreedyActor:
             rows = np.stack([np.ones(width, dtype=bool) if mask is None else mask for mask in masks])
         try:
             batch = np.stack(observations)
-            if self.normalize is not None:
-                batch = self.normalize(batch)
+            if self.filtering is not None:
+                batch = self.filtering.normalize_obs(batch)
             return self.to_env(self._greedy(batch, rows)), weights.version  # type: ignore[misc]
         except Exception:  # a snapshot's bug must cost speed, not the request: the learner answers it
             logger.exception("agent %s: the greedy snapshot failed; the learner answers instead", self.name)
@@ -271,15 +297,14 @@ class GreedyActor:
 
 def greedy_actor(policy: Any, observation_space: gym.Space, source: WeightSource,
                  to_env: Callable[[np.ndarray], Any], name: str,
-                 normalize: Callable[[np.ndarray], np.ndarray] | None = None) -> GreedyActor | None:
+                 filtering: Filtering | None = None) -> GreedyActor | None:
     """A greedy actor for a policy that numpy can serve and that agrees with torch on its current
-    weights; None otherwise. ``normalize`` is the agent's observation normalisation, applied to each batch
-    first (it reads the learner's statistics as they are). Call it before the learner starts (it reads the
-    policy)."""
+    weights; None otherwise. ``filtering``'s observation normalisation is applied to each batch first (with
+    the learner's statistics as they are). Call it before the learner starts (it reads the policy)."""
     found = plan(policy, observation_space)
     if found is None:
         return None
     if not agrees(found.bind(weights_of(policy)), policy, observation_space):
         logger.warning("agent %s: the greedy snapshot disagrees with the policy; not used", name)
         return None
-    return GreedyActor(found, source, to_env, name, normalize)
+    return GreedyActor(found, source, to_env, name, filtering)

@@ -349,7 +349,7 @@ class RayLearner:
         self._snapshot = _Snapshot(self.algorithm)
         self.greedy: GreedyActor | None = None
         local_greedy = local.greedy
-        if local_greedy is not None and local_greedy.normalize is None:  # filter statistics live in the actor
+        if local_greedy is not None and local_greedy.filtering is None:  # filter statistics live in the actor
             self.greedy = GreedyActor(local_greedy.plan, self._snapshot, local_greedy.to_env, self.name)
         self._handle: Any = None
         self._available = False

@@ -370,14 +370,19 @@ def build_learner(algorithm: str, name: str, observation_space: spaces.Space, ac
         adapter = info.family(model, name, total_steps)
     except (ValueError, AssertionError, TypeError, KeyError) as error:
         raise ParameterError(f"{info.name} rejected its parameters: {error}") from None
+    return _threaded(adapter, filters, observation_space, seen)
+
+
+def _threaded(adapter: Any, filters: Filters, observation_space: spaces.Space, seen: spaces.Space) -> ThreadedLearner:
+    """The adapter behind its filters on a worker, with a numpy greedy snapshot of its policy if it has one."""
+    model = adapter.model
     filtering = None
     if filters.active:
         filtering = Filtering(filters, observation_space, float(getattr(model, "gamma", 0.99)))
         adapter.use_filters(filtering)
     greedy = None
     if filters.frame_stack <= 1:  # stacks are kept per actor by the learner: it answers every step
-        greedy = inline.greedy_actor(model.policy, seen, adapter, adapter.actions.to_env, name,
-                                     None if filtering is None or not filtering.keys else filtering.normalize_obs)
+        greedy = inline.greedy_actor(model.policy, seen, adapter, adapter.actions.to_env, adapter.name, filtering)
     return ThreadedLearner(adapter, greedy)
 
 
@@ -385,8 +390,9 @@ def build_advised_learner(algorithm: str, name: str, observation_space: spaces.S
                           values: dict[str, Any], total_steps: int | None,
                           filters: Filters | None = None) -> ThreadedLearner:
     """Build the learner of one client of an advised agent (not yet started): the algorithm's advised
-    adapter, whose `Advice` (``learner.algorithm.advice``) the graph gives an advisor. Greedy acts go to
-    the learner, which answers them with the mixed policy (no numpy snapshot).
+    adapter, whose `Advice` (``learner.algorithm.advice``) the graph gives an advisor. Greedy acts are the
+    client's own policy's, unmixed (answered from a numpy snapshot where the policy has one, as a pooled
+    agent's; a trial of the client's policy on another client's system plays a frozen copy of it).
 
     Raises:
         ParameterError: bad parameters, spaces the algorithm cannot handle, or an algorithm without advice.
@@ -414,9 +420,7 @@ def build_advised_learner(algorithm: str, name: str, observation_space: spaces.S
         adapter = info.advised(model, name, total_steps, advice)
     except (ValueError, AssertionError, TypeError, KeyError) as error:
         raise ParameterError(f"{info.name} rejected its parameters: {error}") from None
-    if filters.active:
-        adapter.use_filters(Filtering(filters, observation_space, float(getattr(model, "gamma", 0.99))))
-    return ThreadedLearner(adapter)
+    return _threaded(adapter, filters, observation_space, seen)
 
 
 #: how each sharing mode builds an agent's learner: (algorithm, name, spaces, values, total steps, filters) ->

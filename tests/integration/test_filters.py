@@ -127,6 +127,33 @@ def test_the_greedy_snapshot_normalises_as_the_learner_does():
         learner.close()
 
 
+def test_a_frozen_greedy_snapshot_keeps_its_weights_and_statistics_as_the_learner_goes_on():
+    """`GreedyActor.frozen` (what a trial plays): the policy as published, and the observation statistics
+    as they were, whatever the learner learns and counts afterwards."""
+    rng = np.random.default_rng(3)
+    episodes = [[rng.normal([50.0, -20.0, 3.0], 5.0).astype(np.float32) for _ in range(6)] for _ in range(10)]
+    learner = pooled_learner(Filters(normalize_observations=True))
+    learner.start()
+    try:
+        drive(learner, episodes, actors=2)
+        learner.greedy.prepare()
+        learner.begin_episode(98, episodes[0][0], ActMode.GREEDY).result(30)  # the learner publishes
+        frozen = learner.greedy.frozen()
+        assert frozen is not None
+        probes = [rng.normal([50.0, -20.0, 3.0], 5.0).astype(np.float32) for _ in range(200)]
+        before, version = frozen.act_batch(probes)
+        moments = learner.algorithm.filtering.observations[None].moments
+        shifted = [[obs + 40.0 for obs in episode] for episode in episodes]
+        drive(learner, shifted * 3, actors=2)  # updates, and statistics of observations far from the first
+        assert learner.algorithm.version > version
+        assert not np.array_equal(learner.algorithm.filtering.observations[None].moments[0], moments[0])
+        after, still = frozen.act_batch(probes)
+        assert still == version and np.array_equal(np.asarray(before), np.asarray(after))
+        assert np.array_equal(frozen.filtering.observations[None].moments[0], moments[0])
+    finally:
+        learner.close()
+
+
 def test_off_policy_replay_keeps_what_clients_sent():
     rng = np.random.default_rng(3)
     episodes = [[rng.normal(40.0, 3.0, 3).astype(np.float32) for _ in range(6)] for _ in range(6)]
