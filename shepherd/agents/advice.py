@@ -25,7 +25,7 @@ import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generator
+from typing import Any, Generator, Mapping
 
 import numpy as np
 import torch as th
@@ -35,7 +35,7 @@ from stable_baselines3.common.distributions import CategoricalDistribution, Diag
 from stable_baselines3.common.save_util import load_from_zip_file
 from torch.distributions import Categorical, Normal
 
-from shepherd.agents.core import Request, WeightSource
+from shepherd.agents.core import Request, VersionedWeights, WeightSource
 from shepherd.agents.filters import Filtering
 from shepherd.agents.on_policy import OnPolicyAdapter
 from shepherd.agents.sb3 import stack_observations
@@ -151,6 +151,25 @@ class Advisor:
     recent_return: float | None = None  # its own policy's recent evaluation return, when it was chosen
 
 
+@dataclass(frozen=True, eq=False)
+class Adoption:
+    """The graph's request that a client adopt its advisor's policy after its next update: whose, the
+    request's number (two requests are equal when these are), and the very policy that was tried on the
+    client's system: its weights and the observation statistics it normalised with (`Trial.frozen`).
+    None for either: the advisor's latest (a trial played live: its learner has no numpy snapshot)."""
+
+    advisor: str
+    number: int
+    weights: VersionedWeights | None = None
+    observations: Mapping[str | None, tuple[np.ndarray, np.ndarray]] | None = None  # (mean, var) by key
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Adoption) and (self.advisor, self.number) == (other.advisor, other.number)
+
+    def __hash__(self) -> int:
+        return hash((self.advisor, self.number))
+
+
 def catch_up(own: float | None, advisor: float | None) -> float:
     """How much of the advice a client still takes, from 1 (its own policy is far behind its advisor's, or
     not evaluated yet) to 0 (it has caught up): the advisor's lead over the client's own recent evaluation
@@ -172,9 +191,9 @@ class Advice:
         self.keep_steps = int(keep_steps)
         self.advisor: Advisor | None = None
         self.own_return: float | None = None  # the client's own policy's recent evaluation return
-        #: adopt this advisor's weights after the next update: (advisor's name, request number); set by the
-        #: graph when the advisor's policy, tried on the client's own system, beat the client's own
-        self.adopt: tuple[str, int] | None = None
+        #: adopt this advisor's policy after the next update; set by the graph when the advisor's policy,
+        #: tried on the client's own system, beat the client's own
+        self.adopt: Adoption | None = None
 
     def strength_at(self, steps: int) -> float:
         """The advice strength after ``steps`` learned: ``strength``, falling linearly to zero over
@@ -320,33 +339,43 @@ class AdvisedOnPolicyAdapter(OnPolicyAdapter):
         policy.set_training_mode(False)
 
     def _adopt(self) -> None:
-        """Carry out the graph's request to adopt the advisor's weights (`Advice.adopt`): the own policy
-        (actor and critic) becomes a copy of the advisor's, and the own observation
-        statistics become the advisor's (what its network was trained on). Waits, to a later update, for
-        the advisor's weights; a request for another advisor than the current one is dropped."""
+        """Carry out the graph's request to adopt the advisor's policy (`Advice.adopt`): the own policy
+        (actor and critic) becomes a copy of the one tried on the client's system (or, for a trial played
+        live, of the advisor's latest weights), and the own observation statistics the ones it was tried
+        with (or the advisor's now): what its network was trained on. Waits, to a later update, for the
+        advisor's latest weights when those are wanted; a request for another advisor than the current one
+        is dropped."""
         request, advisor = self.advice.adopt, self.advice.advisor
-        if request is None or request[1] == self._adopted:
+        if request is None or request.number == self._adopted:
             return
-        if advisor is None or advisor.name != request[0]:
-            self._adopted = request[1]
-            logger.info("learner %s: no adoption of %s, no longer its advisor", self.name, request[0])
+        if advisor is None or advisor.name != request.advisor:
+            self._adopted = request.number
+            logger.info("learner %s: no adoption of %s, no longer its advisor", self.name, request.advisor)
             return
-        policy = self.advisor_policy.of(advisor)
-        if policy is None:
-            return
+        if request.weights is not None:
+            policy = copy.deepcopy(self.advisor_policy.policy)  # a copy without the Mixer, as the advisor's
+            policy.load_state_dict({k: th.as_tensor(np.array(v)) for k, v in request.weights.arrays.items()})
+        else:
+            policy = self.advisor_policy.of(advisor)
+            if policy is None:
+                return
         self.model.policy.load_state_dict(policy.state_dict())  # Adam's moments stay: gradients of a like scale
         if self.advice.keep_steps > 0:
             self._kept = copy.deepcopy(policy)  # the advisor's copy is reloaded when it publishes again
             self._kept_at = self.steps
-        theirs = getattr(advisor.weights, "filtering", None)
-        if self.filtering is not None and theirs is not None:
+        moments = request.observations
+        if moments is None:
+            theirs = getattr(advisor.weights, "filtering", None)
+            moments = None if theirs is None else {key: stats.moments for key, stats in theirs.observations.items()}
+        if self.filtering is not None and moments is not None:
             for key in self.filtering.keys:
-                if key in theirs.observations:
-                    self.filtering.observations[key].moments = tuple(
-                        np.array(m, np.float64) for m in theirs.observations[key].moments)  # type: ignore[assignment]
-        self._adopted = request[1]
+                if key in moments:
+                    self.filtering.observations[key].moments = tuple(  # type: ignore[assignment]
+                        np.array(m, np.float64) for m in moments[key])
+        self._adopted = request.number
         self.adoptions += 1
-        logger.info("learner %s adopts the weights of its advisor %s", self.name, advisor.name)
+        logger.info("learner %s adopts the policy of its advisor %s%s", self.name, advisor.name,
+                    "" if request.weights is None else f" tried on its system (version {request.weights.version})")
 
     @th.inference_mode()
     def advice_for(self, messages: list[Request]) -> th.Tensor | None:

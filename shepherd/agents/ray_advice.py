@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import ray
 
-from shepherd.agents.advice import Advice, Advisor
+from shepherd.agents.advice import Adoption, Advice, Advisor
 from shepherd.agents.core import VersionedWeights
 from shepherd.agents.filters import Filtering, RunningMeanStd
 
@@ -31,13 +31,14 @@ ADVISOR_SECONDS = 0.2
 
 
 def advice_data(advice: Advice) -> dict[str, Any]:
-    """What the head forwards of a client's `Advice` to its actor: plain data. The advisor is named by its
-    actor's name (its `RayLearner`'s status carries it); an advisor not on Ray is no advisor there."""
+    """What the head forwards of a client's `Advice` to its actor: plain data, and the `Adoption` request
+    (with the arrays of the policy tried, from the head's snapshot of the advisor). The advisor is named by
+    its actor's name (its `RayLearner`'s status carries it); an advisor not on Ray is no advisor there."""
     advisor = advice.advisor
     actor_name = None if advisor is None else getattr(advisor.weights, "actor_name", None)
     return {"advisor": actor_name, "name": None if advisor is None else advisor.name,
             "recent_return": None if advisor is None else advisor.recent_return,
-            "own_return": advice.own_return, "adopt": None if advice.adopt is None else list(advice.adopt)}
+            "own_return": advice.own_return, "adopt": advice.adopt}
 
 
 class _AdvisorFiltering:
@@ -130,7 +131,7 @@ def apply_advice(algorithm: Any, data: dict[str, Any], namespace: str) -> None:
         raise ValueError(f"learner {getattr(algorithm, 'name', '?')} takes no advice (not an advised agent's)")
     advice.own_return = None if data.get("own_return") is None else float(data["own_return"])
     adopt = data.get("adopt")
-    advice.adopt = None if adopt is None else (str(adopt[0]), int(adopt[1]))
+    advice.adopt = adopt if isinstance(adopt, Adoption) else None
     actor_name = data.get("advisor")
     if actor_name is None:
         advice.advisor = None

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from shepherd.agents import ThreadedLearner
-from shepherd.agents.advice import Advice, Advisor
+from shepherd.agents.advice import Adoption, Advice, Advisor
 from shepherd.definition import check_client_name
 from shepherd.graph.runtime import CLIENTS_FOLDER, AgentRuntime
 from shepherd.graph.schedule import EvaluationResult, Schedule
@@ -33,6 +33,9 @@ JUDGE_EPISODES = 5
 #: a client adopts its advisor's weights when the advisor's policy, tried on the client's own system,
 #: returned more than the client's own recent evaluation by this share of the advisor's (absolute) one
 ADOPT_GAIN = 0.25
+
+#: the episodes a trial plays: their mean rates the tried policy, as an evaluation's episodes rate the own
+TRIAL_EPISODES = 3
 
 
 def clearly_better(value: float | None, own: float | None, reference: float | None) -> bool:
@@ -193,11 +196,12 @@ class AdvisedAgent:
         training episodes before that advisor (training returns both: sampled acts, not greedy ones), it
         refuses that advisor until the advisor's evaluation rises above what it was when refused.
 
-        A *trial* plays the advisor's greedy policy for one of the client's training episodes, on the
-        client's own system (`AgentRuntime.begin_trial`): the advisor is rated where it matters. A trial
-        that returned no more than the client's own recent evaluation rules that advisor out for the
-        client until its evaluation rises; one that returned clearly more makes the client adopt it
-        (`_tried`). Each client's `Advice` is also told its own recent return, so that its advice fades
+        A *trial* plays the advisor's greedy policy, frozen as it was when the trial started, for
+        `TRIAL_EPISODES` of the client's training episodes, on the client's own system
+        (`AgentRuntime.begin_trial`, `Trial`): the advisor is rated where it matters. A trial whose mean
+        return was no more than the client's own recent evaluation rules that advisor out for the client
+        until its evaluation rises; one that returned clearly more makes the client adopt the very policy
+        tried (`_tried`). Each client's `Advice` is also told its own recent return, so that its advice fades
         as it catches up. An agent without advice (``advice_strength`` 0) runs no trials.
         """
         for runtime in self.clients.values():
@@ -237,7 +241,9 @@ class AdvisedAgent:
             if (self.advice_on and worth_trying and (name, str(best.client)) not in self._trying
                     and (last is None or (best.recent_return or 0.0) > last[0])):
                 self._trying.add((name, str(best.client)))
-                runtime.trials.append(Trial(str(best.client), best.learner))
+                runtime.trials.append(Trial(str(best.client), best.learner, TRIAL_EPISODES))
+                if best.learner.greedy is not None:
+                    best.learner.greedy.prepare()  # its weights published by the time the trial starts
 
     def _drop_trials(self, runtime: AgentRuntime, keep: str | None = None) -> None:
         """Forget the client's queued trials of any other client than ``keep`` (no longer its advisor)."""
@@ -253,25 +259,34 @@ class AdvisedAgent:
             return False
         return runtime.recent_return is not None and last[1] <= runtime.recent_return
 
-    def _tried(self, runtime: AgentRuntime, other: str, value: float) -> None:
-        """A trial of client ``other``'s policy on ``runtime``'s system returned ``value``: rate it, choose
-        advisors again, and have the client adopt that policy if it did clearly better there than the
-        client's own (by `ADOPT_GAIN` of the other's evaluation) and is its advisor now."""
+    def _tried(self, runtime: AgentRuntime, trial: Trial) -> None:
+        """A trial of another client's policy on ``runtime``'s system ended: rate it by its mean return,
+        choose advisors again, and have the client adopt that very policy (`Trial.frozen`) if it did
+        clearly better there than the client's own (by `ADOPT_GAIN` of the other's evaluation) and the
+        other is its advisor now."""
+        other = trial.tried
+        value = sum(trial.returns) / len(trial.returns)
         self._trying.discard((str(runtime.client), other))
         tried = self.clients.get(other)
         if tried is None or tried.recent_return is None:
             return
         self.tried.setdefault(str(runtime.client), {})[other] = (tried.recent_return, value)
         own = runtime.recent_return
-        logger.info("client %s tried client %s's policy on its own system: return %.1f (its own recent "
-                    "evaluation %s)", runtime.label, other, value, "none" if own is None else f"{own:.1f}")
+        logger.info("client %s tried client %s's policy on its own system: mean return %.1f of %d episodes "
+                    "(its own recent evaluation %s)", runtime.label, other, value, len(trial.returns),
+                    "none" if own is None else f"{own:.1f}")
         self.choose_advisors()
         advice = getattr(runtime.learner.algorithm, "advice", None)
         if (isinstance(advice, Advice) and advice.advisor is not None and advice.advisor.name == other
                 and clearly_better(value, own, tried.recent_return)):
             self._adopt_requests += 1
-            advice.adopt = (other, self._adopt_requests)
-            logger.info("client %s adopts client %s's weights after its next update", runtime.label, other)
+            frozen = trial.frozen
+            weights = None if frozen is None else frozen.source.latest_weights()
+            moments = None
+            if frozen is not None and frozen.filtering is not None:
+                moments = {key: stats.moments for key, stats in frozen.filtering.observations.items()}
+            advice.adopt = Adoption(other, self._adopt_requests, weights, moments)
+            logger.info("client %s adopts client %s's policy after its next update", runtime.label, other)
 
     @staticmethod
     def _train_episodes(runtime: AgentRuntime) -> int:

@@ -59,7 +59,7 @@ class AgentRuntime:
     def __init__(self, record: AgentRecord, learner: ThreadedLearner, schedule: Schedule, store: Store,
                  on_evaluation: Callable[[AgentRuntime, EvaluationResult], None] | None = None,
                  client: str | None = None,
-                 on_trial: Callable[[AgentRuntime, str, float], None] | None = None) -> None:
+                 on_trial: Callable[[AgentRuntime, Trial], None] | None = None) -> None:
         self.record = record
         #: the client name of an advised agent's client learner (None: the agent's one learner)
         self.client = client
@@ -82,7 +82,7 @@ class AgentRuntime:
         self.phase_episodes: collections.Counter[Phase] = collections.Counter()
         self.act_timeouts = 0
         self._on_evaluation = on_evaluation
-        #: other clients' policies to try on this client's system, one training episode each (advised agents)
+        #: other clients' policies to try on this client's system, in place of training episodes (advised agents)
         self.trials: collections.deque[Trial] = collections.deque()
         self._on_trial = on_trial
         self._rate: collections.deque[tuple[float, int]] = collections.deque(maxlen=20)  # (time, steps) samples for steps/s
@@ -165,8 +165,13 @@ class AgentRuntime:
                 time.time(), float(episode.total), episode.length, episode.phase.value, self.client))
             if episode.phase is Phase.TRAIN:
                 self.train_returns.append(float(episode.total))
-            elif episode.trial is not None and self._on_trial is not None:
-                self._on_trial(self, episode.trial.tried, float(episode.total))
+            elif episode.trial is not None:
+                trial = episode.trial
+                trial.returns.append(float(episode.total))
+                if not trial.done:
+                    self.trials.appendleft(trial)  # its next episode is this client's next one
+                elif self._on_trial is not None:
+                    self._on_trial(self, trial)
         elif episode.trial is not None:
             self.trials.appendleft(episode.trial)  # abandoned: the next episode tries it
         result = self.tracker.end_episode(episode, completed)

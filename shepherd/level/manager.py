@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from shepherd.agents import ActionFuture, ActMode, Kind, Request, ThreadedLearner
+from shepherd.agents.inline import GreedyActor
 from shepherd.wire import EnvSteps
 
 
@@ -37,12 +38,62 @@ MODES = {Phase.HEATUP: ActMode.RANDOM, Phase.TRAIN: ActMode.EXPLORE, Phase.EVALU
          Phase.DEPLOY: ActMode.GREEDY, Phase.TRIAL: ActMode.GREEDY}
 
 
-@dataclass(frozen=True)
 class Trial:
-    """Another learner's greedy policy to play one episode with, on a session's own system."""
+    """Another learner's greedy policy, played for ``episodes`` episodes on a session's own system.
 
-    tried: str  # whose policy it is (the host's name for it)
-    learner: ThreadedLearner
+    The policy is frozen when the trial first acts (`GreedyActor.frozen`: the weights its learner published
+    last, and its observation statistics then), so every step of every episode of the trial plays one
+    policy, whatever its learner learns meanwhile, and the host can adopt that very policy (``frozen``).
+    The learner answers what the frozen copy cannot: a first step before it has published any weights
+    (asking makes it publish), masks a plan cannot apply, and every step of a learner without a numpy
+    snapshot (``greedy`` None: images, recurrent policies, networks too large), whose trial plays it live.
+    """
+
+    def __init__(self, tried: str, learner: ThreadedLearner, episodes: int = 1) -> None:
+        self.tried = tried  # whose policy it is (the host's name for it)
+        self.learner = learner
+        self.episodes = episodes
+        self.returns: list[float] = []  # of the episodes played to their end
+        self.frozen: GreedyActor | None = None
+        self._live: set[int] = set()  # actors in an episode the learner answers part of
+
+    @property
+    def done(self) -> bool:
+        return len(self.returns) >= self.episodes
+
+    def ask(self, actor: int, reward: float, obs: Any, mask: Any) -> Callable[[], Future]:
+        """The call that answers an actor's step of a trial episode (its first, or a later one)."""
+        greedy = getattr(self.learner, "greedy", None)
+        if self.frozen is None and greedy is not None:
+            self.frozen = greedy.frozen()
+        frozen = self.frozen
+        if frozen is not None:
+            answered = frozen.act(obs, mask)
+            if answered is not None:
+                return functools.partial(_answered, *answered)
+        if actor in self._live:
+            return functools.partial(self.learner.step, actor, reward, obs, ActMode.GREEDY, mask)
+        self._live.add(actor)
+        return functools.partial(self.learner.begin_episode, actor, obs, ActMode.GREEDY, mask)
+
+    def end(self, actor: int, reward: float, obs: Any, truncated: bool) -> None:
+        """An actor's trial episode ended (its last reward and observation)."""
+        if actor in self._live:
+            self.learner.end_episode(actor, reward, obs, truncated, ActMode.GREEDY)
+        self.abandon(actor)
+
+    def abandon(self, actor: int) -> None:
+        """The tried learner forgets the actor at once."""
+        if actor in self._live:
+            self._live.discard(actor)
+            self.learner.end_actor(actor)
+
+
+def _answered(action: Any, version: int) -> ActionFuture:
+    future = ActionFuture()
+    future.policy_version = version
+    future.set_result(action)
+    return future
 
 
 @dataclass
@@ -50,7 +101,7 @@ class Episode:
     phase: Phase
     total: float = 0.0
     length: int = 0
-    trial: Trial | None = None  # a TRIAL episode's: the learner that answers it instead of the host's
+    trial: Trial | None = None  # a TRIAL episode's: the policy that answers it instead of the host's
 
 
 class EpisodeHost(Protocol):
@@ -100,28 +151,30 @@ class LevelManager:
             trial = None if self.evaluate_only else self.host.begin_trial()
             if trial is not None:
                 self.episode = Episode(Phase.TRIAL, trial=trial)
-                learner = trial.learner
-            else:
-                phase = Phase.DEPLOY if self.evaluate_only else self.host.begin_episode()
-                self.episode = Episode(phase)
-            mode = MODES[self.episode.phase]
-            self._asked = functools.partial(learner.begin_episode, self.actor_id, obs, mode, mask)
+                self._asked = trial.ask(self.actor_id, 0.0, obs, mask)
+                return self._asked()
+            phase = Phase.DEPLOY if self.evaluate_only else self.host.begin_episode()
+            self.episode = Episode(phase)
+            self._asked = functools.partial(learner.begin_episode, self.actor_id, obs, MODES[phase], mask)
             return self._asked()
-        if episode.trial is not None:
-            learner = episode.trial.learner
         episode.total += reward
         episode.length += 1
         self.steps += 1
         self.host.count_step(episode.phase)
         mode = MODES[episode.phase]
+        trial = episode.trial
         if done:
-            learner.end_episode(self.actor_id, reward, obs, truncated, mode)
-            if episode.trial is not None:
-                learner.end_actor(self.actor_id)  # the tried learner forgets this session at once
+            if trial is not None:
+                trial.end(self.actor_id, reward, obs, truncated)
+            else:
+                learner.end_episode(self.actor_id, reward, obs, truncated, mode)
             self.episode = None
             self.host.end_episode(episode, completed=True)
             return None
-        self._asked = functools.partial(learner.step, self.actor_id, reward, obs, mode, mask)
+        if trial is not None:
+            self._asked = trial.ask(self.actor_id, reward, obs, mask)
+        else:
+            self._asked = functools.partial(learner.step, self.actor_id, reward, obs, mode, mask)
         return self._asked()
 
     def close(self) -> None:
@@ -132,7 +185,7 @@ class LevelManager:
         episode = self.episode
         if episode is not None:
             if episode.trial is not None:
-                episode.trial.learner.end_actor(self.actor_id)
+                episode.trial.abandon(self.actor_id)
             self.host.end_episode(episode, completed=False)
             self.episode = None
         self.host.learner.end_actor(self.actor_id)

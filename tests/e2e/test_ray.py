@@ -249,7 +249,9 @@ def test_an_advised_agents_clients_learn_in_named_actors_and_the_advisee_reads_i
     """tiny_ppo_advised over HTTP with two named clients: each client's learner is its own named actor, both
     learn, the graph on the head gives one the other as advisor, and the advisee's actor reads the
     advisor's actor's published weights (the head forwards only the advisor's actor name), plays a trial
-    episode with the advisor's actor's greedy policy, and adopts the advisor's weights when the graph asks; each client's metrics, in its folder on the head, have SB3's training values."""
+    episode with the advisor's actor's greedy policy (frozen on the head), and adopts the advisor's weights
+    when the graph asks; each client's metrics, in its folder on the head, have SB3's training values."""
+    from shepherd.agents.advice import Adoption
     from shepherd.agents.ray_learner import NAMESPACE, RayLearner, RayLearners
     from shepherd.graph import load_preset
     from shepherd.graph.runtime import client_folder
@@ -286,7 +288,8 @@ def test_an_advised_agents_clients_learn_in_named_actors_and_the_advisee_reads_i
         assert seen, "the graph gave no client an advisor"
         assert read is not None, f"the advisee's actor read no weights of its advisor's actor: {seen[-5:]}"
         advisee_runtime = advised.clients[advisee]
-        advisee_runtime.trials.append(Trial(advisor, advised.clients[advisor].learner))  # as choose_advisors queues one
+        trial = Trial(advisor, advised.clients[advisor].learner)
+        advisee_runtime.trials.append(trial)  # as choose_advisors queues one
         deadline = time.monotonic() + 60
         while advisor not in advised.tried.get(advisee, {}) and time.monotonic() < deadline and not errors:
             time.sleep(0.2)  # the advisee's next training episode is played by the advisor's actor, greedily
@@ -294,12 +297,13 @@ def test_an_advised_agents_clients_learn_in_named_actors_and_the_advisee_reads_i
         trials = [r for r in graph.store.returns(advisee_runtime.record.id, client=advisee) if r.phase == "trial"]
         assert trials and trials[-1].value == advised.tried[advisee][advisor][1]
         assert advisee_runtime.phase_episodes[Phase.TRIAL] >= 1
+        assert trial.frozen is not None  # played by the head's frozen copy of the advisor actor's weights
         adopted, request, deadline = None, 1000, time.monotonic() + 60
         while adopted is None and time.monotonic() < deadline and not errors:
             for row in advised.describe_clients():  # the graph's adoption request, to whoever advises now
                 if row["advisor"] is not None:
                     request += 1
-                    advised.clients[row["client"]].learner.algorithm.advice.adopt = (row["advisor"], request)
+                    advised.clients[row["client"]].learner.algorithm.advice.adopt = Adoption(row["advisor"], request)
                     status = ray.get(ray.get_actor(names[row["client"]], namespace=NAMESPACE).advice_status.remote())
                     adopted = status if status["adoptions"] >= 1 else None
             time.sleep(0.5)

@@ -14,7 +14,9 @@ import pytest
 import torch as th
 
 from shepherd.agents import AgentFailed
+from shepherd.agents.advice import Adoption
 from shepherd.graph import AgentSpec, BadClient, GraphManager, Schedule
+from shepherd.graph.advised import TRIAL_EPISODES
 from shepherd.graph.local import drive, serving_here
 from shepherd.storage import Store
 
@@ -168,15 +170,35 @@ async def teacher_and_pupil(graph, keys, strength=None, returns=(300.0, 10.0), t
     return teacher, pupil
 
 
+class Recorded(gym.ActionWrapper):
+    """CartPole, recording the pushes it is given."""
+
+    def __init__(self, pushes: list[int]) -> None:
+        super().__init__(gym.make("CartPole-v1"))
+        self.pushes = pushes
+
+    def action(self, action):
+        self.pushes.append(int(action))
+        return action
+
+
+async def teach(graph, keys, teacher, push: int) -> None:
+    """Make the teacher's policy sure of ``push``, then let it learn one update (16 steps): a new version,
+    published for whoever asked for its weights (an update hardly moves a bias of 10)."""
+    with th.no_grad():
+        teacher.learner.algorithm.model.policy.action_net.bias[:] = th.as_tensor([-10.0, 10.0] if push else [10.0, -10.0])
+    version = teacher.learner.algorithm.version
+    await drive(graph, keys["arms"], gym.make("CartPole-v1"), steps=16, seed=7, client_name="teacher")
+    teacher.checkpoint().result(30)
+    assert teacher.learner.algorithm.version > version
+
+
 async def test_advised_learner_acts_with_the_advisors_policy(tmp_path):
     """With a strong advisor, the advisee's actions follow the advisor's: its rollout rows hold the advice."""
     graph, store, keys = await start(tmp_path / "data")
     try:
         teacher, pupil = await teacher_and_pupil(graph, keys, strength=5.0)
-        teacher.checkpoint().result(30)  # its learner is idle from here on
-        with th.no_grad():  # a teacher sure of action 1: its advice outweighs the pupil's own policy
-            teacher.learner.algorithm.model.policy.action_net.bias[:] = th.as_tensor([-10.0, 10.0])
-        teacher.checkpoint().result(30)  # read by the pupil: the teacher never published weights
+        await teach(graph, keys, teacher, push=1)  # a teacher sure of action 1: its advice outweighs the pupil's
         await drive(graph, keys["arms"], gym.make("CartPole-v1"), steps=12, seed=3, client_name="pupil")
         pupil.checkpoint().result(30)
         algorithm = pupil.learner.algorithm
@@ -197,22 +219,14 @@ async def test_greedy_acts_are_the_clients_own_policy_not_the_advised_one(tmp_pa
         teacher, pupil = await teacher_and_pupil(graph, keys, strength=50.0)
         pupil.checkpoint().result(30)
         teacher.checkpoint().result(30)
-        with th.no_grad():  # the teacher is sure of action 1, the pupil of action 0
-            teacher.learner.algorithm.model.policy.action_net.bias[:] = th.as_tensor([-10.0, 10.0])
+        await teach(graph, keys, teacher, push=1)  # the teacher is sure of action 1, the pupil of action 0
+        with th.no_grad():
             pupil.learner.algorithm.model.policy.action_net.bias[:] = th.as_tensor([10.0, -10.0])
-        teacher.checkpoint().result(30)
         pushes: list[int] = []
-
-        class Recorded(gym.ActionWrapper):
-            def action(self, action):
-                pushes.append(int(action))
-                return action
-
-        await drive(graph, keys["arms"], Recorded(gym.make("CartPole-v1")), episodes=1, evaluate=True, seed=3,
-                    client_name="pupil")
+        await drive(graph, keys["arms"], Recorded(pushes), episodes=1, evaluate=True, seed=3, client_name="pupil")
         assert pushes and set(pushes) == {0}  # its own policy alone
         pushes.clear()
-        await drive(graph, keys["arms"], Recorded(gym.make("CartPole-v1")), steps=8, seed=3, client_name="pupil")
+        await drive(graph, keys["arms"], Recorded(pushes), steps=8, seed=3, client_name="pupil")
         assert pushes and set(pushes) == {1}  # training: the mixed policy, the advisor's pull outweighs
     finally:
         await stop(graph, store)
@@ -270,14 +284,17 @@ async def test_a_trial_plays_the_advisors_greedy_policy_on_the_clients_system_an
         assert [trial.tried for trial in pupil.trials] == ["teacher"] and not teacher.trials
         teacher_weights = policy_weights(graph, "teacher")  # read by the pupil from the teacher's checkpoint
         steps, teacher_steps, version = pupil.tracker.steps, teacher.tracker.steps, pupil.learner.algorithm.version
-        trial = await drive(graph, keys["arms"], gym.make("CartPole-v1"), episodes=1, seed=3, client_name="pupil")
-        assert advised.tried["pupil"]["teacher"] == (4.0, trial[0])
-        assert pupil.phase_episodes[Phase.TRIAL] == 1 and pupil.phase_steps[Phase.TRIAL] == trial[0]
+        trial = await drive(graph, keys["arms"], gym.make("CartPole-v1"), episodes=TRIAL_EPISODES, seed=3,
+                            client_name="pupil")
+        assert advised.tried["pupil"]["teacher"] == (4.0, pytest.approx(sum(trial) / TRIAL_EPISODES))
+        assert pupil.phase_episodes[Phase.TRIAL] == TRIAL_EPISODES and pupil.phase_steps[Phase.TRIAL] == sum(trial)
         assert pupil.tracker.steps == steps and teacher.tracker.steps == teacher_steps  # nobody's training steps
         assert pupil.learner.algorithm.version == version  # nothing learned from it
         returns = store.returns(pupil.record.id, client="pupil")
-        assert [(r.phase, r.value) for r in returns][-1] == ("trial", trial[0])
-        assert pupil.learner.algorithm.advice.adopt == ("teacher", 1) and pupil.learner.algorithm.adoptions == 0
+        assert [(r.phase, r.value) for r in returns][-TRIAL_EPISODES:] == [("trial", value) for value in trial]
+        adoption = pupil.learner.algorithm.advice.adopt
+        assert adoption == Adoption("teacher", 1) and pupil.learner.algorithm.adoptions == 0
+        assert adoption.weights is not None  # the very policy tried, frozen
 
         await drive(graph, keys["arms"], gym.make("CartPole-v1"), steps=10, seed=4, client_name="pupil")
         pupil.checkpoint().result(30)  # its learner handled every step before it
@@ -285,6 +302,30 @@ async def test_a_trial_plays_the_advisors_greedy_policy_on_the_clients_system_an
         assert algorithm.adoptions == 1 and algorithm.version == version + 1  # one update (16 rows), then adopted
         own = {k: v.detach().numpy() for k, v in algorithm.model.policy.state_dict().items()}
         assert all(np.array_equal(teacher_weights[k], own[k]) for k in teacher_weights)
+    finally:
+        await stop(graph, store)
+
+
+async def test_a_trial_plays_the_policy_as_it_was_when_the_trial_began_and_adopts_that_one(tmp_path):
+    """The advisor learns on while its trial is played (its own clients go on): every episode of the trial
+    is played by the advisor's policy as it was when the trial began, and that policy is the one adopted."""
+    graph, store, keys = await start(tmp_path / "data")
+    try:
+        teacher, pupil = await teacher_and_pupil(graph, keys, returns=(4.0, 0.0), trials=True)
+        await teach(graph, keys, teacher, push=1)
+        tried = policy_weights(graph, "teacher")
+        pushes: list[int] = []
+        await drive(graph, keys["arms"], Recorded(pushes), episodes=1, seed=3, client_name="pupil")
+        assert [trial.tried for trial in pupil.trials] == ["teacher"]  # its next episodes go on with the trial
+        await teach(graph, keys, teacher, push=0)  # the teacher's policy now pushes the other way
+        await drive(graph, keys["arms"], Recorded(pushes), episodes=TRIAL_EPISODES - 1, seed=4, client_name="pupil")
+        assert not pupil.trials and pushes and set(pushes) == {1}  # every step: the policy the trial began with
+        assert pupil.learner.algorithm.advice.adopt == Adoption("teacher", 1)  # ~9.5 a CartPole episode, clearly more than 0
+        await drive(graph, keys["arms"], gym.make("CartPole-v1"), steps=20, seed=5, client_name="pupil")
+        pupil.checkpoint().result(30)
+        assert pupil.learner.algorithm.adoptions == 1
+        own = {k: v.detach().numpy() for k, v in pupil.learner.algorithm.model.policy.state_dict().items()}
+        assert all(np.array_equal(tried[k], own[k]) for k in tried)  # the tried policy, not the teacher's now
     finally:
         await stop(graph, store)
 
@@ -297,7 +338,7 @@ async def test_an_advisor_whose_trial_did_no_better_is_ruled_out_until_its_evalu
         advised = graph.advised_agent("arms")
         advice = pupil.learner.algorithm.advice
         assert advice.advisor.name == "teacher"
-        await drive(graph, keys["arms"], gym.make("CartPole-v1"), episodes=1, seed=3, client_name="pupil")
+        await drive(graph, keys["arms"], gym.make("CartPole-v1"), episodes=TRIAL_EPISODES, seed=3, client_name="pupil")
         assert advice.advisor is None and advice.adopt is None  # ruled out by the trial, not adopted
         advised.choose_advisors()
         assert advice.advisor is None and not pupil.trials
@@ -328,11 +369,24 @@ async def test_a_trial_abandoned_mid_episode_is_tried_again_on_the_next_episode(
         await drive(graph, keys["arms"], gym.make("CartPole-v1"), steps=2, seed=3, client_name="pupil")  # logs out mid-trial
         assert [trial.tried for trial in pupil.trials] == ["teacher"]
         assert pupil.phase_steps[Phase.TRIAL] == 2 and pupil.phase_episodes[Phase.TRIAL] == 0
-        await drive(graph, keys["arms"], gym.make("CartPole-v1"), episodes=1, seed=3, client_name="pupil")
-        assert not pupil.trials and pupil.phase_episodes[Phase.TRIAL] == 1
+        await drive(graph, keys["arms"], gym.make("CartPole-v1"), episodes=TRIAL_EPISODES, seed=3, client_name="pupil")
+        assert not pupil.trials and pupil.phase_episodes[Phase.TRIAL] == TRIAL_EPISODES
         assert "teacher" in graph.advised_agent("arms").tried["pupil"]
     finally:
         await stop(graph, store)
+
+
+def cartpole_states(count: int) -> np.ndarray:
+    """States CartPole visits under random pushes (seeded): where the policies are compared."""
+    env, states = gym.make("CartPole-v1"), []
+    env.action_space.seed(0)
+    obs, _ = env.reset(seed=0)
+    while len(states) < count:
+        states.append(obs)
+        obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        if terminated or truncated:
+            obs, _ = env.reset()
+    return np.array(states, dtype=np.float32)
 
 
 async def adopt_then_learn(data: Path, **parameters: object) -> float:
@@ -342,7 +396,8 @@ async def adopt_then_learn(data: Path, **parameters: object) -> float:
     graph, store, keys = await start(data, learning_rate=0.05, **parameters)
     try:
         teacher, pupil = await teacher_and_pupil(graph, keys, returns=(4.0, 0.0), trials=True)
-        await drive(graph, keys["arms"], gym.make("CartPole-v1"), episodes=1, seed=3, client_name="pupil")  # the trial
+        await drive(graph, keys["arms"], gym.make("CartPole-v1"), episodes=TRIAL_EPISODES, seed=3,
+                    client_name="pupil")  # the trial
         await drive(graph, keys["arms"], gym.make("CartPole-v1"), steps=10, seed=4, client_name="pupil")
         pupil.checkpoint().result(30)
         algorithm = pupil.learner.algorithm
@@ -350,8 +405,7 @@ async def adopt_then_learn(data: Path, **parameters: object) -> float:
         adopted = copy.deepcopy(algorithm.advisor_policy.policy)  # the teacher's: no Mixer installed on it
         await drive(graph, keys["arms"], gym.make("CartPole-v1"), steps=12 * 16, seed=5, client_name="pupil")
         pupil.checkpoint().result(30)
-        env = gym.make("CartPole-v1")
-        observations = th.as_tensor(np.array([env.observation_space.sample() for _ in range(256)]) * 0.1)
+        observations = th.as_tensor(cartpole_states(256))
         with th.no_grad():
             return float(policy_divergence(adopted.get_distribution(observations),
                                            algorithm.model.policy.get_distribution(observations)))
@@ -364,6 +418,7 @@ async def test_an_adopted_policy_is_kept_for_advice_keep_steps(tmp_path):
     policy (distillation after each update); without it they carry the pupil away from it."""
     kept = await adopt_then_learn(tmp_path / "kept", advice_keep=10_000)
     free = await adopt_then_learn(tmp_path / "free")
-    # measured over 6 runs each: kept 5e-5 to 1.4e-3; free (and kept with the distillation disabled) 5.8e-3 to 0.29
-    assert free > 3e-3  # the updates moved the policy: there is something to keep
-    assert kept < 3e-3
+    # on states CartPole visits, measured over 14 runs each: kept 5e-4 to 3.4e-3; free 1.2e-2 to 0.17; kept with the
+    # distillation disabled 1.2e-2 to 5.5e-2
+    assert free > 6e-3  # the updates moved the policy: there is something to keep
+    assert kept < 6e-3

@@ -171,6 +171,59 @@ def test_closing_mid_trial_drops_the_actor_from_both_learners():
     assert host.ended == [(Phase.TRIAL, 0.0, 0, False)]
 
 
+class FrozenPolicy:
+    """A frozen greedy actor: answers every observation as ``f-<obs>`` at version 5 (None: it cannot)."""
+
+    def __init__(self, refuse=()):
+        self.refuse = set(refuse)
+
+    def act(self, obs, mask=None):
+        return None if obs in self.refuse else (f"f-{obs}", 5)
+
+
+class SnapshotOf:
+    """A tried learner's `GreedyActor`: ``frozen()`` gives a `FrozenPolicy` once weights are published."""
+
+    def __init__(self, published=True, refuse=()):
+        self.published, self.refuse, self.frozen_calls = published, refuse, 0
+
+    def frozen(self):
+        self.frozen_calls += 1
+        return FrozenPolicy(self.refuse) if self.published else None
+
+
+def test_a_trial_plays_the_tried_policy_frozen_when_it_began():
+    host = FakeHost([Phase.TRAIN])
+    tried = FakeLearner()
+    tried.greedy = SnapshotOf()
+    trial = Trial("c0", tried, episodes=2)
+    host.trials.append(trial)
+    level = LevelManager(7, host)
+    first = level.step("o0", 0.0, False)
+    assert first.result() == "f-o0" and first.policy_version == 5
+    assert level.step("o1", 1.0, False).result() == "f-o1"
+    assert level.step("o2", 1.0, True) is None
+    host.trials.append(trial)  # its second episode (the runtime queues it again)
+    assert level.step("o3", 0.0, False).result() == "f-o3"
+    assert tried.calls == [] and host.learner.calls == []  # no learner answered any of it
+    assert tried.greedy.frozen_calls == 1  # one frozen policy for the whole trial
+
+
+def test_the_tried_learner_answers_what_its_frozen_policy_cannot():
+    host = FakeHost([])
+    tried = FakeLearner()
+    tried.greedy = SnapshotOf(published=False)  # nothing published yet: the learner answers the first step
+    host.trials.append(Trial("c0", tried))
+    level = LevelManager(7, host)
+    assert level.step("o0", 0.0, False).result() == "a0"
+    tried.greedy.published, tried.greedy.refuse = True, {"o2"}  # published now; one step it cannot answer
+    assert level.step("o1", 1.0, False).result() == "f-o1"
+    assert level.step("o2", 1.0, False).result() == "a1"
+    assert level.step("o3", 1.0, True) is None
+    assert tried.calls == [("begin", 7, "o0", ActMode.GREEDY), ("step", 7, 1.0, "o2", ActMode.GREEDY),
+                           ("end", 7, 1.0, "o3", False, ActMode.GREEDY), ("drop", 7)]
+
+
 def test_evaluate_sessions_never_run_trials():
     host = FakeHost([])
     host.trials.append(Trial("c0", FakeLearner()))

@@ -1,5 +1,6 @@
-"""The advice of an advised client whose learner is a Ray actor: what the head forwards is plain data, the
-actor's `Advice` is set from it, and the advisor's filter statistics, received as the checkpoint keeps them,
+"""The advice of an advised client whose learner is a Ray actor: what the head forwards is plain data (and
+an adoption request with the tried policy's arrays), the actor's `Advice` is set from it, and the
+advisor's filter statistics, received as the checkpoint keeps them,
 normalise as the advisor's own filters would (no Ray cluster: the parts that need none)."""
 
 import json
@@ -11,7 +12,8 @@ from gymnasium import spaces
 
 pytest.importorskip("ray", reason="the ray extra is not installed (pip install -e .[ray])")
 
-from shepherd.agents.advice import Advice, Advisor, advisor_observations  # noqa: E402
+from shepherd.agents.advice import Adoption, Advice, Advisor, advisor_observations  # noqa: E402
+from shepherd.agents.core import VersionedWeights  # noqa: E402
 from shepherd.agents.filters import Filtering, Filters  # noqa: E402
 from shepherd.agents.ray_advice import RemoteAdvisor, advice_data, advice_status, apply_advice  # noqa: E402
 
@@ -37,18 +39,22 @@ def test_the_head_forwards_the_advisor_by_its_actor_name_and_the_returns_as_plai
                                  "adopt": None}
     head.advisor = Advisor("arm-1", Status(), Path("/head/only/model.zip"), 120.0)  # type: ignore[arg-type]
     head.own_return = 30.0
-    head.adopt = ("arm-1", 2)
     data = advice_data(head)
-    assert data == {"advisor": "shepherd-learner/3/arm-1", "name": "arm-1", "recent_return": 120.0, "own_return": 30.0,
-                    "adopt": ["arm-1", 2]}
     assert json.loads(json.dumps(data)) == data  # nothing but plain values
+    assert data == {"advisor": "shepherd-learner/3/arm-1", "name": "arm-1", "recent_return": 120.0, "own_return": 30.0,
+                    "adopt": None}
+    tried = VersionedWeights(4, {"w": np.ones(2, np.float32)})
+    head.adopt = Adoption("arm-1", 2, tried)  # and the very policy tried, arrays and all
+    data = advice_data(head)
+    assert data["adopt"] == Adoption("arm-1", 2) and data["adopt"].weights is tried
+    assert data != {**data, "adopt": Adoption("arm-1", 3)}  # a new request is sent again
 
 
 def test_the_actor_sets_its_advice_from_the_forwarded_data_and_keeps_its_advisor_source():
     adapter = Adapter()
     apply_advice(adapter, {"advisor": "shepherd-learner/3/arm-1", "name": "arm-1", "recent_return": 120.0,
-                           "own_return": 30.0, "adopt": ["arm-1", 2]}, "shepherd")
-    assert adapter.advice.adopt == ("arm-1", 2)  # adopted in the actor after its next update
+                           "own_return": 30.0, "adopt": Adoption("arm-1", 2)}, "shepherd")
+    assert adapter.advice.adopt == Adoption("arm-1", 2)  # adopted in the actor after its next update
     advisor = adapter.advice.advisor
     assert advisor is not None and advisor.name == "arm-1" and advisor.recent_return == 120.0
     assert advisor.model_path is None  # no advice before the advisor's actor publishes
