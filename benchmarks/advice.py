@@ -32,7 +32,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from shepherd.graph import AgentSpec, GraphManager, Schedule  # noqa: E402
+from shepherd.graph import AgentSpec, GraphManager, Schedule, advised  # noqa: E402
 from shepherd.graph.local import drive, serving_here  # noqa: E402
 from shepherd.storage import Store  # noqa: E402
 
@@ -240,6 +240,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--keep", type=int, default=0,
                         help="advice_keep of `advised`: a client's steps over which a policy it adopted is kept "
                              "(default %(default)s: not kept)")
+    parser.add_argument("--trial-episodes", type=int, default=None,
+                        help="episodes a trial of an advisor's policy plays (default: shepherd's TRIAL_EPISODES, 3)")
     parser.add_argument("--learning-rate", type=float, default=None,
                         help="PPO's learning rate for every mode (default: RL Zoo's 1e-3, as in PPO above)")
     parser.add_argument("--tasks", nargs="+", default=["lengths", "inverted"], choices=["lengths", "inverted"])
@@ -260,4 +262,6 @@ if __name__ == "__main__":
     if arguments.verbose:  # who advises, tries and adopts whom
         logging.getLogger("shepherd.graph.advised").setLevel(logging.INFO)
         logging.getLogger("shepherd.agents.advice").setLevel(logging.INFO)
+    if arguments.trial_episodes is not None:
+        advised.TRIAL_EPISODES = arguments.trial_episodes  # read each time a trial is queued
     sys.exit(asyncio.run(main(arguments)))
