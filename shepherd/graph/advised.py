@@ -34,8 +34,9 @@ JUDGE_EPISODES = 5
 #: returned more than the client's own recent evaluation by this share of the advisor's (absolute) one
 ADOPT_GAIN = 0.25
 
-#: the episodes a trial plays: their mean rates the tried policy, as an evaluation's episodes rate the own
-TRIAL_EPISODES = 3
+#: the episodes a trial plays (their mean rates the tried policy): 1, because over 10 seeds of
+#: benchmarks/advice.py 3 cost more steps than their surer rating gained (docs/advice.md, sixth pass)
+TRIAL_EPISODES = 1
 
 
 def clearly_better(value: float | None, own: float | None, reference: float | None) -> bool:
@@ -197,7 +198,7 @@ class AdvisedAgent:
         refuses that advisor until the advisor's evaluation rises above what it was when refused.
 
         A *trial* plays the advisor's greedy policy, frozen as it was when the trial started, for
-        `TRIAL_EPISODES` of the client's training episodes, on the client's own system
+        `TRIAL_EPISODES` of the client's training episodes (one), on the client's own system
         (`AgentRuntime.begin_trial`, `Trial`): the advisor is rated where it matters. A trial whose mean
         return was no more than the client's own recent evaluation rules that advisor out for the client
         until its evaluation rises; one that returned clearly more makes the client adopt the very policy

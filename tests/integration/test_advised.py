@@ -306,9 +306,11 @@ async def test_a_trial_plays_the_advisors_greedy_policy_on_the_clients_system_an
         await stop(graph, store)
 
 
-async def test_a_trial_plays_the_policy_as_it_was_when_the_trial_began_and_adopts_that_one(tmp_path):
-    """The advisor learns on while its trial is played (its own clients go on): every episode of the trial
-    is played by the advisor's policy as it was when the trial began, and that policy is the one adopted."""
+async def test_a_trial_plays_the_policy_as_it_was_when_the_trial_began_and_adopts_that_one(tmp_path, monkeypatch):
+    """The advisor learns on while its trial is played (its own clients go on): every episode of a trial
+    of 3 is played by the advisor's policy as it was when the trial began, and that policy is the one adopted."""
+    from shepherd.graph import advised as advised_agents
+    monkeypatch.setattr(advised_agents, "TRIAL_EPISODES", 3)
     graph, store, keys = await start(tmp_path / "data")
     try:
         teacher, pupil = await teacher_and_pupil(graph, keys, returns=(4.0, 0.0), trials=True)
@@ -318,7 +320,7 @@ async def test_a_trial_plays_the_policy_as_it_was_when_the_trial_began_and_adopt
         await drive(graph, keys["arms"], Recorded(pushes), episodes=1, seed=3, client_name="pupil")
         assert [trial.tried for trial in pupil.trials] == ["teacher"]  # its next episodes go on with the trial
         await teach(graph, keys, teacher, push=0)  # the teacher's policy now pushes the other way
-        await drive(graph, keys["arms"], Recorded(pushes), episodes=TRIAL_EPISODES - 1, seed=4, client_name="pupil")
+        await drive(graph, keys["arms"], Recorded(pushes), episodes=2, seed=4, client_name="pupil")
         assert not pupil.trials and pushes and set(pushes) == {1}  # every step: the policy the trial began with
         assert pupil.learner.algorithm.advice.adopt == Adoption("teacher", 1)  # ~9.5 a CartPole episode, clearly more than 0
         await drive(graph, keys["arms"], gym.make("CartPole-v1"), steps=20, seed=5, client_name="pupil")
