@@ -241,7 +241,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help="advice_keep of `advised`: a client's steps over which a policy it adopted is kept "
                              "(default %(default)s: not kept)")
     parser.add_argument("--trial-episodes", type=int, default=None,
-                        help="episodes a trial of an advisor's policy plays (default: shepherd's TRIAL_EPISODES, 3)")
+                        help="episodes a trial of an advisor's policy plays (default: shepherd's TRIAL_EPISODES, 1)")
     parser.add_argument("--learning-rate", type=float, default=None,
                         help="PPO's learning rate for every mode (default: RL Zoo's 1e-3, as in PPO above)")
     parser.add_argument("--tasks", nargs="+", default=["lengths", "inverted"], choices=["lengths", "inverted"])

@@ -356,12 +356,13 @@ class AdvisedOnPolicyAdapter(OnPolicyAdapter):
             policy = copy.deepcopy(self.advisor_policy.policy)  # a copy without the Mixer, as the advisor's
             policy.load_state_dict({k: th.as_tensor(np.array(v)) for k, v in request.weights.arrays.items()})
         else:
-            policy = self.advisor_policy.of(advisor)
-            if policy is None:
+            latest = self.advisor_policy.of(advisor)
+            if latest is None:
                 return
+            policy = copy.deepcopy(latest)  # the advisor's copy is reloaded when it publishes again
         self.model.policy.load_state_dict(policy.state_dict())  # Adam's moments stay: gradients of a like scale
         if self.advice.keep_steps > 0:
-            self._kept = copy.deepcopy(policy)  # the advisor's copy is reloaded when it publishes again
+            self._kept = policy  # a copy of its own, frozen
             self._kept_at = self.steps
         moments = request.observations
         if moments is None:
