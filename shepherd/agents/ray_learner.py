@@ -303,10 +303,15 @@ class _AdvisedStatus(_RemoteStatus):
 
 class _Snapshot:
     """The `WeightSource` of the head's greedy snapshot: the actor's version as of its last reply, and
-    the last weights it sent."""
+    the last weights it sent.
 
-    def __init__(self, status: _RemoteStatus) -> None:
+    Asking for weights makes them ``wanted`` (and wakes the sender, ``wake``) until the actor has sent its
+    current ones: the actor's learner publishes when asked, so the first request may come back empty.
+    """
+
+    def __init__(self, status: _RemoteStatus, wake: Callable[[], None]) -> None:
         self._status = status
+        self._wake = wake
         self.weights: VersionedWeights | None = None
         self.wanted = False
 
@@ -314,8 +319,15 @@ class _Snapshot:
     def version(self) -> int:
         return self._status.version
 
+    @property
+    def current(self) -> bool:
+        """The weights sent last are of the actor's version as of its last reply."""
+        return self.weights is not None and self.weights.version >= self._status.version
+
     def latest_weights(self) -> VersionedWeights | None:
-        self.wanted = True
+        if not self.wanted and not self.current:
+            self.wanted = True
+            self._wake()
         return self.weights
 
 
@@ -346,7 +358,8 @@ class RayLearner:
         self._local = local  # never started: its spaces, greedy plan and checkpoint checks
         self._num_cpus = self.num_cpus if num_cpus is None else num_cpus
         self._actor_options = dict(actor_options or {})  # more of Ray's actor options (a scheduling strategy)
-        self._snapshot = _Snapshot(self.algorithm)
+        self._wake = threading.Event()
+        self._snapshot = _Snapshot(self.algorithm, self._wake.set)
         self.greedy: GreedyActor | None = None
         local_greedy = local.greedy
         if local_greedy is not None and local_greedy.filtering is None:  # filter statistics live in the actor
@@ -355,7 +368,6 @@ class RayLearner:
         self._available = False
         self._closed = False
         self._lock = threading.Lock()
-        self._wake = threading.Event()
         self._units: list[Any] = []  # what the next remote call sends
         self._controls: list[tuple[str, Future, Any]] = []  # their futures, in order
         self._futures: dict[int, ActionFuture | _Part] = {}  # by ticket; touched on the caller's thread
@@ -619,7 +631,7 @@ class RayLearner:
                 continue
             # the actor's learner does its own housekeeping when idle: call only with something to send, an
             # answer held back there (polled), or weights wanted for the greedy snapshot
-            if not units and not (self._awaited or self._snapshot.wanted):
+            if not units and not (self._awaited or self._weights_due()):
                 if closing:
                     return
                 continue
@@ -639,14 +651,16 @@ class RayLearner:
         self._advice_sent = data  # a call that fails loses its actor, whose replacement is sent it again
         return [("advice", data)]
 
+    def _weights_due(self) -> bool:
+        """Ask the actor for its weights in the next call (wanted, and not asked in the last WEIGHTS_SECONDS)."""
+        return self._snapshot.wanted and time.monotonic() - self._last_weights >= WEIGHTS_SECONDS
+
     def _call(self, units: list[Any], controls: list[tuple[str, Future, Any]]) -> None:
         weights_after = None
-        now = time.monotonic()
-        if self._snapshot.wanted and now - self._last_weights >= WEIGHTS_SECONDS:
-            self._last_weights = now
+        if self._weights_due():
+            self._last_weights = time.monotonic()
             current = self._snapshot.weights
             weights_after = current.version if current is not None else -1
-            self._snapshot.wanted = False
         self._awaited.update(r.ticket for unit in units if isinstance(unit, list) for r in unit if r.ticket)
         wait = POLL_SECONDS if self._awaited and not units else 0.0  # a poll waits a moment for held-back answers
         try:
@@ -670,6 +684,8 @@ class RayLearner:
             setattr(self.stats, name, getattr(reply.stats, name))
         if reply.weights is not None:
             self._snapshot.weights = reply.weights
+        if self._snapshot.current:
+            self._snapshot.wanted = False
         for (kind, future, path), result in zip(controls, reply.controls):
             if isinstance(result, str):
                 future.set_exception(OSError(result) if kind == "checkpoint" else ValueError(result))

@@ -243,8 +243,6 @@ class AdvisedAgent:
                     and (last is None or (best.recent_return or 0.0) > last[0])):
                 self._trying.add((name, str(best.client)))
                 runtime.trials.append(Trial(str(best.client), best.learner, TRIAL_EPISODES))
-                if best.learner.greedy is not None:
-                    best.learner.greedy.prepare()  # its weights published by the time the trial starts
 
     def _drop_trials(self, runtime: AgentRuntime, keep: str | None = None) -> None:
         """Forget the client's queued trials of any other client than ``keep`` (no longer its advisor)."""

@@ -44,8 +44,8 @@ class Trial:
     The policy is frozen when the trial first acts (`GreedyActor.frozen`: the weights its learner published
     last, and its observation statistics then), so every step of every episode of the trial plays one
     policy, whatever its learner learns meanwhile, and the host can adopt that very policy (``frozen``).
-    The learner answers what the frozen copy cannot: a first step before it has published any weights
-    (asking makes it publish), masks a plan cannot apply, and every step of a learner without a numpy
+    Making a trial asks the learner to publish. The learner answers what the frozen copy cannot: steps
+    before its weights arrived, masks a plan cannot apply, and every step of a learner without a numpy
     snapshot (``greedy`` None: images, recurrent policies, networks too large), whose trial plays it live.
     """
 
@@ -56,6 +56,9 @@ class Trial:
         self.returns: list[float] = []  # of the episodes played to their end
         self.frozen: GreedyActor | None = None
         self._live: set[int] = set()  # actors in an episode the learner answers part of
+        greedy = getattr(learner, "greedy", None)
+        if greedy is not None:
+            greedy.prepare()  # its weights published by the time the trial starts
 
     @property
     def done(self) -> bool:

@@ -288,7 +288,11 @@ def test_an_advised_agents_clients_learn_in_named_actors_and_the_advisee_reads_i
         assert seen, "the graph gave no client an advisor"
         assert read is not None, f"the advisee's actor read no weights of its advisor's actor: {seen[-5:]}"
         advisee_runtime = advised.clients[advisee]
-        trial = Trial(advisor, advised.clients[advisor].learner)
+        trial = Trial(advisor, advised.clients[advisor].learner)  # asks the advisor's actor for its weights
+        snapshot, deadline = advised.clients[advisor].learner.greedy.source, time.monotonic() + 30
+        while snapshot.weights is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # as between choose_advisors queuing a trial and the advisee's next episode
+        assert snapshot.weights is not None, "asked once, the advisor's actor sent no weights to the head"
         advisee_runtime.trials.append(trial)  # as choose_advisors queues one
         deadline = time.monotonic() + 60
         while advisor not in advised.tried.get(advisee, {}) and time.monotonic() < deadline and not errors:

@@ -185,7 +185,10 @@ class SnapshotOf:
     """A tried learner's `GreedyActor`: ``frozen()`` gives a `FrozenPolicy` once weights are published."""
 
     def __init__(self, published=True, refuse=()):
-        self.published, self.refuse, self.frozen_calls = published, refuse, 0
+        self.published, self.refuse, self.frozen_calls, self.prepared = published, refuse, 0, 0
+
+    def prepare(self):
+        self.prepared += 1
 
     def frozen(self):
         self.frozen_calls += 1
@@ -197,6 +200,7 @@ def test_a_trial_plays_the_tried_policy_frozen_when_it_began():
     tried = FakeLearner()
     tried.greedy = SnapshotOf()
     trial = Trial("c0", tried, episodes=2)
+    assert tried.greedy.prepared == 1  # making the trial asked the learner to publish its weights
     host.trials.append(trial)
     level = LevelManager(7, host)
     first = level.step("o0", 0.0, False)
