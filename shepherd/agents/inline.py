@@ -13,14 +13,15 @@ logits), DQN (the Q-values' argmax), QR-DQN (the argmax of the quantiles' mean),
 Gaussian's mode), TD3 and DDPG. Everything else (images, dicts, other activations or layers such as
 CrossQ's BatchRenorm, networks too large to run on the event loop, gSDE, recurrent policies, whose actions
 depend on each actor's LSTM state kept by the learner) gets no snapshot and is answered by the learner,
-batched, as before. The actions are SB3's deterministic ones up to float rounding (numpy's and torch's
+batched, as before. The plan this module builds from a policy is plain data (`shepherd.greedy.Plan`, which
+needs no torch: a process without it can run one on published weights). The actions are SB3's deterministic ones up to float rounding (numpy's and torch's
 float32 matrix products may round the last bit apart).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Mapping, Union
+from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
@@ -36,6 +37,7 @@ from stable_baselines3.common.torch_layers import FlattenExtractor
 
 from shepherd.agents.core import VersionedWeights, WeightSource
 from shepherd.agents.filters import Filtering
+from shepherd.greedy import Greedy, Plan, Step
 
 logger = logging.getLogger(__name__)
 
@@ -43,15 +45,11 @@ logger = logging.getLogger(__name__)
 #: machine's cores; larger ones are answered by the learner, batched, where a batch amortises them
 MAX_WEIGHTS = 100_000
 
-#: from a batch of observations (rows), and their action masks (rows; None: unmasked), to actions (rows)
-Greedy = Callable[..., Any]
-#: one step of a plan: a linear layer's weight and bias names, or an activation
-Step = Union[tuple[str, Union[str, None]], Callable[[np.ndarray], np.ndarray]]
-_ACTIVATIONS: dict[type, Callable[[np.ndarray], np.ndarray]] = {
-    th.nn.Tanh: np.tanh,
-    th.nn.ReLU: lambda x: np.maximum(x, 0),
-    th.nn.Identity: lambda x: x,
-    th.nn.Flatten: lambda x: x,  # of one vector: nothing to do
+_ACTIVATIONS: dict[type, str] = {  # torch's activation modules by their name in a `Plan`
+    th.nn.Tanh: "tanh",
+    th.nn.ReLU: "relu",
+    th.nn.Identity: "identity",
+    th.nn.Flatten: "identity",  # of one vector: nothing to do
 }
 
 
@@ -66,48 +64,6 @@ def snapshot(policy: Any, observation_space: gym.Space) -> Greedy | None:
 def weights_of(policy: th.nn.Module) -> dict[str, np.ndarray]:
     """A copy of a policy's weights as numpy arrays, by ``state_dict`` name."""
     return {name: tensor.detach().cpu().numpy().copy() for name, tensor in policy.state_dict().items()}
-
-
-class Plan:
-    """The shape of a policy's greedy path (layers by weight name, activations, the head), without weights.
-
-    Built once from the policy; `bind` makes the numpy function of a set of published weights. A plan that
-    ``takes_masks`` (MaskablePPO's) sets masked-out logits to -inf before the head, as sb3-contrib's
-    masked distributions do (-1e8 there), so their argmax never picks one.
-    """
-
-    def __init__(self, steps: list[Step], head: Callable[[np.ndarray], Any], takes_masks: bool = False) -> None:
-        self.steps = steps
-        self.head = head
-        self.takes_masks = takes_masks
-
-    def bind(self, arrays: Mapping[str, np.ndarray]) -> Greedy:
-        """The greedy function with these weights (arrays by ``state_dict`` name, as `weights_of` gives):
-        from a batch of observations (rows) to their actions (rows)."""
-        layers: list[tuple[np.ndarray, np.ndarray] | Callable[[np.ndarray], np.ndarray]] = []
-        for step in self.steps:
-            if isinstance(step, tuple):
-                weight = np.ascontiguousarray(arrays[step[0]].T)  # (in, out): x @ weight
-                bias = arrays[step[1]] if step[1] is not None else np.zeros(weight.shape[1], dtype=np.float32)
-                layers.append((weight, bias))
-            else:
-                layers.append(step)
-        head, takes_masks = self.head, self.takes_masks
-
-        def greedy(batch: Any, masks: np.ndarray | None = None) -> np.ndarray:
-            x = np.asarray(batch, dtype=np.float32)
-            for layer in layers:
-                if isinstance(layer, tuple):
-                    x = x @ layer[0] + layer[1]
-                else:
-                    x = layer(x)
-            if masks is not None:
-                if not takes_masks:
-                    raise ValueError("this policy takes no action masks")
-                x = np.where(masks, x, -np.inf)
-            return head(x)
-
-        return greedy
 
 
 def plan(policy: Any, observation_space: gym.Space) -> Plan | None:
@@ -152,37 +108,36 @@ def _build(policy: Any) -> Plan:
     q_net = getattr(policy, "q_net", None)
     if q_net is not None and hasattr(q_net, "q_net"):  # DQN: the argmax of the Q-values
         _flat(q_net.features_extractor)
-        return _sized(policy, _layers(q_net.q_net, "q_net.q_net."), lambda out: out.argmax(axis=-1))
+        return _sized(policy, _layers(q_net.q_net, "q_net.q_net."), {"kind": "argmax"})
     quantile_net = getattr(policy, "quantile_net", None)
     if quantile_net is not None and hasattr(quantile_net, "quantile_net"):  # QR-DQN: argmax of the quantiles' mean
         _flat(quantile_net.features_extractor)
-        shape = (int(quantile_net.n_quantiles), int(quantile_net.action_space.n))
+        shape = [int(quantile_net.n_quantiles), int(quantile_net.action_space.n)]
         return _sized(policy, _layers(quantile_net.quantile_net, "quantile_net.quantile_net."),
-                      lambda out: out.reshape(-1, *shape).mean(axis=1).argmax(axis=-1))
+                      {"kind": "quantile_mean_argmax", "shape": shape})
     actor = getattr(policy, "actor", None)
     if actor is not None and hasattr(actor, "latent_pi"):  # SAC, TQC: the mode of a squashed Gaussian
         if getattr(actor, "use_sde", False):
             raise _Unsupported("gSDE")
         _flat(actor.features_extractor)
         return _sized(policy, _layers(actor.latent_pi, "actor.latent_pi.") + _layers(actor.mu, "actor.mu."),
-                      np.tanh)
+                      {"kind": "tanh"})
     if actor is not None and hasattr(actor, "mu"):  # TD3, DDPG: the deterministic actor (ends in tanh)
         _flat(actor.features_extractor)
-        return _sized(policy, _layers(actor.mu, "actor.mu."), lambda out: out)
+        return _sized(policy, _layers(actor.mu, "actor.mu."), {"kind": "identity"})
     raise _Unsupported(type(policy).__name__)
 
 
-def _head(distribution: Any) -> Callable[[np.ndarray], Any]:
+def _head(distribution: Any) -> dict[str, Any]:
     if isinstance(distribution, (CategoricalDistribution, MaskableCategoricalDistribution)):
-        return lambda out: out.argmax(axis=-1)
+        return {"kind": "argmax"}
     # (sb3-contrib's masked MultiBinary is a multi-categorical of two choices per bit: its argmax is the bit)
     if isinstance(distribution, (MultiCategoricalDistribution, MaskableMultiCategoricalDistribution)):
-        bounds = np.cumsum(distribution.action_dims)[:-1]
-        return lambda out: np.stack([part.argmax(axis=-1) for part in np.split(out, bounds, axis=-1)], axis=-1)
+        return {"kind": "argmax_each", "bounds": [int(b) for b in np.cumsum(distribution.action_dims)[:-1]]}
     if isinstance(distribution, BernoulliDistribution):
-        return lambda out: (out > 0).astype(np.float32)  # round(sigmoid(logit)), as torch
+        return {"kind": "positive"}  # round(sigmoid(logit)), as torch
     if isinstance(distribution, DiagGaussianDistribution):
-        return lambda out: out  # the mean
+        return {"kind": "identity"}  # the mean
     raise _Unsupported(type(distribution).__name__)
 
 
@@ -192,7 +147,7 @@ def _flat(extractor: Any) -> None:
 
 
 def _layers(module: th.nn.Module, prefix: str) -> list[Step]:
-    """The module as steps: (weight name, bias name) for linear layers, functions for activations."""
+    """The module as steps: (weight name, bias name) for linear layers, names for activations."""
     if isinstance(module, th.nn.Sequential):
         return [step for index, child in enumerate(module) for step in _layers(child, f"{prefix}{index}.")]
     if isinstance(module, th.nn.Linear):
@@ -203,8 +158,7 @@ def _layers(module: th.nn.Module, prefix: str) -> list[Step]:
     return [activation]
 
 
-def _sized(policy: th.nn.Module, steps: list[Step], head: Callable[[np.ndarray], Any],
-           takes_masks: bool = False) -> Plan:
+def _sized(policy: th.nn.Module, steps: list[Step], head: dict[str, Any], takes_masks: bool = False) -> Plan:
     state = policy.state_dict()
     size = sum(state[name].numel() for step in steps if isinstance(step, tuple) for name in step if name)
     if size > MAX_WEIGHTS:

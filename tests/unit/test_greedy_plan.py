@@ -1,0 +1,95 @@
+"""A greedy plan is plain data: built from an SB3 policy (`inline.plan`), sent as JSON, and run on the
+policy's published weights by a process that cannot import torch, it gives the policy's own deterministic
+actions (`shepherd.greedy`)."""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch as th
+from gymnasium import spaces
+from sb3_contrib.qrdqn.policies import QRDQNPolicy
+from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.dqn.policies import DQNPolicy
+from stable_baselines3.sac.policies import SACPolicy
+
+from shepherd.agents.inline import plan, weights_of
+from shepherd.greedy import Plan, PlanError
+
+ROOT = Path(__file__).resolve().parents[2]
+OBS = spaces.Box(-2.0, 2.0, (5,), np.float32)
+
+
+def lr(_):
+    return 3e-4
+
+
+POLICIES = {
+    "PPO, Discrete": lambda: ActorCriticPolicy(OBS, spaces.Discrete(3), lr),
+    "PPO, MultiDiscrete": lambda: ActorCriticPolicy(OBS, spaces.MultiDiscrete([2, 4, 3]), lr),
+    "PPO, MultiBinary": lambda: ActorCriticPolicy(OBS, spaces.MultiBinary(3), lr),
+    "PPO, Box": lambda: ActorCriticPolicy(OBS, spaces.Box(-1, 1, (2,), np.float32), lr),
+    "SAC": lambda: SACPolicy(OBS, spaces.Box(-1, 1, (2,), np.float32), lr),
+    "DQN": lambda: DQNPolicy(OBS, spaces.Discrete(4), lr),
+    "QR-DQN": lambda: QRDQNPolicy(OBS, spaces.Discrete(4), lr),
+}
+
+RUN_WITHOUT_TORCH = """
+import json, sys
+import numpy as np
+sys.modules["torch"] = None  # importing torch now fails
+from shepherd.greedy import Plan
+folder = sys.argv[1]
+plan = Plan.from_data(json.load(open(folder + "/plan.json")))
+arrays = dict(np.load(folder + "/weights.npz", allow_pickle=False))
+actions = plan.bind(arrays)(np.load(folder + "/obs.npy", allow_pickle=False))
+np.save(folder + "/actions.npy", np.asarray(actions))
+print("torch" in sys.modules and sys.modules["torch"] is not None)
+"""
+
+
+@pytest.mark.parametrize("name", list(POLICIES))
+def test_a_plan_sent_as_json_gives_the_policys_actions_in_a_process_without_torch(name, tmp_path):
+    policy = POLICIES[name]()
+    th.manual_seed(0)
+    for parameter in policy.parameters():  # weights far from the initial ones, so the actions differ by input
+        parameter.data.normal_(0.0, 0.5)
+    found = plan(policy, OBS)
+    assert found is not None
+    observations = np.random.default_rng(1).uniform(-2, 2, (64, 5)).astype(np.float32)
+    with th.no_grad():
+        expected = policy._predict(th.as_tensor(observations), deterministic=True).numpy()
+    (tmp_path / "plan.json").write_text(json.dumps(found.to_data()))
+    arrays = weights_of(policy)
+    np.savez(tmp_path / "weights.npz", **{key: arrays[key] for key in found.weight_names()})
+    np.save(tmp_path / "obs.npy", observations)
+    done = subprocess.run([sys.executable, "-c", RUN_WITHOUT_TORCH, str(tmp_path)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"  # torch was never imported there
+    actions = np.load(tmp_path / "actions.npy")
+    assert actions.shape == expected.shape
+    assert np.allclose(actions.astype(np.float64), expected, atol=1e-4)
+    assert len({tuple(np.atleast_1d(a)) for a in expected}) > 1  # the observations do pick different actions
+
+
+def test_masked_logits_are_never_picked():
+    greedy = Plan([("w", None)], {"kind": "argmax"}, takes_masks=True).bind({"w": np.eye(3, dtype=np.float32)})
+    masks = np.array([[True, True, False], [False, True, True]])
+    assert greedy(np.array([[1, 2, 9], [9, 1, 2]], dtype=np.float32), masks).tolist() == [1, 2]
+    assert greedy(np.array([[1, 2, 9], [9, 1, 2]], dtype=np.float32)).tolist() == [2, 0]  # unmasked
+
+
+@pytest.mark.parametrize("data, says", [
+    ({"steps": ["softplus"], "head": {"kind": "argmax"}}, "unknown activation 'softplus'"),
+    ({"steps": [], "head": {"kind": "sample"}}, "unknown head 'sample'"),
+    ({"steps": [[1, 2]], "head": {"kind": "argmax"}}, "a step is an activation's name or [weight, bias]"),
+    ({"head": {"kind": "argmax"}}, "not a greedy plan: KeyError"),
+])
+def test_plan_data_it_cannot_run_is_refused_with_what_is_wrong(data, says):
+    with pytest.raises(PlanError, match=re.escape(says)):
+        Plan.from_data(data)
