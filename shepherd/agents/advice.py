@@ -298,6 +298,11 @@ class AdvisedOnPolicyAdapter(OnPolicyAdapter):
         self._kept: Any = None  # a frozen copy of the adopted policy while it is kept
         self._kept_at = 0  # the steps learned when it was adopted
 
+    def process(self, messages: list[Request]) -> None:
+        if self.steps == 0:
+            self._adopt()  # a new client adopts what its plug-in trials chose before it learns a step
+        super().process(messages)
+
     def after_update(self, started: float | None = None) -> None:
         self._keep()  # on the rollout just learned from, before a new adoption replaces the kept policy
         self._adopt()  # between two rollouts: the next one is collected wholly by the adopted policy

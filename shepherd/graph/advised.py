@@ -76,6 +76,9 @@ class AdvisedAgent:
         self.tried: dict[str, dict[str, tuple[float, float]]] = {}
         self._adopt_requests = 0
         self._trying: set[tuple[str, str]] = set()  # (client, other client) trials queued or running
+        self._new: set[str] = set()  # clients built without a checkpoint of their own, not installed yet
+        #: per new client, its plug-in trials (of every rated client, `install`) until all have ended
+        self.plugging: dict[str, dict[str, Trial]] = {}
         self.advice_on = float(record.parameters.get("advice_strength", 0.3)) > 0.0  # 0: independent learners
 
     @property
@@ -107,6 +110,7 @@ class AdvisedAgent:
                                on_trial=self._tried)
         if runtime.resume():
             return runtime
+        self._new.add(name)
         best = self.best()
         if best is not None and best.model_path.exists():
             start_from = getattr(learner.algorithm, "start_from", None)
@@ -144,8 +148,29 @@ class AdvisedAgent:
         self.clients[runtime.client] = runtime
         self.failures.pop(runtime.client, None)
         runtime.checkpoint()
+        if runtime.client in self._new:
+            self._new.discard(runtime.client)
+            self._plug_in(runtime)
         self.choose_advisors()
         return runtime
+
+    def _plug_in(self, runtime: AgentRuntime) -> None:
+        """A new client's first episodes try every rated client's policy on its own system, best evaluation
+        first (one episode each, `Trial`): it started from the best one's weights, rated on *their* system;
+        once every trial has ended it adopts its advisor's tried policy before it learns a step, and clients
+        whose policy did clearly worse there than the best trial are not its advisor (`_failed_trial`)."""
+        rated = sorted((r for r in self.serving() if r is not runtime and r.recent_return is not None),
+                       key=lambda r: r.recent_return or 0.0, reverse=True)
+        if not self.advice_on or not rated:
+            return
+        name = str(runtime.client)
+        trials = {str(other.client): Trial(str(other.client), other.learner) for other in rated}
+        self.plugging[name] = trials
+        for other, trial in trials.items():
+            self._trying.add((name, other))
+            runtime.trials.append(trial)
+        logger.info("client %s is new: it tries the policies of %s on its system first", runtime.label,
+                    ", ".join(trials))
 
     # -- sessions ------------------------------------------------------------------------------------
     def session_runtime(self, client: str | None, evaluate_only: bool) -> AgentRuntime:
@@ -245,18 +270,24 @@ class AdvisedAgent:
                 runtime.trials.append(Trial(str(best.client), best.learner, TRIAL_EPISODES))
 
     def _drop_trials(self, runtime: AgentRuntime, keep: str | None = None) -> None:
-        """Forget the client's queued trials of any other client than ``keep`` (no longer its advisor)."""
-        for trial in [t for t in runtime.trials if t.tried != keep]:
+        """Forget the client's queued trials of any other client than ``keep`` (no longer its advisor),
+        except a new client's plug-in trials."""
+        plugging = self.plugging.get(str(runtime.client), {}).values()
+        for trial in [t for t in runtime.trials if t.tried != keep and t not in plugging]:
             runtime.trials.remove(trial)
             self._trying.discard((str(runtime.client), trial.tried))
 
     def _failed_trial(self, runtime: AgentRuntime, other: AgentRuntime) -> bool:
         """Whether ``other``'s policy, tried on the client's system since its evaluation last rose, returned
-        no more than the client's own recent evaluation."""
-        last = self.tried.get(str(runtime.client), {}).get(str(other.client))
+        no more than the client's own recent evaluation (a client without one yet: clearly less, by
+        `ADOPT_GAIN` of the other's evaluation, than the best policy it tried)."""
+        tried = self.tried.get(str(runtime.client), {})
+        last = tried.get(str(other.client))
         if last is None or (other.recent_return or 0.0) > last[0]:
             return False
-        return runtime.recent_return is not None and last[1] <= runtime.recent_return
+        if runtime.recent_return is None:
+            return clearly_better(max(value for _, value in tried.values()), last[1], other.recent_return)
+        return last[1] <= runtime.recent_return
 
     def _tried(self, runtime: AgentRuntime, trial: Trial) -> None:
         """A trial of another client's policy on ``runtime``'s system ended: rate it by its mean return,
@@ -274,18 +305,29 @@ class AdvisedAgent:
         logger.info("client %s tried client %s's policy on its own system: mean return %.1f of %d episodes "
                     "(its own recent evaluation %s)", runtime.label, other, value, len(trial.returns),
                     "none" if own is None else f"{own:.1f}")
+        plugging = self.plugging.get(str(runtime.client))
+        if plugging is not None and any(not t.done for t in plugging.values()):
+            return  # a new client's plug-in trials: advisors are chosen once all have ended
+        self.plugging.pop(str(runtime.client), None)
         self.choose_advisors()
         advice = getattr(runtime.learner.algorithm, "advice", None)
-        if (isinstance(advice, Advice) and advice.advisor is not None and advice.advisor.name == other
-                and clearly_better(value, own, tried.recent_return)):
-            self._adopt_requests += 1
-            frozen = trial.frozen
-            weights = None if frozen is None else frozen.source.latest_weights()
-            moments = None
-            if frozen is not None and frozen.filtering is not None:
-                moments = {key: stats.moments for key, stats in frozen.filtering.observations.items()}
-            advice.adopt = Adoption(other, self._adopt_requests, weights, moments)
-            logger.info("client %s adopts client %s's policy after its next update", runtime.label, other)
+        if not isinstance(advice, Advice) or advice.advisor is None:
+            return
+        if plugging is not None and advice.advisor.name in plugging:  # the advisor's policy worked here
+            self._adopt(runtime, advice, plugging[advice.advisor.name], "before it learns")
+        elif advice.advisor.name == other and clearly_better(value, own, tried.recent_return):
+            self._adopt(runtime, advice, trial, "after its next update")
+
+    def _adopt(self, runtime: AgentRuntime, advice: Advice, trial: Trial, when: str) -> None:
+        """Have the client adopt the very policy ``trial`` played (`Adoption`)."""
+        self._adopt_requests += 1
+        frozen = trial.frozen
+        weights = None if frozen is None else frozen.source.latest_weights()
+        moments = None
+        if frozen is not None and frozen.filtering is not None:
+            moments = {key: stats.moments for key, stats in frozen.filtering.observations.items()}
+        advice.adopt = Adoption(trial.tried, self._adopt_requests, weights, moments)
+        logger.info("client %s adopts client %s's policy %s", runtime.label, trial.tried, when)
 
     @staticmethod
     def _train_episodes(runtime: AgentRuntime) -> int:

@@ -188,7 +188,7 @@ async def teach(graph, keys, teacher, push: int) -> None:
     with th.no_grad():
         teacher.learner.algorithm.model.policy.action_net.bias[:] = th.as_tensor([-10.0, 10.0] if push else [10.0, -10.0])
     version = teacher.learner.algorithm.version
-    await drive(graph, keys["arms"], gym.make("CartPole-v1"), steps=16, seed=7, client_name="teacher")
+    await drive(graph, keys["arms"], gym.make("CartPole-v1"), steps=16, seed=7, client_name=str(teacher.client))
     teacher.checkpoint().result(30)
     assert teacher.learner.algorithm.version > version
 
@@ -328,6 +328,50 @@ async def test_a_trial_plays_the_policy_as_it_was_when_the_trial_began_and_adopt
         assert pupil.learner.algorithm.adoptions == 1
         own = {k: v.detach().numpy() for k, v in pupil.learner.algorithm.model.policy.state_dict().items()}
         assert all(np.array_equal(tried[k], own[k]) for k in tried)  # the tried policy, not the teacher's now
+    finally:
+        await stop(graph, store)
+
+
+class FallsLeft(Recorded):
+    """CartPole where a push to the left ends the episode at once (a system on which a policy that pushes
+    left fails, whatever it returns on its own)."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, reward, terminated or int(action) == 0, truncated, info
+
+
+async def test_a_new_client_tries_every_rated_policy_on_its_system_and_adopts_one_that_works_there(tmp_path):
+    """A client plugged in after the others were rated starts from the best one's weights, but its first
+    episodes play each rated client's greedy policy on its own system (best evaluation first, unlearned);
+    then the best-rated client whose policy did not clearly fail there becomes its advisor, and the client
+    adopts that very policy before it learns a step."""
+    from shepherd.level import Phase
+    graph, store, keys = await start(tmp_path / "data")
+    try:
+        teacher, pupil = await teacher_and_pupil(graph, keys, returns=(4.0, 3.0))
+        advised = graph.advised_agent("arms")
+        await teach(graph, keys, teacher, push=0)  # the best-rated client's policy pushes left
+        await teach(graph, keys, pupil, push=1)  # the other's right
+        right = policy_weights(graph, "pupil")
+        teacher.recent_return, pupil.recent_return = 4.0, 3.0  # their evaluations (a teach drives no evaluation)
+        pushes: list[int] = []
+        await drive(graph, keys["arms"], FallsLeft(pushes), episodes=1, seed=3, client_name="new")
+        new = advised.clients["new"]
+        assert [trial.tried for trial in new.trials] == ["pupil"]  # the teacher's tried first: 1 push, 1 step
+        assert pushes == [0]
+        await drive(graph, keys["arms"], FallsLeft(pushes), episodes=1, seed=4, client_name="new")
+        assert not new.trials and set(pushes[1:]) == {1} and len(pushes) > 3
+        assert new.phase_episodes[Phase.TRIAL] == 2 and new.tracker.steps == 0  # nothing learned, nothing counted
+        assert advised.tried["new"]["teacher"][1] == 1.0
+        algorithm = new.learner.algorithm
+        assert algorithm.advice.advisor.name == "pupil"  # the teacher's policy failed here, clearly
+        assert algorithm.advice.adopt is not None and algorithm.advice.adopt.advisor == "pupil"
+        await drive(graph, keys["arms"], FallsLeft(pushes), steps=1, seed=5, client_name="new")
+        new.checkpoint().result(30)
+        assert algorithm.adoptions == 1 and algorithm.version == 0  # adopted before its first update
+        own = {k: v.detach().numpy() for k, v in algorithm.model.policy.state_dict().items()}
+        assert all(np.array_equal(right[k], own[k]) for k in right)
     finally:
         await stop(graph, store)
 
