@@ -9,7 +9,8 @@ with greedy sessions; it stops when every client's evaluation reaches 475, or at
 prints, per task and mode, the steps to the target (median and range over seeds; runs that missed it are
 counted). ``--plug`` then adds two clients to the trained advised agent of seed 0, one on client c1's
 system and one on the best client's own system, and compares each one's first 10 episodes with the best
-client's recent evaluation and with a fresh learner's first 10 on the same system.
+client's recent evaluation and with a fresh learner's first 10 on the same system (those 10 begin with its
+plug-in trials, one episode per rated client played by that client's greedy policy: printed with them).
 
     python benchmarks/advice.py --seeds 5 --budget 400000          # the issue's measurement (hours)
     python benchmarks/advice.py --seeds 1 --budget 30000 --tasks lengths --modes advised independent
@@ -157,7 +158,18 @@ async def plug_in(graph: GraphManager, key: str, task: str, best_evaluation: flo
     twin = await drive(graph, key, make_env(task, best_index), episodes=10, seed=777, client_name="twin")
     return {"best_recent_evaluation": best_evaluation, "late_first_10": float(np.mean(late)),
             "twin_first_10": float(np.mean(twin)), "started_from": best.client, "best_index": best_index,
-            "best_on_new_env": transfer}
+            "best_on_new_env": transfer, "late_returns": late, "twin_returns": twin,
+            "late_trials": trials_of(graph, "late"), "twin_trials": trials_of(graph, "twin")}
+
+
+def trials_of(graph: GraphManager, client: str) -> str:
+    """What a plugged-in client's plug-in trials returned, by tried client, and whom it adopted."""
+    advised = graph.advised_agent("cartpole")
+    tried = advised.tried.get(client, {})
+    advice = advised.clients[client].learner.algorithm.advice
+    adopted = advice.adopt.advisor if advice.adopt is not None else "none"
+    return (", ".join(f"{other} {value:.0f}" for other, (_, value) in sorted(tried.items()))
+            + f"; adopted {adopted}")
 
 
 async def fresh_first_10(task: str, seed: int, strength: float, index: int = 1,
@@ -206,9 +218,13 @@ async def main(args: argparse.Namespace) -> int:
                           f"{plugged['late_first_10'] / max(best, 1e-9):.2f}; {plugged['started_from']}'s own greedy "
                           f"policy returns {plugged['best_on_new_env']:.1f} there); a fresh learner's first 10: "
                           f"{fresh:.1f}", flush=True)
+                    print(f"{task:9s}     its 10 episodes {[round(v) for v in plugged['late_returns']]}; plug-in "
+                          f"trials {plugged['late_trials']}", flush=True)
                     print(f"{task:9s}   on {plugged['started_from']}'s own system: first 10 episodes "
                           f"{plugged['twin_first_10']:.1f} (ratio {plugged['twin_first_10'] / max(best, 1e-9):.2f}, "
                           f"target >= 0.8); a fresh learner's first 10: {fresh_twin:.1f}", flush=True)
+                    print(f"{task:9s}     its 10 episodes {[round(v) for v in plugged['twin_returns']]}; plug-in "
+                          f"trials {plugged['twin_trials']}", flush=True)
     print("\nsummary (steps summed over the 4 clients):")
     for (task, mode), runs in results.items():
         print(f"  {task:9s} {mode:12s} {summary(runs, args.budget)}")
