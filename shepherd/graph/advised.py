@@ -298,24 +298,26 @@ class AdvisedAgent:
         value = sum(trial.returns) / len(trial.returns)
         self._trying.discard((str(runtime.client), other))
         tried = self.clients.get(other)
-        if tried is None or tried.recent_return is None:
-            return
-        self.tried.setdefault(str(runtime.client), {})[other] = (tried.recent_return, value)
         own = runtime.recent_return
-        logger.info("client %s tried client %s's policy on its own system: mean return %.1f of %d episodes "
-                    "(its own recent evaluation %s)", runtime.label, other, value, len(trial.returns),
-                    "none" if own is None else f"{own:.1f}")
+        if tried is not None and tried.recent_return is not None:
+            self.tried.setdefault(str(runtime.client), {})[other] = (tried.recent_return, value)
+            logger.info("client %s tried client %s's policy on its own system: mean return %.1f of %d "
+                        "episodes (its own recent evaluation %s)", runtime.label, other, value,
+                        len(trial.returns), "none" if own is None else f"{own:.1f}")
         plugging = self.plugging.get(str(runtime.client))
-        if plugging is not None and any(not t.done for t in plugging.values()):
+        if plugging is not None and any(not t.done and t.tried in self.clients for t in plugging.values()):
             return  # a new client's plug-in trials: advisors are chosen once all have ended
         self.plugging.pop(str(runtime.client), None)
+        if plugging is None and (tried is None or tried.recent_return is None):
+            return
         self.choose_advisors()
         advice = getattr(runtime.learner.algorithm, "advice", None)
         if not isinstance(advice, Advice) or advice.advisor is None:
             return
         if plugging is not None and advice.advisor.name in plugging:  # the advisor's policy worked here
             self._adopt(runtime, advice, plugging[advice.advisor.name], "before it learns")
-        elif advice.advisor.name == other and clearly_better(value, own, tried.recent_return):
+        elif (tried is not None and advice.advisor.name == other
+              and clearly_better(value, own, tried.recent_return)):
             self._adopt(runtime, advice, trial, "after its next update")
 
     def _adopt(self, runtime: AgentRuntime, advice: Advice, trial: Trial, when: str) -> None:
