@@ -5,7 +5,8 @@ A login to an advised agent names its client (``"client": "arm-3"``). The first 
 that client's learner (the agent's algorithm and parameters), starting from the weights of the client
 with the best recent evaluation return, if any has one; its checkpoint lives in
 ``agents/<id>/clients/<name>/model.zip`` and is written at once, so the name persists: a restarted server
-restores every client it finds there. After every evaluation, each client is given as advisor the other
+restores every client it finds there. Its first episodes try each rated client's policy on its own system
+(plug-in trials), and it adopts the best-rated one that worked there before it learns. After every evaluation, each client is given as advisor the other
 client with the best recent evaluation return, if that is better than its own (`choose_advisors`); the
 advice itself is the learner's (`shepherd.agents.advice`). Every client has its own learner thread: one
 that fails fails alone.
