@@ -14,8 +14,9 @@ Gaussian's mode), TD3 and DDPG. Everything else (images, dicts, other activation
 CrossQ's BatchRenorm, networks too large to run on the event loop, gSDE, recurrent policies, whose actions
 depend on each actor's LSTM state kept by the learner) gets no snapshot and is answered by the learner,
 batched, as before. The plan this module builds from a policy is plain data (`shepherd.greedy.Plan`, which
-needs no torch: a process without it can run one on published weights). The actions are SB3's deterministic ones up to float rounding (numpy's and torch's
-float32 matrix products may round the last bit apart).
+needs no torch: a process without it can run one on published weights). The actions are SB3's
+deterministic ones up to float rounding (numpy's and torch's float32 matrix products may round the last bit
+apart).
 """
 
 from __future__ import annotations

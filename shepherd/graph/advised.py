@@ -6,10 +6,10 @@ that client's learner (the agent's algorithm and parameters), starting from the 
 with the best recent evaluation return, if any has one; its checkpoint lives in
 ``agents/<id>/clients/<name>/model.zip`` and is written at once, so the name persists: a restarted server
 restores every client it finds there. Its first episodes try each rated client's policy on its own system
-(plug-in trials), and it adopts the best-rated one that worked there before it learns. After every evaluation, each client is given as advisor the other
-client with the best recent evaluation return, if that is better than its own (`choose_advisors`); the
-advice itself is the learner's (`shepherd.agents.advice`). Every client has its own learner thread: one
-that fails fails alone.
+(plug-in trials), and it adopts the best-rated one that worked there before it learns. After every
+evaluation, each client is given as advisor the other client with the best recent evaluation return, if
+that is better than its own (`choose_advisors`); the advice itself is the learner's
+(`shepherd.agents.advice`). Every client has its own learner thread: one that fails fails alone.
 """
 
 from __future__ import annotations
