@@ -6,10 +6,11 @@ that client's learner (the agent's algorithm and parameters), starting from the 
 with the best recent evaluation return, if any has one; its checkpoint lives in
 ``agents/<id>/clients/<name>/model.zip`` and is written at once, so the name persists: a restarted server
 restores every client it finds there. Its first episodes try each rated client's policy on its own system
-(plug-in trials), and it adopts the best-rated one that worked there before it learns. After every
-evaluation, each client is given as advisor the other client with the best recent evaluation return, if
-that is better than its own (`choose_advisors`); the advice itself is the learner's
-(`shepherd.agents.advice`). Every client has its own learner thread: one that fails fails alone.
+(plug-in trials, until one does as well as any client's evaluation), and it adopts the best-rated one
+that worked there before it learns. After every evaluation, each client is given as advisor the other
+client with the best recent evaluation return, if that is better than its own (`choose_advisors`); the
+advice itself is the learner's (`shepherd.agents.advice`). Every client has its own learner thread: one
+that fails fails alone.
 """
 
 from __future__ import annotations
@@ -157,7 +158,8 @@ class AdvisedAgent:
 
     def _plug_in(self, runtime: AgentRuntime) -> None:
         """A new client's first episodes try every rated client's policy on its own system, best evaluation
-        first (one episode each, `Trial`): it started from the best one's weights, rated on *their* system;
+        first (one episode each, `Trial`): it started from the best one's weights, rated on *their* system.
+        A trial that returns at least the best evaluation of those tried ends the trials (`_as_good_as_any`);
         once every trial has ended it adopts its advisor's tried policy before it learns a step, and clients
         whose policy did clearly worse there than the best trial are not its advisor (`_failed_trial`)."""
         rated = sorted((r for r in self.serving() if r is not runtime and r.recent_return is not None),
@@ -306,6 +308,8 @@ class AdvisedAgent:
                         "episodes (its own recent evaluation %s)", runtime.label, other, value,
                         len(trial.returns), "none" if own is None else f"{own:.1f}")
         plugging = self.plugging.get(str(runtime.client))
+        if plugging is not None and other in plugging and self._as_good_as_any(plugging, value):
+            self._stop_plugging(runtime, plugging)
         if plugging is not None and any(not t.done and t.tried in self.clients for t in plugging.values()):
             return  # a new client's plug-in trials: advisors are chosen once all have ended
         self.plugging.pop(str(runtime.client), None)
@@ -320,6 +324,24 @@ class AdvisedAgent:
         elif (tried is not None and advice.advisor.name == other
               and clearly_better(value, own, tried.recent_return)):
             self._adopt(runtime, advice, trial, "after its next update")
+
+    def _as_good_as_any(self, plugging: dict[str, Trial], value: float) -> bool:
+        """Whether a plug-in trial returned at least the best recent evaluation of any client it tries: no
+        other trial can be expected to do better, and each costs the new client an unlearned episode."""
+        ratings = [r.recent_return for r in (self.clients.get(o) for o in plugging)
+                   if r is not None and r.recent_return is not None]
+        return bool(ratings) and value >= max(ratings)
+
+    def _stop_plugging(self, runtime: AgentRuntime, plugging: dict[str, Trial]) -> None:
+        """End a new client's plug-in trials early: forget those not ended (their policies are not adopted;
+        one already being played ends as an ordinary trial)."""
+        for other, trial in [(o, t) for o, t in plugging.items() if not t.done]:
+            del plugging[other]
+            if trial in runtime.trials:
+                runtime.trials.remove(trial)
+                self._trying.discard((str(runtime.client), other))
+        logger.info("client %s: a plug-in trial did as well as any client's evaluation; the others are not "
+                    "played", runtime.label)
 
     def _adopt(self, runtime: AgentRuntime, advice: Advice, trial: Trial, when: str) -> None:
         """Have the client adopt the very policy ``trial`` played (`Adoption`)."""

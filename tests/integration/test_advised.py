@@ -376,6 +376,36 @@ async def test_a_new_client_tries_every_rated_policy_on_its_system_and_adopts_on
         await stop(graph, store)
 
 
+async def test_a_new_client_stops_trying_once_a_policy_does_as_well_as_any_evaluation(tmp_path):
+    """A plug-in trial that returns at least the best recent evaluation of the clients tried ends the
+    trials: the others are not played (each would cost an unlearned episode), and the client adopts that
+    policy before it learns a step."""
+    from shepherd.level import Phase
+    graph, store, keys = await start(tmp_path / "data")
+    try:
+        teacher, pupil = await teacher_and_pupil(graph, keys, returns=(4.0, 3.0))
+        advised = graph.advised_agent("arms")
+        await teach(graph, keys, teacher, push=0)  # pushes left: CartPole lasts ~10 steps, more than 4
+        await teach(graph, keys, pupil, push=1)
+        left = policy_weights(graph, "teacher")
+        teacher.recent_return, pupil.recent_return = 4.0, 3.0
+        pushes: list[int] = []
+        await drive(graph, keys["arms"], Recorded(pushes), episodes=1, seed=3, client_name="new")
+        new = advised.clients["new"]
+        assert set(pushes) == {0} and len(pushes) > 4  # the teacher's trial, and no other
+        assert not new.trials and new.phase_episodes[Phase.TRIAL] == 1 and new.tracker.steps == 0
+        assert list(advised.tried["new"]) == ["teacher"] and "new" not in advised.plugging
+        algorithm = new.learner.algorithm
+        assert algorithm.advice.advisor.name == "teacher" and algorithm.advice.adopt.advisor == "teacher"
+        await drive(graph, keys["arms"], Recorded(pushes), steps=1, seed=5, client_name="new")
+        new.checkpoint().result(30)
+        assert algorithm.adoptions == 1 and algorithm.version == 0
+        own = {k: v.detach().numpy() for k, v in algorithm.model.policy.state_dict().items()}
+        assert all(np.array_equal(left[k], own[k]) for k in left)
+    finally:
+        await stop(graph, store)
+
+
 async def test_an_advisor_whose_trial_did_no_better_is_ruled_out_until_its_evaluation_rises(tmp_path):
     graph, store, keys = await start(tmp_path / "data")
     try:
