@@ -295,6 +295,7 @@ class AdvisedOnPolicyAdapter(OnPolicyAdapter):
         self._row_advice: dict[int, np.ndarray] = {}
         self._adopted = 0  # the number of the last adopt request carried out
         self.adoptions = 0
+        self.adopted_at: int | None = None  # the steps learned when it last adopted (0: before it learned)
         self._kept: Any = None  # a frozen copy of the adopted policy while it is kept
         self._kept_at = 0  # the steps learned when it was adopted
 
@@ -380,6 +381,7 @@ class AdvisedOnPolicyAdapter(OnPolicyAdapter):
                         np.array(m, np.float64) for m in moments[key])
         self._adopted = request.number
         self.adoptions += 1
+        self.adopted_at = self.steps
         logger.info("learner %s adopts the policy of its advisor %s%s", self.name, advisor.name,
                     "" if request.weights is None else f" tried on its system (version {request.weights.version})")
 

@@ -145,11 +145,12 @@ def apply_advice(algorithm: Any, data: dict[str, Any], namespace: str) -> None:
 
 
 def advice_status(algorithm: Any) -> dict[str, Any]:
-    """An advisee's advice in its actor: its advisor's actor name, the weights read from it and their version."""
+    """An advisee's advice in its actor: its advisor's actor name, the weights read from it and their version,
+    and its adoptions (how many, and the steps it had learned at the last)."""
     advice = getattr(algorithm, "advice", None)
     advisor = advice.advisor if isinstance(advice, Advice) else None
     source = None if advisor is None else advisor.weights
+    adoptions = {"adoptions": getattr(algorithm, "adoptions", 0), "adopted_at": getattr(algorithm, "adopted_at", None)}
     if not isinstance(source, RemoteAdvisor):
-        return {"advisor": None, "reads": 0, "version": None, "adoptions": getattr(algorithm, "adoptions", 0)}
-    return {"advisor": source.actor_name, "reads": source.reads, "version": source.version,
-            "adoptions": getattr(algorithm, "adoptions", 0)}
+        return {"advisor": None, "reads": 0, "version": None, **adoptions}
+    return {"advisor": source.actor_name, "reads": source.reads, "version": source.version, **adoptions}

@@ -250,7 +250,9 @@ def test_an_advised_agents_clients_learn_in_named_actors_and_the_advisee_reads_i
     learn, the graph on the head gives one the other as advisor, and the advisee's actor reads the
     advisor's actor's published weights (the head forwards only the advisor's actor name), plays a trial
     episode with the advisor's actor's greedy policy (frozen on the head), and adopts the advisor's weights
-    when the graph asks; each client's metrics, in its folder on the head, have SB3's training values."""
+    when the graph asks; a third client plugged in later plays plug-in trials and its actor adopts the
+    chosen policy before it learns a step; each client's metrics, in its folder on the head, have SB3's
+    training values."""
     from shepherd.agents.advice import Adoption
     from shepherd.agents.ray_learner import NAMESPACE, RayLearner, RayLearners
     from shepherd.graph import load_preset
@@ -322,6 +324,27 @@ def test_an_advised_agents_clients_learn_in_named_actors_and_the_advisee_reads_i
             assert learner.failure is None
             assert learner.steps > 0 and runtime.tracker.steps > 0, f"client {client} did not learn"
         folders = [client_folder(graph.store.agent_folder(agent_id), client) for client in names]
+        # a client plugged in now tries the rated clients' policies (frozen on the head) on its system first,
+        # and its actor adopts the tried policy of the advisor the head then chooses, before it learns
+        deadline = time.monotonic() + 60
+        while any(r.recent_return is None for r in advised.clients.values()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        late = threading.Thread(target=drive_client, args=(server.server.url, key, "arm-3", 300, stop, errors),
+                                daemon=True)
+        clients.append(late)
+        late.start()
+        adopted, deadline = None, time.monotonic() + 90
+        while adopted is None and time.monotonic() < deadline and not errors:
+            time.sleep(0.5)
+            if "arm-3" in advised.clients and "arm-3" not in advised.plugging:
+                actor = ray.get_actor(f"shepherd-learner/{agent_id}/arm-3", namespace=NAMESPACE)
+                status = ray.get(actor.advice_status.remote())
+                adopted = status if status["adoptions"] >= 1 else None
+        assert not errors, errors
+        new = advised.clients["arm-3"]
+        assert new.phase_episodes[Phase.TRIAL] >= 1 and set(advised.tried["arm-3"]) <= {"arm-1", "arm-2"}
+        assert adopted is not None, f"the plugged-in client's actor adopted nothing: {advised.describe_clients()}"
+        assert adopted["adopted_at"] == 0, adopted  # before it learned a step
     finally:
         stop.set()
         for thread in clients:

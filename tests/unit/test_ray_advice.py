@@ -69,7 +69,8 @@ def test_the_actor_sets_its_advice_from_the_forwarded_data_and_keeps_its_advisor
     apply_advice(adapter, {"advisor": "shepherd-learner/3/arm-2", "name": "arm-2", "recent_return": 150.0,
                            "own_return": 40.0}, "shepherd")
     assert adapter.advice.advisor.weights is not source
-    assert advice_status(adapter) == {"advisor": "shepherd-learner/3/arm-2", "reads": 0, "version": -1, "adoptions": 0}
+    assert advice_status(adapter) == {"advisor": "shepherd-learner/3/arm-2", "reads": 0, "version": -1, "adoptions": 0,
+                                     "adopted_at": None}
     apply_advice(adapter, {"advisor": None, "name": None, "recent_return": None, "own_return": 41.0}, "shepherd")
     assert adapter.advice.advisor is None and adapter.advice.own_return == 41.0
 
