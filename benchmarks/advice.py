@@ -7,7 +7,7 @@ with ``advice_strength`` 0). Each run drives the 4 clients in-process (`shepherd
 drives them), and every ``--eval-every`` steps (summed over clients) evaluates each client on its own env
 with greedy sessions; it stops when every client's evaluation reaches 475, or at ``--budget`` steps. It
 prints, per task and mode, the steps to the target (median and range over seeds; runs that missed it are
-counted). ``--plug`` then adds two clients to the trained advised agent of seed 0, one on client c1's
+counted). ``--plug`` then adds two clients to the trained advised agent of the first seed, one on client c1's
 system and one on the best client's own system, and compares each one's first 10 episodes with the best
 client's recent evaluation and with a fresh learner's first 10 on the same system (those 10 begin with its
 plug-in trials, one episode per rated client played by that client's greedy policy: printed with them).
@@ -202,8 +202,8 @@ async def main(args: argparse.Namespace) -> int:
     results: dict[tuple[str, str], list[Run]] = {}
     for task in args.tasks:
         for mode in args.modes:
-            for seed in range(args.seeds):
-                run, plugged = await one_run(task, mode, seed, args, plug=args.plug and seed == 0)
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
+                run, plugged = await one_run(task, mode, seed, args, plug=args.plug and seed == args.first_seed)
                 results.setdefault((task, mode), []).append(run)
                 print(f"{task:9s} {mode:12s} seed {seed}: steps to {TARGET:g} on every client: "
                       f"{run.steps if run.steps is not None else 'not reached'}; last evaluations "
@@ -260,6 +260,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help="episodes a trial of an advisor's policy plays (default: shepherd's TRIAL_EPISODES, 1)")
     parser.add_argument("--learning-rate", type=float, default=None,
                         help="PPO's learning rate for every mode (default: RL Zoo's 1e-3, as in PPO above)")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="the seeds run are FIRST_SEED ... FIRST_SEED + SEEDS - 1 (default %(default)s)")
     parser.add_argument("--tasks", nargs="+", default=["lengths", "inverted"], choices=["lengths", "inverted"])
     parser.add_argument("--modes", nargs="+", default=["pooled", "advised", "independent"],
                         choices=["pooled", "advised", "independent"])
