@@ -10,11 +10,14 @@
 // final_obs[i] the ended one's last, reward[i] its last reward; actions[i] answers obs[i]. The episodes
 // are counted over all CartPoles; the step that reaches the count may end a few more, all printed.
 //
-// SHEPHERD_URL defaults to http://127.0.0.1:8000. Prints one line per episode with its return.
+// SHEPHERD_URL defaults to http://127.0.0.1:8000. SHEPHERD_CLIENT names the client, as a login to an advised
+// agent must ("client": "arm-3": its own learner, kept across sessions); a pooled agent refuses a name.
+// Prints one line per episode with its return.
 "use strict";
 
 const url = (process.env.SHEPHERD_URL || "http://127.0.0.1:8000").replace(/\/+$/, "");
 const apikey = process.env.SHEPHERD_API_KEY;
+const client = process.env.SHEPHERD_CLIENT; // undefined: no "client" in the login (JSON.stringify drops it)
 const args = process.argv.slice(2);
 const envsFlag = args.indexOf("--envs");
 const nEnvs = envsFlag === -1 ? null : Number(args.splice(envsFlag, 2)[1]);
@@ -37,7 +40,7 @@ async function main() {
     if (!Number.isInteger(nEnvs) || nEnvs < 1) throw new Error("--envs takes a whole number of CartPoles, 1 or more");
     return vectorMain(nEnvs);
   }
-  const login = await post("/shepherd/login_user/", { apikey });
+  const login = await post("/shepherd/login_user/", { apikey, client });
   const session_key = login.session_key;
   console.log(`logged in to agent ${login.agent}: observations ${JSON.stringify(login.observation_space)}, ` +
               `actions ${JSON.stringify(login.action_space)}`);
@@ -60,7 +63,7 @@ async function main() {
 
 // N CartPoles in one vector session: every request carries all of them, every reply all their actions.
 async function vectorMain(n) {
-  const login = await post("/shepherd/login_user/", { apikey, n_envs: n });
+  const login = await post("/shepherd/login_user/", { apikey, client, n_envs: n });
   const session_key = login.session_key;
   console.log(`logged in to agent ${login.agent} with ${login.n_envs} CartPoles: observations ` +
               `${JSON.stringify(login.observation_space)}, actions ${JSON.stringify(login.action_space)}`);

@@ -1,5 +1,6 @@
 """The example clients in examples/ against a real server: the seed's Python client and the JS one."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -44,4 +45,20 @@ def test_the_javascript_client_plays_episodes(server_factory):
     assert "logged in to agent tiny" in result.stdout
     assert sum(line.startswith("episode ") for line in result.stdout.splitlines()) == 4
     assert len(returns_recorded(server.data)) == 4
+    assert server.stop() == 0
+
+
+def test_the_javascript_client_names_its_client_for_an_advised_agent(server_factory):
+    node = shutil.which("node")
+    assert node, "Node.js is needed for the JavaScript example (.ci/run installs it)"
+    server = server_factory(str(TEST_PRESETS / "tiny_ppo_advised.py"))
+    env = {**os.environ, "SHEPHERD_URL": server.url, "SHEPHERD_API_KEY": server.api_key}
+    unnamed = subprocess.run([node, str(ROOT / "examples" / "cartpole_client.js"), "1"], env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert unnamed.returncode == 1 and "HTTP 400" in unnamed.stderr and "client" in unnamed.stderr
+    named = subprocess.run([node, str(ROOT / "examples" / "cartpole_client.js"), "3"],
+                           env={**env, "SHEPHERD_CLIENT": "arm-js"}, capture_output=True, text=True, timeout=120)
+    assert named.returncode == 0, named.stderr
+    recorded = [json.loads(line) for line in returns_recorded(server.data)]
+    assert len(recorded) >= 3 and {row.get("client") for row in recorded} == {"arm-js"}
     assert server.stop() == 0
