@@ -181,6 +181,7 @@ def test_download_the_model_zip_and_the_returns_csv(page, server, tmp_path):
             trainer.stop()
     sign_in(page, server, server.api_key)  # the agent's own key sees its own page
     page.wait_for_selector("#agent-view:not([hidden])")
+    assert page.is_hidden("#download-client-choice")  # a pooled agent has one model
     with page.expect_download() as download_info:
         page.click("#download-model")
     download = download_info.value

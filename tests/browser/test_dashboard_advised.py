@@ -1,10 +1,13 @@
 """The dashboard in real headless Chromium for an advised agent: one curve per client, each in its own colour,
-with a legend naming the clients."""
+with a legend naming the clients; the model downloads give the chosen client's model, or the best one's."""
 
 from __future__ import annotations
 
 import http.client
+import io
 import json
+import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -72,3 +75,28 @@ def test_an_advised_agents_chart_draws_one_curve_per_client(page, server):  # no
     assert page.evaluate(COUNT_COLOR, [0x2F, 0x6F, 0xDF]) > 100  # arm-1's line, in its colour
     assert page.evaluate(COUNT_COLOR, [0xD9, 0x48, 0x0F]) > 100  # arm-2's line, in its
     assert "arm-1: train" in page.text_content("#agent-facts")  # the clients' rows, as before
+
+
+def test_an_advised_agents_downloads_give_the_chosen_clients_model(page, server):  # noqa: F811 - the fixture
+    play(server, "arm-1", episodes=2, steps=4, reward=1.0)
+    play(server, "arm-2", episodes=2, steps=4, reward=1.0)
+    sign_in(page, server, server.admin_token)
+    page.wait_for_selector("#agents tbody tr")
+    page.click("#agents tbody tr:has-text('tests/arms')")
+    page.wait_for_selector("#download-client-choice:not([hidden])")
+    page.wait_for_function("() => document.querySelectorAll('#download-client option').length === 3")
+    options = page.locator("#download-client option")
+    assert [options.nth(i).text_content() for i in range(3)] == ["the best client", "arm-1", "arm-2"]
+    downloads = {}
+    for choice, button in (("", "#download-model"), ("arm-2", "#download-model"), ("arm-1", "#download-onnx")):
+        page.select_option("#download-client", choice)
+        with page.expect_download() as download_info:
+            page.click(button)
+        downloads[choice or "best"] = download_info.value
+    assert downloads["best"].suggested_filename == "tests-arms-model.zip"
+    assert downloads["arm-2"].suggested_filename == "tests-arms-arm-2-model.zip"
+    assert downloads["arm-1"].suggested_filename == "tests-arms-arm-1-policy.onnx"
+    with zipfile.ZipFile(io.BytesIO(Path(downloads["arm-2"].path()).read_bytes())) as archive:
+        assert archive.testzip() is None
+    page.wait_for_timeout(2500)  # a refresh of the agent's view keeps the choice
+    assert page.input_value("#download-client") == "arm-1"

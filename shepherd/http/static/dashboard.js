@@ -179,6 +179,23 @@ function renderAgent(agent) {
       `recent evaluation ${c.recent_return === null ? "none" : c.recent_return.toFixed(1)}` +
       (c.advisor ? `, advised by ${c.advisor}` : "")).join("; ") : "none yet");
   }
+  renderClientChoice(agent);
+}
+
+// An advised agent's downloads give one client's model: the best client's, or the one chosen here.
+function renderClientChoice(agent) {
+  const select = $("#download-client");
+  const names = (agent.clients || []).map((c) => c.client);
+  $("#download-client-choice").hidden = !agent.clients;
+  const chosen = names.includes(select.value) ? select.value : "";
+  select.replaceChildren(new Option("the best client", ""), ...names.map((name) => new Option(name, name)));
+  select.value = chosen;
+}
+
+// The export path of the selected agent's model in ``format`` (an advised agent's: the chosen client's).
+function exportPath(agent, format) {
+  const client = agent.clients ? $("#download-client").value : "";
+  return `/agents/${agent.id}/export?format=${format}` + (client ? `&client=${encodeURIComponent(client)}` : "");
 }
 
 async function refreshCurve(agentId) {
@@ -361,12 +378,12 @@ async function act(button, work, status = $("#action-status")) {
 
 $("#download-model").addEventListener("click", (event) => {
   const agent = selectedAgent();
-  if (agent) act(event.currentTarget, async () => { await download(`/agents/${agent.id}/model.zip`); return "Model downloaded."; });
+  if (agent) act(event.currentTarget, async () => { await download(exportPath(agent, "sb3")); return "Model downloaded."; });
 });
 
 $("#download-onnx").addEventListener("click", (event) => {
   const agent = selectedAgent();
-  if (agent) act(event.currentTarget, async () => { await download(`/agents/${agent.id}/export?format=onnx`); return "Policy (ONNX) downloaded."; });
+  if (agent) act(event.currentTarget, async () => { await download(exportPath(agent, "onnx")); return "Policy (ONNX) downloaded."; });
 });
 
 $("#download-returns").addEventListener("click", (event) => {
