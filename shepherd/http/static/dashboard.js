@@ -182,12 +182,16 @@ function renderAgent(agent) {
   renderClientChoice(agent);
 }
 
-// An advised agent's downloads give one client's model: the best client's, or the one chosen here.
+// An advised agent's downloads give one client's model: the best client's, or the one chosen here. The
+// options are rebuilt only when the agent or its clients change (not on every poll: an open list stays open).
 function renderClientChoice(agent) {
   const select = $("#download-client");
   const names = (agent.clients || []).map((c) => c.client);
   $("#download-client-choice").hidden = !agent.clients;
-  const chosen = names.includes(select.value) ? select.value : "";
+  const key = `${agent.id}:${names.join(",")}`;
+  if (select.dataset.key === key) return;
+  const chosen = select.dataset.key?.startsWith(`${agent.id}:`) && names.includes(select.value) ? select.value : "";
+  select.dataset.key = key;
   select.replaceChildren(new Option("the best client", ""), ...names.map((name) => new Option(name, name)));
   select.value = chosen;
 }
