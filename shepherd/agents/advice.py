@@ -36,7 +36,7 @@ from stable_baselines3.common.save_util import load_from_zip_file
 from torch.distributions import Categorical, Normal
 
 from shepherd.agents.core import Request, VersionedWeights, WeightSource
-from shepherd.agents.filters import Filtering
+from shepherd.agents.filters import Filtering, observation_moments
 from shepherd.agents.on_policy import OnPolicyAdapter
 from shepherd.agents.sb3 import stack_observations
 
@@ -373,7 +373,7 @@ class AdvisedOnPolicyAdapter(OnPolicyAdapter):
         moments = request.observations
         if moments is None:
             theirs = getattr(advisor.weights, "filtering", None)
-            moments = None if theirs is None else {key: stats.moments for key, stats in theirs.observations.items()}
+            moments = None if theirs is None else observation_moments(theirs)
         if self.filtering is not None and moments is not None:
             for key in self.filtering.keys:
                 if key in moments:

@@ -238,6 +238,12 @@ class Filtering:
             self.returns.load(state["returns"])
 
 
+def observation_moments(filtering: Any) -> dict[str | None, tuple[np.ndarray, np.ndarray]]:
+    """Each observation key's ``(mean, var)`` now, of a `Filtering` (or of anything with its
+    ``observations``: an advisor's statistics in a Ray actor): what an adopted policy normalised with."""
+    return {key: stats.moments for key, stats in filtering.observations.items()}
+
+
 def _shape(space: spaces.Space, key: str | None) -> tuple[int, ...]:
     sub = space if key is None else space[key]  # type: ignore[index]
     return tuple(sub.shape or ())

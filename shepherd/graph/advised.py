@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from shepherd.agents import ThreadedLearner
 from shepherd.agents.advice import Adoption, Advice, Advisor
+from shepherd.agents.filters import observation_moments
 from shepherd.definition import check_client_name
 from shepherd.graph.runtime import CLIENTS_FOLDER, AgentRuntime
 from shepherd.graph.schedule import EvaluationResult, Schedule
@@ -348,9 +349,7 @@ class AdvisedAgent:
         self._adopt_requests += 1
         frozen = trial.frozen
         weights = None if frozen is None else frozen.source.latest_weights()
-        moments = None
-        if frozen is not None and frozen.filtering is not None:
-            moments = {key: stats.moments for key, stats in frozen.filtering.observations.items()}
+        moments = None if frozen is None or frozen.filtering is None else observation_moments(frozen.filtering)
         advice.adopt = Adoption(trial.tried, self._adopt_requests, weights, moments)
         logger.info("client %s adopts client %s's policy %s", runtime.label, trial.tried, when)
 
