@@ -6,6 +6,7 @@ adds the agents' mask rule) and the deploy server (``deploy/``), which must neve
 
 from __future__ import annotations
 
+import hashlib
 import math
 import numbers
 from dataclasses import dataclass
@@ -115,6 +116,70 @@ class VectorStepInput:
         limits = [bool(b) and not a for a, b in zip(terminated, truncated)]
         return cls(EnvSteps(list(obs), [float(value) for value in reward], ended, limits, finals,
                             None if masks is None else list(masks)), seq)
+
+
+@dataclass(frozen=True)
+class GreedyStep:
+    """A step of an evaluate-mode session that a front end answered from its snapshot of the session's
+    greedy policy (``run.py --front-ends K``, docs/front-ends.md): what the head records of it.
+
+    ``fingerprint`` stands for the step's content (`fingerprint`: a retry must repeat it), ``action`` is the
+    JSON action the front end chose (None when the episode ended) and ``version`` the policy version that
+    chose it.
+    """
+
+    session_key: str
+    fingerprint: str
+    reward: float
+    done: bool
+    truncated: bool = False
+    seq: int | None = None
+    action: Any = None
+    version: int = 0
+
+    def to_json(self) -> bytes:
+        """The body of a front end's ``greedy`` item (`parse_greedy_step` reads it)."""
+        return orjson.dumps({"session_key": self.session_key, "fingerprint": self.fingerprint,
+                             "reward": self.reward, "done": self.done, "truncated": self.truncated, "seq": self.seq,
+                             "action": self.action, "version": self.version})
+
+
+def greedy_step(session_key: str, step: StepInput, action: Any, version: int) -> GreedyStep:
+    """What a front end sends the head of a step it answered with ``action`` (JSON; None: the episode ended)."""
+    return GreedyStep(session_key, fingerprint(step), step.reward, step.done, step.truncated, step.seq, action,
+                      version)
+
+
+def parse_greedy_step(body: bytes) -> GreedyStep:
+    """A front end's ``greedy`` item. Raises BadRequest (the front ends send only well-formed ones)."""
+    data = parse_object(body, {"session_key", "fingerprint", "reward", "done", "truncated", "seq", "action",
+                               "version"})
+    try:
+        reward = data["reward"]
+        if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
+            raise ValueError("reward")
+        version = data["version"]
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise ValueError("version")
+        return GreedyStep(session_key(data), str(data["fingerprint"]), float(reward), bool(data["done"]),
+                          bool(data["truncated"]), _seq(data), data["action"], version)
+    except (KeyError, ValueError) as error:
+        raise BadRequest(f"a greedy item needs a valid {error}") from None
+
+
+def fingerprint(step: StepInput) -> str:
+    """A digest of a checked step's content (observation, reward, flags, mask): two steps with the same
+    digest are the same step, whichever process parsed them (a retry is checked against it)."""
+    digest = hashlib.blake2b(digest_size=16)
+    obs = step.obs
+    for key in sorted(obs) if isinstance(obs, dict) else [None]:
+        array = np.asarray(obs if key is None else obs[key])
+        digest.update(f"{key}|{array.dtype.str}|{array.shape}|".encode())
+        digest.update(np.ascontiguousarray(array).tobytes())
+    digest.update(f"|{step.reward!r}|{step.done}|{step.truncated}|".encode())
+    if step.mask is not None:
+        digest.update(np.asarray(step.mask, dtype=bool).tobytes())
+    return digest.hexdigest()
 
 
 #: the fields of a step of either kind; `parse_step` and `parse_vector_step` refuse the other kind's

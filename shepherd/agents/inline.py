@@ -36,9 +36,11 @@ from stable_baselines3.common.distributions import (BernoulliDistribution, Categ
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.torch_layers import FlattenExtractor
 
+from shepherd import snapshots
 from shepherd.agents.core import VersionedWeights, WeightSource
-from shepherd.agents.filters import Filtering
+from shepherd.agents.filters import Filtering, observation_moments
 from shepherd.greedy import Greedy, Plan, Step
+from shepherd.transforms import ActionTransform
 
 logger = logging.getLogger(__name__)
 
@@ -248,6 +250,30 @@ class GreedyActor:
     def forget(self) -> None:
         """Drop the bound weights (the learner's were replaced)."""
         self._greedy, self._version = None, -1
+
+    @property
+    def portable(self) -> bool:
+        """Whether `snapshot_bytes` can send this policy to another process: its action transform is SB3's
+        (`ActionTransform`), and its observations are normalised by one Box's statistics, or not at all."""
+        return (not self.broken and isinstance(getattr(self.to_env, "__self__", None), ActionTransform)
+                and (self.filtering is None or self.filtering.keys == [None]))
+
+    def snapshot_bytes(self, name: str, observation_space: gym.Space, action_space: gym.Space,
+                       newer_than: int = -1) -> bytes | None:
+        """The weights the learner published last, with everything a front end needs to act with them, as
+        `shepherd.snapshots` bytes named ``name``; None when nothing newer than ``newer_than`` is published yet
+        (asking makes the learner publish). Only for a `portable` actor."""
+        weights = self.source.latest_weights()
+        if weights is None or weights.version <= newer_than:
+            return None
+        actions = getattr(self.to_env, "__self__", None)
+        assert isinstance(actions, ActionTransform) and self.portable, "snapshot_bytes of an actor not portable"
+        moments, epsilon, clip = None, 1e-8, 10.0
+        if self.filtering is not None:
+            moments = observation_moments(self.filtering)[None]
+            epsilon, clip = self.filtering.filters.epsilon, self.filtering.filters.clip_observations
+        return snapshots.encode(name, weights.version, self.plan, weights.arrays, observation_space, action_space,
+                                actions.scaled, moments, epsilon, clip)
 
 
 def greedy_actor(policy: Any, observation_space: gym.Space, source: WeightSource,

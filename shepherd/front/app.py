@@ -1,5 +1,7 @@
 """A front end's aiohttp application: the client protocol's routes batched to the head, everything else
 forwarded to it. It holds no session, no store and no learner: the head owns them all (docs/front-ends.md).
+The steps of evaluate-mode sessions are answered here from a snapshot of the greedy policy and recorded by
+the head (``greedy.py``).
 
 A login, step or logout is read and size-checked here, then joins the batch of everything that arrived in
 the same turn of the event loop (at most `frames.MAX_ITEMS` items, one body's limit of bytes in all), which
@@ -21,8 +23,10 @@ import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
-from shepherd.front.frames import (ADDRESS_HEADER, CONTENT_TYPE, FRONT_END_HEADER, INTERNAL_PATH, MAX_ITEMS,
-                                   TOKEN_HEADER, FrameError, Item, answer_header, encode_items)
+from shepherd.front.frames import (ADDRESS_HEADER, CONTENT_TYPE, FRONT_END_HEADER, INTERNAL_PATH, INTERNAL_PATHS,
+                                   MAX_ITEMS, TOKEN_HEADER, FrameError, Item, SnapshotNote, answer_header,
+                                   encode_items)
+from shepherd.front.greedy import SNAPSHOT_HEADER, Snapshots
 from shepherd.replies import http_error, json_error
 
 logger = logging.getLogger(__name__)
@@ -55,10 +59,15 @@ class Answer:
     status: int
     body: bytes
     retry_after: str | None = None
+    note: SnapshotNote | None = None  # the session's steps may be answered from this snapshot
 
-    def response(self) -> web.Response:
-        headers = None if self.retry_after is None else {"Retry-After": self.retry_after}
-        return web.Response(status=self.status, body=self.body, content_type="application/json", headers=headers)
+    def response(self, snapshot_version: int | None = None) -> web.Response:
+        """The reply to the client (``snapshot_version``: the step was answered from a snapshot of it)."""
+        headers = {} if self.retry_after is None else {"Retry-After": self.retry_after}
+        if snapshot_version is not None:
+            headers[SNAPSHOT_HEADER] = str(snapshot_version)
+        return web.Response(status=self.status, body=self.body, content_type="application/json",
+                            headers=headers or None)
 
 
 _UNREACHABLE = Answer(503, orjson.dumps({"error": UNREACHABLE}), "1")
@@ -111,10 +120,10 @@ class Batcher:
                     logger.error("the head refused a batch (%d): %s", reply.status, (await reply.read())[:200])
                     raise FrameError(f"status {reply.status}")
                 for _ in batch:
-                    index, status, retry_after, length = answer_header(await reply.content.readline())
+                    index, status, retry_after, length, note = answer_header(await reply.content.readline())
                     body = await reply.content.readexactly(length)
                     if 0 <= index < len(futures) and not futures[index].done():
-                        futures[index].set_result(Answer(status, body, retry_after))
+                        futures[index].set_result(Answer(status, body, retry_after, note))
         except (aiohttp.ClientError, OSError, FrameError, asyncio.IncompleteReadError) as error:
             logger.warning("a batch of %d item(s) got no full answer from the head: %s", len(batch), error)
         finally:
@@ -130,6 +139,7 @@ class Batcher:
 
 
 BATCHER = web.AppKey("batcher", Batcher)
+SNAPSHOTS = web.AppKey("snapshots", Snapshots)
 CONFIG = web.AppKey("config", FrontConfig)
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -146,17 +156,34 @@ async def _read_body(request: web.Request) -> bytes:
 
 
 async def client_operation(request: web.Request) -> web.StreamResponse:
-    """A login, step or logout: read here, answered by the head in a batch."""
+    """A login, step or logout: read here, answered by the head in a batch (a step of a session noted for a
+    snapshot: answered here, recorded by the head)."""
     body = await _read_body(request)
-    item = Item(CLIENT_ROUTES[request.path], request.remote or "?", body)
-    answer = await request.app[BATCHER].submit(item)
+    op, address, snapshots = CLIENT_ROUTES[request.path], request.remote or "?", request.app[SNAPSHOTS]
+    if op == "step":
+        answered = await snapshots.answer(body, address)
+        if answered is not None:
+            answer, version = answered
+            return answer.response(snapshot_version=version)
+    answer = await request.app[BATCHER].submit(Item(op, address, body))
+    if answer.note is not None or snapshots.sessions:
+        snapshots.note(_session_key(op, body, answer), answer.note)
     return answer.response()
+
+
+def _session_key(op: str, body: bytes, answer: Answer) -> str | None:
+    """The session an answer is about: a login's from its reply, a step's from its body."""
+    try:
+        key = orjson.loads(answer.body if op == "login" else body).get("session_key")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    return key if isinstance(key, str) else None
 
 
 async def forward(request: web.Request) -> web.StreamResponse:
     """Any other request, forwarded to the head with the client's address (vouched for by the token);
     the reply is streamed back as the head sends it (a model's zip, say)."""
-    if request.path == INTERNAL_PATH:  # the head's private endpoint is never reachable through here
+    if request.path in INTERNAL_PATHS:  # the head's private endpoints are never reachable through here
         raise web.HTTPNotFound()
     body = await _read_body(request) if request.body_exists else None
     headers = CIMultiDict((name, value) for name, value in request.headers.items()
@@ -212,7 +239,9 @@ async def _head_session(app: web.Application) -> AsyncIterator[None]:
                                     timeout=aiohttp.ClientTimeout(total=None, sock_connect=5))
     app[SESSION] = session
     app[BATCHER] = Batcher(session, app[CONFIG])
+    app[SNAPSHOTS] = Snapshots(session, app[CONFIG].head_url, app[CONFIG].token, app[BATCHER].submit)
     yield
+    await app[SNAPSHOTS].close()
     await app[BATCHER].close()
     await session.close()
 

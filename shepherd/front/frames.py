@@ -3,10 +3,14 @@ so a client's body travels as the bytes it sent (never parsed, never re-encoded)
 by one as the head sends them. orjson only: the head (``shepherd/http/internal.py``) and the front ends
 (``shepherd/front/``) both import it.
 
-A request body is one frame per item: a header line ``{"op": "login"|"step"|"logout", "address": "...",
-"length": N}`` then the N bytes of the client's body. The reply streams one frame per item, in the order
-the answers are ready: ``{"item": I, "status": S, "retry_after": "5" or null, "length": N}`` then the N
-bytes of the JSON body the public route would have sent.
+A request body is one frame per item: a header line ``{"op": "login"|"step"|"logout"|"greedy", "address":
+"...", "length": N}`` then the N bytes of the client's body (of a ``greedy`` item: the front end's record of a
+step it answered from its snapshot, `shepherd.wire.GreedyStep`). The reply streams one frame per item, in the
+order the answers are ready: ``{"item": I, "status": S, "retry_after": "5" or null, "length": N}`` then the N
+bytes of the JSON body the public route would have sent. An answer about a session whose steps a front end
+may answer itself adds ``"snapshot": NAME, "version": V`` (the snapshot to fetch, `SNAPSHOT_PATH`, and its
+learner's policy version now); a ``greedy`` item the head will not record (the session is no longer served
+that way) is answered `NOT_HERE`, and the front end sends the client's step again as a ``step`` item.
 """
 
 from __future__ import annotations
@@ -19,13 +23,19 @@ import orjson
 CONTENT_TYPE = "application/x-shepherd-frames"
 #: the batch endpoint, on the head's private loopback port only
 INTERNAL_PATH = "/internal/steps"
+#: a snapshot of a session's greedy policy (``GET`` with ``name`` and ``newer``), on the same private port
+SNAPSHOT_PATH = "/internal/snapshot"
+#: the head's private endpoints, never reachable through a front end
+INTERNAL_PATHS = frozenset({INTERNAL_PATH, SNAPSHOT_PATH})
+#: a ``greedy`` item's status when the head will not record it (421 Misdirected Request; never sent to a client)
+NOT_HERE = 421
 #: the per-run token a front end sends: on the batch endpoint, and on the requests it forwards (whose
 #: client address it vouches for in `ADDRESS_HEADER`)
 TOKEN_HEADER = "X-Shepherd-Internal-Token"
 ADDRESS_HEADER = "X-Shepherd-Client-Address"
 #: on every reply of a front end: its process id
 FRONT_END_HEADER = "X-Shepherd-Front-End"
-OPERATIONS = ("login", "step", "logout")
+OPERATIONS = ("login", "step", "logout", "greedy")
 #: the most items of one batch, and the most bytes of an item's header line
 MAX_ITEMS = 256
 MAX_HEADER_BYTES = 512
@@ -86,14 +96,29 @@ def decode_items(data: bytes) -> list[Item]:
     return items
 
 
-def answer_frame(item: int, status: int, body: bytes, retry_after: str | None) -> bytes:
-    return frame({"item": item, "status": status, "retry_after": retry_after}, body)
+@dataclass(frozen=True)
+class SnapshotNote:
+    """An answer's note that its session's steps may be answered from a snapshot: its name, and the policy
+    version its learner has now (a front end holding an older one fetches it anew)."""
+
+    name: str
+    version: int
 
 
-def answer_header(line: bytes) -> tuple[int, int, str | None, int]:
-    """An answer frame's (item, status, retry_after, length). Raises FrameError."""
+def answer_frame(item: int, status: int, body: bytes, retry_after: str | None,
+                 note: SnapshotNote | None = None) -> bytes:
+    header: dict[str, Any] = {"item": item, "status": status, "retry_after": retry_after}
+    if note is not None:
+        header["snapshot"], header["version"] = note.name, note.version
+    return frame(header, body)
+
+
+def answer_header(line: bytes) -> tuple[int, int, str | None, int, SnapshotNote | None]:
+    """An answer frame's (item, status, retry_after, length, snapshot note or None). Raises FrameError."""
     header = _header(line)
     item, status, retry_after = header.get("item"), header.get("status"), header.get("retry_after")
     if not isinstance(item, int) or not isinstance(status, int) or not isinstance(retry_after, (str, type(None))):
         raise FrameError("an answer's header needs its item, status and retry_after")
-    return item, status, retry_after, header["length"]
+    name, version = header.get("snapshot"), header.get("version")
+    note = SnapshotNote(name, version) if isinstance(name, str) and isinstance(version, int) else None
+    return item, status, retry_after, header["length"], note

@@ -27,7 +27,7 @@ from shepherd.graph.runtime import AgentRuntime
 from shepherd.level import LevelManager, VectorLevel
 from shepherd.spaces import SpaceError, check_action_mask
 from shepherd.storage import new_secret
-from shepherd.wire import StepInput, VectorStepInput
+from shepherd.wire import GreedyStep, StepInput, VectorStepInput, fingerprint
 
 
 class Unauthorized(PermissionError):
@@ -106,8 +106,16 @@ def _same_observation(a: Any, b: Any) -> bool:
     return bool(np.array_equal(a, b))
 
 
-def same_step(a: StepInput | VectorStepInput, b: StepInput | VectorStepInput) -> bool:
+#: a step as a session takes it: checked here, or answered by a front end from its snapshot (recorded here)
+AnyStep = StepInput | VectorStepInput | GreedyStep
+
+
+def same_step(a: AnyStep, b: AnyStep) -> bool:
     """Whether two steps carry the same content (a true retry)."""
+    if isinstance(a, GreedyStep) or isinstance(b, GreedyStep):  # compared by their digests
+        digests = [s.fingerprint if isinstance(s, GreedyStep) else fingerprint(s) if isinstance(s, StepInput)
+                   else None for s in (a, b)]
+        return digests[0] is not None and digests[0] == digests[1]
     if isinstance(a, VectorStepInput) or isinstance(b, VectorStepInput):
         if not (isinstance(a, VectorStepInput) and isinstance(b, VectorStepInput)):
             return False
@@ -129,7 +137,7 @@ class Session:
     runtime: AgentRuntime
     client_id: str = ""  # the `hash_key` of the API key that opened it: limits count per key, revoking ends it
     last_seq: int | None = None
-    last_step: StepInput | VectorStepInput | None = field(default=None, repr=False)
+    last_step: AnyStep | None = field(default=None, repr=False)
     last_reply: Future | None = field(default=None, repr=False)
     last_active: float = field(default_factory=time.monotonic)
     in_request: int = 0  # requests of this session being answered right now
@@ -162,9 +170,23 @@ class Session:
         algorithm takes masks, else None."""
         return self.runtime.action_space if self.runtime.takes_masks else None
 
-    async def step(self, step: StepInput | VectorStepInput, timeout: float) -> Acted:
+    @property
+    def snapshot(self) -> tuple[str, int] | None:
+        """The snapshot a front end may answer this session's steps with (`snapshot_name`) and its learner's
+        policy version now; None unless this is a single-env evaluate-mode session of a learner that has not
+        failed and whose greedy policy another process can run (`GreedyActor.portable`)."""
+        level, learner = self.level, self.runtime.learner
+        if not (isinstance(level, LevelManager) and level.evaluate_only) or learner.failure is not None:
+            return None
+        greedy = getattr(learner, "greedy", None)
+        if greedy is None or not greedy.portable:
+            return None
+        return snapshot_name(self.runtime), greedy.source.version
+
+    async def step(self, step: AnyStep, timeout: float) -> Acted:
         """Take one step: the learner's action for it (a vector step: every env's), waited for on this
-        event loop.
+        event loop; a `GreedyStep` (a front end answered it from its snapshot) is recorded with the action it
+        carries, or, if it repeats the last ``seq``, gets that step's answer.
 
         Raises:
             WrongShape: a vector step on a single-env session, the reverse, or another number of envs.
@@ -191,7 +213,7 @@ class Session:
             self.in_request -= 1
             self.active()
 
-    def _hand_over(self, step: StepInput | VectorStepInput) -> Future:
+    def _hand_over(self, step: AnyStep) -> Future:
         """Hand a step to the LevelManager; the future gives the action, or None when the episode ended."""
         level = self.level
         if isinstance(level, VectorLevel) != isinstance(step, VectorStepInput):
@@ -218,12 +240,22 @@ class Session:
         reply: Future | None
         if isinstance(step, VectorStepInput) and isinstance(level, VectorLevel):
             reply = level.step(step.envs)
+        elif isinstance(step, GreedyStep):
+            assert isinstance(level, LevelManager) and level.evaluate_only, "a greedy step of a training session"
+            reply = level.record(step.reward, step.done, step.action, step.version)
         else:
             assert isinstance(step, StepInput) and isinstance(level, LevelManager)  # their shapes agree (above)
             reply = level.step(step.obs, step.reward, step.done, step.truncated, step.mask)
         self.last_seq, self.last_step = step.seq, step
         self.last_reply = reply if reply is not None else _answered(None)
         return self.last_reply
+
+
+def snapshot_name(runtime: AgentRuntime) -> str:
+    """The name of a runtime's greedy snapshot: its agent, its client (in an advised agent) and its learner,
+    so that a learner built anew (a restart) is never taken for the one a front end holds a snapshot of."""
+    client = "" if runtime.client is None else f"/{runtime.client}"
+    return f"{runtime.record.id}{client}@{id(runtime.learner):x}"
 
 
 def _lost(reply: Future | None) -> bool:

@@ -174,6 +174,7 @@ def create_app(config: ServerConfig) -> web.Application:
     ])
     if config.front_end_token is not None:
         app.router.add_post(internal.INTERNAL_PATH, internal.internal_steps)
+        app.router.add_get(internal.SNAPSHOT_PATH, internal.internal_snapshot)
     app.on_response_prepare.extend([_nosniff, monitoring.count_request])
     app.cleanup_ctx.extend([_folder_lock_context, _graph_context, _admin_context])
     app.on_shutdown.append(_drain)

@@ -1,7 +1,8 @@
 """The head's side of the front ends (``run.py --front-ends K``, ``shepherd/front/``): the batch endpoint
 ``POST /internal/steps``, which runs many clients' operations from one body and streams each answer back as
-soon as it is ready, and the middleware that guards it with this run's token. Both exist only when
-``ServerConfig.front_end_token`` is set, on the head's private loopback port.
+soon as it is ready; ``GET /internal/snapshot``, a learner's greedy policy as a front end runs it (to answer
+evaluate-mode steps itself); and the middleware that guards them with this run's token. They exist only
+when ``ServerConfig.front_end_token`` is set, on the head's private loopback port.
 
 The token also lets a front end vouch for a forwarded request's client address (the admin API, the
 dashboard, ``/metrics``): the login throttle, the rate limits and the loopback rule of ``/metrics`` see the
@@ -17,15 +18,17 @@ import logging
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from shepherd.front.frames import (ADDRESS_HEADER, CONTENT_TYPE, INTERNAL_PATH, MAX_HEADER_BYTES, MAX_ITEMS,
-                                   TOKEN_HEADER, FrameError, Item, answer_frame, decode_items)
+from shepherd.front.frames import (ADDRESS_HEADER, CONTENT_TYPE, INTERNAL_PATH, INTERNAL_PATHS, MAX_HEADER_BYTES,
+                                   MAX_ITEMS, NOT_HERE, SNAPSHOT_PATH, TOKEN_HEADER, FrameError, Item, answer_frame,
+                                   decode_items)
+from shepherd.graph.sessions import snapshot_name
 from shepherd.http.errors import Handler, error_reply
-from shepherd.http.operations import CLIENT_OPERATIONS
-from shepherd.http.state import CONFIG, METRICS, ServerConfig
+from shepherd.http.operations import CLIENT_OPERATIONS, SNAPSHOT_NOTE, NotHere
+from shepherd.http.state import CONFIG, GRAPH, METRICS, ServerConfig
 from shepherd.replies import HTTP_MESSAGES, json_error
 from shepherd.wire import BadRequest
 
-__all__ = ["INTERNAL_PATH", "front_end_middleware", "internal_steps"]
+__all__ = ["INTERNAL_PATH", "SNAPSHOT_PATH", "front_end_middleware", "internal_snapshot", "internal_steps"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +46,7 @@ def front_end_middleware(config: ServerConfig) -> Middleware:
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         sent = request.headers.get(TOKEN_HEADER)
         trusted = sent is not None and hmac.compare_digest(sent.encode(), expected)
-        if request.path == INTERNAL_PATH:
+        if request.path in INTERNAL_PATHS:
             if sent is None:
                 return json_error(404, HTTP_MESSAGES[404].format(path=request.path))
             if not trusted:
@@ -93,9 +96,35 @@ async def _answer(app: web.Application, index: int, item: Item) -> bytes:
     else:
         try:
             reply = await operation(app, item.body, item.address)
+        except NotHere as error:  # not a client's answer: its front end sends the step again, as a step
+            return answer_frame(index, NOT_HERE, json_error(NOT_HERE, str(error)).body, None)  # type: ignore[arg-type]
         except Exception as error:  # noqa: BLE001 - mapped as error_middleware maps it
             reply = error_reply(error, "POST", path)
     app[METRICS].count_request("POST", path, reply.status)
+    if item.op == "greedy" and reply.status == 200:
+        app[METRICS].snapshot_steps.inc()
     body = reply.body
     assert isinstance(body, bytes)
-    return answer_frame(index, reply.status, body, reply.headers.get("Retry-After"))
+    return answer_frame(index, reply.status, body, reply.headers.get("Retry-After"), reply.get(SNAPSHOT_NOTE))
+
+
+async def internal_snapshot(request: web.Request) -> web.Response:
+    """``GET /internal/snapshot?name=NAME&newer=V``: the greedy snapshot ``NAME`` (`snapshot_name`, from an
+    answer's note) as `shepherd.snapshots` bytes, if its learner published a version newer than ``V``; 204
+    when it has not (yet: asking makes it publish), 404 when no learner has that snapshot (any more)."""
+    name = request.query.get("name", "")
+    try:
+        newer = int(request.query.get("newer", "-1"))
+    except ValueError:
+        raise BadRequest("'newer' must be a policy version (an integer)") from None
+    for runtime in request.app[GRAPH].every_runtime():
+        if snapshot_name(runtime) == name:
+            greedy = getattr(runtime.learner, "greedy", None)
+            if greedy is None or not greedy.portable or runtime.learner.failure is not None:
+                break
+            data = greedy.snapshot_bytes(name, runtime.observation_space, runtime.action_space, newer)
+            if data is None:
+                return web.Response(status=204)
+            return web.Response(body=data, content_type="application/octet-stream",
+                                headers={"Cache-Control": "no-store"})
+    return json_error(404, f"no snapshot {name!r} here (its agent was restarted, deleted or has failed)")

@@ -165,6 +165,9 @@ class Metrics:
         self._requests = Counter("shepherd_http_requests", "HTTP requests answered, by route pattern and status",
                                  ["method", "route", "status"], registry=self.registry)
         self._children: dict[tuple[str, str, int], Callable[[], None]] = {}
+        self.snapshot_steps = Counter("shepherd_snapshot_steps", "Steps a front end answered from its snapshot of "
+                                      "a greedy policy, recorded here (run.py --front-ends); also counted as "
+                                      "requests of their public route", registry=self.registry)
 
     def count_request(self, method: str, route: str, status: int) -> None:
         """Count one answered request; ``route`` is the route's pattern, never the raw path."""

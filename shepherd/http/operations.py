@@ -10,11 +10,17 @@ from typing import Awaitable, Callable
 import orjson
 from aiohttp import web
 
-from shepherd.graph import Session
+from shepherd.front.frames import NOT_HERE, SnapshotNote
+from shepherd.graph import Acted, Session
 from shepherd.http.protocol import STEP_FIELDS, parse_login, parse_object, parse_step, parse_vector_step, session_key
 from shepherd.http.state import GRAPH, LOGIN_THROTTLE, RATE_LIMITER
 from shepherd.spaces import action_to_json, space_to_json
 from shepherd.storage import hash_key
+from shepherd.wire import parse_greedy_step
+
+#: where a reply keeps the note that its session's steps may be answered from a snapshot (`SnapshotNote`),
+#: for the front ends' batch endpoint; the public routes ignore it
+SNAPSHOT_NOTE = "shepherd.snapshot"
 
 
 def _json(data: object) -> web.Response:
@@ -48,7 +54,15 @@ async def login_reply(app: web.Application, body: bytes, address: str) -> web.Re
         reply["n_envs"] = session.n_envs
     if session.runtime.client is not None:
         reply["client"] = session.runtime.client
-    return _json(reply)
+    return _noted(_json(reply), session)
+
+
+def _noted(reply: web.Response, session: Session) -> web.Response:
+    """The reply, with the note a front end needs to answer the session's next steps itself, if it may."""
+    snapshot = session.snapshot
+    if snapshot is not None:
+        reply[SNAPSHOT_NOTE] = SnapshotNote(*snapshot)
+    return reply
 
 
 async def step_reply(app: web.Application, body: bytes, address: str) -> web.Response:
@@ -64,13 +78,37 @@ async def step_reply(app: web.Application, body: bytes, address: str) -> web.Res
         graph.logout(session.key)
         return _json({"ok": True})
     acted = await graph.step(session, step)
-    space = session.action_space
     if n_envs is not None:
+        space = session.action_space
         return _json({"actions": [action_to_json(space, action) for action in acted.action],
                       "policy_version": acted.policy_version})
+    return _noted(_acted(session, acted), session)
+
+
+def _acted(session: Session, acted: Acted) -> web.Response:
     if acted.action is None:
         return _json({"action": None})
-    return _json({"action": action_to_json(space, acted.action), "policy_version": acted.policy_version})
+    return _json({"action": action_to_json(session.action_space, acted.action), "policy_version": acted.policy_version})
+
+
+class NotHere(RuntimeError):
+    """A front end's greedy step of a session the head does not let front ends answer (any more): the front
+    end sends the client's step again as an ordinary one (`NOT_HERE`)."""
+
+    status = NOT_HERE
+
+
+async def greedy_reply(app: web.Application, body: bytes, address: str) -> web.Response:
+    """A step a front end answered from its snapshot of the session's greedy policy (the front ends' batch
+    endpoint only): recorded as the session's next step, with the action the front end chose, or, repeating
+    the last ``seq``, answered as that step was. The reply is the public step route's."""
+    step = parse_greedy_step(body)
+    graph = app[GRAPH]
+    session = graph.session(step.session_key)
+    if session.snapshot is None:
+        raise NotHere(f"session {session.key[:8]}... is not answered from a snapshot")
+    _count_request(app, session)
+    return _noted(_acted(session, await graph.step(session, step)), session)
 
 
 async def logout_reply(app: web.Application, body: bytes, address: str) -> web.Response:
@@ -87,4 +125,5 @@ CLIENT_OPERATIONS: dict[str, tuple[str, ClientOperation]] = {
     "login": ("/shepherd/login_user/", login_reply),
     "step": ("/shepherd/env/", step_reply),
     "logout": ("/shepherd/logout/", logout_reply),
+    "greedy": ("/shepherd/env/", greedy_reply),
 }

@@ -180,6 +180,28 @@ class LevelManager:
             self._asked = functools.partial(learner.step, self.actor_id, reward, obs, mode, mask)
         return self._asked()
 
+    def record(self, reward: float, done: bool, action: Any, version: int) -> Future | None:
+        """A greedy step of an evaluate-mode session that another process answered with ``action`` (a front
+        end, from its snapshot of the policy that ``version`` names): counted and recorded as `step` would,
+        without asking the learner; the future gives that action, or None when the episode ended."""
+        assert self.evaluate_only, "only evaluate-mode sessions are answered elsewhere"
+        episode = self.episode
+        if episode is None:
+            if done:
+                return None
+            self.episode = Episode(Phase.DEPLOY)
+        else:
+            episode.total += reward
+            episode.length += 1
+            self.steps += 1
+            self.host.count_step(episode.phase)
+            if done:
+                self.episode = None
+                self.host.end_episode(episode, completed=True)
+                return None
+        self._asked = functools.partial(_answered, action, version)
+        return self._asked()
+
     def close(self) -> None:
         """End the session: an unfinished episode is abandoned, the learner closes its partial data."""
         if self.closed:

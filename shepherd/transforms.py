@@ -1,9 +1,10 @@
-"""The transform stage between a client and a policy: observations in, actions out.
+"""The action side of the transform stage between a client and a policy: SB3's own action handling (scaling
+into [-1, 1] and back, clipping to a ``Box``). The observations' side is the agent's filters
+(``shepherd/agents/filters.py``: normalisation, reward scaling, frame stacking), with their statistics saved
+in the checkpoint.
 
-A learner and its greedy snapshot apply the same stage, so an action is the same whichever answers it.
-The actions' side is SB3's own action handling (scaling into [-1, 1] and back, clipping to a ``Box``); the
-observations' side is the agent's filters (normalisation, reward scaling, frame stacking: ``filters.py``),
-with their statistics saved in the checkpoint.
+A learner, its greedy snapshot and a front end's copy of that snapshot (``shepherd/snapshots.py``) apply the
+same stage, so an action is the same whichever answers it; this module never imports torch.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
-
 
 
 class ActionTransform:

@@ -1,0 +1,190 @@
+"""Evaluate-mode steps answered by the front ends from snapshots of the greedy policy (``run.py --front-ends K``,
+docs/front-ends.md "Greedy steps from snapshots"), over real loopback HTTP: the actions are the head's, and
+the head records every step once (seq, retries, episodes, counters), whichever process answered it."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import threading
+import time
+import urllib.request
+from urllib.parse import urlsplit
+
+import pytest
+
+from shepherd.client import Client, run_env
+from shepherd.front.greedy import SNAPSHOT_HEADER
+from shepherd.storage import read_server_file
+from tests.conftest import TEST_PRESETS
+from tests.e2e.test_front_ends import front_end_pids
+
+TINY = str(TEST_PRESETS / "tiny_ppo.py")
+pytestmark = pytest.mark.timeout(120)
+
+
+class Connection:
+    """One kept-alive connection (as a client library keeps one): its requests reach one front end."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        self.connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+
+    def post(self, path: str, body: dict) -> tuple[int, dict, dict]:
+        self.connection.request("POST", path, json.dumps(body).encode(), {"Content-Type": "application/json"})
+        response = self.connection.getresponse()
+        return response.status, dict(response.getheaders()), json.loads(response.read())
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def samples(server, name: str, having: str = "") -> float:
+    """The sum of a metric's samples whose line starts with ``name`` and has ``having`` (the head's /metrics,
+    from its private port)."""
+    private = read_server_file(server.data).url
+    with urllib.request.urlopen(private + "/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name) and having in line)
+
+
+def deploy_steps(server) -> float:
+    """The steps of evaluate-mode sessions the head counted."""
+    return samples(server, "shepherd_agent_steps_total{", 'phase="deploy"')
+
+
+OBSERVATIONS = [[0.01 * i, -0.02 * i, 0.03 * (i % 5), 0.5 - 0.1 * (i % 11)] for i in range(60)]
+
+
+def test_evaluate_steps_are_answered_from_the_front_ends_snapshot_and_recorded_once(server_factory):
+    server = server_factory(TINY, "--front-ends", "1")
+    public, private = Connection(server.url), Connection(read_server_file(server.data).url)
+    try:
+        status, _, login = public.post("/shepherd/login_user/", {"apikey": server.api_key, "mode": "evaluate"})
+        assert status == 200, login
+        key = login["session_key"]
+        answered_here, actions = 0, []
+        for seq, obs in enumerate(OBSERVATIONS, start=1):
+            done = seq % 20 == 0
+            status, headers, reply = public.post("/shepherd/env/", {"session_key": key, "obs": obs, "reward": 1.0,
+                                                                     "done": done, "seq": seq})
+            assert status == 200, reply
+            if done:
+                assert reply == {"action": None} or reply["action"] is None
+            else:
+                assert reply["action"] in (0, 1)
+            answered_here += SNAPSHOT_HEADER in headers
+            if SNAPSHOT_HEADER in headers and not done:
+                assert int(headers[SNAPSHOT_HEADER]) == reply["policy_version"]
+            actions.append(reply.get("action"))
+            if seq == 1:
+                time.sleep(0.5)  # the front end fetches the snapshot the login's answer noted
+        assert answered_here >= len(OBSERVATIONS) - 2, answered_here  # all but the first one or two
+
+        # the same observations, answered by the head itself (its private port: no front end in between)
+        status, _, head_login = private.post("/shepherd/login_user/", {"apikey": server.api_key, "mode": "evaluate"})
+        head_actions = []
+        for seq, obs in enumerate(OBSERVATIONS, start=1):
+            status, headers, reply = private.post("/shepherd/env/", {
+                "session_key": head_login["session_key"], "obs": obs, "reward": 1.0, "done": seq % 20 == 0})
+            assert status == 200 and SNAPSHOT_HEADER not in headers, reply
+            head_actions.append(reply.get("action"))
+        assert actions == head_actions
+
+        # recorded on the head: every step after an episode's first, once; three episodes ended
+        assert deploy_steps(server) == 2 * (len(OBSERVATIONS) - 3)
+
+        # a retry gets the same answer and is not counted again; the same seq with another step is refused
+        last = len(OBSERVATIONS)
+        status, _, first = public.post("/shepherd/env/", {"session_key": key, "obs": OBSERVATIONS[0], "reward": 1.0,
+                                                          "done": False, "seq": last + 1})
+        counted = deploy_steps(server)
+        status, headers, again = public.post("/shepherd/env/", {"session_key": key, "obs": OBSERVATIONS[0],
+                                                                "reward": 1.0, "done": False, "seq": last + 1})
+        assert status == 200 and again == first and SNAPSHOT_HEADER in headers
+        assert deploy_steps(server) == counted
+        status, _, refused = public.post("/shepherd/env/", {"session_key": key, "obs": OBSERVATIONS[1],
+                                                            "reward": 1.0, "done": False, "seq": last + 1})
+        assert status == 409 and "seq" in refused["error"], refused
+
+        # a bad step gets the head's own words; "obs": null ends the session for every process
+        status, _, bad = public.post("/shepherd/env/", {"session_key": key, "obs": [0.0, 1.0], "reward": 0.0,
+                                                        "done": False, "seq": last + 2})
+        status_head, _, bad_head = private.post("/shepherd/env/", {"session_key": head_login["session_key"],
+                                                                   "obs": [0.0, 1.0], "reward": 0.0, "done": False})
+        assert (status, bad) == (status_head, bad_head) and status == 400, (bad, bad_head)
+        status, _, reply = public.post("/shepherd/env/", {"session_key": key, "obs": None})
+        assert status == 200 and reply == {"ok": True}
+        status, _, reply = public.post("/shepherd/env/", {"session_key": key, "obs": OBSERVATIONS[0], "reward": 0.0,
+                                                          "done": False, "seq": last + 3})
+        assert status == 401, reply
+    finally:
+        public.close()
+        private.close()
+
+
+def test_training_steps_still_go_to_the_head(server_factory):
+    server = server_factory(TINY, "--front-ends", "1")
+    public = Connection(server.url)
+    try:
+        status, _, login = public.post("/shepherd/login_user/", {"apikey": server.api_key})
+        assert status == 200, login
+        for seq, obs in enumerate(OBSERVATIONS[:30], start=1):
+            status, headers, reply = public.post("/shepherd/env/", {
+                "session_key": login["session_key"], "obs": obs, "reward": 1.0, "done": seq % 10 == 0, "seq": seq})
+            assert status == 200 and SNAPSHOT_HEADER not in headers, reply
+            time.sleep(0.01)
+    finally:
+        public.close()
+
+
+def test_killing_a_front_end_while_evaluate_clients_step_records_every_step_once(server_factory):
+    """Three evaluate-mode clients step CartPole through 2 front ends, one killed with kill -9 meanwhile: the
+    clients go on through the other (retrying with the same seq), and the head counted each step they were
+    answered for exactly once."""
+    server = server_factory(TINY, "--front-ends", "2")
+    first = front_end_pids(server)
+    sent: list[set[tuple[str, int]]] = [set() for _ in range(3)]
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def drive(index: int) -> None:
+        client = Client(server.url, server.api_key, timeout=60)
+        original = client._send_step
+        beginning = {"session": None, "next": True}
+
+        def send(payload):
+            if client.session_key != beginning["session"]:
+                beginning.update(session=client.session_key, next=True)
+            reply = original(payload)
+            if not beginning["next"]:
+                sent[index].add((client.session_key, payload["seq"]))
+            beginning["next"] = payload["done"]
+            return reply
+
+        client._send_step = send
+        try:
+            while not stop.is_set():
+                run_env(client, "CartPole-v1", seed=index, episodes=1, mode="evaluate")
+        except BaseException as error:  # noqa: BLE001 - reported by the test
+            errors.append(error)
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=drive, args=(index,)) for index in range(3)]
+    for thread in threads:
+        thread.start()
+    time.sleep(3)
+    os.kill(first[0], signal.SIGKILL)
+    time.sleep(4)
+    stop.set()
+    for thread in threads:
+        thread.join(60)
+    assert not errors, errors
+    steps = sum(len(seqs) for seqs in sent)
+    assert steps > 200
+    assert deploy_steps(server) == steps, (deploy_steps(server), steps)
+    assert samples(server, "shepherd_snapshot_steps_total ") > steps / 2  # most answered by a front end's snapshot
