@@ -94,8 +94,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--front-ends", type=int, default=0, metavar="K",
                         help="answer the port with K front-end processes (SO_REUSEPORT) that batch the client "
                              "protocol to this process, which keeps the sessions, agents and store and listens "
-                             "on a private loopback port; a front end that dies is restarted "
-                             "(docs/front-ends.md). 0 (the default): this process answers the port itself")
+                             "on a private loopback port (evaluate-mode steps are answered in the front ends "
+                             "from snapshots of the greedy policy, and recorded here); a front end that dies is "
+                             "restarted (docs/front-ends.md). 0 (the default): this process answers the port "
+                             "itself")
     parser.add_argument("--metrics", choices=("off", "local", "open"), default="local",
                         help="who may read GET /metrics: off (404), local (loopback clients, or the admin "
                              "token as Bearer), open (anyone) (default %(default)s)")

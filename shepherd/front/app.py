@@ -166,7 +166,7 @@ async def client_operation(request: web.Request) -> web.StreamResponse:
             answer, version = answered
             return answer.response(snapshot_version=version)
     answer = await request.app[BATCHER].submit(Item(op, address, body))
-    if answer.note is not None or snapshots.sessions:
+    if answer.note is not None or (op == "logout" and snapshots.sessions):
         snapshots.note(_session_key(op, body, answer), answer.note)
     return answer.response()
 

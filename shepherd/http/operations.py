@@ -20,7 +20,7 @@ from shepherd.wire import parse_greedy_step
 
 #: where a reply keeps the note that its session's steps may be answered from a snapshot (`SnapshotNote`),
 #: for the front ends' batch endpoint; the public routes ignore it
-SNAPSHOT_NOTE = "shepherd.snapshot"
+SNAPSHOT_NOTE = web.ResponseKey("snapshot_note", SnapshotNote)
 
 
 def _json(data: object) -> web.Response:

@@ -16,10 +16,11 @@ from urllib.parse import urlsplit
 import pytest
 
 from shepherd.client import Client, run_env
+from shepherd.front.frames import SNAPSHOT_PATH, TOKEN_HEADER
 from shepherd.front.greedy import SNAPSHOT_HEADER
 from shepherd.storage import read_server_file
 from tests.conftest import TEST_PRESETS
-from tests.e2e.test_front_ends import front_end_pids
+from tests.e2e.test_front_ends import front_end_pids, request
 
 TINY = str(TEST_PRESETS / "tiny_ppo.py")
 pytestmark = pytest.mark.timeout(120)
@@ -188,3 +189,13 @@ def test_killing_a_front_end_while_evaluate_clients_step_records_every_step_once
     assert steps > 200
     assert deploy_steps(server) == steps, (deploy_steps(server), steps)
     assert samples(server, "shepherd_snapshot_steps_total ") > steps / 2  # most answered by a front end's snapshot
+
+
+def test_the_snapshot_endpoint_refuses_a_missing_or_wrong_token(server_factory):
+    server = server_factory(TINY, "--front-ends", "1")
+    private = read_server_file(server.data).url
+    path = SNAPSHOT_PATH + "?name=1@1"
+    for url, headers, expected in [(private, {}, 404), (private, {TOKEN_HEADER: "not-the-token"}, 401),
+                                   (server.url, {TOKEN_HEADER: "not-the-token"}, 404)]:
+        status, _, reply = request(url, path, headers=headers)
+        assert status == expected, (url, headers, reply)

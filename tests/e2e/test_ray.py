@@ -70,6 +70,30 @@ def test_cartpole_ppo_learns_on_ray_behind_two_front_ends(cluster, tmp_path):
     assert "shepherd.agents.ray_learner" in result.stderr
 
 
+def test_front_ends_answer_evaluate_steps_from_snapshots_of_the_actors_weights(cluster, server_factory):
+    """With --ray, an evaluate-mode session's steps are answered by the front end from a snapshot of the weights
+    the learner actor published, and recorded once by the head."""
+    from tests.e2e.test_front_end_snapshots import OBSERVATIONS, SNAPSHOT_HEADER, Connection, deploy_steps
+
+    server = server_factory(str(TEST_PRESETS / "tiny_ppo.py"), "--front-ends", "1", "--ray", cluster.address)
+    public = Connection(server.url)
+    try:
+        status, _, login = public.post("/shepherd/login_user/", {"apikey": server.api_key, "mode": "evaluate"})
+        assert status == 200, login
+        answered_here = 0
+        for seq, obs in enumerate(OBSERVATIONS, start=1):
+            status, headers, reply = public.post("/shepherd/env/", {
+                "session_key": login["session_key"], "obs": obs, "reward": 1.0, "done": seq % 20 == 0, "seq": seq})
+            assert status == 200, reply
+            answered_here += SNAPSHOT_HEADER in headers
+            if seq <= 2:
+                time.sleep(1.0)  # the head's snapshot of the actor's weights, then the front end's of it
+        assert answered_here >= len(OBSERVATIONS) - 4, answered_here
+        assert deploy_steps(server) == len(OBSERVATIONS) - 3
+    finally:
+        public.close()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_cartpole_ppo_reaches_its_preset_target_on_ray(cluster, tmp_path):
