@@ -145,8 +145,9 @@ class GreedyStep:
 
 
 def greedy_step(session_key: str, step: StepInput, action: Any, version: int) -> GreedyStep:
-    """What a front end sends the head of a step it answered with ``action`` (JSON; None: the episode ended)."""
-    return GreedyStep(session_key, fingerprint(step), step.reward, step.done, step.truncated, step.seq, action,
+    """What a front end sends the head of a step it answered with ``action`` (JSON; None: the episode ended).
+    A step without ``seq`` is never matched as a retry: it carries no digest."""
+    return GreedyStep(session_key, "" if step.seq is None else fingerprint(step), step.reward, step.done, step.truncated, step.seq, action,
                       version)
 
 

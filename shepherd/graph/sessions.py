@@ -213,6 +213,19 @@ class Session:
             self.in_request -= 1
             self.active()
 
+    def record(self, step: GreedyStep) -> Acted | None:
+        """`step` for a `GreedyStep`, without waiting: its answer now, or None (and nothing done) when it
+        repeats the ``seq`` of a step still waiting for its action (`step` then waits for that one).
+
+        Raises: what `step` raises before it waits.
+        """
+        if self.busy and step.seq is not None and step.seq == self.last_seq:
+            return None
+        self.active()
+        future = self._hand_over(step)
+        assert future.done(), "a recorded step is answered at once"
+        return Acted(future.result(), getattr(future, "policy_version", 0))
+
     def _hand_over(self, step: AnyStep) -> Future:
         """Hand a step to the LevelManager; the future gives the action, or None when the episode ended."""
         level = self.level

@@ -23,10 +23,13 @@ from shepherd.front.frames import (ADDRESS_HEADER, CONTENT_TYPE, INTERNAL_PATH, 
                                    decode_items)
 from shepherd.graph.sessions import snapshot_name
 from shepherd.http.errors import Handler, error_reply
-from shepherd.http.operations import CLIENT_OPERATIONS, SNAPSHOT_NOTE, NotHere
+from shepherd.http.operations import CLIENT_OPERATIONS, SNAPSHOT_NOTE, NotHere, greedy_reply_now
 from shepherd.http.state import CONFIG, GRAPH, METRICS, ServerConfig
 from shepherd.replies import HTTP_MESSAGES, json_error
 from shepherd.wire import BadRequest
+
+#: the public route a ``greedy`` item is counted under
+STEP_ROUTE = CLIENT_OPERATIONS["greedy"][0]
 
 __all__ = ["INTERNAL_PATH", "SNAPSHOT_PATH", "front_end_middleware", "internal_snapshot", "internal_steps"]
 
@@ -70,10 +73,23 @@ async def internal_steps(request: web.Request) -> web.StreamResponse:
     except FrameError as error:
         raise BadRequest(str(error)) from None
     app = request.app
-    tasks = [asyncio.ensure_future(_answer(app, index, item)) for index, item in enumerate(items)]
+    ready: list[bytes] = []  # greedy items answered at once (`_answer_now`), sent first in one write
+    tasks = []
+    for index, item in enumerate(items):
+        answered = _answer_now(app, index, item) if item.op == "greedy" else None
+        if answered is not None:
+            ready.append(answered)
+        else:
+            tasks.append(asyncio.ensure_future(_answer(app, index, item)))
     response = web.StreamResponse(headers={"Content-Type": CONTENT_TYPE, "Cache-Control": "no-store"})
     await response.prepare(request)
     connected = True
+    if ready:
+        try:
+            await response.write(b"".join(ready))
+        except ConnectionError:
+            connected = False
+            logger.info("a front end went away before its batch was answered")
     for next_done in asyncio.as_completed(tasks):
         data = await next_done
         if connected:
@@ -85,6 +101,30 @@ async def internal_steps(request: web.Request) -> web.StreamResponse:
     if connected:
         await response.write_eof()
     return response
+
+
+def _answer_now(app: web.Application, index: int, item: Item) -> bytes | None:
+    """A ``greedy`` item's answer frame, on this turn of the event loop: no task, no wait (None: it must
+    wait, for a retried step in flight; `_answer` then answers it)."""
+    try:
+        reply = greedy_reply_now(app, item.body)
+    except NotHere as error:  # not a client's answer: its front end sends the step again, as a step
+        return answer_frame(index, NOT_HERE, json_error(NOT_HERE, str(error)).body, None)  # type: ignore[arg-type]
+    except Exception as error:  # noqa: BLE001 - mapped as error_middleware maps it
+        reply = error_reply(error, "POST", STEP_ROUTE)
+    if reply is None:
+        return None
+    return _framed(app, index, item, reply, STEP_ROUTE)
+
+
+def _framed(app: web.Application, index: int, item: Item, reply: web.Response, path: str) -> bytes:
+    """An item's answer frame, counted under its public route."""
+    app[METRICS].count_request("POST", path, reply.status)
+    if item.op == "greedy" and reply.status == 200:
+        app[METRICS].snapshot_steps.inc()
+    body = reply.body
+    assert isinstance(body, bytes)
+    return answer_frame(index, reply.status, body, reply.headers.get("Retry-After"), reply.get(SNAPSHOT_NOTE))
 
 
 async def _answer(app: web.Application, index: int, item: Item) -> bytes:
@@ -100,12 +140,7 @@ async def _answer(app: web.Application, index: int, item: Item) -> bytes:
             return answer_frame(index, NOT_HERE, json_error(NOT_HERE, str(error)).body, None)  # type: ignore[arg-type]
         except Exception as error:  # noqa: BLE001 - mapped as error_middleware maps it
             reply = error_reply(error, "POST", path)
-    app[METRICS].count_request("POST", path, reply.status)
-    if item.op == "greedy" and reply.status == 200:
-        app[METRICS].snapshot_steps.inc()
-    body = reply.body
-    assert isinstance(body, bytes)
-    return answer_frame(index, reply.status, body, reply.headers.get("Retry-After"), reply.get(SNAPSHOT_NOTE))
+    return _framed(app, index, item, reply, path)
 
 
 async def internal_snapshot(request: web.Request) -> web.Response:

@@ -98,15 +98,32 @@ class NotHere(RuntimeError):
     status = NOT_HERE
 
 
-async def greedy_reply(app: web.Application, body: bytes, address: str) -> web.Response:
+def greedy_reply_now(app: web.Application, body: bytes) -> web.Response | None:
     """A step a front end answered from its snapshot of the session's greedy policy (the front ends' batch
     endpoint only): recorded as the session's next step, with the action the front end chose, or, repeating
-    the last ``seq``, answered as that step was. The reply is the public step route's."""
+    the last ``seq``, answered as that step was. The reply is the public step route's. Answered at once, on
+    the caller's turn of the event loop; None (nothing done) for a retry of a step still waiting for its
+    action, which `greedy_reply` waits for."""
+    step = parse_greedy_step(body)
+    session = app[GRAPH].session(step.session_key)
+    if session.snapshot is None:
+        raise NotHere(f"session {session.key[:8]}... is not answered from a snapshot")
+    if session.busy and step.seq is not None and step.seq == session.last_seq:
+        return None
+    _count_request(app, session)
+    acted = session.record(step)
+    assert acted is not None
+    return _noted(_acted(session, acted), session)
+
+
+async def greedy_reply(app: web.Application, body: bytes, address: str) -> web.Response:
+    """`greedy_reply_now`, waiting for the answer of a retried step still in flight."""
+    reply = greedy_reply_now(app, body)
+    if reply is not None:
+        return reply
     step = parse_greedy_step(body)
     graph = app[GRAPH]
     session = graph.session(step.session_key)
-    if session.snapshot is None:
-        raise NotHere(f"session {session.key[:8]}... is not answered from a snapshot")
     _count_request(app, session)
     return _noted(_acted(session, await graph.step(session, step)), session)
 
