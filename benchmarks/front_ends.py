@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """P2 with front ends (``run.py --front-ends K``, docs/front-ends.md): 64 clients of one agent, inference only
 (sessions in evaluate mode), steps/s and p99, driven by wrk exactly as benchmarks/perf.py's P2, against the
-in-process server (no front ends) and the bare aiohttp echo (benchmarks/echo_server.py), all in one run.
+in-process server (no front ends) and the bare aiohttp echo (benchmarks/echo_server.py), all in one run,
+with the CPU time per step of the head and of the front ends (from /proc: Linux).
 
     .venv/bin/python benchmarks/front_ends.py                       # K = 1, 2, 4; 10 s each, 2 rounds
     .venv/bin/python benchmarks/front_ends.py --front-ends 2 --seconds 5 --rounds 1
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -27,13 +29,28 @@ from benchmarks.perf import PPO_PRESET, sessions, wrk  # noqa: E402
 CLIENTS = 64
 
 
+def cpu_seconds(pid: int) -> float:
+    """A process's CPU time so far (user and system), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def shepherd_run(data: Path, front_ends: int, seconds: float) -> dict:
+    """One wrk run; the summary also has ``cpu_us``: each server process's CPU time per step during it (the
+    head's, and the front ends' together)."""
     extra = ["--front-ends", str(front_ends)] if front_ends else []
     server = Shepherd(PPO_PRESET, data, "--quiet", *extra)
     try:
         keys = sessions(server.url, next(iter(server.keys.values())), CLIENTS)
         wrk(server.url, keys[:4], 4, 1)  # warm-up: connections, the first batches
-        return wrk(server.url, keys, CLIENTS, seconds)
+        head = server.process.pid
+        fronts = [int(pid) for pid in Path(f"/proc/{head}/task/{head}/children").read_text().split()]
+        before = {pid: cpu_seconds(pid) for pid in [head, *fronts]}
+        result = wrk(server.url, keys, CLIENTS, seconds)
+        used = {pid: cpu_seconds(pid) - start for pid, start in before.items()}
+        result["cpu_us"] = {"head": used[head] / result["requests"] * 1e6,
+                            "front ends": sum(used[pid] for pid in fronts) / result["requests"] * 1e6}
+        return result
     finally:
         server.stop()
 
@@ -68,12 +85,15 @@ def main(argv: list[str] | None = None) -> int:
     best = {name: max(results, key=lambda run: run["per_s"]) for name, results in runs.items()}
     echo, single = best["echo"]["per_s"], best["0"]["per_s"]
     print(f"\nP2: {CLIENTS} clients, one agent, inference (best of {args.rounds} round(s) of {args.seconds:g} s)")
-    print(f"{'server':<22} {'steps/s':>9} {'p99 ms':>8} {'vs in-process':>14} {'vs echo':>8}")
+    print(f"{'server':<22} {'steps/s':>9} {'p99 ms':>8} {'vs in-process':>14} {'vs echo':>8} "
+          f"{'CPU us/step: head':>18} {'front ends':>11}")
     for name in configurations:
         run = best[str(name)]
         label = "echo (orjson)" if name == "echo" else f"--front-ends {name}" if name else "in-process"
+        cpu = run.get("cpu_us")
+        costs = "" if cpu is None else f" {cpu['head']:>18.1f} {cpu['front ends'] if name else 0:>11.1f}"
         print(f"{label:<22} {run['per_s']:>9,.0f} {run['p99_ms']:>8.1f} {run['per_s'] / single:>13.2f}x "
-              f"{run['per_s'] / echo:>7.2f}x")
+              f"{run['per_s'] / echo:>7.2f}x{costs}")
     out = ROOT / "benchmarks" / "results"
     out.mkdir(exist_ok=True)
     (out / "front_ends.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), "runs": runs},
