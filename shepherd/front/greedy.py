@@ -26,7 +26,6 @@ from collections import OrderedDict
 from typing import Any, Awaitable, Callable
 
 import aiohttp
-import orjson
 
 from shepherd.front.frames import NOT_HERE, SNAPSHOT_PATH, TOKEN_HEADER, Item, SnapshotNote
 from shepherd.snapshots import Snapshot, SnapshotError

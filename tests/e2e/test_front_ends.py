@@ -108,6 +108,20 @@ def test_a_session_keeps_working_on_new_connections_across_front_ends(server_fac
 def test_killing_a_front_end_mid_run_loses_and_repeats_no_step(server_factory):
     server = server_factory(TINY, "--front-ends", "2")
     first = front_end_pids(server)
+    steps = steps_while_a_front_end_is_killed(server)
+    # every step the clients got an answer for was recorded exactly once (retries after the kill included):
+    # the agent's step counter equals the distinct (session, seq) of the steps it counts
+    recorded = metric(server, "shepherd_agent_steps_total")
+    assert recorded == steps, (recorded, steps)
+    now = set(pid for pid in front_end_pids_now(server) if alive(pid))
+    assert first[1] in now and first[0] not in now and len(now) == 2, (first, now)
+
+
+def steps_while_a_front_end_is_killed(server, mode: str = "train") -> int:
+    """Three clients step CartPole in ``mode`` for 7 s; the first front end is killed with kill -9 after 3 s.
+    Returns how many steps the server should have counted: the distinct (session, seq) of the steps the
+    clients were answered for, an episode's first excepted (none fails: checked)."""
+    killed = front_end_pids(server)[0]
     sent: list[set[tuple[str, int]]] = [set() for _ in range(3)]
     errors: list[BaseException] = []
     stop = threading.Event()
@@ -130,7 +144,7 @@ def test_killing_a_front_end_mid_run_loses_and_repeats_no_step(server_factory):
         client._send_step = send
         try:
             while not stop.is_set():
-                run_env(client, "CartPole-v1", seed=index, episodes=1)
+                run_env(client, "CartPole-v1", seed=index, episodes=1, mode=mode)
         except BaseException as error:  # noqa: BLE001 - reported by the test
             errors.append(error)
         finally:
@@ -140,7 +154,7 @@ def test_killing_a_front_end_mid_run_loses_and_repeats_no_step(server_factory):
     for thread in threads:
         thread.start()
     time.sleep(3)
-    os.kill(first[0], signal.SIGKILL)
+    os.kill(killed, signal.SIGKILL)
     time.sleep(4)  # the clients go on through the other front end; the head starts a replacement
     stop.set()
     for thread in threads:
@@ -148,12 +162,7 @@ def test_killing_a_front_end_mid_run_loses_and_repeats_no_step(server_factory):
     assert not errors, errors
     steps = sum(len(seqs) for seqs in sent)
     assert steps > 200
-    # every step the clients got an answer for was recorded exactly once (retries after the kill included):
-    # the agent's step counter equals the distinct (session, seq) of the steps it counts
-    recorded = metric(server, "shepherd_agent_steps_total")
-    assert recorded == steps, (recorded, steps)
-    now = set(pid for pid in front_end_pids_now(server) if alive(pid))
-    assert first[1] in now and first[0] not in now and len(now) == 2, (first, now)
+    return steps
 
 
 def front_end_pids_now(server) -> set[int]:
