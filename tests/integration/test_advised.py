@@ -495,6 +495,7 @@ async def test_an_adopted_policy_is_kept_for_advice_keep_steps(tmp_path):
     kept = await adopt_then_learn(tmp_path / "kept", advice_keep=10_000)
     free = await adopt_then_learn(tmp_path / "free")
     # on states CartPole visits, measured over 14 runs each: kept 5e-4 to 3.4e-3; free 1.2e-2 to 0.17; kept with the
-    # distillation disabled 1.2e-2 to 5.5e-2
-    assert free > 6e-3  # the updates moved the policy: there is something to keep
-    assert kept < 6e-3
+    # distillation disabled 1.2e-2 to 5.5e-2. 12 runs more (2026-11-24): kept 1.5e-4 to 5.4e-3, free 1.4e-2 to 0.20;
+    # one CI run had free at 5.8e-3, which failed the former bound free > 6e-3
+    assert kept < 8e-3
+    assert kept < free / 2  # the updates moved the free policy more than twice as far: there was something to keep
