@@ -24,7 +24,7 @@ from gymnasium import spaces
 
 from shepherd.greedy import Plan, PlanError
 from shepherd.spaces import SpaceError, check_action_mask, parse_space, space_to_json
-from shepherd.transforms import ActionTransform
+from shepherd.transforms import ActionTransform, normalized
 
 FORMAT = 1
 #: the element types a snapshot's arrays may have (the published weights are float32)
@@ -109,7 +109,7 @@ class Snapshot:
         batch = np.asarray(obs, dtype=np.float32)[None]
         if self._normalize is not None:
             mean, var, epsilon, clip = self._normalize
-            batch = np.clip((batch - mean) / np.sqrt(var + epsilon), -clip, clip).astype(np.float32)
+            batch = normalized(batch, mean, var, epsilon, clip)
         rows = None if mask is None else np.asarray(mask, dtype=bool)[None]
         return self._actions.to_env(self._greedy(batch, rows))[0]
 

@@ -1,7 +1,7 @@
-"""The action side of the transform stage between a client and a policy: SB3's own action handling (scaling
-into [-1, 1] and back, clipping to a ``Box``). The observations' side is the agent's filters
-(``shepherd/agents/filters.py``: normalisation, reward scaling, frame stacking), with their statistics saved
-in the checkpoint.
+"""The transform stage between a client and a policy: on the action side, SB3's own action handling (scaling
+into [-1, 1] and back, clipping to a ``Box``); on the observation side, VecNormalize's normalising rule
+(`normalized`). The agent's filters (``shepherd/agents/filters.py``: normalisation, reward scaling, frame
+stacking) keep the statistics, saved in the checkpoint.
 
 A learner, its greedy snapshot and a front end's copy of that snapshot (``shepherd/snapshots.py``) apply the
 same stage, so an action is the same whichever answers it; this module never imports torch.
@@ -43,3 +43,9 @@ class ActionTransform:
         if not self.scaled:
             return action
         return 2.0 * ((np.asarray(action) - self.low) / (self.high - self.low)) - 1.0
+
+
+def normalized(obs: Any, mean: np.ndarray, var: np.ndarray, epsilon: float, clip: float) -> np.ndarray:
+    """Observations normalised as VecNormalize does: ``clip((obs - mean) / sqrt(var + epsilon), -clip, clip)``,
+    computed in float64 (the statistics' type), as float32."""
+    return np.clip((obs - mean) / np.sqrt(var + epsilon), -clip, clip).astype(np.float32)

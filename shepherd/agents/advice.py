@@ -39,6 +39,7 @@ from shepherd.agents.core import Request, VersionedWeights, WeightSource
 from shepherd.agents.filters import Filtering, observation_moments
 from shepherd.agents.on_policy import OnPolicyAdapter
 from shepherd.agents.sb3 import stack_observations
+from shepherd.transforms import normalized
 
 logger = logging.getLogger(__name__)
 
@@ -274,7 +275,7 @@ def advisor_observations(obs: Any, own: Filtering | None, advisor: Filtering | N
         if frames > 1:
             own_mean, own_var, mean, var = (np.tile(a, frames) for a in (own_mean, own_var, mean, var))
         raw = np.asarray(values, np.float64) * np.sqrt(own_var + epsilon) + own_mean
-        return np.clip((raw - mean) / np.sqrt(var + epsilon), -clip, clip).astype(np.float32)
+        return normalized(raw, mean, var, epsilon, clip)
 
     if isinstance(obs, dict):
         return {key: convert(value, key) if key in own.keys else value for key, value in obs.items()}

@@ -34,6 +34,7 @@ from gymnasium import spaces
 
 from shepherd.agents.core import Kind, Request
 from shepherd.definition import Filters
+from shepherd.transforms import normalized
 
 
 class RunningMeanStd:
@@ -209,8 +210,7 @@ class Filtering:
 
     def _normalise(self, obs: np.ndarray, stats: RunningMeanStd) -> np.ndarray:
         mean, var = stats.moments
-        clip = self.filters.clip_observations
-        return np.clip((obs - mean) / np.sqrt(var + self.filters.epsilon), -clip, clip).astype(np.float32)
+        return normalized(obs, mean, var, self.filters.epsilon, self.filters.clip_observations)
 
     def normalize_reward(self, reward: np.ndarray) -> np.ndarray:
         """Rewards divided by the deviation of the discounted return, clipped."""

@@ -213,13 +213,17 @@ class Session:
             self.in_request -= 1
             self.active()
 
+    def repeats_waiting_step(self, step: AnyStep) -> bool:
+        """Whether ``step`` repeats the ``seq`` of a step still waiting for its action."""
+        return self.busy and step.seq is not None and step.seq == self.last_seq
+
     def record(self, step: GreedyStep) -> Acted | None:
         """`step` for a `GreedyStep`, without waiting: its answer now, or None (and nothing done) when it
-        repeats the ``seq`` of a step still waiting for its action (`step` then waits for that one).
+        `repeats_waiting_step` (`step` then waits for that one).
 
         Raises: what `step` raises before it waits.
         """
-        if self.busy and step.seq is not None and step.seq == self.last_seq:
+        if self.repeats_waiting_step(step):
             return None
         self.active()
         future = self._hand_over(step)

@@ -108,13 +108,18 @@ def _answer_now(app: web.Application, index: int, item: Item) -> bytes | None:
     wait, for a retried step in flight; `_answer` then answers it)."""
     try:
         reply = greedy_reply_now(app, item.body)
-    except NotHere as error:  # not a client's answer: its front end sends the step again, as a step
-        return answer_frame(index, NOT_HERE, json_error(NOT_HERE, str(error)).body, None)  # type: ignore[arg-type]
+    except NotHere as error:
+        return _not_here(index, error)
     except Exception as error:  # noqa: BLE001 - mapped as error_middleware maps it
         reply = error_reply(error, "POST", STEP_ROUTE)
     if reply is None:
         return None
     return _framed(app, index, item, reply, STEP_ROUTE)
+
+
+def _not_here(index: int, error: NotHere) -> bytes:
+    """Not a client's answer, and not counted: the front end sends the client's step again, as a step."""
+    return answer_frame(index, NOT_HERE, json_error(NOT_HERE, str(error)).body, None)  # type: ignore[arg-type]
 
 
 def _framed(app: web.Application, index: int, item: Item, reply: web.Response, path: str) -> bytes:
@@ -136,8 +141,8 @@ async def _answer(app: web.Application, index: int, item: Item) -> bytes:
     else:
         try:
             reply = await operation(app, item.body, item.address)
-        except NotHere as error:  # not a client's answer: its front end sends the step again, as a step
-            return answer_frame(index, NOT_HERE, json_error(NOT_HERE, str(error)).body, None)  # type: ignore[arg-type]
+        except NotHere as error:
+            return _not_here(index, error)
         except Exception as error:  # noqa: BLE001 - mapped as error_middleware maps it
             reply = error_reply(error, "POST", path)
     return _framed(app, index, item, reply, path)

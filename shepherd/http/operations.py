@@ -108,7 +108,7 @@ def greedy_reply_now(app: web.Application, body: bytes) -> web.Response | None:
     session = app[GRAPH].session(step.session_key)
     if session.snapshot is None:
         raise NotHere(f"session {session.key[:8]}... is not answered from a snapshot")
-    if session.busy and step.seq is not None and step.seq == session.last_seq:
+    if session.repeats_waiting_step(step):  # before it counts: `greedy_reply` waits for it, and counts it
         return None
     _count_request(app, session)
     acted = session.record(step)
