@@ -13,7 +13,7 @@ from aiohttp import web
 from shepherd.front.frames import NOT_HERE, SnapshotNote
 from shepherd.graph import Acted, Session
 from shepherd.http.protocol import STEP_FIELDS, parse_login, parse_object, parse_step, parse_vector_step, session_key
-from shepherd.http.state import GRAPH, LOGIN_THROTTLE, RATE_LIMITER
+from shepherd.http.state import CONFIG, GRAPH, LOGIN_THROTTLE, RATE_LIMITER
 from shepherd.spaces import action_to_json, space_to_json
 from shepherd.storage import hash_key
 from shepherd.wire import parse_greedy_step
@@ -54,12 +54,17 @@ async def login_reply(app: web.Application, body: bytes, address: str) -> web.Re
         reply["n_envs"] = session.n_envs
     if session.runtime.client is not None:
         reply["client"] = session.runtime.client
-    return _noted(_json(reply), session)
+    return _noted(_json(reply), _front_ends_snapshot(app, session))
 
 
-def _noted(reply: web.Response, session: Session) -> web.Response:
-    """The reply, with the note a front end needs to answer the session's next steps itself, if it may."""
-    snapshot = session.snapshot
+def _front_ends_snapshot(app: web.Application, session: Session) -> tuple[str, int] | None:
+    """`Session.snapshot`, on a head with front ends (only they read the note)."""
+    return session.snapshot if app[CONFIG].front_end_token is not None else None
+
+
+def _noted(reply: web.Response, snapshot: tuple[str, int] | None) -> web.Response:
+    """The reply, with the note a front end needs to answer the session's next steps itself, if it may
+    (``snapshot``: the session's `Session.snapshot`)."""
     if snapshot is not None:
         reply[SNAPSHOT_NOTE] = SnapshotNote(*snapshot)
     return reply
@@ -82,7 +87,7 @@ async def step_reply(app: web.Application, body: bytes, address: str) -> web.Res
         space = session.action_space
         return _json({"actions": [action_to_json(space, action) for action in acted.action],
                       "policy_version": acted.policy_version})
-    return _noted(_acted(session, acted), session)
+    return _noted(_acted(session, acted), _front_ends_snapshot(app, session))
 
 
 def _acted(session: Session, acted: Acted) -> web.Response:
@@ -106,14 +111,15 @@ def greedy_reply_now(app: web.Application, body: bytes) -> web.Response | None:
     action, which `greedy_reply` waits for."""
     step = parse_greedy_step(body)
     session = app[GRAPH].session(step.session_key)
-    if session.snapshot is None:
+    snapshot = session.snapshot
+    if snapshot is None:
         raise NotHere(f"session {session.key[:8]}... is not answered from a snapshot")
     if session.repeats_waiting_step(step):  # before it counts: `greedy_reply` waits for it, and counts it
         return None
     _count_request(app, session)
     acted = session.record(step)
     assert acted is not None
-    return _noted(_acted(session, acted), session)
+    return _noted(_acted(session, acted), snapshot)
 
 
 async def greedy_reply(app: web.Application, body: bytes, address: str) -> web.Response:
@@ -125,7 +131,7 @@ async def greedy_reply(app: web.Application, body: bytes, address: str) -> web.R
     graph = app[GRAPH]
     session = graph.session(step.session_key)
     _count_request(app, session)
-    return _noted(_acted(session, await graph.step(session, step)), session)
+    return _noted(_acted(session, await graph.step(session, step)), session.snapshot)
 
 
 async def logout_reply(app: web.Application, body: bytes, address: str) -> web.Response:
