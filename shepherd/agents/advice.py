@@ -301,8 +301,8 @@ class AdvisedOnPolicyAdapter(OnPolicyAdapter):
         self._kept_at = 0  # the steps learned when it was adopted
 
     def process(self, messages: list[Request]) -> None:
-        if self.steps == 0:
-            self._adopt()  # a new client adopts what its plug-in trials chose before it learns a step
+        if self.steps == 0 and self._adopt():  # a new client adopts what its plug-in trials chose before it learns
+            self.new_version()  # a step: another policy answers from now on (a greedy snapshot must see it)
         super().process(messages)
 
     def after_update(self, started: float | None = None) -> None:
@@ -345,27 +345,27 @@ class AdvisedOnPolicyAdapter(OnPolicyAdapter):
                 policy.optimizer.step()
         policy.set_training_mode(False)
 
-    def _adopt(self) -> None:
+    def _adopt(self) -> bool:
         """Carry out the graph's request to adopt the advisor's policy (`Advice.adopt`): the own policy
         (actor and critic) becomes a copy of the one tried on the client's system (or, for a trial played
         live, of the advisor's latest weights), and the own observation statistics the ones it was tried
         with (or the advisor's now): what its network was trained on. Waits, to a later update, for the
         advisor's latest weights when those are wanted; a request for another advisor than the current one
-        is dropped."""
+        is dropped. Returns whether it adopted."""
         request, advisor = self.advice.adopt, self.advice.advisor
         if request is None or request.number == self._adopted:
-            return
+            return False
         if advisor is None or advisor.name != request.advisor:
             self._adopted = request.number
             logger.info("learner %s: no adoption of %s, no longer its advisor", self.name, request.advisor)
-            return
+            return False
         if request.weights is not None:
             policy = copy.deepcopy(self.advisor_policy.policy)  # a copy without the Mixer, as the advisor's
             policy.load_state_dict({k: th.as_tensor(np.array(v)) for k, v in request.weights.arrays.items()})
         else:
             latest = self.advisor_policy.of(advisor)
             if latest is None:
-                return
+                return False
             policy = copy.deepcopy(latest)  # the advisor's copy is reloaded when it publishes again
         self.model.policy.load_state_dict(policy.state_dict())  # Adam's moments stay: gradients of a like scale
         if self.advice.keep_steps > 0:
@@ -385,6 +385,7 @@ class AdvisedOnPolicyAdapter(OnPolicyAdapter):
         self.adopted_at = self.steps
         logger.info("learner %s adopts the policy of its advisor %s%s", self.name, advisor.name,
                     "" if request.weights is None else f" tried on its system (version {request.weights.version})")
+        return True
 
     @th.inference_mode()
     def advice_for(self, messages: list[Request]) -> th.Tensor | None:

@@ -192,6 +192,11 @@ class SB3Algorithm:
         if started is not None:
             self.updates.observe(time.perf_counter() - started)
         self._check_finite()
+        self.new_version()
+
+    def new_version(self) -> None:
+        """Count a new policy version (the weights changed: an update, or an adopted policy) and publish it
+        if wanted."""
         self._version += 1
         if self._wanted:
             self._wanted = False  # published once more; a reader asking again keeps it coming
