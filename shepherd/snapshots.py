@@ -16,7 +16,7 @@ The bytes are one JSON header line, then each array's raw bytes in the header's 
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import orjson
@@ -106,12 +106,17 @@ class Snapshot:
     def act(self, obs: Any, mask: Any = None) -> Any:
         """The action (in the action space, before its JSON form) for one checked observation, under its
         checked action mask (None: every action allowed)."""
-        batch = np.asarray(obs, dtype=np.float32)[None]
+        return self.act_many([obs], None if mask is None else [mask])[0]
+
+    def act_many(self, observations: Sequence[Any], masks: Sequence[Any] | None = None) -> Any:
+        """The actions for a batch of checked observations (a vector step's, in env order), under their
+        checked action masks (None: every action allowed), with one pass of the policy."""
+        batch = np.asarray(observations, dtype=np.float32)
         if self._normalize is not None:
             mean, var, epsilon, clip = self._normalize
             batch = normalized(batch, mean, var, epsilon, clip)
-        rows = None if mask is None else np.asarray(mask, dtype=bool)[None]
-        return self._actions.to_env(self._greedy(batch, rows))[0]
+        rows = None if masks is None else np.asarray(masks, dtype=bool)
+        return self._actions.to_env(self._greedy(batch, rows))
 
     def check_mask(self, value: Any, mask_space: Any, where: str = "action_mask") -> np.ndarray:
         """`shepherd.wire.parse_step`'s mask rule for this policy (SpaceError when it takes none)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -144,6 +144,33 @@ class GreedyStep:
                              "action": self.action, "version": self.version})
 
 
+@dataclass(frozen=True)
+class GreedyVectorStep:
+    """`GreedyStep` of a vector session: every env's reward, whether its episode ended, and the JSON
+    actions the front end chose (one per env, in env order)."""
+
+    session_key: str
+    fingerprint: str
+    reward: list[float]
+    ended: list[bool]
+    seq: int | None = None
+    actions: list[Any] = field(default_factory=list)
+    version: int = 0
+
+    def to_json(self) -> bytes:
+        """The body of a front end's ``greedy`` item of a vector session (`parse_greedy_step` reads it)."""
+        return orjson.dumps({"session_key": self.session_key, "fingerprint": self.fingerprint,
+                             "reward": self.reward, "ended": self.ended, "seq": self.seq, "actions": self.actions,
+                             "version": self.version})
+
+
+def greedy_vector_step(session_key: str, step: VectorStepInput, actions: list[Any], version: int) -> GreedyVectorStep:
+    """What a front end sends the head of a vector step it answered with ``actions`` (JSON, one per env)."""
+    envs = step.envs
+    return GreedyVectorStep(session_key, "" if step.seq is None else vector_fingerprint(step), envs.reward,
+                            envs.ended, step.seq, actions, version)
+
+
 def greedy_step(session_key: str, step: StepInput, action: Any, version: int) -> GreedyStep:
     """What a front end sends the head of a step it answered with ``action`` (JSON; None: the episode ended).
     A step without ``seq`` is never matched as a retry: it carries no digest."""
@@ -151,36 +178,67 @@ def greedy_step(session_key: str, step: StepInput, action: Any, version: int) ->
                       version)
 
 
-def parse_greedy_step(body: bytes) -> GreedyStep:
-    """A front end's ``greedy`` item. Raises BadRequest (the front ends send only well-formed ones)."""
+def parse_greedy_step(body: bytes) -> GreedyStep | GreedyVectorStep:
+    """A front end's ``greedy`` item, of a single-env session or (with ``actions``) a vector session.
+    Raises BadRequest (the front ends send only well-formed ones)."""
     data = parse_object(body, {"session_key", "fingerprint", "reward", "done", "truncated", "seq", "action",
-                               "version"})
+                               "ended", "actions", "version"})
     try:
-        reward = data["reward"]
-        if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
-            raise ValueError("reward")
         version = data["version"]
         if isinstance(version, bool) or not isinstance(version, int):
             raise ValueError("version")
-        return GreedyStep(session_key(data), str(data["fingerprint"]), float(reward), bool(data["done"]),
+        if "actions" in data:
+            rewards, ended, actions = data["reward"], data["ended"], data["actions"]
+            if not (isinstance(rewards, list) and isinstance(ended, list) and isinstance(actions, list)
+                    and len(rewards) == len(ended) == len(actions)):
+                raise ValueError("reward, ended and actions (lists, one item per env)")
+            return GreedyVectorStep(session_key(data), str(data["fingerprint"]), [_reward(r) for r in rewards],
+                                    [bool(e) for e in ended], _seq(data), actions, version)
+        return GreedyStep(session_key(data), str(data["fingerprint"]), _reward(data["reward"]), bool(data["done"]),
                           bool(data["truncated"]), _seq(data), data["action"], version)
     except (KeyError, ValueError) as error:
         raise BadRequest(f"a greedy item needs a valid {error}") from None
+
+
+def _reward(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError("reward")
+    return float(value)
 
 
 def fingerprint(step: StepInput) -> str:
     """A digest of a checked step's content (observation, reward, flags, mask): two steps with the same
     digest are the same step, whichever process parsed them (a retry is checked against it)."""
     digest = hashlib.blake2b(digest_size=16)
-    obs = step.obs
-    for key in sorted(obs) if isinstance(obs, dict) else [None]:
-        array = np.asarray(obs if key is None else obs[key])
-        digest.update(f"{key}|{array.dtype.str}|{array.shape}|".encode())
-        digest.update(np.ascontiguousarray(array).tobytes())
+    _digest_observation(digest, step.obs)
     digest.update(f"|{step.reward!r}|{step.done}|{step.truncated}|".encode())
     if step.mask is not None:
         digest.update(np.asarray(step.mask, dtype=bool).tobytes())
     return digest.hexdigest()
+
+
+def vector_fingerprint(step: VectorStepInput) -> str:
+    """`fingerprint` of a checked vector step: every env's observation, final observation, mask, reward
+    and flags."""
+    digest = hashlib.blake2b(digest_size=16)
+    envs = step.envs
+    for index, obs in enumerate(envs.obs):
+        digest.update(f"env {index}|".encode())
+        _digest_observation(digest, obs)
+        if envs.final_obs[index] is not None:
+            digest.update(b"|final|")
+            _digest_observation(digest, envs.final_obs[index])
+        if envs.masks is not None and envs.masks[index] is not None:
+            digest.update(b"|mask|" + np.asarray(envs.masks[index], dtype=bool).tobytes())
+    digest.update(f"|{envs.reward!r}|{envs.ended}|{envs.truncated}|".encode())
+    return digest.hexdigest()
+
+
+def _digest_observation(digest: Any, obs: Any) -> None:
+    for key in sorted(obs) if isinstance(obs, dict) else [None]:
+        array = np.asarray(obs if key is None else obs[key])
+        digest.update(f"{key}|{array.dtype.str}|{array.shape}|".encode())
+        digest.update(np.ascontiguousarray(array).tobytes())
 
 
 #: the fields of a step of either kind; `parse_step` and `parse_vector_step` refuse the other kind's

@@ -5,11 +5,11 @@ by one as the head sends them. orjson only: the head (``shepherd/http/internal.p
 
 A request body is one frame per item: a header line ``{"op": "login"|"step"|"logout"|"greedy", "address":
 "...", "length": N}`` then the N bytes of the client's body (of a ``greedy`` item: the front end's record of a
-step it answered from its snapshot, `shepherd.wire.GreedyStep`). The reply streams one frame per item, in the
+step it answered from its snapshot, `shepherd.wire.GreedyStep` or `GreedyVectorStep`). The reply streams one frame per item, in the
 order the answers are ready: ``{"item": I, "status": S, "retry_after": "5" or null, "length": N}`` then the N
 bytes of the JSON body the public route would have sent. An answer about a session whose steps a front end
 may answer itself adds ``"snapshot": NAME, "version": V`` (the snapshot to fetch, `SNAPSHOT_PATH`, and its
-learner's policy version now); a ``greedy`` item the head will not record (the session is no longer served
+learner's policy version now), and ``"n_envs": N`` for a vector session; a ``greedy`` item the head will not record (the session is no longer served
 that way) is answered `NOT_HERE`, and the front end sends the client's step again as a ``step`` item.
 """
 
@@ -103,6 +103,7 @@ class SnapshotNote:
 
     name: str
     version: int
+    n_envs: int | None = None  # the session's envs: a vector session's steps are lists, one item per env
 
 
 def answer_frame(item: int, status: int, body: bytes, retry_after: str | None,
@@ -110,6 +111,8 @@ def answer_frame(item: int, status: int, body: bytes, retry_after: str | None,
     header: dict[str, Any] = {"item": item, "status": status, "retry_after": retry_after}
     if note is not None:
         header["snapshot"], header["version"] = note.name, note.version
+        if note.n_envs is not None:
+            header["n_envs"] = note.n_envs
     return frame(header, body)
 
 
@@ -119,6 +122,7 @@ def answer_header(line: bytes) -> tuple[int, int, str | None, int, SnapshotNote 
     item, status, retry_after = header.get("item"), header.get("status"), header.get("retry_after")
     if not isinstance(item, int) or not isinstance(status, int) or not isinstance(retry_after, (str, type(None))):
         raise FrameError("an answer's header needs its item, status and retry_after")
-    name, version = header.get("snapshot"), header.get("version")
-    note = SnapshotNote(name, version) if isinstance(name, str) and isinstance(version, int) else None
+    name, version, n_envs = header.get("snapshot"), header.get("version"), header.get("n_envs")
+    note = (SnapshotNote(name, version, n_envs if isinstance(n_envs, int) else None)
+            if isinstance(name, str) and isinstance(version, int) else None)
     return item, status, retry_after, header["length"], note

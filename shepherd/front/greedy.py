@@ -1,12 +1,13 @@
 """Evaluate-mode steps answered by a front end from its snapshot of the session's greedy policy.
 
 The head notes on a login's or step's answer that the session's steps may be answered from a snapshot
-(``"snapshot": NAME, "version": V`` in the answer frame: a single-env evaluate-mode session of a learner whose
-greedy policy numpy can run). The front end then keeps that session's key with the snapshot's name, fetches
-the snapshot (``GET /internal/snapshot``, `shepherd.snapshots`) once per published version, and answers the
-session's next steps itself: it parses and checks the step as the head would (`shepherd.wire`), chooses the
-action with numpy, and sends the head only a ``greedy`` item (`shepherd.wire.GreedyStep`: the step's digest,
-reward, flags, ``seq`` and the action). The head records it as the session's step (seq and retries, episodes,
+(``"snapshot": NAME, "version": V`` in the answer frame, and ``"n_envs": N`` for a vector session: an
+evaluate-mode session of a learner whose greedy policy numpy can run). The front end then keeps that session's
+key with the snapshot's name, fetches the snapshot (``GET /internal/snapshot``, `shepherd.snapshots`) once per
+published version, and answers the session's next steps itself: it parses and checks the step as the head
+would (`shepherd.wire`), chooses the action (a vector step's: every env's, in one pass) with numpy, and sends
+the head only a ``greedy`` item (`shepherd.wire.GreedyStep` or `GreedyVectorStep`: the step's digest, rewards,
+flags, ``seq`` and the actions). The head records it as the session's step (seq and retries, episodes,
 returns, counters: everything stays the head's) and answers it with the public reply, which goes to the
 client. Anything the front end does not answer this way (an unknown session, a body that does not parse or
 fit, ``"obs": null``, a session the head stopped noting) goes to the head as an ordinary step, which words any
@@ -30,7 +31,8 @@ import aiohttp
 from shepherd.front.frames import NOT_HERE, SNAPSHOT_PATH, TOKEN_HEADER, Item, SnapshotNote
 from shepherd.snapshots import Snapshot, SnapshotError
 from shepherd.spaces import SpaceError, action_to_json
-from shepherd.wire import STEP_FIELDS, BadRequest, greedy_step, parse_object, parse_step, session_key
+from shepherd.wire import (STEP_FIELDS, BadRequest, greedy_step, greedy_vector_step, parse_object, parse_step,
+                           parse_vector_step, session_key)
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +53,7 @@ class Snapshots:
         self.url = head_url + SNAPSHOT_PATH
         self.headers = {TOKEN_HEADER: token}
         self.submit = submit
-        self.sessions: OrderedDict[str, str] = OrderedDict()  # session key -> snapshot name
+        self.sessions: OrderedDict[str, SnapshotNote] = OrderedDict()  # session key -> its snapshot, as noted
         self.snapshots: dict[str, Snapshot] = {}
         self._wanted: dict[str, int] = {}  # the newest version noted, by snapshot name
         self._fetching: dict[str, asyncio.Task[None]] = {}
@@ -66,7 +68,7 @@ class Snapshots:
         if note is None:
             self.sessions.pop(key, None)
             return
-        self.sessions[key] = note.name
+        self.sessions[key] = note
         if len(self.sessions) > MAX_SESSIONS:
             self.sessions.popitem(last=False)
         held = self.snapshots.get(note.name)
@@ -84,18 +86,17 @@ class Snapshots:
             key = session_key(data)
         except BadRequest:
             return None
-        name = self.sessions.get(key)
-        snapshot = None if name is None else self.snapshots.get(name)
-        if snapshot is None:
+        noted = self.sessions.get(key)
+        snapshot = None if noted is None else self.snapshots.get(noted.name)
+        if snapshot is None or noted is None:
             return None
         try:
-            step = parse_step(data, snapshot.observation_space, snapshot.mask_space, snapshot.check_mask)
-            if step is None:  # "obs": null ends the session: the head does it
-                return None
-            action = None if step.done else action_to_json(snapshot.action_space, snapshot.act(step.obs, step.mask))
+            record = _answered(key, data, snapshot, noted.n_envs)
         except (BadRequest, SpaceError, ValueError):
             return None
-        answer = await self.submit(Item("greedy", address, greedy_step(key, step, action, snapshot.version).to_json()))
+        if record is None:  # "obs": null ends the session: the head does it
+            return None
+        answer = await self.submit(Item("greedy", address, record))
         if answer.status == NOT_HERE:  # the head no longer lets this session be answered here
             self.sessions.pop(key, None)
             return None
@@ -141,10 +142,30 @@ class Snapshots:
     def _forget(self, name: str) -> None:
         self.snapshots.pop(name, None)
         self._wanted.pop(name, None)
-        for key in [key for key, noted in self.sessions.items() if noted == name]:
+        for key in [key for key, noted in self.sessions.items() if noted.name == name]:
             del self.sessions[key]
 
     async def close(self) -> None:
         for task in list(self._fetching.values()):
             task.cancel()
         await asyncio.gather(*self._fetching.values(), return_exceptions=True)
+
+
+def _answered(key: str, data: dict[str, Any], snapshot: Snapshot, n_envs: int | None) -> bytes | None:
+    """The ``greedy`` item of a step (``data``, of a session of ``n_envs`` envs: None for one) answered with
+    ``snapshot``; None for ``"obs": null``.
+
+    Raises: BadRequest, SpaceError, ValueError (the head words them).
+    """
+    space = snapshot.action_space
+    if n_envs is None:
+        step = parse_step(data, snapshot.observation_space, snapshot.mask_space, snapshot.check_mask)
+        if step is None:
+            return None
+        action = None if step.done else action_to_json(space, snapshot.act(step.obs, step.mask))
+        return greedy_step(key, step, action, snapshot.version).to_json()
+    steps = parse_vector_step(data, snapshot.observation_space, n_envs, snapshot.mask_space, snapshot.check_mask)
+    if steps is None:
+        return None
+    actions = [action_to_json(space, action) for action in snapshot.act_many(steps.envs.obs, steps.envs.masks)]
+    return greedy_vector_step(key, steps, actions, snapshot.version).to_json()

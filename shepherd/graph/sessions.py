@@ -27,7 +27,7 @@ from shepherd.graph.runtime import AgentRuntime
 from shepherd.level import LevelManager, VectorLevel
 from shepherd.spaces import SpaceError, check_action_mask
 from shepherd.storage import new_secret
-from shepherd.wire import GreedyStep, StepInput, VectorStepInput, fingerprint
+from shepherd.wire import GreedyStep, GreedyVectorStep, StepInput, VectorStepInput, fingerprint, vector_fingerprint
 
 
 class Unauthorized(PermissionError):
@@ -107,15 +107,18 @@ def _same_observation(a: Any, b: Any) -> bool:
 
 
 #: a step as a session takes it: checked here, or answered by a front end from its snapshot (recorded here)
-AnyStep = StepInput | VectorStepInput | GreedyStep
+AnyStep = StepInput | VectorStepInput | GreedyStep | GreedyVectorStep
+#: the steps a front end answered from its snapshot
+RECORDED = (GreedyStep, GreedyVectorStep)
+#: the steps of a vector session
+VECTOR = (VectorStepInput, GreedyVectorStep)
 
 
 def same_step(a: AnyStep, b: AnyStep) -> bool:
     """Whether two steps carry the same content (a true retry)."""
-    if isinstance(a, GreedyStep) or isinstance(b, GreedyStep):  # compared by their digests
-        digests = [s.fingerprint if isinstance(s, GreedyStep) else fingerprint(s) if isinstance(s, StepInput)
-                   else None for s in (a, b)]
-        return digests[0] is not None and digests[0] == digests[1]
+    if isinstance(a, RECORDED) or isinstance(b, RECORDED):  # compared by their digests
+        digests = [_digest(s) for s in (a, b)]
+        return bool(digests[0]) and digests[0] == digests[1]
     if isinstance(a, VectorStepInput) or isinstance(b, VectorStepInput):
         if not (isinstance(a, VectorStepInput) and isinstance(b, VectorStepInput)):
             return False
@@ -126,6 +129,12 @@ def same_step(a: AnyStep, b: AnyStep) -> bool:
                 and (x.masks is None) == (y.masks is None) and all(map(_same_optional, x.masks or (), y.masks or ())))
     return (a.reward == b.reward and a.done == b.done and a.truncated == b.truncated
             and _same_observation(a.obs, b.obs) and _same_optional(a.mask, b.mask))
+
+
+def _digest(step: AnyStep) -> str:
+    if isinstance(step, RECORDED):
+        return step.fingerprint
+    return fingerprint(step) if isinstance(step, StepInput) else vector_fingerprint(step)
 
 
 @dataclass(eq=False)
@@ -171,21 +180,21 @@ class Session:
         return self.runtime.action_space if self.runtime.takes_masks else None
 
     @property
-    def snapshot(self) -> tuple[str, int] | None:
-        """The snapshot a front end may answer this session's steps with (`snapshot_name`) and its learner's
-        policy version now; None unless this is a single-env evaluate-mode session of a learner that has not
-        failed and whose greedy policy another process can run (`GreedyActor.portable`)."""
-        level, learner = self.level, self.runtime.learner
-        if not (isinstance(level, LevelManager) and level.evaluate_only) or learner.failure is not None:
+    def snapshot(self) -> tuple[str, int, int | None] | None:
+        """The snapshot a front end may answer this session's steps with (`snapshot_name`), its learner's
+        policy version now, and the session's `n_envs`; None unless this is an evaluate-mode session of a
+        learner that has not failed and whose greedy policy another process can run (`GreedyActor.portable`)."""
+        learner = self.runtime.learner
+        if not self.level.evaluate_only or learner.failure is not None:
             return None
         greedy = getattr(learner, "greedy", None)
         if greedy is None or not greedy.portable:
             return None
-        return snapshot_name(self.runtime), greedy.source.version
+        return snapshot_name(self.runtime), greedy.source.version, self.n_envs
 
     async def step(self, step: AnyStep, timeout: float) -> Acted:
         """Take one step: the learner's action for it (a vector step: every env's), waited for on this
-        event loop; a `GreedyStep` (a front end answered it from its snapshot) is recorded with the action it
+        event loop; a `GreedyStep` or `GreedyVectorStep` (a front end answered it from its snapshot) is recorded with the action it
         carries, or, if it repeats the last ``seq``, gets that step's answer.
 
         Raises:
@@ -217,8 +226,8 @@ class Session:
         """Whether ``step`` repeats the ``seq`` of a step still waiting for its action."""
         return self.busy and step.seq is not None and step.seq == self.last_seq
 
-    def record(self, step: GreedyStep) -> Acted | None:
-        """`step` for a `GreedyStep`, without waiting: its answer now, or None (and nothing done) when it
+    def record(self, step: GreedyStep | GreedyVectorStep) -> Acted | None:
+        """`step` for a `GreedyStep` or `GreedyVectorStep`, without waiting: its answer now, or None (and nothing done) when it
         `repeats_waiting_step` (`step` then waits for that one).
 
         Raises: what `step` raises before it waits.
@@ -233,13 +242,15 @@ class Session:
     def _hand_over(self, step: AnyStep) -> Future:
         """Hand a step to the LevelManager; the future gives the action, or None when the episode ended."""
         level = self.level
-        if isinstance(level, VectorLevel) != isinstance(step, VectorStepInput):
+        if isinstance(level, VectorLevel) != isinstance(step, VECTOR):
             raise WrongShape(f"this session drives {level.n_envs} envs: send a vector step (lists of obs, reward, "
                              "terminated, truncated)" if isinstance(level, VectorLevel) else
                              "this session drives one env: send one obs and reward (log in with n_envs for "
                              "vector steps)")
-        if isinstance(step, VectorStepInput) and isinstance(level, VectorLevel) and len(step.envs.obs) != level.n_envs:
-            raise WrongShape(f"this session drives {level.n_envs} envs, the step has {len(step.envs.obs)}: "
+        envs = (len(step.envs.obs) if isinstance(step, VectorStepInput) else
+                len(step.reward) if isinstance(step, GreedyVectorStep) else None)
+        if isinstance(level, VectorLevel) and envs != level.n_envs:
+            raise WrongShape(f"this session drives {level.n_envs} envs, the step has {envs}: "
                              "one item per env in every list")
         if step.seq is not None and self.last_seq is not None:
             if step.seq == self.last_seq:
@@ -257,6 +268,9 @@ class Session:
         reply: Future | None
         if isinstance(step, VectorStepInput) and isinstance(level, VectorLevel):
             reply = level.step(step.envs)
+        elif isinstance(step, GreedyVectorStep) and isinstance(level, VectorLevel):
+            assert level.evaluate_only, "a greedy step of a training session"
+            reply = level.record(step.reward, step.ended, step.actions, step.version)
         elif isinstance(step, GreedyStep):
             assert isinstance(level, LevelManager) and level.evaluate_only, "a greedy step of a training session"
             reply = level.record(step.reward, step.done, step.action, step.version)

@@ -57,12 +57,12 @@ async def login_reply(app: web.Application, body: bytes, address: str) -> web.Re
     return _noted(_json(reply), _front_ends_snapshot(app, session))
 
 
-def _front_ends_snapshot(app: web.Application, session: Session) -> tuple[str, int] | None:
+def _front_ends_snapshot(app: web.Application, session: Session) -> tuple[str, int, int | None] | None:
     """`Session.snapshot`, on a head with front ends (only they read the note)."""
     return session.snapshot if app[CONFIG].front_end_token is not None else None
 
 
-def _noted(reply: web.Response, snapshot: tuple[str, int] | None) -> web.Response:
+def _noted(reply: web.Response, snapshot: tuple[str, int, int | None] | None) -> web.Response:
     """The reply, with the note a front end needs to answer the session's next steps itself, if it may
     (``snapshot``: the session's `Session.snapshot`)."""
     if snapshot is not None:
@@ -83,17 +83,18 @@ async def step_reply(app: web.Application, body: bytes, address: str) -> web.Res
         graph.logout(session.key)
         return _json({"ok": True})
     acted = await graph.step(session, step)
-    if n_envs is not None:
-        space = session.action_space
-        return _json({"actions": [action_to_json(space, action) for action in acted.action],
-                      "policy_version": acted.policy_version})
     return _noted(_acted(session, acted), _front_ends_snapshot(app, session))
 
 
 def _acted(session: Session, acted: Acted) -> web.Response:
+    """A step's reply: the action (a vector session's: every env's) and the policy version that chose it."""
+    space = session.action_space
+    if session.n_envs is not None:
+        return _json({"actions": [action_to_json(space, action) for action in acted.action],
+                      "policy_version": acted.policy_version})
     if acted.action is None:
         return _json({"action": None})
-    return _json({"action": action_to_json(session.action_space, acted.action), "policy_version": acted.policy_version})
+    return _json({"action": action_to_json(space, acted.action), "policy_version": acted.policy_version})
 
 
 class NotHere(RuntimeError):

@@ -273,6 +273,24 @@ class VectorLevel:
         self._sent = [dataclasses.replace(r) for r in requests]
         return host.learner.submit(requests)
 
+    def record(self, rewards: list[float], ended: list[bool], actions: list[Any], version: int) -> ActionFuture:
+        """A greedy step of an evaluate-mode vector session that another process answered with ``actions``
+        (a front end, from its snapshot of the policy that ``version`` names): counted and recorded as `step`
+        would, without asking the learner; the future gives those actions."""
+        assert self.evaluate_only, "only evaluate-mode sessions are answered elsewhere"
+        host = self.host
+        for index, episode in enumerate(self.episodes):
+            if episode is not None:
+                episode.total += rewards[index]
+                episode.length += 1
+                self.steps += 1
+                host.count_step(episode.phase)
+                if not ended[index]:
+                    continue
+                host.end_episode(episode, completed=True)
+            self.episodes[index] = Episode(Phase.DEPLOY)
+        return _answered(actions, version)
+
     def close(self) -> None:
         """End the session: unfinished episodes are abandoned, the learner closes their partial data."""
         if self.closed:

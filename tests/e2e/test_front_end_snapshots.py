@@ -156,3 +156,62 @@ def test_the_snapshot_endpoint_refuses_a_missing_or_wrong_token(server_factory):
                                    (server.url, {TOKEN_HEADER: "not-the-token"}, 404)]:
         status, _, reply = request(url, path, headers=headers)
         assert status == expected, (url, headers, reply)
+
+
+def vector_step(key: str, seq: int, n_envs: int, ended_at: int = 7) -> dict:
+    """A vector step of ``n_envs`` envs; env 1 ends every ``ended_at`` steps (with its final observation)."""
+    obs = [OBSERVATIONS[(seq + 13 * env) % len(OBSERVATIONS)] for env in range(n_envs)]
+    ended = [env == 1 and seq % ended_at == 0 for env in range(n_envs)]
+    return {"session_key": key, "obs": obs, "reward": [1.0] * n_envs, "terminated": ended,
+            "truncated": [False] * n_envs, "final_obs": [OBSERVATIONS[seq % 7] if end else None for end in ended],
+            "seq": seq}
+
+
+def test_vector_evaluate_steps_are_answered_from_the_snapshot_and_recorded_once(server_factory):
+    """A vector session in evaluate mode: every env's action from the front end's snapshot in one pass, the
+    same actions as the head's own, each env's steps counted once by the head, retries answered alike."""
+    server = server_factory(TINY, "--front-ends", "1")
+    public, private = Connection(server.url), Connection(read_server_file(server.data).url)
+    n_envs, count = 3, 30
+    try:
+        status, _, login = public.post("/shepherd/login_user/", {"apikey": server.api_key, "mode": "evaluate",
+                                                                 "n_envs": n_envs})
+        assert status == 200 and login["n_envs"] == n_envs, login
+        key, answered_here, actions = login["session_key"], 0, []
+        for seq in range(1, count + 1):
+            status, headers, reply = public.post("/shepherd/env/", vector_step(key, seq, n_envs))
+            assert status == 200 and len(reply["actions"]) == n_envs, reply
+            assert all(action in (0, 1) for action in reply["actions"])
+            answered_here += SNAPSHOT_HEADER in headers
+            actions.append(reply["actions"])
+            if seq == 1:
+                time.sleep(0.5)  # the front end fetches the snapshot the login's answer noted
+        assert answered_here >= count - 2, answered_here
+        assert samples(server, "shepherd_snapshot_steps_total ") >= count - 2
+
+        status, _, head_login = private.post("/shepherd/login_user/", {"apikey": server.api_key, "mode": "evaluate",
+                                                                       "n_envs": n_envs})
+        head_actions = []
+        for seq in range(1, count + 1):
+            status, headers, reply = private.post("/shepherd/env/", vector_step(head_login["session_key"], seq, n_envs))
+            assert status == 200 and SNAPSHOT_HEADER not in headers, reply
+            head_actions.append(reply["actions"])
+        assert actions == head_actions
+        # every env's steps after its first, once, in each of the two sessions
+        assert deploy_steps(server) == 2 * n_envs * (count - 1)
+
+        counted = deploy_steps(server)
+        status, headers, again = public.post("/shepherd/env/", vector_step(key, count, n_envs))
+        assert status == 200 and again["actions"] == actions[-1] and SNAPSHOT_HEADER in headers
+        assert deploy_steps(server) == counted
+        other = vector_step(key, count, n_envs)
+        other["reward"] = [0.5] * n_envs
+        status, _, refused = public.post("/shepherd/env/", other)
+        assert status == 409 and "seq" in refused["error"], refused
+        status, _, bad = public.post("/shepherd/env/", {**vector_step(key, count + 1, n_envs), "obs": [[0.0]] * n_envs})
+        assert status == 400 and "obs" in bad["error"], bad
+        status, _, wrong = public.post("/shepherd/env/", vector_step(key, count + 1, n_envs + 1))
+        assert status == 400 and "envs" in wrong["error"], wrong
+    finally:
+        public.close()
+        private.close()
