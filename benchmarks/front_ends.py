@@ -6,6 +6,10 @@ with the CPU time per step of the head and of the front ends (from /proc: Linux)
 
     .venv/bin/python benchmarks/front_ends.py                       # K = 1, 2, 4; 10 s each, 2 rounds
     .venv/bin/python benchmarks/front_ends.py --front-ends 2 --seconds 5 --rounds 1
+    .venv/bin/python benchmarks/front_ends.py --envs 64 --clients 16   # V2's vector sessions instead
+
+With ``--envs N`` every client is a vector session of N CartPoles (benchmarks/perf.py's V2: each request
+one vector step), and the table counts environment steps (requests x N).
 
 Each round runs every configuration once (in alternating order, as this machine's speed wanders) and the
 table shows each configuration's best round with its ratios to the in-process server and to the echo.
@@ -35,30 +39,39 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def shepherd_run(data: Path, front_ends: int, seconds: float) -> dict:
-    """One wrk run; the summary also has ``cpu_us``: each server process's CPU time per step during it (the
-    head's, and the front ends' together)."""
+def shepherd_run(data: Path, front_ends: int, seconds: float, clients: int, n_envs: int) -> dict:
+    """One wrk run; the summary also has ``cpu_us``: each server process's CPU time per (environment) step
+    during it (the head's, and the front ends' together)."""
     extra = ["--front-ends", str(front_ends)] if front_ends else []
+    if n_envs:  # as benchmarks/perf.py's V2: a key's default rate limit (20,000 env steps/s) is not measured
+        extra += ["--rate-limit", "0"]
     server = Shepherd(PPO_PRESET, data, "--quiet", *extra)
     try:
-        keys = sessions(server.url, next(iter(server.keys.values())), CLIENTS)
-        wrk(server.url, keys[:4], 4, 1)  # warm-up: connections, the first batches
+        keys = sessions(server.url, next(iter(server.keys.values())), clients, n_envs=n_envs)
+        wrk(server.url, keys[:4], 4, 1, n_envs=n_envs)  # warm-up: connections, the first batches
         head = server.process.pid
         fronts = [int(pid) for pid in Path(f"/proc/{head}/task/{head}/children").read_text().split()]
         before = {pid: cpu_seconds(pid) for pid in [head, *fronts]}
-        result = wrk(server.url, keys, CLIENTS, seconds)
+        result = env_steps(wrk(server.url, keys, clients, seconds, n_envs=n_envs), n_envs)
         used = {pid: cpu_seconds(pid) - start for pid, start in before.items()}
-        result["cpu_us"] = {"head": used[head] / result["requests"] * 1e6,
-                            "front ends": sum(used[pid] for pid in fronts) / result["requests"] * 1e6}
+        steps = result["per_s"] * result["seconds"]
+        result["cpu_us"] = {"head": used[head] / steps * 1e6,
+                            "front ends": sum(used[pid] for pid in fronts) / steps * 1e6}
         return result
     finally:
         server.stop()
 
 
-def echo_run(seconds: float) -> dict:
+def env_steps(summary: dict, n_envs: int) -> dict:
+    """A wrk summary with ``per_s`` in environment steps (a vector step's request is ``n_envs`` of them)."""
+    summary["per_s"] *= max(1, n_envs)
+    return summary
+
+
+def echo_run(seconds: float, clients: int, n_envs: int) -> dict:
     echo = Echo("orjson")
     try:
-        return wrk(echo.url, ["-"], CLIENTS, seconds)
+        return env_steps(wrk(echo.url, ["-"], clients, seconds, n_envs=n_envs), n_envs)
     finally:
         echo.stop()
 
@@ -68,6 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--front-ends", type=int, nargs="+", default=[1, 2, 4], metavar="K")
     parser.add_argument("--seconds", type=float, default=10.0, help="each wrk run (default %(default)s)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of every configuration (default %(default)s)")
+    parser.add_argument("--clients", type=int, default=CLIENTS, help="wrk connections, one session each "
+                        "(default %(default)s)")
+    parser.add_argument("--envs", type=int, default=0, metavar="N",
+                        help="vector sessions of N envs (default: single-env sessions)")
     args = parser.parse_args(argv)
     configurations = ["echo", 0, *args.front_ends]
     runs: dict[str, list[dict]] = {str(name): [] for name in configurations}
@@ -78,13 +95,16 @@ def main(argv: list[str] | None = None) -> int:
                 label = "echo" if name == "echo" else f"{name} front end(s)" if name else "in-process"
                 print(f"round {round_index + 1}: {label} ...", flush=True)
                 if name == "echo":
-                    result = echo_run(args.seconds)
+                    result = echo_run(args.seconds, args.clients, args.envs)
                 else:
-                    result = shepherd_run(Path(folder) / f"data-{name}-{round_index}", int(name), args.seconds)
+                    result = shepherd_run(Path(folder) / f"data-{name}-{round_index}", int(name), args.seconds,
+                                          args.clients, args.envs)
                 runs[str(name)].append(result)
     best = {name: max(results, key=lambda run: run["per_s"]) for name, results in runs.items()}
     echo, single = best["echo"]["per_s"], best["0"]["per_s"]
-    print(f"\nP2: {CLIENTS} clients, one agent, inference (best of {args.rounds} round(s) of {args.seconds:g} s)")
+    what = f"{args.clients} vector clients x {args.envs} envs (env steps)" if args.envs else f"{args.clients} clients"
+    print(f"\n{'V2' if args.envs else 'P2'}: {what}, one agent, inference (best of {args.rounds} round(s) of "
+          f"{args.seconds:g} s)")
     print(f"{'server':<22} {'steps/s':>9} {'p99 ms':>8} {'vs in-process':>14} {'vs echo':>8} "
           f"{'CPU us/step: head':>18} {'front ends':>11}")
     for name in configurations:
@@ -96,8 +116,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{run['per_s'] / echo:>7.2f}x{costs}")
     out = ROOT / "benchmarks" / "results"
     out.mkdir(exist_ok=True)
-    (out / "front_ends.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), "runs": runs},
-                                                    indent=1))
+    (out / f"front_ends{'_vector' if args.envs else ''}.json").write_text(json.dumps(
+        {"date": time.strftime("%Y-%m-%d %H:%M"), "clients": args.clients, "n_envs": args.envs, "runs": runs},
+        indent=1))
     return 0
 
 
