@@ -174,8 +174,8 @@ def greedy_vector_step(session_key: str, step: VectorStepInput, actions: list[An
 def greedy_step(session_key: str, step: StepInput, action: Any, version: int) -> GreedyStep:
     """What a front end sends the head of a step it answered with ``action`` (JSON; None: the episode ended).
     A step without ``seq`` is never matched as a retry: it carries no digest."""
-    return GreedyStep(session_key, "" if step.seq is None else fingerprint(step), step.reward, step.done, step.truncated, step.seq, action,
-                      version)
+    return GreedyStep(session_key, "" if step.seq is None else fingerprint(step), step.reward, step.done,
+                      step.truncated, step.seq, action, version)
 
 
 def parse_greedy_step(body: bytes) -> GreedyStep | GreedyVectorStep:

@@ -194,8 +194,8 @@ class Session:
 
     async def step(self, step: AnyStep, timeout: float) -> Acted:
         """Take one step: the learner's action for it (a vector step: every env's), waited for on this
-        event loop; a `GreedyStep` or `GreedyVectorStep` (a front end answered it from its snapshot) is recorded with the action it
-        carries, or, if it repeats the last ``seq``, gets that step's answer.
+        event loop; a `GreedyStep` or `GreedyVectorStep` (a front end answered it from its snapshot) is
+        recorded with the action it carries, or, if it repeats the last ``seq``, gets that step's answer.
 
         Raises:
             WrongShape: a vector step on a single-env session, the reverse, or another number of envs.
@@ -227,8 +227,8 @@ class Session:
         return self.busy and step.seq is not None and step.seq == self.last_seq
 
     def record(self, step: GreedyStep | GreedyVectorStep) -> Acted | None:
-        """`step` for a `GreedyStep` or `GreedyVectorStep`, without waiting: its answer now, or None (and nothing done) when it
-        `repeats_waiting_step` (`step` then waits for that one).
+        """`step` for a `GreedyStep` or `GreedyVectorStep`, without waiting: its answer now, or None (and
+        nothing done) when it `repeats_waiting_step` (`step` then waits for that one).
 
         Raises: what `step` raises before it waits.
         """

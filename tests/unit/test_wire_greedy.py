@@ -40,8 +40,9 @@ def test_a_vector_record_needs_one_reward_flag_and_action_per_env():
 def test_a_vector_steps_digest_changes_with_every_part_of_it():
     digest = vector_fingerprint(vector())
     assert digest == vector_fingerprint(vector()) and digest != fingerprint(StepInput.of(OBS[0], 1.0, done=False))
-    others = [vector(obs=[OBS[1], OBS[0]]), vector(reward=[1.0, 0.25]), vector(terminated=[True, True],
-              final_obs=[OBS[0], np.array([9.0, 9.0], np.float32)]), vector(truncated=[False, True], terminated=[False, False]),
+    others = [vector(obs=[OBS[1], OBS[0]]), vector(reward=[1.0, 0.25]),
+              vector(terminated=[True, True], final_obs=[OBS[0], np.array([9.0, 9.0], np.float32)]),
+              vector(truncated=[False, True], terminated=[False, False]),
               vector(final_obs=[None, np.array([9.0, 8.0], np.float32)]),
               vector(masks=[np.array([True, False]), np.array([True, True])])]
     assert len({digest, *map(vector_fingerprint, others)}) == 1 + len(others)
