@@ -13,7 +13,8 @@ object is unpickled from the head's side of a call.
 - `RayLearner` (on the head) keeps the callers' futures by ticket and sends everything pending for its
   actor as one remote call, one call in flight at a time (the next batch collects meanwhile); the answers
   are delivered on the caller's thread with the ``deliver`` given to `start`, as a `ThreadedLearner` does.
-  Greedy steps are answered on the head from a `GreedyActor` snapshot of the actor's published weights.
+  Greedy steps are answered on the head from a `GreedyActor` snapshot of the actor's published weights
+  (and its observation statistics, sent with them).
 - Checkpoints are written where the store is: the actor returns the checkpoint's bytes and the head
   writes them atomically; a restore reads the head's file and sends its bytes.
 - An actor that dies (its node removed, its process killed) is created again, on any node, and restored
@@ -126,6 +127,9 @@ class Reply:
     #: per control of the call, in order: checkpoint bytes, None (done), or an error's text
     controls: list[bytes | str | None] = field(default_factory=list)
     weights: VersionedWeights | None = None
+    #: the learner's filter statistics (`Filtering.state`) as ``weights`` were sent: the head's greedy snapshot
+    #: normalises observations with them (None: no weights sent, or no observation normalisation)
+    filters: dict[str, Any] | None = None
     #: what the model's SB3 logger recorded since the last reply (``train/loss``, ...), for the head's metrics
     recorded: Recorded = field(default_factory=dict)
 
@@ -185,9 +189,7 @@ class LearnerActor:
         ``after`` (asking makes the learner publish at its next batch), and its filter statistics."""
         algorithm: Any = self._built.algorithm
         published = algorithm.latest_weights()
-        filtering = getattr(algorithm, "filtering", None)
-        filters = filtering.state() if filtering is not None and filtering.keys else None
-        return (published if published is not None and published.version > after else None), filters
+        return (published if published is not None and published.version > after else None), _filters(algorithm)
 
     def advice_status(self) -> dict[str, Any]:
         """This advisee's advisor (its actor name), the weights read from it, and their version."""
@@ -258,7 +260,8 @@ class LearnerActor:
                 weights = published
         version = int(getattr(algorithm, "version", 0))  # read before the values: a row never misses its update's
         recorded = self._recording.take() if self._recording is not None else {}
-        return Reply(answers, version, learner.steps, learner.failure, learner.stats, results, weights, recorded)
+        return Reply(answers, version, learner.steps, learner.failure, learner.stats, results, weights,
+                     None if weights is None else _filters(algorithm), recorded)
 
     def node(self) -> str:
         """The id of the Ray node this actor runs on."""
@@ -271,6 +274,12 @@ class LearnerActor:
 
 
 _REMOTE_ACTOR: Any = ray.remote(LearnerActor)
+
+
+def _filters(algorithm: Any) -> dict[str, Any] | None:
+    """An algorithm's observation statistics as plain data (`Filtering.state`); None: it normalises none."""
+    filtering = getattr(algorithm, "filtering", None)
+    return filtering.state() if filtering is not None and filtering.keys else None
 
 
 class _RemoteStatus:
@@ -362,8 +371,12 @@ class RayLearner:
         self._snapshot = _Snapshot(self.algorithm, self._wake.set)
         self.greedy: GreedyActor | None = None
         local_greedy = local.greedy
-        if local_greedy is not None and local_greedy.filtering is None:  # filter statistics live in the actor
-            self.greedy = GreedyActor(local_greedy.plan, self._snapshot, local_greedy.to_env, self.name)
+        #: the head's copy of the actor's observation statistics, as of the weights it sent last
+        local_filtering = None if local_greedy is None else local_greedy.filtering
+        self._filtering = None if local_filtering is None else local_filtering.frozen()
+        if local_greedy is not None:
+            self.greedy = GreedyActor(local_greedy.plan, self._snapshot, local_greedy.to_env, self.name,
+                                      self._filtering)
         self._handle: Any = None
         self._available = False
         self._closed = False
@@ -683,6 +696,8 @@ class RayLearner:
         for name in ("queue_wait", "forward", "batch_size", "updates", "checkpoints"):
             setattr(self.stats, name, getattr(reply.stats, name))
         if reply.weights is not None:
+            if reply.filters is not None and self._filtering is not None:
+                self._filtering.load(reply.filters)  # before the weights: the snapshot acts once they are current
             self._snapshot.weights = reply.weights
         if self._snapshot.current:
             self._snapshot.wanted = False
