@@ -91,7 +91,7 @@ class Snapshots:
         if snapshot is None or noted is None:
             return None
         try:
-            record = _answered(key, data, snapshot, noted.n_envs)
+            record = _greedy_item(key, data, snapshot, noted.n_envs)
         except (BadRequest, SpaceError, ValueError):
             return None
         if record is None:  # "obs": null ends the session: the head does it
@@ -151,7 +151,7 @@ class Snapshots:
         await asyncio.gather(*self._fetching.values(), return_exceptions=True)
 
 
-def _answered(key: str, data: dict[str, Any], snapshot: Snapshot, n_envs: int | None) -> bytes | None:
+def _greedy_item(key: str, data: dict[str, Any], snapshot: Snapshot, n_envs: int | None) -> bytes | None:
     """The ``greedy`` item of a step (``data``, of a session of ``n_envs`` envs: None for one) answered with
     ``snapshot``; None for ``"obs": null``.
 
