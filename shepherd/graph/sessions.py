@@ -95,17 +95,6 @@ def _answered(action: Any) -> ActionFuture:
     return future
 
 
-def _same_optional(a: Any, b: Any) -> bool:
-    return a is None and b is None or a is not None and b is not None and _same_observation(a, b)
-
-
-def _same_observation(a: Any, b: Any) -> bool:
-    if isinstance(a, dict) or isinstance(b, dict):
-        return (isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys()
-                and all(np.array_equal(a[key], b[key]) for key in a))
-    return bool(np.array_equal(a, b))
-
-
 #: a step as a session takes it: checked here, or answered by a front end from its snapshot (recorded here)
 AnyStep = StepInput | VectorStepInput | GreedyStep | GreedyVectorStep
 #: the steps a front end answered from its snapshot
@@ -115,20 +104,11 @@ VECTOR = (VectorStepInput, GreedyVectorStep)
 
 
 def same_step(a: AnyStep, b: AnyStep) -> bool:
-    """Whether two steps carry the same content (a true retry)."""
-    if isinstance(a, RECORDED) or isinstance(b, RECORDED):  # compared by their digests
-        digests = [_digest(s) for s in (a, b)]
-        return bool(digests[0]) and digests[0] == digests[1]
-    if isinstance(a, VectorStepInput) or isinstance(b, VectorStepInput):
-        if not (isinstance(a, VectorStepInput) and isinstance(b, VectorStepInput)):
-            return False
-        x, y = a.envs, b.envs
-        return (x.reward == y.reward and x.ended == y.ended and x.truncated == y.truncated
-                and len(x.obs) == len(y.obs) and all(map(_same_observation, x.obs, y.obs))
-                and all(map(_same_optional, x.final_obs, y.final_obs))
-                and (x.masks is None) == (y.masks is None) and all(map(_same_optional, x.masks or (), y.masks or ())))
-    return (a.reward == b.reward and a.done == b.done and a.truncated == b.truncated
-            and _same_observation(a.obs, b.obs) and _same_optional(a.mask, b.mask))
+    """Whether two steps carry the same content (a true retry): the same digest (`wire.fingerprint`,
+    `wire.vector_fingerprint`), whichever process checked them. A step a front end recorded without a
+    ``seq`` has no digest and is never one."""
+    digest = _digest(a)
+    return bool(digest) and digest == _digest(b)
 
 
 def _digest(step: AnyStep) -> str:
