@@ -106,6 +106,12 @@ class Episode:
     length: int = 0
     trial: Trial | None = None  # a TRIAL episode's: the policy that answers it instead of the host's
 
+    def count(self, reward: float, host: EpisodeHost) -> None:
+        """One step of this episode (the reward for its last action), counted with the host too."""
+        self.total += reward
+        self.length += 1
+        host.count_step(self.phase)
+
 
 class EpisodeHost(Protocol):
     """What a LevelManager needs from the graph: the learner and the agent's schedule."""
@@ -160,10 +166,8 @@ class LevelManager:
             self.episode = Episode(phase)
             self._asked = functools.partial(learner.begin_episode, self.actor_id, obs, MODES[phase], mask)
             return self._asked()
-        episode.total += reward
-        episode.length += 1
+        episode.count(reward, self.host)
         self.steps += 1
-        self.host.count_step(episode.phase)
         mode = MODES[episode.phase]
         trial = episode.trial
         if done:
@@ -191,10 +195,8 @@ class LevelManager:
                 return None
             self.episode = Episode(Phase.DEPLOY)
         else:
-            episode.total += reward
-            episode.length += 1
+            episode.count(reward, self.host)
             self.steps += 1
-            self.host.count_step(episode.phase)
             if done:
                 self.episode = None
                 self.host.end_episode(episode, completed=True)
@@ -254,10 +256,8 @@ class VectorLevel:
             episode = self.episodes[index]
             if episode is not None:
                 reward = envs.reward[index]
-                episode.total += reward
-                episode.length += 1
+                episode.count(reward, host)
                 self.steps += 1
-                host.count_step(episode.phase)
                 mode = MODES[episode.phase]
                 if not envs.ended[index]:
                     requests.append(Request(Kind.STEP, actor, envs.obs[index], reward, False, mode, group=group,
@@ -281,10 +281,8 @@ class VectorLevel:
         host = self.host
         for index, episode in enumerate(self.episodes):
             if episode is not None:
-                episode.total += rewards[index]
-                episode.length += 1
+                episode.count(rewards[index], host)
                 self.steps += 1
-                host.count_step(episode.phase)
                 if not ended[index]:
                     continue
                 host.end_episode(episode, completed=True)
