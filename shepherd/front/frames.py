@@ -5,12 +5,13 @@ by one as the head sends them. orjson only: the head (``shepherd/http/internal.p
 
 A request body is one frame per item: a header line ``{"op": "login"|"step"|"logout"|"greedy", "address":
 "...", "length": N}`` then the N bytes of the client's body (of a ``greedy`` item: the front end's record of a
-step it answered from its snapshot, `shepherd.wire.GreedyStep` or `GreedyVectorStep`). The reply streams one frame per item, in the
-order the answers are ready: ``{"item": I, "status": S, "retry_after": "5" or null, "length": N}`` then the N
-bytes of the JSON body the public route would have sent. An answer about a session whose steps a front end
-may answer itself adds ``"snapshot": NAME, "version": V`` (the snapshot to fetch, `SNAPSHOT_PATH`, and its
-learner's policy version now), and ``"n_envs": N`` for a vector session; a ``greedy`` item the head will not record (the session is no longer served
-that way) is answered `NOT_HERE`, and the front end sends the client's step again as a ``step`` item.
+step it answered from its snapshot, `shepherd.wire.GreedyStep` or `GreedyVectorStep`). The reply streams one
+frame per item, in the order the answers are ready: ``{"item": I, "status": S, "retry_after": "5" or null,
+"length": N}`` then the N bytes of the JSON body the public route would have sent. An answer about a session
+whose steps a front end may answer itself adds ``"snapshot": NAME, "version": V`` (the snapshot to fetch,
+`SNAPSHOT_PATH`, and its learner's policy version now), and ``"n_envs": N`` for a vector session; a ``greedy``
+item the head will not record (the session is no longer served that way) is answered `NOT_HERE`, and the front
+end sends the client's step again as a ``step`` item.
 """
 
 from __future__ import annotations
