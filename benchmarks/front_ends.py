@@ -7,9 +7,15 @@ with the CPU time per step of the head and of the front ends (from /proc: Linux)
     .venv/bin/python benchmarks/front_ends.py                       # K = 1, 2, 4; 10 s each, 2 rounds
     .venv/bin/python benchmarks/front_ends.py --front-ends 2 --seconds 5 --rounds 1
     .venv/bin/python benchmarks/front_ends.py --envs 64 --clients 16   # V2's vector sessions instead
+    .venv/bin/python benchmarks/front_ends.py --train --ray --front-ends 1 2   # training steps, learner on Ray
 
 With ``--envs N`` every client is a vector session of N CartPoles (benchmarks/perf.py's V2: each request
 one vector step), and the table counts environment steps (requests x N).
+
+With ``--train`` the sessions are training sessions of a PPO agent with one rollout segment per client
+(benchmarks/presets/perf_ppo64.py; an episode ends every 200 steps), so every step reaches the learner;
+``--ray`` serves that learner from a Ray actor (run.py --ray, a local Ray). The head's CPU per step then
+shows what the head spends on a training step that a front end sent it (docs/distributed.md).
 
 Each round runs every configuration once (in alternating order, as this machine's speed wanders) and the
 table shows each configuration's best round with its ratios to the in-process server and to the echo.
@@ -28,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import ROOT, Echo, Shepherd  # noqa: E402
-from benchmarks.perf import PPO_PRESET, sessions, wrk  # noqa: E402
+from benchmarks.perf import PPO64_PRESET, PPO_PRESET, sessions, wrk  # noqa: E402
 
 CLIENTS = 64
 
@@ -39,20 +45,25 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def shepherd_run(data: Path, front_ends: int, seconds: float, clients: int, n_envs: int) -> dict:
+def shepherd_run(data: Path, front_ends: int, seconds: float, clients: int, n_envs: int, train: bool = False,
+                 ray: bool = False) -> dict:
     """One wrk run; the summary also has ``cpu_us``: each server process's CPU time per (environment) step
     during it (the head's, and the front ends' together)."""
     extra = ["--front-ends", str(front_ends)] if front_ends else []
     if n_envs:  # as benchmarks/perf.py's V2: a key's default rate limit (20,000 env steps/s) is not measured
         extra += ["--rate-limit", "0"]
-    server = Shepherd(PPO_PRESET, data, "--quiet", *extra)
+    extra += ["--ray"] if ray else []
+    server = Shepherd(PPO64_PRESET if train else PPO_PRESET, data, "--quiet", *extra)
+    mode, done_every = ("train", 200) if train else ("evaluate", 0)
     try:
-        keys = sessions(server.url, next(iter(server.keys.values())), clients, n_envs=n_envs)
-        wrk(server.url, keys[:4], 4, 1, n_envs=n_envs)  # warm-up: connections, the first batches
+        keys = sessions(server.url, next(iter(server.keys.values())), clients, mode=mode, n_envs=n_envs)
+        if not train:  # a training step cut off by the warm-up's end would wait for a rollout the others fill
+            wrk(server.url, keys[:4], 4, 1, n_envs=n_envs)  # warm-up: connections, the first batches
         head = server.process.pid
-        fronts = [int(pid) for pid in Path(f"/proc/{head}/task/{head}/children").read_text().split()]
+        fronts = [int(pid) for pid in Path(f"/proc/{head}/task/{head}/children").read_text().split()
+                  if "shepherd.front" in Path(f"/proc/{pid}/cmdline").read_text()]
         before = {pid: cpu_seconds(pid) for pid in [head, *fronts]}
-        result = env_steps(wrk(server.url, keys, clients, seconds, n_envs=n_envs), n_envs)
+        result = env_steps(wrk(server.url, keys, clients, seconds, done_every, n_envs=n_envs), n_envs)
         used = {pid: cpu_seconds(pid) - start for pid, start in before.items()}
         steps = result["per_s"] * result["seconds"]
         result["cpu_us"] = {"head": used[head] / steps * 1e6,
@@ -85,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
                         "(default %(default)s)")
     parser.add_argument("--envs", type=int, default=0, metavar="N",
                         help="vector sessions of N envs (default: single-env sessions)")
+    parser.add_argument("--train", action="store_true", help="training sessions of benchmarks/presets/perf_ppo64.py "
+                        "(default: evaluate-mode sessions of perf_ppo.py)")
+    parser.add_argument("--ray", action="store_true", help="serve the learner from a Ray actor (run.py --ray)")
     args = parser.parse_args(argv)
     configurations = ["echo", 0, *args.front_ends]
     runs: dict[str, list[dict]] = {str(name): [] for name in configurations}
@@ -98,12 +112,13 @@ def main(argv: list[str] | None = None) -> int:
                     result = echo_run(args.seconds, args.clients, args.envs)
                 else:
                     result = shepherd_run(Path(folder) / f"data-{name}-{round_index}", int(name), args.seconds,
-                                          args.clients, args.envs)
+                                          args.clients, args.envs, args.train, args.ray)
                 runs[str(name)].append(result)
     best = {name: max(results, key=lambda run: run["per_s"]) for name, results in runs.items()}
     echo, single = best["echo"]["per_s"], best["0"]["per_s"]
     what = f"{args.clients} vector clients x {args.envs} envs (env steps)" if args.envs else f"{args.clients} clients"
-    print(f"\n{'V2' if args.envs else 'P2'}: {what}, one agent, inference (best of {args.rounds} round(s) of "
+    work = f"training{' (learner on Ray)' if args.ray else ''}" if args.train else "inference"
+    print(f"\n{'V2' if args.envs else 'P2'}: {what}, one agent, {work} (best of {args.rounds} round(s) of "
           f"{args.seconds:g} s)")
     print(f"{'server':<22} {'steps/s':>9} {'p99 ms':>8} {'vs in-process':>14} {'vs echo':>8} "
           f"{'CPU us/step: head':>18} {'front ends':>11}")
@@ -116,8 +131,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{run['per_s'] / echo:>7.2f}x{costs}")
     out = ROOT / "benchmarks" / "results"
     out.mkdir(exist_ok=True)
-    (out / f"front_ends{'_vector' if args.envs else ''}.json").write_text(json.dumps(
-        {"date": time.strftime("%Y-%m-%d %H:%M"), "clients": args.clients, "n_envs": args.envs, "runs": runs},
+    name = f"front_ends{'_vector' if args.envs else ''}{'_train' if args.train else ''}{'_ray' if args.ray else ''}"
+    (out / f"{name}.json").write_text(json.dumps(
+        {"date": time.strftime("%Y-%m-%d %H:%M"), "clients": args.clients, "n_envs": args.envs, "train": args.train,
+         "ray": args.ray, "runs": runs},
         indent=1))
     return 0
 
