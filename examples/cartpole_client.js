@@ -10,6 +10,11 @@
 // final_obs[i] the ended one's last, reward[i] its last reward; actions[i] answers obs[i]. The episodes
 // are counted over all CartPoles; the step that reaches the count may end a few more, all printed.
 //
+// Every step carries a sequence number ("seq": 1, 2, 3, ... per session), so a step whose reply did not come
+// (the server answered 429 or 503 with Retry-After, or the connection was lost) is sent again as it was, for
+// up to SHEPHERD_RETRY_SECONDS (default 60): the server answers a repeated seq with the same action and
+// counts the step once (docs/protocol.md, "Retrying a step safely"). Each retry is printed to stderr.
+//
 // SHEPHERD_URL defaults to http://127.0.0.1:8000. SHEPHERD_CLIENT names the client, as a login to an advised
 // agent must ("client": "arm-3": its own learner, kept across sessions); a pooled agent refuses a name.
 // Prints one line per episode with its return.
@@ -22,16 +27,50 @@ const args = process.argv.slice(2);
 const envsFlag = args.indexOf("--envs");
 const nEnvs = envsFlag === -1 ? null : Number(args.splice(envsFlag, 2)[1]);
 const episodes = Number(args[0] || Infinity);
+const retrySeconds = Number(process.env.SHEPHERD_RETRY_SECONDS || 60);
 
 const { CartPole } = require("./cartpole.js");
+
+class HttpError extends Error {
+  constructor(status, path, message, retryAfter) {
+    super(`HTTP ${status} on ${path}: ${message}`);
+    this.status = status;
+    this.retryAfter = retryAfter; // seconds, from the Retry-After header (null: none)
+  }
+}
 
 async function post(path, body) {
   const response = await fetch(url + path, {
     method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
   });
   const reply = await response.json();
-  if (!response.ok) throw new Error(`HTTP ${response.status} on ${path}: ${reply.error}`);
+  if (!response.ok) {
+    const retryAfter = response.headers.get("Retry-After");
+    throw new HttpError(response.status, path, reply.error, retryAfter === null ? null : Number(retryAfter));
+  }
   return reply;
+}
+
+const sleep = (seconds) => new Promise((resolve) => setTimeout(resolve, seconds * 1000));
+
+// One session's steps, each with the next seq, sent again as it was after 429, 503 or a lost connection.
+class Stepper {
+  constructor(session_key) { this.session_key = session_key; this.seq = 0; }
+  async step(body) {
+    const sent = { session_key: this.session_key, ...body, seq: ++this.seq };
+    const deadline = Date.now() + retrySeconds * 1000;
+    while (true) {
+      try {
+        return await post("/shepherd/env/", sent);
+      } catch (error) {
+        const lost = !(error instanceof HttpError); // fetch failed: no reply came (connection refused or dropped)
+        if (!(lost || error.status === 429 || error.status === 503) || Date.now() > deadline) throw error;
+        const wait = lost ? 0.2 : Math.min(error.retryAfter || 1, 5);
+        console.error(`retrying step seq ${sent.seq} in ${wait} s: ${error.message}`);
+        await sleep(wait);
+      }
+    }
+  }
 }
 
 async function main() {
@@ -44,16 +83,16 @@ async function main() {
   const session_key = login.session_key;
   console.log(`logged in to agent ${login.agent}: observations ${JSON.stringify(login.observation_space)}, ` +
               `actions ${JSON.stringify(login.action_space)}`);
-  const env = new CartPole();
+  const env = new CartPole(), stepper = new Stepper(session_key);
   for (let episode = 1; episode <= episodes; episode++) {
     let obs = env.reset(), total = 0;
-    let { action } = await post("/shepherd/env/", { session_key, obs, reward: 0.0, done: false, info: {} });
+    let { action } = await stepper.step({ obs, reward: 0.0, done: false, info: {} });
     while (action !== null) {
       const step = env.step(action);
       total += step.reward;
-      ({ action } = await post("/shepherd/env/", {
-        session_key, obs: step.obs, reward: step.reward, done: step.terminated || step.truncated,
-        truncated: step.truncated, info: {},
+      ({ action } = await stepper.step({
+        obs: step.obs, reward: step.reward, done: step.terminated || step.truncated, truncated: step.truncated,
+        info: {},
       }));
     }
     console.log(`episode ${episode} return ${total}`);
@@ -67,7 +106,7 @@ async function vectorMain(n) {
   const session_key = login.session_key;
   console.log(`logged in to agent ${login.agent} with ${login.n_envs} CartPoles: observations ` +
               `${JSON.stringify(login.observation_space)}, actions ${JSON.stringify(login.action_space)}`);
-  const envs = Array.from({ length: n }, () => new CartPole());
+  const envs = Array.from({ length: n }, () => new CartPole()), stepper = new Stepper(session_key);
   // the first step: every CartPole's reset observation, rewards 0, no ends
   let obs = envs.map((env) => env.reset());
   let reward = new Array(n).fill(0.0), terminated = new Array(n).fill(false), truncated = new Array(n).fill(false);
@@ -75,9 +114,9 @@ async function vectorMain(n) {
   const totals = new Array(n).fill(0.0);
   let ended = 0;
   while (true) {
-    const body = { session_key, obs, reward, terminated, truncated };
+    const body = { obs, reward, terminated, truncated };
     if (finalObs !== null) body.final_obs = finalObs;
-    const { actions } = await post("/shepherd/env/", body);
+    const { actions } = await stepper.step(body);
     for (let i = 0; i < n; i++) {  // the server has recorded this step: its ended episodes count now
       if (terminated[i] || truncated[i]) console.log(`episode ${++ended} (CartPole ${i}) return ${totals[i]}`);
     }

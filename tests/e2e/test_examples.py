@@ -62,3 +62,20 @@ def test_the_javascript_client_names_its_client_for_an_advised_agent(server_fact
     recorded = [json.loads(line) for line in returns_recorded(server.data)]
     assert len(recorded) >= 3 and {row.get("client") for row in recorded} == {"arm-js"}
     assert server.stop() == 0
+
+
+def test_the_javascript_client_retries_a_step_with_its_seq_and_it_counts_once(server_factory):
+    """Steps that wait out a slow PPO update get 503 (act timeout 0.1 s, 300 epochs an update): the client
+    sends each again with its seq, gets its action, and every episode's return is recorded as it played it."""
+    node = shutil.which("node")
+    assert node, "Node.js is needed for the JavaScript example (.ci/run installs it)"
+    server = server_factory(TINY, "--act-timeout", "0.1", "-cp", "agents.tiny.parameters.n_epochs=300")
+    env = {**os.environ, "SHEPHERD_URL": server.url, "SHEPHERD_API_KEY": server.api_key}
+    result = subprocess.run([node, str(ROOT / "examples" / "cartpole_client.js"), "5"], env=env,
+                            capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr
+    assert "retrying step seq" in result.stderr and "HTTP 503" in result.stderr  # it did wait out updates
+    played = [float(line.rsplit(" ", 1)[1]) for line in result.stdout.splitlines() if line.startswith("episode ")]
+    assert len(played) == 5
+    assert [json.loads(line)["value"] for line in returns_recorded(server.data)] == played
+    assert server.stop() == 0
