@@ -151,6 +151,8 @@ async def login_user(request: web.Request) -> web.Response:
                              "action_space": space_to_json(policy.action_space), "mode": "evaluate"}
     if session.n_envs is not None:
         reply["n_envs"] = session.n_envs
+    if policy.takes_masks:
+        reply["action_masks"] = True
     return _json(reply)
 
 

@@ -54,6 +54,8 @@ async def login_reply(app: web.Application, body: bytes, address: str) -> web.Re
         reply["n_envs"] = session.n_envs
     if session.runtime.client is not None:
         reply["client"] = session.runtime.client
+    if session.mask_space is not None:
+        reply["action_masks"] = True
     return _noted(_json(reply), _front_ends_snapshot(app, session))
 
 

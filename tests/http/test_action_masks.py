@@ -29,7 +29,9 @@ async def make_client(aiohttp_client, tmp_path, graph):
 async def login(client, **extra):
     response = await client.post("/shepherd/login_user/", json={"apikey": client.apikey, **extra})
     assert response.status == 200, await response.text()
-    return (await response.json())["session_key"]
+    reply = await response.json()
+    client.takes_masks = reply.get("action_masks")
+    return reply["session_key"]
 
 
 async def step(client, key, obs, reward=0.0, **extra):
@@ -101,6 +103,7 @@ async def test_masks_an_agent_cannot_take_are_refused_and_nothing_is_recorded(ai
     client = await make_client(aiohttp_client, tmp_path, graph_manager())
     runtime = client.server.app[GRAPH].runtime()
     key = await login(client)
+    assert client.takes_masks is True  # the login reply says so
     assert (await step(client, key, [0.0, 0.0, 0.0], action_mask=[True, True, False, True])).status == 200
     steps = runtime.tracker.steps
     await expect_error(await step(client, key, [0.1, 0.0, 0.0], 1.0, action_mask=[True, False]), 400,
@@ -127,6 +130,7 @@ async def test_an_agent_whose_algorithm_takes_no_masks_refuses_the_field_naming_
     client = await make_client(aiohttp_client, tmp_path, graph_manager(algorithm))
     runtime = client.server.app[GRAPH].runtime()
     key = await login(client)
+    assert client.takes_masks is None  # the login reply has no "action_masks"
     assert (await step(client, key, [0.0, 0.0, 0.0])).status == 200
     steps = runtime.tracker.steps
     await expect_error(await step(client, key, [0.1, 0.0, 0.0], 1.0, action_mask=[True] * 4), 400,

@@ -86,7 +86,9 @@ async def test_a_box_policy_answers_lists(aiohttp_client, tmp_path):
 async def test_masks_reach_the_policy(aiohttp_client, tmp_path):
     path, compute = masked_discrete(tmp_path / "masked.onnx", RNG.normal(size=(3, 4)), RNG.normal(size=4))
     client = await _client(aiohttp_client, Policy.load(path))
-    key = (await _login(client))["session_key"]
+    login = await _login(client)
+    assert login["action_masks"] is True  # the login reply says the policy takes them
+    key = login["session_key"]
     step = {"session_key": key, "obs": [0.1, 0.2, 0.3], "reward": 0, "done": False}
     for mask in ([1, 0, 0, 0], [0, 0, 1, 0], [0, 1, 0, 1]):
         reply = await _post(client, "/shepherd/env/", {**step, "action_mask": mask})
@@ -98,7 +100,9 @@ async def test_masks_reach_the_policy(aiohttp_client, tmp_path):
 async def test_bad_steps_get_the_learning_servers_errors(aiohttp_client, cartpole):
     policy, _ = cartpole
     client = await _client(aiohttp_client, policy)
-    key = (await _login(client))["session_key"]
+    login = await _login(client)
+    assert "action_masks" not in login
+    key = login["session_key"]
     space = spaces.Box(-np.inf, np.inf, (4,), np.float32)
     step = {"session_key": key, "obs": [0.1, 0.2, 0.3, 0.4], "reward": 0.0, "done": False, "info": {}}
     for bad in ({**step, "obs": [0.1, 0.2, 0.3]}, {**step, "obs": "up"}, {**step, "reward": None},
