@@ -9,7 +9,7 @@ object is unpickled from the head's side of a call.
 - `LearnerActor` (the actor, named ``shepherd-learner/<agent id>`` in namespace ``shepherd``, or
   ``shepherd-learner/<agent id>/<client>`` for each client of an advised agent) builds the ordinary
   learner with the registry's factory (`learner_for`) and runs its `ThreadedLearner` there, with its
-  answers relayed back (`ThreadedLearner.relay`) instead of set on futures.
+  answers relayed back (`ThreadedLearner.relay`) instead of set on futures (`shepherd.agents.ray_actor`).
 - `RayLearner` (on the head) keeps the callers' futures by ticket and sends everything pending for its
   actor as one remote call, one call in flight at a time (the next batch collects meanwhile); the answers
   are delivered on the caller's thread with the ``deliver`` given to `start`, as a `ThreadedLearner` does.
@@ -25,7 +25,8 @@ object is unpickled from the head's side of a call.
 An advised client's advice is forwarded to its actor as plain data, and read there from its advisor's
 actor (`shepherd.agents.ray_advice`).
 
-Only this module and `shepherd.agents.ray_advice` import ray, and only ``--ray`` imports them (`connect`).
+Only this module, `shepherd.agents.ray_actor` and `shepherd.agents.ray_advice` import ray, and only ``--ray``
+imports them (`connect`).
 """
 
 from __future__ import annotations
@@ -34,12 +35,9 @@ import functools
 import logging
 import os
 import secrets
-import shutil
-import tempfile
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -51,9 +49,9 @@ from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFaile
                                   LearnerUnavailable, Observation, Request, VersionedWeights)
 from shepherd.agents.inline import GreedyActor
 from shepherd.agents.metrics import MetricsWriter, is_on_policy
-from shepherd.agents.ray_advice import advice_data, advice_status, apply_advice
-from shepherd.agents.ray_metrics import Recorded, RecordingLogger, record_in, replay
-from shepherd.agents.registry import learner_for
+from shepherd.agents.ray_actor import BUILD_SECONDS, NAMESPACE, REMOTE_ACTOR, Reply
+from shepherd.agents.ray_advice import advice_data
+from shepherd.agents.ray_metrics import replay
 from shepherd.agents.timing import LearnerStats
 from shepherd.agents.worker import ThreadedLearner, _Part, _Vector, answer_greedy_acts, settle
 from shepherd.definition import AgentDefinition, Sharing
@@ -61,7 +59,6 @@ from shepherd.storage.files import atomic_write_bytes
 
 logger = logging.getLogger(__name__)
 
-NAMESPACE = "shepherd"
 #: what a lost actor raises on the head: its process, node or raylet died, or it cannot be reached
 LOST = (ray_errors.RayActorError, ray_errors.WorkerCrashedError, ray_errors.NodeDiedError,
         ray_errors.LocalRayletDiedError, ray_errors.ObjectLostError)
@@ -69,8 +66,6 @@ LOST = (ray_errors.RayActorError, ray_errors.WorkerCrashedError, ray_errors.Node
 POLL_SECONDS = 0.05
 #: how often at most the head asks for published weights for its greedy snapshot (seconds)
 WEIGHTS_SECONDS = 0.2
-#: how long building (or rebuilding) an actor's learner may take (seconds)
-BUILD_SECONDS = 300.0
 #: how long a new actor waits for the name of one that died (Ray frees it once it knows; a node's death
 #: takes its health checks' time to be known)
 NAME_SECONDS = 30.0
@@ -113,173 +108,6 @@ def connect(address: str | None, num_cpus: int | None = None) -> None:
 def disconnect() -> None:
     """Leave Ray (a local Ray started by `connect` stops)."""
     ray.shutdown()
-
-
-@dataclass(frozen=True)
-class Reply:
-    """What one remote call to a `LearnerActor` returns: plain data."""
-
-    answers: list[Answer]
-    version: int
-    steps: int
-    failure: str | None
-    stats: LearnerStats
-    #: per control of the call, in order: checkpoint bytes, None (done), or an error's text
-    controls: list[bytes | str | None] = field(default_factory=list)
-    weights: VersionedWeights | None = None
-    #: the learner's filter statistics (`Filtering.state`) as ``weights`` were sent: the head's greedy snapshot
-    #: normalises observations with them (None: no weights sent, or no observation normalisation)
-    filters: dict[str, Any] | None = None
-    #: what the model's SB3 logger recorded since the last reply (``train/loss``, ...), for the head's metrics
-    recorded: Recorded = field(default_factory=dict)
-
-
-class LearnerActor:
-    """One agent's `ThreadedLearner` in a Ray actor. Calls arrive one at a time (the actor's own queue)."""
-
-    def __init__(self) -> None:
-        self._learner: ThreadedLearner | None = None
-        self._recording: RecordingLogger | None = None
-        self._answers: list[Answer] = []
-        self._ready = threading.Condition()
-        self._folder = Path(tempfile.mkdtemp(prefix="shepherd-learner-"))
-        self._written = 0
-
-    def build(self, definition: AgentDefinition, values: dict[str, Any], total_steps: int | None,
-              checkpoint: bytes | None, start: bool) -> dict[str, Any]:
-        """Build the learner (the registry's factory), restore ``checkpoint`` if given, start it if asked;
-        returns the state saved with the checkpoint (empty without one).
-
-        Raises:
-            ParameterError: the agent cannot be built; whatever restoring raised.
-        """
-        learner = learner_for(definition, values, total_steps)
-        learner.greedy = None  # the head answers greedy steps from its own snapshot
-        learner.relay = self._collect
-        self._recording = record_in(learner)  # what train() records goes to the head with each reply
-        self._learner = learner
-        state = self.restore(checkpoint) if checkpoint is not None else {}
-        if start:
-            self.start()
-        return state
-
-    def restore(self, checkpoint: bytes) -> dict[str, Any]:
-        path = self._folder / "restore.zip"
-        path.write_bytes(checkpoint)
-        try:
-            return self._built.restore(path)
-        finally:
-            path.unlink()
-
-    def start(self) -> None:
-        self._built.start(None)
-
-    def start_from(self, weights: bytes) -> None:
-        """Start an advised client's learner from another client's checkpoint (before `start`)."""
-        path = self._folder / "start-from.zip"
-        path.write_bytes(weights)
-        algorithm: Any = self._built.algorithm  # an advised adapter (the head sends this to no other)
-        try:
-            algorithm.start_from(path)
-        finally:
-            path.unlink()
-
-    def advisor_weights(self, after: int) -> tuple[VersionedWeights | None, dict[str, Any] | None]:
-        """What an advisee's actor reads of this one as its advisor: the published weights if newer than
-        ``after`` (asking makes the learner publish at its next batch), and its filter statistics."""
-        algorithm: Any = self._built.algorithm
-        published = algorithm.latest_weights()
-        return (published if published is not None and published.version > after else None), _filters(algorithm)
-
-    def advice_status(self) -> dict[str, Any]:
-        """This advisee's advisor (its actor name), the weights read from it, and their version."""
-        return advice_status(self._built.algorithm)
-
-    @property
-    def _built(self) -> ThreadedLearner:
-        if self._learner is None:
-            raise RuntimeError("the learner actor was not built")
-        return self._learner
-
-    def _collect(self, answers: list[Answer]) -> None:  # on the learner's thread
-        with self._ready:
-            self._answers.extend(answers)
-            self._ready.notify_all()
-
-    def process(self, units: list[Any], wait: float, weights_after: int | None) -> Reply:
-        """Queue ``units`` in order (a list of requests is one unit; ``("checkpoint", state)``, ``("set",
-        values)`` and ``("drain",)`` are controls; ``("advice", data)`` sets an advised client's advice at
-        once), and return the answers given once the learner passed them all; without units, wait up to
-        ``wait`` seconds for answers held back before. With ``weights_after``, also the published weights if
-        newer than that version."""
-        learner = self._built
-        now = time.perf_counter()
-        controls: list[tuple[str, Future, Path | None]] = []
-        for unit in units:
-            if isinstance(unit, list):
-                for request in unit:
-                    if request.ticket:
-                        request.submitted = now  # the queue wait is measured on this process's clock
-                learner.relay_requests(unit)
-            elif unit[0] == "checkpoint":
-                self._written += 1
-                path = self._folder / f"checkpoint-{self._written}.zip"
-                controls.append(("checkpoint", learner.checkpoint(path, unit[1]), path))
-            elif unit[0] == "set":
-                controls.append(("set", learner.set_parameters(unit[1]), None))
-            elif unit[0] == "drain":
-                learner.drain()
-            elif unit[0] == "advice":
-                apply_advice(learner.algorithm, unit[1], NAMESPACE)
-        if units:
-            try:
-                learner.mark().result()
-            except Exception:  # noqa: BLE001 - the learner failed: its failure goes back below
-                pass
-        elif wait > 0:
-            with self._ready:
-                self._ready.wait_for(lambda: bool(self._answers), timeout=wait)
-        results: list[bytes | str | None] = []
-        for _, future, written in controls:
-            try:
-                future.result(timeout=BUILD_SECONDS)
-                if written is None:
-                    results.append(None)
-                else:
-                    results.append(written.read_bytes())
-                    written.unlink()
-            except Exception as error:  # noqa: BLE001 - the head's caller hears it
-                results.append(f"{type(error).__name__}: {error}")
-        with self._ready:
-            answers, self._answers = self._answers, []
-        algorithm = learner.algorithm
-        weights = None
-        if weights_after is not None:
-            published = getattr(algorithm, "latest_weights", lambda: None)()  # asking makes it publish
-            if published is not None and published.version > weights_after:
-                weights = published
-        version = int(getattr(algorithm, "version", 0))  # read before the values: a row never misses its update's
-        recorded = self._recording.take() if self._recording is not None else {}
-        return Reply(answers, version, learner.steps, learner.failure, learner.stats, results, weights,
-                     None if weights is None else _filters(algorithm), recorded)
-
-    def node(self) -> str:
-        """The id of the Ray node this actor runs on."""
-        return str(ray.get_runtime_context().get_node_id())
-
-    def close(self, timeout: float) -> None:
-        if self._learner is not None:
-            self._learner.close(timeout)
-        shutil.rmtree(self._folder, ignore_errors=True)
-
-
-_REMOTE_ACTOR: Any = ray.remote(LearnerActor)
-
-
-def _filters(algorithm: Any) -> dict[str, Any] | None:
-    """An algorithm's observation statistics as plain data (`Filtering.state`); None: it normalises none."""
-    filtering = getattr(algorithm, "filtering", None)
-    return filtering.state() if filtering is not None and filtering.keys else None
 
 
 class _RemoteStatus:
@@ -404,7 +232,7 @@ class RayLearner:
         deadline = time.monotonic() + NAME_SECONDS
         while True:
             try:
-                handle = _REMOTE_ACTOR.options(name=self.actor_name, namespace=NAMESPACE, num_cpus=self._num_cpus,
+                handle = REMOTE_ACTOR.options(name=self.actor_name, namespace=NAMESPACE, num_cpus=self._num_cpus,
                                                max_restarts=0, max_concurrency=1, **self._actor_options).remote()
                 break
             except ValueError:  # the name is still taken by the actor that died or was killed

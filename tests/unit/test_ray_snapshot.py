@@ -38,7 +38,8 @@ def test_the_heads_snapshot_of_an_actor_normalises_with_the_statistics_sent_with
     """An agent with observation normalisation: the actor's reply carries its statistics with its weights,
     and the head's greedy snapshot acts as the actor's own policy does on the observations it normalises."""
     from shepherd.agents import ActMode, Kind, Request, learner_for
-    from shepherd.agents.ray_learner import LearnerActor, RayLearner
+    from shepherd.agents.ray_actor import LearnerActor
+    from shepherd.agents.ray_learner import RayLearner
     from shepherd.definition import AgentDefinition, Filters
 
     definition = AgentDefinition("norm", "PPO", [[4], "-inf", "inf"], 2,
