@@ -190,11 +190,14 @@ class GreedyActor:
     older, `act` returns None (the learner answers that step) and asking makes the learner publish anew.
     """
 
-    def __init__(self, plan: Plan, source: WeightSource, to_env: Callable[[np.ndarray], Any], name: str,
-                 filtering: Filtering | None = None) -> None:
+    def __init__(self, plan: Plan, source: WeightSource, actions: ActionTransform | Callable[[np.ndarray], Any],
+                 name: str, filtering: Filtering | None = None) -> None:
         self.plan = plan
         self.source = source
-        self.to_env = to_env
+        #: how the policy's actions become the env's: SB3's `ActionTransform` (which a snapshot sent to another
+        #: process applies too: `portable`), or any function of a batch of actions
+        self.actions = actions
+        self.to_env = actions.to_env if isinstance(actions, ActionTransform) else actions
         #: the agent's observation normalisation, read with the learner's current statistics (None: none)
         self.filtering = filtering if filtering is not None and filtering.keys else None
         self.name = name
@@ -209,7 +212,7 @@ class GreedyActor:
         weights = self.source.latest_weights()
         if weights is None or self.broken:
             return None
-        return GreedyActor(self.plan, FixedWeights(weights), self.to_env, self.name,
+        return GreedyActor(self.plan, FixedWeights(weights), self.actions, self.name,
                            None if self.filtering is None else self.filtering.frozen())
 
     def act(self, obs: Any, mask: Any = None) -> tuple[Any, int] | None:
@@ -255,7 +258,7 @@ class GreedyActor:
     def portable(self) -> bool:
         """Whether `snapshot_bytes` can send this policy to another process: its action transform is SB3's
         (`ActionTransform`), and its observations are normalised by one Box's statistics, or not at all."""
-        return (not self.broken and isinstance(getattr(self.to_env, "__self__", None), ActionTransform)
+        return (not self.broken and isinstance(self.actions, ActionTransform)
                 and (self.filtering is None or self.filtering.keys == [None]))
 
     def snapshot_bytes(self, name: str, observation_space: gym.Space, action_space: gym.Space,
@@ -266,7 +269,7 @@ class GreedyActor:
         weights = self.source.latest_weights()
         if weights is None or weights.version <= newer_than:
             return None
-        actions = getattr(self.to_env, "__self__", None)
+        actions = self.actions
         assert isinstance(actions, ActionTransform) and self.portable, "snapshot_bytes of an actor not portable"
         moments, epsilon, clip = None, 1e-8, 10.0
         if self.filtering is not None:
@@ -277,7 +280,7 @@ class GreedyActor:
 
 
 def greedy_actor(policy: Any, observation_space: gym.Space, source: WeightSource,
-                 to_env: Callable[[np.ndarray], Any], name: str,
+                 actions: ActionTransform | Callable[[np.ndarray], Any], name: str,
                  filtering: Filtering | None = None) -> GreedyActor | None:
     """A greedy actor for a policy that numpy can serve and that agrees with torch on its current
     weights; None otherwise. ``filtering``'s observation normalisation is applied to each batch first (with
@@ -288,4 +291,4 @@ def greedy_actor(policy: Any, observation_space: gym.Space, source: WeightSource
     if not agrees(found.bind(weights_of(policy)), policy, observation_space):
         logger.warning("agent %s: the greedy snapshot disagrees with the policy; not used", name)
         return None
-    return GreedyActor(found, source, to_env, name, filtering)
+    return GreedyActor(found, source, actions, name, filtering)

@@ -203,7 +203,7 @@ class RayLearner:
         local_filtering = None if local_greedy is None else local_greedy.filtering
         self._filtering = None if local_filtering is None else local_filtering.frozen()
         if local_greedy is not None:
-            self.greedy = GreedyActor(local_greedy.plan, self._snapshot, local_greedy.to_env, self.name,
+            self.greedy = GreedyActor(local_greedy.plan, self._snapshot, local_greedy.actions, self.name,
                                       self._filtering)
         self._handle: Any = None
         self._available = False

@@ -382,7 +382,7 @@ def _threaded(adapter: Any, filters: Filters, observation_space: spaces.Space, s
         adapter.use_filters(filtering)
     greedy = None
     if filters.frame_stack <= 1:  # stacks are kept per actor by the learner: it answers every step
-        greedy = inline.greedy_actor(model.policy, seen, adapter, adapter.actions.to_env, adapter.name, filtering)
+        greedy = inline.greedy_actor(model.policy, seen, adapter, adapter.actions, adapter.name, filtering)
     return ThreadedLearner(adapter, greedy)
 
 
