@@ -98,6 +98,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "from snapshots of the greedy policy, and recorded here); a front end that dies is "
                              "restarted (docs/front-ends.md). 0 (the default): this process answers the port "
                              "itself")
+    parser.add_argument("--no-front-end-snapshots", dest="front_end_snapshots", action="store_false",
+                        help="with --front-ends: send evaluate-mode steps to this process too, instead of answering "
+                             "them in the front ends from snapshots (docs/front-ends.md: on few cores, one front "
+                             "end answering single-env steps from snapshots can cost more than it saves)")
     parser.add_argument("--metrics", choices=("off", "local", "open"), default="local",
                         help="who may read GET /metrics: off (404), local (loopback clients, or the admin "
                              "token as Bearer), open (anyone) (default %(default)s)")
@@ -119,6 +123,8 @@ def serve_command(args: argparse.Namespace) -> int:
         raise UsageError("--envs-per-client must be at least 1")
     if args.envs_per_client != 1 and not args.clients:
         raise UsageError("--envs-per-client needs --clients")
+    if not args.front_end_snapshots and not args.front_ends:
+        raise UsageError("--no-front-end-snapshots needs --front-ends")
     try:
         graph = load_preset(args.preset, overrides=args.overrides or (), seed=args.seed)
         if args.clients and graph.validation is None:
@@ -169,7 +175,8 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
                           body_timeout_seconds=args.body_timeout, idle_timeout_seconds=args.idle_timeout,
                           secure_cookies=args.secure_cookies, only_preset=args.only_preset,
                           metrics=args.metrics, max_envs_per_session=args.max_envs,
-                          front_end_token=new_secret() if args.front_ends else None)
+                          front_end_token=new_secret() if args.front_ends else None,
+                          front_end_snapshots=args.front_end_snapshots)
     try:
         check_address(args.host, args.port)  # before the store creates keys and the admin token, shown once
         holder = reserve_port(args.host, args.port) if args.front_ends else None

@@ -60,8 +60,9 @@ async def login_reply(app: web.Application, body: bytes, address: str) -> web.Re
 
 
 def _front_ends_snapshot(app: web.Application, session: Session) -> tuple[str, int, int | None] | None:
-    """`Session.snapshot`, on a head with front ends (only they read the note)."""
-    return session.snapshot if app[CONFIG].front_end_token is not None else None
+    """`Session.snapshot`, on a head with front ends that answer from snapshots (only they read the note)."""
+    config = app[CONFIG]
+    return session.snapshot if config.front_end_token is not None and config.front_end_snapshots else None
 
 
 def _noted(reply: web.Response, snapshot: tuple[str, int, int | None] | None) -> web.Response:

@@ -47,6 +47,9 @@ class ServerConfig:
     # endpoint POST /internal/steps requires and with which they vouch for their clients' addresses; None
     # (the default): no front ends, no such endpoint
     front_end_token: str | None = None
+    # with front ends: whether they answer evaluate-mode steps from snapshots of the greedy policy (False: every
+    # step comes here, as a training step does)
+    front_end_snapshots: bool = True
 
 
 #: the configuration the app was created with

@@ -138,6 +138,25 @@ def test_training_steps_still_go_to_the_head(server_factory):
         public.close()
 
 
+def test_without_snapshots_evaluate_steps_go_to_the_head(server_factory):
+    """--no-front-end-snapshots: the head notes no snapshot, so every step of an evaluate session reaches it."""
+    server = server_factory(TINY, "--front-ends", "1", "--no-front-end-snapshots")
+    public = Connection(server.url)
+    try:
+        status, _, login = public.post("/shepherd/login_user/", {"apikey": server.api_key, "mode": "evaluate"})
+        assert status == 200, login
+        for seq, obs in enumerate(OBSERVATIONS[:30], start=1):
+            status, headers, reply = public.post("/shepherd/env/", {
+                "session_key": login["session_key"], "obs": obs, "reward": 1.0, "done": seq % 10 == 0, "seq": seq})
+            assert status == 200 and SNAPSHOT_HEADER not in headers, reply
+            if seq == 1:
+                time.sleep(0.5)  # time enough to fetch a snapshot, had the head noted one
+        assert deploy_steps(server) == 30 - 3  # recorded: every step after an episode's first
+        assert samples(server, "shepherd_snapshot_steps_total ") == 0
+    finally:
+        public.close()
+
+
 def test_killing_a_front_end_while_evaluate_clients_step_records_every_step_once(server_factory):
     """Three evaluate-mode clients step CartPole through 2 front ends, one killed with kill -9 meanwhile: the
     clients go on through the other (retrying with the same seq), and the head counted each step they were
