@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import statistics
 from pathlib import Path
 
 import gymnasium as gym
@@ -492,10 +493,14 @@ async def adopt_then_learn(data: Path, **parameters: object) -> float:
 async def test_an_adopted_policy_is_kept_for_advice_keep_steps(tmp_path):
     """With ``advice_keep``, the pupil's own updates after adopting are pulled back towards the adopted
     policy (distillation after each update); without it they carry the pupil away from it."""
-    kept = await adopt_then_learn(tmp_path / "kept", advice_keep=10_000)
-    free = await adopt_then_learn(tmp_path / "free")
-    # on states CartPole visits, measured over 14 runs each: kept 5e-4 to 3.4e-3; free 1.2e-2 to 0.17; kept with the
-    # distillation disabled 1.2e-2 to 5.5e-2. 12 runs more (2026-11-24): kept 1.5e-4 to 5.4e-3, free 1.4e-2 to 0.20;
-    # one CI run had free at 5.8e-3, which failed the former bound free > 6e-3
+    # the median of three runs each: one run's result has a tail (the learners' threads share numpy's and torch's
+    # random draws, so runs differ); a fresh-clone run of the whole suite on a busy machine had one run's kept at
+    # 1.4e-2 (2026-11-24)
+    kept = statistics.median([await adopt_then_learn(tmp_path / f"kept-{run}", advice_keep=10_000) for run in range(3)])
+    free = statistics.median([await adopt_then_learn(tmp_path / f"free-{run}") for run in range(3)])
+    # on states CartPole visits, one run each, measured over 14 runs: kept 5e-4 to 3.4e-3; free 1.2e-2 to 0.17; kept
+    # with the distillation disabled 1.2e-2 to 5.5e-2. 12 runs more (2026-11-24): kept 1.5e-4 to 5.4e-3, free 1.4e-2 to
+    # 0.20; one CI run had free at 5.8e-3, which failed the former bound free > 6e-3. 9 runs more (2026-11-24, 4 of them
+    # beside 3 busy loops on the 2 cores): kept 4.8e-4 to 3.4e-3, free 1.3e-2 to 8.9e-2
     assert kept < 8e-3
     assert kept < free / 2  # the updates moved the free policy more than twice as far: there was something to keep
