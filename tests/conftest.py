@@ -124,3 +124,16 @@ class ServerThread(threading.Thread):
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.join(10)
         self.loop.close()
+
+
+#: folders whose every test is end-to-end (a server process, a browser, Ray, a run to a target)
+E2E_FOLDERS = ("e2e", "browser")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark tests/e2e and tests/browser, and every slow test, ``e2e``: ``-m "not e2e"`` is the fast tier
+    (and, since a command line's ``-m`` replaces pytest.ini's ``not slow``, it must leave slow tests out too)."""
+    for item in items:
+        folder = Path(item.fspath).parent.name
+        if folder in E2E_FOLDERS or item.get_closest_marker("slow") is not None:
+            item.add_marker(pytest.mark.e2e)

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 WRITER = """
 import sys
 from pathlib import Path
@@ -19,6 +21,7 @@ while True:
 """
 
 
+@pytest.mark.e2e  # starts another process
 def test_killing_a_writer_at_random_moments_never_leaves_a_half_written_file(tmp_path):
     target = tmp_path / "model.zip"
     target.write_bytes(b"\x00" * 3_000_000)

@@ -11,6 +11,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import pytest
+
 from shepherd.graph import list_presets
 from tests.conftest import ROOT
 
@@ -34,6 +36,7 @@ def run(*args: str | Path, cwd: Path, env: dict[str, str] | None = None) -> str:
     return result.stdout
 
 
+@pytest.mark.e2e  # starts another process
 def test_a_wheel_installed_outside_the_repository_lists_and_loads_the_presets(tmp_path):
     # build from a copy, so that the build leaves nothing (build/, *.egg-info) in the repository
     source = tmp_path / "source"

@@ -89,6 +89,7 @@ def test_cut_off_arrays_are_refused():
         Snapshot.from_bytes(data[:-4])
 
 
+@pytest.mark.e2e  # starts another process
 def test_a_front_end_runs_snapshots_without_torch():
     code = ("import sys, shepherd.front.app, shepherd.front.greedy, shepherd.snapshots;"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'stable_baselines3', 'sb3_contrib')))")

@@ -52,6 +52,7 @@ print("torch" in sys.modules and sys.modules["torch"] is not None)
 """
 
 
+@pytest.mark.e2e  # starts another process
 @pytest.mark.parametrize("name", list(POLICIES))
 def test_a_plan_sent_as_json_gives_the_policys_actions_in_a_process_without_torch(name, tmp_path):
     policy = POLICIES[name]()

@@ -135,6 +135,7 @@ def test_a_mask_that_does_not_fit_is_refused(tmp_path):
     assert "takes no action mask" in _error(lambda: plain.act([0, 0, 0, 0], [True, True]))
 
 
+@pytest.mark.e2e  # starts another process
 def test_reading_a_policy_never_imports_torch(tmp_path):
     path, _ = cartpole_controller(tmp_path / "p.onnx")
     code = ("import sys, json; from shepherd.policy import Policy; "
