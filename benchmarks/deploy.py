@@ -42,7 +42,7 @@ def sb3_and_onnx(folder: Path):
 
     from shepherd.agents import build_learner
     from shepherd.agents.export import export_onnx
-    from shepherd.spaces import parse_space
+    from shepherd.wire.spaces import parse_space
 
     th.set_num_threads(1)  # as Shepherd's learners run, and as Policy runs onnxruntime
     learner = build_learner("PPO", "perf-ppo", parse_space([[4], "-inf", "inf"]), parse_space(2), {"seed": 0}, None)
@@ -66,7 +66,7 @@ def per_call(function, repeat: int) -> float:
 
 
 def forward(model, path: Path, np) -> dict:
-    from shepherd.policy import Policy
+    from shepherd.policies.onnx import Policy
 
     policy = Policy.load(path)
     rng = np.random.default_rng(0)

@@ -40,12 +40,12 @@ from shepherd.client import Client, env_action_mask, run_env  # noqa: E402
 from shepherd.graph import AgentSpec, GraphManager, Schedule  # noqa: E402
 from shepherd.http import ServerConfig  # noqa: E402
 from shepherd.http.server import RunningServer  # noqa: E402
-from shepherd.spaces import action_from_json, space_to_json  # noqa: E402
+from shepherd.wire.spaces import action_from_json, space_to_json  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
 SOLVED = {"Pendulum-v1": -150.0,  # no reward threshold in gymnasium's spec: RL Zoo's SAC and TD3 reach it
-          "shepherd.gridworld:MaskedGrid-v0": -14.0}  # the maze's shortest path
+          "shepherd.envs.gridworld:MaskedGrid-v0": -14.0}  # the maze's shortest path
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ CASES: dict[str, Case] = {
         "n_steps": 512, "batch_size": 64, "n_epochs": 10, "gamma": 0.98, "gae_lambda": 0.8,
         "ent_coef": 0.0, "learning_rate": "lin_0.001", "clip_range": "lin_0.2",
         "policy_kwargs": {"lstm_hidden_size": 32, "net_arch": [64]}}),
-    "MaskablePPO": Case("shepherd.gridworld:MaskedGrid-v0", 10_000, {
+    "MaskablePPO": Case("shepherd.envs.gridworld:MaskedGrid-v0", 10_000, {
         "n_steps": 256, "batch_size": 64, "n_epochs": 10, "gamma": 0.99, "ent_coef": 0.01,
         "learning_rate": 1e-3}),
 }

@@ -121,7 +121,7 @@ def forward_costs() -> dict:
     from stable_baselines3 import PPO
 
     from shepherd.agents import build_learner
-    from shepherd.spaces import parse_space
+    from shepherd.wire.spaces import parse_space
 
     th.set_num_threads(1)  # as Shepherd's learners run
     model = PPO("MlpPolicy", gym.make("CartPole-v1"), device="cpu")
@@ -367,7 +367,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 from shepherd.agents import algorithm_info, sb3_arguments
 from shepherd.graph.presets import load_preset
-from shepherd.spaces import parse_space
+from shepherd.wire.spaces import parse_space
 
 graph = load_preset({preset!r})  # the hyperparameters of the preset Shepherd serves, through the same code
 spec = graph.agents[0]
@@ -483,7 +483,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.evaluation import evaluate_policy
 from shepherd.agents import sb3_arguments
 from shepherd.graph.presets import load_preset
-from shepherd.spaces import parse_space
+from shepherd.wire.spaces import parse_space
 
 graph = load_preset({preset!r})
 spec, schedule, validation = graph.agents[0], graph.schedule, graph.validation

@@ -1,6 +1,6 @@
 """MaskablePPO in a maze whose walls make moves invalid; 2 clients sending action masks reach -14.
 
-The maze is `shepherd.gridworld`'s: clients send each step's valid moves as "action_mask", so the agent
+The maze is `shepherd.envs.gridworld`'s: clients send each step's valid moves as "action_mask", so the agent
 never walks into a wall; -14 is the shortest path's return."""
 
 from shepherd.graph import AgentSpec, GraphManager, PresetValidation, Schedule
@@ -30,6 +30,6 @@ graph_manager = GraphManager(
         steps_between_evaluation_periods=1_000,
         evaluation_episodes=1,  # the maze and the greedy policy are deterministic
     ),
-    validation=PresetValidation(env_id="shepherd.gridworld:MaskedGrid-v0", clients=2, target_return=-14.0,
+    validation=PresetValidation(env_id="shepherd.envs.gridworld:MaskedGrid-v0", clients=2, target_return=-14.0,
                                 max_steps=50_000, timeout_seconds=600),
 )

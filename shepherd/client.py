@@ -247,7 +247,7 @@ def run_env(client: Client, env_id: str, seed: int | None = None, episodes: int 
     """
     import gymnasium as gym
 
-    from shepherd.spaces import action_from_json
+    from shepherd.wire.spaces import action_from_json
 
     env = gym.make(env_id, **(env_kwargs or {}))
     returns: list[float] = []
@@ -374,7 +374,7 @@ def _actions(space: Any, actions: list) -> Any:
     """The server's actions, one per env, as the batch a vector env's ``step`` takes."""
     import numpy as np
 
-    from shepherd.spaces import action_from_json
+    from shepherd.wire.spaces import action_from_json
 
     return np.array([action_from_json(space, action) for action in actions])
 

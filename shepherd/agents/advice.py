@@ -39,7 +39,7 @@ from shepherd.agents.core import Request, VersionedWeights, WeightSource
 from shepherd.agents.filters import Filtering, observation_moments
 from shepherd.agents.on_policy import OnPolicyAdapter
 from shepherd.agents.sb3 import stack_observations
-from shepherd.transforms import normalized
+from shepherd.policies.transforms import normalized
 
 logger = logging.getLogger(__name__)
 

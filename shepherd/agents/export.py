@@ -7,7 +7,7 @@ action (the argmax of the logits, masked ones first set to -inf for MaskablePPO;
 argmax of the Q-values or of the quantiles' mean; the squashed Gaussian's mode; TD3's and DDPG's actor)
 and the action transform (`ActionTransform`: unscaling into the Box, or clipping to it). Its metadata
 (``metadata_props["shepherd"]``) names the agent, algorithm, spaces, policy version and filters. The file
-format is the contract in docs/export.md; ``shepherd.policy`` reads it without torch.
+format is the contract in docs/export.md; ``shepherd.policies.onnx`` reads it without torch.
 
 Built from the learner's adapter (an `SB3Algorithm` with its weights, as a checkpoint restores them):
 `export_adapter` (its own filter's statistics) or `export_onnx` (statistics given). RecurrentPPO is refused (its action depends on each actor's LSTM state, which the file
@@ -36,7 +36,7 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 import shepherd
 from shepherd.agents.onnx_graph import GraphBuilder, NotExportable, features, input_type, module
 from shepherd.agents.sb3 import SB3Algorithm
-from shepherd.spaces import mask_size, space_to_json
+from shepherd.wire.spaces import mask_size, space_to_json
 
 #: the ``format`` of the metadata this module writes (a reader refuses others)
 FORMAT = 1

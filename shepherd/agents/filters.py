@@ -34,7 +34,7 @@ from gymnasium import spaces
 
 from shepherd.agents.core import Kind, Request
 from shepherd.definition import Filters
-from shepherd.transforms import normalized
+from shepherd.policies.transforms import normalized
 
 
 class RunningMeanStd:

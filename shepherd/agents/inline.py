@@ -13,7 +13,7 @@ logits), DQN (the Q-values' argmax), QR-DQN (the argmax of the quantiles' mean),
 Gaussian's mode), TD3 and DDPG. Everything else (images, dicts, other activations or layers such as
 CrossQ's BatchRenorm, networks too large to run on the event loop, gSDE, recurrent policies, whose actions
 depend on each actor's LSTM state kept by the learner) gets no snapshot and is answered by the learner,
-batched, as before. The plan this module builds from a policy is plain data (`shepherd.greedy.Plan`, which
+batched, as before. The plan this module builds from a policy is plain data (`shepherd.policies.greedy.Plan`, which
 needs no torch: a process without it can run one on published weights). The actions are SB3's
 deterministic ones up to float rounding (numpy's and torch's float32 matrix products may round the last bit
 apart).
@@ -36,11 +36,11 @@ from stable_baselines3.common.distributions import (BernoulliDistribution, Categ
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.torch_layers import FlattenExtractor
 
-from shepherd import snapshots
+from shepherd.policies import snapshots
 from shepherd.agents.core import VersionedWeights, WeightSource
 from shepherd.agents.filters import Filtering, observation_moments
-from shepherd.greedy import Greedy, Plan, Step
-from shepherd.transforms import ActionTransform
+from shepherd.policies.greedy import Greedy, Plan, Step
+from shepherd.policies.transforms import ActionTransform
 
 logger = logging.getLogger(__name__)
 
@@ -264,7 +264,7 @@ class GreedyActor:
     def snapshot_bytes(self, name: str, observation_space: gym.Space, action_space: gym.Space,
                        newer_than: int = -1) -> bytes | None:
         """The weights the learner published last, with everything a front end needs to act with them, as
-        `shepherd.snapshots` bytes named ``name``; None when nothing newer than ``newer_than`` is published yet
+        `shepherd.policies.snapshots` bytes named ``name``; None when nothing newer than ``newer_than`` is published yet
         (asking makes the learner publish). Only for a `portable` actor."""
         weights = self.source.latest_weights()
         if weights is None or weights.version <= newer_than:

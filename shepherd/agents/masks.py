@@ -1,7 +1,7 @@
 """Action masks: sb3-contrib's MaskablePPO fed by the pooled on-policy learner.
 
 A client may send, with each observation, which actions are valid now (``"action_mask"``, checked at the
-edge by `shepherd.spaces.check_action_mask`; it reaches the learner as ``Request.mask``). The adapter does
+edge by `shepherd.wire.spaces.check_action_mask`; it reaches the learner as ``Request.mask``). The adapter does
 what MaskablePPO's ``collect_rollouts`` does with ``get_action_masks(env)``: the policy's distribution is
 masked before an action is drawn (masked-out logits set to -1e8, so their probability is 0), the mask is
 stored with the row in the ``MaskableRolloutBuffer``, and MaskablePPO's ``train()`` evaluates the stored

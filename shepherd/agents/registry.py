@@ -37,7 +37,7 @@ from shepherd.agents.parameters import (LinearSchedule, Parameter, ParameterErro
 from shepherd.agents.sb3 import SB3Algorithm, SpacesEnv
 from shepherd.agents.worker import ThreadedLearner
 from shepherd.definition import AgentDefinition, Filters, Sharing
-from shepherd.spaces import parse_space
+from shepherd.wire.spaces import parse_space
 
 EVERY_ACTION_SPACE = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
 _GSDE = "gSDE's exploration matrix would be shared by every client of the agent; use the default noise"

@@ -24,7 +24,7 @@ from shepherd.agents.core import Answer, Outcome, Request, VersionedWeights
 from shepherd.agents.inline import weights_of
 from shepherd.agents.timing import WORK_BUCKETS, Histogram
 from shepherd.agents.filters import Filtering
-from shepherd.transforms import ActionTransform
+from shepherd.policies.transforms import ActionTransform
 
 logger = logging.getLogger(__name__)
 

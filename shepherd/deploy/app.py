@@ -21,9 +21,9 @@ import numpy as np
 import orjson
 from aiohttp import web
 
-from shepherd.policy import Policy
-from shepherd.replies import http_error, json_error
-from shepherd.spaces import SpaceError, action_to_json, check_action_mask, space_to_json
+from shepherd.policies.onnx import Policy
+from shepherd.wire.replies import http_error, json_error
+from shepherd.wire.spaces import SpaceError, action_to_json, check_action_mask, space_to_json
 from shepherd.wire import (STEP_FIELDS, BadRequest, StepInput, VectorStepInput, parse_login, parse_object,
                            parse_step, parse_vector_step, session_key)
 

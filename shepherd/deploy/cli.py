@@ -18,8 +18,8 @@ import sys
 from aiohttp import web
 
 from shepherd.deploy.app import DeployConfig, create_app, new_key
-from shepherd.policy import Policy, PolicyError
-from shepherd.spaces import space_to_json
+from shepherd.policies.onnx import Policy, PolicyError
+from shepherd.wire.spaces import space_to_json
 
 EXIT_OK, EXIT_NOT_SERVED, EXIT_USAGE = 0, 1, 2
 

@@ -16,7 +16,7 @@ import sys
 
 from aiohttp import web
 
-from shepherd.connections import GuardedRunner, connection_limit
+from shepherd.wire.connections import GuardedRunner, connection_limit
 from shepherd.front.app import FrontConfig, create_app
 
 logger = logging.getLogger("shepherd.front")

@@ -27,7 +27,7 @@ from shepherd.front.frames import (ADDRESS_HEADER, CONTENT_TYPE, FRONT_END_HEADE
                                    MAX_ITEMS, TOKEN_HEADER, FrameError, Item, SnapshotNote, answer_header,
                                    encode_items)
 from shepherd.front.greedy import SNAPSHOT_HEADER, Snapshots
-from shepherd.replies import http_error, json_error
+from shepherd.wire.replies import http_error, json_error
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 The head notes on a login's or step's answer that the session's steps may be answered from a snapshot
 (``"snapshot": NAME, "version": V`` in the answer frame, and ``"n_envs": N`` for a vector session: an
 evaluate-mode session of a learner whose greedy policy numpy can run). The front end then keeps that session's
-key with the snapshot's name, fetches the snapshot (``GET /internal/snapshot``, `shepherd.snapshots`) once per
+key with the snapshot's name, fetches the snapshot (``GET /internal/snapshot``, `shepherd.policies.snapshots`) once per
 published version, and answers the session's next steps itself: it parses and checks the step as the head
 would (`shepherd.wire`), chooses the action (a vector step's: every env's, in one pass) with numpy, and sends
 the head only a ``greedy`` item (`shepherd.wire.GreedyStep` or `GreedyVectorStep`: the step's digest, rewards,
@@ -29,8 +29,8 @@ from typing import Any, Awaitable, Callable
 import aiohttp
 
 from shepherd.front.frames import NOT_HERE, SNAPSHOT_PATH, TOKEN_HEADER, Item, SnapshotNote
-from shepherd.snapshots import Snapshot, SnapshotError
-from shepherd.spaces import SpaceError, action_to_json
+from shepherd.policies.snapshots import Snapshot, SnapshotError
+from shepherd.wire.spaces import SpaceError, action_to_json
 from shepherd.wire import (STEP_FIELDS, BadRequest, greedy_step, greedy_vector_step, parse_object, parse_step,
                            parse_vector_step, session_key)
 

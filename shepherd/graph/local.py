@@ -25,7 +25,7 @@ from shepherd.client import env_action_mask, to_json  # the JSON a client sends:
 from shepherd.graph.manager import GraphManager, Serving
 from shepherd.graph.sessions import Acted, ActTimeout, Session, StepInput, Unauthorized, check_mask
 from shepherd.graph.validation import NOT_REACHED, Outcome, watch
-from shepherd.spaces import SpaceError, action_from_json, action_to_json, check_observation
+from shepherd.wire.spaces import SpaceError, action_from_json, action_to_json, check_observation
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from shepherd.graph.schedule import EvaluationResult, Schedule
 from shepherd.graph.served import ServedAgents
 from shepherd.graph.sessions import Acted, AnyStep, Session, SessionTable, TooManyEnvs, Unauthorized
 from shepherd.definition import AgentDefinition, Filters, Sharing, check_client_name
-from shepherd.spaces import SpaceError, parse_space, space_to_json
+from shepherd.wire.spaces import SpaceError, parse_space, space_to_json
 from shepherd.storage import AgentRecord, Store, hash_key
 
 logger = logging.getLogger(__name__)

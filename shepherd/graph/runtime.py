@@ -15,7 +15,7 @@ from shepherd.agents import ThreadedLearner, algorithm_info, checkpoint as check
 from shepherd.agents import metrics as training_metrics
 from shepherd.graph.schedule import EvaluationResult, PhaseTracker, Schedule
 from shepherd.level import Episode, Phase, Trial
-from shepherd.spaces import parse_space
+from shepherd.wire.spaces import parse_space
 from shepherd.storage import AgentRecord, EpisodeReturn, Store, StoreError
 from shepherd.storage.metrics import metrics_folder
 

@@ -25,7 +25,7 @@ import numpy as np
 from shepherd.agents import ALGORITHMS, ActionFuture, LearnerUnavailable
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.level import LevelManager, VectorLevel
-from shepherd.spaces import SpaceError, check_action_mask
+from shepherd.wire.spaces import SpaceError, check_action_mask
 from shepherd.storage import new_secret
 from shepherd.wire import GreedyStep, GreedyVectorStep, StepInput, VectorStepInput, fingerprint, vector_fingerprint
 

@@ -35,7 +35,7 @@ from gymnasium import spaces
 from shepherd.agents import ParameterError, algorithm_info, parameters
 from shepherd.graph.manager import GraphManager, InvalidPreset, PresetError, Problem
 from shepherd.graph.preset_file import Override, overridden, parse_override, read_yaml_preset, seed_overrides
-from shepherd.spaces import SpaceError, space_to_json
+from shepherd.wire.spaces import SpaceError, space_to_json
 
 PREFIX = "zoo:"
 #: RL Zoo's algorithm names (its hyperparams files' names) and the algorithms Shepherd serves them with

@@ -17,7 +17,7 @@ from shepherd.graph import ActTimeout, BadClient, Conflict, Gone, TooManyEnvs, T
 from shepherd.http.limits import TooManyRequests
 from shepherd.http.state import CONFIG
 from shepherd.storage import AlreadyExists, NotFound
-from shepherd.replies import http_error, json_error
+from shepherd.wire.replies import http_error, json_error
 from shepherd.wire import BadRequest
 
 logger = logging.getLogger(__name__)

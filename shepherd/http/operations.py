@@ -14,7 +14,7 @@ from shepherd.front.frames import NOT_HERE, SnapshotNote
 from shepherd.graph import Acted, Session
 from shepherd.http.protocol import STEP_FIELDS, parse_login, parse_object, parse_step, parse_vector_step, session_key
 from shepherd.http.state import CONFIG, GRAPH, LOGIN_THROTTLE, RATE_LIMITER
-from shepherd.spaces import action_to_json, space_to_json
+from shepherd.wire.spaces import action_to_json, space_to_json
 from shepherd.storage import hash_key
 from shepherd.wire import parse_greedy_step
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from shepherd.connections import FloodLog, GuardedRunner, connection_limit
+from shepherd.wire.connections import FloodLog, GuardedRunner, connection_limit
 from shepherd.http.app import create_app
 from shepherd.admin import AdminService
 from shepherd.http.state import ADMIN, CONFIG, CREATED_ADMIN_TOKEN, CREATED_KEYS, LOCAL_CREDENTIAL, ServerConfig

@@ -16,7 +16,7 @@ import gymnasium as gym
 import pytest
 
 from shepherd.client import Client, VectorClient, make_vector_env, run_env, run_vector_env
-from shepherd.policy import Policy
+from shepherd.policies.onnx import Policy
 from tests.conftest import ROOT
 from tests.e2e.deploy_process import DeployProcess
 from tests.onnx_policies import cartpole_by_angle, cartpole_controller

@@ -1,5 +1,5 @@
 """examples/cartpole_onnx.js: an exported policy in Node with onnxruntime-node, on the JavaScript CartPole of
-the HTTP example; its actions are shepherd.policy's (so the server's) for the same observations."""
+the HTTP example; its actions are shepherd.policies.onnx's (so the server's) for the same observations."""
 
 import json
 import shutil
@@ -8,7 +8,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from shepherd.policy import Policy
+from shepherd.policies.onnx import Policy
 from tests.conftest import ROOT
 from tests.onnx_policies import cartpole_controller, linear_box, masked_discrete
 

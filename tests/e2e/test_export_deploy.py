@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from shepherd.client import Client, run_env
-from shepherd.policy import Policy
+from shepherd.policies.onnx import Policy
 from tests.conftest import ROOT
 from tests.e2e.deploy_process import DeployProcess
 

@@ -15,7 +15,7 @@ import torch as th
 from shepherd.agents import ALGORITHMS, ParameterError
 from shepherd.graph import AgentSpec, GraphManager, PresetError, Schedule
 from shepherd.http import CREATED_KEYS, GRAPH, ServerConfig, create_app
-from shepherd.spaces import parse_space
+from shepherd.wire.spaces import parse_space
 
 ACTIONS = {"Discrete": 3, "Box": [[2], [-1.0, 0.0], [1.0, 10.0]], "MultiDiscrete": ["MultiDiscrete", [3, 2]],
            "MultiBinary": ["MultiBinary", 3]}

@@ -44,7 +44,7 @@ async def login_status(server) -> int:
 async def test_silent_connections_over_the_limit_are_refused_then_closed_and_logged_once(start, caplog):
     server = await start(max_connections=8, header_timeout_seconds=0.5)
     port = int(server.url.rsplit(":", 1)[1])
-    caplog.set_level(logging.INFO, logger="shepherd.connections")
+    caplog.set_level(logging.INFO, logger="shepherd.wire.connections")
     silent = [await asyncio.open_connection("127.0.0.1", port) for _ in range(30)]  # never send a byte
     replies = await asyncio.gather(*(asyncio.wait_for(reader.read(), WAIT) for reader, _ in silent))
     refused = [reply for reply in replies if reply.startswith(b"HTTP/1.1 503 ")]
@@ -54,7 +54,7 @@ async def test_silent_connections_over_the_limit_are_refused_then_closed_and_log
     for _, writer in silent:
         writer.close()
     assert await login_status(server) == 200  # the slots are free again for a good client
-    lines = [record.getMessage() for record in caplog.records if record.name == "shepherd.connections"]
+    lines = [record.getMessage() for record in caplog.records if record.name == "shepherd.wire.connections"]
     assert sum("refusing connections" in line for line in lines) == 1, lines
     assert sum("sent no request headers" in line for line in lines) == 1, lines
 

@@ -10,7 +10,7 @@ from gymnasium import spaces
 
 from shepherd.deploy.app import DeployConfig, Sessions, create_app
 from shepherd.http import protocol as learning_protocol
-from shepherd.policy import Policy
+from shepherd.policies.onnx import Policy
 from shepherd.wire import BadRequest
 from tests.onnx_policies import cartpole_controller, linear_box, masked_discrete
 

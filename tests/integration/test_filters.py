@@ -12,7 +12,7 @@ from stable_baselines3.common.vec_env import VecFrameStack, VecNormalize
 from shepherd.agents import ActMode, build_learner
 from shepherd.agents.filters import RunningMeanStd
 from shepherd.definition import AgentDefinition, Filters
-from shepherd.spaces import parse_space, space_to_json
+from shepherd.wire.spaces import parse_space, space_to_json
 from tests.integration.test_sb3_equivalence import sb3_weights, shepherd_vector_weights
 
 BOTH = Filters(normalize_observations=True, normalize_rewards=True)

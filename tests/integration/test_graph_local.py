@@ -14,7 +14,7 @@ import pytest
 from shepherd.graph import AgentSpec, Conflict, GraphManager, PresetError, PresetValidation, Schedule, StepInput
 from shepherd.graph.local import LocalClient, drive, make_step, serving_here, validate
 from shepherd.graph.validation import NOT_REACHED, REACHED
-from shepherd.spaces import SpaceError
+from shepherd.wire.spaces import SpaceError
 from shepherd.storage import Store
 
 PPO = {"n_envs": 2, "n_steps": 16, "batch_size": 32, "n_epochs": 2, "seed": 0, "policy_kwargs": {"net_arch": [16]}}

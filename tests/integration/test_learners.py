@@ -9,7 +9,7 @@ import torch as th
 from shepherd.agents import Kind, Request, ActMode, AgentFailed, build_learner
 from shepherd.agents import inline
 from shepherd.agents.inline import agrees, snapshot
-from shepherd.spaces import parse_space
+from shepherd.wire.spaces import parse_space
 
 OBS = parse_space([[4], "-inf", "inf"])
 ACT = parse_space(2)

@@ -16,7 +16,7 @@ from sb3_contrib import MaskablePPO
 from sb3_contrib.common.wrappers import ActionMasker
 
 from shepherd.agents import ActMode, Kind, Request, build_learner, sb3_arguments
-from shepherd.spaces import parse_space, space_to_json
+from shepherd.wire.spaces import parse_space, space_to_json
 
 PARAMS = {"n_steps": 64, "batch_size": 32, "n_epochs": 2, "learning_rate": "lin_0.001", "seed": 3,
           "policy_kwargs": {"net_arch": [16]}}

@@ -12,7 +12,7 @@ import pytest
 import torch as th
 
 from shepherd.agents import ActMode, Kind, Request, build_learner, inline
-from shepherd.spaces import parse_space
+from shepherd.wire.spaces import parse_space
 
 OBS = parse_space([[3], "-inf", "inf"])
 PARAMS = {"n_envs": 2, "n_steps": 4, "batch_size": 8, "n_epochs": 1, "seed": 0,

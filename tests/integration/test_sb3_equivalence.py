@@ -22,7 +22,7 @@ import torch as th
 
 from shepherd.agents import ActMode, algorithm_info, build_learner, sb3_arguments
 from shepherd.agents.registry import policy_name
-from shepherd.spaces import parse_space, space_to_json
+from shepherd.wire.spaces import parse_space, space_to_json
 
 CASES = {
     "PPO": ("CartPole-v1", 256, {"n_steps": 64, "batch_size": 32, "n_epochs": 2, "learning_rate": "lin_0.001"}),

@@ -1,4 +1,4 @@
-"""A learner's greedy snapshot sent to another process (`GreedyActor.snapshot_bytes`, `shepherd.snapshots`) acts
+"""A learner's greedy snapshot sent to another process (`GreedyActor.snapshot_bytes`, `shepherd.policies.snapshots`) acts
 as the learner's own greedy snapshot does: the same actions for the same observations (and masks), with the
 observation statistics and the action transform of the moment it was taken."""
 
@@ -12,8 +12,8 @@ import pytest
 
 from shepherd.agents import ActMode, build_learner
 from shepherd.definition import Filters
-from shepherd.snapshots import Snapshot, SnapshotError
-from shepherd.spaces import parse_space
+from shepherd.policies.snapshots import Snapshot, SnapshotError
+from shepherd.wire.spaces import parse_space
 
 OBS = parse_space([[5], "-inf", "inf"])
 
@@ -91,7 +91,7 @@ def test_cut_off_arrays_are_refused():
 
 @pytest.mark.e2e  # starts another process
 def test_a_front_end_runs_snapshots_without_torch():
-    code = ("import sys, shepherd.front.app, shepherd.front.greedy, shepherd.snapshots;"
+    code = ("import sys, shepherd.front.app, shepherd.front.greedy, shepherd.policies.snapshots;"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'stable_baselines3', 'sb3_contrib')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

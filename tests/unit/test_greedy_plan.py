@@ -1,6 +1,6 @@
 """A greedy plan is plain data: built from an SB3 policy (`inline.plan`), sent as JSON, and run on the
 policy's published weights by a process that cannot import torch, it gives the policy's own deterministic
-actions (`shepherd.greedy`)."""
+actions (`shepherd.policies.greedy`)."""
 
 import json
 import re
@@ -18,7 +18,7 @@ from stable_baselines3.dqn.policies import DQNPolicy
 from stable_baselines3.sac.policies import SACPolicy
 
 from shepherd.agents.inline import plan, weights_of
-from shepherd.greedy import Plan, PlanError
+from shepherd.policies.greedy import Plan, PlanError
 
 ROOT = Path(__file__).resolve().parents[2]
 OBS = spaces.Box(-2.0, 2.0, (5,), np.float32)
@@ -42,7 +42,7 @@ RUN_WITHOUT_TORCH = """
 import json, sys
 import numpy as np
 sys.modules["torch"] = None  # importing torch now fails
-from shepherd.greedy import Plan
+from shepherd.policies.greedy import Plan
 folder = sys.argv[1]
 plan = Plan.from_data(json.load(open(folder + "/plan.json")))
 arrays = dict(np.load(folder + "/weights.npz", allow_pickle=False))

@@ -3,7 +3,7 @@
 import pytest
 
 from shepherd.http.limits import LoginThrottle, RateLimiter, TooManyRequests
-from shepherd.replies import retry_after_header
+from shepherd.wire.replies import retry_after_header
 
 
 def test_a_bucket_allows_its_burst_then_refuses_until_tokens_come_back():

@@ -1,4 +1,4 @@
-"""shepherd.policy: an exported policy file read with onnxruntime, acting as the server answers; its errors."""
+"""shepherd.policies.onnx: an exported policy file read with onnxruntime, acting as the server answers; its errors."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from shepherd.policy import Policy, PolicyError
+from shepherd.policies.onnx import Policy, PolicyError
 from tests.conftest import ROOT
 from tests.onnx_policies import (cartpole_controller, dict_discrete, linear_box, linear_discrete, masked_discrete,
                                  metadata, save)
@@ -138,7 +138,7 @@ def test_a_mask_that_does_not_fit_is_refused(tmp_path):
 @pytest.mark.e2e  # starts another process
 def test_reading_a_policy_never_imports_torch(tmp_path):
     path, _ = cartpole_controller(tmp_path / "p.onnx")
-    code = ("import sys, json; from shepherd.policy import Policy; "
+    code = ("import sys, json; from shepherd.policies.onnx import Policy; "
             f"print(Policy.load({str(path)!r}).act([0, 0, 0.1, 0])); "
             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'stable_baselines3', "
             "'sb3_contrib') or m.startswith(('shepherd.agents', 'shepherd.graph', 'shepherd.http')))))")

@@ -9,7 +9,7 @@ from shepherd.definition import AgentDefinition
 from shepherd.agents import (ALGORITHMS, ParameterError, ParamType, check_agent, check_parameters, check_spaces,
                              parameters, registry_records, sb3_arguments)
 from shepherd.agents.parameters import LinearSchedule
-from shepherd.spaces import parse_space
+from shepherd.wire.spaces import parse_space
 
 BOX1 = parse_space([[1], -2, 2])
 

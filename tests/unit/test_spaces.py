@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from shepherd.spaces import (SpaceError, action_from_json, action_to_json, check_observation, parse_space,
+from shepherd.wire.spaces import (SpaceError, action_from_json, action_to_json, check_observation, parse_space,
                              space_to_json)
 
 

@@ -4,7 +4,7 @@
     action = policy.act([0.01, -0.02, 0.03, 0.04])        # 1: as the server's JSON reply carries it
     actions = policy.act_batch([obs_0, obs_1, ...])       # one forward pass for all
 
-Observations are checked as the server checks a step's (`shepherd.spaces`) and actions converted to JSON as
+Observations are checked as the server checks a step's (`shepherd.wire.spaces`) and actions converted to JSON as
 it converts them, so an action equals the server's greedy answer to the same observation. This module never
 imports torch, stable-baselines3 or the learning code: the deploy server (``shepherd/deploy``) runs on it.
 """
@@ -19,7 +19,7 @@ import numpy as np
 import onnxruntime as ort
 from gymnasium import spaces
 
-from shepherd.spaces import (Observation, SpaceError, action_to_json, check_action_mask, check_observation,
+from shepherd.wire.spaces import (Observation, SpaceError, action_to_json, check_action_mask, check_observation,
                              check_observations, mask_size, parse_space, space_to_json)
 
 #: the file format this reader knows (the ``"format"`` of the ``shepherd`` metadata)
@@ -258,7 +258,7 @@ class Policy:
         return [action_to_json(self._action_space, action) for action in actions]
 
     def run(self, observations: Sequence[Observation], masks: Sequence[np.ndarray] | None = None) -> np.ndarray:
-        """The model on observations already checked by `shepherd.spaces` (as the server's parser gives
+        """The model on observations already checked by `shepherd.wire.spaces` (as the server's parser gives
         them) and masks already checked; returns the ``action`` output, one row per observation."""
         feeds: dict[str, np.ndarray] = {}
         for name, space in self._inputs.items():

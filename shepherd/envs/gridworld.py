@@ -1,6 +1,6 @@
 """A small maze whose walls make actions invalid: the env of the action-mask preset and tests.
 
-``gymnasium.make("shepherd.gridworld:MaskedGrid-v0")`` (the module registers the id when imported). The
+``gymnasium.make("shepherd.envs.gridworld:MaskedGrid-v0")`` (the module registers the id when imported). The
 agent walks a 5x5 maze from the top-left corner to the bottom-right one::
 
     S . . . .
@@ -80,5 +80,5 @@ class MaskedGrid(Grid):
         return np.array([self._open(row + dr, col + dc) for dr, dc in MOVES])
 
 
-gym.register("MaskedGrid-v0", entry_point="shepherd.gridworld:MaskedGrid", max_episode_steps=50)
-gym.register("Grid-v0", entry_point="shepherd.gridworld:Grid", max_episode_steps=50)
+gym.register("MaskedGrid-v0", entry_point="shepherd.envs.gridworld:MaskedGrid", max_episode_steps=50)
+gym.register("Grid-v0", entry_point="shepherd.envs.gridworld:Grid", max_episode_steps=50)

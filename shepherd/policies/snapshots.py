@@ -2,8 +2,8 @@
 
 The head (``run.py --front-ends K``) sends a front end the *snapshot* of an agent's greedy policy (or of one
 client's, in an advised agent) on the private ``GET /internal/snapshot`` (docs/front-ends.md): the greedy
-plan (`shepherd.greedy.Plan`) with one published version of its weights, the observation statistics it
-normalises with, the action transform (`shepherd.transforms.ActionTransform`) and the spaces. `Snapshot`
+plan (`shepherd.policies.greedy.Plan`) with one published version of its weights, the observation statistics it
+normalises with, the action transform (`shepherd.policies.transforms.ActionTransform`) and the spaces. `Snapshot`
 runs it with numpy, as the head's own `GreedyActor` does, so an action is the head's up to float rounding.
 This module never imports torch; neither side unpickles anything.
 
@@ -22,9 +22,9 @@ import numpy as np
 import orjson
 from gymnasium import spaces
 
-from shepherd.greedy import Plan, PlanError
-from shepherd.spaces import SpaceError, check_action_mask, parse_space, space_to_json
-from shepherd.transforms import ActionTransform, normalized
+from shepherd.policies.greedy import Plan, PlanError
+from shepherd.wire.spaces import SpaceError, check_action_mask, parse_space, space_to_json
+from shepherd.policies.transforms import ActionTransform, normalized
 
 FORMAT = 1
 #: the element types a snapshot's arrays may have (the published weights are float32)

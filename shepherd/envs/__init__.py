@@ -1,0 +1,6 @@
+"""Gymnasium environments of Shepherd's own, registered when this package is imported: CartPole without
+velocities and in sensor units (`cartpoles`, ids ``shepherd/CartPoleNoVel-v1`` and ``shepherd/CartPoleSensors-v1``:
+``gymnasium.make("shepherd.envs:shepherd/CartPoleNoVel-v1")``) and a maze with action masks (`gridworld`,
+``gymnasium.make("shepherd.envs.gridworld:MaskedGrid-v0")``)."""
+
+from shepherd.envs import cartpoles as cartpoles

@@ -1,0 +1,206 @@
+"""The client protocol's steps as typed values (checked once, at the edge, by `shepherd.wire.parse`) and their
+digests, which tell a true retry from another step."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import numbers
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import orjson
+
+#: checks a client's action mask: (value, the agent's action space or None when it takes none, where) ->
+#: the flat boolean mask; raises SpaceError
+MaskCheck = Callable[[Any, Any, str], np.ndarray]
+
+
+class BadRequest(ValueError):
+    """The body is malformed or does not fit the agent's spaces."""
+
+
+@dataclass(frozen=True)
+class EnvSteps:
+    """The N envs' parts of one vector step, as columns (one item per env): ``obs[i]`` after env i's last
+    action (the next episode's first when it ended), ``reward[i]`` for that action, and, when its episode
+    ended (``ended[i]``), ``final_obs[i]`` and whether the end was a time limit (``truncated[i]``:
+    bootstrapped) rather than terminal. ``masks[i]`` is env i's action mask for ``obs[i]`` (``masks`` None:
+    no env sent one)."""
+
+    obs: list[Any]
+    reward: list[float]
+    ended: list[bool]
+    truncated: list[bool]
+    final_obs: list[Any]
+    masks: list[Any] | None = None
+
+
+@dataclass(frozen=True)
+class StepInput:
+    """One checked step of the protocol; ``seq`` is the client's optional sequence number, ``mask`` its
+    checked action mask for ``obs`` (None: every action allowed)."""
+
+    obs: Any
+    reward: float
+    done: bool
+    truncated: bool = False  # a time limit: the learner bootstraps instead of treating the end as terminal
+    seq: int | None = None
+    mask: Any = None
+
+    @classmethod
+    def of(cls, obs: Any, reward: Any, done: bool | None = None, terminated: bool | None = None,
+           truncated: bool | None = None, seq: int | None = None, mask: Any = None) -> StepInput:
+        """A step from a checked observation and gymnasium's flags: ``done`` defaults to terminated or
+        truncated, and the end is a time limit only when truncated and not also terminated.
+
+        Raises:
+            ValueError: the reward is not a finite number.
+        """
+        if isinstance(reward, bool) or not isinstance(reward, numbers.Real) or not math.isfinite(reward):
+            raise ValueError("'reward' must be a finite number")
+        if done is None:
+            done = bool(terminated) or bool(truncated)
+        return cls(obs, float(reward), bool(done), bool(done and truncated and not terminated), seq, mask)
+
+
+@dataclass(frozen=True)
+class VectorStepInput:
+    """One checked step of a vector session, as columns with one item per env (`EnvSteps`)."""
+
+    envs: EnvSteps
+    seq: int | None = None
+
+    @classmethod
+    def of(cls, obs: Sequence[Any], reward: Sequence[Any], terminated: Sequence[bool], truncated: Sequence[bool],
+           final_obs: Sequence[Any] | None = None, seq: int | None = None,
+           masks: Sequence[Any] | None = None) -> VectorStepInput:
+        """A vector step from checked observations and gymnasium's flags, with SB3 ``VecEnv``'s automatic
+        reset: env i's end is a time limit only when truncated and not also terminated.
+
+        Raises:
+            ValueError: the lists differ in length, a reward is not a finite number, or an env that ended
+                has no final observation (the message names the index).
+        """
+        n = len(obs)
+        for name, values in (("reward", reward), ("terminated", terminated), ("truncated", truncated)):
+            if len(values) != n:
+                raise ValueError(f"'{name}' has {len(values)} items and 'obs' {n}: one per env")
+        if masks is not None and len(masks) != n:
+            raise ValueError(f"'action_mask' has {len(masks)} items and 'obs' {n}: one mask per env")
+        if final_obs is not None and len(final_obs) != n:
+            raise ValueError(f"'final_obs' has {len(final_obs)} items and 'obs' {n}: one per env (null where "
+                             "the env did not end)")
+        for i, value in enumerate(reward):
+            if type(value) is not float and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+                raise ValueError(f"reward[{i}] must be a finite number")
+        if not all(math.isfinite(value) for value in reward):
+            raise ValueError(f"reward[{next(i for i, v in enumerate(reward) if not math.isfinite(v))}] must be "
+                             "a finite number")
+        ended = [bool(a) or bool(b) for a, b in zip(terminated, truncated)]
+        finals = list(final_obs) if final_obs is not None else [None] * n
+        for i, (end, last) in enumerate(zip(ended, finals)):
+            if end and last is None:
+                raise ValueError(f"env {i} ended (terminated or truncated) but final_obs[{i}] is missing: send "
+                                 "its last observation there, and the next episode's first in obs")
+            if not end and last is not None:
+                raise ValueError(f"final_obs[{i}] is given but env {i} did not end; send null there")
+        limits = [bool(b) and not a for a, b in zip(terminated, truncated)]
+        return cls(EnvSteps(list(obs), [float(value) for value in reward], ended, limits, finals,
+                            None if masks is None else list(masks)), seq)
+
+
+@dataclass(frozen=True)
+class GreedyStep:
+    """A step of an evaluate-mode session that a front end answered from its snapshot of the session's
+    greedy policy (``run.py --front-ends K``, docs/front-ends.md): what the head records of it.
+
+    ``fingerprint`` stands for the step's content (`fingerprint`: a retry must repeat it), ``action`` is the
+    JSON action the front end chose (None when the episode ended) and ``version`` the policy version that
+    chose it.
+    """
+
+    session_key: str
+    fingerprint: str
+    reward: float
+    done: bool
+    truncated: bool = False
+    seq: int | None = None
+    action: Any = None
+    version: int = 0
+
+    def to_json(self) -> bytes:
+        """The body of a front end's ``greedy`` item (`parse_greedy_step` reads it)."""
+        return orjson.dumps({"session_key": self.session_key, "fingerprint": self.fingerprint,
+                             "reward": self.reward, "done": self.done, "truncated": self.truncated, "seq": self.seq,
+                             "action": self.action, "version": self.version})
+
+
+@dataclass(frozen=True)
+class GreedyVectorStep:
+    """`GreedyStep` of a vector session: every env's reward, whether its episode ended, and the JSON
+    actions the front end chose (one per env, in env order)."""
+
+    session_key: str
+    fingerprint: str
+    reward: list[float]
+    ended: list[bool]
+    seq: int | None = None
+    actions: list[Any] = field(default_factory=list)
+    version: int = 0
+
+    def to_json(self) -> bytes:
+        """The body of a front end's ``greedy`` item of a vector session (`parse_greedy_step` reads it)."""
+        return orjson.dumps({"session_key": self.session_key, "fingerprint": self.fingerprint,
+                             "reward": self.reward, "ended": self.ended, "seq": self.seq, "actions": self.actions,
+                             "version": self.version})
+
+
+def greedy_vector_step(session_key: str, step: VectorStepInput, actions: list[Any], version: int) -> GreedyVectorStep:
+    """What a front end sends the head of a vector step it answered with ``actions`` (JSON, one per env)."""
+    envs = step.envs
+    return GreedyVectorStep(session_key, "" if step.seq is None else vector_fingerprint(step), envs.reward,
+                            envs.ended, step.seq, actions, version)
+
+
+def greedy_step(session_key: str, step: StepInput, action: Any, version: int) -> GreedyStep:
+    """What a front end sends the head of a step it answered with ``action`` (JSON; None: the episode ended).
+    A step without ``seq`` is never matched as a retry: it carries no digest."""
+    return GreedyStep(session_key, "" if step.seq is None else fingerprint(step), step.reward, step.done,
+                      step.truncated, step.seq, action, version)
+
+
+def fingerprint(step: StepInput) -> str:
+    """A digest of a checked step's content (observation, reward, flags, mask): two steps with the same
+    digest are the same step, whichever process parsed them (a retry is checked against it)."""
+    digest = hashlib.blake2b(digest_size=16)
+    _digest_observation(digest, step.obs)
+    digest.update(f"|{step.reward!r}|{step.done}|{step.truncated}|".encode())
+    if step.mask is not None:
+        digest.update(np.asarray(step.mask, dtype=bool).tobytes())
+    return digest.hexdigest()
+
+
+def vector_fingerprint(step: VectorStepInput) -> str:
+    """`fingerprint` of a checked vector step: every env's observation, final observation, mask, reward
+    and flags."""
+    digest = hashlib.blake2b(digest_size=16)
+    envs = step.envs
+    for index, obs in enumerate(envs.obs):
+        digest.update(f"env {index}|".encode())
+        _digest_observation(digest, obs)
+        if envs.final_obs[index] is not None:
+            digest.update(b"|final|")
+            _digest_observation(digest, envs.final_obs[index])
+        if envs.masks is not None and envs.masks[index] is not None:
+            digest.update(b"|mask|" + np.asarray(envs.masks[index], dtype=bool).tobytes())
+    digest.update(f"|{envs.reward!r}|{envs.ended}|{envs.truncated}|".encode())
+    return digest.hexdigest()
+
+
+def _digest_observation(digest: Any, obs: Any) -> None:
+    for key in sorted(obs) if isinstance(obs, dict) else [None]:
+        array = np.asarray(obs if key is None else obs[key])
+        digest.update(f"{key}|{array.dtype.str}|{array.shape}|".encode())
+        digest.update(np.ascontiguousarray(array).tobytes())
