@@ -366,10 +366,11 @@ from stable_baselines3 import A2C, DQN, PPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 from shepherd.agents import algorithm_info, sb3_arguments
-from shepherd.graph.presets import load_preset
+from shepherd.graph import GraphManager
+from shepherd.loading.presets import load_preset
 from shepherd.wire.spaces import parse_space
 
-graph = load_preset({preset!r})  # the hyperparameters of the preset Shepherd serves, through the same code
+graph = GraphManager.of(load_preset({preset!r}))  # the hyperparameters of the preset Shepherd serves, through the same code
 spec = graph.agents[0]
 values = dict(spec.parameters)
 if not algorithm_info(spec.algorithm).on_policy:
@@ -482,10 +483,11 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.evaluation import evaluate_policy
 from shepherd.agents import sb3_arguments
-from shepherd.graph.presets import load_preset
+from shepherd.graph import GraphManager
+from shepherd.loading.presets import load_preset
 from shepherd.wire.spaces import parse_space
 
-graph = load_preset({preset!r})
+graph = GraphManager.of(load_preset({preset!r}))
 spec, schedule, validation = graph.agents[0], graph.schedule, graph.validation
 kwargs, n_envs = sb3_arguments(spec.algorithm, parse_space(spec.action_space), dict(spec.parameters))
 model = PPO("MlpPolicy", make_vec_env(validation.env_id, n_envs={n_envs}, seed=0), **kwargs)
@@ -569,7 +571,7 @@ def learning_runs(rounds: int, data: Path, preset: str = "cartpole_ppo", envs: i
     with the preset's hyperparameters, its envs and its evaluations (every 5,000 steps, 5 greedy
     episodes, the target 475), each in a process of its own, in alternating order; wall times of the
     whole commands and until the line saying the target was reached."""
-    from shepherd.graph.presets import load_preset, preset_path
+    from shepherd.loading.presets import load_preset, preset_path
 
     path = preset_path(preset)
     timeout = load_preset(preset).validation.timeout_seconds + 120

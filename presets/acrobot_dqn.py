@@ -1,8 +1,8 @@
 """DQN on Acrobot-v1 (RL Zoo hyperparameters); 2 clients reach an evaluation return of -100."""
 
-from shepherd.graph import AgentSpec, GraphManager, PresetValidation, Schedule
+from shepherd.graph import AgentSpec, Preset, PresetValidation, Schedule
 
-graph_manager = GraphManager(
+preset = Preset(
     owner="demo",
     agents=[
         AgentSpec(

@@ -1,8 +1,8 @@
 """A2C on CartPole-v1; 4 clients, each filling its own rollout segments, reach an evaluation return of 475."""
 
-from shepherd.graph import AgentSpec, GraphManager, PresetValidation, Schedule
+from shepherd.graph import AgentSpec, Preset, PresetValidation, Schedule
 
-graph_manager = GraphManager(
+preset = Preset(
     owner="demo",
     agents=[
         AgentSpec(

@@ -1,8 +1,8 @@
 """DQN on CartPole-v1 (RL Zoo hyperparameters); heatup fills the replay buffer, then 2 clients reach 475."""
 
-from shepherd.graph import AgentSpec, GraphManager, PresetValidation, Schedule
+from shepherd.graph import AgentSpec, Preset, PresetValidation, Schedule
 
-graph_manager = GraphManager(
+preset = Preset(
     owner="demo",
     agents=[
         AgentSpec(

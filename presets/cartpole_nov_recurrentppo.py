@@ -5,9 +5,9 @@ hyperparameters, without its observation normalisation (Shepherd has no observat
 twice its budget.
 """
 
-from shepherd.graph import AgentSpec, GraphManager, PresetValidation, Schedule
+from shepherd.graph import AgentSpec, Preset, PresetValidation, Schedule
 
-graph_manager = GraphManager(
+preset = Preset(
     owner="demo",
     agents=[
         AgentSpec(

@@ -1,8 +1,8 @@
 """PPO on CartPole-v1 (RL Zoo hyperparameters); 4 clients reach an evaluation return of 475."""
 
-from shepherd.graph import AgentSpec, GraphManager, PresetValidation, Schedule
+from shepherd.graph import AgentSpec, Preset, PresetValidation, Schedule
 
-graph_manager = GraphManager(
+preset = Preset(
     owner="demo",
     agents=[
         AgentSpec(

@@ -1,8 +1,8 @@
 """QR-DQN (sb3-contrib) on CartPole-v1 (RL Zoo hyperparameters); after heatup, 2 clients reach 475."""
 
-from shepherd.graph import AgentSpec, GraphManager, PresetValidation, Schedule
+from shepherd.graph import AgentSpec, Preset, PresetValidation, Schedule
 
-graph_manager = GraphManager(
+preset = Preset(
     owner="demo",
     agents=[
         AgentSpec(

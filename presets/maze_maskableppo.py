@@ -3,9 +3,9 @@
 The maze is `shepherd.envs.gridworld`'s: clients send each step's valid moves as "action_mask", so the agent
 never walks into a wall; -14 is the shortest path's return."""
 
-from shepherd.graph import AgentSpec, GraphManager, PresetValidation, Schedule
+from shepherd.graph import AgentSpec, Preset, PresetValidation, Schedule
 
-graph_manager = GraphManager(
+preset = Preset(
     owner="demo",
     agents=[
         AgentSpec(

@@ -1,8 +1,8 @@
 """TD3 on MountainCarContinuous-v0 with Ornstein-Uhlenbeck noise per client; 2 clients reach a return of 90."""
 
-from shepherd.graph import AgentSpec, GraphManager, PresetValidation, Schedule
+from shepherd.graph import AgentSpec, Preset, PresetValidation, Schedule
 
-graph_manager = GraphManager(
+preset = Preset(
     owner="demo",
     agents=[
         AgentSpec(

@@ -1,8 +1,8 @@
 """SAC on Pendulum-v1 (continuous torque); 2 clients reach an evaluation return of -200."""
 
-from shepherd.graph import AgentSpec, GraphManager, PresetValidation, Schedule
+from shepherd.graph import AgentSpec, Preset, PresetValidation, Schedule
 
-graph_manager = GraphManager(
+preset = Preset(
     owner="demo",
     agents=[
         AgentSpec(

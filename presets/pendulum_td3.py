@@ -1,8 +1,8 @@
 """TD3 on Pendulum-v1 with Gaussian action noise per client; 2 clients reach an evaluation return of -200."""
 
-from shepherd.graph import AgentSpec, GraphManager, PresetValidation, Schedule
+from shepherd.graph import AgentSpec, Preset, PresetValidation, Schedule
 
-graph_manager = GraphManager(
+preset = Preset(
     owner="demo",
     agents=[
         AgentSpec(

@@ -1,8 +1,8 @@
 """TQC (sb3-contrib) on Pendulum-v1 (RL Zoo's settings, without gSDE); 2 clients reach -200."""
 
-from shepherd.graph import AgentSpec, GraphManager, PresetValidation, Schedule
+from shepherd.graph import AgentSpec, Preset, PresetValidation, Schedule
 
-graph_manager = GraphManager(
+preset = Preset(
     owner="demo",
     agents=[
         AgentSpec(

@@ -49,7 +49,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def list_presets_command() -> int:
     """``run.py -l``: every preset, its kind (python or yaml) and its description's first line."""
-    from shepherd.graph.presets import preset_entries
+    from shepherd.loading.presets import preset_entries
 
     entries = preset_entries()
     width = max((len(entry.name) for entry in entries), default=0)
@@ -57,7 +57,7 @@ def list_presets_command() -> int:
         print(f"{entry.name:<{width}}  {entry.kind:<6}  {entry.description}")
     print("\nrun.py -p NAME serves one (python: presets/NAME.py, yaml: presets/NAME.yaml); run.py check NAME "
           "checks it.")
-    from shepherd.graph.zoo import zoo_folder
+    from shepherd.loading.zoo import zoo_folder
 
     installed = "installed" if zoo_folder() is not None else "not installed: zoo:FILE.yml#ENV_ID only"
     print(f"RL Zoo's hyperparameters: -p zoo:ALGO/ENV_ID (rl_zoo3 {installed}), or -p zoo:FILE.yml#ENV_ID.")
@@ -65,22 +65,22 @@ def list_presets_command() -> int:
 
 
 def check_command(args: argparse.Namespace) -> int:
-    from shepherd.graph import PresetError
-    from shepherd.graph.manager import InvalidPreset
-    from shepherd.graph.presets import load_preset, preset_path, shown_path
+    from shepherd.graph import GraphManager, PresetError
+    from shepherd.graph.preset import InvalidPreset
+    from shepherd.loading.presets import load_preset, preset_path, shown_path
 
     overrides = [*(getattr(args, "overrides", None) or []), *(args.check_overrides or [])]
     seed = args.check_seed if args.check_seed is not None else getattr(args, "seed", None)
-    zoo = args.preset.startswith("zoo:")  # RL Zoo's hyperparameters (shepherd.graph.zoo)
+    zoo = args.preset.startswith("zoo:")  # RL Zoo's hyperparameters (shepherd.loading.zoo)
     shown = args.preset
     try:
         if zoo:
-            from shepherd.graph.zoo import zoo_source
+            from shepherd.loading.zoo import zoo_source
 
             shown = zoo_source(args.preset).shown
         else:
             shown = shown_path(preset_path(args.preset))
-        graph = load_preset(args.preset, overrides=overrides, seed=seed)
+        graph = GraphManager.of(load_preset(args.preset, overrides=overrides, seed=seed))
         problems = graph.build_problems()
         if problems:
             raise InvalidPreset(problems).located(shown)

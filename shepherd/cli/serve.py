@@ -108,7 +108,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def serve_command(args: argparse.Namespace) -> int:
-    from shepherd.graph import load_preset
+    from shepherd.loading import load_preset
 
     for name in ("clients", "max_sessions", "rate_limit", "front_ends"):
         if getattr(args, name) < 0:
@@ -126,7 +126,7 @@ def serve_command(args: argparse.Namespace) -> int:
     if not args.front_end_snapshots and not args.front_ends:
         raise UsageError("--no-front-end-snapshots needs --front-ends")
     try:
-        graph = load_preset(args.preset, overrides=args.overrides or (), seed=args.seed)
+        graph = GraphManager.of(load_preset(args.preset, overrides=args.overrides or (), seed=args.seed))
         if args.clients and graph.validation is None:
             raise PresetError(f"preset {graph.name} has no validation block, so --clients has no env to run")
         if args.ray is not None:

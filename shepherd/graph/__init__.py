@@ -1,8 +1,9 @@
-"""Graph: the GraphManager, its schedule and phases, checkpoints and preset loading."""
+"""Graph: the GraphManager built from a `Preset`, its schedule and phases, served agents, sessions and checkpoints
+(preset files are read by `shepherd.loading`)."""
 
 from shepherd.graph.advised import AdvisedAgent, BadClient
-from shepherd.graph.manager import DEFAULT_SCHEDULE, AgentSpec, GraphManager, PresetError, PresetValidation, Serving
-from shepherd.graph.presets import list_presets, load_preset
+from shepherd.graph.manager import DEFAULT_SCHEDULE, GraphManager, Serving
+from shepherd.graph.preset import AgentSpec, InvalidPreset, Preset, PresetError, PresetValidation, Problem
 from shepherd.graph.runtime import AgentRuntime, AgentStats
 from shepherd.graph.schedule import EvaluationResult, PhaseTracker, Schedule
 from shepherd.graph.sessions import (Acted, ActTimeout, Conflict, Gone, Session, SessionTable, StepInput, TooManyEnvs,
@@ -11,4 +12,4 @@ from shepherd.graph.sessions import (Acted, ActTimeout, Conflict, Gone, Session,
 __all__ = ["DEFAULT_SCHEDULE", "AdvisedAgent", "BadClient", "ActTimeout", "Acted", "AgentRuntime", "AgentSpec", "AgentStats", "Conflict",
            "EvaluationResult", "Gone", "GraphManager", "PhaseTracker", "PresetError", "PresetValidation", "Schedule", "Serving",
            "Session", "SessionTable", "StepInput", "TooManyEnvs", "TooManySessions", "Unauthorized", "VectorStepInput", "check_mask",
-           "WrongShape", "list_presets", "load_preset"]
+           "WrongShape", "InvalidPreset", "Preset", "Problem"]

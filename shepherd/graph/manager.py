@@ -12,80 +12,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from shepherd.agents import (AgentClosed, AgentFailed, Deliver, ParameterError, ThreadedLearner, algorithm_info, learner_for,
-                             check_agent, check_parameters, checkpoint as checkpoint_format, parameters,
+                             check_parameters, checkpoint as checkpoint_format, parameters,
                              registry_records)
 from shepherd.graph.advised import AdvisedAgent, BadClient
+from shepherd.graph.preset import AgentSpec, Preset, PresetError, PresetValidation, Problem
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.graph.schedule import EvaluationResult, Schedule
 from shepherd.graph.served import ServedAgents
 from shepherd.graph.sessions import Acted, AnyStep, Session, SessionTable, TooManyEnvs, Unauthorized
-from shepherd.definition import AgentDefinition, Filters, Sharing, check_client_name
+from shepherd.definition import Filters, Sharing, check_client_name
 from shepherd.wire.spaces import SpaceError, parse_space, space_to_json
 from shepherd.storage import AgentRecord, Store, hash_key
 
 logger = logging.getLogger(__name__)
-
-
-class PresetError(ValueError):
-    """A preset (or a stored agent) is not valid; the message says what to fix."""
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong with a preset: where (a key path, ``agents[0].parameters.gamma``; empty for the
-    whole preset), what, and where it came from (``source``: the preset's file, or the ``-cp`` that set it;
-    empty while not known)."""
-
-    path: str
-    message: str
-    source: str = ""
-
-    def __str__(self) -> str:
-        where = ": ".join(part for part in (self.source, self.path) if part)
-        return f"{where}: {self.message}" if where else self.message
-
-
-class InvalidPreset(PresetError):
-    """A preset with one or more problems: the message is every one of them, one per line."""
-
-    def __init__(self, problems: list[Problem]) -> None:
-        self.problems = list(problems)
-        super().__init__("\n".join(map(str, self.problems)))
-
-    def located(self, source: str) -> InvalidPreset:
-        """The same problems, those without a source given ``source`` (the preset's file)."""
-        return InvalidPreset([problem if problem.source else replace(problem, source=source)
-                              for problem in self.problems])
-
-
-#: an agent as a preset declares it (the one agent definition, by the name presets know)
-AgentSpec = AgentDefinition
-
-
-@dataclass(frozen=True)
-class PresetValidation:
-    """Coach's PresetValidationParameters: the env that proves the preset, and what it must reach."""
-
-    env_id: str
-    target_return: float
-    max_steps: int
-    clients: int = 1
-    agent: str | None = None  # which agent the local clients drive; the first by default
-    timeout_seconds: float = 900.0
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        """Raises ValueError for numbers out of range (the message starts with ``validation: NAME``)."""
-        for name in ("max_steps", "clients", "timeout_seconds"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"validation: {name} must be positive")
-        if not math.isfinite(self.target_return):
-            raise ValueError("validation: target_return must be a finite number")
 
 
 @dataclass(frozen=True)
@@ -115,60 +58,6 @@ def learner_values(algorithm: str, values: dict[str, Any], schedule: Schedule) -
     return values
 
 
-def preset_problems(agents: list[tuple[int, AgentSpec]], schedule: Schedule | None,
-                    validation_agent: str | None = None) -> list[Problem]:
-    """The problems of a preset's agents, each located as ``agents[INDEX]``: an unknown algorithm or
-    sharing mode, spaces the algorithm cannot handle, every bad parameter (through the registry's
-    `check_agent` and `check_parameters`), a heatup that contradicts the algorithm (unless ``schedule`` is
-    None: not known), names that repeat, and a validation ``agent`` the preset lacks.
-
-    ``agents`` pairs each agent with its index in the preset (a YAML preset leaves out the malformed ones).
-    """
-    problems = []
-    if not agents:
-        problems.append(Problem("agents", "a preset needs at least one agent"))
-    seen: dict[str, int] = {}
-    for index, spec in agents:
-        where = f"agents[{index}]"
-        if spec.name in seen:
-            problems.append(Problem(f"{where}.name", f"agent names in a preset must be unique; "
-                                                    f"agents[{seen[spec.name]}] is also named {spec.name!r}"))
-        seen.setdefault(spec.name, index)
-        try:
-            info, _ = check_agent(replace(spec, parameters={}))
-        except (ParameterError, SpaceError) as error:
-            problems.append(Problem(where, str(error)))
-            continue
-        if not isinstance(spec.parameters, dict):
-            problems.append(Problem(f"{where}.parameters", "must be a mapping of name: value"))
-            continue
-        for name, value in spec.parameters.items():
-            try:
-                check_parameters(info.name, {name: value})
-            except ParameterError as error:
-                problems.append(Problem(f"{where}.parameters.{name}", str(error)))
-        if schedule is None:
-            continue
-        starts = spec.parameters.get("learning_starts")
-        if not info.on_policy and starts is not None:
-            try:
-                different = int(starts) != schedule.heatup_steps
-            except (TypeError, ValueError):
-                different = False  # reported above as a bad value
-            if different:
-                problems.append(Problem(f"{where}.parameters.learning_starts",
-                                        f"learning_starts is the schedule's heatup_steps ({schedule.heatup_steps}); "
-                                        "set heatup_steps instead"))
-        if info.on_policy and schedule.heatup_steps:
-            problems.append(Problem("schedule.heatup_steps",
-                                    f"heatup_steps is for off-policy algorithms (their replay buffer); "
-                                    f"{info.name} (agent {spec.name!r}) learns only from its own policy's "
-                                    "actions, so set it to 0"))
-    if validation_agent is not None and validation_agent not in seen:
-        problems.append(Problem("validation.agent", f"names agent {validation_agent!r}, which the preset lacks"))
-    return problems
-
-
 class GraphManager:
     """Holds a preset's agents and schedule; serves them, and every other agent of the store (unless told
     to serve the preset's alone), to client sessions once `create_graph` ran.
@@ -179,13 +68,10 @@ class GraphManager:
     def __init__(self, agents: list[AgentSpec], schedule: Schedule | None = None,
                  validation: PresetValidation | None = None, owner: str = "shepherd",
                  description: str = "", default_schedule: Schedule | None = None) -> None:
-        self.agents = list(agents)
-        self.schedule = schedule or Schedule()
+        """A graph of a preset given by its parts (how a Python preset of the older form declares it;
+        `of` builds one from a `Preset`)."""
+        self.preset = Preset(tuple(agents), schedule or Schedule(), validation, owner, description)
         self.default_schedule = default_schedule or DEFAULT_SCHEDULE
-        self.validation = validation
-        self.owner = owner
-        self.description = description
-        self.name = ""
         self.evaluation_listeners: list[Callable[[AgentRuntime, EvaluationResult], None]] = []
         self._store: Store | None = None
         self._served: ServedAgents | None = None
@@ -198,6 +84,37 @@ class GraphManager:
         #: agent's) (`shepherd.agents.ray_learner.RayLearners`, run.py --ray); None: every learner runs here
         self.remote_learners: Callable[[AgentRecord, dict[str, Any], int | None, ThreadedLearner, str | None],
                                        ThreadedLearner] | None = None
+
+    @classmethod
+    def of(cls, preset: Preset) -> GraphManager:
+        """The graph of ``preset`` (nothing built or started yet)."""
+        graph = cls([])
+        graph.preset = preset
+        return graph
+
+    @property
+    def name(self) -> str:
+        return self.preset.name
+
+    @property
+    def agents(self) -> tuple[AgentSpec, ...]:
+        return self.preset.agents
+
+    @property
+    def schedule(self) -> Schedule:
+        return self.preset.schedule
+
+    @property
+    def validation(self) -> PresetValidation | None:
+        return self.preset.validation
+
+    @property
+    def owner(self) -> str:
+        return self.preset.owner
+
+    @property
+    def description(self) -> str:
+        return self.preset.description
 
     @classmethod
     def offline(cls, store: Store) -> GraphManager:
@@ -241,20 +158,17 @@ class GraphManager:
 
     # -- checking ------------------------------------------------------------------------------
     def check(self) -> None:
-        """Check the preset without building anything heavy.
+        """Check the preset without building anything heavy (`Preset.check`).
 
         Raises:
             InvalidPreset: every problem found: an unknown algorithm, a bad space, a bad parameter, or an
                 impossible schedule.
         """
-        problems = self.problems()
-        if problems:
-            raise InvalidPreset(problems)
+        self.preset.check()
 
     def problems(self) -> list[Problem]:
         """Every problem of the preset (`check` raises them), each with its key path (``agents[0]...``)."""
-        return preset_problems(list(enumerate(self.agents)), self.schedule,
-                               None if self.validation is None else self.validation.agent)
+        return self.preset.problems()
 
     def build_problems(self) -> list[Problem]:
         """Build every agent's learner (not started; nothing is written) and return the problems of those

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Callable, Final, Iterable
 from shepherd.graph.schedule import EvaluationResult
 
 if TYPE_CHECKING:
-    from shepherd.graph.manager import GraphManager, PresetValidation
+    from shepherd.graph.manager import GraphManager
+    from shepherd.graph.preset import PresetValidation
     from shepherd.graph.runtime import AgentRuntime
 
 logger = logging.getLogger(__name__)

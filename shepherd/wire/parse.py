@@ -7,13 +7,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import orjson
 from gymnasium import spaces
 
 from shepherd.definition import check_client_name
 from shepherd.wire.spaces import SpaceError, check_observation, check_observations
-from shepherd.wire.steps import (BadRequest, EnvSteps, GreedyStep, GreedyVectorStep, MaskCheck, StepInput,
+from shepherd.wire.steps import (BadRequest, GreedyStep, GreedyVectorStep, MaskCheck, StepInput,
                                  VectorStepInput)
 
 #: the fields of a step of either kind; `parse_step` and `parse_vector_step` refuse the other kind's

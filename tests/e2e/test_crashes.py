@@ -8,7 +8,8 @@ clear error instead of a silent reset.
 import subprocess
 import sys
 
-from shepherd.graph import load_preset
+from shepherd.graph import GraphManager
+from shepherd.loading import load_preset
 from shepherd.storage import Store
 from benchmarks.crashloop import crash_loop
 from tests.conftest import ROOT, TEST_PRESETS
@@ -40,7 +41,7 @@ def run_server(data, timeout=60):
 
 def start_and_stop_in_process(data) -> int:
     """Create the tiny preset's agent (or resume it), checkpoint it, stop; returns its steps."""
-    graph = load_preset(TINY)
+    graph = GraphManager.of(load_preset(TINY))
     store = Store(data)
     try:
         graph.create_graph(store)

@@ -26,7 +26,8 @@ import schemathesis
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 from hypothesis import HealthCheck, given, settings
 
-from shepherd.graph import load_preset
+from shepherd.graph import GraphManager
+from shepherd.loading import load_preset
 from shepherd.http import ServerConfig
 from shepherd.http.state import LOGIN_THROTTLE
 from tests.conftest import TEST_PRESETS, ServerThread
@@ -40,7 +41,7 @@ REPORT = os.environ.get("SHEPHERD_FUZZ_REPORT")
 
 @pytest.fixture(scope="module")
 def live_server(tmp_path_factory):
-    config = ServerConfig(load_preset(str(TEST_PRESETS / "tiny_ppo.py")), tmp_path_factory.mktemp("fuzz") / "data")
+    config = ServerConfig(GraphManager.of(load_preset(str(TEST_PRESETS / "tiny_ppo.py"))), tmp_path_factory.mktemp("fuzz") / "data")
     thread = ServerThread(config).start_and_wait()
     # the fuzz fails logins on purpose, hundreds of times: do not slow it down as a guesser
     thread.server.app[LOGIN_THROTTLE].free = 10 ** 9

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from shepherd.graph import list_presets, load_preset
-from shepherd.graph.zoo import zoo_folder
+from shepherd.loading import list_presets, load_preset
+from shepherd.loading.zoo import zoo_folder
 from tests.conftest import ROOT
 
 
@@ -28,7 +28,7 @@ def test_every_preset_reaches_its_target(preset, tmp_path):
     assert "target reached" in result.stdout
 
 
-#: RL Zoo entries served as they are (shepherd.graph.zoo), with the -cp each needs
+#: RL Zoo entries served as they are (shepherd.loading.zoo), with the -cp each needs
 ZOO_PRESETS = [("zoo:ppo/CartPole-v1", 4, ())]
 
 

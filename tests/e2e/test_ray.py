@@ -149,10 +149,11 @@ def serve_and_lose_the_learner(tmp_path, lose, actor_options=None, after=None, n
     checkpoint is written, ``after(learner)`` once a new actor took over, and check that the agent resumed
     from the checkpoint with every step counted once."""
     from shepherd.agents.ray_learner import RayLearners
-    from shepherd.graph import load_preset
+    from shepherd.graph import GraphManager
+    from shepherd.loading import load_preset
     from shepherd.http import ServerConfig
 
-    graph = load_preset(str(TEST_PRESETS / "tiny_ppo.py"))
+    graph = GraphManager.of(load_preset(str(TEST_PRESETS / "tiny_ppo.py")))
     graph.remote_learners = RayLearners(num_cpus, actor_options)
     server = ServerThread(ServerConfig(graph, tmp_path / "data")).start_and_wait()
     stop, totals = threading.Event(), [None, None]
@@ -238,10 +239,11 @@ def test_without_ray_it_is_never_imported(tmp_path):
     code = f"""
 import sys
 from shepherd.cli.main import build_parser
-from shepherd.graph import load_preset
+from shepherd.graph import GraphManager
+from shepherd.loading import load_preset
 from shepherd.storage import Store
 build_parser()
-graph = load_preset("cartpole_ppo")
+graph = GraphManager.of(load_preset("cartpole_ppo"))
 store = Store({str(tmp_path / "data")!r})
 graph.create_graph(store)
 graph.close()
@@ -279,14 +281,15 @@ def test_an_advised_agents_clients_learn_in_named_actors_and_the_advisee_reads_i
     training values."""
     from shepherd.agents.advice import Adoption
     from shepherd.agents.ray_learner import NAMESPACE, RayLearner, RayLearners
-    from shepherd.graph import load_preset
+    from shepherd.graph import GraphManager
+    from shepherd.loading import load_preset
     from shepherd.graph.runtime import client_folder
     from shepherd.level import Phase
     from shepherd.level.manager import Trial
     from shepherd.storage.metrics import progress_path, read_progress
     from shepherd.http import ServerConfig
 
-    graph = load_preset(str(TEST_PRESETS / "tiny_ppo_advised.py"))
+    graph = GraphManager.of(load_preset(str(TEST_PRESETS / "tiny_ppo_advised.py")))
     graph.remote_learners = RayLearners()
     server = ServerThread(ServerConfig(graph, tmp_path / "data")).start_and_wait()
     stop, errors = threading.Event(), []

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from shepherd.graph import list_presets
+from shepherd.loading import list_presets
 from tests.conftest import ROOT
 
 SCRIPT = """
 import json, shepherd
 from shepherd.cli import main
-from shepherd.graph import list_presets, load_preset
+from shepherd.loading import list_presets, load_preset
 graph = load_preset("cartpole_ppo")
 from_yaml = load_preset("cartpole_ppo_yaml")
 print(json.dumps({"file": shepherd.__file__, "presets": list_presets(), "loaded": graph.name,

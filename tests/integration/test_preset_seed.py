@@ -9,7 +9,8 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
-from shepherd.graph import load_preset
+from shepherd.graph import GraphManager
+from shepherd.loading import load_preset
 from shepherd.graph.local import drive, serving_here
 from shepherd.storage import Store
 from tests.conftest import TEST_PRESETS
@@ -21,7 +22,7 @@ async def learn(data: Path, seed: int | None) -> tuple[list[float], dict[str, np
     """The returns of one client's 300 steps (env seeded 0) and the agent's weights after them."""
     one_segment = ["agents.tiny.parameters.n_envs=1", "agents.tiny.parameters.batch_size=32",
                    "schedule.steps_between_evaluation_periods=null"]
-    graph = load_preset(PRESET, overrides=one_segment, seed=seed)
+    graph = GraphManager.of(load_preset(PRESET, overrides=one_segment, seed=seed))
     store = Store(data)
     try:
         key = graph.create_graph(store, serving_here())["tiny"]

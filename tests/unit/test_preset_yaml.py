@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from shepherd.cli import main
-from shepherd.graph import GraphManager, PresetError, load_preset
-from shepherd.graph.manager import InvalidPreset
-from shepherd.graph.preset_file import AGENT_KEYS, preset_data
-from shepherd.graph.presets import preset_entries, preset_path
+from shepherd.graph import GraphManager, Preset, PresetError
+from shepherd.loading import load_preset
+from shepherd.graph.preset import InvalidPreset
+from shepherd.loading.yaml_preset import AGENT_KEYS, preset_data
+from shepherd.loading.presets import preset_entries, preset_path
 from tests.conftest import TEST_PRESETS
 
 AGENT = """
@@ -39,7 +40,7 @@ def problems_of(path: str | Path, *overrides: str, seed: int | None = None) -> l
 
 def test_the_yaml_cartpole_preset_is_the_python_one():
     python, yaml = load_preset("cartpole_ppo"), load_preset("cartpole_ppo_yaml")
-    assert isinstance(yaml, GraphManager) and yaml.name == "cartpole_ppo_yaml"
+    assert isinstance(yaml, Preset) and yaml.name == "cartpole_ppo_yaml"
     assert yaml.agents == python.agents  # names, algorithms, spaces, parameters, sharing
     assert yaml.schedule == python.schedule
     assert yaml.validation == python.validation

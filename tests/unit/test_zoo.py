@@ -11,9 +11,11 @@ import re
 import pytest
 
 from shepherd.cli import main
-from shepherd.graph import PresetError, load_preset
-from shepherd.graph.manager import InvalidPreset
-from shepherd.graph.zoo import ExpressionError, literal, map_entry, read_entry, zoo_folder, zoo_source
+from shepherd.graph import PresetError
+from shepherd.loading import load_preset
+from shepherd.graph.preset import InvalidPreset
+from shepherd.loading.zoo import map_entry, read_entry, zoo_folder, zoo_source
+from shepherd.loading.zoo_literal import ExpressionError, literal
 from tests.conftest import TEST_PRESETS
 
 ZOO = TEST_PRESETS / "zoo"

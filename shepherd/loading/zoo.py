@@ -1,7 +1,7 @@
 """RL Zoo's hyperparameter files read as they are: ``zoo:ALGO/ENV_ID`` and ``zoo:FILE.yml#ENV_ID`` presets.
 
 RL Baselines3 Zoo keeps one YAML file per algorithm (``hyperparams/ppo.yml``), one entry per env id. This
-module turns one entry into a preset's plain form (as `shepherd.graph.preset_file` builds presets), which
+module turns one entry into a preset's plain form (as `shepherd.loading.yaml_preset` builds presets), which
 then goes through the same checks and ``-cp`` overrides as a YAML preset:
 
 - ``zoo:ppo/CartPole-v1``: the entry ``CartPole-v1`` of ``hyperparams/ppo.yml`` of the installed
@@ -21,7 +21,6 @@ what cannot is refused by name, one line each. ``-cp zoo.KEY=VALUE`` changes the
 
 from __future__ import annotations
 
-import ast
 import importlib.util
 import math
 import re
@@ -33,8 +32,10 @@ import gymnasium as gym
 from gymnasium import spaces
 
 from shepherd.agents import ParameterError, algorithm_info, parameters
-from shepherd.graph.manager import GraphManager, InvalidPreset, PresetError, Problem
-from shepherd.graph.preset_file import Override, overridden, parse_override, read_yaml_preset, seed_overrides
+from shepherd.graph.preset import InvalidPreset, Preset, PresetError, Problem
+from shepherd.loading.overrides import Override, overridden, parse_override, seed_overrides
+from shepherd.loading.yaml_preset import read_yaml_preset
+from shepherd.loading.zoo_literal import ExpressionError, literal
 from shepherd.wire.spaces import SpaceError, space_to_json
 
 PREFIX = "zoo:"
@@ -51,7 +52,6 @@ EVALUATIONS = 20
 #: steps per second a zoo preset's validation assumes at least, for its timeout (never under 900 s)
 SLOWEST_STEPS_PER_SECOND = 50
 
-_ACTIVATIONS = {"Tanh": "tanh", "ReLU": "relu", "ELU": "elu", "LeakyReLU": "leaky_relu", "GELU": "gelu"}
 _NORMALIZE_KEYS = {"norm_obs": "normalize_observations", "norm_reward": "normalize_rewards",
                    "clip_obs": "clip_observations", "clip_reward": "clip_rewards", "gamma": "gamma",
                    "epsilon": "epsilon"}
@@ -157,73 +157,6 @@ def read_entry(source: ZooSource) -> tuple[dict[str, Any], bool]:
 
 
 # -- Python expressions in zoo files, read without evaluating them ---------------------------------------
-class ExpressionError(ValueError):
-    """A zoo file's Python expression holds something that is not plain data."""
-
-
-def literal(text: str) -> Any:
-    """A zoo file's Python expression (``dict(net_arch=[64, 64], activation_fn=nn.ReLU)``,
-    ``"{'norm_obs': True}"``) as plain data, read with `ast` and never evaluated: numbers, strings,
-    booleans, None, lists, tuples, ``{...}`` and ``dict(...)``; ``nn.ReLU`` (or ``th.nn.ReLU``,
-    ``torch.nn.ReLU``) becomes the activation's name Shepherd's ``activation_fn`` takes (``relu``).
-
-    Raises:
-        ExpressionError: anything else (a call, a name, an unknown class), naming it.
-    """
-    try:
-        tree = ast.parse(text.strip(), mode="eval")
-    except SyntaxError as error:
-        raise ExpressionError(f"not a Python expression: {error.msg}") from None
-    return _node(tree.body)
-
-
-def _node(node: ast.AST) -> Any:
-    if isinstance(node, ast.Constant):
-        return node.value
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        value = _node(node.operand)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return -value if isinstance(node.op, ast.USub) else value
-    if isinstance(node, (ast.List, ast.Tuple)):
-        return [_node(item) for item in node.elts]
-    if isinstance(node, ast.Dict):
-        found = {}
-        for key, value in zip(node.keys, node.values):
-            if key is None:
-                raise ExpressionError("** in a mapping is not plain data")
-            found[_key(key)] = _node(value)
-        return found
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" and not node.args:
-        if any(keyword.arg is None for keyword in node.keywords):
-            raise ExpressionError("** in dict(...) is not plain data")
-        return {str(keyword.arg): _node(keyword.value) for keyword in node.keywords}
-    dotted = _dotted(node)
-    if dotted is not None:
-        module, _, name = dotted.rpartition(".")
-        if module in ("nn", "th.nn", "torch.nn") and name in _ACTIVATIONS:
-            return _ACTIVATIONS[name]
-        raise ExpressionError(f"{dotted} is not one of the activations Shepherd takes "
-                              f"({', '.join('nn.' + key for key in _ACTIVATIONS)})")
-    raise ExpressionError(f"{ast.unparse(node)!r} is not plain data")
-
-
-def _key(node: ast.AST) -> str:
-    key = _node(node)
-    if not isinstance(key, str):
-        raise ExpressionError(f"mapping keys must be strings, not {key!r}")
-    return key
-
-
-def _dotted(node: ast.AST) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        inner = _dotted(node.value)
-        return None if inner is None else f"{inner}.{node.attr}"
-    return None
-
-
-# -- mapping an entry into a preset -----------------------------------------------------------------------
 def agent_name(zoo_algorithm: str, env_id: str) -> str:
     """``ppo-CartPole-v1``: letters, digits, ``_.-`` only (a ``module:Env-v0`` id loses its module)."""
     return re.sub(r"[^A-Za-z0-9_.-]", "-", f"{zoo_algorithm}-{env_id.rpartition(':')[2]}")[:64]
@@ -404,8 +337,8 @@ def map_entry(entry: dict[str, Any], source: ZooSource, default: bool = False) -
     return data, problems
 
 
-def load_zoo_preset(text: str, overrides: list[Override], problems: list[Problem]) -> GraphManager:
-    """The `GraphManager` of a ``zoo:`` preset, its ``-cp zoo.KEY`` overrides applied to the entry and the
+def load_zoo_preset(text: str, overrides: list[Override], problems: list[Problem]) -> Preset:
+    """The `Preset` of a ``zoo:`` preset, its ``-cp zoo.KEY`` overrides applied to the entry and the
     others to the preset it maps to; every problem at once.
 
     Raises:
@@ -431,7 +364,7 @@ def load_zoo_preset(text: str, overrides: list[Override], problems: list[Problem
         raise error.located(source.shown) from None
 
 
-def load(text: str, overrides: list[str] | tuple[str, ...], seed: int | None) -> GraphManager:
+def load(text: str, overrides: list[str] | tuple[str, ...], seed: int | None) -> Preset:
     """``load_preset`` for ``zoo:`` presets: parse the overrides, add ``--seed``'s, load.
 
     Raises:

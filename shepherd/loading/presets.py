@@ -1,5 +1,6 @@
-"""Finding, listing and loading preset files: Python modules that define ``graph_manager``, and YAML
-files of the same fields (`shepherd.graph.preset_file`).
+"""Finding, listing and loading preset files into a `Preset`: Python modules that define ``preset`` (or, the
+older form, ``graph_manager``), YAML files of the same fields (`shepherd.loading.yaml_preset`) and RL Zoo's
+entries (``zoo:``, `shepherd.loading.zoo`), with ``-cp`` and ``--seed`` applied.
 
 The presets live in ``presets/`` at the top of the repository; the packaging installs that folder as the
 package ``shepherd.presets`` (setup.py), so an installed copy finds them there, and a checkout that is not
@@ -13,12 +14,13 @@ import importlib.resources
 import importlib.util
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from shepherd.graph.manager import GraphManager, InvalidPreset, PresetError, Problem
-from shepherd.graph.preset_file import (YAML_SUFFIXES, graph_from_data, overridden, parse_override, preset_data,
-                                        read_yaml_preset, seed_overrides)
+from shepherd.graph.manager import GraphManager
+from shepherd.graph.preset import InvalidPreset, Preset, PresetError, Problem
+from shepherd.loading.overrides import overridden, parse_override, seed_overrides
+from shepherd.loading.yaml_preset import YAML_SUFFIXES, preset_data, preset_from_data, read_yaml_preset
 
 logger = logging.getLogger(__name__)
 
@@ -118,17 +120,17 @@ def list_presets(folder: Path | None = None) -> dict[str, str]:
 
 
 def load_preset(name: str, folder: Path | None = None, overrides: Sequence[str] = (),
-                seed: int | None = None) -> GraphManager:
-    """A preset's ``graph_manager`` (a Python preset's, or the one a YAML preset describes), checked; with
-    ``seed``, every agent's ``seed`` parameter set to it; then with the overrides (``KEY=VALUE``, see
-    `shepherd.graph.preset_file.apply_overrides`) applied, in order.
+                seed: int | None = None) -> Preset:
+    """A preset (a Python preset's ``preset``, or the one a YAML file or a ``zoo:`` entry describes),
+    checked; with ``seed``, every agent's ``seed`` parameter set to it; then with the overrides
+    (``KEY=VALUE``, see `shepherd.loading.overrides.apply_overrides`) applied, in order.
 
     Raises:
-        PresetError: the file is missing, does not define a GraphManager, or the preset is invalid (an
+        PresetError: the file is missing, does not define a preset, or the preset is invalid (an
             `InvalidPreset` listing every problem, each with its file or its ``-cp``).
     """
-    if name.startswith("zoo:"):  # RL Zoo's hyperparameters: shepherd.graph.zoo
-        from shepherd.graph import zoo
+    if name.startswith("zoo:"):  # RL Zoo's hyperparameters: shepherd.loading.zoo
+        from shepherd.loading import zoo
 
         return zoo.load(name, list(overrides), seed)
     path = preset_path(name, folder)
@@ -143,15 +145,13 @@ def load_preset(name: str, folder: Path | None = None, overrides: Sequence[str] 
         if path.suffix in YAML_SUFFIXES:  # overrides go into the file's data: its problems and theirs at once
             data = read_yaml_preset(path)
             if not parsed and not problems and seed is None:
-                return graph_from_data(data, path.stem)
+                return preset_from_data(data, path.stem)
             return overridden(data, path.stem, seed_overrides(data, seed) + parsed, problems)
-        graph = _load_python_preset(path)
+        preset = _load_python_preset(path)
         if not parsed and not problems and seed is None:
-            return graph
-        changed = overridden(preset_data(graph), graph.name, seed_overrides(preset_data(graph), seed) + parsed,
-                             problems)
-        changed.default_schedule = graph.default_schedule
-        return changed
+            return preset
+        data = preset_data(preset)
+        return overridden(data, preset.name, seed_overrides(data, seed) + parsed, problems)
     except InvalidPreset as error:
         raise error.located(shown_path(path)) from None
 
@@ -164,7 +164,7 @@ def shown_path(path: Path) -> str:
         return str(path)
 
 
-def _load_python_preset(path: Path) -> GraphManager:
+def _load_python_preset(path: Path) -> Preset:
     spec = importlib.util.spec_from_file_location(f"shepherd_preset_{path.stem}", path)
     if spec is None or spec.loader is None:
         raise PresetError(f"preset {path.stem}: {path} cannot be imported")
@@ -175,11 +175,13 @@ def _load_python_preset(path: Path) -> GraphManager:
         raise
     except Exception as error:
         raise PresetError(f"preset {path.stem}: {type(error).__name__}: {error}") from None
+    preset = getattr(module, "preset", None)
     graph_manager = getattr(module, "graph_manager", None)
-    if not isinstance(graph_manager, GraphManager):
-        raise PresetError(f"preset {path.stem} must define graph_manager = GraphManager(...)")
-    graph_manager.name = graph_manager.name or path.stem
-    if not graph_manager.description:
-        graph_manager.description = (module.__doc__ or "").strip().splitlines()[0] if module.__doc__ else ""
-    graph_manager.check()
-    return graph_manager
+    if not isinstance(preset, Preset) and isinstance(graph_manager, GraphManager):  # the older form
+        preset = graph_manager.preset
+    if not isinstance(preset, Preset):
+        raise PresetError(f"preset {path.stem} must define preset = Preset(...) (or graph_manager = GraphManager(...))")
+    description = preset.description or ((module.__doc__ or "").strip().splitlines() or [""])[0]
+    preset = replace(preset, name=preset.name or path.stem, description=description)
+    preset.check()
+    return preset
