@@ -188,8 +188,11 @@ def _build(adapter: SB3Algorithm, phase: str, normalization: dict[str, Normaliza
         sample, elem_type = _uniform(graph, noise, action_space, mask, off_policy)
     else:
         sample, elem_type = _explore(graph, noise, model, observation_space, action_space, inputs, mask)
-    if phase != "evaluate" and phase != "deploy" and off_policy and isinstance(action_space, spaces.Box):
-        sample = _action_noise(graph, noise, model.action_noise, sample)
+    if off_policy and isinstance(action_space, spaces.Box):
+        if phase not in ("evaluate", "deploy"):
+            sample = _action_noise(graph, noise, model.action_noise, sample)
+        # onnxruntime's Tanh can return 1.0000001 where torch's saturates at 1: the sample stays in [-1, 1]
+        sample = graph.op("Clip", sample, graph.const(-1.0, "minus_one"), graph.const(1.0, "one"))
     shape = tuple(int(n) for n in action_space.shape or ())
     if shape and not isinstance(action_space, spaces.Discrete):
         sample = graph.op("Reshape", sample, graph.const([-1, *shape], "shape", np.int64))
