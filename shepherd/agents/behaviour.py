@@ -191,7 +191,7 @@ def _build(adapter: SB3Algorithm, phase: str, normalization: dict[str, Normaliza
     if off_policy and isinstance(action_space, spaces.Box):
         if phase not in ("evaluate", "deploy"):
             sample = _action_noise(graph, noise, model.action_noise, sample)
-        # onnxruntime's Tanh can return 1.0000001 where torch's saturates at 1: the sample stays in [-1, 1]
+        # SB3's clip after action noise; and onnxruntime's Tanh can return 1.0000001 where torch's saturates at 1
         sample = graph.op("Clip", sample, graph.const(-1.0, "minus_one"), graph.const(1.0, "one"))
     shape = tuple(int(n) for n in action_space.shape or ())
     if shape and not isinstance(action_space, spaces.Discrete):
@@ -320,13 +320,12 @@ def _explore(graph: GraphBuilder, noise: _Noise, model: Any, observation_space: 
 
 
 def _action_noise(graph: GraphBuilder, noise: _Noise, action_noise: Any, scaled: str) -> str:
-    """SB3's ``clip(scaled + action_noise(), -1, 1)`` with ``NormalActionNoise`` (mu + sigma * z); the
-    action unchanged without noise."""
+    """SB3's ``scaled + action_noise()`` with ``NormalActionNoise`` (mu + sigma * z), before its clip to
+    [-1, 1] (`_build` clips every off-policy Box sample); the action unchanged without noise."""
     if action_noise is None:
         return scaled
     mu = np.asarray(action_noise._mu, dtype=np.float32).reshape(-1)
     sigma = np.asarray(action_noise._sigma, dtype=np.float32).reshape(-1)
     z = noise.normals(int(mu.size))
-    noisy = graph.op("Add", scaled, graph.op("Add", graph.const(mu, "noise_mu"),
-                                             graph.op("Mul", graph.const(sigma, "noise_sigma"), z)))
-    return graph.op("Clip", noisy, graph.const(-1.0, "minus_one"), graph.const(1.0, "one"))
+    return graph.op("Add", scaled, graph.op("Add", graph.const(mu, "noise_mu"),
+                                            graph.op("Mul", graph.const(sigma, "noise_sigma"), z)))

@@ -5,9 +5,11 @@ uniform noise from a fixed seed (so the tests are deterministic), and tests the 
 distribution SB3's own policy has for that observation, at significance level ALPHA = 0.001 per test:
 Pearson's chi-square (categorical), the exact binomial test (a bit, an epsilon-greedy frequency, a clipped
 share), Kolmogorov-Smirnov per dimension (Gaussian, squashed Gaussian through atanh, uniform). Policies'
-weights are drawn wider than SB3's initialisation so that the distributions are far from uniform, and
-each test was seen failing with the sampling broken (the categorical's CDF shifted, Box-Muller's sine
-dropped, the epsilon ignored).
+weights are drawn wider than SB3's initialisation so that the distributions are far from uniform. Each
+distribution test was seen failing with the sampling broken once: the categorical's uniform scaled by
+0.97, Box-Muller with -ln instead of -2 ln or its sine replaced by the cosine, half the epsilon, SAC's
+log-deviation taken as the deviation, a Bernoulli bit inverted, the mask left out, the off-policy
+heatup's 2u - 1 as 2u - 0.9, the clip of off-policy samples left out.
 """
 
 from __future__ import annotations
@@ -152,8 +154,9 @@ def test_maskable_ppo_never_draws_a_masked_action_and_draws_sb3s_masked_categori
 @pytest.mark.parametrize("algorithm", ["PPO", "A2C"])
 def test_a_box_draw_is_sb3s_gaussian_unclipped_and_its_action_clipped(algorithm):
     """Per dimension: the mean within 4 standard errors (sigma / sqrt(n)), the deviation within 4 of its
-    standard errors (sigma / sqrt(2 n)), and Kolmogorov-Smirnov at ALPHA against SB3's Normal; the action
-    is the sample clipped to the box, as SB3 does."""
+    standard errors (sigma / sqrt(2 n)), and Kolmogorov-Smirnov at ALPHA against SB3's Normal; the two
+    dimensions independent (Pearson's correlation test at ALPHA: a diagonal Gaussian); the action is the
+    sample clipped to the box, as SB3 does."""
     agent = adapter(algorithm, BOX)
     action, sample, info = draws(agent, algorithm)
     normal = distribution(agent)
@@ -163,6 +166,8 @@ def test_a_box_draw_is_sb3s_gaussian_unclipped_and_its_action_clipped(algorithm)
         assert abs(sample[:, j].mean() - mean[j]) < 4 * std[j] / np.sqrt(DRAWS), f"dimension {j}'s mean"
         assert abs(sample[:, j].std() / std[j] - 1) < 4 / np.sqrt(2 * DRAWS), f"dimension {j}'s deviation"
         assert_ks(sample[:, j], stats.norm(mean[j], std[j]).cdf, f"dimension {j}")
+    correlation = stats.pearsonr(sample[:, 0], sample[:, 1])
+    assert correlation.pvalue > ALPHA, f"dimensions correlated: r = {correlation.statistic:.4f}"
     assert ((sample < -1) | (sample > 2)).mean() > 0.05  # the clip matters here
     np.testing.assert_array_equal(action, np.clip(sample, np.float32(-1), np.float32(2)))
 
