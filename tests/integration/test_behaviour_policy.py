@@ -323,3 +323,20 @@ def test_what_cannot_act_at_the_client_is_refused_with_its_reason(make, algorith
 def test_an_unknown_phase_is_refused():
     with pytest.raises(ValueError, match="unknown phase 'explore'"):
         behaviour_adapter(adapter("PPO", 3, spread=0), "tester", "PPO", "explore")
+
+
+@pytest.mark.parametrize("algorithm, action_spec", [("PPO", 3), ("SAC", BOX)])
+def test_dict_observations_come_in_as_obs_dot_key(algorithm, action_spec):
+    """Inputs ``obs.<key>`` per Dict key, as the greedy export's ``observation.<key>``: greedy equals
+    ``predict`` on 200 observations (continuous within 1e-5)."""
+    space = parse_space({"position": [[2], -1, 1], "room": 4})
+    values = {**SMALL, **({"learning_starts": 0} if algorithm == "SAC" else {})}
+    agent = build_learner(algorithm, "tester", space, parse_space(action_spec), values, None).algorithm
+    rng = np.random.default_rng(4)
+    obs = {"position": rng.uniform(-1, 1, (200, 2)).astype(np.float32), "room": rng.integers(0, 4, 200)}
+    data = behaviour_adapter(agent, "tester", algorithm, "evaluate")
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["obs.position", "obs.room", "noise"]
+    action = session.run(["action"], {"obs.position": obs["position"], "obs.room": obs["room"],
+                                      "noise": np.zeros((200, 0), dtype=np.float32)})[0]
+    np.testing.assert_allclose(action, agent.model.predict(obs, deterministic=True)[0], atol=1e-5)
