@@ -135,8 +135,9 @@ def test_multidiscrete_and_multibinary_draws_are_sb3s():
 
 
 def test_maskable_ppo_never_draws_a_masked_action_and_draws_sb3s_masked_categorical():
-    """Chi-square at ALPHA over the allowed choices against sb3-contrib's masked distribution; not one
-    masked choice in 20,000 draws, in training and in heatup (uniform over the allowed)."""
+    """Chi-square at ALPHA over the allowed choices against sb3-contrib's masked distribution (Discrete,
+    per sub-action of a MultiDiscrete, per bit of a MultiBinary); not one masked choice in 20,000 draws,
+    in training and in heatup (uniform over the allowed)."""
     mask = np.array([True, False, True, True, False])
     agent = adapter("MaskablePPO", 5)
     _, sample, info = draws(agent, "MaskablePPO", mask=mask)
@@ -149,6 +150,12 @@ def test_maskable_ppo_never_draws_a_masked_action_and_draws_sb3s_masked_categori
     _, sample, _ = draws(agent, "MaskablePPO", mask=masks)
     for column, part in enumerate(distribution(agent, masks[None])):
         assert_categorical(sample[:, column], part.probs.numpy()[0], f"masked sub-action {column}")
+    bits = np.array([True, True, False, True, True, True])  # MultiBinary 3: (0, 1) per bit; bit 1 must be 0
+    agent = adapter("MaskablePPO", ["MultiBinary", 3])
+    _, sample, info = draws(agent, "MaskablePPO", mask=bits)
+    assert info["noise_size"] == 3
+    for column, part in enumerate(distribution(agent, bits[None])):
+        assert_categorical(sample[:, column], part.probs.numpy()[0], f"masked bit {column}")
 
 
 @pytest.mark.parametrize("algorithm", ["PPO", "A2C"])
