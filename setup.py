@@ -38,6 +38,7 @@ setup(
             "mypy>=1.10",  # the type check of shepherd/ (mypy.ini), run by tests/test_types.py  # the dashboard's browser tests, driving the system's chromium (never its own)
             "rl_zoo3>=2.3",  # RL Zoo's hyperparameter files, for zoo:ALGO/ENV presets (read, never imported)
             "ray>=2.60,<3",  # run.py --ray: learners as Ray actors (tests/e2e/test_ray.py)
+            "scipy>=1.10",  # chi-square, binomial and Kolmogorov-Smirnov tests of the behaviour policy's draws
         ],
         "ray": ["ray>=2.60,<3"],  # run.py --ray (docs/distributed.md); never imported without it
     },

@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime
 import json
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import onnx
@@ -46,7 +46,8 @@ ADVICE_LEFT_OUT = ("the client's own network's greedy action, without its adviso
 #: the metadata key holding Shepherd's JSON object
 METADATA_KEY = "shepherd"
 
-__all__ = ["FORMAT", "METADATA_KEY", "Normalization", "NotExportable", "export_adapter", "export_onnx", "input_name", "metadata"]
+__all__ = ["FORMAT", "METADATA_KEY", "Normalization", "NotExportable", "agent_filters", "export_adapter", "export_onnx",
+           "file_metadata", "input_name", "metadata"]
 
 
 @dataclass(frozen=True)
@@ -108,17 +109,7 @@ def export_onnx(adapter: SB3Algorithm, agent: str, algorithm: str,
     action, elem_type = _greedy(graph, policy, observation_space, action_space, inputs, mask)
     action = _to_env(graph, adapter, action)
     graph.output(action, "action", elem_type, tuple(int(n) for n in action_space.shape or ()))
-    if filters is None and normalization:
-        filters = {"observation_normalization": {input_name(key): stats.to_json()
-                                                 for key, stats in normalization.items()}}
-    metadata = {
-        "format": FORMAT, "agent": agent, "algorithm": algorithm,
-        "observation_space": space_to_json(observation_space), "action_space": space_to_json(action_space),
-        "policy_version": int(adapter.version), "takes_masks": takes_masks,
-        "mask_size": mask_size(action_space) if takes_masks else None, "filters": filters,
-        "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "shepherd_version": shepherd.__version__,
-    }
+    metadata = file_metadata(adapter, agent, algorithm, takes_masks, normalization, filters)
     if client is not None:
         metadata["client"] = client
         metadata["advice"] = ADVICE_LEFT_OUT
@@ -134,9 +125,20 @@ def export_adapter(adapter: SB3Algorithm, agent: str, algorithm: str, client: st
         NotExportable: as `export_onnx`, or frame stacking (each actor's past frames are state the file has
             no input for).
     """
+    normalization, filters = agent_filters(adapter, agent)
+    return export_onnx(adapter, agent, algorithm, normalization, filters, client)
+
+
+def agent_filters(adapter: SB3Algorithm, agent: str) -> tuple[dict[str, Normalization] | None, dict[str, Any] | None]:
+    """The agent's own observation normalisation (its current statistics, by key) and the metadata's
+    ``filters`` object (its settings and statistics); (None, None) for an agent without active filters.
+
+    Raises:
+        NotExportable: frame stacking (each actor's past frames are state a file has no input for).
+    """
     filtering = adapter.filtering
     if filtering is None or not filtering.active:
-        return export_onnx(adapter, agent, algorithm, client=client)
+        return None, None
     filters = filtering.filters
     if filters.frame_stack > 1:
         raise NotExportable(f"agent {agent} stacks {filters.frame_stack} frames, kept per session by the server; "
@@ -144,13 +146,31 @@ def export_adapter(adapter: SB3Algorithm, agent: str, algorithm: str, client: st
     normalization = {("" if key is None else key): Normalization(stats.mean, stats.var, filters.epsilon,
                                                                  filters.clip_observations)
                      for key, stats in filtering.observations.items()}
-    return export_onnx(adapter, agent, algorithm, normalization,
-                       {**filters.to_json(), "statistics": filtering.state()}, client)
+    return normalization, {**filters.to_json(), "statistics": filtering.state()}
 
 
-def _observation_inputs(graph: GraphBuilder, space: spaces.Space, normalization: dict[str, Normalization]
-                        ) -> dict[str, str]:
-    """The observation inputs by key ("" for a non-Dict space), each normalised if it has statistics."""
+def file_metadata(adapter: SB3Algorithm, agent: str, algorithm: str, takes_masks: bool,
+                  normalization: Mapping[str, Normalization] | None, filters: dict[str, Any] | None,
+                  name: Callable[[str], str] = input_name) -> dict[str, Any]:
+    """The ``shepherd`` metadata object of a file built from the adapter (``filters``: as `export_onnx`
+    takes it; ``name``: the ONNX input of an observation key, for the normalisation statistics' keys)."""
+    if filters is None and normalization:
+        filters = {"observation_normalization": {name(key): stats.to_json() for key, stats in normalization.items()}}
+    action_space = adapter.action_space
+    return {
+        "format": FORMAT, "agent": agent, "algorithm": algorithm,
+        "observation_space": space_to_json(adapter.observation_space), "action_space": space_to_json(action_space),
+        "policy_version": int(adapter.version), "takes_masks": takes_masks,
+        "mask_size": mask_size(action_space) if takes_masks else None, "filters": filters,
+        "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "shepherd_version": shepherd.__version__,
+    }
+
+
+def _observation_inputs(graph: GraphBuilder, space: spaces.Space, normalization: dict[str, Normalization],
+                        name: Callable[[str], str] = input_name) -> dict[str, str]:
+    """The observation inputs by key ("" for a non-Dict space), each normalised if it has statistics;
+    ``name`` gives each key's ONNX input."""
     subspaces = dict(space.spaces) if isinstance(space, spaces.Dict) else {"": space}
     unknown = sorted(set(normalization) - set(subspaces))
     if unknown:
@@ -159,10 +179,10 @@ def _observation_inputs(graph: GraphBuilder, space: spaces.Space, normalization:
     inputs = {}
     for key, subspace in subspaces.items():
         elem_type, shape = input_type(subspace)
-        x = graph.input(input_name(key), elem_type, shape)
+        x = graph.input(name(key), elem_type, shape)
         stats = normalization.get(key)
         if stats is not None:
-            x = _normalize(graph, subspace, stats, x, input_name(key))
+            x = _normalize(graph, subspace, stats, x, name(key))
         inputs[key] = x
     return inputs
 
