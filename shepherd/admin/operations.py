@@ -20,6 +20,7 @@ from shepherd.admin.names import check_name, match_agent
 from shepherd.admin.records import ActionResult, AgentView, CreatedKey, KeyView, NewAgent, Principal, UserView
 from shepherd.definition import AgentDefinition, Sharing, check_client_name
 from shepherd.agents import ParameterError, check_agent, live, registry_records
+from shepherd.agents.bounds import check_bounds
 from shepherd.agents.export import NotExportable
 from shepherd.spaces import SpaceError
 from shepherd.storage import AgentRecord, AlreadyExists, EpisodeReturn, NotFound, ReturnsJson, ReturnsPage
@@ -366,7 +367,10 @@ class Operations:
         try:
             ended = await self.graph.served.restart(agent_id)
         except (ParameterError, SpaceError) as error:
-            raise Invalid(f"agent {ref} cannot be rebuilt from its stored spaces and parameters: {error}") from None
+            hint = ("; a live parameter (run.py agents set-param) can be changed while the agent is down, then "
+                    "restart it again") if isinstance(error, ParameterError) else ""
+            raise Invalid(f"agent {ref} cannot be rebuilt from its stored spaces and parameters: {error}{hint}") \
+                from None
         logger.info("agent %s restarted; %d session(s) ended", ref, ended)
         return ActionResult(True, f"agent {ref} restarted: model and counters deleted, {ended} session(s) ended")
 
@@ -375,10 +379,12 @@ def _checked(definition: AgentDefinition) -> tuple[str, dict[str, Any]]:
     """The canonical algorithm name and the typed parameter values of a new agent.
 
     Raises:
-        Invalid: an unknown algorithm, bad spaces, spaces it cannot handle, or bad parameters.
+        Invalid: an unknown algorithm, bad spaces, spaces it cannot handle, or bad parameters (of the wrong
+            type, or outside their bounds).
     """
     try:
         info, values = check_agent(definition)
+        check_bounds(info.name, values)
     except (ParameterError, SpaceError) as error:
         raise Invalid(str(error)) from None
     return info.name, values

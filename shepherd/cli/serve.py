@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from shepherd.agents.bounds import DEFAULT_BOUNDS, parse_bound, set_bounds
 from shepherd.cli.common import EXIT_NOT_REACHED, EXIT_OK, UsageError
 from shepherd.graph import AgentStats, GraphManager, PresetError, PresetValidation, Schedule
 from shepherd.graph.validation import Outcome, watch
@@ -102,6 +103,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --front-ends: send evaluate-mode steps to this process too, instead of answering "
                              "them in the front ends from snapshots (docs/front-ends.md: on few cores, one front "
                              "end answering single-env steps from snapshots can cost more than it saves)")
+    parser.add_argument("--parameter-bound", action="append", default=[], metavar="NAME=LOW:HIGH",
+                        help="the lowest and highest value that agents' parameter NAME may be created, stored or "
+                             "set to (run.py agents set-param, which an agent's own API key may call); outside "
+                             "it: 400, and a stored agent is not served. Repeat for more names. Defaults: "
+                             + ", ".join(f"{name} {bound}" for name, bound in DEFAULT_BOUNDS.items())
+                             + " (n_epochs or gradient_steps: passes per update; a large one pins a core)")
     parser.add_argument("--metrics", choices=("off", "local", "open"), default="local",
                         help="who may read GET /metrics: off (404), local (loopback clients, or the admin "
                              "token as Bearer), open (anyone) (default %(default)s)")
@@ -125,6 +132,10 @@ def serve_command(args: argparse.Namespace) -> int:
         raise UsageError("--envs-per-client needs --clients")
     if not args.front_end_snapshots and not args.front_ends:
         raise UsageError("--no-front-end-snapshots needs --front-ends")
+    try:
+        set_bounds(dict(parse_bound(text) for text in args.parameter_bound))
+    except ValueError as error:
+        raise UsageError(str(error)) from None
     try:
         graph = load_preset(args.preset, overrides=args.overrides or (), seed=args.seed)
         if args.clients and graph.validation is None:

@@ -19,6 +19,7 @@ from typing import Any, Callable
 from shepherd.agents import (AgentClosed, AgentFailed, Deliver, ParameterError, ThreadedLearner, algorithm_info, learner_for,
                              check_agent, check_parameters, checkpoint as checkpoint_format, parameters,
                              registry_records)
+from shepherd.agents.bounds import check_bounds
 from shepherd.graph.advised import AdvisedAgent, BadClient
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.graph.schedule import EvaluationResult, Schedule
@@ -144,7 +145,7 @@ def preset_problems(agents: list[tuple[int, AgentSpec]], schedule: Schedule | No
             continue
         for name, value in spec.parameters.items():
             try:
-                check_parameters(info.name, {name: value})
+                check_bounds(info.name, check_parameters(info.name, {name: value}))
             except ParameterError as error:
                 problems.append(Problem(f"{where}.parameters.{name}", str(error)))
         if schedule is None:
@@ -379,9 +380,12 @@ class GraphManager:
         Blocks (builds the model, reads the checkpoint): run it off the event loop.
 
         Raises:
-            ParameterError, SpaceError: the stored agent cannot be built.
+            ParameterError, SpaceError: the stored agent cannot be built, or (unless ``in_process``) a stored
+                value is outside its bound (`shepherd.agents.bounds`).
         """
         schedule = self.schedule_for(record)
+        if not in_process:  # a served learner: a stored value outside its bound would hang or break it
+            check_bounds(algorithm_info(record.algorithm).name, record.parameters)
         values = learner_values(record.algorithm, record.parameters, schedule)
         learner = learner_for(record.definition, values, schedule.improve_steps)
         remote = None if in_process else self.remote_learners
