@@ -16,6 +16,7 @@ that fails fails alone.
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -423,11 +424,15 @@ class AdvisedAgent:
             runtime.learner.close()
         self.clients.clear()
 
-    def discard(self) -> None:
-        """Stop every client's learner without checkpointing. Blocks."""
-        for runtime in self.clients.values():
-            runtime.discard()
+    def discard(self, timeout: float = 60.0) -> bool:
+        """Stop every client's learner at once without checkpointing (`AgentRuntime.discard`), waiting up to
+        ``timeout`` seconds for them all; returns whether they all stopped. Blocks."""
+        for runtime in self.clients.values():  # every one is told first: they stop side by side
+            runtime.discard(0.0)
+        deadline = time.monotonic() + timeout
+        stopped = [runtime.discard(max(0.0, deadline - time.monotonic())) for runtime in self.clients.values()]
         self.clients.clear()
+        return all(stopped)
 
     def close(self) -> None:
         """Checkpoint every client and stop its learner. Blocks."""

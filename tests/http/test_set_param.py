@@ -2,6 +2,11 @@
 its next update (on its own thread), the store keeps them, a restart keeps them; what needs a restart is
 refused by name, changing nothing."""
 
+import asyncio
+import contextlib
+import time
+
+from shepherd.graph import served
 from shepherd.http import GRAPH, STORE
 from tests.http.test_admin_api import Api, api, play  # noqa: F401  (api: the fixture)
 
@@ -100,3 +105,30 @@ async def test_a_stored_value_outside_its_bound_is_not_built_until_it_is_changed
     await api.post("/agents/1/restart")
     assert model_of(api).n_epochs == 2
 
+
+async def test_a_restart_stops_a_learner_inside_a_long_update_at_once(api, monkeypatch):
+    """An update of a million epochs (under a bound the operator raised) ends at its next optimiser step when
+    the agent restarts: the restart answers at once and the old learner's thread is gone."""
+    from shepherd.agents import bounds
+
+    monkeypatch.setitem(bounds.BOUNDS, "n_epochs", bounds.Bound(1, 1_000_000))
+    await api.post("/agents/1/parameters", {"parameters": {"n_epochs": 1_000_000}}, token=api.pole_key)
+    learner = api.app[GRAPH].runtimes[1].learner
+    optimizer = learner.algorithm.model.policy.optimizer
+    session = asyncio.create_task(play(api.client, api.pole_key, episodes=2, steps=8))  # n_steps 8: an update
+    deadline = time.monotonic() + 30
+    while not optimizer.state:  # Adam keeps state from its first step on: the update has begun
+        assert time.monotonic() < deadline and not session.done(), "no update began"
+        await asyncio.sleep(0.05)
+    monkeypatch.setattr(served, "SET_WAIT_SECONDS", 0.2)
+    reply = await api.post("/agents/1/parameters", {"parameters": {"n_epochs": 2}}, token=api.pole_key)
+    assert "the learner is inside an update longer than" in reply["message"]  # not 60 s, nor a 500
+    assert api.app[STORE].agent(1).parameters["n_epochs"] == 2
+    started = time.monotonic()
+    reply = await api.post("/agents/1/restart", token=api.pole_key)
+    took = time.monotonic() - started
+    with contextlib.suppress(AssertionError):  # its session ended with the restart
+        await session
+    assert took < 5 and not learner.alive, (took, reply)
+    assert "did not stop" not in reply["message"]
+    assert model_of(api).n_epochs == 2 and api.app[GRAPH].runtimes[1].learner.failure is None
