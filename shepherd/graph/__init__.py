@@ -1,6 +1,6 @@
 """Graph: the GraphManager, its schedule and phases, checkpoints and preset loading."""
 
-from shepherd.graph.advised import AdvisedAgent, BadClient
+from shepherd.graph.advised import AdvisedAgent, BadClient, TooManyClients
 from shepherd.graph.manager import DEFAULT_SCHEDULE, AgentSpec, GraphManager, PresetError, PresetValidation, Serving
 from shepherd.graph.presets import list_presets, load_preset
 from shepherd.graph.runtime import AgentRuntime, AgentStats
@@ -10,5 +10,5 @@ from shepherd.graph.sessions import (Acted, ActTimeout, Conflict, Gone, Session,
 
 __all__ = ["DEFAULT_SCHEDULE", "AdvisedAgent", "BadClient", "ActTimeout", "Acted", "AgentRuntime", "AgentSpec", "AgentStats", "Conflict",
            "EvaluationResult", "Gone", "GraphManager", "PhaseTracker", "PresetError", "PresetValidation", "Schedule", "Serving",
-           "Session", "SessionTable", "StepInput", "TooManyEnvs", "TooManySessions", "Unauthorized", "VectorStepInput", "check_mask",
+           "Session", "SessionTable", "StepInput", "TooManyClients", "TooManyEnvs", "TooManySessions", "Unauthorized", "VectorStepInput", "check_mask",
            "WrongShape", "list_presets", "load_preset"]

@@ -20,7 +20,7 @@ from shepherd.agents import (AgentClosed, AgentFailed, Deliver, ParameterError, 
                              check_agent, check_parameters, checkpoint as checkpoint_format, parameters,
                              registry_records)
 from shepherd.agents.bounds import check_bounds
-from shepherd.graph.advised import AdvisedAgent, BadClient
+from shepherd.graph.advised import MAX_CLIENTS, AdvisedAgent, BadClient
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.graph.schedule import EvaluationResult, Schedule
 from shepherd.graph.served import ServedAgents
@@ -101,6 +101,7 @@ class Serving:
     act_timeout_seconds: float = 30.0
     max_sessions_per_agent: int | None = None
     max_envs_per_session: int = 1024  # the most envs one vector session may drive
+    max_clients_per_agent: int | None = MAX_CLIENTS  # the most client names an advised agent takes (None: any)
 
 
 #: the schedule of agents that no preset declares (added by the admin commands or API)
@@ -396,7 +397,8 @@ class GraphManager:
                 local = learner_for(record.definition, values, schedule.improve_steps)
                 return local if remote is None else remote(record, values, schedule.improve_steps, local, client)
 
-            advised = AdvisedAgent(record, schedule, self.store, client_learner, self._evaluated)
+            advised = AdvisedAgent(record, schedule, self.store, client_learner, self._evaluated,
+                                   self._serving.max_clients_per_agent)
             advised.restore()
             return advised
         if remote is not None:
@@ -433,6 +435,7 @@ class GraphManager:
         Raises:
             BadClient: an advised agent's training login without a client name, a bad name, or a name
                 given to a pooled agent.
+            TooManyClients: a new client name of an advised agent that has the most clients allowed.
             TooManyEnvs: ``n_envs`` is below 1 or above the server's limit per session.
             Unauthorized: the key is unknown or revoked, or its agent is not served here.
             TooManySessions: the agent has its maximum number of sessions.
@@ -468,7 +471,12 @@ class GraphManager:
     async def prepare_client(self, apikey: str, client: str | None) -> None:
         """Build a new client's learner off the event loop before `login` opens its session (nothing to
         do for a known name, a pooled agent or an unknown key: `login` then answers). The best client
-        checkpoints first, so that the new one starts from its latest weights."""
+        checkpoints first, so that the new one starts from its latest weights.
+
+        Raises:
+            BadClient: a malformed name.
+            TooManyClients: a new name, and the agent has the most clients this server allows.
+        """
         record = self.store.agent_for_key(apikey) if isinstance(apikey, str) and apikey else None
         advised = None if record is None else self.served.advised.get(record.id)
         if record is None or advised is None or client is None or not advised.needs_build(client):
@@ -480,6 +488,7 @@ class GraphManager:
         async with self.served.lock(record.id):
             if not advised.needs_build(name):
                 return
+            advised.check_room(name)  # before anything is built
             best = advised.best()
             if best is not None:
                 try:
