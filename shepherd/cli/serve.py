@@ -112,12 +112,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--parameter-bound", action="append", default=[], metavar="NAME=LOW:HIGH",
                         help="the lowest and highest value that agents' parameter NAME may be created, stored or "
                              "set to (run.py agents set-param, which an agent's own API key may call); outside "
-                             "it: 400, and a stored agent is not served. Repeat for more names. Defaults: "
+                             "it: 400, and a stored agent is not served. Repeat for more names; give it before a "
+                             "command (check, agents ...) for that command on a data folder no server serves "
+                             "(a running server applies its own). Defaults: "
                              + ", ".join(f"{name} {bound}" for name, bound in DEFAULT_BOUNDS.items())
                              + " (n_epochs or gradient_steps: passes per update; a large one pins a core)")
     parser.add_argument("--metrics", choices=("off", "local", "open"), default="local",
                         help="who may read GET /metrics: off (404), local (loopback clients, or the admin "
                              "token as Bearer), open (anyone) (default %(default)s)")
+
+
+def apply_parameter_bounds(args: argparse.Namespace) -> None:
+    """Set this process's bounds from ``--parameter-bound`` (for every command: serving, ``check``, the admin
+    commands on a data folder that no server serves).
+
+    Raises:
+        UsageError: a malformed bound, or a name no served algorithm has.
+    """
+    try:
+        set_bounds(dict(parse_bound(text) for text in getattr(args, "parameter_bound", None) or ()))
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 def serve_command(args: argparse.Namespace) -> int:
@@ -138,10 +153,6 @@ def serve_command(args: argparse.Namespace) -> int:
         raise UsageError("--envs-per-client needs --clients")
     if not args.front_end_snapshots and not args.front_ends:
         raise UsageError("--no-front-end-snapshots needs --front-ends")
-    try:
-        set_bounds(dict(parse_bound(text) for text in args.parameter_bound))
-    except ValueError as error:
-        raise UsageError(str(error)) from None
     try:
         graph = load_preset(args.preset, overrides=args.overrides or (), seed=args.seed)
         if args.clients and graph.validation is None:
