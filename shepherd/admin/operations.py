@@ -20,7 +20,9 @@ from shepherd.admin.names import check_name, match_agent
 from shepherd.admin.records import ActionResult, AgentView, CreatedKey, KeyView, NewAgent, Principal, UserView
 from shepherd.definition import AgentDefinition, Sharing, check_client_name
 from shepherd.agents import ParameterError, check_agent, live, registry_records
+from shepherd.agents.bounds import check_bounds
 from shepherd.agents.export import NotExportable
+from shepherd.graph.served import SET_WAIT_SECONDS, STOP_WAIT_SECONDS
 from shepherd.wire.spaces import SpaceError
 from shepherd.storage import AgentRecord, AlreadyExists, EpisodeReturn, NotFound, ReturnsJson, ReturnsPage
 from shepherd.storage.metrics import MetricRows, progress_path, read_progress
@@ -32,6 +34,9 @@ logger = logging.getLogger(__name__)
 
 #: what an agent can be exported as: SB3's model zip, or the greedy policy as one ONNX file
 EXPORT_FORMATS = ("sb3", "onnx")
+#: what a restart or a delete adds when the old learner did not stop within the time it waits
+LINGERING = (f"; its old learner did not stop within {STOP_WAIT_SECONDS:g} s (it is inside one long step) and "
+             "ends at its next optimiser step")
 
 class Operations:
     """The admin operations one principal may perform. Each raises:
@@ -329,10 +334,11 @@ class Operations:
         self.require_admin("deleting agents")
         record = self._record(agent_id)
         ref = self._ref(record)
-        ended, trash = await self.graph.served.delete(agent_id)
+        ended, trash, stopped = await self.graph.served.delete(agent_id)
         logger.info("agent %s deleted; %d session(s) ended", ref, ended)
         kept = f"; its model and returns moved to {trash}" if trash is not None else ""
-        return ActionResult(True, f"agent {ref} deleted: {ended} session(s) ended, its API keys removed{kept}")
+        return ActionResult(True, f"agent {ref} deleted: {ended} session(s) ended, its API keys removed{kept}"
+                                  f"{'' if stopped else LINGERING}")
 
     async def set_parameters(self, agent_id: int, values: dict[str, Any]) -> ActionResult:
         """Change parameters a live learner honours (`shepherd.agents.live`): typed and checked as an agent's
@@ -349,10 +355,13 @@ class Operations:
             checked = live.check_live(record.algorithm, values)
         except ParameterError as error:
             raise Invalid(f"agent {ref}: {error}") from None
-        took = await self.graph.served.set_parameters(agent_id, checked)
+        taken = await self.graph.served.set_parameters(agent_id, checked)
         shown = ", ".join(f"{name}={value!r}" for name, value in checked.items())
         logger.info("agent %s: %s set", ref, shown)
-        where = "the learner takes it before its next update" if took else "its learner is not running here"
+        where = {"live": "the learner takes it before its next update",
+                 "queued": f"the learner is inside an update longer than {SET_WAIT_SECONDS:g} s and takes it when "
+                           "that ends",
+                 "stored": "its learner is not running here"}[taken]
         return ActionResult(True, f"agent {ref}: {shown} set ({where}; stored, so a restart keeps it)")
 
     async def restart(self, agent_id: int) -> ActionResult:
@@ -364,21 +373,27 @@ class Operations:
             await self.graph.served.restart(agent_id)
             return ActionResult(True, f"agent {ref} restarted: model and counters deleted")
         try:
-            ended = await self.graph.served.restart(agent_id)
+            ended, stopped = await self.graph.served.restart(agent_id)
         except (ParameterError, SpaceError) as error:
-            raise Invalid(f"agent {ref} cannot be rebuilt from its stored spaces and parameters: {error}") from None
+            hint = ("; a live parameter (run.py agents set-param) can be changed while the agent is down, then "
+                    "restart it again") if isinstance(error, ParameterError) else ""
+            raise Invalid(f"agent {ref} cannot be rebuilt from its stored spaces and parameters: {error}{hint}") \
+                from None
         logger.info("agent %s restarted; %d session(s) ended", ref, ended)
-        return ActionResult(True, f"agent {ref} restarted: model and counters deleted, {ended} session(s) ended")
+        return ActionResult(True, f"agent {ref} restarted: model and counters deleted, {ended} session(s) ended"
+                                  f"{'' if stopped else LINGERING}")
 
 
 def _checked(definition: AgentDefinition) -> tuple[str, dict[str, Any]]:
     """The canonical algorithm name and the typed parameter values of a new agent.
 
     Raises:
-        Invalid: an unknown algorithm, bad spaces, spaces it cannot handle, or bad parameters.
+        Invalid: an unknown algorithm, bad spaces, spaces it cannot handle, or bad parameters (of the wrong
+            type, or outside their bounds).
     """
     try:
         info, values = check_agent(definition)
+        check_bounds(info.name, values)
     except (ParameterError, SpaceError) as error:
         raise Invalid(str(error)) from None
     return info.name, values

@@ -173,8 +173,10 @@ class Learner(Protocol):
     def drain(self) -> None:
         """The server is stopping: answer every held-back request now, and never hold one back again."""
 
-    def close(self, timeout: float = 60.0) -> None:
-        """Stop after everything queued so far is handled."""
+    def close(self, timeout: float = 60.0, interrupt: bool = False) -> bool:
+        """Stop after everything queued so far is handled, or with ``interrupt`` at once (an update in
+        progress ends at its next optimiser step); wait up to ``timeout`` seconds. Returns whether it
+        stopped within that time."""
 
 
 class Checkpointable(Protocol):

@@ -187,9 +187,9 @@ class LearnerActor:
         """The id of the Ray node this actor runs on."""
         return str(ray.get_runtime_context().get_node_id())
 
-    def close(self, timeout: float) -> None:
+    def close(self, timeout: float, interrupt: bool = False) -> None:
         if self._learner is not None:
-            self._learner.close(timeout)
+            self._learner.close(timeout, interrupt)
         shutil.rmtree(self._folder, ignore_errors=True)
 
 

@@ -391,25 +391,28 @@ class RayLearner:
                 self._units.append(("drain",))
         self._wake.set()
 
-    def close(self, timeout: float = 60.0) -> None:
-        """Send what is queued, stop the actor's learner, and end the actor."""
+    def close(self, timeout: float = 60.0, interrupt: bool = False) -> bool:
+        """Send what is queued, stop the actor's learner (with ``interrupt``: at once, ending an update at
+        its next optimiser step), and end the actor; returns whether this side's sender thread stopped
+        within ``timeout`` (the actor is ended either way)."""
         with self._lock:
             was_closed, self._closed = self._closed, True
         self._wake.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout)
         if was_closed or self._handle is None:
-            return
+            return not self._thread.is_alive()
         if self._futures:  # held back in the actor when it stopped
             self._hand_over(functools.partial(self._fail_tickets, None, AgentClosed(f"agent {self.name} is shut down")))
         try:
-            ray.get(self._handle.close.remote(timeout), timeout=timeout)
+            ray.get(self._handle.close.remote(timeout, interrupt), timeout=timeout)
         except Exception as error:  # noqa: BLE001 - it is ended below either way
             logger.debug("learner %s: closing its actor: %s", self.name, error)
         _kill(self._handle)
         self._local.close()
         if self.metrics is not None:
             self.metrics.close()
+        return not self._thread.is_alive()
 
     # -- sending ---------------------------------------------------------------------------------
     def _ask(self, requests: list[Request]) -> ActionFuture:

@@ -6,6 +6,9 @@ run to the algorithm (`Algorithm.process`), which answers act requests with one 
 batch's `Answer`s then go back to the caller's thread with one wake-up (the ``deliver`` given to `start`).
 A greedy step is answered on the caller's thread at once when the algorithm's weights can be served by a
 numpy snapshot (`shepherd.agents.inline.GreedyActor`).
+
+A learner being discarded (a restart, a delete) is stopped at once: an update in progress ends at its next
+optimiser step (`UpdateInterrupted`), so no worker thread goes on computing for a learner that is gone.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 import torch as th
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFailed, Answer, Deliver, Kind,
                                   Observation, Outcome, Request)
@@ -29,6 +33,26 @@ from shepherd.agents.metrics import MetricsWriter
 from shepherd.agents.timing import LearnerStats
 
 logger = logging.getLogger(__name__)
+
+
+class UpdateInterrupted(Exception):
+    """Raised on a worker's thread at an optimiser step once its learner is stopped with ``interrupt``
+    (`ThreadedLearner.close`): the update in progress ends there, and the worker stops."""
+
+
+#: the stop event of the worker whose thread this is (`ThreadedLearner._run` sets it)
+_worker = threading.local()
+
+
+def _interrupt_at_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+    """Every optimiser step of the process (SB3's updates, advice's distillation) first checks whether the
+    worker whose thread runs it is being stopped; other threads' steps pass at once."""
+    event: threading.Event | None = getattr(_worker, "interrupt", None)
+    if event is not None and event.is_set():
+        raise UpdateInterrupted("the learner is being stopped")
+
+
+register_optimizer_step_pre_hook(_interrupt_at_step)
 
 
 class Algorithm(Protocol):
@@ -168,6 +192,7 @@ class ThreadedLearner:
         self._tickets = iter(range(1, 1 << 62))
         self._deliver: Deliver | None = None
         self._closed = False
+        self._interrupt = threading.Event()  # set: stop now, ending an update at its next optimiser step
         self._thread = threading.Thread(target=self._run, name=f"learner-{self.name}", daemon=True)
         # what the worker measures; an algorithm that times its own updates shares its histogram
         self.stats = LearnerStats()
@@ -301,12 +326,20 @@ class ThreadedLearner:
     def drain(self) -> None:
         self._queue.put(_Control("drain"))
 
-    def close(self, timeout: float = 60.0) -> None:
+    def close(self, timeout: float = 60.0, interrupt: bool = False) -> bool:
+        """Stop once everything queued so far is handled, or with ``interrupt`` at once: an update in
+        progress ends at its next optimiser step (what it learned is dropped: for a learner being
+        discarded) and everything queued is answered closed. Waits up to ``timeout`` seconds for the
+        thread; returns whether it has stopped (False: it is still inside one long step or batch, and
+        ends with it)."""
         if not self._closed:
             self._closed = True
             self._queue.put(_Control("stop"))
+        if interrupt:
+            self._interrupt.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     def _ask(self, request: Request) -> ActionFuture:
         future = ActionFuture()
@@ -351,9 +384,11 @@ class ThreadedLearner:
         # SB3 builds a torch distribution for every act; validating its arguments costs a fifth of a small
         # policy's forward and checks nothing a policy's own output can violate
         th.distributions.Distribution.set_default_validate_args(False)
+        _worker.interrupt = self._interrupt
         running = True
         last_idle = time.monotonic()
-        while running:
+        batch: list[Request | _Control] = []
+        while running and not self._interrupt.is_set():
             try:
                 taken = [self._queue.get(timeout=self.tick)]
             except queue.Empty:
@@ -368,25 +403,44 @@ class ThreadedLearner:
                 except queue.Empty:
                     break
             # a vector step's requests are taken whole, in order
-            batch: list[Request | _Control] = [
+            batch = [
                 m for item in taken for m in (item if isinstance(item, list) else (item,))]
             if self.failure is None:
                 running = self._guard(lambda: self._dispatch(batch)) is not False
                 if self.metrics is not None:
                     self.metrics.tick()
+            if self._interrupt.is_set():
+                break
             if self.failure is not None:  # failed now or earlier: answer, never process
                 running = running and not any(isinstance(m, _Control) and m.what == "stop" for m in batch)
-                self._fail_pending(batch)
+                self._refuse_pending(batch, Outcome.FAILED, self.failure)
             elif time.monotonic() - last_idle > self.tick:  # busy agents need their housekeeping too
                 last_idle = time.monotonic()
                 self._guard(self.algorithm.idle)
+        if self._interrupt.is_set():  # the last batch (answered already, or not) and all that is queued
+            self._refuse_pending(batch + self._take_queued(), Outcome.CLOSED, f"agent {self.name} is shut down")
+            logger.info("learner %s stopped at once (interrupted)", self.name)
         if self.metrics is not None:
             self.metrics.close()
+        _worker.interrupt = None
         logger.debug("learner %s stopped", self.name)
+
+    def _take_queued(self) -> list[Request | _Control]:
+        """Everything left in the queue, a vector step's requests one by one."""
+        taken: list[Request | _Control] = []
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return taken
+            taken.extend(item if isinstance(item, list) else (item,))
 
     def _guard(self, work: Any) -> Any:
         try:
             return work()
+        except UpdateInterrupted:  # `close` with interrupt: the worker stops now (its loop sees the event)
+            logger.info("learner %s: update interrupted, the learner is being stopped", self.name)
+            return False
         except Exception as error:  # a learner bug or a NaN loss must not take the server down
             logger.exception("learner %s failed", self.name)
             self.failure = f"{type(error).__name__}: {error}"
@@ -447,12 +501,12 @@ class ThreadedLearner:
             stats.forward.observe(max(0.0, time.perf_counter() - started - writing - (stats.updates.sum - updating)))
         return True
 
-    def _fail_pending(self, batch: list[Request | _Control]) -> None:
-        reason = self.failure or "failed"
-        answers = [Answer(m.ticket, Outcome.FAILED, detail=reason) for m in batch
-                   if isinstance(m, Request) and m.ticket]
+    def _refuse_pending(self, batch: list[Request | _Control], outcome: Outcome, reason: str) -> None:
+        """Answer a batch's requests, its controls and the requests the algorithm holds back with a refusal
+        (``outcome`` FAILED or CLOSED); those answered already are left as they are."""
+        answers = [Answer(m.ticket, outcome, detail=reason) for m in batch if isinstance(m, Request) and m.ticket]
         self._hand_over(answers)
         for message in batch:
             if isinstance(message, _Control) and message.future is not None and not message.future.done():
-                message.future.set_exception(AgentFailed(reason))
-        self._guard(lambda: self.algorithm.stop_waiting(Outcome.FAILED, reason))
+                message.future.set_exception(AgentFailed(reason) if outcome is Outcome.FAILED else AgentClosed(reason))
+        self._guard(lambda: self.algorithm.stop_waiting(outcome, reason))

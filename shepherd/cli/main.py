@@ -59,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
+        serve.apply_parameter_bounds(args)
         if getattr(args, "command", None):
             if args.command != "check" and (args.overrides or args.seed is not None):
                 parser.error("-cp and --seed change a preset: use them with -p PRESET or `check PRESET`")

@@ -17,8 +17,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from shepherd.agents.bounds import DEFAULT_BOUNDS, parse_bound, set_bounds
 from shepherd.cli.common import EXIT_NOT_REACHED, EXIT_OK, UsageError
 from shepherd.graph import AgentStats, GraphManager, PresetError, PresetValidation, Schedule
+from shepherd.definition import Sharing
+from shepherd.graph.advised import MAX_CLIENTS
 from shepherd.graph.validation import Outcome, watch
 from shepherd.storage import AgentRecord, new_secret
 
@@ -66,6 +69,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-envs", type=int, default=1024, metavar="N",
                         help="environments one vector session may drive (login with \"n_envs\"); more get 400 "
                              "(default %(default)s)")
+    parser.add_argument("--max-clients", type=int, default=MAX_CLIENTS, metavar="N",
+                        help="client names one advised agent may have (each is a learner of its own: a thread, a "
+                             "model, a folder); a login with a new name beyond them gets 400 (default "
+                             "%(default)s; 0: no limit)")
     parser.add_argument("--rate-limit", type=float, default=20000.0, metavar="PER_SECOND",
                         help="environment steps per second per API key, summed over its sessions (a request "
                              "counts one, a vector step one per env); more get 429 (default %(default)g; 0: no "
@@ -102,15 +109,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --front-ends: send evaluate-mode steps to this process too, instead of answering "
                              "them in the front ends from snapshots (docs/front-ends.md: on few cores, one front "
                              "end answering single-env steps from snapshots can cost more than it saves)")
+    parser.add_argument("--parameter-bound", action="append", default=[], metavar="NAME=LOW:HIGH",
+                        help="the lowest and highest value that agents' parameter NAME may be created, stored or "
+                             "set to (run.py agents set-param, which an agent's own API key may call); outside "
+                             "it: 400, and a stored agent is not served. Repeat for more names; give it before a "
+                             "command (check, agents ...) for that command on a data folder no server serves "
+                             "(a running server applies its own). Defaults: "
+                             + ", ".join(f"{name} {bound}" for name, bound in DEFAULT_BOUNDS.items())
+                             + " (n_epochs or gradient_steps: passes per update; a large one pins a core)")
     parser.add_argument("--metrics", choices=("off", "local", "open"), default="local",
                         help="who may read GET /metrics: off (404), local (loopback clients, or the admin "
                              "token as Bearer), open (anyone) (default %(default)s)")
 
 
+def apply_parameter_bounds(args: argparse.Namespace) -> None:
+    """Set this process's bounds from ``--parameter-bound`` (for every command: serving, ``check``, the admin
+    commands on a data folder that no server serves).
+
+    Raises:
+        UsageError: a malformed bound, or a name no served algorithm has.
+    """
+    try:
+        set_bounds(dict(parse_bound(text) for text in getattr(args, "parameter_bound", None) or ()))
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+
+
 def serve_command(args: argparse.Namespace) -> int:
     from shepherd.loading import load_preset
 
-    for name in ("clients", "max_sessions", "rate_limit", "front_ends"):
+    for name in ("clients", "max_sessions", "max_clients", "rate_limit", "front_ends"):
         if getattr(args, name) < 0:
             raise UsageError(f"--{name.replace('_', '-')} must be 0 or more")
     for name in ("session_timeout", "act_timeout", "max_body", "header_timeout", "body_timeout", "idle_timeout",
@@ -129,6 +157,11 @@ def serve_command(args: argparse.Namespace) -> int:
         graph = GraphManager.of(load_preset(args.preset, overrides=args.overrides or (), seed=args.seed))
         if args.clients and graph.validation is None:
             raise PresetError(f"preset {graph.name} has no validation block, so --clients has no env to run")
+        if args.clients and graph.validation is not None and 0 < args.max_clients < args.clients:
+            target = graph.validation.agent or graph.agents[0].name
+            if any(spec.name == target and spec.sharing is Sharing.ADVISED for spec in graph.agents):
+                raise PresetError(f"--clients {args.clients} would be {args.clients} client names of advised agent "
+                                  f"{target}, more than --max-clients {args.max_clients}")
         if args.ray is not None:
             return serve_on_ray(graph, args)
         return asyncio.run(serve(graph, args))
@@ -175,6 +208,7 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
                           body_timeout_seconds=args.body_timeout, idle_timeout_seconds=args.idle_timeout,
                           secure_cookies=args.secure_cookies, only_preset=args.only_preset,
                           metrics=args.metrics, max_envs_per_session=args.max_envs,
+                          max_clients_per_agent=args.max_clients or None,
                           front_end_token=new_secret() if args.front_ends else None,
                           front_end_snapshots=args.front_end_snapshots)
     try:

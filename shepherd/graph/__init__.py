@@ -1,7 +1,7 @@
 """Graph: the GraphManager built from a `Preset`, its schedule and phases, served agents, sessions and checkpoints
 (preset files are read by `shepherd.loading`)."""
 
-from shepherd.graph.advised import AdvisedAgent, BadClient
+from shepherd.graph.advised import AdvisedAgent, BadClient, TooManyClients
 from shepherd.graph.manager import DEFAULT_SCHEDULE, GraphManager, Serving
 from shepherd.graph.preset import AgentSpec, InvalidPreset, Preset, PresetError, PresetValidation, Problem
 from shepherd.graph.runtime import AgentRuntime, AgentStats
@@ -11,5 +11,5 @@ from shepherd.graph.sessions import (Acted, ActTimeout, Conflict, Gone, Session,
 
 __all__ = ["DEFAULT_SCHEDULE", "AdvisedAgent", "BadClient", "ActTimeout", "Acted", "AgentRuntime", "AgentSpec", "AgentStats", "Conflict",
            "EvaluationResult", "Gone", "GraphManager", "PhaseTracker", "PresetError", "PresetValidation", "Schedule", "Serving",
-           "Session", "SessionTable", "StepInput", "TooManyEnvs", "TooManySessions", "Unauthorized", "VectorStepInput", "check_mask",
-           "WrongShape", "InvalidPreset", "Preset", "Problem"]
+           "Session", "SessionTable", "StepInput", "TooManyClients", "TooManyEnvs", "TooManySessions", "Unauthorized",
+           "VectorStepInput", "check_mask", "WrongShape", "InvalidPreset", "Preset", "Problem"]

@@ -7,7 +7,9 @@ with the best recent evaluation return, if any has one; its checkpoint lives in
 ``agents/<id>/clients/<name>/model.zip`` and is written at once, so the name persists: a restarted server
 restores every client it finds there. Its first episodes try each rated client's policy on its own system
 (plug-in trials, until one does as well as any client's evaluation), and it adopts the best-rated one
-that worked there before it learns. After every evaluation, each client is given as advisor the other
+that worked there before it learns. An agent takes at most ``max_clients`` names (``run.py --max-clients``,
+64 by default): each is a learner thread, a model and a folder, so a login with one more is refused
+(`TooManyClients`). After every evaluation, each client is given as advisor the other
 client with the best recent evaluation return, if that is better than its own (`choose_advisors`); the
 advice itself is the learner's (`shepherd.agents.advice`). Every client has its own learner thread: one
 that fails fails alone.
@@ -16,6 +18,7 @@ that fails fails alone.
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -54,14 +57,24 @@ class BadClient(ValueError):
     """A login's client name is missing, malformed, or given where it means nothing (HTTP 400)."""
 
 
+class TooManyClients(BadClient):
+    """A login names a new client of an advised agent that has the most clients the server allows (HTTP 400)."""
+
+
+#: the client names an advised agent takes by default (``run.py --max-clients``)
+MAX_CLIENTS = 64
+
+
 class AdvisedAgent:
     """The client runtimes of one advised agent, by client name. Runs on the graph's thread, except
     `build_client` and `restore` (they build models and read checkpoints: run them off the event loop)."""
 
     def __init__(self, record: AgentRecord, schedule: Schedule, store: Store,
                  build_learner: Callable[[str], ThreadedLearner],
-                 on_evaluation: Callable[[AgentRuntime, EvaluationResult], None] | None = None) -> None:
+                 on_evaluation: Callable[[AgentRuntime, EvaluationResult], None] | None = None,
+                 max_clients: int | None = MAX_CLIENTS) -> None:
         self.record = record
+        self.max_clients = max_clients  # None: no limit
         self.schedule = schedule
         self.store = store
         self.clients: dict[str, AgentRuntime] = {}
@@ -183,6 +196,7 @@ class AdvisedAgent:
 
         Raises:
             BadClient: no name on a training login, a bad name, or no client to evaluate yet.
+            TooManyClients: a new name, and the agent has ``max_clients`` already.
         """
         if client is None:
             if not evaluate_only:
@@ -198,11 +212,23 @@ class AdvisedAgent:
             raise BadClient(str(error)) from None
         runtime = self.clients.get(name)
         if runtime is None:
+            self.check_room(name)
             runtime = self.install(self.build_client(name))
         return runtime
 
     def needs_build(self, client: str | None) -> bool:
         return client is not None and client not in self.clients
+
+    def check_room(self, name: str) -> None:
+        """Raises TooManyClients if ``name`` is new and the agent has ``max_clients`` (served or failed)."""
+        known = set(self.clients) | set(self.failures)
+        if self.max_clients is None or name in known or len(known) < self.max_clients:
+            return
+        raise TooManyClients(
+            f"agent {self.record.name} has {len(known)} clients, the most this server allows an advised agent "
+            f"(each is a learner of its own): log in as one of them (the agent's 'clients' in the admin API), or "
+            f"ask the server's operator to raise it with run.py --max-clients N (run.py agents restart forgets "
+            f"every client of the agent)")
 
     # -- advice --------------------------------------------------------------------------------------
     def serving(self) -> list[AgentRuntime]:
@@ -423,11 +449,15 @@ class AdvisedAgent:
             runtime.learner.close()
         self.clients.clear()
 
-    def discard(self) -> None:
-        """Stop every client's learner without checkpointing. Blocks."""
-        for runtime in self.clients.values():
-            runtime.discard()
+    def discard(self, timeout: float = 60.0) -> bool:
+        """Stop every client's learner at once without checkpointing (`AgentRuntime.discard`), waiting up to
+        ``timeout`` seconds for them all; returns whether they all stopped. Blocks."""
+        for runtime in self.clients.values():  # every one is told first: they stop side by side
+            runtime.discard(0.0)
+        deadline = time.monotonic() + timeout
+        stopped = [runtime.discard(max(0.0, deadline - time.monotonic())) for runtime in self.clients.values()]
         self.clients.clear()
+        return all(stopped)
 
     def close(self) -> None:
         """Checkpoint every client and stop its learner. Blocks."""

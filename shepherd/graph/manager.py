@@ -18,7 +18,8 @@ from typing import Any, Callable
 from shepherd.agents import (AgentClosed, AgentFailed, Deliver, ParameterError, ThreadedLearner, algorithm_info, learner_for,
                              check_parameters, checkpoint as checkpoint_format, parameters,
                              registry_records)
-from shepherd.graph.advised import AdvisedAgent, BadClient
+from shepherd.agents.bounds import check_bounds
+from shepherd.graph.advised import MAX_CLIENTS, AdvisedAgent, BadClient
 from shepherd.graph.preset import AgentSpec, Preset, PresetError, PresetValidation, Problem
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.graph.schedule import EvaluationResult, Schedule
@@ -43,6 +44,7 @@ class Serving:
     act_timeout_seconds: float = 30.0
     max_sessions_per_agent: int | None = None
     max_envs_per_session: int = 1024  # the most envs one vector session may drive
+    max_clients_per_agent: int | None = MAX_CLIENTS  # the most client names an advised agent takes (None: any)
 
 
 #: the schedule of agents that no preset declares (added by the admin commands or API)
@@ -293,9 +295,12 @@ class GraphManager:
         Blocks (builds the model, reads the checkpoint): run it off the event loop.
 
         Raises:
-            ParameterError, SpaceError: the stored agent cannot be built.
+            ParameterError, SpaceError: the stored agent cannot be built, or (unless ``in_process``) a stored
+                value is outside its bound (`shepherd.agents.bounds`).
         """
         schedule = self.schedule_for(record)
+        if not in_process:  # a served learner: a stored value outside its bound would hang or break it
+            check_bounds(algorithm_info(record.algorithm).name, record.parameters)
         values = learner_values(record.algorithm, record.parameters, schedule)
         learner = learner_for(record.definition, values, schedule.improve_steps)
         remote = None if in_process else self.remote_learners
@@ -306,7 +311,8 @@ class GraphManager:
                 local = learner_for(record.definition, values, schedule.improve_steps)
                 return local if remote is None else remote(record, values, schedule.improve_steps, local, client)
 
-            advised = AdvisedAgent(record, schedule, self.store, client_learner, self._evaluated)
+            advised = AdvisedAgent(record, schedule, self.store, client_learner, self._evaluated,
+                                   self._serving.max_clients_per_agent)
             advised.restore()
             return advised
         if remote is not None:
@@ -343,6 +349,7 @@ class GraphManager:
         Raises:
             BadClient: an advised agent's training login without a client name, a bad name, or a name
                 given to a pooled agent.
+            TooManyClients: a new client name of an advised agent that has the most clients allowed.
             TooManyEnvs: ``n_envs`` is below 1 or above the server's limit per session.
             Unauthorized: the key is unknown or revoked, or its agent is not served here.
             TooManySessions: the agent has its maximum number of sessions.
@@ -378,7 +385,12 @@ class GraphManager:
     async def prepare_client(self, apikey: str, client: str | None) -> None:
         """Build a new client's learner off the event loop before `login` opens its session (nothing to
         do for a known name, a pooled agent or an unknown key: `login` then answers). The best client
-        checkpoints first, so that the new one starts from its latest weights."""
+        checkpoints first, so that the new one starts from its latest weights.
+
+        Raises:
+            BadClient: a malformed name.
+            TooManyClients: a new name, and the agent has the most clients this server allows.
+        """
         record = self.store.agent_for_key(apikey) if isinstance(apikey, str) and apikey else None
         advised = None if record is None else self.served.advised.get(record.id)
         if record is None or advised is None or client is None or not advised.needs_build(client):
@@ -390,6 +402,7 @@ class GraphManager:
         async with self.served.lock(record.id):
             if not advised.needs_build(name):
                 return
+            advised.check_room(name)  # before anything is built
             best = advised.best()
             if best is not None:
                 try:

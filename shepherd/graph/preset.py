@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from shepherd.agents import ParameterError, check_agent, check_parameters
+from shepherd.agents.bounds import check_bounds
 from shepherd.definition import AgentDefinition
 from shepherd.graph.schedule import Schedule
 from shepherd.wire.spaces import SpaceError
@@ -130,7 +131,7 @@ def preset_problems(agents: list[tuple[int, AgentSpec]], schedule: Schedule | No
             continue
         for name, value in spec.parameters.items():
             try:
-                check_parameters(info.name, {name: value})
+                check_bounds(info.name, check_parameters(info.name, {name: value}))
             except ParameterError as error:
                 problems.append(Problem(f"{where}.parameters.{name}", str(error)))
         if schedule is None:

@@ -230,20 +230,25 @@ class AgentRuntime:
         self.evaluations.clear()
         self.episodes = 0
 
-    def discard(self, timeout: float = 60.0) -> None:
-        """Stop the learner without checkpointing: what it learned since the last checkpoint is dropped.
-        Blocks: run it off the event loop."""
-        self.learner.close(timeout)
+    def discard(self, timeout: float = 60.0) -> bool:
+        """Stop the learner at once without checkpointing: an update in progress ends at its next optimiser
+        step, and what it learned since the last checkpoint is dropped. Waits up to ``timeout`` seconds;
+        returns whether the learner stopped within them. Blocks: run it off the event loop."""
+        return self.learner.close(timeout, interrupt=True)
 
-    def close(self, timeout: float = 60.0) -> None:
-        """Checkpoint (unless the learner failed), then stop the learner."""
+    def close(self, timeout: float = 60.0) -> bool:
+        """Checkpoint (unless the learner failed), then stop the learner; one whose final checkpoint is
+        not written within ``timeout`` (an update far longer than that) is stopped at once, as `discard`
+        does. Returns whether the learner stopped."""
+        interrupt = False
         if self.learner.failure is None:
             try:
                 self.checkpoint().result(timeout)
             except Exception as error:  # noqa: BLE001 - reported, and shutdown goes on
-                logger.error("agent %s: final checkpoint failed: %s", self.record.name, error)
+                logger.error("agent %s: final checkpoint failed: %s", self.record.name, str(error) or type(error).__name__)
+                interrupt = isinstance(error, TimeoutError)
         self._store_last_active()
-        self.learner.close(timeout)
+        return self.learner.close(timeout, interrupt=interrupt)
 
     # -- display -------------------------------------------------------------------------------
     def stats(self) -> AgentStats:

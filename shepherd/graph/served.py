@@ -5,12 +5,15 @@ server serves (an offline graph).
 
 A restart ends the agent's sessions, stops its learner without a checkpoint, deletes its model and starts
 a fresh learner; the model is deleted only after any checkpoint in flight is written (every write is a
-rename of a whole file, so a reader never sees half a model).
+rename of a whole file, so a reader never sees half a model). A restart or a delete stops the old learner
+at once: an update in progress ends at its next optimiser step, and the verb waits for it at most
+`STOP_WAIT_SECONDS` (the result says when it did not stop within them).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import shutil
@@ -33,6 +36,12 @@ from shepherd.storage import AgentRecord, NotFound, Store
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_WAIT_SECONDS = 60.0
+#: how long set-param waits for the learner to take new values between two batches (a learner inside a longer
+#: update takes them when it ends)
+SET_WAIT_SECONDS = 5.0
+#: how long a restart or a delete waits for the old learner to stop (it is interrupted at its next optimiser
+#: step: it takes longer only inside one very long step)
+STOP_WAIT_SECONDS = 10.0
 NO_MODEL = "no saved model yet; it is written at the agent's first checkpoint, once it has learned"
 
 
@@ -181,9 +190,10 @@ class ServedAgents:
     def served_ids(self) -> set[int]:
         return set(self.runtimes) | set(self.advised)
 
-    async def restart(self, agent_id: int) -> int:
-        """End the agent's sessions, drop its model and counters, and serve a fresh learner if it was
-        served (or had failed); returns how many sessions ended.
+    async def restart(self, agent_id: int) -> tuple[int, bool]:
+        """End the agent's sessions, stop its learner at once, drop its model and counters, and serve a
+        fresh learner if it was served (or had failed); returns how many sessions ended, and whether the
+        old learner stopped within `STOP_WAIT_SECONDS` (if not, it ends at its next optimiser step).
 
         Raises:
             Exception: the fresh learner cannot be built; the agent stays down, failed with the reason.
@@ -194,8 +204,7 @@ class ServedAgents:
             try:
                 ended = self._sessions().end_agent(agent_id)
                 old: AgentRuntime | AdvisedAgent | None = self.runtimes.pop(agent_id, None) or self.advised.pop(agent_id, None)
-                if old is not None:
-                    await asyncio.to_thread(old.discard)
+                stopped = await self._stop(old)
                 await asyncio.to_thread(_unlink, self.model_path(agent_id))
                 await asyncio.to_thread(shutil.rmtree, self.store.agent_folder(agent_id) / "clients", True)
                 if was_served:
@@ -207,12 +216,24 @@ class ServedAgents:
                 raise
             finally:
                 self._restarting.discard(agent_id)
-        return ended
+        return ended, stopped
 
-    async def delete(self, agent_id: int) -> tuple[int, Path | None]:
-        """Delete the agent: end its sessions (their clients get `Gone` from now on), stop its learner
-        without a checkpoint, and delete it from the store (its keys with it; its folder goes to the data
-        folder's trash). Returns how many sessions ended and where the folder went.
+    async def _stop(self, old: AgentRuntime | AdvisedAgent | None) -> bool:
+        """Stop a runtime's learners at once without a checkpoint, waiting at most `STOP_WAIT_SECONDS`;
+        returns whether they stopped (None: nothing to stop)."""
+        if old is None:
+            return True
+        stopped = await asyncio.to_thread(old.discard, STOP_WAIT_SECONDS)
+        if not stopped:
+            logger.warning("agent %s: its learner did not stop within %g s (inside one long step); it ends at its "
+                           "next optimiser step", old.record.name, STOP_WAIT_SECONDS)
+        return stopped
+
+    async def delete(self, agent_id: int) -> tuple[int, Path | None, bool]:
+        """Delete the agent: end its sessions (their clients get `Gone` from now on), stop its learner at
+        once without a checkpoint, and delete it from the store (its keys with it; its folder goes to the
+        data folder's trash). Returns how many sessions ended, where the folder went, and whether the
+        learner stopped within `STOP_WAIT_SECONDS` (if not, it ends at its next optimiser step).
 
         Raises:
             NotFound: no such agent.
@@ -224,16 +245,17 @@ class ServedAgents:
             old: AgentRuntime | AdvisedAgent | None = (self.runtimes.pop(agent_id, None)
                                                         or self.advised.pop(agent_id, None))
             self.failures.pop(agent_id, None)
-            if old is not None:
-                await asyncio.to_thread(old.discard)
+            stopped = await self._stop(old)
             trash = await asyncio.to_thread(self.store.delete_agent, agent_id)
         self._locks.pop(agent_id, None)
-        return ended, trash
+        return ended, trash, stopped
 
-    async def set_parameters(self, agent_id: int, values: dict[str, Any]) -> bool:
+    async def set_parameters(self, agent_id: int, values: dict[str, Any]) -> str:
         """Hand checked live parameter values (`shepherd.agents.live.check_live`) to the agent's learner,
         which takes them before its next update, then keep them in the store (a restart builds the learner
-        with them). Returns whether a running learner took them (False: stored only).
+        with them). Returns where they went: ``"live"`` (the learner took them), ``"queued"`` (it is inside
+        an update longer than `SET_WAIT_SECONDS` and takes them when that ends; the agent's other verbs are
+        not held up meanwhile) or ``"stored"`` (no running learner here).
 
         Raises:
             NotFound: no such agent.
@@ -242,15 +264,20 @@ class ServedAgents:
         async with self.lock(agent_id):
             record = self.store.agent(agent_id)
             runtime = self.runtimes.get(agent_id)
-            live = runtime is not None and runtime.learner.failure is None
-            if runtime is not None and live:
-                await asyncio.wait_for(asyncio.wrap_future(runtime.learner.set_parameters(values)),
-                                       CHECKPOINT_WAIT_SECONDS)
+            taken = "stored"
+            if runtime is not None and runtime.learner.failure is None:
+                future = asyncio.wrap_future(runtime.learner.set_parameters(values))
+                try:  # shielded: a learner's control future is never cancelled (it sets it later)
+                    await asyncio.wait_for(asyncio.shield(future), SET_WAIT_SECONDS)
+                    taken = "live"
+                except TimeoutError:
+                    taken = "queued"
+                    future.add_done_callback(functools.partial(_report_late_set, runtime.record.name))
             record = await asyncio.to_thread(self.store.update_agent, agent_id,
                                              parameters={**record.parameters, **values})
             if runtime is not None:
                 runtime.record = record
-        return live
+        return taken
 
     async def export(self, agent_id: int, client: str | None = None) -> bytes:
         """The agent's model zip; a served agent checkpoints first, so that it has its latest weights. An
@@ -419,6 +446,13 @@ async def _settle(future: Future[Any], name: str) -> None:
         raise
     except Exception as error:  # noqa: BLE001 - the file on disk is whole either way
         logger.warning("agent %s: checkpoint not written (%s: %s)", name, type(error).__name__, error)
+
+
+def _report_late_set(name: str, future: asyncio.Future[Any]) -> None:
+    """Log the error of parameter values a learner took after set-param had answered (they are stored)."""
+    if not future.cancelled() and future.exception() is not None:
+        logger.warning("agent %s: its learner refused the new parameter values after its update: %s", name,
+                       future.exception())
 
 
 def _unlink(path: Path) -> bool:

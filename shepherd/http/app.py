@@ -75,7 +75,8 @@ async def _graph_context(app: web.Application) -> AsyncIterator[None]:
     serving = Serving(deliver=asyncio.get_running_loop().call_soon_threadsafe,
                       act_timeout_seconds=config.act_timeout_seconds,
                       max_sessions_per_agent=config.max_sessions_per_agent,
-                      max_envs_per_session=config.max_envs_per_session)
+                      max_envs_per_session=config.max_envs_per_session,
+                      max_clients_per_agent=config.max_clients_per_agent)
     try:
         app[CREATED_KEYS] = await asyncio.to_thread(graph.create_graph, store, serving, config.only_preset)
     except BaseException:

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from shepherd.admin import AdminService
 from shepherd.graph import GraphManager
+from shepherd.graph.advised import MAX_CLIENTS
 from shepherd.http.limits import LoginThrottle, RateLimiter
 from shepherd.http.metrics import Metrics
 from shepherd.http.signins import SignInTable
@@ -28,6 +29,7 @@ class ServerConfig:
     sweep_seconds: float = 5.0
     max_sessions_per_agent: int | None = 1024
     max_envs_per_session: int = 1024  # the most envs a vector session may drive
+    max_clients_per_agent: int | None = MAX_CLIENTS  # the most client names an advised agent takes (one learner each)
     # environment steps (a request: one; a vector step: one per env) per second per API key
     requests_per_second_per_key: float | None = 20000.0
     burst_per_key: float | None = None  # default: one second's worth

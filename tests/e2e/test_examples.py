@@ -69,7 +69,8 @@ def test_the_javascript_client_retries_a_step_with_its_seq_and_it_counts_once(se
     sends each again with its seq, gets its action, and every episode's return is recorded as it played it."""
     node = shutil.which("node")
     assert node, "Node.js is needed for the JavaScript example (.ci/run installs it)"
-    server = server_factory(TINY, "--act-timeout", "0.1", "-cp", "agents.tiny.parameters.n_epochs=300")
+    server = server_factory(TINY, "--act-timeout", "0.1", "-cp", "agents.tiny.parameters.n_epochs=300",
+                            "--parameter-bound", "n_epochs=1:300")
     env = {**os.environ, "SHEPHERD_URL": server.url, "SHEPHERD_API_KEY": server.api_key}
     result = subprocess.run([node, str(ROOT / "examples" / "cartpole_client.js"), "5"], env=env,
                             capture_output=True, text=True, timeout=180)

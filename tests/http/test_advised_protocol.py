@@ -50,3 +50,24 @@ async def test_missing_bad_and_misplaced_client_names_are_400(app_client):
     await expect_error(await post_login(app_client, "pole", client="arm-1"), 400, "pooled")
     pooled = await post_login(app_client, "pole")
     assert pooled.status == 200 and "client" not in await pooled.json()
+
+
+async def test_an_advised_agent_takes_at_most_max_clients_names(aiohttp_client, tmp_path):
+    """Each client name is a learner (a thread, a model, a folder): past the server's limit, a login with a new
+    name is refused naming the limit and the option, and builds nothing; the names it has still log in."""
+    assert ServerConfig(GraphManager([]), tmp_path).max_clients_per_agent == 64  # the default
+    graph = GraphManager(owner="tests", schedule=Schedule(), agents=[
+        AgentSpec("arms", "PPO", [[4], "-inf", "inf"], 2, dict(PPO), sharing="advised")])
+    app = create_app(ServerConfig(graph, tmp_path / "data", max_clients_per_agent=2))
+    http = await aiohttp_client(app)
+    http.keys = app[CREATED_KEYS]
+    for name in ("arm-1", "arm-2"):
+        assert (await post_login(http, "arms", client=name)).status == 200
+    await expect_error(await post_login(http, "arms", client="arm-3"), 400,
+                       "agent arms has 2 clients, the most this server allows an advised agent")
+    await expect_error(await post_login(http, "arms", client="arm-3", mode="evaluate"), 400,
+                       "run.py --max-clients N")
+    advised = graph.served.advised[graph.preset_agent_id("arms")]
+    assert sorted(advised.clients) == ["arm-1", "arm-2"] and "arm-3" not in advised.saved_names()
+    assert (await post_login(http, "arms", client="arm-1")).status == 200
+    assert (await post_login(http, "arms", mode="evaluate")).status == 200

@@ -2,6 +2,11 @@
 its next update (on its own thread), the store keeps them, a restart keeps them; what needs a restart is
 refused by name, changing nothing."""
 
+import asyncio
+import contextlib
+import time
+
+from shepherd.graph import served
 from shepherd.http import GRAPH, STORE
 from tests.http.test_admin_api import Api, api, play  # noqa: F401  (api: the fixture)
 
@@ -57,3 +62,73 @@ async def test_dqn_s_exploration_schedule_is_rebuilt(api):
     assert model.exploration_schedule(0.0) == 0.2 and model.exploration_schedule(1.0) == 1.0 and model.tau == 0.5
     reply = await api.post(f"/agents/{view['id']}/parameters", {"parameters": {"ent_coef": 0.1}}, status=400)
     assert "DQN has no parameter 'ent_coef'" in reply["error"]
+
+
+# -- bounds (issue 39, H1) ------------------------------------------------------------------------------
+async def test_values_outside_their_bounds_are_refused_naming_the_bound_and_the_option(api):
+    model = model_of(api)
+    before = api.app[STORE].agent(1).parameters
+    for name, value in [("n_epochs", 1_000_000), ("clip_range", -5), ("learning_rate", 1e30), ("ent_coef", 1e300),
+                        ("max_grad_norm", 1e308), ("clip_range", "lin_5")]:
+        reply = await api.post("/agents/1/parameters", {"parameters": {name: value}}, token=api.pole_key, status=400)
+        assert f"PPO parameter {name!r} takes" in reply["error"], reply
+        assert f"run.py --parameter-bound {name}=LOW:HIGH" in reply["error"], reply
+    reply = await api.post("/agents/1/parameters", {"parameters": {"n_epochs": 1_000_000}}, status=400)
+    assert reply["error"] == ("agent tests/pole: PPO parameter 'n_epochs' takes a value between 1 and 100, not "
+                              "1000000: this server's bound, which its operator can change with run.py "
+                              "--parameter-bound n_epochs=LOW:HIGH")
+    assert api.app[STORE].agent(1).parameters == before and model.n_epochs == 1 and model.learning_rate == 3e-4
+    await api.post("/users", {"name": "alice"}, status=201)
+    reply = await api.add_agent("alice", "greedy", parameters={"n_epochs": 101}, status=400)
+    assert "between 1 and 100" in reply["error"]
+
+
+async def test_the_operator_changes_a_bound(api, monkeypatch):
+    from shepherd.agents import bounds
+
+    monkeypatch.setitem(bounds.BOUNDS, "n_epochs", bounds.parse_bound("n_epochs=1:500")[1])
+    await api.post("/agents/1/parameters", {"parameters": {"n_epochs": 500}})
+    assert model_of(api).n_epochs == 500
+    reply = await api.post("/agents/1/parameters", {"parameters": {"n_epochs": 501}}, status=400)
+    assert "between 1 and 500" in reply["error"]
+
+
+async def test_a_stored_value_outside_its_bound_is_not_built_until_it_is_changed(api):
+    store = api.app[STORE]  # as set before bounds existed, or under a bound the operator lowered since
+    store.update_agent(1, parameters={**store.agent(1).parameters, "n_epochs": 1_000_000})
+    reply = await api.post("/agents/1/restart", status=400)
+    assert "cannot be rebuilt" in reply["error"] and "between 1 and 100" in reply["error"]
+    assert "a live parameter (run.py agents set-param) can be changed while the agent is down" in reply["error"]
+    assert (await api.get_json("/agents/1"))["phase"] == "failed"
+    reply = await api.post("/agents/1/parameters", {"parameters": {"n_epochs": 2}})
+    assert "its learner is not running here" in reply["message"]
+    await api.post("/agents/1/restart")
+    assert model_of(api).n_epochs == 2
+
+
+async def test_a_restart_stops_a_learner_inside_a_long_update_at_once(api, monkeypatch):
+    """An update of a million epochs (under a bound the operator raised) ends at its next optimiser step when
+    the agent restarts: the restart answers at once and the old learner's thread is gone."""
+    from shepherd.agents import bounds
+
+    monkeypatch.setitem(bounds.BOUNDS, "n_epochs", bounds.Bound(1, 1_000_000))
+    await api.post("/agents/1/parameters", {"parameters": {"n_epochs": 1_000_000}}, token=api.pole_key)
+    learner = api.app[GRAPH].runtimes[1].learner
+    optimizer = learner.algorithm.model.policy.optimizer
+    session = asyncio.create_task(play(api.client, api.pole_key, episodes=2, steps=8))  # n_steps 8: an update
+    deadline = time.monotonic() + 30
+    while not optimizer.state:  # Adam keeps state from its first step on: the update has begun
+        assert time.monotonic() < deadline and not session.done(), "no update began"
+        await asyncio.sleep(0.05)
+    monkeypatch.setattr(served, "SET_WAIT_SECONDS", 0.2)
+    reply = await api.post("/agents/1/parameters", {"parameters": {"n_epochs": 2}}, token=api.pole_key)
+    assert "the learner is inside an update longer than" in reply["message"]  # not 60 s, nor a 500
+    assert api.app[STORE].agent(1).parameters["n_epochs"] == 2
+    started = time.monotonic()
+    reply = await api.post("/agents/1/restart", token=api.pole_key)
+    took = time.monotonic() - started
+    with contextlib.suppress(AssertionError):  # its session ended with the restart
+        await session
+    assert took < 5 and not learner.alive, (took, reply)
+    assert "did not stop" not in reply["message"]
+    assert model_of(api).n_epochs == 2 and api.app[GRAPH].runtimes[1].learner.failure is None
