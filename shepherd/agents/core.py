@@ -22,11 +22,12 @@ greedy snapshot, an export or another process pull them from there.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Union
+from typing import Any, Callable, Generator, Mapping, Protocol, Union
 
 import numpy as np
 
@@ -128,9 +129,13 @@ class VersionedWeights:
 
 
 class ActionFuture(Future):
-    """A future action that also tells which policy version chose it (set before its result)."""
+    """A future action that also tells which policy version chose it (set before its result). It may be
+    awaited on an event loop, as a level's step reply is (`shepherd.level.Level`)."""
 
     policy_version: int = 0
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return asyncio.wrap_future(self).__await__()
 
 
 class WeightSource(Protocol):

@@ -6,8 +6,10 @@ from shepherd.graph.manager import DEFAULT_SCHEDULE, GraphManager, Serving
 from shepherd.graph.preset import AgentSpec, InvalidPreset, Preset, PresetError, PresetValidation, Problem
 from shepherd.graph.runtime import AgentRuntime, AgentStats
 from shepherd.graph.schedule import EvaluationResult, PhaseTracker, Schedule
-from shepherd.graph.sessions import (Acted, ActTimeout, Conflict, Gone, Session, SessionTable, StepInput, TooManyEnvs,
-                                     TooManySessions, Unauthorized, VectorStepInput, WrongShape, check_mask)
+from shepherd.graph.sessions import (Acted, ActTimeout, Conflict, Gone, Session, SessionTable, TooManyEnvs,
+                                     TooManySessions, Unauthorized, check_mask)
+from shepherd.level import WrongShape
+from shepherd.wire import StepInput, VectorStepInput
 
 __all__ = ["DEFAULT_SCHEDULE", "AdvisedAgent", "BadClient", "ActTimeout", "Acted", "AgentRuntime", "AgentSpec", "AgentStats", "Conflict",
            "EvaluationResult", "Gone", "GraphManager", "PhaseTracker", "PresetError", "PresetValidation", "Schedule", "Serving",

@@ -23,7 +23,8 @@ import gymnasium as gym
 from shepherd.agents import AgentClosed
 from shepherd.client import env_action_mask, to_json  # the JSON a client sends: the edge checks exactly that
 from shepherd.graph.manager import GraphManager, Serving
-from shepherd.graph.sessions import Acted, ActTimeout, Session, StepInput, Unauthorized, check_mask
+from shepherd.graph.sessions import Acted, ActTimeout, Session, Unauthorized, check_mask
+from shepherd.wire import StepInput
 from shepherd.graph.validation import NOT_REACHED, Outcome, watch
 from shepherd.wire.spaces import SpaceError, action_from_json, action_to_json, check_observation
 

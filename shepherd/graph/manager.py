@@ -24,7 +24,8 @@ from shepherd.graph.preset import AgentSpec, Preset, PresetError, PresetValidati
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.graph.schedule import EvaluationResult, Schedule
 from shepherd.graph.served import ServedAgents
-from shepherd.graph.sessions import Acted, AnyStep, Session, SessionTable, TooManyEnvs, Unauthorized
+from shepherd.graph.sessions import Acted, Session, SessionTable, TooManyEnvs, Unauthorized
+from shepherd.wire import Step
 from shepherd.definition import Filters, Sharing, check_client_name
 from shepherd.wire.spaces import SpaceError, parse_space, space_to_json
 from shepherd.storage import AgentRecord, Store, hash_key
@@ -441,7 +442,7 @@ class GraphManager:
         """Raises Unauthorized for an unknown or expired session key."""
         return self._sessions.get(key)
 
-    async def step(self, session: Session, step: AnyStep) -> Acted:
+    async def step(self, session: Session, step: Step) -> Acted:
         """One step of a session: the learner's action (None when the episode ended), awaited on the
         event loop that drives the graph. Raises what `Session.step` raises."""
         return await session.step(step, self._serving.act_timeout_seconds)

@@ -16,7 +16,6 @@ import functools
 import itertools
 import threading
 import time
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -24,10 +23,10 @@ import numpy as np
 
 from shepherd.agents import ALGORITHMS, ActionFuture, LearnerUnavailable
 from shepherd.graph.runtime import AgentRuntime
-from shepherd.level import LevelManager, VectorLevel
+from shepherd.level import Level, LevelManager, Reply, VectorLevel
 from shepherd.wire.spaces import SpaceError, check_action_mask
 from shepherd.storage import new_secret
-from shepherd.wire import GreedyStep, GreedyVectorStep, StepInput, VectorStepInput, fingerprint, vector_fingerprint
+from shepherd.wire import GreedyStep, GreedyVectorStep, Step
 
 
 class Unauthorized(PermissionError):
@@ -71,11 +70,6 @@ def check_mask(value: Any, mask_space: Any, where: str = "action_mask") -> np.nd
     return check_action_mask(mask_space, value, where)
 
 
-class WrongShape(ValueError):
-    """A step that does not fit its session: a vector step on a single-env session or the reverse, or a
-    vector step with another number of envs."""
-
-
 class TooManyEnvs(ValueError):
     """A vector login asked for more envs than the server allows per session (or fewer than one)."""
 
@@ -95,26 +89,12 @@ def _answered(action: Any) -> ActionFuture:
     return future
 
 
-#: a step as a session takes it: checked here, or answered by a front end from its snapshot (recorded here)
-AnyStep = StepInput | VectorStepInput | GreedyStep | GreedyVectorStep
-#: the steps a front end answered from its snapshot
-RECORDED = (GreedyStep, GreedyVectorStep)
-#: the steps of a vector session
-VECTOR = (VectorStepInput, GreedyVectorStep)
-
-
-def same_step(a: AnyStep, b: AnyStep) -> bool:
+def same_step(a: Step, b: Step) -> bool:
     """Whether two steps carry the same content (a true retry): the same digest (`wire.fingerprint`,
     `wire.vector_fingerprint`), whichever process checked them. A step a front end recorded without a
     ``seq`` has no digest and is never one."""
-    digest = _digest(a)
-    return bool(digest) and digest == _digest(b)
-
-
-def _digest(step: AnyStep) -> str:
-    if isinstance(step, RECORDED):
-        return step.fingerprint
-    return fingerprint(step) if isinstance(step, StepInput) else vector_fingerprint(step)
+    digest = a.digest()
+    return bool(digest) and digest == b.digest()
 
 
 @dataclass(eq=False)
@@ -122,12 +102,12 @@ class Session:
     """One client's connection to one agent, between login and logout (or expiry)."""
 
     key: str
-    level: LevelManager | VectorLevel
+    level: Level
     runtime: AgentRuntime
     client_id: str = ""  # the `hash_key` of the API key that opened it: limits count per key, revoking ends it
     last_seq: int | None = None
-    last_step: AnyStep | None = field(default=None, repr=False)
-    last_reply: Future | None = field(default=None, repr=False)
+    last_step: Step | None = field(default=None, repr=False)
+    last_reply: Reply[Any] | None = field(default=None, repr=False)
     last_active: float = field(default_factory=time.monotonic)
     in_request: int = 0  # requests of this session being answered right now
 
@@ -143,7 +123,7 @@ class Session:
     @property
     def n_envs(self) -> int | None:
         """How many envs a vector session drives; None for a single-env session."""
-        return self.level.n_envs if isinstance(self.level, VectorLevel) else None
+        return self.level.n_envs
 
     @property
     def observation_space(self) -> Any:
@@ -172,7 +152,7 @@ class Session:
             return None
         return snapshot_name(self.runtime), greedy.source.version, self.n_envs
 
-    async def step(self, step: AnyStep, timeout: float) -> Acted:
+    async def step(self, step: Step, timeout: float) -> Acted:
         """Take one step: the learner's action for it (a vector step: every env's), waited for on this
         event loop; a `GreedyStep` or `GreedyVectorStep` (a front end answered it from its snapshot) is
         recorded with the action it carries, or, if it repeats the last ``seq``, gets that step's answer.
@@ -202,7 +182,7 @@ class Session:
             self.in_request -= 1
             self.active()
 
-    def repeats_waiting_step(self, step: AnyStep) -> bool:
+    def repeats_waiting_step(self, step: Step) -> bool:
         """Whether ``step`` repeats the ``seq`` of a step still waiting for its action."""
         return self.busy and step.seq is not None and step.seq == self.last_seq
 
@@ -219,19 +199,11 @@ class Session:
         assert future.done(), "a recorded step is answered at once"
         return Acted(future.result(), getattr(future, "policy_version", 0))
 
-    def _hand_over(self, step: AnyStep) -> Future:
-        """Hand a step to the LevelManager; the future gives the action, or None when the episode ended."""
-        level = self.level
-        if isinstance(level, VectorLevel) != isinstance(step, VECTOR):
-            raise WrongShape(f"this session drives {level.n_envs} envs: send a vector step (lists of obs, reward, "
-                             "terminated, truncated)" if isinstance(level, VectorLevel) else
-                             "this session drives one env: send one obs and reward (log in with n_envs for "
-                             "vector steps)")
-        envs = (len(step.envs.obs) if isinstance(step, VectorStepInput) else
-                len(step.reward) if isinstance(step, GreedyVectorStep) else None)
-        if isinstance(level, VectorLevel) and envs != level.n_envs:
-            raise WrongShape(f"this session drives {level.n_envs} envs, the step has {envs}: "
-                             "one item per env in every list")
+    def _hand_over(self, step: Step) -> Reply[Any]:
+        """Hand a step to the session's level by its own type (`Step.hand_to`), under the session's ``seq``
+        rules; the reply gives the action, or None when the episode ended."""
+        if step.n_envs != self.level.n_envs:
+            raise self.level.wrong_shape(step.n_envs)
         if step.seq is not None and self.last_seq is not None:
             if step.seq == self.last_seq:
                 if self.last_step is not None and not same_step(step, self.last_step):
@@ -245,18 +217,7 @@ class Session:
         if self.busy:
             retry = f"retry it with seq {self.last_seq}" if self.last_seq is not None else "wait for it"
             raise Conflict(f"the previous step of this session is still waiting for its action; {retry}")
-        reply: Future | None
-        if isinstance(step, VectorStepInput) and isinstance(level, VectorLevel):
-            reply = level.step(step.envs)
-        elif isinstance(step, GreedyVectorStep) and isinstance(level, VectorLevel):
-            assert level.evaluate_only, "a greedy step of a training session"
-            reply = level.record(step.reward, step.ended, step.actions, step.version)
-        elif isinstance(step, GreedyStep):
-            assert isinstance(level, LevelManager) and level.evaluate_only, "a greedy step of a training session"
-            reply = level.record(step.reward, step.done, step.action, step.version)
-        else:
-            assert isinstance(step, StepInput) and isinstance(level, LevelManager)  # their shapes agree (above)
-            reply = level.step(step.obs, step.reward, step.done, step.truncated, step.mask)
+        reply = step.hand_to(self.level)
         self.last_seq, self.last_step = step.seq, step
         self.last_reply = reply if reply is not None else _answered(None)
         return self.last_reply
@@ -269,13 +230,13 @@ def snapshot_name(runtime: AgentRuntime) -> str:
     return f"{runtime.record.id}{client}@{id(runtime.learner):x}"
 
 
-def _lost(reply: Future | None) -> bool:
+def _lost(reply: Reply[Any] | None) -> bool:
     """Whether a step's learner call failed with `LearnerUnavailable` (the step was counted, not learned)."""
     return (reply is not None and reply.done() and not reply.cancelled()
             and isinstance(reply.exception(), LearnerUnavailable))
 
 
-async def _wait(future: Future, timeout: float, seq: int | None) -> Any:
+async def _wait(future: Reply[Any], timeout: float, seq: int | None) -> Any:
     """The learner's answer, or ActTimeout after ``timeout``; the step stays in flight either way.
 
     Learners complete the futures of a batch on this loop's thread (the ``deliver`` they were started
@@ -298,7 +259,7 @@ async def _wait(future: Future, timeout: float, seq: int | None) -> Any:
     return future.result()
 
 
-def _wake(loop: asyncio.AbstractEventLoop, loop_thread: int, woken: asyncio.Future, _: Future) -> None:
+def _wake(loop: asyncio.AbstractEventLoop, loop_thread: int, woken: asyncio.Future, _: Any) -> None:
     if threading.get_ident() == loop_thread:
         _set_woken(woken)
     elif not loop.is_closed():
@@ -335,7 +296,7 @@ class SessionTable:
         if self.max_per_agent is not None and runtime.sessions >= self.max_per_agent:
             raise TooManySessions(f"agent {runtime.record.name} has its maximum of {self.max_per_agent} "
                                   "sessions; log out unused ones or retry later")
-        level: LevelManager | VectorLevel
+        level: Level
         if n_envs is None:
             level = LevelManager(next(self._actor_ids), runtime, evaluate_only)
         else:

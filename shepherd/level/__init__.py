@@ -1,5 +1,11 @@
-"""Level: one LevelManager per client session, the remote client seen as an environment."""
+"""Level: a session's levels, the remote client seen as an environment: `LevelManager` (one env), `VectorLevel`
+(N envs), behind `Level`, which takes each kind of step by a method of its own."""
 
-from shepherd.level.manager import MODES, EnvSteps, Episode, EpisodeHost, LevelManager, Phase, Trial, VectorLevel
+from shepherd.level.base import Level, Reply, WrongShape
+from shepherd.level.episodes import MODES, Episode, EpisodeHost, Phase, Trial
+from shepherd.level.single import LevelManager
+from shepherd.level.vector import VectorLevel
+from shepherd.wire import EnvSteps
 
-__all__ = ["MODES", "EnvSteps", "Episode", "EpisodeHost", "LevelManager", "Phase", "Trial", "VectorLevel"]
+__all__ = ["MODES", "EnvSteps", "Episode", "EpisodeHost", "Level", "LevelManager", "Phase", "Reply", "Trial",
+           "VectorLevel", "WrongShape"]

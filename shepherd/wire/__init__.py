@@ -4,10 +4,10 @@ the connection guard (`connections`) of the learning server, the deploy server a
 
 from shepherd.wire.parse import (LOGIN_FIELDS, STEP_FIELDS, Login, parse_greedy_step, parse_login, parse_object,
                                  parse_step, parse_vector_step, session_key)
-from shepherd.wire.steps import (BadRequest, EnvSteps, GreedyStep, GreedyVectorStep, MaskCheck, StepInput,
-                                 VectorStepInput, fingerprint, greedy_step, greedy_vector_step, vector_fingerprint)
+from shepherd.wire.steps import (BadRequest, EnvSteps, GreedyStep, GreedyVectorStep, MaskCheck, Step, StepInput,
+                                 StepTaker, VectorStepInput, fingerprint, greedy_step, greedy_vector_step, vector_fingerprint)
 
 __all__ = ["LOGIN_FIELDS", "STEP_FIELDS", "BadRequest", "EnvSteps", "GreedyStep", "GreedyVectorStep", "Login",
-           "MaskCheck", "StepInput", "VectorStepInput", "fingerprint", "greedy_step", "greedy_vector_step",
+           "MaskCheck", "Step", "StepInput", "StepTaker", "VectorStepInput", "fingerprint", "greedy_step", "greedy_vector_step",
            "parse_greedy_step", "parse_login", "parse_object", "parse_step", "parse_vector_step", "session_key",
            "vector_fingerprint"]

@@ -7,7 +7,7 @@ import hashlib
 import math
 import numbers
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 import orjson
@@ -19,6 +19,36 @@ MaskCheck = Callable[[Any, Any, str], np.ndarray]
 
 class BadRequest(ValueError):
     """The body is malformed or does not fit the agent's spaces."""
+
+
+class StepTaker(Protocol):
+    """What a step is handed to (`Step.hand_to`): a session's level (`shepherd.level.Level`), one method per
+    kind of step. Each returns the step's reply: an awaitable with ``done()`` and ``result()`` whose result
+    is the action (None: the episode ended), or a vector step's list of actions."""
+
+    def take_step(self, step: StepInput) -> Any: ...
+
+    def take_vector_step(self, step: VectorStepInput) -> Any: ...
+
+    def record_greedy(self, step: GreedyStep) -> Any: ...
+
+    def record_greedy_vector(self, step: GreedyVectorStep) -> Any: ...
+
+
+class Step(Protocol):
+    """A checked step of any kind, as a session takes it: its ``seq``, how many envs it carries (None: one
+    env, not a vector step), its digest (a true retry repeats it; empty: never one), and ``hand_to``, which
+    calls the level's method for its kind."""
+
+    @property
+    def seq(self) -> int | None: ...
+
+    @property
+    def n_envs(self) -> int | None: ...
+
+    def digest(self) -> str: ...
+
+    def hand_to(self, taker: StepTaker) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -49,6 +79,14 @@ class StepInput:
     seq: int | None = None
     mask: Any = None
 
+    n_envs = None  # not a vector step
+
+    def digest(self) -> str:
+        return fingerprint(self)
+
+    def hand_to(self, taker: StepTaker) -> Any:
+        return taker.take_step(self)
+
     @classmethod
     def of(cls, obs: Any, reward: Any, done: bool | None = None, terminated: bool | None = None,
            truncated: bool | None = None, seq: int | None = None, mask: Any = None) -> StepInput:
@@ -71,6 +109,16 @@ class VectorStepInput:
 
     envs: EnvSteps
     seq: int | None = None
+
+    @property
+    def n_envs(self) -> int:
+        return len(self.envs.obs)
+
+    def digest(self) -> str:
+        return vector_fingerprint(self)
+
+    def hand_to(self, taker: StepTaker) -> Any:
+        return taker.take_vector_step(self)
 
     @classmethod
     def of(cls, obs: Sequence[Any], reward: Sequence[Any], terminated: Sequence[bool], truncated: Sequence[bool],
@@ -130,6 +178,15 @@ class GreedyStep:
     action: Any = None
     version: int = 0
 
+    n_envs = None  # not a vector step
+
+    def digest(self) -> str:
+        """The front end's digest of the step (empty without a ``seq``: never a retry)."""
+        return self.fingerprint
+
+    def hand_to(self, taker: StepTaker) -> Any:
+        return taker.record_greedy(self)
+
     def to_json(self) -> bytes:
         """The body of a front end's ``greedy`` item (`parse_greedy_step` reads it)."""
         return orjson.dumps({"session_key": self.session_key, "fingerprint": self.fingerprint,
@@ -149,6 +206,17 @@ class GreedyVectorStep:
     seq: int | None = None
     actions: list[Any] = field(default_factory=list)
     version: int = 0
+
+    @property
+    def n_envs(self) -> int:
+        return len(self.reward)
+
+    def digest(self) -> str:
+        """The front end's digest of the step (empty without a ``seq``: never a retry)."""
+        return self.fingerprint
+
+    def hand_to(self, taker: StepTaker) -> Any:
+        return taker.record_greedy_vector(self)
 
     def to_json(self) -> bytes:
         """The body of a front end's ``greedy`` item of a vector session (`parse_greedy_step` reads it)."""

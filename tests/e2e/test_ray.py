@@ -285,7 +285,7 @@ def test_an_advised_agents_clients_learn_in_named_actors_and_the_advisee_reads_i
     from shepherd.loading import load_preset
     from shepherd.graph.runtime import client_folder
     from shepherd.level import Phase
-    from shepherd.level.manager import Trial
+    from shepherd.level.episodes import Trial
     from shepherd.storage.metrics import progress_path, read_progress
     from shepherd.http import ServerConfig
 

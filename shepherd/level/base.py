@@ -1,0 +1,85 @@
+"""What every level is: the environment of the level above it (here, a remote client's session), taking each
+kind of step by a method of its own.
+
+A step is handed over by its own type (`shepherd.wire.Step.hand_to` calls the method for its kind), so a
+session never asks which kind of step or level it holds. A level answers the kinds it drives; the others
+are refused here with what the client should send instead. Adding a kind of step is one typed value at the
+edge (`shepherd.wire`), one method here (refusing) and in the levels that take it, and one route row.
+
+A reply is awaitable (`Reply`): the learner's future action of a one-learner level (`ActionFuture`, which
+the session waits on without a thread hand-off of its own), or a task of a level whose step consults more
+than one learner (a selector, then a skill).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable, Protocol, TypeVar
+
+from shepherd.wire import GreedyStep, GreedyVectorStep, StepInput, VectorStepInput
+
+T = TypeVar("T", covariant=True)
+
+
+class WrongShape(ValueError):
+    """A vector step on a single-env session, the reverse, or a vector step with another number of envs."""
+
+
+class Reply(Awaitable[T], Protocol[T]):
+    """A step's reply: awaitable, and readable once done (the action; None when the episode ended)."""
+
+    def done(self) -> bool: ...
+
+    def result(self, timeout: float | None = None) -> T: ...
+
+    def cancelled(self) -> bool: ...
+
+    def exception(self, timeout: float | None = None) -> BaseException | None: ...
+
+    def add_done_callback(self, fn: Callable[[Any], object]) -> None: ...
+
+
+class Level:
+    """A session's level. Subclasses take the kinds of step they drive; ``n_envs`` is None for a level
+    that drives one env, else how many envs each of its steps carries."""
+
+    evaluate_only: bool = False
+
+    @property
+    def n_envs(self) -> int | None:
+        return None
+
+    def take_step(self, step: StepInput) -> Reply[Any] | None:
+        """A single-env step: the reply with the action, or None when the episode ended."""
+        raise self.wrong_shape(step.n_envs)
+
+    def take_vector_step(self, step: VectorStepInput) -> Reply[Any]:
+        """A vector step: the reply with every env's action, in env order."""
+        raise self.wrong_shape(step.n_envs)
+
+    def record_greedy(self, step: GreedyStep) -> Reply[Any] | None:
+        """A single-env step a front end answered from its snapshot: counted and recorded, not asked."""
+        raise self.wrong_shape(step.n_envs)
+
+    def record_greedy_vector(self, step: GreedyVectorStep) -> Reply[Any]:
+        """A vector step a front end answered from its snapshot: counted and recorded, not asked."""
+        raise self.wrong_shape(step.n_envs)
+
+    def resend(self) -> Reply[Any]:
+        """Hand the last step's learner call over again, without counting the step anew: its learner lost it
+        (`LearnerUnavailable`: the learner's process died and was restarted from its checkpoint)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """End the session: unfinished episodes are abandoned, the learner closes their partial data."""
+        raise NotImplementedError
+
+    def wrong_shape(self, envs: int | None) -> WrongShape:
+        """The refusal of a step that carries ``envs`` envs (None: a single-env step) on this level."""
+        if self.n_envs is None:
+            return WrongShape("this session drives one env: send one obs and reward (log in with n_envs for "
+                              "vector steps)")
+        if envs is None:
+            return WrongShape(f"this session drives {self.n_envs} envs: send a vector step (lists of obs, reward, "
+                              "terminated, truncated)")
+        return WrongShape(f"this session drives {self.n_envs} envs, the step has {envs}: "
+                          "one item per env in every list")

@@ -1,0 +1,118 @@
+"""Episodes as the levels keep them: the phase an episode runs in, its running return and length, what a
+level needs from its agent (`EpisodeHost`), and trials of another learner's greedy policy."""
+
+from __future__ import annotations
+
+import enum
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+from shepherd.agents import ActionFuture, ActMode, ThreadedLearner
+from shepherd.agents.inline import GreedyActor
+
+
+class Phase(enum.Enum):
+    """The phase an episode runs in, chosen when it starts and kept to its end."""
+
+    HEATUP = "heatup"  # random actions; off-policy learners store them (SB3's learning_starts)
+    TRAIN = "train"  # exploration policy; learned from
+    EVALUATE = "evaluate"  # greedy, not learned from; its returns form the evaluation curve
+    DEPLOY = "deploy"  # greedy, not learned from: evaluate-mode sessions and past the training budget
+    TRIAL = "trial"  # greedy with another learner's policy, not learned from: how it does on this system
+
+
+MODES = {Phase.HEATUP: ActMode.RANDOM, Phase.TRAIN: ActMode.EXPLORE, Phase.EVALUATE: ActMode.GREEDY,
+         Phase.DEPLOY: ActMode.GREEDY, Phase.TRIAL: ActMode.GREEDY}
+
+
+class Trial:
+    """Another learner's greedy policy, played for ``episodes`` episodes on a session's own system.
+
+    The policy is frozen when the trial first acts (`GreedyActor.frozen`: the weights its learner published
+    last, and its observation statistics then), so every step of every episode of the trial plays one
+    policy, whatever its learner learns meanwhile, and the host can adopt that very policy (``frozen``).
+    Making a trial asks the learner to publish. The learner answers what the frozen copy cannot: steps
+    before its weights arrived, masks a plan cannot apply, and every step of a learner without a numpy
+    snapshot (``greedy`` None: images, recurrent policies, networks too large), whose trial plays it live.
+    """
+
+    def __init__(self, tried: str, learner: ThreadedLearner, episodes: int = 1) -> None:
+        self.tried = tried  # whose policy it is (the host's name for it)
+        self.learner = learner
+        self.episodes = episodes
+        self.returns: list[float] = []  # of the episodes played to their end
+        self.frozen: GreedyActor | None = None
+        self._live: set[int] = set()  # actors in an episode the learner answers part of
+        greedy = getattr(learner, "greedy", None)
+        if greedy is not None:
+            greedy.prepare()  # its weights published by the time the trial starts
+
+    @property
+    def done(self) -> bool:
+        return len(self.returns) >= self.episodes
+
+    def ask(self, actor: int, reward: float, obs: Any, mask: Any) -> Callable[[], ActionFuture]:
+        """The call that answers an actor's step of a trial episode (its first, or a later one)."""
+        greedy = getattr(self.learner, "greedy", None)
+        if self.frozen is None and greedy is not None:
+            self.frozen = greedy.frozen()
+        frozen = self.frozen
+        if frozen is not None:
+            chosen = frozen.act(obs, mask)
+            if chosen is not None:
+                return functools.partial(answered, *chosen)
+        if actor in self._live:
+            return functools.partial(self.learner.step, actor, reward, obs, ActMode.GREEDY, mask)
+        self._live.add(actor)
+        return functools.partial(self.learner.begin_episode, actor, obs, ActMode.GREEDY, mask)
+
+    def end(self, actor: int, reward: float, obs: Any, truncated: bool) -> None:
+        """An actor's trial episode ended (its last reward and observation)."""
+        if actor in self._live:
+            self.learner.end_episode(actor, reward, obs, truncated, ActMode.GREEDY)
+        self.abandon(actor)
+
+    def abandon(self, actor: int) -> None:
+        """The tried learner forgets the actor at once."""
+        if actor in self._live:
+            self._live.discard(actor)
+            self.learner.end_actor(actor)
+
+
+def answered(action: Any, version: int) -> ActionFuture:
+    """A reply already known: ``action``, chosen by the policy ``version`` names."""
+    future = ActionFuture()
+    future.policy_version = version
+    future.set_result(action)
+    return future
+
+
+@dataclass
+class Episode:
+    phase: Phase
+    total: float = 0.0
+    length: int = 0
+    trial: Trial | None = None  # a TRIAL episode's: the policy that answers it instead of the host's
+
+    def count(self, reward: float, host: EpisodeHost) -> None:
+        """One step of this episode (the reward for its last action), counted with the host too."""
+        self.total += reward
+        self.length += 1
+        host.count_step(self.phase)
+
+
+class EpisodeHost(Protocol):
+    """What a LevelManager needs from the graph: the learner and the agent's schedule."""
+
+    learner: ThreadedLearner
+
+    def begin_episode(self) -> Phase: ...
+
+    def begin_trial(self) -> Trial | None:
+        """Another policy to try on this session's next episode instead (None: none)."""
+        ...
+
+    def count_step(self, phase: Phase) -> None: ...
+
+    def end_episode(self, episode: Episode, completed: bool) -> None: ...
