@@ -23,6 +23,7 @@ from aiohttp import web
 
 from shepherd.policies.onnx import Policy
 from shepherd.wire.replies import http_error, json_error
+from shepherd.wire.sessions import Conflict, TooManySessions, Unauthorized, is_retry
 from shepherd.wire.spaces import SpaceError, action_to_json, check_action_mask, space_to_json
 from shepherd.wire import (STEP_FIELDS, BadRequest, StepInput, VectorStepInput, parse_login, parse_object,
                            parse_step, parse_vector_step, session_key)
@@ -33,20 +34,6 @@ logger = logging.getLogger(__name__)
 def new_key() -> str:
     """A new API key or session key: 256 random bits, URL-safe (as the learning server's)."""
     return secrets.token_urlsafe(32)
-
-
-class Unauthorized(PermissionError):
-    """A wrong API key, or an unknown or expired session key."""
-
-
-class Conflict(RuntimeError):
-    """A ``seq`` that went backwards, or came again with another step."""
-
-
-class TooManySessions(RuntimeError):
-    """The server has its maximum of sessions."""
-
-    retry_after = 5
 
 
 @dataclass(frozen=True)
@@ -71,7 +58,7 @@ class DeploySession:
     n_envs: int | None
     last_used: float = field(default_factory=time.monotonic)
     last_seq: int | None = None
-    last_step: bytes = b""
+    last_digest: str = ""  # the last step's digest (`shepherd.wire.Step.digest`): what a retry must repeat
     last_reply: dict[str, Any] | None = None
 
 
@@ -156,12 +143,6 @@ async def login_user(request: web.Request) -> web.Response:
     return _json(reply)
 
 
-def _fingerprint(data: dict[str, Any]) -> bytes:
-    """What makes a step the same step (its retry): everything but ``info`` and ``seq``."""
-    return orjson.dumps({key: value for key, value in data.items() if key not in ("info", "seq")},
-                        option=orjson.OPT_SORT_KEYS)
-
-
 async def env_step(request: web.Request) -> web.Response:
     data = parse_object(await request.read(), STEP_FIELDS)
     sessions, policy, mask_rule = request.app[SESSIONS], request.app[CONFIG].policy, request.app[MASK_RULE]
@@ -175,17 +156,11 @@ async def env_step(request: web.Request) -> web.Response:
     if step is None:
         sessions.end(session.key)
         return _json({"ok": True})
-    if step.seq is not None and session.last_seq is not None:
-        if step.seq == session.last_seq:
-            if _fingerprint(data) != session.last_step:
-                raise Conflict(f"seq {step.seq} was already sent with another step; a retry must repeat the step "
-                               "exactly, and a new step needs the next seq")
-            return _json(session.last_reply)  # a retry: the same answer
-        if step.seq < session.last_seq:
-            raise Conflict(f"seq {step.seq} is older than this session's last step ({session.last_seq})")
+    if is_retry(step.seq, session.last_seq, lambda: step.digest() == session.last_digest):
+        return _json(session.last_reply)  # a retry: the same answer
     reply = _act(policy, step)
     if step.seq is not None:
-        session.last_seq, session.last_step, session.last_reply = step.seq, _fingerprint(data), reply
+        session.last_seq, session.last_digest, session.last_reply = step.seq, step.digest(), reply
     return _json(reply)
 
 

@@ -27,10 +27,7 @@ from shepherd.level import Level, LevelManager, Reply, VectorLevel
 from shepherd.wire.spaces import SpaceError, check_action_mask
 from shepherd.storage import new_secret
 from shepherd.wire import GreedyStep, GreedyVectorStep, Step
-
-
-class Unauthorized(PermissionError):
-    """An unknown or revoked API key, or an unknown or expired session key."""
+from shepherd.wire.sessions import Conflict, TooManySessions, Unauthorized, is_retry
 
 
 #: how many session keys of deleted agents are remembered, to answer them 410 rather than 401
@@ -41,20 +38,10 @@ class Gone(LookupError):
     """The session's agent was deleted: its sessions and keys are refused for good (HTTP 410)."""
 
 
-class Conflict(RuntimeError):
-    """The request clashes with the session's state (a step while another is in flight, a stale seq)."""
-
-
 class ActTimeout(RuntimeError):
     """The learner did not answer a step in time; the client may retry after ``retry_after`` seconds."""
 
     retry_after = 1
-
-
-class TooManySessions(RuntimeError):
-    """The agent has as many sessions as it may have; ``retry_after`` is in seconds."""
-
-    retry_after = 5
 
 
 def check_mask(value: Any, mask_space: Any, where: str = "action_mask") -> np.ndarray:
@@ -204,16 +191,11 @@ class Session:
         rules; the reply gives the action, or None when the episode ended."""
         if step.n_envs != self.level.n_envs:
             raise self.level.wrong_shape(step.n_envs)
-        if step.seq is not None and self.last_seq is not None:
-            if step.seq == self.last_seq:
-                if self.last_step is not None and not same_step(step, self.last_step):
-                    raise Conflict(f"seq {step.seq} was already sent with another step; a retry must repeat "
-                                   "the step exactly, and a new step needs the next seq")
-                if _lost(self.last_reply):  # its learner's process died with it: the learner hears it again
-                    self.last_reply = self.level.resend()
-                return self.last_reply  # type: ignore[return-value]  # a retry: the same answer, recorded once
-            if step.seq < self.last_seq:
-                raise Conflict(f"seq {step.seq} is older than this session's last step ({self.last_seq})")
+        last = self.last_step
+        if is_retry(step.seq, self.last_seq, lambda: last is None or same_step(step, last)):
+            if _lost(self.last_reply):  # its learner's process died with it: the learner hears it again
+                self.last_reply = self.level.resend()
+            return self.last_reply  # type: ignore[return-value]  # a retry: the same answer, recorded once
         if self.busy:
             retry = f"retry it with seq {self.last_seq}" if self.last_seq is not None else "wait for it"
             raise Conflict(f"the previous step of this session is still waiting for its action; {retry}")
