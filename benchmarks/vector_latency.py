@@ -24,8 +24,9 @@ from tempfile import TemporaryDirectory
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import ROOT, Echo, Shepherd, metrics  # noqa: E402
-from shepherd.client import (VectorClient, _actions, _Connection, first_vector_step,  # noqa: E402
-                             gymnasium_vector_step, make_vector_env)
+from shepherd.client import VectorClient, first_vector_step, gymnasium_vector_step, make_vector_env  # noqa: E402
+from shepherd.client.connection import _Connection  # noqa: E402
+from shepherd.client.loops import _actions  # noqa: E402
 
 OBS = [0.01, -0.02, 0.03, 0.04]
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from shepherd import client as client_module
+from shepherd.client import loops as client_module
 from shepherd.client import Client
 from tests.conftest import ROOT
 

@@ -1,0 +1,92 @@
+"""``python -m shepherd.client``: drive a gymnasium environment (or ``--n-envs`` of them) against a server."""
+
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import logging
+import os
+import sys
+
+logger = logging.getLogger(__name__)
+
+
+
+from shepherd.client.connection import Client, ShepherdError, VectorClient
+from shepherd.client.loops import make_vector_env, run_env, run_vector_env
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m shepherd.client",
+        description="Drive a gymnasium environment through a Shepherd agent, or with --n-envs several copies "
+                    "of it, all stepped in one request (a vector session). The API key is read from the "
+                    "SHEPHERD_API_KEY environment variable.",
+        epilog="A server that cannot be reached at the start (nothing listens at the URL) ends the client at "
+               "once; one that goes away later is retried for 60 s. Either way the client then exits 1 with "
+               "one line on stderr, as it does when the server refuses it.")
+    parser.add_argument("--url", default="http://127.0.0.1:8000", help="server URL (default %(default)s)")
+    parser.add_argument("--env", default="CartPole-v1", help="gymnasium env id (default %(default)s)")
+    parser.add_argument("--episodes", type=int, default=None, metavar="N",
+                        help="stop after N episodes, counted over every env with --n-envs (the step that "
+                             "reaches N may end more) (default: never)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="seed of the env's first reset; with --n-envs, env i's is SEED + i")
+    parser.add_argument("--mode", choices=("train", "evaluate"), default="train",
+                        help="train: the agent learns; evaluate: greedy actions, never learned from")
+    parser.add_argument("--env-kwargs", default="{}", help="JSON object of gymnasium.make keyword arguments")
+    parser.add_argument("--n-envs", type=int, default=None, metavar="N",
+                        help="run N copies of the env (a gymnasium vector env that resets an ended copy in "
+                             "the same step) and send all N steps in one request (default: one env, one "
+                             "step per request)")
+    parser.add_argument("--client", metavar="NAME", default=None,
+                        help="the client's name, which a login to an advised agent needs (its learner and model "
+                             "are that name's; docs/advice.md)")
+    parser.add_argument("--async", dest="asynchronous", action="store_true",
+                        help="with --n-envs: run each copy in a subprocess (default: all in this process)")
+    args = parser.parse_args(argv)
+    if args.n_envs is not None and args.n_envs < 1:
+        parser.error("--n-envs must be at least 1")
+    if args.asynchronous and args.n_envs is None:
+        parser.error("--async needs --n-envs")
+    apikey = os.environ.get("SHEPHERD_API_KEY")
+    if not apikey:
+        parser.error("set SHEPHERD_API_KEY to the agent's API key")
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s client %(message)s")
+    env_kwargs = json.loads(args.env_kwargs)
+    client = (Client(args.url, apikey, client=args.client) if args.n_envs is None else
+              VectorClient(args.url, apikey, args.n_envs, client=args.client))
+    vector_env = None
+    try:
+        if isinstance(client, Client):
+            returns = run_env(client, args.env, args.seed, args.episodes, args.mode, env_kwargs)
+        else:
+            vector_env = make_vector_env(args.env, args.n_envs, args.asynchronous, env_kwargs)
+            returns = [value for env_returns in run_vector_env(client, vector_env, args.seed, args.episodes,
+                                                               args.mode) for value in env_returns]
+    except KeyboardInterrupt:
+        return 0
+    except ShepherdError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except (OSError, http.client.HTTPException) as error:
+        print(f"error: cannot reach the Shepherd server at {client.url}: {error or type(error).__name__}",
+              file=sys.stderr)
+        return 1
+    finally:
+        try:
+            client.logout()
+        except (ShepherdError, OSError, http.client.HTTPException):
+            pass
+        if vector_env is not None:
+            vector_env.close()
+    if returns:
+        envs = f" over {args.n_envs} envs" if args.n_envs is not None else ""
+        print(f"{len(returns)} episodes{envs}, mean return {sum(returns) / len(returns):.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
