@@ -140,7 +140,7 @@ async def test_metrics_and_health_count_advised_clients(http):
 
 
 async def test_the_progress_display_has_a_line_per_client_and_the_agents_sums(http):
-    from shepherd.cli.serve import agent_stats, learner_stats
+    from shepherd.cli.progress import agent_stats, learner_stats
 
     await play(http, "arms", episodes=1, steps=4, client="arm-1")
     await play(http, "arms", episodes=2, steps=3, client="arm-2")

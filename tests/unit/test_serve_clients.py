@@ -1,6 +1,6 @@
 """`run.py --clients N --envs-per-client M`: the command lines of the local client processes."""
 
-from shepherd.cli import serve
+from shepherd.cli import progress as serve
 from shepherd.graph import PresetValidation
 
 VALIDATION = PresetValidation(env_id="CartPole-v1", target_return=1.0, max_steps=100, env_kwargs={"x": 1})

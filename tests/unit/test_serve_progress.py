@@ -1,6 +1,6 @@
 """A server without --clients prints a progress line per agent whose counters changed, at most every interval."""
 
-from shepherd.cli.serve import ProgressLines, progress_line
+from shepherd.cli.progress import ProgressLines, progress_line
 from shepherd.graph import AgentStats
 from shepherd.graph.schedule import EvaluationResult
 

@@ -1,0 +1,174 @@
+"""What ``run.py -p PRESET --clients N`` runs beside the server: the local clients (gymnasium envs driven over
+HTTP by ``python -m shepherd.client`` processes) and the progress display that follows the agents' learning."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+
+from shepherd.cli.common import EXIT_NOT_REACHED
+from shepherd.graph import AgentStats, GraphManager, PresetValidation
+from shepherd.graph.validation import Outcome
+
+ROOT = Path(__file__).resolve().parents[2]
+#: a server without --clients prints a progress line per agent at most this often, if its counters changed
+PROGRESS_SECONDS = 10.0
+
+
+def local_client_names(count: int) -> list[str]:
+    """The client names of ``--clients`` local clients of an advised agent: ``local-0`` ... ``local-N-1``, the
+    same at every start, so that a restarted run resumes each local client's learner."""
+    return [f"local-{index}" for index in range(count)]
+
+
+async def start_clients(url: str, apikey: str, validation: PresetValidation, count: int,
+                        envs_per_client: int = 1, seed: int = 0,
+                        names: list[str] | None = None) -> list[asyncio.subprocess.Process]:
+    """Start ``count`` client processes, each of ``envs_per_client`` envs (more than one: a vector session,
+    ``--n-envs``); the key goes through the environment, never the command line. Client k seeds its envs
+    from ``seed + k * envs_per_client`` (env i of it with that plus i), so no two envs share a seed, and
+    logs in as ``names[k]`` if names are given (an advised agent's clients)."""
+    env = {**os.environ, "SHEPHERD_API_KEY": apikey,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    vector = ["--n-envs", str(envs_per_client)] if envs_per_client > 1 else []
+    processes = []
+    for index in range(count):
+        name = ["--client", names[index]] if names else []
+        processes.append(await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "shepherd.client", "--url", url, "--env", validation.env_id,
+            "--seed", str(seed + index * envs_per_client), "--env-kwargs", json.dumps(validation.env_kwargs), *vector,
+            *name,
+            env=env, stdout=asyncio.subprocess.DEVNULL, stdin=asyncio.subprocess.DEVNULL))
+    return processes
+
+
+async def stop_clients(clients: list[asyncio.subprocess.Process]) -> None:
+    for process in clients:
+        if process.returncode is None:
+            process.terminate()
+    for process in clients:
+        try:
+            await asyncio.wait_for(process.wait(), 10)
+        except asyncio.TimeoutError:
+            process.kill()
+            await process.wait()
+
+
+def progress_line(stats: AgentStats) -> str:
+    """One line of an agent's counters: steps, steps/s, phase, sessions, mean train return, last evaluation."""
+    evaluation = stats.last_evaluation
+    train = "-" if stats.mean_train_return is None else f"{stats.mean_train_return:.1f}"
+    evaluated = "-" if evaluation is None else f"{evaluation.mean_return:.1f} @ {evaluation.steps:,}"
+    return (f"steps {stats.steps:>8,} | {stats.steps_per_second:6.0f} steps/s | phase {stats.phase:<8} | "
+            f"sessions {stats.sessions} | train return {train} | eval {evaluated}")
+
+
+class ProgressLines:
+    """Decides which agents get a progress line: those whose counters (steps, episodes, sessions, phase)
+    changed since their last line, at most one line per agent every ``interval`` seconds. The counters an
+    agent has when first seen (a resumed agent's steps, say) print nothing: an idle server stays quiet."""
+
+    def __init__(self, interval: float = PROGRESS_SECONDS) -> None:
+        self.interval = interval
+        self._shown: dict[int | tuple[int, str], tuple[tuple, float]] = {}  # learner -> its last line's counters, when
+
+    def lines(self, stats: Mapping[int | tuple[int, str], AgentStats], now: float) -> list[str]:
+        """The lines to print now, given each served learner's stats by store id (an advised agent's clients'
+        by store id and client name, their stats named ``agent/client``) and a monotonic time."""
+        lines = []
+        for agent_id, agent in stats.items():
+            counters = (agent.steps, agent.episodes, agent.sessions, agent.phase)
+            shown = self._shown.get(agent_id)
+            if shown is None:
+                self._shown[agent_id] = (counters, -float("inf"))
+            elif counters != shown[0] and now - shown[1] >= self.interval:
+                self._shown[agent_id] = (counters, now)
+                number = agent_id if isinstance(agent_id, int) else agent_id[0]
+                lines.append(f"agent {agent.agent} (id {number}): {progress_line(agent)}")
+        for agent_id in self._shown.keys() - stats.keys():  # no longer served
+            del self._shown[agent_id]
+        return lines
+
+
+def learner_stats(graph: GraphManager) -> dict[int | tuple[int, str], AgentStats]:
+    """Each served learner's stats: a pooled agent's by store id, an advised agent's clients' by store id and
+    client name (named ``agent/client``)."""
+    stats: dict[int | tuple[int, str], AgentStats] = {}
+    for runtime in graph.every_runtime():
+        if runtime.client is None:
+            stats[runtime.record.id] = runtime.stats()
+        else:
+            stats[(runtime.record.id, runtime.client)] = replace(runtime.stats(), agent=runtime.label)
+    return stats
+
+
+def agent_stats(graph: GraphManager, agent_id: int) -> AgentStats | None:
+    """A served agent's stats (None: not served now); an advised agent's are its clients' sums, its phase
+    ``failed`` only when every client failed, its evaluation the best client's."""
+    runtime = graph.runtimes.get(agent_id)  # looked up each time: a restart replaces it
+    if runtime is not None:
+        return runtime.stats()
+    advised = graph.served.advised.get(agent_id)
+    if advised is None or not advised.clients:
+        return None
+    every = [client.stats() for client in advised.clients.values()]
+    best = advised.best()
+    failures = [s.failure for s in every if s.failure]
+    trained = [s.mean_train_return for s in every if s.mean_train_return is not None]
+    return AgentStats(
+        agent=advised.record.name, steps=sum(s.steps for s in every),
+        steps_per_second=sum(s.steps_per_second for s in every),
+        phase="failed" if len(failures) == len(every) else "train", sessions=sum(s.sessions for s in every),
+        episodes=sum(s.episodes for s in every), mean_train_return=max(trained) if trained else None,
+        last_evaluation=None if best is None else best.stats().last_evaluation,
+        failure="; ".join(failures) if len(failures) == len(every) else None)
+
+
+async def report_progress(graph: GraphManager, lines: ProgressLines | None = None) -> None:
+    """Print the progress lines of a server without local clients, until cancelled."""
+    lines = lines or ProgressLines()
+    while True:  # the first pass, at once, notes the counters the agents start with
+        for line in lines.lines(learner_stats(graph), time.monotonic()):
+            print(line, flush=True)
+        await asyncio.sleep(1.0)  # stats() samples steps/s; once a second, as the --clients display does
+
+
+async def progress(graph: GraphManager, agent_id: int, clients: list, outcome: Outcome,
+                   stop: asyncio.Event, quiet: bool = False) -> None:
+    """Print a live progress line (unless ``quiet``); stop on timeout or when every client has died."""
+    validation = graph.validation
+    assert validation is not None  # --clients needs it; checked at start
+    interactive = sys.stdout.isatty()
+    started = last_line = time.monotonic()
+    while not stop.is_set():
+        await asyncio.sleep(1.0)
+        if stop.is_set():  # decided meanwhile (target reached, signal): keep that outcome
+            return
+        stats = agent_stats(graph, agent_id)
+        if stats is None:
+            continue
+        line = f"{progress_line(stats)} (target {validation.target_return:g})"
+        if quiet:
+            pass
+        elif interactive:
+            print("\r" + line, end="", flush=True)
+        elif time.monotonic() - last_line >= 10:
+            last_line = time.monotonic()
+            print(line, flush=True)
+        if stats.failure:
+            outcome.code, outcome.reason = EXIT_NOT_REACHED, f"the agent failed: {stats.failure}"
+            stop.set()
+        elif time.monotonic() - started > validation.timeout_seconds:
+            outcome.code = EXIT_NOT_REACHED
+            outcome.reason = f"gave up after {validation.timeout_seconds:g} s without reaching the target"
+            stop.set()
+        elif clients and all(process.returncode is not None for process in clients):
+            codes = ", ".join(str(process.returncode) for process in clients)
+            outcome.code, outcome.reason = EXIT_NOT_REACHED, f"every local client exited (status {codes})"
+            stop.set()
