@@ -23,7 +23,8 @@ from typing import Any, Callable, Protocol
 import torch as th
 
 from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFailed, Answer, Deliver, Kind,
-                                  Observation, Outcome, Request)
+                                  NotClientActing, Observation, Outcome, Request, Upload)
+from shepherd.experience_wire import Experience
 from shepherd.agents.inline import GreedyActor
 from shepherd.agents.metrics import MetricsWriter
 from shepherd.agents.timing import LearnerStats
@@ -60,6 +61,14 @@ class Algorithm(Protocol):
 
     def before_batch(self) -> None:
         """Called before each batch (publish weights that someone waits for)."""
+
+    def client_acting_refused(self) -> str | None:
+        """Why a client-acting session cannot act with this algorithm's policy (None: it can)."""
+
+    def learn_upload(self, upload: Upload) -> Callable[[], None] | None:
+        """Learn from one client-acting session's upload (or open the session); answer its ticket with an
+        `ExperienceReply` or a refusal. Returns work to run once the answers so far are handed over (training
+        that the reply need not wait for), or None."""
 
     def write_checkpoint(self, path: Path, state: dict[str, Any]) -> None: ...
 
@@ -107,6 +116,8 @@ def _refuse(future: Future, answer: Answer) -> None:
         future.cancel()
     elif answer.outcome is Outcome.FAILED:
         future.set_exception(AgentFailed(answer.detail))
+    elif answer.outcome is Outcome.REFUSED and isinstance(answer.action, Exception):
+        future.set_exception(answer.action)
     else:
         future.set_exception(AgentClosed(answer.detail))
 
@@ -163,7 +174,7 @@ class ThreadedLearner:
         self.failure: str | None = None
         self.greedy = greedy
         # a list is one vector step's requests: taken into one batch whole, in order
-        self._queue: queue.SimpleQueue[Request | list[Request] | _Control] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Request | list[Request] | _Control | Upload] = queue.SimpleQueue()
         self._futures: dict[int, ActionFuture | _Part] = {}  # by ticket
         self._tickets = iter(range(1, 1 << 62))
         self._deliver: Deliver | None = None
@@ -251,6 +262,34 @@ class ThreadedLearner:
             self._futures[request.ticket] = _Part(vector, index)
             request.submitted = now
         self._queue.put(list(requests))
+        return future
+
+    def begin_uploads(self, uploader: int, n_envs: int) -> Future:
+        """A client-acting session of ``n_envs`` envs opens (``uploader``: its actor id, which `end_actor`
+        ends): a future of the `ExperienceReply` with the version to act with and the steps to collect.
+
+        Raises:
+            NotClientActing: the agent's policy cannot act at the client (the reason says why).
+        """
+        reason = self.algorithm.client_acting_refused()
+        if reason is not None:
+            raise NotClientActing(reason)
+        return self._upload(Upload(uploader, n_envs))
+
+    def learn_experience(self, uploader: int, experience: Experience) -> Future:
+        """One upload of a client-acting session, handed over as one message; a future of the
+        `ExperienceReply`, set once the learner has done what the upload completes (an on-policy agent: the
+        update it completes, if it does). Its exception: `StalePolicy` (nothing recorded), `BadExperience`
+        (another T or N than asked), `AgentFailed`, `AgentClosed`."""
+        return self._upload(Upload(uploader, experience.n_envs, experience))
+
+    def _upload(self, upload: Upload) -> Future:
+        future = ActionFuture()
+        if not self._refused(future):
+            upload.ticket = next(self._tickets)
+            self._futures[upload.ticket] = future
+            upload.submitted = time.perf_counter()
+            self._queue.put(upload)
         return future
 
     def _put_all(self, requests: list[Request]) -> None:
@@ -368,7 +407,7 @@ class ThreadedLearner:
                 except queue.Empty:
                     break
             # a vector step's requests are taken whole, in order
-            batch: list[Request | _Control] = [
+            batch: list[Request | _Control | Upload] = [
                 m for item in taken for m in (item if isinstance(item, list) else (item,))]
             if self.failure is None:
                 running = self._guard(lambda: self._dispatch(batch)) is not False
@@ -394,7 +433,7 @@ class ThreadedLearner:
         finally:
             self._hand_over(self.algorithm.take_answers())
 
-    def _dispatch(self, batch: list[Request | _Control]) -> bool:
+    def _dispatch(self, batch: list[Request | _Control | Upload]) -> bool:
         algorithm, stats = self.algorithm, self.stats
         started, updating, writing, asked = time.perf_counter(), stats.updates.sum, 0.0, 0
         algorithm.before_batch()
@@ -410,6 +449,13 @@ class ThreadedLearner:
                 algorithm.filter(run)
                 algorithm.process(run)
                 run = []
+            if isinstance(message, Upload):
+                stats.queue_wait.observe(started - message.submitted)
+                later = algorithm.learn_upload(message)
+                if later is not None:  # the reply goes out before the training it need not wait for
+                    self._hand_over(algorithm.take_answers())
+                    later()
+                continue
             if message.what == "drain":
                 algorithm.draining = True
                 algorithm.drain()
@@ -447,10 +493,10 @@ class ThreadedLearner:
             stats.forward.observe(max(0.0, time.perf_counter() - started - writing - (stats.updates.sum - updating)))
         return True
 
-    def _fail_pending(self, batch: list[Request | _Control]) -> None:
+    def _fail_pending(self, batch: list[Request | _Control | Upload]) -> None:
         reason = self.failure or "failed"
         answers = [Answer(m.ticket, Outcome.FAILED, detail=reason) for m in batch
-                   if isinstance(m, Request) and m.ticket]
+                   if isinstance(m, (Request, Upload)) and m.ticket]
         self._hand_over(answers)
         for message in batch:
             if isinstance(message, _Control) and message.future is not None and not message.future.done():
