@@ -1,4 +1,4 @@
-"""A client-acting session's upload (``POST /shepherd/experience/``) parsed and checked into an `Experience`; torch-free.
+"""A client-acting session's upload (``POST /shepherd/experience/``) checked into an `Experience`; torch-free.
 
 A client that acts with the served policy itself collects ``T`` steps of its ``N`` envs and uploads them as
 columns (issue 35): ``obs`` has T+1 rows of N observations (row 0 the ones the first samples were drawn

@@ -24,7 +24,7 @@ import pytest
 import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.env_util import make_vec_env
-from stable_baselines3.common.vec_env import VecEnvWrapper
+from stable_baselines3.common.vec_env import VecEnvWrapper, VecNormalize
 
 from shepherd.agents import ActMode, StalePolicy, algorithm_info, build_learner, sb3_arguments
 from shepherd.agents.registry import policy_name
@@ -38,8 +38,9 @@ N_ENVS = 4
 CASES = {  # env, its time limit, steps (whole rollouts, whole train_freq rounds), parameters
     "PPO": ("CartPole-v1", 30, 512, {"n_steps": 64, "batch_size": 64, "n_epochs": 2, "learning_rate": "lin_0.001"}),
     "A2C": ("CartPole-v1", 30, 224, {"n_steps": 8, "learning_rate": "lin_0.001"}),
-    "DQN": ("CartPole-v1", 15, 320, {"learning_starts": 100, "batch_size": 16, "train_freq": 4, "gradient_steps": 2,
-                                     "target_update_interval": 50, "exploration_fraction": 0.5}),
+    "DQN": ("CartPole-v1", 12, 320, {"learning_rate": 0.005, "learning_starts": 100, "batch_size": 16,  # a rate at
+                                     "train_freq": 4, "gradient_steps": 2, "target_update_interval": 50,  # which a
+                                     "exploration_fraction": 0.5}),  # time limit's flag shows in the weights
     "SAC": ("Pendulum-v1", 50, 320, {"learning_starts": 100, "batch_size": 16, "train_freq": 2}),
     "TD3": ("Pendulum-v1", 50, 320, {"learning_starts": 100, "batch_size": 16, "action_noise": "normal"}),
 }
@@ -70,10 +71,12 @@ class Recorder(VecEnvWrapper):
         return obs, rewards, dones, infos
 
 
-def record_learn(algorithm: str, env_id: str, limit: int, steps: int, params: dict):
-    """SB3's learn() with N_ENVS envs: its weights, the recorder, the buffer actions of every step, and the
-    random states at each train() call by the steps counted then."""
-    env = Recorder(make_vec_env(env_id, n_envs=N_ENVS, env_kwargs={"max_episode_steps": limit}))
+def record_learn(algorithm: str, env_id: str, limit: int, steps: int, params: dict, wrap=None):
+    """SB3's learn() with N_ENVS envs (its VecEnv wrapped by ``wrap``, over the recorder: VecNormalize): its
+    model, the recorder, the buffer actions of every step, and the random states at each train() call by
+    the steps counted then."""
+    recorder = Recorder(make_vec_env(env_id, n_envs=N_ENVS, env_kwargs={"max_episode_steps": limit}))
+    env = recorder if wrap is None else wrap(recorder)
     kwargs, _ = sb3_arguments(algorithm, env.action_space, params)
     model = algorithm_info(algorithm).sb3_class(policy_name(env.observation_space, algorithm), env, device="cpu",
                                                 **kwargs)
@@ -93,7 +96,7 @@ def record_learn(algorithm: str, env_id: str, limit: int, steps: int, params: di
 
     buffer.add, model.train = recording_add, recording_train
     model.learn(steps)
-    return model.policy.state_dict(), env, actions, states
+    return model, recorder, actions, states
 
 
 def upload_body(env: Recorder, actions: list[np.ndarray], start: int, steps: int, version: int,
@@ -119,14 +122,12 @@ def spaces_of(env_id: str, limit: int = 0):
     return parse_space(space_to_json(env.observation_space)), parse_space(space_to_json(env.action_space))
 
 
-@pytest.mark.parametrize("algorithm", list(CASES))
-def test_a_client_uploading_what_sb3_learn_drew_ends_with_its_weights(algorithm):
-    env_id, limit, steps, params = CASES[algorithm]
-    params = {**params, "seed": 5, "n_envs": N_ENVS, "policy_kwargs": {"net_arch": [16]}}
-    expected, recorded, actions, states = record_learn(algorithm, env_id, limit, steps, params)
-    assert any(info.get("TimeLimit.truncated") for row in recorded.infos for info in row), "time limits happen"
+def replay(algorithm: str, env_id: str, steps: int, params: dict, recorded: Recorder, actions: list[np.ndarray],
+           states: dict[int, tuple], filters: Filters | None = None):
+    """A learner of the same seed fed the recorded steps as one client-acting session of N_ENVS envs uploads
+    them, each upload's body parsed from JSON; the learner, closed."""
     observation_space, action_space = spaces_of(env_id)
-    learner = build_learner(algorithm, "uploads", observation_space, action_space, params, steps)
+    learner = build_learner(algorithm, "uploads", observation_space, action_space, params, steps, filters)
     checks = ExperienceSpaces(observation_space, learner.algorithm.sample_space)
     learner.start()
     try:
@@ -143,11 +144,70 @@ def test_a_client_uploading_what_sb3_learn_drew_ends_with_its_weights(algorithm)
             assert reply.accepted == experience.steps * N_ENVS
         assert done * N_ENVS == steps and learner.steps == steps and learner.failure is None
         assert learner.algorithm.version == len(states) > 0
-        got = learner.model.policy.state_dict()
     finally:
         learner.close()
+    return learner
+
+
+@pytest.mark.parametrize("algorithm", list(CASES))
+def test_a_client_uploading_what_sb3_learn_drew_ends_with_its_weights(algorithm):
+    env_id, limit, steps, params = CASES[algorithm]
+    params = {**params, "seed": 5, "n_envs": N_ENVS, "policy_kwargs": {"net_arch": [16]}}
+    model, recorded, actions, states = record_learn(algorithm, env_id, limit, steps, params)
+    assert any(info.get("TimeLimit.truncated") for row in recorded.infos for info in row), "time limits happen"
+    expected = model.policy.state_dict()
+    got = replay(algorithm, env_id, steps, params, recorded, actions, states).model.policy.state_dict()
     for name in expected:
         assert th.allclose(expected[name], got[name], rtol=1e-4, atol=1e-5), f"{algorithm}: {name} differs"
+
+
+def same_statistics(vec_normalize, filtering) -> None:
+    """The agent's running statistics are VecNormalize's (its float32 batch moments round at ~1e-7)."""
+    ours, theirs = filtering.observations[None], vec_normalize.obs_rms
+    assert ours.count == pytest.approx(theirs.count)
+    assert np.allclose(ours.mean, theirs.mean, rtol=1e-5, atol=1e-6)
+    assert np.allclose(ours.var, theirs.var, rtol=1e-5, atol=1e-6)
+    assert filtering.returns.count == pytest.approx(vec_normalize.ret_rms.count)
+    assert filtering.returns.var == pytest.approx(float(vec_normalize.ret_rms.var), rel=1e-5)
+
+
+def test_off_policy_uploads_under_filters_learn_exactly_as_sb3_under_vecnormalize():
+    env_id, limit, steps, params = CASES["SAC"]
+    params = {**params, "seed": 5, "n_envs": N_ENVS, "policy_kwargs": {"net_arch": [16]}}
+    model, recorded, actions, states = record_learn("SAC", env_id, limit, steps, params,
+                                                    lambda env: VecNormalize(env, gamma=0.99))
+    filters = Filters(normalize_observations=True, normalize_rewards=True)
+    learner = replay("SAC", env_id, steps, params, recorded, actions, states, filters)
+    expected, got = model.policy.state_dict(), learner.model.policy.state_dict()
+    for name in expected:
+        assert th.allclose(expected[name], got[name], rtol=1e-4, atol=1e-5), f"SAC: {name} differs"
+    same_statistics(model.get_vec_normalize_env(), learner.algorithm.filtering)
+    plain = replay("SAC", env_id, steps, params, recorded, actions, states).model.policy.state_dict()
+    assert any(not th.allclose(expected[n], plain[n], rtol=1e-4, atol=1e-5) for n in expected), "filters matter"
+
+
+def test_on_policy_uploads_count_statistics_as_vecnormalize_and_store_what_the_version_saw():
+    env_id, limit, steps, params = CASES["PPO"]
+    params = {**params, "seed": 5, "n_envs": N_ENVS, "policy_kwargs": {"net_arch": [16]}}
+    model, recorded, actions, states = record_learn("PPO", env_id, limit, steps, params,
+                                                    lambda env: VecNormalize(env, gamma=0.99))
+    filters = Filters(normalize_observations=True, normalize_rewards=True)
+    learner = replay("PPO", env_id, steps, params, recorded, actions, states, filters)
+    same_statistics(model.get_vec_normalize_env(), learner.algorithm.filtering)
+    learner = ppo(2, 8, filters=filters)
+    try:  # the rollout keeps what the policy saw: the observations normalised as of the version acted with
+        algorithm = learner.algorithm
+        learner.begin_uploads(1, 1).result(30)
+        experience = random_experience(np.random.default_rng(7), 8, 1, 0)
+        experience = Experience.of(experience.obs * 5 + 3, experience.sample, experience.reward,
+                                   experience.terminated, experience.truncated, experience.final_obs, 0)
+        learner.learn_experience(1, experience).result(30)
+        prior = algorithm.version_filtering
+        assert np.allclose(algorithm.buffer.observations[:, 0], prior.normalize_obs(experience.obs[:8, 0]))
+        assert prior.observations[None].count == pytest.approx(1e-4)  # version 0's: SB3's prior
+        assert algorithm.filtering.observations[None].count == pytest.approx(9 + 1e-4)  # rows 0-8 counted
+    finally:
+        learner.close()
 
 
 def ppo(n_envs: int, n_steps: int, env_id: str = "CartPole-v1", filters: Filters | None = None, **more):
@@ -198,6 +258,58 @@ def test_the_server_log_probs_of_uploaded_samples_are_sb3_evaluate_actions(env_i
         assert np.allclose(buffer.rewards[:, 0], expected, rtol=1e-6, atol=1e-6)
         assert learner.algorithm._last_values[0] == pytest.approx(float(last), rel=1e-6)  # the segment is full
         assert list(buffer.episode_starts[:, 0]) == [1, 0, 1, 1, 0, 0, 0, 0]
+    finally:
+        learner.close()
+
+
+def test_an_upload_of_more_envs_than_free_segments_is_written_column_by_column():
+    learner = ppo(3, 16)
+    try:
+        algorithm, buffer = learner.algorithm, learner.algorithm.buffer
+        env = gym.make("CartPole-v1")
+        obs, _ = env.reset(seed=0)
+        learner.begin_episode(2, obs, ActMode.EXPLORE).result(30)  # a server-acting actor holds segment 0
+        reply = learner.begin_uploads(1, 3).result(30)
+        assert reply.steps == 11  # 32 free rows for 3 envs, rounded up: one row is not learned
+        experience = random_experience(np.random.default_rng(6), 11, 3, 0)  # ends: terminated [1][0], cut [2][2]
+        future = learner.learn_experience(1, experience)
+        while list(algorithm._position) == [0, 0, 0]:
+            time.sleep(0.01)
+        time.sleep(0.1)
+        assert not future.done(), "no row is free for its next upload until the update"
+        assert list(algorithm._position) == [0, 16, 16] and algorithm.unlearned_steps == 1 and learner.steps == 32
+        values = buffer.values
+        gamma = np.float32(learner.model.gamma)
+        # env 0: rows 0-10 of segment 1, cut at row 10 (bootstrapped with the value of obs[11][0])
+        assert np.allclose(buffer.observations[:11, 1], experience.obs[:11, 0])
+        with th.no_grad():
+            next_value = float(learner.model.policy.predict_values(th.as_tensor(experience.obs[11, 0])[None]))
+        assert buffer.rewards[10, 1] == pytest.approx(np.float32(experience.reward[10, 0]) + gamma * next_value,
+                                                      rel=1e-5)
+        # env 1: rows 0-4 end segment 1 (its last value: obs[5][1]'s), rows 5-10 start segment 2
+        assert np.allclose(buffer.observations[11:, 1], experience.obs[:5, 1])
+        assert buffer.episode_starts[11, 1] == 1 and buffer.episode_starts[0, 2] == 1
+        assert algorithm._last_values[1] == pytest.approx(float(values[0, 2]), rel=1e-5)
+        assert np.allclose(buffer.observations[:6, 2], experience.obs[5:11, 1])
+        # env 2: rows 0-9 fill segment 2 (a time limit at row 2 bootstrapped from its final_obs), row 10 is left out
+        assert np.allclose(buffer.observations[6:, 2], experience.obs[:10, 2])
+        assert buffer.episode_starts[6, 2] == 1 and buffer.episode_starts[9, 2] == 1
+        assert algorithm.version == 0  # the server-acting actor's segment is still open
+    finally:
+        learner.close()
+
+
+def test_a_session_that_vanishes_frees_its_reserved_segments():
+    learner = ppo(2, 8)
+    try:
+        assert learner.begin_uploads(1, 2).result(30).steps == 8  # both segments reserved
+        obs, _ = gym.make("CartPole-v1").reset(seed=0)
+        waiting = learner.begin_episode(2, obs, ActMode.EXPLORE)
+        time.sleep(0.2)
+        assert not waiting.done(), "a server-acting actor waits while an upload holds every segment"
+        learner.end_actor(1)  # the session expired
+        waiting.result(30)
+        assert learner.algorithm._owner == [2, None]
     finally:
         learner.close()
 
