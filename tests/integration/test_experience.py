@@ -186,6 +186,17 @@ def test_off_policy_uploads_under_filters_learn_exactly_as_sb3_under_vecnormaliz
     assert any(not th.allclose(expected[n], plain[n], rtol=1e-4, atol=1e-5) for n in expected), "filters matter"
 
 
+def test_on_policy_uploads_with_reward_scaling_only_learn_exactly_as_sb3_under_vecnormalize():
+    env_id, limit, steps, params = CASES["PPO"]
+    params = {**params, "seed": 5, "n_envs": N_ENVS, "policy_kwargs": {"net_arch": [16]}}
+    model, recorded, actions, states = record_learn("PPO", env_id, limit, steps, params,
+                                                    lambda env: VecNormalize(env, norm_obs=False, gamma=0.99))
+    learner = replay("PPO", env_id, steps, params, recorded, actions, states, Filters(normalize_rewards=True))
+    expected, got = model.policy.state_dict(), learner.model.policy.state_dict()
+    for name in expected:
+        assert th.allclose(expected[name], got[name], rtol=1e-4, atol=1e-5), f"PPO: {name} differs"
+
+
 def test_on_policy_uploads_count_statistics_as_vecnormalize_and_store_what_the_version_saw():
     env_id, limit, steps, params = CASES["PPO"]
     params = {**params, "seed": 5, "n_envs": N_ENVS, "policy_kwargs": {"net_arch": [16]}}
