@@ -26,7 +26,7 @@ from gymnasium import spaces
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecEnvWrapper, VecNormalize
 
-from shepherd.agents import ActMode, StalePolicy, algorithm_info, build_learner, sb3_arguments
+from shepherd.agents import ActMode, NotClientActing, StalePolicy, algorithm_info, build_learner, sb3_arguments
 from shepherd.agents.registry import policy_name
 from shepherd.definition import Filters
 from shepherd.experience_wire import (EXPERIENCE_FIELDS, BadExperience, Experience, ExperienceSpaces,
@@ -500,5 +500,21 @@ def test_an_upload_of_other_steps_than_the_learner_asked_is_refused():
         with pytest.raises(BadExperience, match="'sample' has 3 rows of 2; 4 steps of 2 envs were asked"):
             learner.learn_experience(1, random_experience(np.random.default_rng(5), 3, 2, 0)).result(30)
         assert learner.steps == 0
+    finally:
+        learner.close()
+
+
+@pytest.mark.parametrize("algorithm, filters, says", [
+    ("RecurrentPPO", None, "LSTM state"),
+    ("PPO", Filters(frame_stack=2), "frame_stack"),
+])
+def test_an_agent_whose_policy_cannot_act_at_the_client_refuses_its_sessions(algorithm, filters, says):
+    observation_space, action_space = spaces_of("CartPole-v1")
+    params = {"n_steps": 8, "batch_size": 8, "policy_kwargs": {"net_arch": [8]}}
+    learner = build_learner(algorithm, "refusing", observation_space, action_space, params, 100, filters)
+    learner.start()
+    try:
+        with pytest.raises(NotClientActing, match=says):
+            learner.begin_uploads(1, 1)
     finally:
         learner.close()
