@@ -300,6 +300,10 @@ class AdvisedOnPolicyAdapter(OnPolicyAdapter):
         self._kept: Any = None  # a frozen copy of the adopted policy while it is kept
         self._kept_at = 0  # the steps learned when it was adopted
 
+    def client_acting_refused(self) -> str | None:
+        return ("an advised client acts with its policy mixed with its advisor's, which the server keeps; log in "
+                "with \"acting\": \"server\"")
+
     def process(self, messages: list[Request]) -> None:
         if self.steps == 0 and self._adopt():  # a new client adopts what its plug-in trials chose before it learns
             self.new_version()  # a step: another policy answers from now on (a greedy snapshot must see it)

@@ -10,6 +10,11 @@ every act request with an action and the policy version that chose it::
     learner.end_episode(actor, reward, obs, truncated, mode)
     learner.end_actor(actor)                                # the session is gone: close its partial data
 
+A client-acting session (issue 35: the client acts with the served policy and uploads its experience) is
+one *uploader*: ``learner.begin_uploads(uploader, n_envs)`` says how many steps to collect first, and each
+``learner.learn_experience(uploader, experience)`` hands one upload over as one message; both are futures of
+an `ExperienceReply`. ``end_actor(uploader)`` ends it (``shepherd/agents/uploads.py``).
+
 A vector session (one client stepping N environments) hands every env's messages of one step over at once
 with ``learner.submit(requests)``: they reach the learner in one batch and in env order, so the learner acts
 on them with one forward pass, as SB3 acts on a ``VecEnv``'s N observations.
@@ -30,6 +35,8 @@ from pathlib import Path
 from typing import Any, Callable, Generator, Mapping, Protocol, Union
 
 import numpy as np
+
+from shepherd.wire.experience import Experience
 
 #: an observation as the learner takes it: an array, or a dict of arrays for a ``Dict`` space
 Observation = Union[np.ndarray, Mapping[str, np.ndarray]]
@@ -64,6 +71,20 @@ class LearnerUnavailable(RuntimeError):
     the request was not learned from; the client may send it again after ``retry_after`` seconds."""
 
     retry_after = 2
+
+
+class StalePolicy(RuntimeError):
+    """An upload's samples were drawn with a policy version the learner cannot learn from; nothing of it
+    was recorded. ``policy_version`` is the current one (409)."""
+
+    def __init__(self, policy_version: int, detail: str) -> None:
+        super().__init__(detail)
+        self.policy_version = policy_version
+
+
+class NotClientActing(ValueError):
+    """The agent's policy cannot act at the client (per-session state the policy file cannot hold:
+    recurrent state, frame stacks, advice); the message says why (400: act at the server instead)."""
 
 
 class Kind(enum.Enum):
@@ -107,6 +128,7 @@ class Outcome(enum.Enum):
     FAILED = 2  # the learner failed: ``detail`` is the reason
     CLOSED = 3  # the learner was shut down
     DROPPED = 4  # the actor ended while its request waited
+    REFUSED = 5  # the learner refused the request: ``action`` is the exception to raise (an upload's)
 
 
 @dataclass(frozen=True)
@@ -118,6 +140,30 @@ class Answer:
     action: Any = None
     version: int = 0
     detail: str = ""
+
+
+@dataclass(eq=False)
+class Upload:
+    """One client-acting session's message to a learner; plain data. ``experience`` is one upload (an
+    `Experience`), or None when the session opens and asks how many steps to collect; ``n_envs`` its envs.
+    ``ticket`` names the `ExperienceReply` the caller waits for."""
+
+    uploader: int
+    n_envs: int
+    experience: Experience | None = None
+    ticket: int = 0
+    submitted: float = 0.0
+
+
+@dataclass(frozen=True)
+class ExperienceReply:
+    """What a learner answers an upload (or a session's opening): act next with ``policy_version`` and
+    upload after ``steps`` steps of every env; ``accepted`` env steps of this upload were taken (T*N; 0 for
+    an opening)."""
+
+    policy_version: int
+    steps: int
+    accepted: int = 0
 
 
 @dataclass(frozen=True)
@@ -182,6 +228,19 @@ class Learner(Protocol):
         """Stop after everything queued so far is handled, or with ``interrupt`` at once (an update in
         progress ends at its next optimiser step); wait up to ``timeout`` seconds. Returns whether it
         stopped within that time."""
+
+
+class ExperienceLearner(Protocol):
+    """A learner that client-acting sessions upload experience to (`ThreadedLearner`; the graph, the HTTP
+    edge and a process boundary call these). Every call is one message to the learner's thread."""
+
+    def begin_uploads(self, uploader: int, n_envs: int) -> Future:
+        """A client-acting session of ``n_envs`` envs opens: a future of the `ExperienceReply` with the version
+        to act with and the steps to collect first (accepted 0). Raises `NotClientActing` at once."""
+
+    def learn_experience(self, uploader: int, experience: Experience) -> Future:
+        """One upload, learned from; a future of the `ExperienceReply`, set once the learner has done what
+        the upload completes (its exception: `StalePolicy`, `BadExperience`, `AgentFailed`, `AgentClosed`)."""
 
 
 class Checkpointable(Protocol):

@@ -35,6 +35,7 @@ from gymnasium import spaces
 from shepherd.agents.core import Kind, Request
 from shepherd.definition import Filters
 from shepherd.policies.transforms import normalized
+from shepherd.wire.experience import Experience
 
 
 class RunningMeanStd:
@@ -125,6 +126,7 @@ class Filtering:
         self.returns = RunningMeanStd(()) if filters.normalize_rewards else None
         self._returns: dict[int, float] = {}  # each actor's discounted return
         self._stacks: dict[int, np.ndarray] = {}  # each actor's stacked frames
+        self._upload_returns: dict[int, np.ndarray] = {}  # each client-acting session's returns, one per env
 
     @property
     def active(self) -> bool:
@@ -134,6 +136,9 @@ class Filtering:
     def apply(self, requests: list[Request]) -> None:
         """Filter a batch in place, in ``VecNormalize.step_wait``'s order: count the training observations,
         normalise every observation, scale the rewards, stack frames."""
+        for request in requests:
+            if request.kind is Kind.DROP:
+                self._upload_returns.pop(request.actor, None)
         if self.keys:
             counted = [r.obs for r in requests if r.mode.learns and r.kind in (Kind.BEGIN, Kind.STEP)]
             if counted:
@@ -167,6 +172,35 @@ class Filtering:
                 request.raw_reward = request.reward
                 request.reward = float(self.normalize_reward(np.asarray(request.reward, np.float64)))
 
+    def count_upload(self, uploader: int, experience: Experience) -> np.ndarray:
+        """Count a client-acting session's upload, in ``VecNormalize.step_wait``'s order, and return its
+        rewards scaled step by step (T x N, float64; unchanged without reward scaling).
+
+        Observations: rows 1..T (row 0 too in the session's first upload, as ``VecNormalize.reset`` counts
+        the first observations), merged exactly, so one batch equals T per-step updates to float64 rounding;
+        the ended episodes' last observations are not counted. Rewards: each step's discounted returns of
+        the N envs update the running variance before that step's rewards are scaled, and an ended env's
+        return restarts from zero. Observations are not normalised here (`version_filtering` does that).
+        """
+        first = uploader not in self._upload_returns
+        if self.keys:
+            for key, stats in self.observations.items():
+                rows = experience.obs_rows(0 if first else 1, experience.steps + 1)
+                rows = np.asarray(rows if key is None else rows[key])
+                stats.update(rows.reshape(-1, *rows.shape[2:]))
+        returns = self._upload_returns.get(uploader, np.zeros(experience.n_envs))
+        rewards = experience.reward
+        if self.returns is not None:
+            scaled = np.empty_like(rewards)
+            for t in range(experience.steps):
+                returns = returns * self.gamma + rewards[t]
+                self.returns.update(returns)
+                scaled[t] = self.normalize_reward(rewards[t])
+                returns = np.where(experience.ended[t], 0.0, returns)
+            rewards = scaled
+        self._upload_returns[uploader] = returns
+        return rewards
+
     def _stack(self, request: Request) -> None:
         if request.kind is Kind.DROP:
             self._stacks.pop(request.actor, None)
@@ -193,7 +227,7 @@ class Filtering:
             copied = RunningMeanStd(stats.mean.shape)
             copied.moments, copied.count = stats.moments, stats.count  # one pair, replaced whole by updates
             clone.observations[key] = copied
-        clone.returns, clone._returns, clone._stacks = None, {}, {}
+        clone.returns, clone._returns, clone._stacks, clone._upload_returns = None, {}, {}, {}
         return clone
 
     # -- VecNormalize's interface, for SB3's replay buffers and the greedy snapshot -----------------

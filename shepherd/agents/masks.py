@@ -51,6 +51,11 @@ class MaskableOnPolicyAdapter(OnPolicyAdapter):
         distribution = policy.get_distribution(obs_tensor, action_masks=self._masks(messages))
         return distribution.get_actions(deterministic=True).numpy()
 
+    def _evaluate_uploaded(self, obs: Any, actions: th.Tensor, masks: np.ndarray | None) -> tuple[th.Tensor, th.Tensor]:
+        policy: Any = self.model.policy  # a MaskableActorCriticPolicy
+        values, log_probs, _ = policy.evaluate_actions(obs, actions, action_masks=masks)
+        return values.flatten(), log_probs.flatten()
+
     def _write_row(self, row: int, segment: int, message: Request, action, value: float, log_prob: float,
                    start: bool) -> None:
         super()._write_row(row, segment, message, action, value, log_prob, start)

@@ -32,7 +32,7 @@ import copy
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Callable, cast
 
 import numpy as np
 import torch as th
@@ -42,9 +42,10 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.type_aliases import TrainFreq, TrainFrequencyUnit
 
-from shepherd.agents.core import ActMode, Kind, Request
+from shepherd.agents.core import ActMode, Kind, Request, Upload
 from shepherd.agents.filters import Filtering
 from shepherd.agents.sb3 import SB3Algorithm, stack_observations
+from shepherd.agents import uploads
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +80,8 @@ class OffPolicyAdapter(SB3Algorithm):
         actor = getattr(model.policy, "actor", None)
         self._stochastic = hasattr(actor, "get_action_dist_params")  # SAC's policy samples; TD3's does not
         self._min_buffer = 1  # transitions needed before training; more after a restore (empty buffer)
+        #: how many versions behind a client-acting session's samples may be (0: only the current one)
+        self.max_policy_lag = 0
         model.policy.set_training_mode(False)
 
     # -- the worker's work -------------------------------------------------------------------------
@@ -167,10 +170,19 @@ class OffPolicyAdapter(SB3Algorithm):
         shape = (-1, *(self.action_space.shape or ()))
         return explore.numpy().reshape(shape), greedy.numpy().reshape(shape)
 
+    def learn_upload(self, upload: Upload) -> Callable[[], None] | None:
+        """A client-acting session's upload, stored as SB3 stores transitions (``uploads.py``)."""
+        return uploads.learn_off_policy(self, upload)
+
     def _store(self, actor: _Actor, message: Request) -> None:
         done = message.kind is Kind.END
-        self._row.append((actor.obs, _sent(message.obs, message.raw_obs), actor.action,
-                          _sent(message.reward, message.raw_reward), done, done and message.truncated))
+        self.add_transition(actor.obs, _sent(message.obs, message.raw_obs), actor.action,
+                            _sent(message.reward, message.raw_reward), done, done and message.truncated)
+
+    def add_transition(self, obs: Any, next_obs: Any, action: Any, reward: float, done: bool, truncated: bool) -> None:
+        """Store one transition (observations as the client sent them, the buffer's action); every ``n_envs``
+        of them make a row of the replay buffer, counted as SB3 counts a step of its ``VecEnv``."""
+        self._row.append((obs, next_obs, action, reward, done, truncated))
         if len(self._row) < self._n_envs:
             return
         row, self._row = self._row, []

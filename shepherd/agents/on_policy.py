@@ -29,8 +29,9 @@ from stable_baselines3.common.distributions import (BernoulliDistribution, Categ
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.torch_layers import FlattenExtractor
 
-from shepherd.agents.core import ActMode, Kind, Outcome, Request
+from shepherd.agents.core import ActMode, Kind, Outcome, Request, Upload
 from shepherd.agents.sb3 import SB3Algorithm, stack_observations
+from shepherd.agents.uploads import OnPolicyUploads
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ class OnPolicyAdapter(SB3Algorithm):
         self._waiting: list[Request] = []
         #: exploring acts answered without a segment (a vector session with more envs than segments): not learned from
         self.unlearned_steps = 0
+        self.uploads = OnPolicyUploads(self)  # client-acting sessions: their reserved segments
         self._reset_rollout()
         model.policy.set_training_mode(False)
         # float vectors through SB3's flatten extractor: the greedy path can hand them to the layers as they are
@@ -156,9 +158,21 @@ class OnPolicyAdapter(SB3Algorithm):
             self._learn_and_act(messages, forward)
         if self._rollout_full():
             self._train()
-        elif self._waiting and self._free_segment():  # a session ended or left: its segment is free again
+        elif (self._waiting or self.uploads.held) and self._free_segment():  # a segment was left: free again
+            self.uploads.serve_held()
             waiting, self._waiting = self._waiting, []
-            self.process(waiting)
+            if waiting:
+                self.process(waiting)
+
+    def learn_upload(self, upload: Upload) -> None:
+        """A client-acting session's upload, written into the segments it reserved (``uploads.py``)."""
+        self.uploads.learn(upload)
+
+    def _evaluate_uploaded(self, obs: Any, actions: th.Tensor, masks: np.ndarray | None) -> tuple[th.Tensor, th.Tensor]:
+        """Values and log-probabilities of uploaded samples: SB3's ``evaluate_actions``, as ``train()`` calls
+        it (a subclass may mask it with ``masks``, one row per sample)."""
+        values, log_probs, _ = self.model.policy.evaluate_actions(obs, actions)
+        return values.flatten(), log_probs.flatten()
 
     def _learn_and_act(self, messages: list[Request], forward: list[Request]) -> None:
         """Complete transitions, claim segments, and answer every act with one forward pass."""
@@ -317,6 +331,7 @@ class OnPolicyAdapter(SB3Algorithm):
         actor.segment, actor.pending, actor.fresh_segment = None, False, False
 
     def _drop(self, actor_id: int) -> None:
+        self.uploads.drop(actor_id)
         actor = self._actors.pop(actor_id, None)
         if actor is not None:
             self._leave_segment(actor, bootstrap=True)
@@ -337,6 +352,7 @@ class OnPolicyAdapter(SB3Algorithm):
         self.after_update(started)
         self.model.policy.set_training_mode(False)
         self._reset_rollout()
+        self.uploads.serve_held()  # the sessions that waited for this update reserve first
         waiting, self._waiting = self._waiting, []
         if waiting:
             self.process(waiting)
@@ -356,11 +372,13 @@ class OnPolicyAdapter(SB3Algorithm):
         self.process(waiting)
 
     def drain(self) -> None:
+        self.uploads.serve_held()
         waiting, self._waiting = self._waiting, []
         if waiting:
             self.process(waiting)
 
     def stop_waiting(self, outcome: Outcome, detail: str) -> None:
+        self.uploads.stop_waiting(outcome, detail)
         waiting, self._waiting = self._waiting, []
         for message in waiting:
             self.refuse(message, outcome, detail)

@@ -68,6 +68,10 @@ class RecurrentOnPolicyAdapter(OnPolicyAdapter):
         #: acts evaluated again from zeros because their actor went on in a segment someone else started
         self.memory_resets = 0
 
+    def client_acting_refused(self) -> str | None:
+        return ("a recurrent policy's LSTM state is kept per session on the server, which a policy file cannot "
+                "hold; log in with \"acting\": \"server\"")
+
     @property
     def actor_states(self) -> int:
         """How many actors have an LSTM state kept (for tests and monitoring)."""

@@ -154,10 +154,14 @@ def _shepherd_parameters(info: Algorithm) -> list[Parameter]:
         "replay buffer columns (SB3's n_envs): transitions are stored in rows of n_envs, and train_freq and "
         "target updates count rows, as SB3 does with n_envs envs; a vector client with as many envs then "
         "learns exactly as SB3's learn()"))
+    lag = Parameter(info.name, "max_policy_lag", ParamType.INT, 0, doc=(
+        "client-acting sessions: how many policy versions behind an upload's samples may be (0: only the "
+        "current one, SB3's schedule; more: the reply goes out before the training, so clients act while it "
+        "trains)"))
     if not info.continuous:
-        return [replay_columns]
+        return [replay_columns, lag]
     return [
-        replay_columns,
+        replay_columns, lag,
         Parameter(info.name, "action_noise", ParamType.STR, None, nullable=True, choices=NOISES, doc=(
             "exploration noise added to the policy's action (scaled to [-1, 1]), one process per client: "
             "normal or ornstein-uhlenbeck; none by default, as in SB3")),
@@ -327,6 +331,8 @@ def sb3_arguments(algorithm: str, action_space: spaces.Space, values: dict[str, 
     for name in ADVICE_PARAMETERS:  # the advised learner's, not SB3's
         if kwargs.pop(name, 0) < 0:
             raise ParameterError(f"{info.name} parameter {name!r} must be 0 or more")
+    if kwargs.pop("max_policy_lag", 0) < 0:  # the adapter's (`build_learner`), not SB3's
+        raise ParameterError(f"{info.name} parameter 'max_policy_lag' must be 0 or more")
     n_envs = kwargs.pop("n_envs", 1)
     if n_envs < 1:
         raise ParameterError(f"{info.name} parameter 'n_envs' must be at least 1")
@@ -368,6 +374,8 @@ def build_learner(algorithm: str, name: str, observation_space: spaces.Space, ac
         model = info.sb3_class(policy_name(seen, algorithm), env, device="cpu", verbose=0, **kwargs)
         model.set_logger(Logger(folder=None, output_formats=[]))
         adapter = info.family(model, name, total_steps)
+        if isinstance(adapter, OffPolicyAdapter):
+            adapter.max_policy_lag = check_parameters(algorithm, values).get("max_policy_lag", 0)
     except (ValueError, AssertionError, TypeError, KeyError) as error:
         raise ParameterError(f"{info.name} rejected its parameters: {error}") from None
     return _threaded(adapter, filters, observation_space, seen)

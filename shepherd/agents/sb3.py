@@ -11,7 +11,7 @@ import io
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
@@ -20,11 +20,12 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.save_util import load_from_zip_file, recursive_setattr
 
 from shepherd.agents import checkpoint
-from shepherd.agents.core import Answer, Outcome, Request, VersionedWeights
+from shepherd.agents.core import Answer, ExperienceReply, NotClientActing, Outcome, Request, Upload, VersionedWeights
 from shepherd.agents.inline import weights_of
 from shepherd.agents.timing import WORK_BUCKETS, Histogram
 from shepherd.agents.filters import Filtering
 from shepherd.policies.transforms import ActionTransform
+from shepherd.wire.experience import sample_space
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +67,11 @@ class SB3Algorithm:
         self.draining = False
         self.filtering: Filtering | None = None  # the agent's filters, if any (`use_filters`)
         self.actions = ActionTransform(model.action_space, scaled_actions)
+        #: the support of what the policy draws, as the buffers store it (an upload's ``sample``)
+        self.sample_space = sample_space(model.action_space, bounded=scaled_actions)
+        #: the observation filters with the statistics of the current version, as a client-acting session's
+        #: policy applies them (None: no filters); replaced at every new version
+        self.version_filtering: Filtering | None = None
         self._answers: list[Answer] = []
         self._version = 0
         self._published: VersionedWeights | None = None
@@ -87,9 +93,20 @@ class SB3Algorithm:
         if request.ticket:
             self._answers.append(Answer(request.ticket, Outcome.ACTION, action, self._version))
 
-    def refuse(self, request: Request, outcome: Outcome, detail: str = "") -> None:
+    def refuse(self, request: Request | Upload, outcome: Outcome, detail: str = "") -> None:
         if request.ticket:
             self._answers.append(Answer(request.ticket, outcome, detail=detail))
+
+    def answer_upload(self, upload: Upload, steps: int, accepted: int) -> None:
+        """Answer an upload (or a session's opening) with the current version and the steps to collect next."""
+        if upload.ticket:
+            reply = ExperienceReply(self._version, steps, accepted)
+            self._answers.append(Answer(upload.ticket, Outcome.ACTION, reply, self._version))
+
+    def refuse_upload(self, upload: Upload, error: Exception) -> None:
+        """Refuse an upload: its future raises ``error`` (nothing of it was recorded)."""
+        if upload.ticket:
+            self._answers.append(Answer(upload.ticket, Outcome.REFUSED, error, self._version, str(error)))
 
     def take_answers(self) -> list[Answer]:
         answers, self._answers = self._answers, []
@@ -117,6 +134,19 @@ class SB3Algorithm:
         """Filter every batch from now on (before `start`); an off-policy subclass also hands them to
         SB3's replay buffer."""
         self.filtering = filtering
+        self.version_filtering = filtering.frozen()
+
+    def client_acting_refused(self) -> str | None:
+        """Why this agent's policy cannot act at the client (None: it can); a subclass adds its reasons."""
+        if self.filtering is not None and self.filtering.filters.frame_stack > 1:
+            return ("this agent stacks frames (frame_stack), which the server keeps per session; log in with "
+                    "\"acting\": \"server\"")
+        return None
+
+    def learn_upload(self, upload: Upload) -> Callable[[], None] | None:
+        """Learn from a client-acting session's upload (the families implement it: ``uploads.py``)."""
+        self.refuse_upload(upload, NotClientActing(f"{type(self.model).__name__} agents cannot take uploads"))
+        return None
 
     def filter(self, requests: list[Request]) -> None:
         """Apply the agent's filters to a batch before `process` (in place)."""
@@ -162,6 +192,7 @@ class SB3Algorithm:
         self._version = int(counters.get("version", self.model._n_updates))
         if self.filtering is not None:
             self.filtering.load(counters.get("filters", {}))
+            self.version_filtering = self.filtering.frozen()
         self._published = None
         return state
 
@@ -198,6 +229,8 @@ class SB3Algorithm:
         """Count a new policy version (the weights changed: an update, or an adopted policy) and publish it
         if wanted."""
         self._version += 1
+        if self.filtering is not None:
+            self.version_filtering = self.filtering.frozen()
         if self._wanted:
             self._wanted = False  # published once more; a reader asking again keeps it coming
             self._publish()

@@ -27,7 +27,8 @@ import torch as th
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFailed, Answer, Deliver, Kind,
-                                  Observation, Outcome, Request)
+                                  NotClientActing, Observation, Outcome, Request, Upload)
+from shepherd.wire.experience import Experience
 from shepherd.agents.inline import GreedyActor
 from shepherd.agents.metrics import MetricsWriter
 from shepherd.agents.timing import LearnerStats
@@ -85,6 +86,14 @@ class Algorithm(Protocol):
     def before_batch(self) -> None:
         """Called before each batch (publish weights that someone waits for)."""
 
+    def client_acting_refused(self) -> str | None:
+        """Why a client-acting session cannot act with this algorithm's policy (None: it can)."""
+
+    def learn_upload(self, upload: Upload) -> Callable[[], None] | None:
+        """Learn from one client-acting session's upload (or open the session); answer its ticket with an
+        `ExperienceReply` or a refusal. Returns work to run once the answers so far are handed over (training
+        that the reply need not wait for), or None."""
+
     def write_checkpoint(self, path: Path, state: dict[str, Any]) -> None: ...
 
     def restore(self, path: Path) -> dict[str, Any]: ...
@@ -131,6 +140,8 @@ def _refuse(future: Future, answer: Answer) -> None:
         future.cancel()
     elif answer.outcome is Outcome.FAILED:
         future.set_exception(AgentFailed(answer.detail))
+    elif answer.outcome is Outcome.REFUSED and isinstance(answer.action, Exception):
+        future.set_exception(answer.action)
     else:
         future.set_exception(AgentClosed(answer.detail))
 
@@ -187,7 +198,7 @@ class ThreadedLearner:
         self.failure: str | None = None
         self.greedy = greedy
         # a list is one vector step's requests: taken into one batch whole, in order
-        self._queue: queue.SimpleQueue[Request | list[Request] | _Control] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Request | list[Request] | _Control | Upload] = queue.SimpleQueue()
         self._futures: dict[int, ActionFuture | _Part] = {}  # by ticket
         self._tickets = iter(range(1, 1 << 62))
         self._deliver: Deliver | None = None
@@ -276,6 +287,34 @@ class ThreadedLearner:
             self._futures[request.ticket] = _Part(vector, index)
             request.submitted = now
         self._queue.put(list(requests))
+        return future
+
+    def begin_uploads(self, uploader: int, n_envs: int) -> Future:
+        """A client-acting session of ``n_envs`` envs opens (``uploader``: its actor id, which `end_actor`
+        ends): a future of the `ExperienceReply` with the version to act with and the steps to collect.
+
+        Raises:
+            NotClientActing: the agent's policy cannot act at the client (the reason says why).
+        """
+        reason = self.algorithm.client_acting_refused()
+        if reason is not None:
+            raise NotClientActing(reason)
+        return self._upload(Upload(uploader, n_envs))
+
+    def learn_experience(self, uploader: int, experience: Experience) -> Future:
+        """One upload of a client-acting session, handed over as one message; a future of the
+        `ExperienceReply`, set once the learner has done what the upload completes (an on-policy agent: the
+        update it completes, if it does). Its exception: `StalePolicy` (nothing recorded), `BadExperience`
+        (another T or N than asked), `AgentFailed`, `AgentClosed`."""
+        return self._upload(Upload(uploader, experience.n_envs, experience))
+
+    def _upload(self, upload: Upload) -> Future:
+        future = ActionFuture()
+        if not self._refused(future):
+            upload.ticket = next(self._tickets)
+            self._futures[upload.ticket] = future
+            upload.submitted = time.perf_counter()
+            self._queue.put(upload)
         return future
 
     def _put_all(self, requests: list[Request]) -> None:
@@ -387,7 +426,7 @@ class ThreadedLearner:
         _worker.interrupt = self._interrupt
         running = True
         last_idle = time.monotonic()
-        batch: list[Request | _Control] = []
+        batch: list[Request | _Control | Upload] = []
         while running and not self._interrupt.is_set():
             try:
                 taken = [self._queue.get(timeout=self.tick)]
@@ -425,9 +464,9 @@ class ThreadedLearner:
         _worker.interrupt = None
         logger.debug("learner %s stopped", self.name)
 
-    def _take_queued(self) -> list[Request | _Control]:
+    def _take_queued(self) -> list[Request | _Control | Upload]:
         """Everything left in the queue, a vector step's requests one by one."""
-        taken: list[Request | _Control] = []
+        taken: list[Request | _Control | Upload] = []
         while True:
             try:
                 item = self._queue.get_nowait()
@@ -448,7 +487,7 @@ class ThreadedLearner:
         finally:
             self._hand_over(self.algorithm.take_answers())
 
-    def _dispatch(self, batch: list[Request | _Control]) -> bool:
+    def _dispatch(self, batch: list[Request | _Control | Upload]) -> bool:
         algorithm, stats = self.algorithm, self.stats
         started, updating, writing, asked = time.perf_counter(), stats.updates.sum, 0.0, 0
         algorithm.before_batch()
@@ -464,6 +503,13 @@ class ThreadedLearner:
                 algorithm.filter(run)
                 algorithm.process(run)
                 run = []
+            if isinstance(message, Upload):
+                stats.queue_wait.observe(started - message.submitted)
+                later = algorithm.learn_upload(message)
+                if later is not None:  # the reply goes out before the training it need not wait for
+                    self._hand_over(algorithm.take_answers())
+                    later()
+                continue
             if message.what == "drain":
                 algorithm.draining = True
                 algorithm.drain()
@@ -501,10 +547,11 @@ class ThreadedLearner:
             stats.forward.observe(max(0.0, time.perf_counter() - started - writing - (stats.updates.sum - updating)))
         return True
 
-    def _refuse_pending(self, batch: list[Request | _Control], outcome: Outcome, reason: str) -> None:
-        """Answer a batch's requests, its controls and the requests the algorithm holds back with a refusal
-        (``outcome`` FAILED or CLOSED); those answered already are left as they are."""
-        answers = [Answer(m.ticket, outcome, detail=reason) for m in batch if isinstance(m, Request) and m.ticket]
+    def _refuse_pending(self, batch: list[Request | _Control | Upload], outcome: Outcome, reason: str) -> None:
+        """Answer a batch's requests and uploads, its controls and the requests the algorithm holds back with a
+        refusal (``outcome`` FAILED or CLOSED); those answered already are left as they are."""
+        answers = [Answer(m.ticket, outcome, detail=reason) for m in batch
+                   if isinstance(m, (Request, Upload)) and m.ticket]
         self._hand_over(answers)
         for message in batch:
             if isinstance(message, _Control) and message.future is not None and not message.future.done():

@@ -79,7 +79,8 @@ def session_key(data: dict[str, Any]) -> str:
     return key
 
 
-def _seq(data: dict[str, Any]) -> int | None:
+def sequence_number(data: dict[str, Any]) -> int | None:
+    """A body's optional ``seq``. Raises BadRequest unless it is absent, null or a non-negative integer."""
     seq = data.get("seq")
     if seq is None:
         return None
@@ -122,7 +123,7 @@ def parse_step(data: dict[str, Any], observation_space: spaces.Space, mask_space
     done, terminated, truncated = _flag(data, "done"), _flag(data, "terminated"), _flag(data, "truncated")
     if info.get("TimeLimit.truncated") is True:
         truncated = True
-    seq = _seq(data)
+    seq = sequence_number(data)
     mask = None
     if data.get("action_mask") is not None:
         try:
@@ -198,7 +199,7 @@ def parse_vector_step(data: dict[str, Any], observation_space: spaces.Space, n_e
         final_obs = None if finals is None else [
             None if value is None else check_observation(observation_space, value, f"final_obs[{i}]")
             for i, value in enumerate(finals)]
-        return VectorStepInput.of(obs, rewards or [], terminated, truncated, final_obs, _seq(data), checked_masks)
+        return VectorStepInput.of(obs, rewards or [], terminated, truncated, final_obs, sequence_number(data), checked_masks)
     except (SpaceError, ValueError) as error:
         raise BadRequest(str(error)) from None
 
@@ -219,9 +220,9 @@ def parse_greedy_step(body: bytes) -> GreedyStep | GreedyVectorStep:
                     and len(rewards) == len(ended) == len(actions)):
                 raise ValueError("reward, ended and actions (lists, one item per env)")
             return GreedyVectorStep(session_key(data), str(data["fingerprint"]), [_reward(r) for r in rewards],
-                                    [bool(e) for e in ended], _seq(data), actions, version)
+                                    [bool(e) for e in ended], sequence_number(data), actions, version)
         return GreedyStep(session_key(data), str(data["fingerprint"]), _reward(data["reward"]), bool(data["done"]),
-                          bool(data["truncated"]), _seq(data), data["action"], version)
+                          bool(data["truncated"]), sequence_number(data), data["action"], version)
     except (KeyError, ValueError) as error:
         raise BadRequest(f"a greedy item needs a valid {error}") from None
 

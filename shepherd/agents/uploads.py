@@ -1,0 +1,289 @@
+"""Client-acting sessions' uploads learned by the SB3 families, exactly as SB3's collection would store them.
+
+A client-acting session (issue 35) acts with the served policy itself and uploads T steps of its N envs at
+once (`shepherd.wire.experience.Experience`), as one learner message. The learner never trusts the
+client's arithmetic: it keeps the observations, samples, rewards and flags, and computes everything else.
+
+**On-policy** (PPO, A2C, TRPO, MaskablePPO), lag 0: an upload is learned only if its samples were drawn with
+the current version. A session *reserves* free rollout segments (up to N of them, in order) before it
+collects, so no update can happen while it collects; T is the reserved rows divided by N, rounded up.
+Its upload is written column by column (env 0's T rows, then env 1's, ...) down the reserved segments:
+with N free segments of ``n_steps`` rows, env i fills segment i, exactly as SB3's env i fills column i.
+A column continued in the next segment starts there with ``episode_start`` set; a column that stops
+mid-segment has its last reward bootstrapped with the value of its next observation, unless its episode
+ended (the cut of `OnPolicyAdapter._leave_segment`); rows past the reserved ones (at most N-1) are not
+learned (``unlearned_steps``). Values and log-probabilities are SB3's ``evaluate_actions`` of the uploaded
+observations and samples with the current policy (what ``train()`` evaluates), the time-limit bootstrap is
+``collect_rollouts``'s (``reward += gamma * V(final_obs)``), and a segment filled to its end takes the value
+of the next observation as its last value for GAE. Server-acting actors claim the other segments as
+before. An upload's reply waits until the session can reserve rows again: at once if free ones are left,
+else after the update (sessions that waited reserve before those that did not). Observation filters: the
+policy's input is normalised with `SB3Algorithm.version_filtering` (the statistics of the version the
+client acted with), and the upload is counted by `Filtering.count_upload` (docs/filters.md).
+
+**Off-policy** (DQN, SAC, TD3, DDPG, ...): T = ``train_freq`` rows of ``n_envs`` (per N envs); each
+transition is stored as SB3's ``_store_transition`` stores it (raw observations, ``final_obs`` as the next
+observation of an ended episode, ``TimeLimit.truncated`` for time limits, ``sample`` as the buffer
+action), rows make ``_on_step``, then the gradient steps that are due. ``max_policy_lag`` (default 0) lets
+an agent accept samples of versions that many behind; then the reply goes out before the training.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+
+from shepherd.agents.core import Outcome, StalePolicy, Upload
+from shepherd.wire.experience import BadExperience, Experience
+
+if TYPE_CHECKING:
+    from shepherd.agents.off_policy import OffPolicyAdapter
+    from shepherd.agents.on_policy import OnPolicyAdapter
+
+
+@dataclass(frozen=True)
+class _Reservation:
+    """The segments a client-acting session may write its next upload into, and the steps it was asked."""
+
+    segments: tuple[int, ...]
+    steps: int
+    n_envs: int
+
+
+class OnPolicyUploads:
+    """An on-policy adapter's client-acting sessions: their reserved segments and their held replies."""
+
+    def __init__(self, adapter: OnPolicyAdapter) -> None:
+        self.adapter = adapter
+        self.reservations: dict[int, _Reservation] = {}
+        self.held: list[tuple[Upload, int]] = []  # replies waiting for free rows, with the steps accepted
+
+    def learn(self, upload: Upload) -> None:
+        """Write an upload into its reserved segments and train if the rollout is full; then reply."""
+        adapter, experience = self.adapter, upload.experience
+        if experience is None:
+            self._release(upload.uploader)
+            self.reply(upload, 0)
+            return
+        if experience.policy_version != adapter.version:
+            adapter.refuse_upload(upload, StalePolicy(adapter.version, (
+                f"the samples were drawn with policy version {experience.policy_version}; this on-policy agent "
+                f"learns only from version {adapter.version}: fetch the policy and collect anew")))
+            return
+        reservation = self.reservations.get(upload.uploader)
+        if reservation is None or (experience.steps, experience.n_envs) != (reservation.steps, reservation.n_envs):
+            if adapter.draining:  # the server is stopping: taken, not learned from
+                adapter.answer_upload(upload, adapter.n_steps, experience.steps * experience.n_envs)
+                return
+            asked = "no steps" if reservation is None else f"{reservation.steps} steps of {reservation.n_envs} envs"
+            adapter.refuse_upload(upload, BadExperience(
+                f"'sample' has {experience.steps} rows of {experience.n_envs}; {asked} were asked of this session"))
+            return
+        del self.reservations[upload.uploader]
+        self._write(upload.uploader, experience, reservation)
+        if adapter._rollout_full():
+            adapter._train()
+        self.reply(upload, experience.steps * experience.n_envs)
+
+    def reply(self, upload: Upload, accepted: int) -> None:
+        """Reserve rows for the session's next upload and answer with them; hold the answer while no row is
+        free (until the update, or until a segment is left)."""
+        adapter = self.adapter
+        steps = self._reserve(upload.uploader, upload.n_envs)
+        if steps is None and not adapter.draining:
+            self.held.append((upload, accepted))
+            return
+        adapter.answer_upload(upload, steps or adapter.n_steps, accepted)
+
+    def serve_held(self) -> None:
+        """Answer the held replies that can reserve rows now, in the order they were held."""
+        held, self.held = self.held, []
+        for upload, accepted in held:
+            self.reply(upload, accepted)
+
+    def drop(self, uploader: int) -> None:
+        """The session is gone: its reserved segments are free again, a held reply is dropped."""
+        self._release(uploader)
+        for upload, _ in [item for item in self.held if item[0].uploader == uploader]:
+            self.held.remove((upload, _))
+            self.adapter.refuse(upload, Outcome.DROPPED)
+
+    def stop_waiting(self, outcome: Outcome, detail: str) -> None:
+        held, self.held = self.held, []
+        for upload, _ in held:
+            self.adapter.refuse(upload, outcome, detail)
+
+    def _release(self, uploader: int) -> None:
+        adapter = self.adapter
+        reservation = self.reservations.pop(uploader, None)
+        for segment in reservation.segments if reservation is not None else ():
+            if adapter._owner[segment] == uploader:
+                adapter._owner[segment] = None
+
+    def _reserve(self, uploader: int, n_envs: int) -> int | None:
+        """Reserve up to ``n_envs`` free segments (in order); the steps to ask for, or None if none is free."""
+        adapter = self.adapter
+        self._release(uploader)
+        free = [s for s in range(adapter.n_segments)
+                if adapter._owner[s] is None and adapter._position[s] < adapter.n_steps]
+        if not free:
+            return None
+        chosen = tuple(free[:n_envs])
+        capacity = sum(adapter.n_steps - int(adapter._position[s]) for s in chosen)
+        for segment in chosen:
+            adapter._owner[segment] = uploader
+        steps = -(-capacity // n_envs)
+        self.reservations[uploader] = _Reservation(chosen, steps, n_envs)
+        return steps
+
+    # -- writing an upload -------------------------------------------------------------------------
+    def _write(self, uploader: int, experience: Experience, reservation: _Reservation) -> None:
+        adapter = self.adapter
+        rewards = experience.reward
+        if adapter.filtering is not None:
+            rewards = adapter.filtering.count_upload(uploader, experience)
+        seen, values, log_probs, final_values = self._evaluate(experience)
+        rewards = rewards.astype(np.float32)
+        gamma = np.float32(adapter.model.gamma)
+        for (t, i, _), value in zip(experience.finals(), final_values):
+            if experience.time_limits[t, i]:  # collect_rollouts' time-limit bootstrap
+                rewards[t, i] += gamma * value
+        queue = [[segment, int(adapter._position[segment])] for segment in reservation.segments]
+        k, steps = 0, experience.steps
+        for i in range(experience.n_envs):
+            t = 0
+            while t < steps and k < len(queue):
+                segment, row = queue[k]
+                length = min(steps - t, adapter.n_steps - row)
+                self._piece(segment, row, i, t, t + length, seen, values, log_probs, rewards, experience)
+                t, row = t + length, row + length
+                queue[k][1] = row
+                if row == adapter.n_steps:  # the segment is full: its last value bootstraps GAE
+                    adapter._last_values[segment] = values[t, i]
+                    adapter._last_dones[segment] = float(experience.ended[t - 1, i])
+                    adapter._owner[segment] = None
+                    k += 1
+                elif not experience.ended[t - 1, i]:  # cut mid-segment: bootstrapped, as at a time limit
+                    adapter.buffer.rewards[row - 1, segment] += gamma * values[t, i]
+            adapter.unlearned_steps += steps - t
+        for segment in reservation.segments:
+            if adapter._owner[segment] == uploader:
+                adapter._owner[segment] = None
+
+    def _piece(self, segment: int, row: int, i: int, start: int, stop: int, seen: Any, values: np.ndarray,
+               log_probs: np.ndarray, rewards: np.ndarray, experience: Experience) -> None:
+        """Rows ``start:stop`` of env ``i``'s column written down ``segment`` from ``row``."""
+        adapter = self.adapter
+        buffer, end = adapter.buffer, row + stop - start
+        if isinstance(buffer.observations, dict):
+            for key, part in buffer.observations.items():
+                part[row:end, segment] = seen[key][start:stop, i].reshape(part[row:end, segment].shape)
+        else:
+            target = buffer.observations[row:end, segment]
+            buffer.observations[row:end, segment] = seen[start:stop, i].reshape(target.shape)
+        buffer.actions[row:end, segment] = experience.sample[start:stop, i].reshape(end - row, buffer.action_dim)
+        buffer.values[row:end, segment] = values[start:stop, i]
+        buffer.log_probs[row:end, segment] = log_probs[start:stop, i]
+        buffer.rewards[row:end, segment] = rewards[start:stop, i]
+        buffer.episode_starts[row:end, segment] = np.concatenate([[1.0], experience.ended[start:stop - 1, i]])
+        masks = getattr(buffer, "action_masks", None)
+        if masks is not None:
+            masks[row:end, segment] = 1.0 if experience.action_mask is None else experience.action_mask[start:stop, i]
+        adapter._position[segment] = end
+        adapter._rows_left -= end - row
+        adapter.model.num_timesteps += end - row
+
+    @th.no_grad()
+    def _evaluate(self, experience: Experience) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
+        """What the policy saw (normalised with the version's statistics), the values of every observation
+        row (T+1 x N), the log-probabilities of the samples (T x N) and the values of the ended episodes'
+        last observations (in `Experience.finals`' order), from SB3's ``evaluate_actions``."""
+        adapter = self.adapter
+        policy, steps, n = adapter.model.policy, experience.steps, experience.n_envs
+        normalise = adapter.version_filtering.normalize_obs if adapter.version_filtering is not None else _same
+        seen = normalise(experience.obs)
+        finals = [last for _, _, last in experience.finals()]
+        obs_tensor, _ = policy.obs_to_tensor(_flat(_rows(seen, 0, steps)))
+        actions = th.as_tensor(experience.sample.reshape(steps * n, adapter.buffer.action_dim), dtype=th.float32)
+        if isinstance(adapter.action_space, spaces.Discrete):
+            actions = actions.long().flatten()  # as train() hands the buffer's actions over
+        masks = None if experience.action_mask is None else experience.action_mask[:steps].reshape(steps * n, -1)
+        values, log_probs = adapter._evaluate_uploaded(obs_tensor, actions, masks)
+        extra, _ = policy.obs_to_tensor(_flat(_rows(seen, steps, steps + 1), [normalise(last) for last in finals]))
+        more = policy.predict_values(extra).flatten().numpy()
+        all_values = np.concatenate([values.numpy(), more[:n]]).reshape(steps + 1, n)
+        return seen, all_values, log_probs.numpy().reshape(steps, n), more[n:]
+
+
+def _same(obs: Any) -> Any:
+    return obs
+
+
+def _rows(obs: Any, start: int, stop: int) -> Any:
+    if isinstance(obs, dict):
+        return {key: value[start:stop] for key, value in obs.items()}
+    return obs[start:stop]
+
+
+def _flat(rows: Any, more: list[Any] | None = None) -> Any:
+    """Rows of N observations as one batch, with single observations ``more`` after them."""
+    more = more or []
+    if isinstance(rows, dict):
+        return {key: np.concatenate([value.reshape(-1, *value.shape[2:]), *(np.asarray(m[key])[None] for m in more)])
+                for key, value in rows.items()}
+    flat = np.asarray(rows).reshape(-1, *np.asarray(rows).shape[2:])
+    return np.concatenate([flat, *(np.asarray(m, dtype=flat.dtype)[None] for m in more)]) if more else flat
+
+
+# -- off-policy --------------------------------------------------------------------------------------
+def upload_steps(adapter: OffPolicyAdapter, n_envs: int) -> int:
+    """The steps a client-acting session of ``n_envs`` envs collects per upload: ``train_freq`` rows."""
+    rows = adapter._train_freq.frequency * adapter._n_envs
+    return max(1, -(-rows // n_envs))
+
+
+def learn_off_policy(adapter: OffPolicyAdapter, upload: Upload) -> Callable[[], None] | None:
+    """Store an upload's transitions as SB3 would and train as due; the reply waits for the training only
+    at lag 0 (else the training is returned, to run after the reply)."""
+    experience = upload.experience
+    if experience is None:
+        adapter.answer_upload(upload, upload_steps(adapter, upload.n_envs), 0)
+        return None
+    behind = adapter.version - experience.policy_version
+    if not 0 <= behind <= adapter.max_policy_lag:
+        adapter.refuse_upload(upload, StalePolicy(adapter.version, (
+            f"the samples were drawn with policy version {experience.policy_version}; this agent learns from "
+            f"versions {adapter.version - adapter.max_policy_lag} to {adapter.version} (max_policy_lag "
+            f"{adapter.max_policy_lag}): fetch the policy and collect anew")))
+        return None
+    steps = upload_steps(adapter, experience.n_envs)
+    if experience.steps != steps:
+        adapter.refuse_upload(upload, BadExperience(
+            f"'sample' has {experience.steps} rows; {steps} steps of every env were asked of this session"))
+        return None
+    if adapter.filtering is not None:
+        adapter.filtering.count_upload(upload.uploader, experience)
+    ended, limits = experience.ended, experience.time_limits
+    for t in range(experience.steps):
+        for i in range(experience.n_envs):
+            last = experience.final_obs[t][i]
+            adapter.add_transition(_obs_at(experience.obs, t, i), _obs_at(experience.obs, t + 1, i) if last is None
+                                   else last, experience.sample[t, i], float(experience.reward[t, i]),
+                                   bool(ended[t, i]), bool(limits[t, i]))
+    accepted = experience.steps * experience.n_envs
+    if adapter.max_policy_lag:
+        adapter.answer_upload(upload, steps, accepted)
+        return adapter._train_if_due
+    adapter._train_if_due()
+    adapter.answer_upload(upload, steps, accepted)
+    return None
+
+
+def _obs_at(obs: Any, t: int, i: int) -> Any:
+    if isinstance(obs, dict):
+        return {key: value[t, i] for key, value in obs.items()}
+    return obs[t, i]
