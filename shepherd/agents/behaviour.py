@@ -166,6 +166,18 @@ def behaviour_adapter(adapter: SB3Algorithm, agent: str, algorithm: str, phase: 
     return behaviour_onnx(adapter, agent, algorithm, phase, normalization, filters)
 
 
+def behaviour_of_version(adapter: SB3Algorithm, agent: str, algorithm: str, phase: str) -> tuple[int, bytes]:
+    """The adapter's current policy version and its behaviour file of ``phase``, normalising observations with
+    the statistics of that version (``adapter.version_filtering``: what the learner normalises an upload of
+    this version with), else the agent's current ones. On the learner's thread (`ThreadedLearner.behaviour`).
+
+    Raises: as `behaviour_adapter`.
+    """
+    check_actable(adapter, agent, algorithm)
+    normalization, filters = agent_filters(adapter, agent, adapter.version_filtering or adapter.filtering)
+    return adapter.version, behaviour_onnx(adapter, agent, algorithm, phase, normalization, filters)
+
+
 def _build(adapter: SB3Algorithm, phase: str, normalization: dict[str, Normalization]
            ) -> tuple[GraphBuilder, bool, int]:
     """The graph (inputs, outputs), whether it takes masks, and its noise size."""

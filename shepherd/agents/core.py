@@ -234,6 +234,13 @@ class ExperienceLearner(Protocol):
     """A learner that client-acting sessions upload experience to (`ThreadedLearner`; the graph, the HTTP
     edge and a process boundary call these). Every call is one message to the learner's thread."""
 
+    @property
+    def policy_version(self) -> int:
+        """The version of the policy the learner acts with now."""
+
+    def behaviour(self, phase: str, agent: str, algorithm: str) -> Future:
+        """The behaviour policy file of ``phase`` at the current version: a future of ``(version, bytes)``."""
+
     def begin_uploads(self, uploader: int, n_envs: int) -> Future:
         """A client-acting session of ``n_envs`` envs opens: a future of the `ExperienceReply` with the version
         to act with and the steps to collect first (accepted 0). Raises `NotClientActing` at once."""

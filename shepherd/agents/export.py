@@ -34,6 +34,7 @@ from stable_baselines3.common.distributions import (BernoulliDistribution, Categ
 from stable_baselines3.common.policies import ActorCriticPolicy
 
 import shepherd
+from shepherd.agents.filters import Filtering
 from shepherd.agents.onnx_graph import GraphBuilder, NotExportable, features, input_type, module
 from shepherd.agents.sb3 import SB3Algorithm
 from shepherd.wire.spaces import mask_size, space_to_json
@@ -129,14 +130,16 @@ def export_adapter(adapter: SB3Algorithm, agent: str, algorithm: str, client: st
     return export_onnx(adapter, agent, algorithm, normalization, filters, client)
 
 
-def agent_filters(adapter: SB3Algorithm, agent: str) -> tuple[dict[str, Normalization] | None, dict[str, Any] | None]:
-    """The agent's own observation normalisation (its current statistics, by key) and the metadata's
-    ``filters`` object (its settings and statistics); (None, None) for an agent without active filters.
+def agent_filters(adapter: SB3Algorithm, agent: str, filtering: Filtering | None = None,
+                  ) -> tuple[dict[str, Normalization] | None, dict[str, Any] | None]:
+    """The agent's own observation normalisation (its current statistics, by key, or those of ``filtering``)
+    and the metadata's ``filters`` object (its settings and statistics); (None, None) for an agent without
+    active filters.
 
     Raises:
         NotExportable: frame stacking (each actor's past frames are state a file has no input for).
     """
-    filtering = adapter.filtering
+    filtering = filtering if filtering is not None else adapter.filtering
     if filtering is None or not filtering.active:
         return None, None
     filters = filtering.filters

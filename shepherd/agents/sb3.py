@@ -136,6 +136,13 @@ class SB3Algorithm:
         self.filtering = filtering
         self.version_filtering = filtering.frozen()
 
+    def behaviour_file(self, phase: str, agent: str, algorithm: str) -> tuple[int, bytes]:
+        """The current policy version and its behaviour policy file of ``phase``, on the learner's thread
+        (`shepherd.agents.behaviour.behaviour_of_version`)."""
+        from shepherd.agents.behaviour import behaviour_of_version  # onnx, only for client-acting sessions
+
+        return behaviour_of_version(self, agent, algorithm, phase)
+
     def client_acting_refused(self) -> str | None:
         """Why this agent's policy cannot act at the client (None: it can); a subclass adds its reasons."""
         if self.filtering is not None and self.filtering.filters.frame_stack > 1:

@@ -65,6 +65,11 @@ class Algorithm(Protocol):
     @property
     def steps(self) -> int: ...
 
+    @property
+    def version(self) -> int:
+        """The policy version it acts with (one more after every update)."""
+        ...
+
     def filter(self, requests: list[Request]) -> None:
         """Filter a batch's observations and rewards in place, before `process` sees any of it."""
 
@@ -334,6 +339,26 @@ class ThreadedLearner:
             self._queue.put(_Control("mark", future))
         return future
 
+    @property
+    def sample_space(self) -> Any:
+        """What an uploaded sample is checked against: the action space, or [-1, 1] where the algorithm
+        stores scaled actions (`shepherd.wire.experience.sample_space`)."""
+        return self.algorithm.sample_space  # type: ignore[attr-defined]
+
+    @property
+    def policy_version(self) -> int:
+        """The version of the policy the learner acts with now (one more after every update)."""
+        return self.algorithm.version
+
+    def behaviour(self, phase: str, agent: str, algorithm: str) -> ActionFuture:
+        """The behaviour policy file of ``phase`` (`shepherd.agents.behaviour`) at the learner's current
+        version, built on its thread between two batches: a future of ``(version, the file's bytes)``; its
+        exception `NotActableAtClient` when the policy cannot act at the client."""
+        future = ActionFuture()
+        if not self._refused(future):
+            self._queue.put(_Control("behaviour", future, (phase, agent, algorithm)))
+        return future
+
     def checkpoint(self, path: Path, state: dict[str, Any]) -> Future:
         future: Future = Future()
         if self._refused(future):
@@ -533,6 +558,13 @@ class ThreadedLearner:
                     message.future.set_exception(error)  # type: ignore[union-attr]
                 else:
                     message.future.set_result(None)  # type: ignore[union-attr]
+            elif message.what == "behaviour":
+                try:
+                    built = algorithm.behaviour_file(*message.payload)  # type: ignore[attr-defined]
+                except Exception as error:  # noqa: BLE001 - the caller hears it; learning goes on
+                    message.future.set_exception(error)  # type: ignore[union-attr]
+                else:
+                    message.future.set_result(built)  # type: ignore[union-attr]
             elif message.what == "mark":  # the answers so far go out before the mark is passed
                 self._hand_over(algorithm.take_answers())
                 message.future.set_result(None)  # type: ignore[union-attr]

@@ -127,6 +127,9 @@ async def login_user(request: web.Request) -> web.Response:
     if not hmac.compare_digest(login.apikey.encode(), config.api_key.encode()):
         await asyncio.sleep(config.failed_login_delay_seconds)
         raise Unauthorized("unknown or revoked API key")
+    if login.acts_at_client:
+        raise BadRequest("this deploy server answers steps (\"acting\": \"server\"); a client that acts itself runs "
+                         "the exported policy file directly (docs/export.md)")
     if login.n_envs is not None and login.n_envs > config.max_envs_per_session:
         raise BadRequest(f"'n_envs' must be between 1 and {config.max_envs_per_session} (this server's "
                          f"--max-envs), not {login.n_envs}")

@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from shepherd.agents import (AgentClosed, AgentFailed, Deliver, ParameterError, ThreadedLearner, algorithm_info, learner_for,
+from shepherd.agents import (NotClientActing, AgentClosed, AgentFailed, Deliver, ParameterError, ThreadedLearner, algorithm_info, learner_for,
                              check_parameters, checkpoint as checkpoint_format, parameters,
                              registry_records)
 from shepherd.agents.bounds import check_bounds
@@ -24,7 +24,8 @@ from shepherd.graph.preset import AgentSpec, Preset, PresetError, PresetValidati
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.graph.schedule import EvaluationResult, Schedule
 from shepherd.graph.served import ServedAgents
-from shepherd.graph.sessions import Acted, Session, SessionTable, TooManyEnvs, Unauthorized
+from shepherd.graph.sessions import Acted, ActTimeout, Session, SessionTable, TooManyEnvs, Unauthorized
+from shepherd.level import ClientActingLevel
 from shepherd.wire import Step
 from shepherd.definition import Filters, Sharing, check_client_name
 from shepherd.wire.spaces import SpaceError, parse_space, space_to_json
@@ -341,7 +342,7 @@ class GraphManager:
 
     # -- sessions ------------------------------------------------------------------------------
     def login(self, apikey: str, evaluate_only: bool = False, n_envs: int | None = None,
-              client: str | None = None) -> Session:
+              client: str | None = None, acting: str = "server") -> Session:
         """Open a session for the agent an API key belongs to: of ``n_envs`` envs (a vector session), or of
         one env (None). An advised agent's session is its named ``client``'s (a new name builds its learner
         here, which blocks: `prepare_client` first builds it off the event loop); an evaluation without a
@@ -381,7 +382,10 @@ class GraphManager:
             runtime = found
         if runtime.learner.failure is not None:
             raise AgentFailed(f"agent {runtime.label} failed ({runtime.learner.failure}); an admin can restart it")
-        return self._sessions.open(runtime, evaluate_only, client_id=hash_key(apikey), n_envs=n_envs)
+        if acting == "client" and self.remote_learners is not None:
+            raise NotClientActing("client-acting sessions are not served under --ray yet; log in with "
+                                  "\"acting\": \"server\"")
+        return self._sessions.open(runtime, evaluate_only, client_id=hash_key(apikey), n_envs=n_envs, acting=acting)
 
     async def prepare_client(self, apikey: str, client: str | None) -> None:
         """Build a new client's learner off the event loop before `login` opens its session (nothing to
@@ -446,6 +450,21 @@ class GraphManager:
         """One step of a session: the learner's action (None when the episode ended), awaited on the
         event loop that drives the graph. Raises what `Session.step` raises."""
         return await session.step(step, self._serving.act_timeout_seconds)
+
+    async def opened(self, session: Session) -> dict[str, Any]:
+        """A client-acting session's first block: its phase, policy version and steps. Raises what
+        `Session.opened` raises."""
+        return await session.opened(self._serving.act_timeout_seconds)
+
+    async def policy(self, session: Session) -> tuple[int, bytes]:
+        """The behaviour policy file a client-acting session acts with now (its block's phase), and its
+        version. Raises NotActableAtClient, or ActTimeout when the learner does not build it in time."""
+        level = session.level
+        assert isinstance(level, ClientActingLevel)
+        try:
+            return await session.runtime.behaviour(level.phase, self._serving.act_timeout_seconds)
+        except TimeoutError:
+            raise ActTimeout("the agent did not build its policy file in time; ask again") from None
 
     def logout(self, key: Any) -> None:
         self._sessions.end(self._sessions.get(key))

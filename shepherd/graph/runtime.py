@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import collections
 import logging
 import threading
@@ -72,6 +74,7 @@ class AgentRuntime:
         self.schedule = schedule
         self.store = store
         self.tracker = PhaseTracker(schedule)
+        self._behaviours: dict[Phase, tuple[int, bytes]] = {}  # the last behaviour file of each phase
         self.sessions = 0
         self.episodes = 0
         self.evaluations: list[EvaluationResult] = []
@@ -133,6 +136,25 @@ class AgentRuntime:
     # -- EpisodeHost ---------------------------------------------------------------------------
     def begin_episode(self) -> Phase:
         return self.tracker.begin_episode()
+
+    async def behaviour(self, phase: Phase, timeout: float) -> tuple[int, bytes]:
+        """The behaviour policy file of ``phase`` at the learner's current version, and that version: built on
+        the learner's thread once per version and phase, kept until the version moves on.
+
+        Raises:
+            NotActableAtClient: the policy cannot act at the client; TimeoutError after ``timeout`` seconds.
+        """
+        kept = self._behaviours.get(phase)
+        if kept is not None and kept[0] == self.learner.policy_version:
+            return kept
+        built = await asyncio.wait_for(asyncio.wrap_future(
+            self.learner.behaviour(phase.value, self.record.name, self.record.algorithm)), timeout)
+        self._behaviours[phase] = built
+        return built
+
+    def current_phase(self) -> Phase:
+        """The phase an episode would start in now (a client-acting session's next block acts in it)."""
+        return self.tracker.phase
 
     def begin_trial(self) -> Trial | None:
         """The next queued trial, taken in place of a training episode (never in heatup, an evaluation

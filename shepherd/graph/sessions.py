@@ -23,7 +23,7 @@ import numpy as np
 
 from shepherd.agents import ALGORITHMS, ActionFuture, LearnerUnavailable
 from shepherd.graph.runtime import AgentRuntime
-from shepherd.level import Level, LevelManager, Reply, VectorLevel
+from shepherd.level import ClientActingLevel, Level, LevelManager, Reply, VectorLevel
 from shepherd.wire.spaces import SpaceError, check_action_mask
 from shepherd.storage import new_secret
 from shepherd.wire import GreedyStep, GreedyVectorStep, Step
@@ -169,6 +169,21 @@ class Session:
             self.in_request -= 1
             self.active()
 
+    @property
+    def acts_at_client(self) -> bool:
+        """A client-acting session: it fetches its policy file and uploads experience."""
+        return isinstance(self.level, ClientActingLevel)
+
+    async def opened(self, timeout: float) -> dict[str, Any]:
+        """A client-acting session's first block (its phase, policy version and steps), waited for as a step
+        is (the learner may first finish a rollout that other sessions fill); {} for other sessions.
+
+        Raises: ActTimeout, and what the learner refuses the session with (`NotClientActing`, AgentFailed).
+        """
+        if not isinstance(self.level, ClientActingLevel):
+            return {}
+        return await _wait(self.level.opening(), timeout, None)
+
     def repeats_waiting_step(self, step: Step) -> bool:
         """Whether ``step`` repeats the ``seq`` of a step still waiting for its action."""
         return self.busy and step.seq is not None and step.seq == self.last_seq
@@ -269,8 +284,9 @@ class SessionTable:
         return iter(list(self._by_key.values()))
 
     def open(self, runtime: AgentRuntime, evaluate_only: bool = False, client_id: str = "",
-             n_envs: int | None = None) -> Session:
-        """Open a session (of ``n_envs`` envs: a vector session; None: one env).
+             n_envs: int | None = None, acting: str = "server") -> Session:
+        """Open a session (of ``n_envs`` envs: a vector session; None: one env); ``acting`` "client": a
+        client-acting session of ``n_envs`` envs (None: one), which uploads experience instead of steps.
 
         Raises:
             TooManySessions: the agent has ``max_per_agent`` sessions already.
@@ -279,7 +295,11 @@ class SessionTable:
             raise TooManySessions(f"agent {runtime.record.name} has its maximum of {self.max_per_agent} "
                                   "sessions; log out unused ones or retry later")
         level: Level
-        if n_envs is None:
+        if acting == "client":
+            first = next(self._actor_ids)
+            self._actor_ids = itertools.count(first + (n_envs or 1))  # the learner's uploader and its envs
+            level = ClientActingLevel(first, n_envs or 1, runtime, evaluate_only)
+        elif n_envs is None:
             level = LevelManager(next(self._actor_ids), runtime, evaluate_only)
         else:
             first = next(self._actor_ids)

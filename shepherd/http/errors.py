@@ -8,11 +8,13 @@ import logging
 import re
 from typing import Awaitable, Callable
 
+import orjson
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
 from shepherd.admin import Forbidden, Invalid
-from shepherd.agents import AgentClosed, AgentFailed, LearnerUnavailable
+from shepherd.agents import AgentClosed, AgentFailed, LearnerUnavailable, NotClientActing, StalePolicy
+from shepherd.agents.behaviour import NotActableAtClient
 from shepherd.graph import ActTimeout, BadClient, Conflict, Gone, TooManyEnvs, TooManySessions, Unauthorized, WrongShape
 from shepherd.http.limits import TooManyRequests
 from shepherd.http.state import CONFIG
@@ -26,7 +28,7 @@ logger = logging.getLogger(__name__)
 _PATH = re.compile(r"(?<![\w.])/(?:[\w.\-]+/)*[\w.\-]+")
 
 
-_STATUS = ((BadRequest, 400), (BadClient, 400), (Invalid, 400), (WrongShape, 400), (TooManyEnvs, 400),
+_STATUS = ((BadRequest, 400), (NotClientActing, 400), (NotActableAtClient, 400), (BadClient, 400), (Invalid, 400), (WrongShape, 400), (TooManyEnvs, 400),
            (Unauthorized, 401), (Forbidden, 403), (NotFound, 404), (Conflict, 409), (AlreadyExists, 409), (Gone, 410))
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -79,6 +81,9 @@ def error_reply(error: Exception, method: str, path: str) -> web.Response:
         return json_error(503, f"the agent is not available: {_PATH.sub('<path>', str(error))}", retry_after=5)
     if isinstance(error, (ActTimeout, LearnerUnavailable)):
         return json_error(503, str(error), retry_after=error.retry_after)
+    if isinstance(error, StalePolicy):  # the version to act with instead, for the client to fetch
+        return web.Response(status=409, body=orjson.dumps({"error": str(error), "policy_version": error.policy_version}),
+                            content_type="application/json")
     if isinstance(error, (TooManyRequests, TooManySessions)):
         return json_error(429, str(error), retry_after=error.retry_after)
     for kind, status in _STATUS:

@@ -16,7 +16,13 @@ from shepherd.http.protocol import STEP_FIELDS, parse_login, parse_object, parse
 from shepherd.http.state import CONFIG, GRAPH, LOGIN_THROTTLE, RATE_LIMITER
 from shepherd.wire.spaces import action_to_json, space_to_json
 from shepherd.storage import hash_key
-from shepherd.wire import parse_greedy_step
+from shepherd.graph.sessions import check_mask
+from shepherd.level import ClientActingLevel
+from shepherd.wire import BadRequest, parse_greedy_step
+from shepherd.wire.experience import EXPERIENCE_FIELDS, ExperienceSpaces, parse_experience
+
+#: the header of a policy file's version (``POST /shepherd/policy/``)
+POLICY_VERSION_HEADER = "Shepherd-Policy-Version"
 
 #: where a reply keeps the note that its session's steps may be answered from a snapshot (`SnapshotNote`),
 #: for the front ends' batch endpoint; the public routes ignore it
@@ -43,13 +49,19 @@ async def login_reply(app: web.Application, body: bytes, address: str) -> web.Re
         limiter.take(hash_key(login.apikey))
     try:
         await graph.prepare_client(login.apikey, login.client)  # a new client's learner, built off the loop
-        session = graph.login(login.apikey, login.evaluate_only, login.n_envs, login.client)
+        session = graph.login(login.apikey, login.evaluate_only, login.n_envs, login.client, login.acting)
     except PermissionError:
         await asyncio.sleep(throttle.failed(address))  # slows down guessing, never blocks the loop
         raise
     reply = {"ok": True, "session_key": session.key, "agent": session.runtime.record.name,
              "observation_space": space_to_json(session.observation_space),
              "action_space": space_to_json(session.action_space)}
+    if session.acts_at_client:
+        try:
+            reply.update(acting="client", **await graph.opened(session))
+        except Exception:
+            graph.logout(session.key)  # a session the learner refused (or did not plan in time) holds nothing
+            raise
     if session.n_envs is not None:
         reply["n_envs"] = session.n_envs
     if session.runtime.client is not None:
@@ -78,6 +90,8 @@ async def step_reply(app: web.Application, body: bytes, address: str) -> web.Res
     data = parse_object(body, STEP_FIELDS)
     graph = app[GRAPH]
     session = graph.session(session_key(data))
+    if session.acts_at_client:  # its level refuses steps, saying where its uploads go
+        raise session.level.wrong_shape(None)
     _count_request(app, session)
     n_envs = session.n_envs
     step = (parse_step(data, session.observation_space, session.mask_space) if n_envs is None else
@@ -98,6 +112,45 @@ def _acted(session: Session, acted: Acted) -> web.Response:
     if acted.action is None:
         return _json({"action": None})
     return _json({"action": action_to_json(space, acted.action), "policy_version": acted.policy_version})
+
+
+async def experience_reply(app: web.Application, body: bytes, address: str) -> web.Response:
+    """One upload of a client-acting session (``POST /shepherd/experience/``): learned from (heatup, training)
+    or recorded (evaluation, deployment), with what the client does next."""
+    data = parse_object(body, EXPERIENCE_FIELDS)
+    graph = app[GRAPH]
+    session = graph.session(session_key(data))
+    level = session.level
+    if not isinstance(level, ClientActingLevel):
+        raise BadRequest("this session's policy acts at the server: send steps to /shepherd/env/ (log in with "
+                         "\"acting\": \"client\" to upload experience)")
+    _count_request(app, session)
+    checks = ExperienceSpaces(session.observation_space, session.runtime.learner.sample_space, session.mask_space,
+                              check_mask if session.mask_space is not None else None)
+    experience = parse_experience(data, checks, level.n_envs, level.steps)
+    acted = await graph.step(session, experience)
+    return _json(acted.action)
+
+
+async def policy_reply(app: web.Application, body: bytes, address: str) -> web.Response:
+    """The behaviour policy a client-acting session acts with now (``POST /shepherd/policy/``): an ONNX file,
+    or 304 when the client names the version it holds and that file is still the one to act with."""
+    data = parse_object(body, {"session_key", "policy_version"})
+    graph = app[GRAPH]
+    session = graph.session(session_key(data))
+    level = session.level
+    if not isinstance(level, ClientActingLevel):
+        raise BadRequest("this session's policy acts at the server; log in with \"acting\": \"client\" to fetch "
+                         "the policy")
+    held = data.get("policy_version")
+    if held is not None and (isinstance(held, bool) or not isinstance(held, int)):
+        raise BadRequest("'policy_version' must be the whole number of the version the client holds")
+    if held is not None and held == level.policy_version and level.served_phase is level.phase:
+        return web.Response(status=304, headers={POLICY_VERSION_HEADER: str(held)})
+    version, onnx = await graph.policy(session)
+    level.served_phase = level.phase
+    return web.Response(body=onnx, content_type="application/octet-stream",
+                        headers={POLICY_VERSION_HEADER: str(version)})
 
 
 class NotHere(RuntimeError):
@@ -153,4 +206,6 @@ CLIENT_OPERATIONS: dict[str, tuple[str, ClientOperation]] = {
     "step": ("/shepherd/env/", step_reply),
     "logout": ("/shepherd/logout/", logout_reply),
     "greedy": ("/shepherd/env/", greedy_reply),
+    "experience": ("/shepherd/experience/", experience_reply),
+    "policy": ("/shepherd/policy/", policy_reply),
 }

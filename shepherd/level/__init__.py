@@ -2,10 +2,11 @@
 (N envs), behind `Level`, which takes each kind of step by a method of its own."""
 
 from shepherd.level.base import Level, Reply, WrongShape
+from shepherd.level.client import ClientActingLevel
 from shepherd.level.episodes import MODES, Episode, EpisodeHost, Phase, Trial
 from shepherd.level.single import LevelManager
 from shepherd.level.vector import VectorLevel
 from shepherd.wire import EnvSteps
 
-__all__ = ["MODES", "EnvSteps", "Episode", "EpisodeHost", "Level", "LevelManager", "Phase", "Reply", "Trial",
+__all__ = ["ClientActingLevel", "MODES", "EnvSteps", "Episode", "EpisodeHost", "Level", "LevelManager", "Phase", "Reply", "Trial",
            "VectorLevel", "WrongShape"]

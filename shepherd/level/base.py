@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any, Awaitable, Callable, Protocol, TypeVar
 
 from shepherd.wire import GreedyStep, GreedyVectorStep, StepInput, VectorStepInput
+from shepherd.wire.experience import Experience
 
 T = TypeVar("T", covariant=True)
 
@@ -29,11 +30,11 @@ class Reply(Awaitable[T], Protocol[T]):
 
     def done(self) -> bool: ...
 
-    def result(self, timeout: float | None = None) -> T: ...
+    def result(self) -> T: ...
 
     def cancelled(self) -> bool: ...
 
-    def exception(self, timeout: float | None = None) -> BaseException | None: ...
+    def exception(self) -> BaseException | None: ...
 
     def add_done_callback(self, fn: Callable[[Any], object]) -> None: ...
 
@@ -63,6 +64,11 @@ class Level:
     def record_greedy_vector(self, step: GreedyVectorStep) -> Reply[Any]:
         """A vector step a front end answered from its snapshot: counted and recorded, not asked."""
         raise self.wrong_shape(step.n_envs)
+
+    def take_upload(self, step: Experience) -> Reply[Any]:
+        """A client-acting session's upload of T steps of its N envs: the reply with what to do next."""
+        raise WrongShape("this session's policy acts at the server: send steps to /shepherd/env/ (log in with "
+                         "\"acting\": \"client\" to act with the policy file and upload experience)")
 
     def resend(self) -> Reply[Any]:
         """Hand the last step's learner call over again, without counting the step anew: its learner lost it

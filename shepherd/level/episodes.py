@@ -109,6 +109,10 @@ class EpisodeHost(Protocol):
 
     def begin_episode(self) -> Phase: ...
 
+    def current_phase(self) -> Phase:
+        """The phase an episode would start in now, without starting one."""
+        ...
+
     def begin_trial(self) -> Trial | None:
         """Another policy to try on this session's next episode instead (None: none)."""
         ...

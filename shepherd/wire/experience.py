@@ -10,6 +10,7 @@ before anything is recorded, and an error names the field and ``[t][i]``. The le
 
 from __future__ import annotations
 
+import hashlib
 import math
 import numbers
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from gymnasium import spaces
 
 from shepherd.wire.parse import sequence_number
 from shepherd.wire.spaces import SpaceError, check_observation, check_observations
-from shepherd.wire.steps import BadRequest, MaskCheck
+from shepherd.wire.steps import BadRequest, MaskCheck, StepTaker
 
 #: the fields of an upload's body
 EXPERIENCE_FIELDS = {"session_key", "seq", "policy_version", "obs", "sample", "reward", "terminated", "truncated",
@@ -81,6 +82,25 @@ class Experience:
             return {key: value[start:stop] for key, value in self.obs.items()}
         return self.obs[start:stop]
 
+    def digest(self) -> str:
+        """A digest of the upload's content (everything but ``seq``): a retry must repeat it."""
+        digest = hashlib.blake2b(digest_size=16)
+        digest.update(f"v{self.policy_version}|".encode())
+        for key in sorted(self.obs) if isinstance(self.obs, dict) else [None]:
+            _digest_array(digest, self.obs if key is None else self.obs[key])
+        for array in (self.sample, self.reward, self.terminated, self.truncated, self.action_mask):
+            if array is not None:
+                _digest_array(digest, array)
+        for t, i, last in self.finals():
+            digest.update(f"|final {t} {i}|".encode())
+            for key in sorted(last) if isinstance(last, dict) else [None]:
+                _digest_array(digest, last if key is None else last[key])
+        return digest.hexdigest()
+
+    def hand_to(self, taker: StepTaker) -> Any:
+        """A session's upload goes to its level's `take_upload` (a client-acting session's)."""
+        return taker.take_upload(self)
+
     def finals(self) -> list[tuple[int, int, Any]]:
         """Every ended episode's last observation, as ``(t, i, obs)`` in row order."""
         return [(t, i, last) for t, row in enumerate(self.final_obs) for i, last in enumerate(row) if last is not None]
@@ -119,6 +139,12 @@ class Experience:
         _check_rewards(reward)
         _check_finals(flags[0] | flags[1], finals)
         return cls(stacked, sample, reward, flags[0], flags[1], finals, int(policy_version), masks, seq)
+
+
+def _digest_array(digest: Any, value: Any) -> None:
+    array = np.ascontiguousarray(value)
+    digest.update(f"{array.dtype.str}|{array.shape}|".encode())
+    digest.update(array.tobytes())
 
 
 def _shape_is(name: str, got: tuple[int, ...], expected: tuple[int, ...]) -> None:

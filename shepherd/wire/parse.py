@@ -18,7 +18,9 @@ from shepherd.wire.steps import (BadRequest, GreedyStep, GreedyVectorStep, MaskC
 #: the fields of a step of either kind; `parse_step` and `parse_vector_step` refuse the other kind's
 STEP_FIELDS = {"session_key", "obs", "reward", "done", "info", "truncated", "terminated", "seq", "final_obs",
                "action_mask"}
-LOGIN_FIELDS = {"apikey", "mode", "n_envs", "client"}
+LOGIN_FIELDS = {"apikey", "mode", "n_envs", "client", "acting"}
+#: where a session's policy acts: at the server (steps, the default) or at the client (policy file, uploads)
+ACTING = ("server", "client")
 
 
 def parse_object(body: bytes, fields: set[str]) -> dict[str, Any]:
@@ -41,6 +43,11 @@ class Login:
     evaluate_only: bool
     n_envs: int | None = None  # a vector session's envs; None: one env
     client: str | None = None  # an advised agent's client name (checked: letters, digits, . _ -)
+    acting: str = "server"  # "client": the session fetches its policy and uploads experience (`ACTING`)
+
+    @property
+    def acts_at_client(self) -> bool:
+        return self.acting == "client"
 
 
 def parse_login(body: bytes) -> Login:
@@ -60,7 +67,11 @@ def parse_login(body: bytes) -> Login:
             client = check_client_name(client)
         except ValueError as error:
             raise BadRequest(str(error)) from None
-    return Login(apikey, mode == "evaluate", n_envs, client)
+    acting = data.get("acting", "server")
+    if acting not in ACTING:
+        raise BadRequest("'acting' must be 'server' (send steps, the default) or 'client' (act with the policy "
+                         "file of POST /shepherd/policy/ and upload experience to POST /shepherd/experience/)")
+    return Login(apikey, mode == "evaluate", n_envs, client, acting)
 
 
 def _flag(data: dict[str, Any], name: str) -> bool | None:

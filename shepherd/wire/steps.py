@@ -7,10 +7,13 @@ import hashlib
 import math
 import numbers
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 import numpy as np
 import orjson
+
+if TYPE_CHECKING:
+    from shepherd.wire.experience import Experience
 
 #: checks a client's action mask: (value, the agent's action space or None when it takes none, where) ->
 #: the flat boolean mask; raises SpaceError
@@ -33,6 +36,8 @@ class StepTaker(Protocol):
     def record_greedy(self, step: GreedyStep) -> Any: ...
 
     def record_greedy_vector(self, step: GreedyVectorStep) -> Any: ...
+
+    def take_upload(self, step: Experience) -> Any: ...
 
 
 class Step(Protocol):

@@ -1,0 +1,148 @@
+"""The level of a client-acting session: its policy runs where its N envs are, and it uploads experience in blocks.
+
+The client fetches its behaviour policy as an ONNX file (`policy`), acts with it for ``steps`` steps of every
+env, and uploads them (`take_upload`, one learner call per upload). The level decides the phase of each
+block: heatup and training blocks are learned from; evaluation and deployment blocks act greedily and are
+only recorded. Episodes are kept per env across blocks and recorded with their returns, as a vector session's
+are; a block the learner refuses records nothing, and the episodes that ran through it are not recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from shepherd.agents import ExperienceReply
+from shepherd.level.base import Level, Reply, WrongShape
+from shepherd.level.episodes import Episode, EpisodeHost, Phase
+from shepherd.wire import StepInput, VectorStepInput
+from shepherd.wire.experience import Experience
+
+#: the steps of every env a block of an evaluate-only session holds (no learner asks for a number)
+GREEDY_STEPS = 64
+#: the blocks whose experience the learner learns from
+LEARNED = (Phase.HEATUP, Phase.TRAIN)
+
+
+class ClientActingLevel(Level):
+    """One client-acting session of one agent, of ``n_envs`` envs, known to the learner as ``uploader``."""
+
+    def __init__(self, uploader: int, n_envs: int, host: EpisodeHost, evaluate_only: bool = False) -> None:
+        self.uploader = uploader
+        self._n_envs = n_envs
+        self.host = host
+        self.evaluate_only = evaluate_only
+        self.episodes: list[Episode | None] = [None] * n_envs  # None: begun unseen (after a refused block)
+        self.phase = Phase.DEPLOY
+        self.served_phase: Phase | None = None  # the phase of the last policy file sent (a 304 needs the same)
+        self.policy_version = 0
+        self.steps = GREEDY_STEPS
+        self.closed = False
+        self._opening: asyncio.Future[Any] | None = None
+
+    @property
+    def n_envs(self) -> int:
+        return self._n_envs
+
+    def wrong_shape(self, envs: int | None) -> WrongShape:
+        if envs is None or isinstance(envs, int) and envs != self._n_envs:
+            return WrongShape(f"this session acts at the client with {self._n_envs} env(s): upload its experience "
+                              "to /shepherd/experience/ (log in without \"acting\": \"client\" to send steps)")
+        return super().wrong_shape(envs)
+
+    def take_step(self, step: StepInput) -> Reply[Any] | None:
+        raise self.wrong_shape(None)
+
+    def take_vector_step(self, step: VectorStepInput) -> Reply[Any]:
+        raise self.wrong_shape(None)
+
+    # -- opening -------------------------------------------------------------------------------------
+    def opening(self) -> asyncio.Future[Any]:
+        """The session's first block: its phase, the policy version to act with and its steps (a task, once)."""
+        if self._opening is None:
+            self._opening = asyncio.ensure_future(self._open())
+        return self._opening
+
+    async def _open(self) -> dict[str, Any]:
+        self.phase = Phase.DEPLOY if self.evaluate_only else self.host.current_phase()
+        if self.evaluate_only:
+            self.policy_version = self.host.learner.policy_version
+        else:
+            planned: ExperienceReply = await asyncio.wrap_future(self.host.learner.begin_uploads(self.uploader,
+                                                                                              self._n_envs))
+            self.policy_version, self.steps = planned.policy_version, planned.steps
+        for index in range(self._n_envs):
+            self.episodes[index] = self._new_episode()
+        return self.plan()
+
+    def plan(self) -> dict[str, Any]:
+        """What the client does next: act with ``policy_version`` in ``phase`` for ``steps`` steps."""
+        return {"policy_version": self.policy_version, "phase": self.phase.value, "steps": self.steps}
+
+    # -- uploads -------------------------------------------------------------------------------------
+    def take_upload(self, step: Experience) -> Reply[Any]:
+        return asyncio.ensure_future(self._upload(step))
+
+    async def _upload(self, experience: Experience) -> dict[str, Any]:
+        """Learn from a block (heatup, training), record its episodes, plan the next block."""
+        if self.phase in LEARNED:
+            try:
+                learned: ExperienceReply = await asyncio.wrap_future(
+                    self.host.learner.learn_experience(self.uploader, experience))
+            except Exception:
+                self._lose_episodes()  # what ran through the refused rows is not recorded
+                raise
+            self.policy_version, self.steps = learned.policy_version, learned.steps
+        self._record(experience)
+        if self.phase not in LEARNED or self.evaluate_only:
+            self.policy_version = self.host.learner.policy_version
+        self.phase = Phase.DEPLOY if self.evaluate_only else self.host.current_phase()
+        return {**self.plan(), "accepted": experience.steps * experience.n_envs}
+
+    def _record(self, experience: Experience) -> None:
+        """Every env step of an accepted block counted with the agent (its schedule counts heatup and training
+        steps), every episode that ended recorded with its return."""
+        host, phase = self.host, self.phase
+        ended = experience.ended
+        rewards = experience.reward
+        for t in range(experience.steps):
+            for index in range(experience.n_envs):
+                episode = self.episodes[index]
+                if episode is not None:
+                    episode.total += float(rewards[t, index])
+                    episode.length += 1
+                host.count_step(phase)
+                if ended[t, index]:
+                    if episode is not None:
+                        host.end_episode(episode, completed=True)
+                    self.episodes[index] = self._new_episode()
+
+    def _new_episode(self) -> Episode:
+        """An env's next episode: in an evaluation block the schedule's next (an evaluation episode while the
+        period needs one); in a heatup or training block the block's phase, so that an evaluation period opened
+        meanwhile is not taken by an episode that explores."""
+        if self.evaluate_only:
+            return Episode(Phase.DEPLOY)
+        if self.phase in LEARNED:
+            return Episode(self.phase)
+        return Episode(self.host.begin_episode())
+
+    def _lose_episodes(self) -> None:
+        for index, episode in enumerate(self.episodes):
+            if episode is not None:
+                self.host.end_episode(episode, completed=False)
+            self.episodes[index] = None
+
+    def resend(self) -> Reply[Any]:
+        raise WrongShape("an upload is not sent again by the server; send it again with the same seq")
+
+    def close(self) -> None:
+        """End the session: unfinished episodes are abandoned, the learner releases what it kept for it."""
+        if self.closed:
+            return
+        self.closed = True
+        for index, episode in enumerate(self.episodes):
+            if episode is not None:
+                self.host.end_episode(episode, completed=False)
+                self.episodes[index] = None
+        self.host.learner.end_actor(self.uploader)
