@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from shepherd.agents.bounds import DEFAULT_BOUNDS, parse_bound, set_bounds
 from shepherd.cli.common import EXIT_NOT_REACHED, EXIT_OK, UsageError
+from shepherd.wire.steps import DEFAULT_MAX_REWARD, set_max_reward
 from shepherd.cli.progress import (PROGRESS_SECONDS, local_client_names, progress, report_progress,
                                    start_clients, stop_clients)
 from shepherd.graph import GraphManager, PresetError, Schedule
@@ -111,6 +112,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(a running server applies its own). Defaults: "
                              + ", ".join(f"{name} {bound}" for name, bound in DEFAULT_BOUNDS.items())
                              + " (n_epochs or gradient_steps: passes per update; a large one pins a core)")
+    parser.add_argument("--max-reward", type=float, default=DEFAULT_MAX_REWARD, metavar="R",
+                        help="the largest reward magnitude a step or upload may carry; a larger one is refused with "
+                             "400, so that one client's rewards cannot overflow a pooled agent's arithmetic for "
+                             "every client (default %(default)g; inf: no bound)")
     parser.add_argument("--metrics", choices=("off", "local", "open"), default="local",
                         help="who may read GET /metrics: off (404), local (loopback clients, or the admin "
                              "token as Bearer), open (anyone) (default %(default)s)")
@@ -132,6 +137,10 @@ def apply_parameter_bounds(args: argparse.Namespace) -> None:
 def serve_command(args: argparse.Namespace) -> int:
     from shepherd.loading import load_preset
 
+    try:
+        set_max_reward(args.max_reward)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
     for name in ("clients", "max_sessions", "max_clients", "rate_limit", "front_ends"):
         if getattr(args, name) < 0:
             raise UsageError(f"--{name.replace('_', '-')} must be 0 or more")

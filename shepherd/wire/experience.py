@@ -21,7 +21,7 @@ from gymnasium import spaces
 
 from shepherd.wire.parse import sequence_number
 from shepherd.wire.spaces import SpaceError, check_observation, check_observations
-from shepherd.wire.steps import BadRequest, MaskCheck, StepTaker
+from shepherd.wire.steps import BadRequest, MaskCheck, StepTaker, check_reward
 
 #: the fields of an upload's body
 EXPERIENCE_FIELDS = {"session_key", "seq", "policy_version", "obs", "sample", "reward", "terminated", "truncated",
@@ -213,7 +213,7 @@ def parse_experience(data: dict[str, Any], checks: ExperienceSpaces, n_envs: int
                 for name, extra in (("obs", 1), ("sample", 0), ("reward", 0), ("terminated", 0), ("truncated", 0))}
         obs = [check_observations(checks.observation, row, f"obs[{t}]") for t, row in enumerate(rows["obs"])]
         samples = [_check_samples(checks.sample, row, t) for t, row in enumerate(rows["sample"])]
-        rewards = [[_number(value, f"reward[{t}][{i}]") for i, value in enumerate(row)]
+        rewards = [[_reward(value, f"reward[{t}][{i}]") for i, value in enumerate(row)]
                    for t, row in enumerate(rows["reward"])]
         flags = {name: [[_boolean(value, f"{name}[{t}][{i}]") for i, value in enumerate(row)]
                         for t, row in enumerate(rows[name])] for name in ("terminated", "truncated")}
@@ -257,6 +257,13 @@ def _number(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise BadExperience(f"{where} must be a finite number")
     return float(value)
+
+
+def _reward(value: Any, where: str) -> float:
+    try:
+        return check_reward(_number(value, where), where)
+    except ValueError as error:
+        raise BadExperience(str(error)) from None
 
 
 def _boolean(value: Any, where: str) -> bool:

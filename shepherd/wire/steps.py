@@ -24,6 +24,29 @@ class BadRequest(ValueError):
     """The body is malformed or does not fit the agent's spaces."""
 
 
+#: the largest reward magnitude a step or upload may carry (``run.py --max-reward``): one client's rewards
+#: must not overflow a pooled learner's float32 arithmetic (returns, values, losses) for every client
+DEFAULT_MAX_REWARD = 1e6
+_max_reward = [DEFAULT_MAX_REWARD]
+
+
+def set_max_reward(limit: float) -> None:
+    """This process's bound on reward magnitudes (``run.py --max-reward``; inf: none). Raises ValueError
+    unless it is positive."""
+    if not limit > 0:
+        raise ValueError("--max-reward must be positive (inf: no bound)")
+    _max_reward[0] = float(limit)
+
+
+def check_reward(value: float, where: str = "reward") -> float:
+    """``value`` when its magnitude is within the bound. Raises ValueError naming the bound and the option."""
+    limit = _max_reward[0]
+    if abs(value) > limit:
+        raise ValueError(f"{where} is {value:g}, beyond this server's bound of {limit:g} in magnitude (its "
+                         "operator sets it with run.py --max-reward R); scale the rewards down")
+    return value
+
+
 class StepTaker(Protocol):
     """What a step is handed to (`Step.hand_to`): a session's level (`shepherd.level.Level`), one method per
     kind of step. Each returns the step's reply: an awaitable with ``done()`` and ``result()`` whose result
@@ -103,6 +126,7 @@ class StepInput:
         """
         if isinstance(reward, bool) or not isinstance(reward, numbers.Real) or not math.isfinite(reward):
             raise ValueError("'reward' must be a finite number")
+        check_reward(float(reward), "'reward'")
         if done is None:
             done = bool(terminated) or bool(truncated)
         return cls(obs, float(reward), bool(done), bool(done and truncated and not terminated), seq, mask)
@@ -151,6 +175,8 @@ class VectorStepInput:
         if not all(math.isfinite(value) for value in reward):
             raise ValueError(f"reward[{next(i for i, v in enumerate(reward) if not math.isfinite(v))}] must be "
                              "a finite number")
+        for i, value in enumerate(reward):
+            check_reward(value, f"reward[{i}]")
         ended = [bool(a) or bool(b) for a, b in zip(terminated, truncated)]
         finals = list(final_obs) if final_obs is not None else [None] * n
         for i, (end, last) in enumerate(zip(ended, finals)):

@@ -317,3 +317,20 @@ async def test_failed_checkpoint_writes_are_retried_and_never_fail_the_agent(aio
     refused = await client.post("/shepherd/login_user/", json={"apikey": client.apikey})
     error = (await refused.json())["error"]
     assert refused.status == 503 and "Read-only file system" in error and folder not in error and "<path>" in error
+
+
+async def test_a_client_sending_huge_rewards_is_refused_and_the_pooled_agent_keeps_learning_for_the_others(
+        make_client):
+    client = await make_client()
+    attacker, other = await login(client), await login(client)
+    await step(client, attacker, reward=0.0)
+    refused = await step(client, attacker, reward=1e300)
+    assert refused.status == 400, await refused.text()
+    assert "--max-reward" in (await refused.json())["error"]
+    for _ in range(3):  # the attacker's bounded steps and another client's fill rollouts: the agent learns
+        for key in (attacker, other):
+            assert (await step(client, key, reward=1e5)).status == 200
+    for _ in range(8):
+        assert (await step(client, other)).status == 200
+    runtime = client.graph.runtime()
+    assert runtime.learner.failure is None and runtime.learner.policy_version >= 1
