@@ -310,7 +310,7 @@ async def test_a_trial_plays_the_advisors_greedy_policy_on_the_clients_system_an
 async def test_a_trial_plays_the_policy_as_it_was_when_the_trial_began_and_adopts_that_one(tmp_path, monkeypatch):
     """The advisor learns on while its trial is played (its own clients go on): every episode of a trial
     of 3 is played by the advisor's policy as it was when the trial began, and that policy is the one adopted."""
-    from shepherd.graph import advised as advised_agents
+    from shepherd.graph.advised import advising as advised_agents
     monkeypatch.setattr(advised_agents, "TRIAL_EPISODES", 3)
     graph, store, keys = await start(tmp_path / "data")
     try:
