@@ -21,7 +21,7 @@ from shepherd.agents.bounds import DEFAULT_BOUNDS, parse_bound, set_bounds
 from shepherd.cli.common import EXIT_NOT_REACHED, EXIT_OK, UsageError
 from shepherd.graph import AgentStats, GraphManager, PresetError, PresetValidation, Schedule
 from shepherd.definition import Sharing
-from shepherd.graph.advised import MAX_CLIENTS
+from shepherd.graph.agent import MAX_CLIENTS
 from shepherd.graph.validation import Outcome, watch
 from shepherd.storage import AgentRecord, new_secret
 
@@ -249,7 +249,7 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
             agent_id = graph.preset_agent_id(graph.validation.agent or graph.agents[0].name)
             local = await operations.add_key(agent_id, "local clients of run.py --clients")
             local_key_id = local.id
-            names = local_client_names(args.clients) if agent_id in graph.served.advised else None
+            names = local_client_names(args.clients) if graph.served.agents[agent_id].takes_client_names else None
             clients = await start_clients(url, local.key, graph.validation, args.clients,
                                           args.envs_per_client, args.seed or 0, names)
             if names:
@@ -329,7 +329,7 @@ def check_address(host: str, port: int) -> None:
 
 def preset_records(graph: GraphManager) -> list[AgentRecord]:
     """The records of the preset's served agents, pooled and advised."""
-    return [runtime.record for runtime in graph.preset_runtimes()] + [a.record for a in graph.preset_advised()]
+    return [agent.record for agent in graph.preset_agents()]
 
 
 def local_client_names(count: int) -> list[str]:
@@ -341,13 +341,8 @@ def local_client_names(count: int) -> list[str]:
 def announce(graph: GraphManager, url: str, data: Path, keys: dict[str, str], admin_token: str = "") -> None:
     print(f"Shepherd serving preset {graph.name} at {url}  (data: {data.resolve()})")
     preset = graph.preset_runtimes()
-    for runtime in preset:
-        print(f"  agent {runtime.record.name}: {runtime.record.algorithm}, {runtime.tracker.steps} steps so far, "
-              f"observations {runtime.observation_space}, actions {runtime.action_space}")
-    for advised in graph.preset_advised():
-        clients = ", ".join(f"{name} ({runtime.tracker.steps} steps)" for name, runtime in sorted(advised.clients.items()))
-        print(f"  agent {advised.record.name}: {advised.record.algorithm}, advised (a learner per named client; "
-              f"docs/advice.md); clients so far: {clients or 'none'}")
+    for agent in graph.preset_agents():
+        print(f"  agent {agent.record.name}: {agent.summary()}")
     others = [runtime for runtime in graph.runtimes.values() if runtime not in preset]
     if others:
         print(f"The data folder holds {len(others)} served agent(s) that the preset does not declare "
@@ -364,7 +359,7 @@ def announce(graph: GraphManager, url: str, data: Path, keys: dict[str, str], ad
     for agent_id, reason in graph.served.failures.items():
         print(f"  agent id {agent_id} is not served: it {reason} (restart it from the admin commands)")
     print(f"Clients POST to {url}/shepherd/login_user/ with {{\"apikey\": ...}}, then to {url}/shepherd/env/")
-    if graph.preset_advised():
+    if any(agent.takes_client_names for agent in graph.preset_agents()):
         print("  (a login to an advised agent also names its client: {\"apikey\": ..., \"client\": \"arm-3\"})")
     for name, key in keys.items():
         print(f"API key for agent {name} (shown once, the store keeps only its hash): {key}")
@@ -483,25 +478,11 @@ def learner_stats(graph: GraphManager) -> dict[int | tuple[int, str], AgentStats
 
 
 def agent_stats(graph: GraphManager, agent_id: int) -> AgentStats | None:
-    """A served agent's stats (None: not served now); an advised agent's are its clients' sums, its phase
-    ``failed`` only when every client failed, its evaluation the best client's."""
-    runtime = graph.runtimes.get(agent_id)  # looked up each time: a restart replaces it
-    if runtime is not None:
-        return runtime.stats()
-    advised = graph.served.advised.get(agent_id)
-    if advised is None or not advised.clients:
-        return None
-    every = [client.stats() for client in advised.clients.values()]
-    best = advised.best()
-    failures = [s.failure for s in every if s.failure]
-    trained = [s.mean_train_return for s in every if s.mean_train_return is not None]
-    return AgentStats(
-        agent=advised.record.name, steps=sum(s.steps for s in every),
-        steps_per_second=sum(s.steps_per_second for s in every),
-        phase="failed" if len(failures) == len(every) else "train", sessions=sum(s.sessions for s in every),
-        episodes=sum(s.episodes for s in every), mean_train_return=max(trained) if trained else None,
-        last_evaluation=None if best is None else best.stats().last_evaluation,
-        failure="; ".join(failures) if len(failures) == len(every) else None)
+    """A served agent's stats (None: not served now, or nothing to show yet: `ServedAgent.stats`); an advised
+    agent's are its clients' sums, its phase ``failed`` only when every client failed, its evaluation the best
+    client's."""
+    agent = graph.served.agents.get(agent_id)  # looked up each time: a restart replaces it
+    return None if agent is None else agent.stats()
 
 
 async def report_progress(graph: GraphManager, lines: ProgressLines | None = None) -> None:

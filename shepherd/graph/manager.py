@@ -10,7 +10,6 @@ end, its learner stops without a checkpoint, its model is deleted, and a fresh l
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass, replace
 from typing import Any, Callable
@@ -19,14 +18,14 @@ from shepherd.agents import (AgentClosed, AgentFailed, Deliver, ParameterError, 
                              check_parameters, checkpoint as checkpoint_format, parameters,
                              registry_records)
 from shepherd.agents.bounds import check_bounds
-from shepherd.graph.advised import MAX_CLIENTS, AdvisedAgent, BadClient
+from shepherd.graph.agent import MAX_CLIENTS, Building, ServedAgent, kind_of, of_kind
 from shepherd.graph.preset import AgentSpec, Preset, PresetError, PresetValidation, Problem
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.graph.schedule import EvaluationResult, Schedule
-from shepherd.graph.served import ServedAgents
+from shepherd.graph.served import A, ServedAgents
 from shepherd.graph.sessions import Acted, Session, SessionTable, TooManyEnvs, Unauthorized
 from shepherd.wire import Step
-from shepherd.definition import Filters, Sharing, check_client_name
+from shepherd.definition import Filters
 from shepherd.wire.spaces import SpaceError, parse_space, space_to_json
 from shepherd.storage import AgentRecord, Store, hash_key
 
@@ -45,7 +44,7 @@ class Serving:
     act_timeout_seconds: float = 30.0
     max_sessions_per_agent: int | None = None
     max_envs_per_session: int = 1024  # the most envs one vector session may drive
-    max_clients_per_agent: int | None = MAX_CLIENTS  # the most client names an advised agent takes (None: any)
+    max_clients_per_agent: int | None = MAX_CLIENTS  # the most client names an agent takes (None: any)
 
 
 #: the schedule of agents that no preset declares (added by the admin commands or API)
@@ -129,7 +128,7 @@ class GraphManager:
 
     def _attach(self, store: Store) -> None:
         self._store = store
-        self._served = ServedAgents(store, lambda: self._sessions, self.build_runtime,
+        self._served = ServedAgents(store, lambda: self._sessions, self.build_agent,
                                     lambda runtime: runtime.learner.start(self._serving.deliver))
 
     @property
@@ -148,7 +147,7 @@ class GraphManager:
 
     @property
     def runtimes(self) -> dict[int, AgentRuntime]:
-        """The served agents' runtimes, by store id (read-only use)."""
+        """The runtimes of the agents served by one learner (pooled), by store id (read-only use)."""
         return {} if self._served is None else self._served.runtimes
 
     def every_runtime(self) -> list[AgentRuntime]:
@@ -268,13 +267,13 @@ class GraphManager:
                 f"restart {record.name}` (its model is discarded), give the preset's agent another name, or "
                 "serve the preset with another --data")
 
-    def _start(self, record: AgentRecord) -> AgentRuntime | AdvisedAgent:
+    def _start(self, record: AgentRecord) -> ServedAgent:
         try:
-            runtime = self.build_runtime(record)
+            agent = self.build_agent(record)
         except ParameterError as error:  # SB3 refused a combination the types allow
             raise PresetError(f"agent {record.name!r}: {error}") from None
-        self.served.install(runtime)
-        return runtime
+        self.served.install(agent)
+        return agent
 
     def schedule_for(self, record: AgentRecord) -> Schedule:
         """The preset's schedule for its agents; `default_schedule` for the others, with an off-policy
@@ -288,11 +287,11 @@ class GraphManager:
             starts = parameters(record.algorithm)["learning_starts"].default
         return replace(self.default_schedule, heatup_steps=int(starts))
 
-    def build_runtime(self, record: AgentRecord, in_process: bool = False) -> AgentRuntime | AdvisedAgent:
-        """A runtime with a fresh learner, resumed from the agent's checkpoint if it has one; not started.
-        An advised agent's is an `AdvisedAgent` with every client it had, each resumed. Each learner (a pooled
-        agent's, each client's of an advised one) is built by `remote_learners` when set, unless
-        ``in_process`` (an export reads the model).
+    def build_agent(self, record: AgentRecord, in_process: bool = False) -> ServedAgent:
+        """A served agent of the kind its sharing mode registered (`shepherd.graph.agent.kind_of`), not started,
+        with fresh learners resumed from its checkpoints (an advised agent: every client it had). Each
+        learner (a pooled agent's, each client's of an advised one) is built by `remote_learners` when set,
+        unless ``in_process`` (an export reads the model).
         Blocks (builds the model, reads the checkpoint): run it off the event loop.
 
         Raises:
@@ -303,25 +302,16 @@ class GraphManager:
         if not in_process:  # a served learner: a stored value outside its bound would hang or break it
             check_bounds(algorithm_info(record.algorithm).name, record.parameters)
         values = learner_values(record.algorithm, record.parameters, schedule)
-        learner = learner_for(record.definition, values, schedule.improve_steps)
+        learner = learner_for(record.definition, values, schedule.improve_steps)  # proves the parameters
         remote = None if in_process else self.remote_learners
-        if record.definition.sharing is Sharing.ADVISED:  # the learner built proves the parameters
-            learner.close()
 
-            def client_learner(client: str) -> ThreadedLearner:
-                local = learner_for(record.definition, values, schedule.improve_steps)
-                return local if remote is None else remote(record, values, schedule.improve_steps, local, client)
+        def serve(local: ThreadedLearner, client: str | None) -> ThreadedLearner:
+            return local if remote is None else remote(record, values, schedule.improve_steps, local, client)
 
-            advised = AdvisedAgent(record, schedule, self.store, client_learner, self._evaluated,
-                                   self._serving.max_clients_per_agent)
-            advised.restore()
-            return advised
-        if remote is not None:
-            learner = remote(record, values, schedule.improve_steps, learner, None)
-        runtime = AgentRuntime(record, learner, schedule, self.store, self._evaluated)
-        if runtime.resume():
-            logger.info("agent %s resumes from %s", record.name, runtime.model_path)
-        return runtime
+        return kind_of(record).build(Building(
+            record, schedule, self.store, learner, serve,
+            lambda: learner_for(record.definition, values, schedule.improve_steps), self._evaluated,
+            self._serving.max_clients_per_agent))
 
     def _evaluated(self, runtime: AgentRuntime, result: EvaluationResult) -> None:
         for listener in self.evaluation_listeners:
@@ -368,17 +358,10 @@ class GraphManager:
         failure = self.served.failures.get(record.id)
         if failure is not None:
             raise AgentFailed(f"agent {record.name} {failure}")
-        advised = self.served.advised.get(record.id)
-        if advised is not None:
-            runtime = advised.session_runtime(client, evaluate_only)
-        elif client is not None:
-            raise BadClient(f"'client' names a client of an advised agent; agent {record.name} is pooled (one "
-                            "learner for every client): leave 'client' out")
-        else:
-            found = self.runtimes.get(record.id)
-            if found is None:
-                raise Unauthorized("this API key's agent is not served by this server")
-            runtime = found
+        agent = self.served.agents.get(record.id)
+        if agent is None:
+            raise Unauthorized("this API key's agent is not served by this server")
+        runtime = agent.session_runtime(client, evaluate_only)
         if runtime.learner.failure is not None:
             raise AgentFailed(f"agent {runtime.label} failed ({runtime.learner.failure}); an admin can restart it")
         return self._sessions.open(runtime, evaluate_only, client_id=hash_key(apikey), n_envs=n_envs)
@@ -386,39 +369,19 @@ class GraphManager:
     async def prepare_client(self, apikey: str, client: str | None) -> None:
         """Build a new client's learner off the event loop before `login` opens its session (nothing to
         do for a known name, a pooled agent or an unknown key: `login` then answers). The best client
-        checkpoints first, so that the new one starts from its latest weights.
+        checkpoints first, so that the new one starts from its latest weights (`ServedAgent.prepare`).
 
         Raises:
             BadClient: a malformed name.
             TooManyClients: a new name, and the agent has the most clients this server allows.
         """
         record = self.store.agent_for_key(apikey) if isinstance(apikey, str) and apikey else None
-        advised = None if record is None else self.served.advised.get(record.id)
-        if record is None or advised is None or client is None or not advised.needs_build(client):
-            return
-        try:
-            name = check_client_name(client)
-        except ValueError as error:
-            raise BadClient(str(error)) from None
-        async with self.served.lock(record.id):
-            if not advised.needs_build(name):
-                return
-            advised.check_room(name)  # before anything is built
-            best = advised.best()
-            if best is not None:
-                try:
-                    await asyncio.wait_for(asyncio.wrap_future(best.checkpoint()), 60.0)
-                except Exception as error:  # noqa: BLE001 - it starts from the last checkpoint written
-                    logger.warning("client %s: checkpoint before a new client failed: %s", best.label, error)
-            runtime = await asyncio.to_thread(advised.build_client, name)
-            if self.served.advised.get(record.id) is advised:  # not restarted meanwhile
-                advised.install(runtime)
-            else:
-                await asyncio.to_thread(runtime.discard)
+        if record is not None:
+            await self.served.prepare(record.id, client)
 
-    def preset_advised(self) -> list[AdvisedAgent]:
-        """The served advised agents of the preset (their clients are not in `preset_runtimes`)."""
-        return [advised for agent_id, advised in self.served.advised.items() if agent_id in self._preset_ids]
+    def preset_agents(self) -> list[ServedAgent]:
+        """The served agents of the preset, of every kind."""
+        return [agent for agent_id, agent in self.served.agents.items() if agent_id in self._preset_ids]
 
     def preset_agent_id(self, agent_name: str) -> int:
         """The store id of a served preset agent, pooled or advised, by name.
@@ -426,17 +389,18 @@ class GraphManager:
         Raises:
             KeyError: no served preset agent of that name.
         """
-        for runtime in self.preset_runtimes():
-            if runtime.record.name == agent_name:
-                return runtime.record.id
-        return self.advised_agent(agent_name).record.id
-
-    def advised_agent(self, agent_name: str) -> AdvisedAgent:
-        """A served advised agent of the preset, by name."""
-        for agent_id, advised in self.served.advised.items():
-            if advised.record.name == agent_name and agent_id in self._preset_ids:
-                return advised
+        for agent in self.preset_agents():
+            if agent.record.name == agent_name:
+                return agent.record.id
         raise KeyError(agent_name)
+
+    def preset_agent(self, agent_name: str, kind: type[A]) -> A:
+        """A served agent of the preset, by name, as ``kind`` (`AdvisedAgent`, say).
+
+        Raises:
+            KeyError: no served preset agent of that name; TypeError: one of another kind.
+        """
+        return of_kind(self.served.agents.get(self.preset_agent_id(agent_name)), kind, agent_name)
 
     def session(self, key: Any) -> Session:
         """Raises Unauthorized for an unknown or expired session key."""

@@ -17,6 +17,7 @@ that fails fails alone.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from pathlib import Path
@@ -26,28 +27,23 @@ from shepherd.agents import ThreadedLearner
 from shepherd.agents.advice import Advice
 from shepherd.definition import check_client_name
 from shepherd.graph.advised.advising import Advising
-from shepherd.graph.runtime import CLIENTS_FOLDER, AgentRuntime
+from shepherd.graph.agent import MAX_CLIENTS, AgentStatus, BadClient, ServedAgent
+from shepherd.graph.runtime import CLIENTS_FOLDER, AgentRuntime, AgentStats, saved_client_names
 from shepherd.graph.schedule import EvaluationResult, Schedule
-from shepherd.storage import AgentRecord, Store
+from shepherd.storage import AgentRecord, NotFound, Store
 
 logger = logging.getLogger(__name__)
-
-
-class BadClient(ValueError):
-    """A login's client name is missing, malformed, or given where it means nothing (HTTP 400)."""
 
 
 class TooManyClients(BadClient):
     """A login names a new client of an advised agent that has the most clients the server allows (HTTP 400)."""
 
 
-#: the client names an advised agent takes by default (``run.py --max-clients``)
-MAX_CLIENTS = 64
-
-
-class AdvisedAgent(Advising):
+class AdvisedAgent(Advising, ServedAgent):
     """The client runtimes of one advised agent, by client name. Runs on the graph's thread, except
     `build_client` and `restore` (they build models and read checkpoints: run them off the event loop)."""
+
+    takes_client_names = True
 
     def __init__(self, record: AgentRecord, schedule: Schedule, store: Store,
                  build_learner: Callable[[str], ThreadedLearner],
@@ -71,15 +67,16 @@ class AdvisedAgent(Advising):
 
     def saved_names(self) -> list[str]:
         """The client names with a folder in the agent's (those that logged in before)."""
-        if not self.folder.is_dir():
-            return []
-        names = []
-        for entry in sorted(self.folder.iterdir()):
-            try:
-                names.append(check_client_name(entry.name))
-            except ValueError:
-                continue  # not a client's folder (a temporary file, say)
-        return names
+        return saved_client_names(self.store.agent_folder(self.record.id))
+
+    @property
+    def runtimes(self) -> list[AgentRuntime]:
+        """Each client's runtime, by name."""
+        return [runtime for _, runtime in sorted(self.clients.items())]
+
+    def client_names(self) -> list[str]:
+        """The clients served, and those that failed."""
+        return sorted(set(self.clients) | set(self.failures))
 
     # -- building ------------------------------------------------------------------------------------
     def build_client(self, name: str) -> AgentRuntime:
@@ -179,6 +176,43 @@ class AdvisedAgent(Advising):
             f"ask the server's operator to raise it with run.py --max-clients N (run.py agents restart forgets "
             f"every client of the agent)")
 
+    async def prepare(self, client: str | None, lock: asyncio.Lock, serving: Callable[[], bool]) -> None:
+        """Build a new client's learner off the event loop before its login (nothing to do for a known
+        name): the best client checkpoints first, so that the new one starts from its latest weights.
+
+        Raises:
+            BadClient: a malformed name.
+            TooManyClients: a new name, and the agent has ``max_clients`` already.
+        """
+        if client is None or not self.needs_build(client):
+            return
+        try:
+            name = check_client_name(client)
+        except ValueError as error:
+            raise BadClient(str(error)) from None
+        async with lock:
+            if not self.needs_build(name):
+                return
+            self.check_room(name)  # before anything is built
+            best = self.best()
+            if best is not None:
+                try:
+                    await asyncio.wait_for(asyncio.wrap_future(best.checkpoint()), 60.0)
+                except Exception as error:  # noqa: BLE001 - it starts from the last checkpoint written
+                    logger.warning("client %s: checkpoint before a new client failed: %s", best.label, error)
+            runtime = await asyncio.to_thread(self.build_client, name)
+            if serving():  # not restarted meanwhile
+                self.install(runtime)
+            else:
+                await asyncio.to_thread(runtime.discard)
+
+    def export_runtime(self, client: str | None) -> AgentRuntime:
+        """The named client's, or the best (by recent evaluation return; else the most trained)."""
+        runtime = self.clients.get(client) if client is not None else self.best() or self.most_trained()
+        if runtime is None:
+            raise NotFound(f"no client {client!r}" if client else "no client yet")
+        return runtime
+
     def _evaluated(self, runtime: AgentRuntime, result: EvaluationResult) -> None:
         self.choose_advisors()
         if self._on_evaluation is not None:
@@ -200,18 +234,51 @@ class AdvisedAgent(Advising):
                          "recent_return": None, "advisor": None, "mean_train_return": None, "failure": reason})
         return rows
 
+    def status(self, model: dict[str, float] | None) -> AgentStatus:
+        """Its clients' sums, its best client's last evaluation and model, each client's row."""
+        clients = list(self.clients.values())
+        stats = [runtime.stats() for runtime in clients]
+        best = self.best()
+        failing = [s.failure for s in stats if s.failure] + list(self.failures.values())
+        # a new client's first episode trains (on-policy: no heatup); each client's own phase is in its row
+        phase = "failed" if failing and len(failing) == len(stats) + len(self.failures) else "train"
+        trained = [s.mean_train_return for s in stats if s.mean_train_return is not None]
+        if best is not None:
+            model = {"bytes": best.model_path.stat().st_size, "modified": best.model_path.stat().st_mtime} \
+                if best.model_path.exists() else model
+        return AgentStatus(
+            True, phase, sum(s.steps for s in stats), sum(s.steps_per_second for s in stats),
+            sum(s.sessions for s in stats), sum(s.episodes for s in stats),
+            max(trained) if trained else None, None if best is None else best.stats().last_evaluation,
+            "; ".join(failing) if failing and phase == "failed" else None,
+            max((r.last_active for r in clients), default=self.record.last_active), model,
+            self.describe_clients())
+
+    def stats(self) -> AgentStats | None:
+        """Its clients' sums, its phase ``failed`` only when every client failed, its evaluation the best
+        client's (None: no client yet)."""
+        if not self.clients:
+            return None
+        every = [client.stats() for client in self.clients.values()]
+        best = self.best()
+        failures = [s.failure for s in every if s.failure]
+        trained = [s.mean_train_return for s in every if s.mean_train_return is not None]
+        return AgentStats(
+            agent=self.record.name, steps=sum(s.steps for s in every),
+            steps_per_second=sum(s.steps_per_second for s in every),
+            phase="failed" if len(failures) == len(every) else "train", sessions=sum(s.sessions for s in every),
+            episodes=sum(s.episodes for s in every), mean_train_return=max(trained) if trained else None,
+            last_evaluation=None if best is None else best.stats().last_evaluation,
+            failure="; ".join(failures) if len(failures) == len(every) else None)
+
+    def summary(self) -> str:
+        clients = ", ".join(f"{name} ({runtime.tracker.steps} steps)" for name, runtime in sorted(self.clients.items()))
+        return (f"{self.record.algorithm}, advised (a learner per named client; docs/advice.md); clients so far: "
+                f"{clients or 'none'}")
+
     # -- lifecycle -----------------------------------------------------------------------------------
-    def checkpoint_all(self) -> None:
-        for runtime in self.clients.values():
-            runtime.checkpoint()
-
-    def drain(self) -> None:
-        for runtime in self.clients.values():
-            runtime.learner.drain()
-
     def abort(self) -> None:
-        for runtime in self.clients.values():
-            runtime.learner.close()
+        super().abort()
         self.clients.clear()
 
     def discard(self, timeout: float = 60.0) -> bool:
@@ -226,6 +293,5 @@ class AdvisedAgent(Advising):
 
     def close(self) -> None:
         """Checkpoint every client and stop its learner. Blocks."""
-        for runtime in self.clients.values():
-            runtime.close()
+        super().close()
         self.clients.clear()
