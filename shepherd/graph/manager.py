@@ -10,23 +10,24 @@ end, its learner stops without a checkpoint, its model is deleted, and a fresh l
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from shepherd.agents import (AgentClosed, AgentFailed, Deliver, ParameterError, ThreadedLearner, algorithm_info, learner_for,
-                             check_parameters, checkpoint as checkpoint_format, parameters,
+                             check_parameters, parameters,
                              registry_records)
 from shepherd.agents.bounds import check_bounds
 from shepherd.graph.agent import MAX_CLIENTS, Building, ServedAgent, kind_of, of_kind
 from shepherd.graph.preset import AgentSpec, Preset, PresetError, PresetValidation, Problem
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.graph.schedule import EvaluationResult, Schedule
+from shepherd.graph.reconcile import learner_values, reconcile
 from shepherd.graph.served import A, ServedAgents
 from shepherd.graph.sessions import Acted, Session, SessionTable, TooManyEnvs, Unauthorized
 from shepherd.wire import Step
-from shepherd.definition import Filters
-from shepherd.wire.spaces import SpaceError, parse_space, space_to_json
+from shepherd.wire.spaces import SpaceError
 from shepherd.storage import AgentRecord, Store, hash_key
 
 logger = logging.getLogger(__name__)
@@ -49,15 +50,6 @@ class Serving:
 
 #: the schedule of agents that no preset declares (added by the admin commands or API)
 DEFAULT_SCHEDULE = Schedule(improve_steps=None, steps_between_evaluation_periods=10_000, evaluation_episodes=5)
-
-
-def learner_values(algorithm: str, values: dict[str, Any], schedule: Schedule) -> dict[str, Any]:
-    """The parameter values an agent's learner is built with: an off-policy agent's ``learning_starts`` is
-    its schedule's ``heatup_steps``."""
-    values = dict(values)
-    if not algorithm_info(algorithm).on_policy:
-        values["learning_starts"] = schedule.heatup_steps  # heatup is SB3's learning_starts
-    return values
 
 
 class GraphManager:
@@ -211,7 +203,7 @@ class GraphManager:
                                          spec.action_space, parameters, spec.sharing.value, spec.filters.to_json())
                 created_keys[spec.name], _ = store.add_api_key(record.id, label="created by preset")
             else:
-                record = self._reconcile(record, spec, parameters)
+                record = reconcile(store, record, spec, parameters, functools.partial(self.schedule_for, record))
             self._preset_ids.add(record.id)
             self._start(record)
         self.not_started = []
@@ -225,47 +217,6 @@ class GraphManager:
                     self.served.failures[record.id] = f"cannot be started: {error}"
                     logger.error("agent %s (id %d) cannot be started: %s", record.name, record.id, error)
         return created_keys
-
-    def _reconcile(self, record: AgentRecord, spec: AgentSpec, parameters: dict[str, Any]) -> AgentRecord:
-        same_spaces = (space_to_json(parse_space(record.observation_space)) ==
-                       space_to_json(parse_space(spec.observation_space)) and
-                       space_to_json(parse_space(record.action_space)) == space_to_json(parse_space(spec.action_space)))
-        if record.algorithm.upper() != spec.algorithm.upper() or not same_spaces:
-            raise PresetError(
-                f"agent {spec.name!r} exists in the store with algorithm {record.algorithm} and other spaces, "
-                "so its model cannot serve the preset's: give the preset's agent another name, or serve the "
-                "preset with another --data")
-        filters = spec.filters.to_json()
-        if record.parameters != parameters or record.filters != filters:
-            self._check_model_fits(record, parameters, spec.filters)
-            logger.info("agent %s: parameters and filters updated from the preset", spec.name)
-            record = self.store.update_agent(record.id, parameters=parameters, filters=filters)
-        return record
-
-    def _check_model_fits(self, record: AgentRecord, parameters: dict[str, Any], filters: Filters) -> None:
-        """Before the store takes a preset's changed parameters or filters: the agent's saved model must still
-        load into the network they build (another ``net_arch`` or ``frame_stack``, say, does not).
-
-        Raises:
-            PresetError: one line with what differs and the choices; nothing was changed.
-        """
-        path = checkpoint_format.model_path(self.store.agent_folder(record.id)) if self.store else None
-        if path is None or not path.exists():
-            return
-        schedule = self.schedule_for(record)
-        try:
-            learner = learner_for(replace(record.definition, parameters=parameters, filters=filters),
-                                  learner_values(record.algorithm, parameters, schedule), schedule.improve_steps)
-            differences = learner.checkpoint_mismatch(path)
-        except ParameterError as error:
-            raise PresetError(f"agent {record.name!r}: {error}") from None
-        if differences:
-            shown = "; ".join(differences[:3]) + (f"; and {len(differences) - 3} more" if len(differences) > 3 else "")
-            raise PresetError(
-                f"agent {record.name!r}: the preset's parameters and filters build a network that no longer fits its saved "
-                f"model ({shown}); nothing was changed. Choose one: start the agent afresh with `run.py agents "
-                f"restart {record.name}` (its model is discarded), give the preset's agent another name, or "
-                "serve the preset with another --data")
 
     def _start(self, record: AgentRecord) -> ServedAgent:
         try:
