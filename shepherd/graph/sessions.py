@@ -147,7 +147,7 @@ class Session:
         learner = self.runtime.learner
         if not self.level.evaluate_only or learner.failure is not None:
             return None
-        greedy = getattr(learner, "greedy", None)
+        greedy = learner.greedy
         if greedy is None or not greedy.portable:
             return None
         return snapshot_name(self.runtime), greedy.source.version, self.n_envs

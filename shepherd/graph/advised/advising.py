@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 
 from shepherd.agents.advice import Adoption, Advice, Advisor
+from shepherd.agents.core import Advised
 from shepherd.agents.filters import observation_moments
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.level import Phase, Trial
@@ -108,9 +109,10 @@ class Advising:
         as it catches up. An agent without advice (``advice_strength`` 0) runs no trials.
         """
         for runtime in self.clients.values():
-            advice = getattr(runtime.learner.algorithm, "advice", None)
-            if not isinstance(advice, Advice):
+            algorithm = runtime.learner.algorithm
+            if not isinstance(algorithm, Advised):
                 continue
+            advice = algorithm.advice
             self._judge_advisor(runtime, advice)
             advice.own_return = runtime.recent_return
             name = str(runtime.client)
@@ -190,8 +192,9 @@ class Advising:
         if plugging is None and (tried is None or tried.recent_return is None):
             return
         self.choose_advisors()
-        advice = getattr(runtime.learner.algorithm, "advice", None)
-        if not isinstance(advice, Advice) or advice.advisor is None:
+        algorithm = runtime.learner.algorithm
+        advice = algorithm.advice if isinstance(algorithm, Advised) else None
+        if advice is None or advice.advisor is None:
             return
         if plugging is not None and advice.advisor.name in plugging:  # the advisor's policy worked here
             self._adopt(runtime, advice, plugging[advice.advisor.name], "before it learns")

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from shepherd.agents import ThreadedLearner
-from shepherd.agents.advice import Advice
+from shepherd.agents.core import Advised, StartsFrom
 from shepherd.definition import check_client_name
 from shepherd.graph.advised.advising import Advising
 from shepherd.graph.agent import MAX_CLIENTS, AgentStatus, BadClient, ServedAgent
@@ -94,9 +94,8 @@ class AdvisedAgent(Advising, ServedAgent):
         self._new.add(name)
         best = self.best()
         if best is not None and best.model_path.exists():
-            start_from = getattr(learner.algorithm, "start_from", None)
-            if start_from is not None:
-                start_from(best.model_path)
+            if isinstance(learner.algorithm, StartsFrom):
+                learner.algorithm.start_from(best.model_path)
                 logger.info("client %s starts from the weights of client %s (recent evaluation %.1f)",
                             runtime.label, best.client, best.recent_return or 0.0)
         return runtime
@@ -224,8 +223,9 @@ class AdvisedAgent(Advising, ServedAgent):
         rows = []
         for name, runtime in sorted(self.clients.items()):
             stats = runtime.stats()
-            advice = getattr(runtime.learner.algorithm, "advice", None)
-            advisor = advice.advisor.name if isinstance(advice, Advice) and advice.advisor else None
+            algorithm = runtime.learner.algorithm
+            advisor = algorithm.advice.advisor.name if isinstance(algorithm, Advised) and algorithm.advice.advisor \
+                else None
             rows.append({"client": name, "steps": stats.steps, "phase": stats.phase, "sessions": stats.sessions,
                          "episodes": stats.episodes, "recent_return": runtime.recent_return, "advisor": advisor,
                          "mean_train_return": stats.mean_train_return, "failure": stats.failure})
