@@ -33,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from shepherd.graph import AgentSpec, GraphManager, Schedule, advised  # noqa: E402
+from shepherd.graph import AdvisedAgent, AgentSpec, GraphManager, Schedule, advised  # noqa: E402
 from shepherd.graph.local import drive, serving_here  # noqa: E402
 from shepherd.storage import Store  # noqa: E402
 
@@ -110,7 +110,7 @@ async def train_until(graph: GraphManager, key: str, task: str, mode: str, budge
             taken += 4 * chunk
             evaluations = [await evaluate(graph, key, task, mode, index, episodes) for index in range(4)]
             if mode != "pooled":
-                graph.advised_agent("cartpole").note_evaluations(
+                graph.preset_agent("cartpole", AdvisedAgent).note_evaluations(
                     {f"c{index}": value for index, value in enumerate(evaluations)})
             logging.info("%s %s: %d steps, evaluations %s", task, mode, taken, [round(v) for v in evaluations])
             if min(evaluations) >= TARGET:
@@ -147,7 +147,7 @@ async def plug_in(graph: GraphManager, key: str, task: str, best_evaluation: flo
     ``late`` on c1's system (a 0.5 pole, or an inverted motor), whatever the best client's system is, and
     ``twin`` on the best client's own system (another arm like the best one). Returns their first 10
     training episodes' mean returns, and how the best client's own greedy policy does on c1's system."""
-    best = graph.advised_agent("cartpole").best()  # whose weights the new clients start from
+    best = graph.preset_agent("cartpole", AdvisedAgent).best()  # whose weights the new clients start from
     if best is None:
         raise RuntimeError("no client has an evaluation to be the best")
     best_index = int(best.client.removeprefix("c"))
@@ -164,7 +164,7 @@ async def plug_in(graph: GraphManager, key: str, task: str, best_evaluation: flo
 
 def trials_of(graph: GraphManager, client: str) -> str:
     """What a plugged-in client's plug-in trials returned, by tried client, and whom it adopted."""
-    advised = graph.advised_agent("cartpole")
+    advised = graph.preset_agent("cartpole", AdvisedAgent)
     tried = advised.tried.get(client, {})
     advice = advised.clients[client].learner.algorithm.advice
     adopted = advice.adopt.advisor if advice.adopt is not None else "none"

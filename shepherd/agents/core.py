@@ -32,11 +32,15 @@ import enum
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Generator, Mapping, Protocol, Union
+from typing import TYPE_CHECKING, Any, Callable, Generator, Mapping, Protocol, Union, runtime_checkable
 
 import numpy as np
 
 from shepherd.wire.experience import Experience
+
+if TYPE_CHECKING:  # the capabilities' types (their modules import torch, or build on this one)
+    from shepherd.agents.advice import Advice
+    from shepherd.agents.inline import GreedyActor
 
 #: an observation as the learner takes it: an array, or a dict of arrays for a ``Dict`` space
 Observation = Union[np.ndarray, Mapping[str, np.ndarray]]
@@ -230,6 +234,7 @@ class Learner(Protocol):
         stopped within that time."""
 
 
+@runtime_checkable
 class ExperienceLearner(Protocol):
     """A learner that client-acting sessions upload experience to (`ThreadedLearner`; the graph, the HTTP
     edge and a process boundary call these). Every call is one message to the learner's thread."""
@@ -259,3 +264,30 @@ class Checkpointable(Protocol):
 
     def restore(self, path: Path) -> dict[str, Any]:
         """Load a checkpoint before `start`; returns the state saved with it."""
+
+
+# -- capabilities: what some learners (or their algorithms) offer beyond the interfaces above, checked with
+# isinstance by the graph and the levels instead of probing attributes
+
+@runtime_checkable
+class HasGreedy(Protocol):
+    """A learner whose greedy acts a numpy copy of its policy may answer from its published weights
+    (``greedy`` None: it has none, as for images, recurrent policies or networks too large)."""
+
+    greedy: GreedyActor | None
+
+
+@runtime_checkable
+class Advised(Protocol):
+    """An algorithm that takes advice from another client's policy (an advised agent's client): the graph
+    sets its `Advice` (its advisor, an adoption) and reads who advises it."""
+
+    advice: Advice
+
+
+@runtime_checkable
+class StartsFrom(Protocol):
+    """An algorithm that can start from another learner's saved weights before it learns (a new client of an
+    advised agent starts from the best client's)."""
+
+    def start_from(self, path: Path) -> None: ...

@@ -109,25 +109,11 @@ def learner_stats(graph: GraphManager) -> dict[int | tuple[int, str], AgentStats
 
 
 def agent_stats(graph: GraphManager, agent_id: int) -> AgentStats | None:
-    """A served agent's stats (None: not served now); an advised agent's are its clients' sums, its phase
-    ``failed`` only when every client failed, its evaluation the best client's."""
-    runtime = graph.runtimes.get(agent_id)  # looked up each time: a restart replaces it
-    if runtime is not None:
-        return runtime.stats()
-    advised = graph.served.advised.get(agent_id)
-    if advised is None or not advised.clients:
-        return None
-    every = [client.stats() for client in advised.clients.values()]
-    best = advised.best()
-    failures = [s.failure for s in every if s.failure]
-    trained = [s.mean_train_return for s in every if s.mean_train_return is not None]
-    return AgentStats(
-        agent=advised.record.name, steps=sum(s.steps for s in every),
-        steps_per_second=sum(s.steps_per_second for s in every),
-        phase="failed" if len(failures) == len(every) else "train", sessions=sum(s.sessions for s in every),
-        episodes=sum(s.episodes for s in every), mean_train_return=max(trained) if trained else None,
-        last_evaluation=None if best is None else best.stats().last_evaluation,
-        failure="; ".join(failures) if len(failures) == len(every) else None)
+    """A served agent's stats (None: not served now, or nothing to show yet: `ServedAgent.stats`); an advised
+    agent's are its clients' sums, its phase ``failed`` only when every client failed, its evaluation the best
+    client's."""
+    agent = graph.served.agents.get(agent_id)  # looked up each time: a restart replaces it
+    return None if agent is None else agent.stats()
 
 
 async def report_progress(graph: GraphManager, lines: ProgressLines | None = None) -> None:

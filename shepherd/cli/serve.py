@@ -19,7 +19,7 @@ from shepherd.cli.progress import (PROGRESS_SECONDS, local_client_names, progres
                                    start_clients, stop_clients)
 from shepherd.graph import GraphManager, PresetError, Schedule
 from shepherd.definition import Sharing
-from shepherd.graph.advised import MAX_CLIENTS
+from shepherd.graph.agent import MAX_CLIENTS
 from shepherd.graph.validation import Outcome, watch
 from shepherd.storage import AgentRecord, new_secret
 
@@ -252,7 +252,7 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
             agent_id = graph.preset_agent_id(graph.validation.agent or graph.agents[0].name)
             local = await operations.add_key(agent_id, "local clients of run.py --clients")
             local_key_id = local.id
-            names = local_client_names(args.clients) if agent_id in graph.served.advised else None
+            names = local_client_names(args.clients) if graph.served.agents[agent_id].takes_client_names else None
             clients = await start_clients(url, local.key, graph.validation, args.clients,
                                           args.envs_per_client, args.seed or 0, names)
             if names:
@@ -332,19 +332,14 @@ def check_address(host: str, port: int) -> None:
 
 def preset_records(graph: GraphManager) -> list[AgentRecord]:
     """The records of the preset's served agents, pooled and advised."""
-    return [runtime.record for runtime in graph.preset_runtimes()] + [a.record for a in graph.preset_advised()]
+    return [agent.record for agent in graph.preset_agents()]
 
 
 def announce(graph: GraphManager, url: str, data: Path, keys: dict[str, str], admin_token: str = "") -> None:
     print(f"Shepherd serving preset {graph.name} at {url}  (data: {data.resolve()})")
     preset = graph.preset_runtimes()
-    for runtime in preset:
-        print(f"  agent {runtime.record.name}: {runtime.record.algorithm}, {runtime.tracker.steps} steps so far, "
-              f"observations {runtime.observation_space}, actions {runtime.action_space}")
-    for advised in graph.preset_advised():
-        clients = ", ".join(f"{name} ({runtime.tracker.steps} steps)" for name, runtime in sorted(advised.clients.items()))
-        print(f"  agent {advised.record.name}: {advised.record.algorithm}, advised (a learner per named client; "
-              f"docs/advice.md); clients so far: {clients or 'none'}")
+    for agent in graph.preset_agents():
+        print(f"  agent {agent.record.name}: {agent.summary()}")
     others = [runtime for runtime in graph.runtimes.values() if runtime not in preset]
     if others:
         print(f"The data folder holds {len(others)} served agent(s) that the preset does not declare "
@@ -361,7 +356,7 @@ def announce(graph: GraphManager, url: str, data: Path, keys: dict[str, str], ad
     for agent_id, reason in graph.served.failures.items():
         print(f"  agent id {agent_id} is not served: it {reason} (restart it from the admin commands)")
     print(f"Clients POST to {url}/shepherd/login_user/ with {{\"apikey\": ...}}, then to {url}/shepherd/env/")
-    if graph.preset_advised():
+    if any(agent.takes_client_names for agent in graph.preset_agents()):
         print("  (a login to an advised agent also names its client: {\"apikey\": ..., \"client\": \"arm-3\"})")
     for name, key in keys.items():
         print(f"API key for agent {name} (shown once, the store keeps only its hash): {key}")

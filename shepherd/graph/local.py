@@ -225,7 +225,7 @@ async def validate(graph: GraphManager, apikey: str | None = None, clients: int 
     if store is None:
         raise RuntimeError("create_graph must run before a validation")
     agent_id = graph.preset_agent_id(validation.agent or graph.agents[0].name)
-    advised = agent_id in graph.served.advised  # its drivers are named clients, local-0 ... local-N-1
+    advised = graph.served.agents[agent_id].takes_client_names  # its drivers are named clients, local-0 ...
     key_id = None
     if apikey is None:
         apikey, record = store.add_api_key(agent_id, "local validation")

@@ -10,25 +10,24 @@ end, its learner stops without a checkpoint, its model is deleted, and a fresh l
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import logging
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from shepherd.agents import (NotClientActing, AgentClosed, AgentFailed, Deliver, ParameterError, ThreadedLearner, algorithm_info, learner_for,
-                             check_parameters, checkpoint as checkpoint_format, parameters,
+from shepherd.agents import (AgentClosed, AgentFailed, Deliver, NotClientActing, ParameterError, ThreadedLearner,
+                             algorithm_info, learner_for, check_parameters, parameters,
                              registry_records)
 from shepherd.agents.bounds import check_bounds
-from shepherd.graph.advised import MAX_CLIENTS, AdvisedAgent, BadClient
+from shepherd.graph.agent import MAX_CLIENTS, Building, ServedAgent, kind_of, of_kind
 from shepherd.graph.preset import AgentSpec, Preset, PresetError, PresetValidation, Problem
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.graph.schedule import EvaluationResult, Schedule
-from shepherd.graph.served import ServedAgents
-from shepherd.graph.sessions import Acted, ActTimeout, Session, SessionTable, TooManyEnvs, Unauthorized
-from shepherd.level import ClientActingLevel
+from shepherd.graph.reconcile import learner_values, reconcile
+from shepherd.graph.served import A, ServedAgents
+from shepherd.graph.sessions import Acted, Session, SessionTable, TooManyEnvs, Unauthorized
 from shepherd.wire import Step
-from shepherd.definition import Filters, Sharing, check_client_name
-from shepherd.wire.spaces import SpaceError, parse_space, space_to_json
+from shepherd.wire.spaces import SpaceError
 from shepherd.storage import AgentRecord, Store, hash_key
 
 logger = logging.getLogger(__name__)
@@ -46,20 +45,11 @@ class Serving:
     act_timeout_seconds: float = 30.0
     max_sessions_per_agent: int | None = None
     max_envs_per_session: int = 1024  # the most envs one vector session may drive
-    max_clients_per_agent: int | None = MAX_CLIENTS  # the most client names an advised agent takes (None: any)
+    max_clients_per_agent: int | None = MAX_CLIENTS  # the most client names an agent takes (None: any)
 
 
 #: the schedule of agents that no preset declares (added by the admin commands or API)
 DEFAULT_SCHEDULE = Schedule(improve_steps=None, steps_between_evaluation_periods=10_000, evaluation_episodes=5)
-
-
-def learner_values(algorithm: str, values: dict[str, Any], schedule: Schedule) -> dict[str, Any]:
-    """The parameter values an agent's learner is built with: an off-policy agent's ``learning_starts`` is
-    its schedule's ``heatup_steps``."""
-    values = dict(values)
-    if not algorithm_info(algorithm).on_policy:
-        values["learning_starts"] = schedule.heatup_steps  # heatup is SB3's learning_starts
-    return values
 
 
 class GraphManager:
@@ -130,7 +120,7 @@ class GraphManager:
 
     def _attach(self, store: Store) -> None:
         self._store = store
-        self._served = ServedAgents(store, lambda: self._sessions, self.build_runtime,
+        self._served = ServedAgents(store, lambda: self._sessions, self.build_agent,
                                     lambda runtime: runtime.learner.start(self._serving.deliver))
 
     @property
@@ -149,7 +139,7 @@ class GraphManager:
 
     @property
     def runtimes(self) -> dict[int, AgentRuntime]:
-        """The served agents' runtimes, by store id (read-only use)."""
+        """The runtimes of the agents served by one learner (pooled), by store id (read-only use)."""
         return {} if self._served is None else self._served.runtimes
 
     def every_runtime(self) -> list[AgentRuntime]:
@@ -213,7 +203,7 @@ class GraphManager:
                                          spec.action_space, parameters, spec.sharing.value, spec.filters.to_json())
                 created_keys[spec.name], _ = store.add_api_key(record.id, label="created by preset")
             else:
-                record = self._reconcile(record, spec, parameters)
+                record = reconcile(store, record, spec, parameters, functools.partial(self.schedule_for, record))
             self._preset_ids.add(record.id)
             self._start(record)
         self.not_started = []
@@ -228,54 +218,13 @@ class GraphManager:
                     logger.error("agent %s (id %d) cannot be started: %s", record.name, record.id, error)
         return created_keys
 
-    def _reconcile(self, record: AgentRecord, spec: AgentSpec, parameters: dict[str, Any]) -> AgentRecord:
-        same_spaces = (space_to_json(parse_space(record.observation_space)) ==
-                       space_to_json(parse_space(spec.observation_space)) and
-                       space_to_json(parse_space(record.action_space)) == space_to_json(parse_space(spec.action_space)))
-        if record.algorithm.upper() != spec.algorithm.upper() or not same_spaces:
-            raise PresetError(
-                f"agent {spec.name!r} exists in the store with algorithm {record.algorithm} and other spaces, "
-                "so its model cannot serve the preset's: give the preset's agent another name, or serve the "
-                "preset with another --data")
-        filters = spec.filters.to_json()
-        if record.parameters != parameters or record.filters != filters:
-            self._check_model_fits(record, parameters, spec.filters)
-            logger.info("agent %s: parameters and filters updated from the preset", spec.name)
-            record = self.store.update_agent(record.id, parameters=parameters, filters=filters)
-        return record
-
-    def _check_model_fits(self, record: AgentRecord, parameters: dict[str, Any], filters: Filters) -> None:
-        """Before the store takes a preset's changed parameters or filters: the agent's saved model must still
-        load into the network they build (another ``net_arch`` or ``frame_stack``, say, does not).
-
-        Raises:
-            PresetError: one line with what differs and the choices; nothing was changed.
-        """
-        path = checkpoint_format.model_path(self.store.agent_folder(record.id)) if self.store else None
-        if path is None or not path.exists():
-            return
-        schedule = self.schedule_for(record)
+    def _start(self, record: AgentRecord) -> ServedAgent:
         try:
-            learner = learner_for(replace(record.definition, parameters=parameters, filters=filters),
-                                  learner_values(record.algorithm, parameters, schedule), schedule.improve_steps)
-            differences = learner.checkpoint_mismatch(path)
-        except ParameterError as error:
-            raise PresetError(f"agent {record.name!r}: {error}") from None
-        if differences:
-            shown = "; ".join(differences[:3]) + (f"; and {len(differences) - 3} more" if len(differences) > 3 else "")
-            raise PresetError(
-                f"agent {record.name!r}: the preset's parameters and filters build a network that no longer fits its saved "
-                f"model ({shown}); nothing was changed. Choose one: start the agent afresh with `run.py agents "
-                f"restart {record.name}` (its model is discarded), give the preset's agent another name, or "
-                "serve the preset with another --data")
-
-    def _start(self, record: AgentRecord) -> AgentRuntime | AdvisedAgent:
-        try:
-            runtime = self.build_runtime(record)
+            agent = self.build_agent(record)
         except ParameterError as error:  # SB3 refused a combination the types allow
             raise PresetError(f"agent {record.name!r}: {error}") from None
-        self.served.install(runtime)
-        return runtime
+        self.served.install(agent)
+        return agent
 
     def schedule_for(self, record: AgentRecord) -> Schedule:
         """The preset's schedule for its agents; `default_schedule` for the others, with an off-policy
@@ -289,11 +238,11 @@ class GraphManager:
             starts = parameters(record.algorithm)["learning_starts"].default
         return replace(self.default_schedule, heatup_steps=int(starts))
 
-    def build_runtime(self, record: AgentRecord, in_process: bool = False) -> AgentRuntime | AdvisedAgent:
-        """A runtime with a fresh learner, resumed from the agent's checkpoint if it has one; not started.
-        An advised agent's is an `AdvisedAgent` with every client it had, each resumed. Each learner (a pooled
-        agent's, each client's of an advised one) is built by `remote_learners` when set, unless
-        ``in_process`` (an export reads the model).
+    def build_agent(self, record: AgentRecord, in_process: bool = False) -> ServedAgent:
+        """A served agent of the kind its sharing mode registered (`shepherd.graph.agent.kind_of`), not started,
+        with fresh learners resumed from its checkpoints (an advised agent: every client it had). Each
+        learner (a pooled agent's, each client's of an advised one) is built by `remote_learners` when set,
+        unless ``in_process`` (an export reads the model).
         Blocks (builds the model, reads the checkpoint): run it off the event loop.
 
         Raises:
@@ -304,25 +253,16 @@ class GraphManager:
         if not in_process:  # a served learner: a stored value outside its bound would hang or break it
             check_bounds(algorithm_info(record.algorithm).name, record.parameters)
         values = learner_values(record.algorithm, record.parameters, schedule)
-        learner = learner_for(record.definition, values, schedule.improve_steps)
+        learner = learner_for(record.definition, values, schedule.improve_steps)  # proves the parameters
         remote = None if in_process else self.remote_learners
-        if record.definition.sharing is Sharing.ADVISED:  # the learner built proves the parameters
-            learner.close()
 
-            def client_learner(client: str) -> ThreadedLearner:
-                local = learner_for(record.definition, values, schedule.improve_steps)
-                return local if remote is None else remote(record, values, schedule.improve_steps, local, client)
+        def serve(local: ThreadedLearner, client: str | None) -> ThreadedLearner:
+            return local if remote is None else remote(record, values, schedule.improve_steps, local, client)
 
-            advised = AdvisedAgent(record, schedule, self.store, client_learner, self._evaluated,
-                                   self._serving.max_clients_per_agent)
-            advised.restore()
-            return advised
-        if remote is not None:
-            learner = remote(record, values, schedule.improve_steps, learner, None)
-        runtime = AgentRuntime(record, learner, schedule, self.store, self._evaluated)
-        if runtime.resume():
-            logger.info("agent %s resumes from %s", record.name, runtime.model_path)
-        return runtime
+        return kind_of(record).build(Building(
+            record, schedule, self.store, learner, serve,
+            lambda: learner_for(record.definition, values, schedule.improve_steps), self._evaluated,
+            self._serving.max_clients_per_agent))
 
     def _evaluated(self, runtime: AgentRuntime, result: EvaluationResult) -> None:
         for listener in self.evaluation_listeners:
@@ -369,17 +309,10 @@ class GraphManager:
         failure = self.served.failures.get(record.id)
         if failure is not None:
             raise AgentFailed(f"agent {record.name} {failure}")
-        advised = self.served.advised.get(record.id)
-        if advised is not None:
-            runtime = advised.session_runtime(client, evaluate_only)
-        elif client is not None:
-            raise BadClient(f"'client' names a client of an advised agent; agent {record.name} is pooled (one "
-                            "learner for every client): leave 'client' out")
-        else:
-            found = self.runtimes.get(record.id)
-            if found is None:
-                raise Unauthorized("this API key's agent is not served by this server")
-            runtime = found
+        agent = self.served.agents.get(record.id)
+        if agent is None:
+            raise Unauthorized("this API key's agent is not served by this server")
+        runtime = agent.session_runtime(client, evaluate_only)
         if runtime.learner.failure is not None:
             raise AgentFailed(f"agent {runtime.label} failed ({runtime.learner.failure}); an admin can restart it")
         if acting == "client" and self.remote_learners is not None:
@@ -390,39 +323,19 @@ class GraphManager:
     async def prepare_client(self, apikey: str, client: str | None) -> None:
         """Build a new client's learner off the event loop before `login` opens its session (nothing to
         do for a known name, a pooled agent or an unknown key: `login` then answers). The best client
-        checkpoints first, so that the new one starts from its latest weights.
+        checkpoints first, so that the new one starts from its latest weights (`ServedAgent.prepare`).
 
         Raises:
             BadClient: a malformed name.
             TooManyClients: a new name, and the agent has the most clients this server allows.
         """
         record = self.store.agent_for_key(apikey) if isinstance(apikey, str) and apikey else None
-        advised = None if record is None else self.served.advised.get(record.id)
-        if record is None or advised is None or client is None or not advised.needs_build(client):
-            return
-        try:
-            name = check_client_name(client)
-        except ValueError as error:
-            raise BadClient(str(error)) from None
-        async with self.served.lock(record.id):
-            if not advised.needs_build(name):
-                return
-            advised.check_room(name)  # before anything is built
-            best = advised.best()
-            if best is not None:
-                try:
-                    await asyncio.wait_for(asyncio.wrap_future(best.checkpoint()), 60.0)
-                except Exception as error:  # noqa: BLE001 - it starts from the last checkpoint written
-                    logger.warning("client %s: checkpoint before a new client failed: %s", best.label, error)
-            runtime = await asyncio.to_thread(advised.build_client, name)
-            if self.served.advised.get(record.id) is advised:  # not restarted meanwhile
-                advised.install(runtime)
-            else:
-                await asyncio.to_thread(runtime.discard)
+        if record is not None:
+            await self.served.prepare(record.id, client)
 
-    def preset_advised(self) -> list[AdvisedAgent]:
-        """The served advised agents of the preset (their clients are not in `preset_runtimes`)."""
-        return [advised for agent_id, advised in self.served.advised.items() if agent_id in self._preset_ids]
+    def preset_agents(self) -> list[ServedAgent]:
+        """The served agents of the preset, of every kind."""
+        return [agent for agent_id, agent in self.served.agents.items() if agent_id in self._preset_ids]
 
     def preset_agent_id(self, agent_name: str) -> int:
         """The store id of a served preset agent, pooled or advised, by name.
@@ -430,17 +343,18 @@ class GraphManager:
         Raises:
             KeyError: no served preset agent of that name.
         """
-        for runtime in self.preset_runtimes():
-            if runtime.record.name == agent_name:
-                return runtime.record.id
-        return self.advised_agent(agent_name).record.id
-
-    def advised_agent(self, agent_name: str) -> AdvisedAgent:
-        """A served advised agent of the preset, by name."""
-        for agent_id, advised in self.served.advised.items():
-            if advised.record.name == agent_name and agent_id in self._preset_ids:
-                return advised
+        for agent in self.preset_agents():
+            if agent.record.name == agent_name:
+                return agent.record.id
         raise KeyError(agent_name)
+
+    def preset_agent(self, agent_name: str, kind: type[A]) -> A:
+        """A served agent of the preset, by name, as ``kind`` (`AdvisedAgent`, say).
+
+        Raises:
+            KeyError: no served preset agent of that name; TypeError: one of another kind.
+        """
+        return of_kind(self.served.agents.get(self.preset_agent_id(agent_name)), kind, agent_name)
 
     def session(self, key: Any) -> Session:
         """Raises Unauthorized for an unknown or expired session key."""
@@ -451,20 +365,10 @@ class GraphManager:
         event loop that drives the graph. Raises what `Session.step` raises."""
         return await session.step(step, self._serving.act_timeout_seconds)
 
-    async def opened(self, session: Session) -> dict[str, Any]:
-        """A client-acting session's first block: its phase, policy version and steps. Raises what
-        `Session.opened` raises."""
-        return await session.opened(self._serving.act_timeout_seconds)
-
-    async def policy(self, session: Session) -> tuple[int, bytes]:
-        """The behaviour policy file a client-acting session acts with now (its block's phase), and its
-        version. Raises NotActableAtClient, or ActTimeout when the learner does not build it in time."""
-        level = session.level
-        assert isinstance(level, ClientActingLevel)
-        try:
-            return await session.runtime.behaviour(level.phase, self._serving.act_timeout_seconds)
-        except TimeoutError:
-            raise ActTimeout("the agent did not build its policy file in time; ask again") from None
+    @property
+    def act_timeout(self) -> float:
+        """How long a step, or a client-acting session's plan or policy file, may wait for its learner."""
+        return self._serving.act_timeout_seconds
 
     def logout(self, key: Any) -> None:
         self._sessions.end(self._sessions.get(key))

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from shepherd.agents import ThreadedLearner, algorithm_info, checkpoint as checkpoint_format
 from shepherd.agents import metrics as training_metrics
+from shepherd.definition import check_client_name
 from shepherd.graph.schedule import EvaluationResult, PhaseTracker, Schedule
 from shepherd.level import Episode, Phase, Trial
 from shepherd.wire.spaces import parse_space
@@ -34,6 +35,21 @@ CLIENTS_FOLDER = "clients"
 def client_folder(agent_folder: Path, client: str) -> Path:
     """Where one client of an advised agent keeps its checkpoint."""
     return agent_folder / CLIENTS_FOLDER / client
+
+
+def saved_client_names(agent_folder: Path) -> list[str]:
+    """The client names with a folder of their own in an agent's folder (an advised agent's clients that
+    logged in before)."""
+    folder = agent_folder / CLIENTS_FOLDER
+    if not folder.is_dir():
+        return []
+    names = []
+    for entry in sorted(folder.iterdir()):
+        try:
+            names.append(check_client_name(entry.name))
+        except ValueError:
+            continue  # not a client's folder (a temporary file, say)
+    return names
 
 
 @dataclass(frozen=True)

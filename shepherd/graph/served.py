@@ -15,71 +15,43 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import os
 import shutil
-import zipfile
-from concurrent.futures import Future
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from shepherd.agents import algorithm_info, checkpoint
 from shepherd.agents.export import NotExportable, export_adapter
 from shepherd.agents.sb3 import SB3Algorithm
-from shepherd.graph.advised import AdvisedAgent
-from shepherd.definition import Sharing, check_client_name
-from shepherd.graph.runtime import CLIENTS_FOLDER, AgentRuntime, client_folder
-from shepherd.graph.schedule import EvaluationResult
+from shepherd.graph.agent import (NO_MODEL, AgentStatus, ServedAgent, kind_of, model_file, of_kind, settle,
+                                  unlink)
+from shepherd.graph.runtime import AgentRuntime, saved_client_names
 from shepherd.graph.sessions import SessionTable
 from shepherd.storage import AgentRecord, NotFound, Store
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINT_WAIT_SECONDS = 60.0
 #: how long set-param waits for the learner to take new values between two batches (a learner inside a longer
 #: update takes them when it ends)
 SET_WAIT_SECONDS = 5.0
 #: how long a restart or a delete waits for the old learner to stop (it is interrupted at its next optimiser
 #: step: it takes longer only inside one very long step)
 STOP_WAIT_SECONDS = 10.0
-NO_MODEL = "no saved model yet; it is written at the agent's first checkpoint, once it has learned"
 
-
-@dataclass(frozen=True)
-class AgentStatus:
-    """An agent's live state. ``phase`` is the phase a new episode would start in, or ``restarting``,
-    ``failed``, or ``stopped`` (not served here; ``steps`` then come from its last checkpoint). ``model``
-    is None until a checkpoint exists, else ``{"bytes", "modified"}``."""
-
-    served: bool
-    phase: str
-    steps: int
-    steps_per_second: float
-    sessions: int
-    episodes: int
-    mean_train_return: float | None
-    last_evaluation: EvaluationResult | None
-    failure: str | None
-    last_active: float
-    model: dict[str, float] | None
-    #: an advised agent's clients (`AdvisedAgent.describe_clients`); None for a pooled agent
-    clients: list[dict[str, Any]] | None = None
+A = TypeVar("A", bound=ServedAgent)
 
 
 class ServedAgents:
-    """The runtimes of the agents being served, by store id, and the verbs that change them.
+    """The agents being served, by store id (each a `ServedAgent` of its sharing mode's kind), and the verbs
+    that change them.
 
-    ``build`` makes a runtime for a stored agent (blocking: the graph's `GraphManager.build_runtime`): an
-    `AgentRuntime` for a pooled agent, an `AdvisedAgent` (a runtime per client) for an advised one; with
-    ``in_process=True``, one whose learner's model is in this process (for an export).
+    ``build`` makes a served agent from a stored one (blocking: the graph's `GraphManager.build_agent`), not
+    started; with ``in_process=True``, one whose learners' models are in this process (for an export).
     """
 
-    def __init__(self, store: Store, sessions: Callable[[], SessionTable],
-                 build: Callable[..., AgentRuntime | AdvisedAgent],
+    def __init__(self, store: Store, sessions: Callable[[], SessionTable], build: Callable[..., ServedAgent],
                  start: Callable[[AgentRuntime], None]) -> None:
         self.store = store
-        self.runtimes: dict[int, AgentRuntime] = {}
-        self.advised: dict[int, AdvisedAgent] = {}  # advised agents, whose runtimes are their clients
+        self.agents: dict[int, ServedAgent] = {}
         self.failures: dict[int, str] = {}  # stored agents whose learner could not be built, and why
         self._restarting: set[int] = set()
         self._sessions = sessions
@@ -94,73 +66,63 @@ class ServedAgents:
         """One lifecycle verb at a time per agent."""
         return self._locks.setdefault(agent_id, asyncio.Lock())
 
+    def agent(self, agent_id: int, kind: type[A]) -> A:
+        """The served agent of a store id, as ``kind``.
+
+        Raises:
+            KeyError: not served here; TypeError: served, as another kind.
+        """
+        return of_kind(self.agents.get(agent_id), kind, agent_id)
+
     # -- serving ---------------------------------------------------------------------------------
-    def install(self, runtime: AgentRuntime | AdvisedAgent) -> None:
-        """Start a built runtime's learner (an advised agent's: its clients') and serve it to new sessions."""
-        if isinstance(runtime, AdvisedAgent):
-            runtime.start(self._start)
-            self.advised[runtime.record.id] = runtime
-        else:
-            self._start(runtime)
-            self.runtimes[runtime.record.id] = runtime
-        self.failures.pop(runtime.record.id, None)
-        self._restarting.discard(runtime.record.id)
+    def install(self, agent: ServedAgent) -> None:
+        """Start a built agent's learners and serve it to new sessions."""
+        agent.start(self._start)
+        self.agents[agent.record.id] = agent
+        self.failures.pop(agent.record.id, None)
+        self._restarting.discard(agent.record.id)
 
     def restarting(self, agent_id: int) -> bool:
         """Whether a restart of the agent is under way (it takes no session meanwhile)."""
         return agent_id in self._restarting
 
+    @property
+    def runtimes(self) -> dict[int, AgentRuntime]:
+        """The runtime of each agent served by one learner, by store id."""
+        return {agent_id: agent.runtime for agent_id, agent in list(self.agents.items()) if agent.runtime is not None}
+
+    def every_runtime(self) -> list[AgentRuntime]:
+        """Every learner's runtime: each agent's (`ServedAgent.runtimes`: an advised agent's clients, each
+        named by `AgentRuntime.client`)."""
+        return [runtime for agent in list(self.agents.values()) for runtime in agent.runtimes]
+
+    def client_failures(self) -> list[tuple[AgentRecord, str, str]]:
+        """The clients of served agents whose learner could not be built: agent, client, reason."""
+        return [(agent.record, name, reason) for agent in list(self.agents.values())
+                for name, reason in sorted(agent.failures.items())]
+
+    def served_ids(self) -> set[int]:
+        return set(self.agents)
+
+    async def prepare(self, agent_id: int, client: str | None) -> None:
+        """What a login with ``client`` needs built off the event loop (`ServedAgent.prepare`); nothing for an
+        agent not served here."""
+        agent = self.agents.get(agent_id)
+        if agent is not None:
+            await agent.prepare(client, self.lock(agent_id), lambda: self.agents.get(agent_id) is agent)
+
     # -- the verbs -------------------------------------------------------------------------------
     def status(self, record: AgentRecord) -> AgentStatus:
-        path = self.model_path(record.id)
-        model = _model_file(path)
-        advised = self.advised.get(record.id)
-        if advised is not None:
-            return _advised_status(advised, model)
-        runtime = self.runtimes.get(record.id)
-        if runtime is not None:
-            stats = runtime.stats()
-            return AgentStatus(True, stats.phase, stats.steps, stats.steps_per_second, stats.sessions,
-                               stats.episodes, stats.mean_train_return, stats.last_evaluation, stats.failure,
-                               runtime.last_active, model)
+        model = model_file(self.model_path(record.id))
+        agent = self.agents.get(record.id)
+        if agent is not None:
+            return agent.status(model)
         phase, failure = "stopped", None
         if record.id in self._restarting:
             phase = "restarting"
         elif record.id in self.failures:
             phase, failure = "failed", self.failures[record.id]
-        steps = checkpoint.saved_steps(path) if model and phase == "stopped" else 0
-        clients = None
-        if record.sharing == Sharing.ADVISED.value:  # each client's counters, as its checkpoint has them
-            clients = self._saved_clients(record.id)
-            steps = sum(row["steps"] for row in clients)
-            best = _best_saved(clients)
-            model = None if best is None else _model_file(self._client_path(record.id, best))
-        return AgentStatus(False, phase, steps, 0.0, 0, 0, None, None, failure, record.last_active, model, clients)
-
-    def _client_path(self, agent_id: int, client: str) -> Path:
-        return checkpoint.model_path(client_folder(self.store.agent_folder(agent_id), client))
-
-    def _saved_clients(self, agent_id: int) -> list[dict[str, Any]]:
-        """The client rows of an advised agent that is not served, from its clients' checkpoints."""
-        rows = []
-        for name in self.client_names(agent_id):
-            try:
-                state = checkpoint.read_state(self._client_path(agent_id, name))
-            except (OSError, KeyError, ValueError, zipfile.BadZipFile):
-                state = {}
-            schedule = state.get("schedule")
-            steps = schedule.get("steps", 0) if isinstance(schedule, dict) else 0
-            recent = state.get("recent_return")
-            rows.append({"client": name, "steps": int(steps) if isinstance(steps, int) else 0, "phase": "stopped",
-                         "sessions": 0, "episodes": 0,
-                         "recent_return": float(recent) if isinstance(recent, (int, float)) else None,
-                         "advisor": None, "mean_train_return": None, "failure": None})
-        return rows
-
-    def _saved_best(self, agent_id: int) -> str | None:
-        """The saved client with the best recent evaluation return (else the most trained) of an advised agent
-        not served here."""
-        return _best_saved(self._saved_clients(agent_id))
+        return kind_of(record).stored_status(self.store, record, phase, failure, model)
 
     async def add(self, record: AgentRecord, serve: bool) -> None:
         """Build the learner of a new agent (proving SB3 accepts it) and, if ``serve``, serve it.
@@ -168,27 +130,11 @@ class ServedAgents:
         Raises:
             Exception: whatever building the learner raised.
         """
-        runtime = await asyncio.to_thread(self._build, record, in_process=not serve)  # not served: no remote learner
+        agent = await asyncio.to_thread(self._build, record, in_process=not serve)  # not served: no remote learner
         if serve:
-            self.install(runtime)
+            self.install(agent)
         else:
-            await asyncio.to_thread(runtime.discard)
-
-    def every_runtime(self) -> list[AgentRuntime]:
-        """Every learner's runtime: each pooled agent's, and each client's of an advised agent
-        (`AgentRuntime.client` names it)."""
-        runtimes = list(self.runtimes.values())
-        for advised in list(self.advised.values()):
-            runtimes.extend(runtime for _, runtime in sorted(advised.clients.items()))
-        return runtimes
-
-    def client_failures(self) -> list[tuple[AgentRecord, str, str]]:
-        """The clients of served advised agents whose learner could not be built: agent, client, reason."""
-        return [(advised.record, name, reason) for advised in list(self.advised.values())
-                for name, reason in sorted(advised.failures.items())]
-
-    def served_ids(self) -> set[int]:
-        return set(self.runtimes) | set(self.advised)
+            await asyncio.to_thread(agent.discard)
 
     async def restart(self, agent_id: int) -> tuple[int, bool]:
         """End the agent's sessions, stop its learner at once, drop its model and counters, and serve a
@@ -203,13 +149,12 @@ class ServedAgents:
             self._restarting.add(agent_id)
             try:
                 ended = self._sessions().end_agent(agent_id)
-                old: AgentRuntime | AdvisedAgent | None = self.runtimes.pop(agent_id, None) or self.advised.pop(agent_id, None)
-                stopped = await self._stop(old)
-                await asyncio.to_thread(_unlink, self.model_path(agent_id))
+                stopped = await self._stop(self.agents.pop(agent_id, None))
+                await asyncio.to_thread(unlink, self.model_path(agent_id))
                 await asyncio.to_thread(shutil.rmtree, self.store.agent_folder(agent_id) / "clients", True)
                 if was_served:
-                    runtime = await asyncio.to_thread(self._build, self.store.agent(agent_id))
-                    self.install(runtime)
+                    agent = await asyncio.to_thread(self._build, self.store.agent(agent_id))
+                    self.install(agent)
             except BaseException as error:
                 if was_served:
                     self.failures[agent_id] = f"could not be restarted: {type(error).__name__}: {error}"
@@ -218,8 +163,8 @@ class ServedAgents:
                 self._restarting.discard(agent_id)
         return ended, stopped
 
-    async def _stop(self, old: AgentRuntime | AdvisedAgent | None) -> bool:
-        """Stop a runtime's learners at once without a checkpoint, waiting at most `STOP_WAIT_SECONDS`;
+    async def _stop(self, old: ServedAgent | None) -> bool:
+        """Stop an agent's learners at once without a checkpoint, waiting at most `STOP_WAIT_SECONDS`;
         returns whether they stopped (None: nothing to stop)."""
         if old is None:
             return True
@@ -242,8 +187,7 @@ class ServedAgents:
             record = self.store.agent(agent_id)
             ended = self._sessions().end_agent(agent_id, gone=f"agent {record.name} was deleted; its sessions and "
                                                               "API keys no longer work")
-            old: AgentRuntime | AdvisedAgent | None = (self.runtimes.pop(agent_id, None)
-                                                        or self.advised.pop(agent_id, None))
+            old = self.agents.pop(agent_id, None)
             self.failures.pop(agent_id, None)
             stopped = await self._stop(old)
             trash = await asyncio.to_thread(self.store.delete_agent, agent_id)
@@ -255,7 +199,7 @@ class ServedAgents:
         which takes them before its next update, then keep them in the store (a restart builds the learner
         with them). Returns where they went: ``"live"`` (the learner took them), ``"queued"`` (it is inside
         an update longer than `SET_WAIT_SECONDS` and takes them when that ends; the agent's other verbs are
-        not held up meanwhile) or ``"stored"`` (no running learner here).
+        not held up meanwhile) or ``"stored"`` (no running learner here, or a learner per client).
 
         Raises:
             NotFound: no such agent.
@@ -263,7 +207,8 @@ class ServedAgents:
         """
         async with self.lock(agent_id):
             record = self.store.agent(agent_id)
-            runtime = self.runtimes.get(agent_id)
+            agent = self.agents.get(agent_id)
+            runtime = None if agent is None else agent.runtime
             taken = "stored"
             if runtime is not None and runtime.learner.failure is None:
                 future = asyncio.wrap_future(runtime.learner.set_parameters(values))
@@ -286,23 +231,16 @@ class ServedAgents:
         Raises:
             NotFound: the agent has no saved model yet, or no such client.
         """
-        path = self.model_path(agent_id)
         async with self.lock(agent_id):
-            runtime = self.runtimes.get(agent_id)
-            advised = self.advised.get(agent_id)
-            if advised is not None:
-                runtime = (advised.clients.get(client) if client is not None else
-                           advised.best() or advised.most_trained())
-                if runtime is None:
-                    raise NotFound(f"no client {client!r}" if client else "no client yet")
+            agent = self.agents.get(agent_id)
+            if agent is None:
+                record = self.store.agent(agent_id)
+                path = kind_of(record).stored_model(self.store, record, client)
+            else:
+                runtime = agent.export_runtime(client)
                 path = runtime.model_path
-            elif runtime is None and self.store.agent(agent_id).sharing == Sharing.ADVISED.value:
-                name = client or self._saved_best(agent_id)
-                if name is None:
-                    raise NotFound("no client yet")
-                path = self._client_path(agent_id, name)
-            if runtime is not None and runtime.learner.failure is None and (runtime.tracker.steps or path.exists()):
-                await _settle(runtime.checkpoint(), runtime.record.name)
+                if runtime.learner.failure is None and (runtime.tracker.steps or path.exists()):
+                    await settle(runtime.checkpoint(), runtime.record.name)
             try:
                 return await asyncio.to_thread(path.read_bytes)
             except FileNotFoundError:
@@ -319,31 +257,23 @@ class ServedAgents:
             NotExportable: the policy has no exact ONNX form (RecurrentPPO's, say); the message says why.
         """
         async with self.lock(agent_id):
-            advised = self.advised.get(agent_id)
-            if advised is not None:
-                runtime = self._client_runtime(advised, client)
-                if runtime.learner.failure is None and (runtime.tracker.steps or runtime.model_path.exists()):
-                    await _settle(runtime.checkpoint(), runtime.label)
-                if not runtime.model_path.exists():
-                    raise NotFound(NO_MODEL)
-                client = runtime.client
-            elif self.store.agent(agent_id).sharing != Sharing.ADVISED.value:  # (one not served here: `_onnx`
-                await self._checkpoint_first(agent_id)  # builds its clients from their checkpoints)
-                if not self.model_path(agent_id).exists():
-                    raise NotFound(NO_MODEL)
+            agent = self.agents.get(agent_id)
+            record = self.store.agent(agent_id)
+            if agent is None:
+                path = kind_of(record).stored_model(self.store, record, client)
+            else:
+                runtime = agent.export_runtime(client)
+                path, client = runtime.model_path, runtime.client
+                if runtime.learner.failure is None and (runtime.tracker.steps or path.exists()):
+                    await settle(runtime.checkpoint(), runtime.label)
+            if not path.exists():
+                raise NotFound(NO_MODEL)
             return await asyncio.to_thread(self._onnx, self.store.agent(agent_id), client)
-
-    @staticmethod
-    def _client_runtime(advised: AdvisedAgent, client: str | None) -> AgentRuntime:
-        runtime = advised.clients.get(client) if client is not None else advised.best() or advised.most_trained()
-        if runtime is None:
-            raise NotFound(f"no client {client!r}" if client else "no client yet")
-        return runtime
 
     def _onnx(self, record: AgentRecord, client: str | None) -> bytes:
         built = self._build(record, in_process=True)  # learners resumed from their checkpoints, never started
         try:
-            runtime = self._client_runtime(built, client) if isinstance(built, AdvisedAgent) else built
+            runtime = built.export_runtime(client)
             if not runtime.model_path.exists():
                 raise NotFound(NO_MODEL)
             adapter = runtime.learner.algorithm
@@ -354,52 +284,29 @@ class ServedAgents:
             built.discard()
 
     def client_names(self, agent_id: int) -> list[str]:
-        """An advised agent's client names: those served (and those that failed), or, for one not served
-        here, those with a folder of their own."""
-        advised = self.advised.get(agent_id)
-        if advised is not None:
-            return sorted(set(advised.clients) | set(advised.failures))
-        folder = self.store.agent_folder(agent_id) / CLIENTS_FOLDER
-        names = []
-        for entry in sorted(folder.iterdir()) if folder.is_dir() else []:
-            try:
-                names.append(check_client_name(entry.name))
-            except ValueError:
-                continue
-        return names
-
-    async def _checkpoint_first(self, agent_id: int) -> None:
-        runtime = self.runtimes.get(agent_id)
-        if runtime is not None and runtime.learner.failure is None and (
-                runtime.tracker.steps or self.model_path(agent_id).exists()):
-            await _settle(runtime.checkpoint(), runtime.record.name)
+        """An agent's client names: those served (and those that failed), or, for one not served here, those
+        with a folder of their own."""
+        agent = self.agents.get(agent_id)
+        if agent is not None:
+            return agent.client_names()
+        return saved_client_names(self.store.agent_folder(agent_id))
 
     async def delete_model(self, agent_id: int) -> bool:
         """Delete the saved model (a served agent keeps its weights and saves them again at its next
-        checkpoint); returns whether there was one."""
+        checkpoint; an advised agent's: every client's, each keeping its name); returns whether there was one."""
         async with self.lock(agent_id):
-            advised = self.advised.get(agent_id)
-            if advised is not None:  # every client's (each keeps its weights and its name)
-                deleted = False
-                for client in list(advised.clients.values()):
-                    if client.pending_checkpoint is not None:
-                        await _settle(client.pending_checkpoint, client.label)
-                    deleted = await asyncio.to_thread(_unlink, client.model_path) or deleted
-                return deleted
-            runtime = self.runtimes.get(agent_id)
-            if runtime is not None and runtime.pending_checkpoint is not None:
-                await _settle(runtime.pending_checkpoint, runtime.record.name)  # never delete under a write
-            return await asyncio.to_thread(_unlink, self.model_path(agent_id))
+            agent = self.agents.get(agent_id)
+            if agent is None:
+                return await asyncio.to_thread(unlink, self.model_path(agent_id))
+            return await agent.delete_models()
 
     async def delete_curve(self, agent_id: int) -> None:
         """Forget the agent's episode returns, on disk and in memory."""
         async with self.lock(agent_id):
             await asyncio.to_thread(self.store.clear_returns, agent_id)
-            runtime = self.runtimes.get(agent_id)
-            if runtime is not None:
-                runtime.clear_curve_memory()
-            for client in getattr(self.advised.get(agent_id), "clients", {}).values():
-                client.clear_curve_memory()
+            agent = self.agents.get(agent_id)
+            if agent is not None:
+                agent.clear_curve_memory()
 
     def end_key_sessions(self, key_digest: str) -> int:
         """End every session opened with one API key (by its hash); returns how many ended."""
@@ -407,45 +314,25 @@ class ServedAgents:
 
     # -- the whole graph ---------------------------------------------------------------------------
     def checkpoint_all(self) -> None:
-        for runtime in self.runtimes.values():
-            runtime.checkpoint()
-        for advised in self.advised.values():
-            advised.checkpoint_all()
+        for agent in self.agents.values():
+            agent.checkpoint_all()
 
     def drain(self) -> None:
         """The server is stopping: every learner answers what it holds back, now and from now on."""
-        for runtime in self.runtimes.values():
-            runtime.learner.drain()
-        for advised in self.advised.values():
-            advised.drain()
+        for agent in self.agents.values():
+            agent.drain()
 
     def abort(self) -> None:
         """Stop the learners started so far without writing anything (a start that failed half-way)."""
-        for runtime in self.runtimes.values():
-            runtime.learner.close()
-        self.runtimes.clear()
-        for advised in self.advised.values():
-            advised.abort()
-        self.advised.clear()
+        for agent in self.agents.values():
+            agent.abort()
+        self.agents.clear()
 
     def close(self) -> None:
-        """Checkpoint every agent and stop the learners. Blocks: run it off the event loop."""
-        for runtime in self.runtimes.values():
-            runtime.close()
-        self.runtimes.clear()
-        for advised in self.advised.values():
-            advised.close()
-        self.advised.clear()
-
-
-async def _settle(future: Future[Any], name: str) -> None:
-    """Wait for a checkpoint; a failed or slow one is logged, and the last whole file stays."""
-    try:
-        await asyncio.wait_for(asyncio.wrap_future(future), CHECKPOINT_WAIT_SECONDS)
-    except asyncio.CancelledError:
-        raise
-    except Exception as error:  # noqa: BLE001 - the file on disk is whole either way
-        logger.warning("agent %s: checkpoint not written (%s: %s)", name, type(error).__name__, error)
+        """Checkpoint every agent and stop the learners. Blocks."""
+        for agent in self.agents.values():
+            agent.close()
+        self.agents.clear()
 
 
 def _report_late_set(name: str, future: asyncio.Future[Any]) -> None:
@@ -453,48 +340,3 @@ def _report_late_set(name: str, future: asyncio.Future[Any]) -> None:
     if not future.cancelled() and future.exception() is not None:
         logger.warning("agent %s: its learner refused the new parameter values after its update: %s", name,
                        future.exception())
-
-
-def _unlink(path: Path) -> bool:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        return False
-    return True
-
-
-def _best_saved(rows: list[dict[str, Any]]) -> str | None:
-    """The client row with the best recent evaluation return, else the most trained (None: no row)."""
-    rated = [row for row in rows if row["recent_return"] is not None]
-    best = max(rated, key=lambda r: r["recent_return"], default=None) or max(rows, key=lambda r: r["steps"], default=None)
-    return None if best is None else best["client"]
-
-
-def _model_file(path: Path) -> dict[str, float] | None:
-    """A saved model's size and time, as `AgentStatus.model` has them (None: there is none)."""
-    try:
-        stat = path.stat()
-    except FileNotFoundError:
-        return None
-    return {"bytes": stat.st_size, "modified": stat.st_mtime}
-
-
-def _advised_status(advised: AdvisedAgent, model: dict[str, float] | None) -> AgentStatus:
-    """An advised agent's status: its clients' sums, its best client's last evaluation, each client's row."""
-    clients = list(advised.clients.values())
-    stats = [runtime.stats() for runtime in clients]
-    best = advised.best()
-    failing = [s.failure for s in stats if s.failure] + list(advised.failures.values())
-    # a new client's first episode trains (on-policy: no heatup); each client's own phase is in its row
-    phase = "failed" if failing and len(failing) == len(stats) + len(advised.failures) else "train"
-    trained = [s.mean_train_return for s in stats if s.mean_train_return is not None]
-    if best is not None:
-        model = {"bytes": best.model_path.stat().st_size, "modified": best.model_path.stat().st_mtime} \
-            if best.model_path.exists() else model
-    return AgentStatus(
-        True, phase, sum(s.steps for s in stats), sum(s.steps_per_second for s in stats),
-        sum(s.sessions for s in stats), sum(s.episodes for s in stats),
-        max(trained) if trained else None, None if best is None else best.stats().last_evaluation,
-        "; ".join(failing) if failing and phase == "failed" else None,
-        max((r.last_active for r in clients), default=advised.record.last_active), model,
-        advised.describe_clients())

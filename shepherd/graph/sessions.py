@@ -134,7 +134,7 @@ class Session:
         learner = self.runtime.learner
         if not self.level.evaluate_only or learner.failure is not None:
             return None
-        greedy = getattr(learner, "greedy", None)
+        greedy = learner.greedy
         if greedy is None or not greedy.portable:
             return None
         return snapshot_name(self.runtime), greedy.source.version, self.n_envs
@@ -183,6 +183,15 @@ class Session:
         if not isinstance(self.level, ClientActingLevel):
             return {}
         return await _wait(self.level.opening(), timeout, None)
+
+    async def policy(self, timeout: float) -> tuple[int, bytes]:
+        """The behaviour policy file a client-acting session acts with now (its block's phase), and its
+        version. Raises NotActableAtClient, or ActTimeout when the learner does not build it in time."""
+        assert isinstance(self.level, ClientActingLevel), "a policy file of a session acting at the server"
+        try:
+            return await self.runtime.behaviour(self.level.phase, timeout)
+        except TimeoutError:
+            raise ActTimeout("the agent did not build its policy file in time; ask again") from None
 
     def repeats_waiting_step(self, step: Step) -> bool:
         """Whether ``step`` repeats the ``seq`` of a step still waiting for its action."""

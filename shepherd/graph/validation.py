@@ -79,8 +79,8 @@ def watch(graph: GraphManager, agent_id: int, outcome: Outcome, stop: asyncio.Ev
         decided = judge(validation, result, runtime.tracker.finished)
         if runtime.client is not None:  # an advised agent: reached once every client's last evaluation is
             latest[runtime.client] = result
-            advised = graph.served.advised.get(agent_id)
-            names = (set(advised.clients) if advised is not None else set(latest)) | expected
+            agent = graph.served.agents.get(agent_id)
+            names = (set(agent.clients) if agent is not None else set(latest)) | expected
             if decided.reached and not all(
                     name in latest and latest[name].mean_return >= validation.target_return for name in names):
                 return

@@ -58,7 +58,7 @@ async def login_reply(app: web.Application, body: bytes, address: str) -> web.Re
              "action_space": space_to_json(session.action_space)}
     if session.acts_at_client:
         try:
-            reply.update(acting="client", **await graph.opened(session))
+            reply.update(acting="client", **await session.opened(graph.act_timeout))
         except Exception:
             graph.logout(session.key)  # a session the learner refused (or did not plan in time) holds nothing
             raise
@@ -147,7 +147,7 @@ async def policy_reply(app: web.Application, body: bytes, address: str) -> web.R
         raise BadRequest("'policy_version' must be the whole number of the version the client holds")
     if held is not None and held == level.policy_version and level.served_phase is level.phase:
         return web.Response(status=304, headers={POLICY_VERSION_HEADER: str(held)})
-    version, onnx = await graph.policy(session)
+    version, onnx = await session.policy(graph.act_timeout)
     level.served_phase = level.phase
     return web.Response(body=onnx, content_type="application/octet-stream",
                         headers={POLICY_VERSION_HEADER: str(version)})

@@ -10,7 +10,7 @@ from aiohttp import web
 
 from shepherd.admin import AdminService
 from shepherd.graph import GraphManager
-from shepherd.graph.advised import MAX_CLIENTS
+from shepherd.graph.agent import MAX_CLIENTS
 from shepherd.http.limits import LoginThrottle, RateLimiter
 from shepherd.http.metrics import Metrics
 from shepherd.http.signins import SignInTable

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from shepherd.agents import ExperienceReply
+from shepherd.agents import ExperienceLearner, ExperienceReply, NotClientActing
 from shepherd.level.base import Level, Reply, WrongShape
 from shepherd.level.episodes import Episode, EpisodeHost, Phase
 from shepherd.wire import StepInput, VectorStepInput
@@ -56,6 +56,17 @@ class ClientActingLevel(Level):
     def take_vector_step(self, step: VectorStepInput) -> Reply[Any]:
         raise self.wrong_shape(None)
 
+    @property
+    def learner(self) -> ExperienceLearner:
+        """The agent's learner, which must take uploads (`ExperienceLearner`).
+
+        Raises: NotClientActing for a learner that takes none (the session then acts at the server)."""
+        learner = self.host.learner
+        if not isinstance(learner, ExperienceLearner):
+            raise NotClientActing(f"this agent's learner ({type(learner).__name__}) takes no uploads; log in with "
+                                  "\"acting\": \"server\"")
+        return learner
+
     # -- opening -------------------------------------------------------------------------------------
     def opening(self) -> asyncio.Future[Any]:
         """The session's first block: its phase, the policy version to act with and its steps (a task, once)."""
@@ -66,9 +77,9 @@ class ClientActingLevel(Level):
     async def _open(self) -> dict[str, Any]:
         self.phase = Phase.DEPLOY if self.evaluate_only else self.host.current_phase()
         if self.evaluate_only:
-            self.policy_version = self.host.learner.policy_version
+            self.policy_version = self.learner.policy_version
         else:
-            planned: ExperienceReply = await asyncio.wrap_future(self.host.learner.begin_uploads(self.uploader,
+            planned: ExperienceReply = await asyncio.wrap_future(self.learner.begin_uploads(self.uploader,
                                                                                               self._n_envs))
             self.policy_version, self.steps = planned.policy_version, planned.steps
         for index in range(self._n_envs):
@@ -88,14 +99,14 @@ class ClientActingLevel(Level):
         if self.phase in LEARNED:
             try:
                 learned: ExperienceReply = await asyncio.wrap_future(
-                    self.host.learner.learn_experience(self.uploader, experience))
+                    self.learner.learn_experience(self.uploader, experience))
             except Exception:
                 self._lose_episodes()  # what ran through the refused rows is not recorded
                 raise
             self.policy_version, self.steps = learned.policy_version, learned.steps
         self._record(experience)
         if self.phase not in LEARNED or self.evaluate_only:
-            self.policy_version = self.host.learner.policy_version
+            self.policy_version = self.learner.policy_version
         self.phase = Phase.DEPLOY if self.evaluate_only else self.host.current_phase()
         return {**self.plan(), "accepted": experience.steps * experience.n_envs}
 

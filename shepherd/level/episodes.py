@@ -8,7 +8,8 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from shepherd.agents import ActionFuture, ActMode, ThreadedLearner
+from shepherd.agents import ActionFuture, ActMode
+from shepherd.agents.core import HasGreedy, Learner
 from shepherd.agents.inline import GreedyActor
 
 
@@ -37,16 +38,16 @@ class Trial:
     snapshot (``greedy`` None: images, recurrent policies, networks too large), whose trial plays it live.
     """
 
-    def __init__(self, tried: str, learner: ThreadedLearner, episodes: int = 1) -> None:
+    def __init__(self, tried: str, learner: Learner, episodes: int = 1) -> None:
         self.tried = tried  # whose policy it is (the host's name for it)
         self.learner = learner
         self.episodes = episodes
         self.returns: list[float] = []  # of the episodes played to their end
         self.frozen: GreedyActor | None = None
         self._live: set[int] = set()  # actors in an episode the learner answers part of
-        greedy = getattr(learner, "greedy", None)
-        if greedy is not None:
-            greedy.prepare()  # its weights published by the time the trial starts
+        self._greedy = learner.greedy if isinstance(learner, HasGreedy) else None
+        if self._greedy is not None:
+            self._greedy.prepare()  # its weights published by the time the trial starts
 
     @property
     def done(self) -> bool:
@@ -54,9 +55,8 @@ class Trial:
 
     def ask(self, actor: int, reward: float, obs: Any, mask: Any) -> Callable[[], ActionFuture]:
         """The call that answers an actor's step of a trial episode (its first, or a later one)."""
-        greedy = getattr(self.learner, "greedy", None)
-        if self.frozen is None and greedy is not None:
-            self.frozen = greedy.frozen()
+        if self.frozen is None and self._greedy is not None:
+            self.frozen = self._greedy.frozen()
         frozen = self.frozen
         if frozen is not None:
             chosen = frozen.act(obs, mask)
@@ -105,7 +105,8 @@ class Episode:
 class EpisodeHost(Protocol):
     """What a LevelManager needs from the graph: the learner and the agent's schedule."""
 
-    learner: ThreadedLearner
+    @property
+    def learner(self) -> Learner: ...
 
     def begin_episode(self) -> Phase: ...
 

@@ -281,7 +281,7 @@ def test_an_advised_agents_clients_learn_in_named_actors_and_the_advisee_reads_i
     training values."""
     from shepherd.agents.advice import Adoption
     from shepherd.agents.ray_learner import NAMESPACE, RayLearner, RayLearners
-    from shepherd.graph import GraphManager
+    from shepherd.graph import AdvisedAgent, GraphManager
     from shepherd.loading import load_preset
     from shepherd.graph.runtime import client_folder
     from shepherd.level import Phase
@@ -299,7 +299,7 @@ def test_an_advised_agents_clients_learn_in_named_actors_and_the_advisee_reads_i
                                     daemon=True) for i, name in enumerate(("arm-1", "arm-2"))]
         for thread in clients:
             thread.start()
-        advised = graph.advised_agent("arms")
+        advised = graph.preset_agent("arms", AdvisedAgent)
         agent_id = advised.record.id
         names = {client: f"shepherd-learner/{agent_id}/{client}" for client in ("arm-1", "arm-2")}
         read, seen, deadline = None, [], time.monotonic() + 60

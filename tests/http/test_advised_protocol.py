@@ -2,7 +2,7 @@
 
 import pytest
 
-from shepherd.graph import AgentSpec, GraphManager, Schedule
+from shepherd.graph import AdvisedAgent, AgentSpec, GraphManager, Schedule
 from shepherd.http import CREATED_KEYS, ServerConfig, create_app
 
 OBS4 = [0.01, -0.02, 0.03, 0.04]
@@ -67,7 +67,7 @@ async def test_an_advised_agent_takes_at_most_max_clients_names(aiohttp_client, 
                        "agent arms has 2 clients, the most this server allows an advised agent")
     await expect_error(await post_login(http, "arms", client="arm-3", mode="evaluate"), 400,
                        "run.py --max-clients N")
-    advised = graph.served.advised[graph.preset_agent_id("arms")]
+    advised = graph.served.agent(graph.preset_agent_id("arms"), AdvisedAgent)
     assert sorted(advised.clients) == ["arm-1", "arm-2"] and "arm-3" not in advised.saved_names()
     assert (await post_login(http, "arms", client="arm-1")).status == 200
     assert (await post_login(http, "arms", mode="evaluate")).status == 200

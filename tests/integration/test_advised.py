@@ -16,7 +16,7 @@ import torch as th
 
 from shepherd.agents import AgentFailed
 from shepherd.agents.advice import Adoption
-from shepherd.graph import AgentSpec, BadClient, GraphManager, Schedule
+from shepherd.graph import AdvisedAgent, AgentSpec, BadClient, GraphManager, Schedule
 from shepherd.graph.advised import TRIAL_EPISODES
 from shepherd.graph.local import drive, serving_here
 from shepherd.storage import Store
@@ -47,7 +47,7 @@ async def stop(graph: GraphManager, store: Store) -> None:
 
 
 def policy_weights(graph: GraphManager, client: str) -> dict[str, np.ndarray]:
-    runtime = graph.advised_agent("arms").clients[client]
+    runtime = graph.preset_agent("arms", AdvisedAgent).clients[client]
     runtime.checkpoint().result(30)  # the learner handled everything before it
     return {k: v.detach().numpy().copy() for k, v in runtime.learner.algorithm.model.policy.state_dict().items()}
 
@@ -63,7 +63,7 @@ async def test_each_client_name_has_its_learner_and_keeps_it_across_a_restart(tm
     try:
         await asyncio.gather(drive(graph, keys["arms"], gym.make("CartPole-v1"), steps=40, seed=0, client_name="arm-1"),
                              drive(graph, keys["arms"], gym.make("CartPole-v1"), steps=20, seed=1, client_name="arm-2"))
-        advised = graph.advised_agent("arms")
+        advised = graph.preset_agent("arms", AdvisedAgent)
         assert sorted(advised.clients) == ["arm-1", "arm-2"]
         one, two = advised.clients["arm-1"], advised.clients["arm-2"]
         assert one.learner is not two.learner
@@ -78,7 +78,7 @@ async def test_each_client_name_has_its_learner_and_keeps_it_across_a_restart(tm
 
     graph, store, keys = await start(tmp_path / "data")
     try:
-        advised = graph.advised_agent("arms")
+        advised = graph.preset_agent("arms", AdvisedAgent)
         assert sorted(advised.clients) == ["arm-1", "arm-2"]  # restored before any login
         assert advised.clients["arm-1"].tracker.steps == steps["arm-1"]
         assert advised.clients["arm-1"].recent_return == 42.0
@@ -101,7 +101,7 @@ async def test_bad_and_missing_client_names_are_refused_clearly(tmp_path):
                 graph.login(keys["arms"], client=bad)  # type: ignore[arg-type]
         with pytest.raises(BadClient, match="pooled"):
             graph.login(keys["pool"], client="arm-1")
-        assert graph.advised_agent("arms").clients == {}
+        assert graph.preset_agent("arms", AdvisedAgent).clients == {}
     finally:
         await stop(graph, store)
 
@@ -110,7 +110,7 @@ async def test_a_failing_client_learner_fails_alone(tmp_path):
     graph, store, keys = await start(tmp_path / "data")
     try:
         await drive_clients(graph, keys["arms"], ("arm-1", "arm-2"), steps=5)
-        advised = graph.advised_agent("arms")
+        advised = graph.preset_agent("arms", AdvisedAgent)
 
         def broken(requests):
             raise RuntimeError("a broken learner")
@@ -133,7 +133,7 @@ async def test_a_new_client_starts_from_the_best_clients_weights_and_is_advised_
     graph, store, keys = await start(tmp_path / "data")
     try:
         await drive_clients(graph, keys["arms"], ("good", "poor"), steps=40, seeded=True)
-        advised = graph.advised_agent("arms")
+        advised = graph.preset_agent("arms", AdvisedAgent)
         good, poor = advised.clients["good"], advised.clients["poor"]
         good.recent_return, poor.recent_return = 200.0, 20.0  # what their evaluations would have said
         best_weights, poor_weights = policy_weights(graph, "good"), policy_weights(graph, "poor")
@@ -160,7 +160,7 @@ async def teacher_and_pupil(graph, keys, strength=None, returns=(300.0, 10.0), t
     """Clients "teacher" and "pupil" of agent "arms" with these recent returns, the teacher advising the
     pupil (at ``strength``, if given); without ``trials`` the pupil's trial of the teacher is dropped."""
     await drive_clients(graph, keys["arms"], ("teacher", "pupil"), steps=10)
-    advised = graph.advised_agent("arms")
+    advised = graph.preset_agent("arms", AdvisedAgent)
     teacher, pupil = advised.clients["teacher"], advised.clients["pupil"]
     teacher.recent_return, pupil.recent_return = returns
     advised.choose_advisors()
@@ -239,7 +239,7 @@ async def test_a_client_refuses_an_advisor_whose_advice_lowered_its_returns(tmp_
     graph, store, keys = await start(tmp_path / "data")
     try:
         await drive_clients(graph, keys["arms"], ("wrong", "pupil", "other"), steps=10)
-        advised = graph.advised_agent("arms")
+        advised = graph.preset_agent("arms", AdvisedAgent)
         wrong, pupil, other = (advised.clients[n] for n in ("wrong", "pupil", "other"))
         wrong.recent_return, other.recent_return, pupil.recent_return = 500.0, 200.0, 50.0
         advice = pupil.learner.algorithm.advice
@@ -281,7 +281,7 @@ async def test_a_trial_plays_the_advisors_greedy_policy_on_the_clients_system_an
     try:
         # every CartPole episode returns 8 or more: more than 0 by ADOPT_GAIN of 4
         teacher, pupil = await teacher_and_pupil(graph, keys, returns=(4.0, 0.0), trials=True)
-        advised = graph.advised_agent("arms")
+        advised = graph.preset_agent("arms", AdvisedAgent)
         assert [trial.tried for trial in pupil.trials] == ["teacher"] and not teacher.trials
         teacher_weights = policy_weights(graph, "teacher")  # read by the pupil from the teacher's checkpoint
         steps, teacher_steps, version = pupil.tracker.steps, teacher.tracker.steps, pupil.learner.algorithm.version
@@ -310,7 +310,7 @@ async def test_a_trial_plays_the_advisors_greedy_policy_on_the_clients_system_an
 async def test_a_trial_plays_the_policy_as_it_was_when_the_trial_began_and_adopts_that_one(tmp_path, monkeypatch):
     """The advisor learns on while its trial is played (its own clients go on): every episode of a trial
     of 3 is played by the advisor's policy as it was when the trial began, and that policy is the one adopted."""
-    from shepherd.graph import advised as advised_agents
+    from shepherd.graph.advised import advising as advised_agents
     monkeypatch.setattr(advised_agents, "TRIAL_EPISODES", 3)
     graph, store, keys = await start(tmp_path / "data")
     try:
@@ -351,7 +351,7 @@ async def test_a_new_client_tries_every_rated_policy_on_its_system_and_adopts_on
     graph, store, keys = await start(tmp_path / "data")
     try:
         teacher, pupil = await teacher_and_pupil(graph, keys, returns=(4.0, 3.0))
-        advised = graph.advised_agent("arms")
+        advised = graph.preset_agent("arms", AdvisedAgent)
         await teach(graph, keys, teacher, push=0)  # the best-rated client's policy pushes left
         await teach(graph, keys, pupil, push=1)  # the other's right
         right = policy_weights(graph, "pupil")
@@ -385,7 +385,7 @@ async def test_a_new_client_stops_trying_once_a_policy_does_as_well_as_any_evalu
     graph, store, keys = await start(tmp_path / "data")
     try:
         teacher, pupil = await teacher_and_pupil(graph, keys, returns=(4.0, 3.0))
-        advised = graph.advised_agent("arms")
+        advised = graph.preset_agent("arms", AdvisedAgent)
         await teach(graph, keys, teacher, push=0)  # pushes left: CartPole lasts ~10 steps, more than 4
         await teach(graph, keys, pupil, push=1)
         left = policy_weights(graph, "teacher")
@@ -412,7 +412,7 @@ async def test_an_advisor_whose_trial_did_no_better_is_ruled_out_until_its_evalu
     try:
         # no CartPole episode returns 1000 here
         teacher, pupil = await teacher_and_pupil(graph, keys, returns=(2000.0, 1000.0), trials=True)
-        advised = graph.advised_agent("arms")
+        advised = graph.preset_agent("arms", AdvisedAgent)
         advice = pupil.learner.algorithm.advice
         assert advice.advisor.name == "teacher"
         await drive(graph, keys["arms"], gym.make("CartPole-v1"), episodes=TRIAL_EPISODES, seed=3, client_name="pupil")
@@ -430,7 +430,7 @@ async def test_independent_clients_run_no_trials(tmp_path):
     graph, store, keys = await start(tmp_path / "data", advice_strength=0.0)
     try:
         await drive_clients(graph, keys["arms"], ("teacher", "pupil"), steps=10)
-        advised = graph.advised_agent("arms")
+        advised = graph.preset_agent("arms", AdvisedAgent)
         advised.clients["teacher"].recent_return, advised.clients["pupil"].recent_return = 4.0, 0.0
         advised.choose_advisors()
         assert not advised.clients["pupil"].trials
@@ -448,7 +448,7 @@ async def test_a_trial_abandoned_mid_episode_is_tried_again_on_the_next_episode(
         assert pupil.phase_steps[Phase.TRIAL] == 2 and pupil.phase_episodes[Phase.TRIAL] == 0
         await drive(graph, keys["arms"], gym.make("CartPole-v1"), episodes=TRIAL_EPISODES, seed=3, client_name="pupil")
         assert not pupil.trials and pupil.phase_episodes[Phase.TRIAL] == TRIAL_EPISODES
-        assert "teacher" in graph.advised_agent("arms").tried["pupil"]
+        assert "teacher" in graph.preset_agent("arms", AdvisedAgent).tried["pupil"]
     finally:
         await stop(graph, store)
 

@@ -200,9 +200,9 @@ async def test_the_onnx_policy_answers_as_the_server_does(tmp_path, algorithm, o
             return
         changed = [normalized(space, stats, obs) for obs in batch]
         expected_normalized = await greedy_answers(graph, key, space, changed, mask)
-        resumed = await asyncio.to_thread(graph.build_runtime, runtime.record)  # the checkpoint just written
+        resumed = await asyncio.to_thread(graph.build_agent, runtime.record)  # the checkpoint just written
         try:
-            with_stats = export_onnx(resumed.learner.algorithm, "agent", algorithm, stats)
+            with_stats = export_onnx(resumed.runtime.learner.algorithm, "agent", algorithm, stats)
         finally:
             resumed.discard()
         info = metadata(onnx.load_from_string(with_stats))

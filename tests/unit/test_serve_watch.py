@@ -29,7 +29,7 @@ def test_an_evaluation_of_the_restarted_agent_still_decides_the_run():
 def test_an_advised_agent_reaches_the_target_once_every_clients_last_evaluation_does():
     advised = SimpleNamespace(clients={"local-0": None, "local-1": None})
     graph = SimpleNamespace(validation=PresetValidation("CartPole-v1", target_return=475, max_steps=10_000),
-                            evaluation_listeners=[], served=SimpleNamespace(advised={7: advised}))
+                            evaluation_listeners=[], served=SimpleNamespace(agents={7: advised}))
     outcome, stop = Outcome(), asyncio.Event()
     watch(graph, 7, outcome, stop)
     (listener,) = graph.evaluation_listeners
@@ -65,7 +65,7 @@ def test_below_the_target_the_run_is_decided_only_once_the_budget_is_spent():
 def test_a_local_client_not_yet_logged_in_holds_the_run_open():
     advised = SimpleNamespace(clients={"local-0": None})  # local-1 has not logged in yet
     graph = SimpleNamespace(validation=PresetValidation("CartPole-v1", target_return=475, max_steps=10_000),
-                            evaluation_listeners=[], served=SimpleNamespace(advised={7: advised}))
+                            evaluation_listeners=[], served=SimpleNamespace(agents={7: advised}))
     outcome, stop = Outcome(), asyncio.Event()
     watch(graph, 7, outcome, stop, ["local-0", "local-1"])
     (listener,) = graph.evaluation_listeners

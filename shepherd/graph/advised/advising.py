@@ -1,37 +1,20 @@
-"""An ``advised`` agent: one runtime (learner, phase tracker, checkpoints) per named client, and who advises
-whom.
-
-A login to an advised agent names its client (``"client": "arm-3"``). The first login of a name builds
-that client's learner (the agent's algorithm and parameters), starting from the weights of the client
-with the best recent evaluation return, if any has one; its checkpoint lives in
-``agents/<id>/clients/<name>/model.zip`` and is written at once, so the name persists: a restarted server
-restores every client it finds there. Its first episodes try each rated client's policy on its own system
-(plug-in trials, until one does as well as any client's evaluation), and it adopts the best-rated one
-that worked there before it learns. An agent takes at most ``max_clients`` names (``run.py --max-clients``,
-64 by default): each is a learner thread, a model and a folder, so a login with one more is refused
-(`TooManyClients`). After every evaluation, each client is given as advisor the other
-client with the best recent evaluation return, if that is better than its own (`choose_advisors`); the
-advice itself is the learner's (`shepherd.agents.advice`). Every client has its own learner thread: one
-that fails fails alone.
-"""
+"""Who advises whom among an advised agent's clients: advisors chosen by recent evaluation return, advice
+judged by the training returns it brought, trials of an advisor's policy on a client's own system, and
+adoption of a clear win (`Advising`, the part of `AdvisedAgent` that rates its clients)."""
 
 from __future__ import annotations
 
 import logging
-import time
-from pathlib import Path
-from typing import Any, Callable
 
-from shepherd.agents import ThreadedLearner
 from shepherd.agents.advice import Adoption, Advice, Advisor
+from shepherd.agents.core import Advised
 from shepherd.agents.filters import observation_moments
-from shepherd.definition import check_client_name
-from shepherd.graph.runtime import CLIENTS_FOLDER, AgentRuntime
-from shepherd.graph.schedule import EvaluationResult, Schedule
+from shepherd.graph.runtime import AgentRuntime
 from shepherd.level import Phase, Trial
-from shepherd.storage import AgentRecord, Store
+from shepherd.storage import AgentRecord
 
 logger = logging.getLogger(__name__)
+
 
 #: training episodes under one advisor after which a client judges its advice (`AdvisedAgent.choose_advisors`)
 JUDGE_EPISODES = 5
@@ -53,35 +36,15 @@ def clearly_better(value: float | None, own: float | None, reference: float | No
     return value - own >= ADOPT_GAIN * max(abs(reference), 1e-8)
 
 
-class BadClient(ValueError):
-    """A login's client name is missing, malformed, or given where it means nothing (HTTP 400)."""
 
+class Advising:
+    """The advice among an advised agent's clients (``clients``, by name). Runs on the graph's thread."""
 
-class TooManyClients(BadClient):
-    """A login names a new client of an advised agent that has the most clients the server allows (HTTP 400)."""
+    record: AgentRecord
+    clients: dict[str, AgentRuntime]
 
-
-#: the client names an advised agent takes by default (``run.py --max-clients``)
-MAX_CLIENTS = 64
-
-
-class AdvisedAgent:
-    """The client runtimes of one advised agent, by client name. Runs on the graph's thread, except
-    `build_client` and `restore` (they build models and read checkpoints: run them off the event loop)."""
-
-    def __init__(self, record: AgentRecord, schedule: Schedule, store: Store,
-                 build_learner: Callable[[str], ThreadedLearner],
-                 on_evaluation: Callable[[AgentRuntime, EvaluationResult], None] | None = None,
-                 max_clients: int | None = MAX_CLIENTS) -> None:
-        self.record = record
-        self.max_clients = max_clients  # None: no limit
-        self.schedule = schedule
-        self.store = store
-        self.clients: dict[str, AgentRuntime] = {}
-        self.failures: dict[str, str] = {}  # client names whose learner could not be built, and why
-        self._build_learner = build_learner
-        self._on_evaluation = on_evaluation
-        self._start: Callable[[AgentRuntime], None] = lambda runtime: None
+    def __init__(self, advice_on: bool) -> None:
+        self.advice_on = advice_on  # False: independent learners (``advice_strength`` 0)
         #: per client, the advisors it refused, with the advisor's recent return when refused
         self.refused: dict[str, dict[str, float]] = {}
         #: per advised client, its advisor and its training episodes when that advisor was given
@@ -92,83 +55,9 @@ class AdvisedAgent:
         self.tried: dict[str, dict[str, tuple[float, float]]] = {}
         self._adopt_requests = 0
         self._trying: set[tuple[str, str]] = set()  # (client, other client) trials queued or running
-        self._new: set[str] = set()  # clients built without a checkpoint of their own, not installed yet
         #: per new client, its plug-in trials (of every rated client, `install`) until all have ended
         self.plugging: dict[str, dict[str, Trial]] = {}
-        self.advice_on = float(record.parameters.get("advice_strength", 0.3)) > 0.0  # 0: independent learners
 
-    @property
-    def folder(self) -> Path:
-        return self.store.agent_folder(self.record.id) / CLIENTS_FOLDER
-
-    def saved_names(self) -> list[str]:
-        """The client names with a folder in the agent's (those that logged in before)."""
-        if not self.folder.is_dir():
-            return []
-        names = []
-        for entry in sorted(self.folder.iterdir()):
-            try:
-                names.append(check_client_name(entry.name))
-            except ValueError:
-                continue  # not a client's folder (a temporary file, say)
-        return names
-
-    # -- building ------------------------------------------------------------------------------------
-    def build_client(self, name: str) -> AgentRuntime:
-        """A runtime for a client name, not started: resumed from its checkpoint, or else starting from the
-        best client's saved weights. Blocks.
-
-        Raises:
-            ParameterError: the learner cannot be built; StoreError: its checkpoint cannot be loaded.
-        """
-        learner = self._build_learner(name)
-        runtime = AgentRuntime(self.record, learner, self.schedule, self.store, self._evaluated, client=name,
-                               on_trial=self._tried)
-        if runtime.resume():
-            return runtime
-        self._new.add(name)
-        best = self.best()
-        if best is not None and best.model_path.exists():
-            start_from = getattr(learner.algorithm, "start_from", None)
-            if start_from is not None:
-                start_from(best.model_path)
-                logger.info("client %s starts from the weights of client %s (recent evaluation %.1f)",
-                            runtime.label, best.client, best.recent_return or 0.0)
-        return runtime
-
-    def restore(self) -> None:
-        """Build every saved client (not started); one that cannot be built is failed alone. Blocks."""
-        for name in self.saved_names():
-            try:
-                self.clients[name] = self.build_client(name)
-            except Exception as error:  # noqa: BLE001 - one client's damage must not stop the others
-                self.failures[name] = f"cannot be started: {type(error).__name__}: {error}"
-                logger.error("client %s/%s cannot be started: %s", self.record.name, name, error)
-
-    def start(self, start: Callable[[AgentRuntime], None]) -> None:
-        """Start the restored clients' learners; ``start`` starts each learner added later too."""
-        self._start = start
-        for runtime in self.clients.values():
-            start(runtime)
-        self.choose_advisors()
-
-    def install(self, runtime: AgentRuntime) -> AgentRuntime:
-        """Serve a built client (the one already there if two logins built it at once); it checkpoints at
-        once, so that its name outlives a restart."""
-        assert runtime.client is not None
-        present = self.clients.get(runtime.client)
-        if present is not None:
-            runtime.discard()
-            return present
-        self._start(runtime)
-        self.clients[runtime.client] = runtime
-        self.failures.pop(runtime.client, None)
-        runtime.checkpoint()
-        if runtime.client in self._new:
-            self._new.discard(runtime.client)
-            self._plug_in(runtime)
-        self.choose_advisors()
-        return runtime
 
     def _plug_in(self, runtime: AgentRuntime) -> None:
         """A new client's first episodes try every rated client's policy on its own system, best evaluation
@@ -188,47 +77,6 @@ class AdvisedAgent:
             runtime.trials.append(trial)
         logger.info("client %s is new: it tries the policies of %s on its system first", runtime.label,
                     ", ".join(trials))
-
-    # -- sessions ------------------------------------------------------------------------------------
-    def session_runtime(self, client: str | None, evaluate_only: bool) -> AgentRuntime:
-        """The runtime a login opens its session on: the named client's (built now if new: this blocks),
-        or, for an evaluation without a name, the best client's.
-
-        Raises:
-            BadClient: no name on a training login, a bad name, or no client to evaluate yet.
-            TooManyClients: a new name, and the agent has ``max_clients`` already.
-        """
-        if client is None:
-            if not evaluate_only:
-                raise BadClient(f"agent {self.record.name} is advised: a login names its client, as "
-                                "{\"apikey\": ..., \"client\": \"arm-3\"}")
-            best = self.best() or self.most_trained()
-            if best is None:
-                raise BadClient(f"agent {self.record.name} has no client yet: name the client to evaluate")
-            return best
-        try:
-            name = check_client_name(client)
-        except ValueError as error:
-            raise BadClient(str(error)) from None
-        runtime = self.clients.get(name)
-        if runtime is None:
-            self.check_room(name)
-            runtime = self.install(self.build_client(name))
-        return runtime
-
-    def needs_build(self, client: str | None) -> bool:
-        return client is not None and client not in self.clients
-
-    def check_room(self, name: str) -> None:
-        """Raises TooManyClients if ``name`` is new and the agent has ``max_clients`` (served or failed)."""
-        known = set(self.clients) | set(self.failures)
-        if self.max_clients is None or name in known or len(known) < self.max_clients:
-            return
-        raise TooManyClients(
-            f"agent {self.record.name} has {len(known)} clients, the most this server allows an advised agent "
-            f"(each is a learner of its own): log in as one of them (the agent's 'clients' in the admin API), or "
-            f"ask the server's operator to raise it with run.py --max-clients N (run.py agents restart forgets "
-            f"every client of the agent)")
 
     # -- advice --------------------------------------------------------------------------------------
     def serving(self) -> list[AgentRuntime]:
@@ -261,9 +109,10 @@ class AdvisedAgent:
         as it catches up. An agent without advice (``advice_strength`` 0) runs no trials.
         """
         for runtime in self.clients.values():
-            advice = getattr(runtime.learner.algorithm, "advice", None)
-            if not isinstance(advice, Advice):
+            algorithm = runtime.learner.algorithm
+            if not isinstance(algorithm, Advised):
                 continue
+            advice = algorithm.advice
             self._judge_advisor(runtime, advice)
             advice.own_return = runtime.recent_return
             name = str(runtime.client)
@@ -343,8 +192,9 @@ class AdvisedAgent:
         if plugging is None and (tried is None or tried.recent_return is None):
             return
         self.choose_advisors()
-        advice = getattr(runtime.learner.algorithm, "advice", None)
-        if not isinstance(advice, Advice) or advice.advisor is None:
+        algorithm = runtime.learner.algorithm
+        advice = algorithm.advice if isinstance(algorithm, Advised) else None
+        if advice is None or advice.advisor is None:
             return
         if plugging is not None and advice.advisor.name in plugging:  # the advisor's policy worked here
             self._adopt(runtime, advice, plugging[advice.advisor.name], "before it learns")
@@ -413,54 +263,3 @@ class AdvisedAgent:
         for client, mean_return in returns.items():
             self.clients[client].recent_return = float(mean_return)
         self.choose_advisors()
-
-    def _evaluated(self, runtime: AgentRuntime, result: EvaluationResult) -> None:
-        self.choose_advisors()
-        if self._on_evaluation is not None:
-            self._on_evaluation(runtime, result)
-
-    # -- display -------------------------------------------------------------------------------------
-    def describe_clients(self) -> list[dict[str, Any]]:
-        """Each client: name, steps, phase, sessions, recent evaluation return, its advisor, failure."""
-        rows = []
-        for name, runtime in sorted(self.clients.items()):
-            stats = runtime.stats()
-            advice = getattr(runtime.learner.algorithm, "advice", None)
-            advisor = advice.advisor.name if isinstance(advice, Advice) and advice.advisor else None
-            rows.append({"client": name, "steps": stats.steps, "phase": stats.phase, "sessions": stats.sessions,
-                         "episodes": stats.episodes, "recent_return": runtime.recent_return, "advisor": advisor,
-                         "mean_train_return": stats.mean_train_return, "failure": stats.failure})
-        for name, reason in sorted(self.failures.items()):
-            rows.append({"client": name, "steps": 0, "phase": "failed", "sessions": 0, "episodes": 0,
-                         "recent_return": None, "advisor": None, "mean_train_return": None, "failure": reason})
-        return rows
-
-    # -- lifecycle -----------------------------------------------------------------------------------
-    def checkpoint_all(self) -> None:
-        for runtime in self.clients.values():
-            runtime.checkpoint()
-
-    def drain(self) -> None:
-        for runtime in self.clients.values():
-            runtime.learner.drain()
-
-    def abort(self) -> None:
-        for runtime in self.clients.values():
-            runtime.learner.close()
-        self.clients.clear()
-
-    def discard(self, timeout: float = 60.0) -> bool:
-        """Stop every client's learner at once without checkpointing (`AgentRuntime.discard`), waiting up to
-        ``timeout`` seconds for them all; returns whether they all stopped. Blocks."""
-        for runtime in self.clients.values():  # every one is told first: they stop side by side
-            runtime.discard(0.0)
-        deadline = time.monotonic() + timeout
-        stopped = [runtime.discard(max(0.0, deadline - time.monotonic())) for runtime in self.clients.values()]
-        self.clients.clear()
-        return all(stopped)
-
-    def close(self) -> None:
-        """Checkpoint every client and stop its learner. Blocks."""
-        for runtime in self.clients.values():
-            runtime.close()
-        self.clients.clear()
