@@ -66,7 +66,7 @@ UPDATE_SECONDS = "shepherd_training_update_duration_seconds_sum"
 # -- run in the Ray node's own process (``ray_cores.py node``) ------------------------------------------------
 def serve_node() -> int:
     """A local Ray node as ``run.py --ray`` starts one, kept until SIGTERM; prints its address."""
-    from shepherd.agents import ray_learner
+    from shepherd.agents.ray import learner as ray_learner
 
     stopping: list[int] = []
     signal.signal(signal.SIGTERM, lambda number, frame: stopping.append(number))

@@ -20,7 +20,7 @@ from shepherd.admin.names import check_name, match_agent
 from shepherd.admin.records import ActionResult, AgentView, CreatedKey, KeyView, NewAgent, Principal, UserView
 from shepherd.definition import AgentDefinition, Sharing, check_client_name
 from shepherd.agents import ParameterError, check_agent, live, registry_records
-from shepherd.agents.export import NotExportable
+from shepherd.agents.export.export import NotExportable
 from shepherd.wire.spaces import SpaceError
 from shepherd.storage import AgentRecord, AlreadyExists, EpisodeReturn, NotFound, ReturnsJson, ReturnsPage
 from shepherd.storage.metrics import MetricRows, progress_path, read_progress

@@ -37,8 +37,8 @@ from torch.distributions import Categorical, Normal
 
 from shepherd.agents.core import Request, VersionedWeights, WeightSource
 from shepherd.agents.filters import Filtering, observation_moments
-from shepherd.agents.on_policy import OnPolicyAdapter
-from shepherd.agents.sb3 import stack_observations
+from shepherd.agents.sb3.on_policy import OnPolicyAdapter
+from shepherd.agents.sb3.base import stack_observations
 from shepherd.policies.transforms import normalized
 
 logger = logging.getLogger(__name__)

@@ -30,11 +30,11 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 from shepherd.agents import inline
 from shepherd.agents.filters import Filtering, check_filters, policy_space
 from shepherd.agents.advice import NOT_ADVISED, Advice, AdvisedOnPolicyAdapter, AdvisedRolloutBuffer, advice_width
-from shepherd.agents.off_policy import OffPolicyAdapter
-from shepherd.agents.on_policy import OnPolicyAdapter
+from shepherd.agents.sb3.off_policy import OffPolicyAdapter
+from shepherd.agents.sb3.on_policy import OnPolicyAdapter
 from shepherd.agents.parameters import (LinearSchedule, Parameter, ParameterError, ParamType, coerce,
                                         from_signature)
-from shepherd.agents.sb3 import SB3Algorithm, SpacesEnv
+from shepherd.agents.sb3.base import SB3Algorithm, SpacesEnv
 from shepherd.agents.worker import ThreadedLearner
 from shepherd.definition import AgentDefinition, Filters, Sharing
 from shepherd.wire.spaces import parse_space
@@ -449,4 +449,4 @@ def registry_records() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return algorithms, params
 
 
-from shepherd.agents import contrib  # noqa: E402,F401  (registers sb3-contrib's algorithms)
+from shepherd.agents.sb3 import contrib  # noqa: E402,F401  (registers sb3-contrib's algorithms)

@@ -259,7 +259,7 @@ class ThreadedLearner:
 
     def relay_requests(self, requests: list[Request]) -> None:
         """Queue requests whose tickets a caller in another process assigned, as one unit (one vector step's,
-        or one request); their answers go to `relay` (a learner in a Ray actor: `shepherd.agents.ray_learner`)."""
+        or one request); their answers go to `relay` (a learner in a Ray actor: `shepherd.agents.ray.learner`)."""
         self._put_all(requests)
 
     def mark(self) -> Future:

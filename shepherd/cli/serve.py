@@ -143,7 +143,7 @@ def serve_on_ray(graph: GraphManager, args: argparse.Namespace) -> int:
     """Serve with every learner (a pooled agent's, each client's of an advised one) in a Ray actor (imports
     ray only now)."""
     try:
-        from shepherd.agents import ray_learner
+        from shepherd.agents.ray import learner as ray_learner
     except ImportError as error:
         raise UsageError(f"--ray needs Ray: pip install -e .[ray] ({error})") from None
     try:

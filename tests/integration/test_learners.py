@@ -487,7 +487,7 @@ def test_greedy_vector_steps_are_answered_from_the_snapshot_as_the_learner_would
 
 def test_envs_beyond_the_segments_act_unlearned_and_are_counted_with_one_warning(learners, caplog):
     learner = ppo(learners)  # 2 segments
-    with caplog.at_level("WARNING", logger="shepherd.agents.on_policy"):
+    with caplog.at_level("WARNING", logger="shepherd.agents.sb3.on_policy"):
         assert len(learner.submit(vector("BEGIN", (1, 2, 3))).result(10)) == 3
         assert len(learner.submit(vector("STEP", (1, 2, 3))).result(10)) == 3
     assert learner.algorithm.unlearned_steps == 2  # env 3, twice: no segment was free for it

@@ -1,4 +1,4 @@
-"""RecurrentPPO's LSTM state, kept per actor on the learner (`shepherd.agents.recurrent`): greedy acts as
+"""RecurrentPPO's LSTM state, kept per actor on the learner (`shepherd.agents.sb3.recurrent`): greedy acts as
 sb3-contrib's ``predict`` with its state, actors that never mix, states that end with their episodes and
 sessions, and rollouts trained from exactly the states and resets that were acted with."""
 

@@ -12,7 +12,7 @@ from stable_baselines3.common.distributions import CategoricalDistribution, Diag
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from shepherd.agents.advice import AdvisedRolloutBuffer, Mixer, advice_rows, mix
-from shepherd.agents.sb3 import SpacesEnv
+from shepherd.agents.sb3.base import SpacesEnv
 
 
 def _categorical(logits: np.ndarray) -> CategoricalDistribution:

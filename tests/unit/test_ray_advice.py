@@ -15,7 +15,7 @@ pytest.importorskip("ray", reason="the ray extra is not installed (pip install -
 from shepherd.agents.advice import Adoption, Advice, Advisor, advisor_observations  # noqa: E402
 from shepherd.agents.core import VersionedWeights  # noqa: E402
 from shepherd.agents.filters import Filtering, Filters  # noqa: E402
-from shepherd.agents.ray_advice import RemoteAdvisor, advice_data, advice_status, apply_advice  # noqa: E402
+from shepherd.agents.ray.advice import RemoteAdvisor, advice_data, advice_status, apply_advice  # noqa: E402
 
 
 class Status:

@@ -30,7 +30,7 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.torch_layers import FlattenExtractor
 
 from shepherd.agents.core import ActMode, Kind, Outcome, Request
-from shepherd.agents.sb3 import SB3Algorithm, stack_observations
+from shepherd.agents.sb3.base import SB3Algorithm, stack_observations
 
 logger = logging.getLogger(__name__)
 

@@ -2,14 +2,14 @@
 Ray places it, behind the calls of an in-process `ThreadedLearner`.
 
 What crosses the process boundary is plain data only: lists of `Request` in, lists of `Answer` out (with
-the learner's counters, its measurements, what its SB3 logger recorded (`shepherd.agents.ray_metrics`)
+the learner's counters, its measurements, what its SB3 logger recorded (`shepherd.agents.ray.metrics`)
 and, when asked, its published weights), checkpoint bytes out and in. No future, callable or client-sent
 object is unpickled from the head's side of a call.
 
 - `LearnerActor` (the actor, named ``shepherd-learner/<agent id>`` in namespace ``shepherd``, or
   ``shepherd-learner/<agent id>/<client>`` for each client of an advised agent) builds the ordinary
   learner with the registry's factory (`learner_for`) and runs its `ThreadedLearner` there, with its
-  answers relayed back (`ThreadedLearner.relay`) instead of set on futures (`shepherd.agents.ray_actor`).
+  answers relayed back (`ThreadedLearner.relay`) instead of set on futures (`shepherd.agents.ray.actor`).
 - `RayLearner` (on the head) keeps the callers' futures by ticket and sends everything pending for its
   actor as one remote call, one call in flight at a time (the next batch collects meanwhile); the answers
   are delivered on the caller's thread with the ``deliver`` given to `start`, as a `ThreadedLearner` does.
@@ -23,9 +23,9 @@ object is unpickled from the head's side of a call.
   the new actor without being counted twice (`shepherd.graph.sessions`).
 
 An advised client's advice is forwarded to its actor as plain data, and read there from its advisor's
-actor (`shepherd.agents.ray_advice`).
+actor (`shepherd.agents.ray.advice`).
 
-Only this module, `shepherd.agents.ray_actor` and `shepherd.agents.ray_advice` import ray, and only ``--ray``
+Only this module, `shepherd.agents.ray.actor` and `shepherd.agents.ray.advice` import ray, and only ``--ray``
 imports them (`connect`).
 """
 
@@ -49,9 +49,9 @@ from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFaile
                                   LearnerUnavailable, Observation, Request, VersionedWeights)
 from shepherd.agents.inline import GreedyActor
 from shepherd.agents.metrics import MetricsWriter, is_on_policy
-from shepherd.agents.ray_actor import BUILD_SECONDS, NAMESPACE, REMOTE_ACTOR, Reply
-from shepherd.agents.ray_advice import advice_data
-from shepherd.agents.ray_metrics import replay
+from shepherd.agents.ray.actor import BUILD_SECONDS, NAMESPACE, REMOTE_ACTOR, Reply
+from shepherd.agents.ray.advice import advice_data
+from shepherd.agents.ray.metrics import replay
 from shepherd.agents.timing import LearnerStats
 from shepherd.agents.worker import ThreadedLearner, _Part, _Vector, answer_greedy_acts, settle
 from shepherd.definition import AgentDefinition, Sharing

@@ -39,8 +39,8 @@ import torch as th
 from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 
 from shepherd.agents.core import ActMode, Kind, Request
-from shepherd.agents.on_policy import OnPolicyAdapter
-from shepherd.agents.sb3 import stack_observations
+from shepherd.agents.sb3.on_policy import OnPolicyAdapter
+from shepherd.agents.sb3.base import stack_observations
 
 #: the four states of an actor, stacked: (actor hidden, actor cell, critic hidden, critic cell)
 _PI_H, _PI_C, _VF_H, _VF_C = range(4)

@@ -19,8 +19,8 @@ import numpy as np
 import torch as th
 
 from shepherd.agents.core import Request
-from shepherd.agents.on_policy import OnPolicyAdapter
-from shepherd.agents.sb3 import stack_observations
+from shepherd.agents.sb3.on_policy import OnPolicyAdapter
+from shepherd.agents.sb3.base import stack_observations
 
 
 class MaskableOnPolicyAdapter(OnPolicyAdapter):
