@@ -24,6 +24,7 @@ import torch as th
 
 from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFailed, Answer, Deliver, Kind,
                                   Observation, Outcome, Request)
+from shepherd.agents.futures import _Part, _Vector, answer_greedy_acts, settle
 from shepherd.agents.inline import GreedyActor
 from shepherd.agents.metrics import MetricsWriter
 from shepherd.agents.timing import LearnerStats
@@ -73,82 +74,6 @@ class _Control:
     what: str  # "checkpoint", "set" (live parameters), "drain", "mark" or "stop"
     future: Future | None = None
     payload: Any = None
-
-
-class _Vector:
-    """The answers of one vector step's acts, gathered into one future (set on the thread that resolves)."""
-
-    __slots__ = ("future", "actions", "left", "version")
-
-    def __init__(self, future: ActionFuture, count: int) -> None:
-        self.future = future
-        self.actions: list[Any] = [None] * count
-        self.left = count
-        self.version: int | None = None
-
-    def answer(self, index: int, answer: Answer) -> None:
-        future = self.future
-        if future.done():
-            return
-        if answer.outcome is Outcome.ACTION:
-            self.actions[index] = answer.action
-            self.version = answer.version if self.version is None else min(self.version, answer.version)
-            self.left -= 1
-            if not self.left:
-                future.policy_version = self.version or 0
-                future.set_result(self.actions)
-        else:
-            _refuse(future, answer)
-
-
-def _refuse(future: Future, answer: Answer) -> None:
-    """Settle a future with an answer that is not an action: dropped, failed or closed."""
-    if answer.outcome is Outcome.DROPPED:
-        future.cancel()
-    elif answer.outcome is Outcome.FAILED:
-        future.set_exception(AgentFailed(answer.detail))
-    else:
-        future.set_exception(AgentClosed(answer.detail))
-
-
-@dataclass(frozen=True)
-class _Part:
-    """Where one act's answer goes in its vector step."""
-
-    vector: _Vector
-    index: int
-
-
-def settle(future: ActionFuture | _Part | None, answer: Answer) -> None:
-    """Settle the future an answer was awaited by (None, or done already: nothing left to do): its action
-    with the policy version, a refusal, or one part of a vector step's answer."""
-    if isinstance(future, _Part):
-        future.vector.answer(future.index, answer)
-    elif future is None or future.done():
-        return
-    elif answer.outcome is Outcome.ACTION:
-        future.policy_version = answer.version
-        future.set_result(answer.action)
-    else:
-        _refuse(future, answer)
-
-
-def answer_greedy_acts(greedy: GreedyActor, requests: list[Request], acts: list[Request],
-                       future: ActionFuture) -> list[Request] | None:
-    """A vector step's acts answered at once from the greedy snapshot, when every one is greedy and the
-    snapshot can serve them (one numpy forward): sets ``future`` and returns the step's other requests
-    (ends, drops), which the learner must still be sent. None: the learner answers them (the snapshot is
-    asked to get ready, so the next greedy steps can be answered at once)."""
-    if not all(r.mode is ActMode.GREEDY for r in acts):
-        return None
-    masks = [r.mask for r in acts] if any(r.mask is not None for r in acts) else None
-    answered = greedy.act_batch([r.obs for r in acts], masks)
-    if answered is None:
-        greedy.prepare()
-        return None
-    future.policy_version = answered[1]
-    future.set_result(list(answered[0]))
-    return [r for r in requests if r.kind not in (Kind.BEGIN, Kind.STEP)]
 
 
 class ThreadedLearner:

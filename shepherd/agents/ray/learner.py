@@ -53,7 +53,8 @@ from shepherd.agents.ray.actor import BUILD_SECONDS, NAMESPACE, REMOTE_ACTOR, Re
 from shepherd.agents.ray.advice import advice_data
 from shepherd.agents.ray.metrics import replay
 from shepherd.agents.timing import LearnerStats
-from shepherd.agents.worker import ThreadedLearner, _Part, _Vector, answer_greedy_acts, settle
+from shepherd.agents.futures import _Part, _Vector, answer_greedy_acts, settle
+from shepherd.agents.worker import ThreadedLearner
 from shepherd.definition import AgentDefinition, Sharing
 from shepherd.storage.files import atomic_write_bytes
 
