@@ -24,7 +24,7 @@ import ray
 from shepherd.agents.core import Answer, VersionedWeights
 from shepherd.agents.ray.advice import advice_status, apply_advice
 from shepherd.agents.ray.metrics import Recorded, RecordingLogger, record_in
-from shepherd.agents.registry import learner_for
+from shepherd.agents.factories import learner_for
 from shepherd.agents.timing import LearnerStats
 from shepherd.agents.worker import ThreadedLearner
 from shepherd.definition import AgentDefinition
