@@ -19,7 +19,8 @@ from stable_baselines3.common.noise import ActionNoise, NormalActionNoise, Ornst
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from shepherd.agents import inline
-from shepherd.agents.advice import Advice, AdvisedRolloutBuffer, advice_width
+from shepherd.agents.advice import Advice
+from shepherd.agents.sb3.advised import AdvisedRolloutBuffer, advice_width
 from shepherd.agents.filters import Filtering, check_filters, policy_space
 from shepherd.agents.parameters import LinearSchedule, ParameterError
 from shepherd.agents.registry import (ADVICE_PARAMETERS, LEARNER_FACTORIES, algorithm_info, check_advisable, check_agent,

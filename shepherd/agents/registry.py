@@ -25,7 +25,7 @@ from stable_baselines3 import A2C, DDPG, DQN, PPO, SAC, TD3
 from stable_baselines3.common.base_class import BaseAlgorithm
 
 from shepherd.agents.filters import check_filters
-from shepherd.agents.advice import NOT_ADVISED, AdvisedOnPolicyAdapter, advice_width
+from shepherd.agents.sb3.advised import NOT_ADVISED, AdvisedOnPolicyAdapter, advice_width
 from shepherd.agents.sb3.off_policy import OffPolicyAdapter
 from shepherd.agents.sb3.on_policy import OnPolicyAdapter
 from shepherd.agents.parameters import (Parameter, ParameterError, ParamType, coerce,

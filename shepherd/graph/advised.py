@@ -9,7 +9,7 @@ restores every client it finds there. Its first episodes try each rated client's
 (plug-in trials, until one does as well as any client's evaluation), and it adopts the best-rated one
 that worked there before it learns. After every evaluation, each client is given as advisor the other
 client with the best recent evaluation return, if that is better than its own (`choose_advisors`); the
-advice itself is the learner's (`shepherd.agents.advice`). Every client has its own learner thread: one
+advice itself is the learner's (`shepherd.agents.sb3.advised`). Every client has its own learner thread: one
 that fails fails alone.
 """
 
