@@ -1,4 +1,4 @@
-"""The head's greedy snapshot of a learner in a Ray actor (`ray_learner._Snapshot`): asked once, its weights
+"""The head's greedy snapshot of a learner in a Ray actor (`shepherd.agents.ray.status._Snapshot`): asked once, its weights
 stay wanted, and the sender is woken, until the actor has sent weights of its current version (its
 learner publishes when asked, so the first reply may come without them). No Ray cluster needed."""
 
@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("ray", reason="the ray extra is not installed (pip install -e .[ray])")
 
 from shepherd.agents.core import VersionedWeights  # noqa: E402
-from shepherd.agents.ray.learner import _RemoteStatus, _Snapshot  # noqa: E402
+from shepherd.agents.ray.status import _RemoteStatus, _Snapshot  # noqa: E402
 
 
 def weights(version):
