@@ -156,11 +156,11 @@ def forward_costs() -> dict:
             one = [obs]
         figures["shepherd_greedy_us"] = per_call(lambda: learner._greedy(one))
     try:
-        from shepherd.agents.inline import snapshot
+        from shepherd.agents.greedy_policy import greedy_function
     except ImportError:
         pass
     else:
-        greedy = snapshot(learner.model.policy, learner.observation_space)
+        greedy = greedy_function(learner.model.policy, learner.observation_space)
         figures["shepherd_snapshot_us"] = per_call(lambda: greedy(obs))
     return figures
 

@@ -18,7 +18,7 @@ from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.noise import ActionNoise, NormalActionNoise, OrnsteinUhlenbeckActionNoise
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from shepherd.agents import inline
+from shepherd.agents import greedy_policy
 from shepherd.agents.advice import Advice
 from shepherd.agents.sb3.advised import AdvisedRolloutBuffer, advice_width
 from shepherd.agents.filters import Filtering, check_filters, policy_space
@@ -133,7 +133,7 @@ def _threaded(adapter: Any, filters: Filters, observation_space: spaces.Space, s
         adapter.use_filters(filtering)
     greedy = None
     if filters.frame_stack <= 1:  # stacks are kept per actor by the learner: it answers every step
-        greedy = inline.greedy_actor(model.policy, seen, adapter, adapter.actions, adapter.name, filtering)
+        greedy = greedy_policy.greedy_policy_of(model.policy, seen, adapter, adapter.actions, adapter.name, filtering)
     return ThreadedLearner(adapter, greedy)
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shepherd.agents.core import ActionFuture, ActMode, AgentClosed, AgentFailed, Answer, Kind, Outcome, Request
-from shepherd.agents.inline import GreedyActor
+from shepherd.agents.greedy_policy import GreedyPolicy
 
 class _Vector:
     """The answers of one vector step's acts, gathered into one future (set on the thread that resolves)."""
@@ -73,7 +73,7 @@ def settle(future: ActionFuture | _Part | None, answer: Answer) -> None:
         _refuse(future, answer)
 
 
-def answer_greedy_acts(greedy: GreedyActor, requests: list[Request], acts: list[Request],
+def answer_greedy_acts(greedy: GreedyPolicy, requests: list[Request], acts: list[Request],
                        future: ActionFuture) -> list[Request] | None:
     """A vector step's acts answered at once from the greedy snapshot, when every one is greedy and the
     snapshot can serve them (one numpy forward): sets ``future`` and returns the step's other requests

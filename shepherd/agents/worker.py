@@ -5,7 +5,7 @@ queues them, and keeps the caller's futures by ticket. Its thread drains everyth
 run to the algorithm (`Algorithm.process`), which answers act requests with one batched forward pass; the
 batch's `Answer`s then go back to the caller's thread with one wake-up (the ``deliver`` given to `start`).
 A greedy step is answered on the caller's thread at once when the algorithm's weights can be served by a
-numpy snapshot (`shepherd.agents.inline.GreedyActor`).
+numpy snapshot (`shepherd.agents.greedy_policy.GreedyPolicy`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import torch as th
 from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFailed, Answer, Deliver, Kind,
                                   Observation, Outcome, Request)
 from shepherd.agents.futures import _Part, _Vector, answer_greedy_acts, settle
-from shepherd.agents.inline import GreedyActor
+from shepherd.agents.greedy_policy import GreedyPolicy
 from shepherd.agents.metrics import MetricsWriter
 from shepherd.agents.timing import LearnerStats
 
@@ -82,7 +82,7 @@ class ThreadedLearner:
     #: how long the worker sleeps when idle before calling `Algorithm.idle` (seconds)
     tick = 0.5
 
-    def __init__(self, algorithm: Algorithm, greedy: GreedyActor | None = None) -> None:
+    def __init__(self, algorithm: Algorithm, greedy: GreedyPolicy | None = None) -> None:
         self.algorithm = algorithm
         self.name = algorithm.name
         self.failure: str | None = None

@@ -13,7 +13,7 @@ object is unpickled from the head's side of a call.
 - `RayLearner` (on the head) keeps the callers' futures by ticket and sends everything pending for its
   actor as one remote call, one call in flight at a time (the next batch collects meanwhile); the answers
   are delivered on the caller's thread with the ``deliver`` given to `start`, as a `ThreadedLearner` does.
-  Greedy steps are answered on the head from a `GreedyActor` snapshot of the actor's published weights
+  Greedy steps are answered on the head from a `GreedyPolicy` snapshot of the actor's published weights
   (and its observation statistics, sent with them).
 - Checkpoints are written where the store is: the actor returns the checkpoint's bytes and the head
   writes them atomically; a restore reads the head's file and sends its bytes.

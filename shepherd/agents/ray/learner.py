@@ -19,7 +19,7 @@ import ray
 
 from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFailed, Answer, Deliver, Kind,
                                   LearnerUnavailable, Observation, Request)
-from shepherd.agents.inline import GreedyActor
+from shepherd.agents.greedy_policy import GreedyPolicy
 from shepherd.agents.metrics import MetricsWriter, is_on_policy
 from shepherd.agents.ray.actor import BUILD_SECONDS, Reply
 from shepherd.agents.ray.advice import advice_data
@@ -69,13 +69,13 @@ class RayLearner(ActorRevival):
         self._actor_options = dict(actor_options or {})  # more of Ray's actor options (a scheduling strategy)
         self._wake = threading.Event()
         self._snapshot = _Snapshot(self.algorithm, self._wake.set)
-        self.greedy: GreedyActor | None = None
+        self.greedy: GreedyPolicy | None = None
         local_greedy = local.greedy
         #: the head's copy of the actor's observation statistics, as of the weights it sent last
         local_filtering = None if local_greedy is None else local_greedy.filtering
         self._filtering = None if local_filtering is None else local_filtering.frozen()
         if local_greedy is not None:
-            self.greedy = GreedyActor(local_greedy.plan, self._snapshot, local_greedy.actions, self.name,
+            self.greedy = GreedyPolicy(local_greedy.network, self._snapshot, local_greedy.actions, self.name,
                                       self._filtering)
         self._handle: Any = None
         self._available = False

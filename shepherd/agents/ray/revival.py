@@ -18,7 +18,7 @@ import ray
 from ray import exceptions as ray_errors
 
 from shepherd.agents.core import LearnerUnavailable
-from shepherd.agents.inline import GreedyActor
+from shepherd.agents.greedy_policy import GreedyPolicy
 from shepherd.agents.ray.actor import BUILD_SECONDS, NAMESPACE, REMOTE_ACTOR
 from shepherd.agents.ray.status import _Snapshot
 
@@ -43,7 +43,7 @@ class ActorRevival:
     name: str
     actor_name: str
     failure: str | None
-    greedy: GreedyActor | None
+    greedy: GreedyPolicy | None
     restarts: int
     _handle: Any
     _advice_sent: dict[str, Any] | None

@@ -21,7 +21,7 @@ from stable_baselines3.common.save_util import load_from_zip_file, recursive_set
 
 from shepherd.agents import checkpoint
 from shepherd.agents.core import Answer, Outcome, Request, VersionedWeights
-from shepherd.agents.inline import weights_of
+from shepherd.agents.greedy_policy import weights_of
 from shepherd.agents.timing import WORK_BUCKETS, Histogram
 from shepherd.agents.filters import Filtering
 from shepherd.policies.transforms import ActionTransform

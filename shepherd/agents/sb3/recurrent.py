@@ -24,7 +24,7 @@ are RecurrentPPO's ``collect_rollouts``, with an actor where SB3 has an env colu
   an untouched segment if one is free (and an actor starting an episode a started one), and is reset only
   when none is (`memory_resets` counts those acts).
 - Greedy acts (evaluation, deployment) are answered here too, never by the numpy snapshot
-  (`shepherd.agents.inline` refuses recurrent policies); a greedy episode carries the actor's LSTM only
+  (`shepherd.agents.greedy_policy` refuses recurrent policies); a greedy episode carries the actor's LSTM only
   (an episode's mode never changes, so its critic state is never read).
 
 Actor states are not checkpointed: sessions do not survive a restart either.
