@@ -24,7 +24,7 @@ setup(
         "orjson>=3.9",
         "prometheus-client>=0.20",
         "tensorboard>=2.14",  # the training metrics' event files (SB3's TensorBoard writer), and to read them
-        "onnx>=1.15",  # the ONNX export of a greedy policy (shepherd/agents/export.py)
+        "onnx>=1.15",  # the ONNX export of a greedy policy (shepherd/agents/export/export.py)
         "onnxruntime>=1.17",  # shepherd.policies.onnx and the deploy server (run.py deploy) run exported policies
     ],
     extras_require={

@@ -279,7 +279,7 @@ if __name__ == "__main__":
     logging.getLogger("shepherd").setLevel(logging.WARNING)
     if arguments.verbose:  # who advises, tries and adopts whom
         logging.getLogger("shepherd.graph.advised").setLevel(logging.INFO)
-        logging.getLogger("shepherd.agents.advice").setLevel(logging.INFO)
+        logging.getLogger("shepherd.agents.sb3.advised").setLevel(logging.INFO)
     if arguments.trial_episodes is not None:
         advised.TRIAL_EPISODES = arguments.trial_episodes  # read each time a trial is queued
     sys.exit(asyncio.run(main(arguments)))

@@ -7,7 +7,7 @@
 - forward: `Policy.act` on one observation (a JSON list, checked as the server checks it) and
   `Policy.act_batch` on 64, against SB3's `predict()` (deterministic) of the same network on one and on 64,
   both on one thread. The policy is SB3's CartPole PPO MlpPolicy (64x64 tanh, its initial weights) of an
-  agent's learner, exported by `shepherd.agents.export` (what `run.py agents export --format onnx` writes);
+  agent's learner, exported by `shepherd.agents.export.export` (what `run.py agents export --format onnx` writes);
   its actions are checked equal to predict()'s on 1,000 observations first.
 - round trip (P1's method, benchmarks/perf.py): one wrk connection with an evaluate-mode session steps a
   CartPole observation as fast as it can; p50 of the deploy server (`run.py deploy`, that ONNX file)
@@ -36,12 +36,12 @@ from benchmarks.perf import OBS, PPO_PRESET, sessions, wrk  # noqa: E402
 
 
 def sb3_and_onnx(folder: Path):
-    """SB3's CartPole PPO and its greedy policy as the exporter writes it (`shepherd.agents.export`)."""
+    """SB3's CartPole PPO and its greedy policy as the exporter writes it (`shepherd.agents.export.export`)."""
     import numpy as np
     import torch as th
 
     from shepherd.agents import build_learner
-    from shepherd.agents.export import export_onnx
+    from shepherd.agents.export.export import export_onnx
     from shepherd.wire.spaces import parse_space
 
     th.set_num_threads(1)  # as Shepherd's learners run, and as Policy runs onnxruntime

@@ -35,7 +35,7 @@ import torch as th
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from shepherd.agents import algorithm_info, sb3_arguments  # noqa: E402
-from shepherd.agents.registry import policy_name  # noqa: E402
+from shepherd.agents.factories import policy_name  # noqa: E402
 from shepherd.client import Client, env_action_mask, run_env  # noqa: E402
 from shepherd.graph import AgentSpec, GraphManager, Schedule  # noqa: E402
 from shepherd.http import ServerConfig  # noqa: E402

@@ -156,11 +156,11 @@ def forward_costs() -> dict:
             one = [obs]
         figures["shepherd_greedy_us"] = per_call(lambda: learner._greedy(one))
     try:
-        from shepherd.agents.inline import snapshot
+        from shepherd.agents.greedy_policy import greedy_function
     except ImportError:
         pass
     else:
-        greedy = snapshot(learner.model.policy, learner.observation_space)
+        greedy = greedy_function(learner.model.policy, learner.observation_space)
         figures["shepherd_snapshot_us"] = per_call(lambda: greedy(obs))
     return figures
 
@@ -239,7 +239,7 @@ import json, sys, time
 from stable_baselines3 import DQN, PPO
 from stable_baselines3.common.env_util import make_vec_env
 sys.path.insert(0, {root!r})
-from shepherd.agents.registry import LinearSchedule
+from shepherd.agents.parameters import LinearSchedule
 algorithm, n_envs, seconds = {algorithm!r}, {n_envs}, {seconds}
 if algorithm == "PPO":
     params = dict(n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0,

@@ -8,7 +8,7 @@ Part 3 of benchmarks/ray_learners.py, also runnable alone:
 
 Four learner-bound CartPole PPO agents (benchmarks/presets/ray4_heavy.py: a 512x512 network, 40 epochs of
 minibatches of 64 per rollout of 256 steps), one client process each, served by ``run.py --ray ADDRESS``
-joined to a Ray node of its own (started here as ``run.py --ray`` starts one, ``ray_learner.connect``: on
+joined to a Ray node of its own (started here as ``run.py --ray`` starts one, ``ray_cluster.connect``: on
 127.0.0.1, token authentication, no dashboard). The Ray node's processes (GCS, raylet and the learner
 actors' workers, which inherit it) are started with a CPU affinity of 1 core or of 2 cores
 (``os.sched_setaffinity``); the head (``run.py``) and the clients are not restricted, in either setting.
@@ -66,17 +66,17 @@ UPDATE_SECONDS = "shepherd_training_update_duration_seconds_sum"
 # -- run in the Ray node's own process (``ray_cores.py node``) ------------------------------------------------
 def serve_node() -> int:
     """A local Ray node as ``run.py --ray`` starts one, kept until SIGTERM; prints its address."""
-    from shepherd.agents import ray_learner
+    from shepherd.agents.ray import cluster as ray_cluster
 
     stopping: list[int] = []
     signal.signal(signal.SIGTERM, lambda number, frame: stopping.append(number))
-    ray_learner.connect(None)
+    ray_cluster.connect(None)
     import ray
 
     print("ray node at", ray.get_runtime_context().gcs_address, flush=True)
     while not stopping:
         time.sleep(0.2)
-    ray_learner.disconnect()
+    ray_cluster.disconnect()
     return 0
 
 
@@ -177,7 +177,7 @@ class RayNode:
 def trial(cores: set[int], seconds: float, warmup: float) -> dict:
     """One setting: a fresh Ray node on ``cores``, the head and four clients unrestricted; the window's figures."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
-           "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # loopback addresses, as ray_learner.connect sets
+           "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # loopback addresses, as ray_cluster.connect sets
            # Ray runs its workers 15 steps nicer than the raylet: on a shared machine the learners would get
            # what everyone else leaves; here they run at the head's and the clients' priority
            "RAY_worker_niceness": "0"}

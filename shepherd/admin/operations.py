@@ -21,7 +21,7 @@ from shepherd.admin.records import ActionResult, AgentView, CreatedKey, KeyView,
 from shepherd.definition import AgentDefinition, Sharing, check_client_name
 from shepherd.agents import ParameterError, check_agent, live, registry_records
 from shepherd.agents.bounds import check_bounds
-from shepherd.agents.export import NotExportable
+from shepherd.agents.export.export import NotExportable
 from shepherd.graph.served import SET_WAIT_SECONDS, STOP_WAIT_SECONDS
 from shepherd.wire.spaces import SpaceError
 from shepherd.storage import AgentRecord, AlreadyExists, EpisodeReturn, NotFound, ReturnsJson, ReturnsPage

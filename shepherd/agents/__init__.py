@@ -4,8 +4,9 @@ from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFaile
                                   ExperienceLearner, ExperienceReply, Kind, Learner, LearnerUnavailable,
                                   NotClientActing, Request, StalePolicy, VersionedWeights, WeightSource)
 from shepherd.agents.parameters import Parameter, ParameterError, ParamType
-from shepherd.agents.registry import (ALGORITHMS, SHARING_MODES, algorithm_info, build_learner, check_agent, learner_for,
-                                      check_parameters, check_spaces, parameters, registry_records, sb3_arguments)
+from shepherd.agents.registry import (ALGORITHMS, SHARING_MODES, algorithm_info, check_agent, check_parameters, check_spaces,
+                                      parameters, registry_records)
+from shepherd.agents.factories import build_learner, learner_for, sb3_arguments
 from shepherd.agents.worker import ThreadedLearner
 
 __all__ = ["ALGORITHMS", "SHARING_MODES", "ActMode", "ActionFuture", "AgentClosed", "AgentFailed", "Checkpointable",

@@ -13,7 +13,7 @@ every act request with an action and the policy version that chose it::
 A client-acting session (issue 35: the client acts with the served policy and uploads its experience) is
 one *uploader*: ``learner.begin_uploads(uploader, n_envs)`` says how many steps to collect first, and each
 ``learner.learn_experience(uploader, experience)`` hands one upload over as one message; both are futures of
-an `ExperienceReply`. ``end_actor(uploader)`` ends it (``shepherd/agents/uploads.py``).
+an `ExperienceReply`. ``end_actor(uploader)`` ends it (``shepherd/agents/sb3/uploads.py``).
 
 A vector session (one client stepping N environments) hands every env's messages of one step over at once
 with ``learner.submit(requests)``: they reach the learner in one batch and in env order, so the learner acts
@@ -40,7 +40,7 @@ from shepherd.wire.experience import Experience
 
 if TYPE_CHECKING:  # the capabilities' types (their modules import torch, or build on this one)
     from shepherd.agents.advice import Advice
-    from shepherd.agents.inline import GreedyActor
+    from shepherd.agents.greedy_policy import GreedyPolicy
 
 #: an observation as the learner takes it: an array, or a dict of arrays for a ``Dict`` space
 Observation = Union[np.ndarray, Mapping[str, np.ndarray]]
@@ -274,7 +274,7 @@ class HasGreedy(Protocol):
     """A learner whose greedy acts a numpy copy of its policy may answer from its published weights
     (``greedy`` None: it has none, as for images, recurrent policies or networks too large)."""
 
-    greedy: GreedyActor | None
+    greedy: GreedyPolicy | None
 
 
 @runtime_checkable

@@ -219,7 +219,7 @@ class Filtering:
 
     def frozen(self) -> Filtering:
         """A copy that normalises observations with the statistics as they are now, whatever later batches
-        count (a frozen greedy policy's, `GreedyActor.frozen`); it keeps no actor's rewards or frames."""
+        count (a frozen greedy policy's, `GreedyPolicy.frozen`); it keeps no actor's rewards or frames."""
         clone = Filtering.__new__(Filtering)
         clone.filters, clone.gamma, clone.keys = self.filters, self.gamma, list(self.keys)
         clone.observations = {}

@@ -1,4 +1,5 @@
-"""The algorithms Shepherd serves, their typed parameters (read from SB3), the spaces they handle, and models.
+"""The algorithms Shepherd serves, their typed parameters (read from SB3) and the spaces they handle (their
+models are built by `shepherd.agents.factories`).
 
 Every algorithm is an SB3 (or sb3-contrib) class wrapped by a family adapter: PPO and A2C by the on-policy
 learner, DQN, SAC, TD3 and DDPG by the off-policy learner; the sb3-contrib ones register themselves in
@@ -19,24 +20,19 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
-import torch as th
 from gymnasium import spaces
 from stable_baselines3 import A2C, DDPG, DQN, PPO, SAC, TD3
 from stable_baselines3.common.base_class import BaseAlgorithm
-from stable_baselines3.common.logger import Logger
-from stable_baselines3.common.noise import ActionNoise, NormalActionNoise, OrnsteinUhlenbeckActionNoise
-from stable_baselines3.common.vec_env import DummyVecEnv
 
-from shepherd.agents import inline
-from shepherd.agents.filters import Filtering, check_filters, policy_space
-from shepherd.agents.advice import NOT_ADVISED, Advice, AdvisedOnPolicyAdapter, AdvisedRolloutBuffer, advice_width
-from shepherd.agents.off_policy import OffPolicyAdapter
-from shepherd.agents.on_policy import OnPolicyAdapter
-from shepherd.agents.parameters import (LinearSchedule, Parameter, ParameterError, ParamType, coerce,
+from shepherd.agents.filters import check_filters
+from shepherd.agents.sb3.advised import NOT_ADVISED, AdvisedOnPolicyAdapter, advice_width
+from shepherd.agents.sb3.off_policy import OffPolicyAdapter
+from shepherd.agents.sb3.on_policy import OnPolicyAdapter
+from shepherd.agents.parameters import (Parameter, ParameterError, ParamType, coerce,
                                         from_signature)
-from shepherd.agents.sb3 import SB3Algorithm, SpacesEnv
+from shepherd.agents.sb3.base import SB3Algorithm
 from shepherd.agents.worker import ThreadedLearner
-from shepherd.definition import AgentDefinition, Filters, Sharing
+from shepherd.definition import AgentDefinition, Sharing
 from shepherd.wire.spaces import parse_space
 
 EVERY_ACTION_SPACE = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
@@ -242,6 +238,11 @@ def check_spaces(algorithm: str, observation_space: spaces.Space, action_space: 
                              "scaled into them")
 
 
+#: how each sharing mode builds an agent's learner: (algorithm, name, spaces, values, total steps, filters) ->
+#: learner; an advised agent's factory builds one client's learner, once per client name. Filled by
+#: `shepherd.agents.factories` (imported at the end of this module)
+LEARNER_FACTORIES: dict[Sharing, Callable[..., ThreadedLearner]] = {}
+
 #: how the clients of one agent share what they learn (`LEARNER_FACTORIES` builds each mode's learner)
 SHARING_MODES = tuple(mode.value for mode in Sharing)
 
@@ -284,170 +285,6 @@ def check_advisable(info: Algorithm, action_space: spaces.Space) -> None:
         raise ParameterError(f"{info.name} cannot be advised here: {error}") from None
 
 
-_ACTIVATIONS: dict[str, Callable[..., th.nn.Module]] = {
-    "tanh": th.nn.Tanh, "relu": th.nn.ReLU, "elu": th.nn.ELU, "leaky_relu": th.nn.LeakyReLU, "gelu": th.nn.GELU,
-}
-
-
-def _policy_kwargs(value: dict[str, Any] | None) -> dict[str, Any] | None:
-    if not value:
-        return value
-    if not isinstance(value, dict):
-        raise ParameterError("policy_kwargs must be a JSON object, such as {\"net_arch\": [64, 64]}")
-    kwargs = dict(value)
-    activation = kwargs.get("activation_fn")
-    if isinstance(activation, str):
-        if activation.lower() not in _ACTIVATIONS:
-            raise ParameterError(f"activation_fn {activation!r} unknown; use one of {', '.join(_ACTIVATIONS)}")
-        kwargs["activation_fn"] = _ACTIVATIONS[activation.lower()]
-    return kwargs
-
-
-def _action_noise(kwargs: dict[str, Any], action_space: spaces.Space) -> ActionNoise | None:
-    kind = kwargs.pop("action_noise", None)
-    sigma = kwargs.pop("action_noise_sigma", 0.1)
-    theta = kwargs.pop("action_noise_theta", 0.15)
-    if kind is None:
-        return None
-    shape = action_space.shape or ()
-    mean = np.zeros(shape, dtype=np.float32)
-    deviation = np.full(shape, sigma, dtype=np.float32)
-    if kind == "normal":
-        return NormalActionNoise(mean, deviation)
-    return OrnsteinUhlenbeckActionNoise(mean, deviation, theta=theta)
-
-
-def sb3_arguments(algorithm: str, action_space: spaces.Space, values: dict[str, Any]) -> tuple[dict[str, Any], int]:
-    """SB3 constructor keyword arguments for parameter values, and the number of envs (rollout segments).
-
-    What an agent's model is built with; the parity benchmark builds SB3's own model with it too.
-
-    Raises:
-        ParameterError: bad parameter values.
-    """
-    info = algorithm_info(algorithm)
-    known = parameters(algorithm)
-    kwargs = check_parameters(algorithm, values)
-    for name in ADVICE_PARAMETERS:  # the advised learner's, not SB3's
-        if kwargs.pop(name, 0) < 0:
-            raise ParameterError(f"{info.name} parameter {name!r} must be 0 or more")
-    if kwargs.pop("max_policy_lag", 0) < 0:  # the adapter's (`build_learner`), not SB3's
-        raise ParameterError(f"{info.name} parameter 'max_policy_lag' must be 0 or more")
-    n_envs = kwargs.pop("n_envs", 1)
-    if n_envs < 1:
-        raise ParameterError(f"{info.name} parameter 'n_envs' must be at least 1")
-    if info.continuous and not info.on_policy:
-        kwargs["action_noise"] = _action_noise(kwargs, action_space)
-    for key, value in list(kwargs.items()):
-        if isinstance(value, str) and value.startswith("lin_") and known[key].schedule:
-            kwargs[key] = LinearSchedule(float(value[4:]))
-    if "policy_kwargs" in kwargs:
-        kwargs["policy_kwargs"] = _policy_kwargs(kwargs["policy_kwargs"])
-    return kwargs, n_envs
-
-
-def policy_name(observation_space: spaces.Space, algorithm: str = "PPO") -> str:
-    """The SB3 policy an algorithm's model is built with for this observation space."""
-    vector, dictionary = algorithm_info(algorithm).policies
-    return dictionary if isinstance(observation_space, spaces.Dict) else vector
-
-
-def build_learner(algorithm: str, name: str, observation_space: spaces.Space, action_space: spaces.Space,
-                  values: dict[str, Any], total_steps: int | None, filters: Filters | None = None) -> ThreadedLearner:
-    """Build a fresh SB3 model for the spaces, wrapped in its family's adapter on a worker (not yet started),
-    behind the agent's ``filters`` (the model sees the observation space they make: stacked frames).
-
-    Raises:
-        ParameterError: bad parameters, filters, or spaces the algorithm cannot handle.
-    """
-    info = algorithm_info(algorithm)
-    filters = filters or Filters()
-    check_spaces(algorithm, observation_space, action_space)
-    try:
-        check_filters(filters, observation_space, info.on_policy)
-    except ValueError as error:
-        raise ParameterError(str(error)) from None
-    kwargs, n_envs = sb3_arguments(algorithm, action_space, values)
-    seen = policy_space(filters, observation_space)
-    env = DummyVecEnv([lambda: SpacesEnv(seen, action_space)] * n_envs)
-    try:
-        model = info.sb3_class(policy_name(seen, algorithm), env, device="cpu", verbose=0, **kwargs)
-        model.set_logger(Logger(folder=None, output_formats=[]))
-        adapter = info.family(model, name, total_steps)
-        if isinstance(adapter, OffPolicyAdapter):
-            adapter.max_policy_lag = check_parameters(algorithm, values).get("max_policy_lag", 0)
-    except (ValueError, AssertionError, TypeError, KeyError) as error:
-        raise ParameterError(f"{info.name} rejected its parameters: {error}") from None
-    return _threaded(adapter, filters, observation_space, seen)
-
-
-def _threaded(adapter: Any, filters: Filters, observation_space: spaces.Space, seen: spaces.Space) -> ThreadedLearner:
-    """The adapter behind its filters on a worker, with a numpy greedy snapshot of its policy if it has one."""
-    model = adapter.model
-    filtering = None
-    if filters.active:
-        filtering = Filtering(filters, observation_space, float(getattr(model, "gamma", 0.99)))
-        adapter.use_filters(filtering)
-    greedy = None
-    if filters.frame_stack <= 1:  # stacks are kept per actor by the learner: it answers every step
-        greedy = inline.greedy_actor(model.policy, seen, adapter, adapter.actions, adapter.name, filtering)
-    return ThreadedLearner(adapter, greedy)
-
-
-def build_advised_learner(algorithm: str, name: str, observation_space: spaces.Space, action_space: spaces.Space,
-                          values: dict[str, Any], total_steps: int | None,
-                          filters: Filters | None = None) -> ThreadedLearner:
-    """Build the learner of one client of an advised agent (not yet started): the algorithm's advised
-    adapter, whose `Advice` (``learner.algorithm.advice``) the graph gives an advisor. Greedy acts are the
-    client's own policy's, unmixed (answered from a numpy snapshot where the policy has one, as a pooled
-    agent's; a trial of the client's policy on another client's system plays a frozen copy of it).
-
-    Raises:
-        ParameterError: bad parameters, spaces the algorithm cannot handle, or an algorithm without advice.
-    """
-    info = algorithm_info(algorithm)
-    check_spaces(algorithm, observation_space, action_space)
-    check_advisable(info, action_space)
-    assert info.advised is not None  # checked
-    kwargs, n_envs = sb3_arguments(algorithm, action_space, values)
-    checked = check_parameters(algorithm, values)
-    advice = Advice(checked.get("advice_strength", 0.3), checked.get("advice_decay", 0),
-                    checked.get("advice_keep", 0))
-    kwargs["rollout_buffer_class"] = AdvisedRolloutBuffer
-    kwargs["rollout_buffer_kwargs"] = {"advice_width": advice_width(action_space)}
-    filters = filters or Filters()
-    try:
-        check_filters(filters, observation_space, info.on_policy)
-    except ValueError as error:
-        raise ParameterError(str(error)) from None
-    seen = policy_space(filters, observation_space)  # each client's learner has its own filters' statistics
-    env = DummyVecEnv([lambda: SpacesEnv(seen, action_space)] * n_envs)
-    try:
-        model = info.sb3_class(policy_name(seen, algorithm), env, device="cpu", verbose=0, **kwargs)
-        model.set_logger(Logger(folder=None, output_formats=[]))
-        adapter = info.advised(model, name, total_steps, advice)
-    except (ValueError, AssertionError, TypeError, KeyError) as error:
-        raise ParameterError(f"{info.name} rejected its parameters: {error}") from None
-    return _threaded(adapter, filters, observation_space, seen)
-
-
-#: how each sharing mode builds an agent's learner: (algorithm, name, spaces, values, total steps, filters) ->
-#: learner; an advised agent's factory builds one client's learner, once per client name
-LEARNER_FACTORIES: dict[Sharing, Callable[..., ThreadedLearner]] = {Sharing.POOLED: build_learner,
-                                                                    Sharing.ADVISED: build_advised_learner}
-
-
-def learner_for(definition: AgentDefinition, values: dict[str, Any], total_steps: int | None) -> ThreadedLearner:
-    """The learner of an agent, as its sharing mode builds it (not yet started).
-
-    Raises:
-        ParameterError: bad parameters, spaces the algorithm cannot handle, or an unknown sharing mode.
-    """
-    check_agent(definition)
-    return LEARNER_FACTORIES[definition.sharing](definition.algorithm, definition.name, parse_space(definition.observation_space),
-                   parse_space(definition.action_space), values, total_steps, filters=definition.filters)
-
-
 def registry_records() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The algorithms and parameters tables as stored (name, continuous flag; typed parameters)."""
     algorithms = [{"name": a.name, "continuous": a.continuous, "on_policy": a.on_policy,
@@ -457,4 +294,5 @@ def registry_records() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return algorithms, params
 
 
-from shepherd.agents import contrib  # noqa: E402,F401  (registers sb3-contrib's algorithms)
+from shepherd.agents.sb3 import contrib  # noqa: E402,F401  (registers sb3-contrib's algorithms)
+from shepherd.agents import factories  # noqa: E402,F401  (fills LEARNER_FACTORIES)

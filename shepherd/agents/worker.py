@@ -5,7 +5,7 @@ queues them, and keeps the caller's futures by ticket. Its thread drains everyth
 run to the algorithm (`Algorithm.process`), which answers act requests with one batched forward pass; the
 batch's `Answer`s then go back to the caller's thread with one wake-up (the ``deliver`` given to `start`).
 A greedy step is answered on the caller's thread at once when the algorithm's weights can be served by a
-numpy snapshot (`shepherd.agents.inline.GreedyActor`).
+numpy snapshot (`shepherd.agents.greedy_policy.GreedyPolicy`).
 
 A learner being discarded (a restart, a delete) is stopped at once: an update in progress ends at its next
 optimiser step (`UpdateInterrupted`), so no worker thread goes on computing for a learner that is gone.
@@ -29,7 +29,8 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFailed, Answer, Deliver, Kind,
                                   NotClientActing, Observation, Outcome, Request, Upload)
 from shepherd.wire.experience import Experience
-from shepherd.agents.inline import GreedyActor
+from shepherd.agents.futures import _Part, _Vector, answer_greedy_acts, settle
+from shepherd.agents.greedy_policy import GreedyPolicy
 from shepherd.agents.metrics import MetricsWriter
 from shepherd.agents.timing import LearnerStats
 
@@ -113,91 +114,13 @@ class _Control:
     payload: Any = None
 
 
-class _Vector:
-    """The answers of one vector step's acts, gathered into one future (set on the thread that resolves)."""
-
-    __slots__ = ("future", "actions", "left", "version")
-
-    def __init__(self, future: ActionFuture, count: int) -> None:
-        self.future = future
-        self.actions: list[Any] = [None] * count
-        self.left = count
-        self.version: int | None = None
-
-    def answer(self, index: int, answer: Answer) -> None:
-        future = self.future
-        if future.done():
-            return
-        if answer.outcome is Outcome.ACTION:
-            self.actions[index] = answer.action
-            self.version = answer.version if self.version is None else min(self.version, answer.version)
-            self.left -= 1
-            if not self.left:
-                future.policy_version = self.version or 0
-                future.set_result(self.actions)
-        else:
-            _refuse(future, answer)
-
-
-def _refuse(future: Future, answer: Answer) -> None:
-    """Settle a future with an answer that is not an action: dropped, failed or closed."""
-    if answer.outcome is Outcome.DROPPED:
-        future.cancel()
-    elif answer.outcome is Outcome.FAILED:
-        future.set_exception(AgentFailed(answer.detail))
-    elif answer.outcome is Outcome.REFUSED and isinstance(answer.action, Exception):
-        future.set_exception(answer.action)
-    else:
-        future.set_exception(AgentClosed(answer.detail))
-
-
-@dataclass(frozen=True)
-class _Part:
-    """Where one act's answer goes in its vector step."""
-
-    vector: _Vector
-    index: int
-
-
-def settle(future: ActionFuture | _Part | None, answer: Answer) -> None:
-    """Settle the future an answer was awaited by (None, or done already: nothing left to do): its action
-    with the policy version, a refusal, or one part of a vector step's answer."""
-    if isinstance(future, _Part):
-        future.vector.answer(future.index, answer)
-    elif future is None or future.done():
-        return
-    elif answer.outcome is Outcome.ACTION:
-        future.policy_version = answer.version
-        future.set_result(answer.action)
-    else:
-        _refuse(future, answer)
-
-
-def answer_greedy_acts(greedy: GreedyActor, requests: list[Request], acts: list[Request],
-                       future: ActionFuture) -> list[Request] | None:
-    """A vector step's acts answered at once from the greedy snapshot, when every one is greedy and the
-    snapshot can serve them (one numpy forward): sets ``future`` and returns the step's other requests
-    (ends, drops), which the learner must still be sent. None: the learner answers them (the snapshot is
-    asked to get ready, so the next greedy steps can be answered at once)."""
-    if not all(r.mode is ActMode.GREEDY for r in acts):
-        return None
-    masks = [r.mask for r in acts] if any(r.mask is not None for r in acts) else None
-    answered = greedy.act_batch([r.obs for r in acts], masks)
-    if answered is None:
-        greedy.prepare()
-        return None
-    future.policy_version = answered[1]
-    future.set_result(list(answered[0]))
-    return [r for r in requests if r.kind not in (Kind.BEGIN, Kind.STEP)]
-
-
 class ThreadedLearner:
     """An `Algorithm` on a worker thread, behind the `Learner` calls; every call is thread-safe."""
 
     #: how long the worker sleeps when idle before calling `Algorithm.idle` (seconds)
     tick = 0.5
 
-    def __init__(self, algorithm: Algorithm, greedy: GreedyActor | None = None) -> None:
+    def __init__(self, algorithm: Algorithm, greedy: GreedyPolicy | None = None) -> None:
         self.algorithm = algorithm
         self.name = algorithm.name
         self.failure: str | None = None
@@ -328,7 +251,7 @@ class ThreadedLearner:
 
     def relay_requests(self, requests: list[Request]) -> None:
         """Queue requests whose tickets a caller in another process assigned, as one unit (one vector step's,
-        or one request); their answers go to `relay` (a learner in a Ray actor: `shepherd.agents.ray_learner`)."""
+        or one request); their answers go to `relay` (a learner in a Ray actor: `shepherd.agents.ray.learner`)."""
         self._put_all(requests)
 
     def mark(self) -> Future:
@@ -351,7 +274,7 @@ class ThreadedLearner:
         return self.algorithm.version
 
     def behaviour(self, phase: str, agent: str, algorithm: str) -> ActionFuture:
-        """The behaviour policy file of ``phase`` (`shepherd.agents.behaviour`) at the learner's current
+        """The behaviour policy file of ``phase`` (`shepherd.agents.export.behaviour`) at the learner's current
         version, built on its thread between two batches: a future of ``(version, the file's bytes)``; its
         exception `NotActableAtClient` when the policy cannot act at the client."""
         future = ActionFuture()

@@ -179,18 +179,18 @@ def serve_on_ray(graph: GraphManager, args: argparse.Namespace) -> int:
     """Serve with every learner (a pooled agent's, each client's of an advised one) in a Ray actor (imports
     ray only now)."""
     try:
-        from shepherd.agents import ray_learner
+        from shepherd.agents.ray import cluster as ray_cluster
     except ImportError as error:
         raise UsageError(f"--ray needs Ray: pip install -e .[ray] ({error})") from None
     try:
-        ray_learner.connect(None if args.ray == LOCAL_RAY else args.ray)
+        ray_cluster.connect(None if args.ray == LOCAL_RAY else args.ray)
     except Exception as error:  # noqa: BLE001 - Ray's own errors (no cluster at the address, a bad token)
         raise UsageError(f"cannot start or reach Ray ({args.ray}): {type(error).__name__}: {error}") from None
-    graph.remote_learners = ray_learner.RayLearners()
+    graph.remote_learners = ray_cluster.RayLearners()
     try:
         return asyncio.run(serve(graph, args))
     finally:
-        ray_learner.disconnect()
+        ray_cluster.disconnect()
 
 
 class StopFailed(Exception):

@@ -26,7 +26,7 @@ from multidict import CIMultiDict
 from shepherd.front.frames import (ADDRESS_HEADER, CONTENT_TYPE, FRONT_END_HEADER, INTERNAL_PATH, INTERNAL_PATHS,
                                    MAX_ITEMS, TOKEN_HEADER, FrameError, Item, SnapshotNote, answer_header,
                                    encode_items)
-from shepherd.front.greedy import SNAPSHOT_HEADER, Snapshots
+from shepherd.front.snapshot_cache import SNAPSHOT_HEADER, SnapshotCache
 from shepherd.wire.replies import http_error, json_error
 
 logger = logging.getLogger(__name__)
@@ -139,7 +139,7 @@ class Batcher:
 
 
 BATCHER = web.AppKey("batcher", Batcher)
-SNAPSHOTS = web.AppKey("snapshots", Snapshots)
+SNAPSHOTS = web.AppKey("snapshots", SnapshotCache)
 CONFIG = web.AppKey("config", FrontConfig)
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -239,7 +239,7 @@ async def _head_session(app: web.Application) -> AsyncIterator[None]:
                                     timeout=aiohttp.ClientTimeout(total=None, sock_connect=5))
     app[SESSION] = session
     app[BATCHER] = Batcher(session, app[CONFIG])
-    app[SNAPSHOTS] = Snapshots(session, app[CONFIG].head_url, app[CONFIG].token, app[BATCHER].submit)
+    app[SNAPSHOTS] = SnapshotCache(session, app[CONFIG].head_url, app[CONFIG].token, app[BATCHER].submit)
     yield
     await app[SNAPSHOTS].close()
     await app[BATCHER].close()

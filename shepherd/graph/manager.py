@@ -75,7 +75,7 @@ class GraphManager:
         self._sessions = SessionTable()
         #: builds a served learner in another process from the agent's record, values, training budget, the
         #: in-process learner built first and the client's name (an advised agent's clients; None: a pooled
-        #: agent's) (`shepherd.agents.ray_learner.RayLearners`, run.py --ray); None: every learner runs here
+        #: agent's) (`shepherd.agents.ray.cluster.RayLearners`, run.py --ray); None: every learner runs here
         self.remote_learners: Callable[[AgentRecord, dict[str, Any], int | None, ThreadedLearner, str | None],
                                        ThreadedLearner] | None = None
 

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from shepherd.agents import algorithm_info, checkpoint
-from shepherd.agents.export import NotExportable, export_adapter
-from shepherd.agents.sb3 import SB3Algorithm
+from shepherd.agents.export.export import NotExportable, export_adapter
+from shepherd.agents.sb3.base import SB3Algorithm
 from shepherd.graph.agent import (NO_MODEL, AgentStatus, ServedAgent, kind_of, model_file, of_kind, settle,
                                   unlink)
 from shepherd.graph.runtime import AgentRuntime, saved_client_names
@@ -247,7 +247,7 @@ class ServedAgents:
                 raise NotFound(NO_MODEL) from None
 
     async def export_onnx(self, agent_id: int, client: str | None = None) -> bytes:
-        """The agent's greedy policy as one ONNX file (`shepherd.agents.export`), built from its checkpoint;
+        """The agent's greedy policy as one ONNX file (`shepherd.agents.export.export`), built from its checkpoint;
         a served agent checkpoints first, so that it has its latest weights. An advised agent's is one
         client's own network (the one named, or the best by recent evaluation return), without its advisor:
         the mixed policy needs the advisor's network, which a deployed client does not have.

@@ -130,7 +130,7 @@ class Session:
     def snapshot(self) -> tuple[str, int, int | None] | None:
         """The snapshot a front end may answer this session's steps with (`snapshot_name`), its learner's
         policy version now, and the session's `n_envs`; None unless this is an evaluate-mode session of a
-        learner that has not failed and whose greedy policy another process can run (`GreedyActor.portable`)."""
+        learner that has not failed and whose greedy policy another process can run (`GreedyPolicy.portable`)."""
         learner = self.runtime.learner
         if not self.level.evaluate_only or learner.failure is not None:
             return None

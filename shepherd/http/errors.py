@@ -14,7 +14,7 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from shepherd.admin import Forbidden, Invalid
 from shepherd.agents import AgentClosed, AgentFailed, LearnerUnavailable, NotClientActing, StalePolicy
-from shepherd.agents.behaviour import NotActableAtClient
+from shepherd.agents.export.behaviour import NotActableAtClient
 from shepherd.graph import ActTimeout, BadClient, Conflict, Gone, TooManyEnvs, TooManySessions, Unauthorized, WrongShape
 from shepherd.http.limits import TooManyRequests
 from shepherd.http.state import CONFIG

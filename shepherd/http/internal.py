@@ -150,7 +150,7 @@ async def _answer(app: web.Application, index: int, item: Item) -> bytes:
 
 async def internal_snapshot(request: web.Request) -> web.Response:
     """``GET /internal/snapshot?name=NAME&newer=V``: the greedy snapshot ``NAME`` (`snapshot_name`, from an
-    answer's note) as `shepherd.policies.snapshots` bytes, if its learner published a version newer than ``V``; 204
+    answer's note) as `shepherd.policies.greedy_snapshot` bytes, if its learner published a version newer than ``V``; 204
     when it has not (yet: asking makes it publish), 404 when no learner has that snapshot (any more)."""
     name = request.query.get("name", "")
     try:

@@ -10,7 +10,7 @@ from typing import Any, Callable, Protocol
 
 from shepherd.agents import ActionFuture, ActMode
 from shepherd.agents.core import HasGreedy, Learner
-from shepherd.agents.inline import GreedyActor
+from shepherd.agents.greedy_policy import GreedyPolicy
 
 
 class Phase(enum.Enum):
@@ -30,7 +30,7 @@ MODES = {Phase.HEATUP: ActMode.RANDOM, Phase.TRAIN: ActMode.EXPLORE, Phase.EVALU
 class Trial:
     """Another learner's greedy policy, played for ``episodes`` episodes on a session's own system.
 
-    The policy is frozen when the trial first acts (`GreedyActor.frozen`: the weights its learner published
+    The policy is frozen when the trial first acts (`GreedyPolicy.frozen`: the weights its learner published
     last, and its observation statistics then), so every step of every episode of the trial plays one
     policy, whatever its learner learns meanwhile, and the host can adopt that very policy (``frozen``).
     Making a trial asks the learner to publish. The learner answers what the frozen copy cannot: steps
@@ -43,7 +43,7 @@ class Trial:
         self.learner = learner
         self.episodes = episodes
         self.returns: list[float] = []  # of the episodes played to their end
-        self.frozen: GreedyActor | None = None
+        self.frozen: GreedyPolicy | None = None
         self._live: set[int] = set()  # actors in an episode the learner answers part of
         self._greedy = learner.greedy if isinstance(learner, HasGreedy) else None
         if self._greedy is not None:

@@ -3,7 +3,7 @@ into [-1, 1] and back, clipping to a ``Box``); on the observation side, VecNorma
 (`normalized`). The agent's filters (``shepherd/agents/filters.py``: normalisation, reward scaling, frame
 stacking) keep the statistics, saved in the checkpoint.
 
-A learner, its greedy snapshot and a front end's copy of that snapshot (``shepherd/policies/snapshots.py``) apply the
+A learner, its greedy snapshot and a front end's copy of that snapshot (``shepherd/policies/greedy_snapshot.py``) apply the
 same stage, so an action is the same whichever answers it; this module never imports torch.
 """
 

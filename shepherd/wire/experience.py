@@ -5,7 +5,7 @@ columns (issue 35): ``obs`` has T+1 rows of N observations (row 0 the ones the f
 from, row T the ones the next upload starts from), ``sample``, ``reward``, ``terminated``, ``truncated``
 and ``final_obs`` T rows each, ``action_mask`` T+1 rows when the agent takes masks. Everything is checked
 before anything is recorded, and an error names the field and ``[t][i]``. The learner's side is
-``shepherd/agents/uploads.py``.
+``shepherd/agents/sb3/uploads.py``.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import onnx
 
-from shepherd.agents.export import metadata
+from shepherd.agents.export.export import metadata
 from shepherd.storage import Store
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from shepherd.front.frames import SNAPSHOT_PATH, TOKEN_HEADER
-from shepherd.front.greedy import SNAPSHOT_HEADER
+from shepherd.front.snapshot_cache import SNAPSHOT_HEADER
 from shepherd.storage import read_server_file
 from tests.conftest import TEST_PRESETS
 from tests.e2e.test_front_ends import request, steps_while_a_front_end_is_killed

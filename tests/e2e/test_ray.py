@@ -25,7 +25,7 @@ def cluster():
     from ray.cluster_utils import Cluster
 
     saved = os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # loopback addresses (see ray_learner.connect)
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # loopback addresses (see shepherd.agents.ray.cluster.connect)
     ray_constants.ENABLE_RAY_CLUSTER = False
     nodes = Cluster(initialize_head=True, connect=False,
                     head_node_args={"num_cpus": 1, "include_dashboard": False, "node_ip_address": "127.0.0.1"})
@@ -56,7 +56,7 @@ def test_cartpole_ppo_learns_with_its_learner_in_a_ray_actor(cluster, tmp_path):
     result = run_preset(cluster, tmp_path, "-cp", "validation.target_return=200")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert "target reached" in result.stdout
-    assert "shepherd.agents.ray_learner" in result.stderr  # it ran on Ray, not in-process
+    assert "shepherd.agents.ray.cluster" in result.stderr  # it ran on Ray, not in-process
     assert (tmp_path / "data" / "agents" / "1" / "model.zip").stat().st_size > 10_000  # written by the head
 
 
@@ -67,7 +67,7 @@ def test_cartpole_ppo_learns_on_ray_behind_two_front_ends(cluster, tmp_path):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert "target reached" in result.stdout
     assert "Front ends: 2 processes" in result.stdout
-    assert "shepherd.agents.ray_learner" in result.stderr
+    assert "shepherd.agents.ray.cluster" in result.stderr
 
 
 def test_front_ends_answer_evaluate_steps_from_snapshots_of_the_actors_weights(cluster, server_factory):
@@ -148,7 +148,7 @@ def serve_and_lose_the_learner(tmp_path, lose, actor_options=None, after=None, n
     """Serve tiny_ppo with its learner on Ray, drive it with two clients, ``lose(learner)`` once a
     checkpoint is written, ``after(learner)`` once a new actor took over, and check that the agent resumed
     from the checkpoint with every step counted once."""
-    from shepherd.agents.ray_learner import RayLearners
+    from shepherd.agents.ray.cluster import RayLearners
     from shepherd.graph import GraphManager
     from shepherd.loading import load_preset
     from shepherd.http import ServerConfig
@@ -229,7 +229,7 @@ def test_a_learner_whose_node_is_removed_resumes_on_another_node(cluster, tmp_pa
 async def test_sb3s_training_values_reach_the_heads_metrics_files(cluster, tmp_path, algorithm, frequent_rows):
     """The in-process metrics test's agents, on Ray: what SB3's train() records in the actor is in the
     head's CSV and TensorBoard rows as in-process (a row per PPO update with its values)."""
-    from shepherd.agents.ray_learner import RayLearners
+    from shepherd.agents.ray.cluster import RayLearners
     from tests.integration.test_training_metrics import check_metrics, serve_and_drive
 
     check_metrics(await serve_and_drive(tmp_path / "data", algorithm, 400, RayLearners()), algorithm)
@@ -280,7 +280,9 @@ def test_an_advised_agents_clients_learn_in_named_actors_and_the_advisee_reads_i
     chosen policy before it learns a step; each client's metrics, in its folder on the head, have SB3's
     training values."""
     from shepherd.agents.advice import Adoption
-    from shepherd.agents.ray_learner import NAMESPACE, RayLearner, RayLearners
+    from shepherd.agents.ray.actor import NAMESPACE
+    from shepherd.agents.ray.cluster import RayLearners
+    from shepherd.agents.ray.learner import RayLearner
     from shepherd.graph import AdvisedAgent, GraphManager
     from shepherd.loading import load_preset
     from shepherd.graph.runtime import client_folder

@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 from stable_baselines3 import PPO
 
-from shepherd.agents.export import ADVICE_LEFT_OUT, metadata
+from shepherd.agents.export.export import ADVICE_LEFT_OUT, metadata
 from shepherd.graph import AgentSpec, GraphManager, Schedule
 from shepherd.http import CREATED_KEYS, GRAPH, ServerConfig, create_app
 from shepherd.http.state import CREATED_ADMIN_TOKEN

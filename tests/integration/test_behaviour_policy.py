@@ -26,11 +26,11 @@ from sb3_contrib import RecurrentPPO  # noqa: F401  (registered with the other a
 from stable_baselines3 import PPO
 
 from shepherd.agents import build_learner, parameters
-from shepherd.agents.behaviour import PHASES, NotActableAtClient, behaviour_adapter, behaviour_onnx
-from shepherd.agents.export import Normalization, metadata
-from shepherd.agents.on_policy import OnPolicyAdapter
-from shepherd.agents.registry import build_advised_learner
-from shepherd.agents.sb3 import SpacesEnv
+from shepherd.agents.export.behaviour import PHASES, NotActableAtClient, behaviour_adapter, behaviour_onnx
+from shepherd.agents.export.export import Normalization, metadata
+from shepherd.agents.sb3.on_policy import OnPolicyAdapter
+from shepherd.agents.factories import build_advised_learner
+from shepherd.agents.sb3.base import SpacesEnv
 from shepherd.definition import Filters
 from shepherd.wire.spaces import parse_space
 

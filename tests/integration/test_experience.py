@@ -27,7 +27,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecEnvWrapper, VecNormalize
 
 from shepherd.agents import ActMode, NotClientActing, StalePolicy, algorithm_info, build_learner, sb3_arguments
-from shepherd.agents.registry import policy_name
+from shepherd.agents.factories import policy_name
 from shepherd.definition import Filters
 from shepherd.wire.experience import (EXPERIENCE_FIELDS, BadExperience, Experience, ExperienceSpaces,
                                       parse_experience)

@@ -121,14 +121,14 @@ def test_the_greedy_snapshot_normalises_as_the_learner_does():
         answered = [learner.begin_episode(200 + i, obs, ActMode.GREEDY) for i, obs in enumerate(probes)]
         # the learner answers these (a BEGIN of a greedy episode goes to the learner first)
         assert [int(a) for a in snapshot] == [int(f.result(30)) for f in answered]
-        raw = learner.greedy.plan.bind(learner.algorithm.latest_weights().arrays)(np.stack(probes), None)
+        raw = learner.greedy.network.bind(learner.algorithm.latest_weights().arrays)(np.stack(probes), None)
         assert not np.array_equal(np.asarray(raw).ravel(), np.asarray(snapshot).ravel()), "normalising mattered"
     finally:
         learner.close()
 
 
 def test_a_frozen_greedy_snapshot_keeps_its_weights_and_statistics_as_the_learner_goes_on():
-    """`GreedyActor.frozen` (what a trial plays): the policy as published, and the observation statistics
+    """`GreedyPolicy.frozen` (what a trial plays): the policy as published, and the observation statistics
     as they were, whatever the learner learns and counts afterwards."""
     rng = np.random.default_rng(3)
     episodes = [[rng.normal([50.0, -20.0, 3.0], 5.0).astype(np.float32) for _ in range(6)] for _ in range(10)]

@@ -7,8 +7,8 @@ import pytest
 import torch as th
 
 from shepherd.agents import Kind, Request, ActMode, AgentFailed, build_learner
-from shepherd.agents import inline
-from shepherd.agents.inline import agrees, snapshot
+from shepherd.agents import greedy_policy
+from shepherd.agents.greedy_policy import agrees, greedy_function
 from shepherd.wire.spaces import parse_space
 
 OBS = parse_space([[4], "-inf", "inf"])
@@ -331,7 +331,7 @@ def test_the_greedy_snapshot_gives_sb3s_deterministic_actions(algorithm, action_
     observation_space = parse_space([[5], "-inf", "inf"])
     params = {"seed": 3, "policy_kwargs": {"net_arch": [32, 16], "activation_fn": "relu"}}
     learner = build_learner(algorithm, "t", observation_space, parse_space(action_spec), params, None)
-    greedy = snapshot(learner.model.policy, observation_space)
+    greedy = greedy_function(learner.model.policy, observation_space)
     assert greedy is not None
     rows = np.random.default_rng(0).normal(size=(64, 5)).astype(np.float32)
     with th.no_grad():
@@ -396,11 +396,11 @@ def vector_of(rows, mode):
 def test_no_snapshot_where_numpy_would_not_be_sb3():
     dict_space = parse_space({"a": [[2], -1, 1], "b": 3})
     learner = build_learner("PPO", "t", dict_space, ACT, {"seed": 0}, None)
-    assert snapshot(learner.model.policy, dict_space) is None  # MultiInputPolicy: learner, batched
+    assert greedy_function(learner.model.policy, dict_space) is None  # MultiInputPolicy: learner, batched
     big = build_learner("PPO", "t", OBS, ACT, {"seed": 0, "policy_kwargs": {"net_arch": [512, 512]}}, None)
-    assert snapshot(big.model.policy, OBS) is None  # too large to run on the event loop
+    assert greedy_function(big.model.policy, OBS) is None  # too large to run on the event loop
     elu = build_learner("DQN", "t", OBS, ACT, {"seed": 0, "policy_kwargs": {"activation_fn": "elu"}}, None)
-    assert snapshot(elu.model.policy, OBS) is None
+    assert greedy_function(elu.model.policy, OBS) is None
 
 
 def test_greedy_steps_are_answered_inline_with_the_weights_of_the_last_update(learners):
@@ -440,7 +440,7 @@ def test_a_failed_agent_answers_greedy_steps_with_its_failure(learners):
 
 
 def test_a_snapshot_that_disagrees_with_the_policy_is_never_used(learners, monkeypatch):
-    monkeypatch.setattr(inline.Plan, "bind", lambda plan, arrays: lambda obs: np.int64(7))
+    monkeypatch.setattr(greedy_policy.GreedyNetwork, "bind", lambda plan, arrays: lambda obs: np.int64(7))
     learner = ppo(learners)
     assert learner.greedy is None
     assert learner.begin_episode(9, obs(0.1), GREEDY).result(10) in (0, 1)
@@ -487,7 +487,7 @@ def test_greedy_vector_steps_are_answered_from_the_snapshot_as_the_learner_would
 
 def test_envs_beyond_the_segments_act_unlearned_and_are_counted_with_one_warning(learners, caplog):
     learner = ppo(learners)  # 2 segments
-    with caplog.at_level("WARNING", logger="shepherd.agents.on_policy"):
+    with caplog.at_level("WARNING", logger="shepherd.agents.sb3.on_policy"):
         assert len(learner.submit(vector("BEGIN", (1, 2, 3))).result(10)) == 3
         assert len(learner.submit(vector("STEP", (1, 2, 3))).result(10)) == 3
     assert learner.algorithm.unlearned_steps == 2  # env 3, twice: no segment was free for it

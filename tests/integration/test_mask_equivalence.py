@@ -105,7 +105,7 @@ def test_a_batch_mixing_masked_and_unmasked_requests_masks_only_its_own_rows():
 def test_the_greedy_snapshot_answers_masked_steps_as_the_learner_does(action_spec, groups):
     learner = build_learner("MaskablePPO", "snap", parse_space([[5], "-inf", "inf"]), parse_space(action_spec),
                             {"seed": 3}, None)
-    assert learner.greedy is not None and learner.greedy.plan.takes_masks
+    assert learner.greedy is not None and learner.greedy.network.takes_masks
     learner.start()
     try:
         rng = np.random.default_rng(0)

@@ -19,7 +19,7 @@ import onnxruntime as ort
 import pytest
 
 from shepherd.agents import ALGORITHMS, build_learner, parameters
-from shepherd.agents.export import FORMAT, METADATA_KEY, Normalization, NotExportable, export_onnx, metadata
+from shepherd.agents.export.export import FORMAT, METADATA_KEY, Normalization, NotExportable, export_onnx, metadata
 from shepherd.client import to_json
 from shepherd.graph import AgentSpec, GraphManager, Schedule
 from shepherd.graph.local import serving_here

@@ -1,4 +1,4 @@
-"""RecurrentPPO's LSTM state, kept per actor on the learner (`shepherd.agents.recurrent`): greedy acts as
+"""RecurrentPPO's LSTM state, kept per actor on the learner (`shepherd.agents.sb3.recurrent`): greedy acts as
 sb3-contrib's ``predict`` with its state, actors that never mix, states that end with their episodes and
 sessions, and rollouts trained from exactly the states and resets that were acted with."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch as th
 
-from shepherd.agents import ActMode, Kind, Request, build_learner, inline
+from shepherd.agents import ActMode, Kind, Request, build_learner, greedy_policy
 from shepherd.wire.spaces import parse_space
 
 OBS = parse_space([[3], "-inf", "inf"])
@@ -34,7 +34,7 @@ def test_the_numpy_snapshot_never_serves_a_recurrent_policy():
     built = learner()
     policy = built.model.policy
     assert isinstance(policy, RecurrentActorCriticPolicy)  # an ActorCriticPolicy too: a plan would ignore the LSTM
-    assert inline.plan(policy, OBS) is None and inline.greedy_actor(policy, OBS, built.algorithm, lambda a: a,
+    assert greedy_policy.network_of(policy, OBS) is None and greedy_policy.greedy_policy_of(policy, OBS, built.algorithm, lambda a: a,
                                                                     "memory") is None
     assert built.greedy is None  # greedy steps go to the learner, which keeps the state
 

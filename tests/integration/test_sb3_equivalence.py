@@ -21,7 +21,7 @@ import pytest
 import torch as th
 
 from shepherd.agents import ActMode, algorithm_info, build_learner, sb3_arguments
-from shepherd.agents.registry import policy_name
+from shepherd.agents.factories import policy_name
 from shepherd.wire.spaces import parse_space, space_to_json
 
 CASES = {

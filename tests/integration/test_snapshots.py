@@ -1,4 +1,4 @@
-"""A learner's greedy snapshot sent to another process (`GreedyActor.snapshot_bytes`, `shepherd.policies.snapshots`) acts
+"""A learner's greedy snapshot sent to another process (`GreedyPolicy.snapshot_bytes`, `shepherd.policies.greedy_snapshot`) acts
 as the learner's own greedy snapshot does: the same actions for the same observations (and masks), with the
 observation statistics and the action transform of the moment it was taken."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from shepherd.agents import ActMode, build_learner
 from shepherd.definition import Filters
-from shepherd.policies.snapshots import Snapshot, SnapshotError
+from shepherd.policies.greedy_snapshot import GreedySnapshot, SnapshotError
 from shepherd.wire.spaces import parse_space
 
 OBS = parse_space([[5], "-inf", "inf"])
@@ -40,7 +40,7 @@ def test_a_snapshot_acts_as_the_learners_greedy_actor(algorithm, action_spec, no
         learner.begin_episode(2, np.zeros(5, np.float32), ActMode.GREEDY).result(10)  # publish the weights
         data = greedy.snapshot_bytes("3/arm@1", OBS, action_space)
         assert data is not None
-        snapshot = Snapshot.from_bytes(data)
+        snapshot = GreedySnapshot.from_bytes(data)
         assert snapshot.name == "3/arm@1" and snapshot.version == learner.algorithm.version
         assert greedy.snapshot_bytes("3/arm@1", OBS, action_space, newer_than=snapshot.version) is None
         for row in rng.normal(2.0, 3.0, size=(32, 5)).astype(np.float32):
@@ -59,7 +59,7 @@ def test_a_masked_policys_snapshot_never_picks_a_masked_action():
     learner.start()
     try:
         learner.begin_episode(1, np.zeros(5, np.float32), ActMode.GREEDY).result(10)
-        snapshot = Snapshot.from_bytes(learner.greedy.snapshot_bytes("1@1", OBS, action_space))
+        snapshot = GreedySnapshot.from_bytes(learner.greedy.snapshot_bytes("1@1", OBS, action_space))
         assert snapshot.mask_space is not None
         rng = np.random.default_rng(0)
         for _ in range(32):
@@ -74,7 +74,7 @@ def test_a_masked_policys_snapshot_never_picks_a_masked_action():
 @pytest.mark.parametrize("damaged", [b"", b"{}\n", b'{"format": 2}\n', b"not json\n"])
 def test_bytes_that_are_not_a_snapshot_are_refused(damaged):
     with pytest.raises(SnapshotError):
-        Snapshot.from_bytes(damaged)
+        GreedySnapshot.from_bytes(damaged)
 
 
 def test_cut_off_arrays_are_refused():
@@ -86,12 +86,12 @@ def test_cut_off_arrays_are_refused():
     finally:
         learner.close()
     with pytest.raises(SnapshotError, match="cut off"):
-        Snapshot.from_bytes(data[:-4])
+        GreedySnapshot.from_bytes(data[:-4])
 
 
 @pytest.mark.e2e  # starts another process
 def test_a_front_end_runs_snapshots_without_torch():
-    code = ("import sys, shepherd.front.app, shepherd.front.greedy, shepherd.policies.snapshots;"
+    code = ("import sys, shepherd.front.app, shepherd.front.snapshot_cache, shepherd.policies.greedy_snapshot;"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'stable_baselines3', 'sb3_contrib')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -1,4 +1,4 @@
-"""The Actor-Advisor's mixed policy (agents/advice.py) against a direct computation: probabilities,
+"""The Actor-Advisor's mixed policy (agents/sb3/advised.py) against a direct computation: probabilities,
 log-probabilities, the Gaussian product, a uniform advisor, and training through the stored advice."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.distributions import CategoricalDistribution, DiagGaussianDistribution
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from shepherd.agents.advice import AdvisedRolloutBuffer, Mixer, advice_rows, mix
-from shepherd.agents.sb3 import SpacesEnv
+from shepherd.agents.sb3.advised import AdvisedRolloutBuffer, Mixer, advice_rows, mix
+from shepherd.agents.sb3.base import SpacesEnv
 
 
 def _categorical(logits: np.ndarray) -> CategoricalDistribution:
@@ -162,7 +162,7 @@ def test_advice_fades_as_the_client_catches_up_with_its_advisor() -> None:
 def test_the_advisor_sees_observations_normalised_by_its_own_filter_statistics(frame_stack: int) -> None:
     """Each client normalises with its own statistics; the advisor's network gets them as its own filters
     would have made them."""
-    from shepherd.agents.advice import advisor_observations
+    from shepherd.agents.sb3.advised import advisor_observations
     from shepherd.agents.filters import Filtering, Filters
     space = spaces.Box(-10, 10, (2,))
     filters = Filters(normalize_observations=True, frame_stack=frame_stack)

@@ -182,7 +182,7 @@ class FrozenPolicy:
 
 
 class SnapshotOf:
-    """A tried learner's `GreedyActor`: ``frozen()`` gives a `FrozenPolicy` once weights are published."""
+    """A tried learner's `GreedyPolicy`: ``frozen()`` gives a `FrozenPolicy` once weights are published."""
 
     def __init__(self, published=True, refuse=()):
         self.published, self.refuse, self.frozen_calls, self.prepared = published, refuse, 0, 0

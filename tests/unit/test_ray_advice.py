@@ -12,14 +12,15 @@ from gymnasium import spaces
 
 pytest.importorskip("ray", reason="the ray extra is not installed (pip install -e .[ray])")
 
-from shepherd.agents.advice import Adoption, Advice, Advisor, advisor_observations  # noqa: E402
+from shepherd.agents.advice import Adoption, Advice, Advisor  # noqa: E402
+from shepherd.agents.sb3.advised import advisor_observations  # noqa: E402
 from shepherd.agents.core import VersionedWeights  # noqa: E402
 from shepherd.agents.filters import Filtering, Filters  # noqa: E402
-from shepherd.agents.ray_advice import RemoteAdvisor, advice_data, advice_status, apply_advice  # noqa: E402
+from shepherd.agents.ray.advice import RemoteAdvisor, advice_data, advice_status, apply_advice  # noqa: E402
 
 
 class Status:
-    """The head's view of an advisor's learner in an actor (`ray_learner._RemoteStatus`)."""
+    """The head's view of an advisor's learner in an actor (`shepherd.agents.ray.status._RemoteStatus`)."""
 
     actor_name = "shepherd-learner/3/arm-1"
 

@@ -1,4 +1,4 @@
-"""The actor's side of SB3's training values on Ray (`shepherd.agents.ray_metrics`): what the model records
+"""The actor's side of SB3's training values on Ray (`shepherd.agents.ray.metrics`): what the model records
 is taken once, as plain Python values, and recorded into the head's writer as SB3 would record it."""
 
 import pickle
@@ -6,7 +6,7 @@ import pickle
 import numpy as np
 import torch
 
-from shepherd.agents.ray_metrics import RecordingLogger, plain, replay
+from shepherd.agents.ray.metrics import RecordingLogger, plain, replay
 
 
 def test_what_the_model_records_is_taken_once_as_plain_values():

@@ -1,4 +1,4 @@
-"""The head's greedy snapshot of a learner in a Ray actor (`ray_learner._Snapshot`): asked once, its weights
+"""The head's greedy snapshot of a learner in a Ray actor (`shepherd.agents.ray.status._Snapshot`): asked once, its weights
 stay wanted, and the sender is woken, until the actor has sent weights of its current version (its
 learner publishes when asked, so the first reply may come without them). No Ray cluster needed."""
 
@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("ray", reason="the ray extra is not installed (pip install -e .[ray])")
 
 from shepherd.agents.core import VersionedWeights  # noqa: E402
-from shepherd.agents.ray_learner import _RemoteStatus, _Snapshot  # noqa: E402
+from shepherd.agents.ray.status import _RemoteStatus, _Snapshot  # noqa: E402
 
 
 def weights(version):
@@ -38,8 +38,8 @@ def test_the_heads_snapshot_of_an_actor_normalises_with_the_statistics_sent_with
     """An agent with observation normalisation: the actor's reply carries its statistics with its weights,
     and the head's greedy snapshot acts as the actor's own policy does on the observations it normalises."""
     from shepherd.agents import ActMode, Kind, Request, learner_for
-    from shepherd.agents.ray_actor import LearnerActor
-    from shepherd.agents.ray_learner import RayLearner
+    from shepherd.agents.ray.actor import LearnerActor
+    from shepherd.agents.ray.learner import RayLearner
     from shepherd.definition import AgentDefinition, Filters
 
     definition = AgentDefinition("norm", "PPO", [[4], "-inf", "inf"], 2,

@@ -22,7 +22,7 @@ def test_the_six_and_the_contrib_algorithms():
 
 def test_an_algorithm_is_one_registration_and_names_match_in_any_case():
     from stable_baselines3 import PPO
-    from shepherd.agents.on_policy import OnPolicyAdapter
+    from shepherd.agents.sb3.on_policy import OnPolicyAdapter
     from shepherd.agents.registry import Algorithm, register
 
     assert parameters("crossq") == parameters("CrossQ")

@@ -44,8 +44,8 @@ from stable_baselines3.common.type_aliases import TrainFreq, TrainFrequencyUnit
 
 from shepherd.agents.core import ActMode, Kind, Request, Upload
 from shepherd.agents.filters import Filtering
-from shepherd.agents.sb3 import SB3Algorithm, stack_observations
-from shepherd.agents import uploads
+from shepherd.agents.sb3 import uploads
+from shepherd.agents.sb3.base import SB3Algorithm, stack_observations
 
 logger = logging.getLogger(__name__)
 

@@ -2,9 +2,9 @@
 
 The head (``run.py --front-ends K``) sends a front end the *snapshot* of an agent's greedy policy (or of one
 client's, in an advised agent) on the private ``GET /internal/snapshot`` (docs/front-ends.md): the greedy
-plan (`shepherd.policies.greedy.Plan`) with one published version of its weights, the observation statistics it
-normalises with, the action transform (`shepherd.policies.transforms.ActionTransform`) and the spaces. `Snapshot`
-runs it with numpy, as the head's own `GreedyActor` does, so an action is the head's up to float rounding.
+plan (`shepherd.policies.greedy_network.GreedyNetwork`) with one published version of its weights, the observation statistics it
+normalises with, the action transform (`shepherd.policies.transforms.ActionTransform`) and the spaces. `GreedySnapshot`
+runs it with numpy, as the head's own `GreedyPolicy` does, so an action is the head's up to float rounding.
 This module never imports torch; neither side unpickles anything.
 
 The bytes are one JSON header line, then each array's raw bytes in the header's order::
@@ -22,7 +22,7 @@ import numpy as np
 import orjson
 from gymnasium import spaces
 
-from shepherd.policies.greedy import Plan, PlanError
+from shepherd.policies.greedy_network import GreedyNetwork, GreedyNetworkError
 from shepherd.wire.spaces import SpaceError, check_action_mask, parse_space, space_to_json
 from shepherd.policies.transforms import ActionTransform, normalized
 
@@ -35,7 +35,7 @@ class SnapshotError(ValueError):
     """Bytes that are not a snapshot this module can run."""
 
 
-def encode(name: str, version: int, plan: Plan, arrays: Mapping[str, np.ndarray], observation_space: spaces.Space,
+def encode(name: str, version: int, plan: GreedyNetwork, arrays: Mapping[str, np.ndarray], observation_space: spaces.Space,
            action_space: spaces.Space, scaled: bool, moments: tuple[np.ndarray, np.ndarray] | None = None,
            epsilon: float = 1e-8, clip: float = 10.0) -> bytes:
     """A snapshot's bytes: ``plan``'s arrays from ``arrays`` (by ``state_dict`` name, published as
@@ -55,10 +55,10 @@ def encode(name: str, version: int, plan: Plan, arrays: Mapping[str, np.ndarray]
     return orjson.dumps(header) + b"\n" + b"".join(array.tobytes() for array in chosen)
 
 
-class Snapshot:
+class GreedySnapshot:
     """One published version of a greedy policy, run with numpy: `act` gives the action the client gets."""
 
-    def __init__(self, name: str, version: int, plan: Plan, arrays: Mapping[str, np.ndarray],
+    def __init__(self, name: str, version: int, plan: GreedyNetwork, arrays: Mapping[str, np.ndarray],
                  observation_space: spaces.Space, action_space: spaces.Space, scaled: bool,
                  normalize: Mapping[str, Any] | None = None) -> None:
         self.name = name
@@ -75,7 +75,7 @@ class Snapshot:
                                float(normalize["epsilon"]), float(normalize["clip"]))
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> Snapshot:
+    def from_bytes(cls, data: bytes) -> GreedySnapshot:
         """Raises: SnapshotError (not a snapshot, another format, a plan or space this module cannot run)."""
         end = data.find(b"\n")
         try:
@@ -93,22 +93,22 @@ class Snapshot:
                     raise SnapshotError("the arrays are cut off")
                 arrays[key] = np.frombuffer(data, dtype=dtype, count=count, offset=position).reshape(shape)
                 position += size
-            return cls(str(header["name"]), int(header["version"]), Plan.from_data(header["plan"]), arrays,
+            return cls(str(header["name"]), int(header["version"]), GreedyNetwork.from_data(header["plan"]), arrays,
                        parse_space(header["observation_space"], "observation_space"),
                        parse_space(header["action_space"], "action_space"), bool(header["scaled"]),
                        header.get("normalize"))
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as error:
             if isinstance(error, SnapshotError):
                 raise
-            kind = "plan" if isinstance(error, PlanError) else "space" if isinstance(error, SpaceError) else "header"
+            kind = "plan" if isinstance(error, GreedyNetworkError) else "space" if isinstance(error, SpaceError) else "header"
             raise SnapshotError(f"a snapshot's {kind} is not valid: {error}") from None
 
     def act(self, obs: Any, mask: Any = None) -> Any:
         """The action (in the action space, before its JSON form) for one checked observation, under its
         checked action mask (None: every action allowed)."""
-        return self.act_many([obs], None if mask is None else [mask])[0]
+        return self.act_batch([obs], None if mask is None else [mask])[0]
 
-    def act_many(self, observations: Sequence[Any], masks: Sequence[Any] | None = None) -> Any:
+    def act_batch(self, observations: Sequence[Any], masks: Sequence[Any] | None = None) -> Any:
         """The actions for a batch of checked observations (a vector step's, in env order), under their
         checked action masks (None: every action allowed), with one pass of the policy."""
         batch = np.asarray(observations, dtype=np.float32)

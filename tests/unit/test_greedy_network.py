@@ -1,6 +1,6 @@
-"""A greedy plan is plain data: built from an SB3 policy (`inline.plan`), sent as JSON, and run on the
+"""A greedy plan is plain data: built from an SB3 policy (`greedy_policy.network_of`), sent as JSON, and run on the
 policy's published weights by a process that cannot import torch, it gives the policy's own deterministic
-actions (`shepherd.policies.greedy`)."""
+actions (`shepherd.policies.greedy_network`)."""
 
 import json
 import re
@@ -17,8 +17,8 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.dqn.policies import DQNPolicy
 from stable_baselines3.sac.policies import SACPolicy
 
-from shepherd.agents.inline import plan, weights_of
-from shepherd.policies.greedy import Plan, PlanError
+from shepherd.agents.greedy_policy import network_of, weights_of
+from shepherd.policies.greedy_network import GreedyNetwork, GreedyNetworkError
 
 ROOT = Path(__file__).resolve().parents[2]
 OBS = spaces.Box(-2.0, 2.0, (5,), np.float32)
@@ -42,9 +42,9 @@ RUN_WITHOUT_TORCH = """
 import json, sys
 import numpy as np
 sys.modules["torch"] = None  # importing torch now fails
-from shepherd.policies.greedy import Plan
+from shepherd.policies.greedy_network import GreedyNetwork
 folder = sys.argv[1]
-plan = Plan.from_data(json.load(open(folder + "/plan.json")))
+plan = GreedyNetwork.from_data(json.load(open(folder + "/plan.json")))
 arrays = dict(np.load(folder + "/weights.npz", allow_pickle=False))
 actions = plan.bind(arrays)(np.load(folder + "/obs.npy", allow_pickle=False))
 np.save(folder + "/actions.npy", np.asarray(actions))
@@ -59,7 +59,7 @@ def test_a_plan_sent_as_json_gives_the_policys_actions_in_a_process_without_torc
     th.manual_seed(0)
     for parameter in policy.parameters():  # weights far from the initial ones, so the actions differ by input
         parameter.data.normal_(0.0, 0.5)
-    found = plan(policy, OBS)
+    found = network_of(policy, OBS)
     assert found is not None
     observations = np.random.default_rng(1).uniform(-2, 2, (64, 5)).astype(np.float32)
     with th.no_grad():
@@ -79,7 +79,7 @@ def test_a_plan_sent_as_json_gives_the_policys_actions_in_a_process_without_torc
 
 
 def test_masked_logits_are_never_picked():
-    greedy = Plan([("w", None)], {"kind": "argmax"}, takes_masks=True).bind({"w": np.eye(3, dtype=np.float32)})
+    greedy = GreedyNetwork([("w", None)], {"kind": "argmax"}, takes_masks=True).bind({"w": np.eye(3, dtype=np.float32)})
     masks = np.array([[True, True, False], [False, True, True]])
     assert greedy(np.array([[1, 2, 9], [9, 1, 2]], dtype=np.float32), masks).tolist() == [1, 2]
     assert greedy(np.array([[1, 2, 9], [9, 1, 2]], dtype=np.float32)).tolist() == [2, 0]  # unmasked
@@ -92,5 +92,5 @@ def test_masked_logits_are_never_picked():
     ({"head": {"kind": "argmax"}}, "not a greedy plan: KeyError"),
 ])
 def test_plan_data_it_cannot_run_is_refused_with_what_is_wrong(data, says):
-    with pytest.raises(PlanError, match=re.escape(says)):
-        Plan.from_data(data)
+    with pytest.raises(GreedyNetworkError, match=re.escape(says)):
+        GreedyNetwork.from_data(data)

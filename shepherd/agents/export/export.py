@@ -34,9 +34,9 @@ from stable_baselines3.common.distributions import (BernoulliDistribution, Categ
 from stable_baselines3.common.policies import ActorCriticPolicy
 
 import shepherd
+from shepherd.agents.export.onnx_graph import GraphBuilder, NotExportable, features, input_type, module
 from shepherd.agents.filters import Filtering
-from shepherd.agents.onnx_graph import GraphBuilder, NotExportable, features, input_type, module
-from shepherd.agents.sb3 import SB3Algorithm
+from shepherd.agents.sb3.base import SB3Algorithm
 from shepherd.wire.spaces import mask_size, space_to_json
 
 #: the ``format`` of the metadata this module writes (a reader refuses others)

@@ -24,7 +24,7 @@ are RecurrentPPO's ``collect_rollouts``, with an actor where SB3 has an env colu
   an untouched segment if one is free (and an actor starting an episode a started one), and is reset only
   when none is (`memory_resets` counts those acts).
 - Greedy acts (evaluation, deployment) are answered here too, never by the numpy snapshot
-  (`shepherd.agents.inline` refuses recurrent policies); a greedy episode carries the actor's LSTM only
+  (`shepherd.agents.greedy_policy` refuses recurrent policies); a greedy episode carries the actor's LSTM only
   (an episode's mode never changes, so its critic state is never read).
 
 Actor states are not checkpointed: sessions do not survive a restart either.
@@ -39,8 +39,8 @@ import torch as th
 from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 
 from shepherd.agents.core import ActMode, Kind, Request
-from shepherd.agents.on_policy import OnPolicyAdapter
-from shepherd.agents.sb3 import stack_observations
+from shepherd.agents.sb3.on_policy import OnPolicyAdapter
+from shepherd.agents.sb3.base import stack_observations
 
 #: the four states of an actor, stacked: (actor hidden, actor cell, critic hidden, critic cell)
 _PI_H, _PI_C, _VF_H, _VF_C = range(4)

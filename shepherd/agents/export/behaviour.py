@@ -44,11 +44,11 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.sac.policies import LOG_STD_MAX, LOG_STD_MIN
 
-from shepherd.agents.advice import AdvisedOnPolicyAdapter
-from shepherd.agents.export import (METADATA_KEY, Normalization, NotExportable, _greedy, _observation_inputs,
+from shepherd.agents.sb3.advised import AdvisedOnPolicyAdapter
+from shepherd.agents.export.export import (METADATA_KEY, Normalization, NotExportable, _greedy, _observation_inputs,
                                     _to_env, agent_filters, file_metadata)
-from shepherd.agents.onnx_graph import GraphBuilder, features, module
-from shepherd.agents.sb3 import SB3Algorithm
+from shepherd.agents.export.onnx_graph import GraphBuilder, features, module
+from shepherd.agents.sb3.base import SB3Algorithm
 from shepherd.wire.spaces import mask_size
 
 #: the phases a behaviour file is built for (a session's phase, issue 35's login reply)

@@ -30,8 +30,8 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.torch_layers import FlattenExtractor
 
 from shepherd.agents.core import ActMode, Kind, Outcome, Request, Upload
-from shepherd.agents.sb3 import SB3Algorithm, stack_observations
-from shepherd.agents.uploads import OnPolicyUploads
+from shepherd.agents.sb3.base import SB3Algorithm, stack_observations
+from shepherd.agents.sb3.uploads import OnPolicyUploads
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ masked before an action is drawn (masked-out logits set to -1e8, so their probab
 stored with the row in the ``MaskableRolloutBuffer``, and MaskablePPO's ``train()`` evaluates the stored
 actions under the same masks. Greedy acts (evaluation, deployment) take the mode of the masked
 distribution. A request without a mask allows every action (the buffer's default row of ones), as
-MaskablePPO does without masking. The numpy snapshot (`inline.py`) answers greedy steps with the same
+MaskablePPO does without masking. The numpy snapshot (`greedy_policy.py`) answers greedy steps with the same
 masking.
 """
 
@@ -19,8 +19,8 @@ import numpy as np
 import torch as th
 
 from shepherd.agents.core import Request
-from shepherd.agents.on_policy import OnPolicyAdapter
-from shepherd.agents.sb3 import stack_observations
+from shepherd.agents.sb3.on_policy import OnPolicyAdapter
+from shepherd.agents.sb3.base import stack_observations
 
 
 class MaskableOnPolicyAdapter(OnPolicyAdapter):

@@ -3,7 +3,7 @@
 The head notes on a login's or step's answer that the session's steps may be answered from a snapshot
 (``"snapshot": NAME, "version": V`` in the answer frame, and ``"n_envs": N`` for a vector session: an
 evaluate-mode session of a learner whose greedy policy numpy can run). The front end then keeps that session's
-key with the snapshot's name, fetches the snapshot (``GET /internal/snapshot``, `shepherd.policies.snapshots`) once per
+key with the snapshot's name, fetches the snapshot (``GET /internal/snapshot``, `shepherd.policies.greedy_snapshot`) once per
 published version, and answers the session's next steps itself: it parses and checks the step as the head
 would (`shepherd.wire`), chooses the action (a vector step's: every env's, in one pass) with numpy, and sends
 the head only a ``greedy`` item (`shepherd.wire.GreedyStep` or `GreedyVectorStep`: the step's digest, rewards,
@@ -29,7 +29,7 @@ from typing import Any, Awaitable, Callable
 import aiohttp
 
 from shepherd.front.frames import NOT_HERE, SNAPSHOT_PATH, TOKEN_HEADER, Item, SnapshotNote
-from shepherd.policies.snapshots import Snapshot, SnapshotError
+from shepherd.policies.greedy_snapshot import GreedySnapshot, SnapshotError
 from shepherd.wire.spaces import SpaceError, action_to_json
 from shepherd.wire import (STEP_FIELDS, BadRequest, greedy_step, greedy_vector_step, parse_object, parse_step,
                            parse_vector_step, session_key)
@@ -44,7 +44,7 @@ MAX_SESSIONS = 100_000
 SNAPSHOT_HEADER = "X-Shepherd-Snapshot"
 
 
-class Snapshots:
+class SnapshotCache:
     """A front end's snapshots, by name, and the sessions it may answer with them, by session key."""
 
     def __init__(self, session: aiohttp.ClientSession, head_url: str, token: str,
@@ -54,7 +54,7 @@ class Snapshots:
         self.headers = {TOKEN_HEADER: token}
         self.submit = submit
         self.sessions: OrderedDict[str, SnapshotNote] = OrderedDict()  # session key -> its snapshot, as noted
-        self.snapshots: dict[str, Snapshot] = {}
+        self.snapshots: dict[str, GreedySnapshot] = {}
         self._wanted: dict[str, int] = {}  # the newest version noted, by snapshot name
         self._fetching: dict[str, asyncio.Task[None]] = {}
         self._fetched_at: dict[str, float] = {}
@@ -132,7 +132,7 @@ class Snapshots:
                         return
                     if reply.status != 200:  # 204: nothing newer published yet (asking made it publish)
                         continue
-                    snapshot = Snapshot.from_bytes(await reply.read())
+                    snapshot = GreedySnapshot.from_bytes(await reply.read())
             except (aiohttp.ClientError, OSError, SnapshotError) as error:
                 logger.warning("snapshot %s could not be fetched: %s", name, error)
                 return
@@ -151,7 +151,7 @@ class Snapshots:
         await asyncio.gather(*self._fetching.values(), return_exceptions=True)
 
 
-def _greedy_item(key: str, data: dict[str, Any], snapshot: Snapshot, n_envs: int | None) -> bytes | None:
+def _greedy_item(key: str, data: dict[str, Any], snapshot: GreedySnapshot, n_envs: int | None) -> bytes | None:
     """The ``greedy`` item of a step (``data``, of a session of ``n_envs`` envs: None for one) answered with
     ``snapshot``; None for ``"obs": null``.
 
@@ -167,5 +167,5 @@ def _greedy_item(key: str, data: dict[str, Any], snapshot: Snapshot, n_envs: int
     steps = parse_vector_step(data, snapshot.observation_space, n_envs, snapshot.mask_space, snapshot.check_mask)
     if steps is None:
         return None
-    actions = [action_to_json(space, action) for action in snapshot.act_many(steps.envs.obs, steps.envs.masks)]
+    actions = [action_to_json(space, action) for action in snapshot.act_batch(steps.envs.obs, steps.envs.masks)]
     return greedy_vector_step(key, steps, actions, snapshot.version).to_json()

@@ -15,10 +15,10 @@ from typing import Any
 from gymnasium import spaces
 from sb3_contrib import QRDQN, TQC, TRPO, CrossQ, MaskablePPO, RecurrentPPO
 
-from shepherd.agents.masks import MaskableOnPolicyAdapter
-from shepherd.agents.off_policy import OffPolicyAdapter
-from shepherd.agents.on_policy import OnPolicyAdapter
-from shepherd.agents.recurrent import RecurrentOnPolicyAdapter
+from shepherd.agents.sb3.masks import MaskableOnPolicyAdapter
+from shepherd.agents.sb3.off_policy import OffPolicyAdapter
+from shepherd.agents.sb3.on_policy import OnPolicyAdapter
+from shepherd.agents.sb3.recurrent import RecurrentOnPolicyAdapter
 from shepherd.agents.registry import (EVERY_ACTION_SPACE, NOT_SERVED, OFF_POLICY_EXCLUDED, ON_POLICY_EXCLUDED,
                                       SAC_EXCLUDED, Algorithm, register)
 

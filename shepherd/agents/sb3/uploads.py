@@ -41,8 +41,8 @@ from shepherd.agents.core import Outcome, StalePolicy, Upload
 from shepherd.wire.experience import BadExperience, Experience
 
 if TYPE_CHECKING:
-    from shepherd.agents.off_policy import OffPolicyAdapter
-    from shepherd.agents.on_policy import OnPolicyAdapter
+    from shepherd.agents.sb3.off_policy import OffPolicyAdapter
+    from shepherd.agents.sb3.on_policy import OnPolicyAdapter
 
 
 @dataclass(frozen=True)

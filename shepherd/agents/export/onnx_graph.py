@@ -1,4 +1,4 @@
-"""Torch modules of an SB3 policy as ONNX nodes: the pieces `shepherd.agents.export` assembles a greedy
+"""Torch modules of an SB3 policy as ONNX nodes: the pieces `shepherd.agents.export.export` assembles a greedy
 policy from.
 
 The graph is written node by node with ``onnx.helper`` from the modules' own weights, not traced: every

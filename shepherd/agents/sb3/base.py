@@ -21,7 +21,7 @@ from stable_baselines3.common.save_util import load_from_zip_file, recursive_set
 
 from shepherd.agents import checkpoint
 from shepherd.agents.core import Answer, ExperienceReply, NotClientActing, Outcome, Request, Upload, VersionedWeights
-from shepherd.agents.inline import weights_of
+from shepherd.agents.greedy_policy import weights_of
 from shepherd.agents.timing import WORK_BUCKETS, Histogram
 from shepherd.agents.filters import Filtering
 from shepherd.policies.transforms import ActionTransform
@@ -138,8 +138,8 @@ class SB3Algorithm:
 
     def behaviour_file(self, phase: str, agent: str, algorithm: str) -> tuple[int, bytes]:
         """The current policy version and its behaviour policy file of ``phase``, on the learner's thread
-        (`shepherd.agents.behaviour.behaviour_of_version`)."""
-        from shepherd.agents.behaviour import behaviour_of_version  # onnx, only for client-acting sessions
+        (`shepherd.agents.export.behaviour.behaviour_of_version`)."""
+        from shepherd.agents.export.behaviour import behaviour_of_version  # onnx, only for client-acting sessions
 
         return behaviour_of_version(self, agent, algorithm, phase)
 

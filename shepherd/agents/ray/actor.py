@@ -1,9 +1,9 @@
 """The actor side of ``run.py --ray``: `LearnerActor`, one agent's `ThreadedLearner` in a Ray actor, and
-`Reply`, what each of its calls returns to the head's `RayLearner` (`shepherd.agents.ray_learner`).
+`Reply`, what each of its calls returns to the head's `RayLearner` (`shepherd.agents.ray.learner`).
 
 The actor builds the ordinary learner with the registry's factory (`learner_for`), runs it with its answers
 relayed back (`ThreadedLearner.relay`) instead of set on futures, and returns plain data only: answers,
-counters, measurements, what its SB3 logger recorded (`shepherd.agents.ray_metrics`), checkpoint bytes and,
+counters, measurements, what its SB3 logger recorded (`shepherd.agents.ray.metrics`), checkpoint bytes and,
 when asked, its published weights with its observation statistics. It writes no files of the agent's:
 checkpoints go to the head as bytes, where the store is.
 """
@@ -22,9 +22,9 @@ from typing import Any
 import ray
 
 from shepherd.agents.core import Answer, VersionedWeights
-from shepherd.agents.ray_advice import advice_status, apply_advice
-from shepherd.agents.ray_metrics import Recorded, RecordingLogger, record_in
-from shepherd.agents.registry import learner_for
+from shepherd.agents.ray.advice import advice_status, apply_advice
+from shepherd.agents.ray.metrics import Recorded, RecordingLogger, record_in
+from shepherd.agents.factories import learner_for
 from shepherd.agents.timing import LearnerStats
 from shepherd.agents.worker import ThreadedLearner
 from shepherd.definition import AgentDefinition

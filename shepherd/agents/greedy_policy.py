@@ -13,7 +13,7 @@ logits), DQN (the Q-values' argmax), QR-DQN (the argmax of the quantiles' mean),
 Gaussian's mode), TD3 and DDPG. Everything else (images, dicts, other activations or layers such as
 CrossQ's BatchRenorm, networks too large to run on the event loop, gSDE, recurrent policies, whose actions
 depend on each actor's LSTM state kept by the learner) gets no snapshot and is answered by the learner,
-batched, as before. The plan this module builds from a policy is plain data (`shepherd.policies.greedy.Plan`, which
+batched, as before. The network this module builds from a policy is plain data (`shepherd.policies.greedy_network.GreedyNetwork`, which
 needs no torch: a process without it can run one on published weights). The actions are SB3's
 deterministic ones up to float rounding (numpy's and torch's float32 matrix products may round the last bit
 apart).
@@ -36,10 +36,10 @@ from stable_baselines3.common.distributions import (BernoulliDistribution, Categ
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.torch_layers import FlattenExtractor
 
-from shepherd.policies import snapshots
+from shepherd.policies import greedy_snapshot
 from shepherd.agents.core import VersionedWeights, WeightSource
 from shepherd.agents.filters import Filtering, observation_moments
-from shepherd.policies.greedy import Greedy, Plan, Step
+from shepherd.policies.greedy_network import Greedy, GreedyNetwork, Step
 from shepherd.policies.transforms import ActionTransform
 
 logger = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ logger = logging.getLogger(__name__)
 #: machine's cores; larger ones are answered by the learner, batched, where a batch amortises them
 MAX_WEIGHTS = 100_000
 
-_ACTIVATIONS: dict[type, str] = {  # torch's activation modules by their name in a `Plan`
+_ACTIVATIONS: dict[type, str] = {  # torch's activation modules by their name in a `GreedyNetwork`
     th.nn.Tanh: "tanh",
     th.nn.ReLU: "relu",
     th.nn.Identity: "identity",
@@ -56,11 +56,11 @@ _ACTIVATIONS: dict[type, str] = {  # torch's activation modules by their name in
 }
 
 
-def snapshot(policy: Any, observation_space: gym.Space) -> Greedy | None:
+def greedy_function(policy: Any, observation_space: gym.Space) -> Greedy | None:
     """A function from a batch of observations (rows) to SB3's deterministic actions (before the action
     transform), computed with numpy from a copy of ``policy``'s weights now; None if this policy is not
     served that way."""
-    found = plan(policy, observation_space)
+    found = network_of(policy, observation_space)
     return None if found is None else found.bind(weights_of(policy))
 
 
@@ -69,8 +69,8 @@ def weights_of(policy: th.nn.Module) -> dict[str, np.ndarray]:
     return {name: tensor.detach().cpu().numpy().copy() for name, tensor in policy.state_dict().items()}
 
 
-def plan(policy: Any, observation_space: gym.Space) -> Plan | None:
-    """The greedy plan of a policy, or None if numpy cannot serve it (see the module's docstring)."""
+def network_of(policy: Any, observation_space: gym.Space) -> GreedyNetwork | None:
+    """The greedy network of a policy, or None if numpy cannot serve it (see the module's docstring)."""
     if not (isinstance(observation_space, gym.spaces.Box) and len(observation_space.shape) == 1):
         return None
     try:
@@ -99,7 +99,7 @@ class _Unsupported(Exception):
     pass
 
 
-def _build(policy: Any) -> Plan:
+def _build(policy: Any) -> GreedyNetwork:
     if isinstance(policy, RecurrentActorCriticPolicy):  # its actions depend on each actor's LSTM state
         raise _Unsupported("recurrent")
     if isinstance(policy, (ActorCriticPolicy, MaskableActorCriticPolicy)):  # PPO, A2C, TRPO; MaskablePPO's
@@ -161,12 +161,12 @@ def _layers(module: th.nn.Module, prefix: str) -> list[Step]:
     return [activation]
 
 
-def _sized(policy: th.nn.Module, steps: list[Step], head: dict[str, Any], takes_masks: bool = False) -> Plan:
+def _sized(policy: th.nn.Module, steps: list[Step], head: dict[str, Any], takes_masks: bool = False) -> GreedyNetwork:
     state = policy.state_dict()
     size = sum(state[name].numel() for step in steps if isinstance(step, tuple) for name in step if name)
     if size > MAX_WEIGHTS:
         raise _Unsupported("too large for the event loop")
-    return Plan(steps, head, takes_masks)
+    return GreedyNetwork(steps, head, takes_masks)
 
 
 class FixedWeights:
@@ -183,16 +183,16 @@ class FixedWeights:
         return self.weights
 
 
-class GreedyActor:
+class GreedyPolicy:
     """Greedy actions on the caller's thread, from the weights a learner publishes (`WeightSource`).
 
     It acts only with the learner's current version: when none is published yet, or the published one is
     older, `act` returns None (the learner answers that step) and asking makes the learner publish anew.
     """
 
-    def __init__(self, plan: Plan, source: WeightSource, actions: ActionTransform | Callable[[np.ndarray], Any],
+    def __init__(self, network: GreedyNetwork, source: WeightSource, actions: ActionTransform | Callable[[np.ndarray], Any],
                  name: str, filtering: Filtering | None = None) -> None:
-        self.plan = plan
+        self.network = network
         self.source = source
         #: how the policy's actions become the env's: SB3's `ActionTransform` (which a snapshot sent to another
         #: process applies too: `portable`), or any function of a batch of actions
@@ -205,14 +205,14 @@ class GreedyActor:
         self._greedy: Greedy | None = None
         self._version = -1
 
-    def frozen(self) -> GreedyActor | None:
+    def frozen(self) -> GreedyPolicy | None:
         """A greedy actor of the policy as the learner published it last, kept whatever the learner does
         next: its weights (`FixedWeights`) and its observation statistics as they are now. None: nothing
         published yet (asking makes the learner publish), or this actor is broken."""
         weights = self.source.latest_weights()
         if weights is None or self.broken:
             return None
-        return GreedyActor(self.plan, FixedWeights(weights), self.actions, self.name,
+        return GreedyPolicy(self.network, FixedWeights(weights), self.actions, self.name,
                            None if self.filtering is None else self.filtering.frozen())
 
     def act(self, obs: Any, mask: Any = None) -> tuple[Any, int] | None:
@@ -224,14 +224,14 @@ class GreedyActor:
     def act_batch(self, observations: list[Any], masks: list[Any] | None = None) -> tuple[Any, int] | None:
         """The actions (rows) for a list of observations (and their action masks, a list with None for
         an unmasked one; None: none is masked) and the policy version that chose them, or None: ask the
-        learner (also for masks a plan cannot apply)."""
-        if self.broken or (masks is not None and not self.plan.takes_masks):
+        learner (also for masks a network cannot apply)."""
+        if self.broken or (masks is not None and not self.network.takes_masks):
             return None
         weights = self.source.latest_weights()
         if weights is None or weights.version != self.source.version:
             return None
         if weights.version != self._version:
-            self._greedy, self._version = self.plan.bind(weights.arrays), weights.version
+            self._greedy, self._version = self.network.bind(weights.arrays), weights.version
         rows = None
         if masks is not None and any(mask is not None for mask in masks):
             width = next(len(mask) for mask in masks if mask is not None)
@@ -264,7 +264,7 @@ class GreedyActor:
     def snapshot_bytes(self, name: str, observation_space: gym.Space, action_space: gym.Space,
                        newer_than: int = -1) -> bytes | None:
         """The weights the learner published last, with everything a front end needs to act with them, as
-        `shepherd.policies.snapshots` bytes named ``name``; None when nothing newer than ``newer_than`` is published yet
+        `shepherd.policies.greedy_snapshot` bytes named ``name``; None when nothing newer than ``newer_than`` is published yet
         (asking makes the learner publish). Only for a `portable` actor."""
         weights = self.source.latest_weights()
         if weights is None or weights.version <= newer_than:
@@ -275,20 +275,20 @@ class GreedyActor:
         if self.filtering is not None:
             moments = observation_moments(self.filtering)[None]
             epsilon, clip = self.filtering.filters.epsilon, self.filtering.filters.clip_observations
-        return snapshots.encode(name, weights.version, self.plan, weights.arrays, observation_space, action_space,
+        return greedy_snapshot.encode(name, weights.version, self.network, weights.arrays, observation_space, action_space,
                                 actions.scaled, moments, epsilon, clip)
 
 
-def greedy_actor(policy: Any, observation_space: gym.Space, source: WeightSource,
+def greedy_policy_of(policy: Any, observation_space: gym.Space, source: WeightSource,
                  actions: ActionTransform | Callable[[np.ndarray], Any], name: str,
-                 filtering: Filtering | None = None) -> GreedyActor | None:
+                 filtering: Filtering | None = None) -> GreedyPolicy | None:
     """A greedy actor for a policy that numpy can serve and that agrees with torch on its current
     weights; None otherwise. ``filtering``'s observation normalisation is applied to each batch first (with
     the learner's statistics as they are). Call it before the learner starts (it reads the policy)."""
-    found = plan(policy, observation_space)
+    found = network_of(policy, observation_space)
     if found is None:
         return None
     if not agrees(found.bind(weights_of(policy)), policy, observation_space):
         logger.warning("agent %s: the greedy snapshot disagrees with the policy; not used", name)
         return None
-    return GreedyActor(found, source, actions, name, filtering)
+    return GreedyPolicy(found, source, actions, name, filtering)

@@ -1,40 +1,14 @@
-"""Learners in Ray actors (``run.py --ray``): each served agent's learner runs in a named actor, wherever
-Ray places it, behind the calls of an in-process `ThreadedLearner`.
-
-What crosses the process boundary is plain data only: lists of `Request` in, lists of `Answer` out (with
-the learner's counters, its measurements, what its SB3 logger recorded (`shepherd.agents.ray_metrics`)
-and, when asked, its published weights), checkpoint bytes out and in. No future, callable or client-sent
-object is unpickled from the head's side of a call.
-
-- `LearnerActor` (the actor, named ``shepherd-learner/<agent id>`` in namespace ``shepherd``, or
-  ``shepherd-learner/<agent id>/<client>`` for each client of an advised agent) builds the ordinary
-  learner with the registry's factory (`learner_for`) and runs its `ThreadedLearner` there, with its
-  answers relayed back (`ThreadedLearner.relay`) instead of set on futures (`shepherd.agents.ray_actor`).
-- `RayLearner` (on the head) keeps the callers' futures by ticket and sends everything pending for its
-  actor as one remote call, one call in flight at a time (the next batch collects meanwhile); the answers
-  are delivered on the caller's thread with the ``deliver`` given to `start`, as a `ThreadedLearner` does.
-  Greedy steps are answered on the head from a `GreedyActor` snapshot of the actor's published weights
-  (and its observation statistics, sent with them).
-- Checkpoints are written where the store is: the actor returns the checkpoint's bytes and the head
-  writes them atomically; a restore reads the head's file and sends its bytes.
-- An actor that dies (its node removed, its process killed) is created again, on any node, and restored
-  from the head's last checkpoint before it answers; meanwhile every step fails with
-  `LearnerUnavailable` (HTTP 503 with Retry-After), and a client's retry of the same ``seq`` is handed to
-  the new actor without being counted twice (`shepherd.graph.sessions`).
-
-An advised client's advice is forwarded to its actor as plain data, and read there from its advisor's
-actor (`shepherd.agents.ray_advice`).
-
-Only this module, `shepherd.agents.ray_actor` and `shepherd.agents.ray_advice` import ray, and only ``--ray``
-imports them (`connect`).
+"""The head's `RayLearner` (``run.py --ray``): the calls of a `ThreadedLearner`, each batch of `Request`s sent
+to the agent's `LearnerActor` as one remote call, one call in flight at a time (the next batch collects
+meanwhile); answers delivered on the caller's thread; greedy steps answered on the head from a snapshot of
+the actor's published weights; checkpoints written where the store is. A lost actor is created again and
+restored by `ActorRevival` (`shepherd.agents.ray.revival`). See the package's docstring (`shepherd.agents.ray`).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import os
-import secrets
 import threading
 import time
 from concurrent.futures import Future
@@ -42,133 +16,31 @@ from pathlib import Path
 from typing import Any, Callable
 
 import ray
-from ray import exceptions as ray_errors
 
-from shepherd.agents.advice import Advice
 from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFailed, Answer, Deliver, Kind,
-                                  LearnerUnavailable, Observation, Request, VersionedWeights)
-from shepherd.agents.inline import GreedyActor
+                                  LearnerUnavailable, Observation, Request)
+from shepherd.agents.greedy_policy import GreedyPolicy
 from shepherd.agents.metrics import MetricsWriter, is_on_policy
-from shepherd.agents.ray_actor import BUILD_SECONDS, NAMESPACE, REMOTE_ACTOR, Reply
-from shepherd.agents.ray_advice import advice_data
-from shepherd.agents.ray_metrics import replay
+from shepherd.agents.ray.actor import BUILD_SECONDS, Reply
+from shepherd.agents.ray.advice import advice_data
+from shepherd.agents.ray.metrics import replay
+from shepherd.agents.ray.revival import LOST, ActorRevival, _kill
+from shepherd.agents.ray.status import _AdvisedStatus, _RemoteStatus, _Snapshot
 from shepherd.agents.timing import LearnerStats
-from shepherd.agents.worker import ThreadedLearner, _Part, _Vector, answer_greedy_acts, settle
+from shepherd.agents.futures import _Part, _Vector, answer_greedy_acts, settle
+from shepherd.agents.worker import ThreadedLearner
 from shepherd.definition import AgentDefinition, Sharing
 from shepherd.storage.files import atomic_write_bytes
 
 logger = logging.getLogger(__name__)
 
-#: what a lost actor raises on the head: its process, node or raylet died, or it cannot be reached
-LOST = (ray_errors.RayActorError, ray_errors.WorkerCrashedError, ray_errors.NodeDiedError,
-        ray_errors.LocalRayletDiedError, ray_errors.ObjectLostError)
 #: how long a poll for held-back answers waits in the actor (seconds)
 POLL_SECONDS = 0.05
 #: how often at most the head asks for published weights for its greedy snapshot (seconds)
 WEIGHTS_SECONDS = 0.2
-#: how long a new actor waits for the name of one that died (Ray frees it once it knows; a node's death
-#: takes its health checks' time to be known)
-NAME_SECONDS = 30.0
 
 
-class NameTaken(RuntimeError):
-    """The learner's actor name is held by another actor (one that died but is not known dead yet)."""
-
-
-def connect(address: str | None, num_cpus: int | None = None) -> None:
-    """Start a local Ray (``address`` None) bound to loopback, with Ray's token authentication, or connect
-    to a running one (``auto`` or ``HOST:PORT``); the driver's namespace is ``shepherd``.
-
-    A local Ray's token is a fresh secret in this process's environment (``RAY_AUTH_TOKEN``), inherited by
-    the processes Ray starts and by nothing else (Ray 2.60 turns token authentication on for a local
-    ``ray.init`` unless ``RAY_AUTH_MODE=disabled``; a token already given by ``RAY_AUTH_TOKEN`` or
-    ``RAY_AUTH_TOKEN_PATH`` is kept). Connecting to a cluster started with token authentication needs its
-    token the same way.
-    """
-    if ray.is_initialized():
-        return
-    if address is None:
-        if not os.environ.get("RAY_AUTH_TOKEN_PATH"):
-            os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
-        # Ray binds its services to the address it finds reachable from other machines unless it is told the
-        # cluster is this one machine (read at import: set for this process and for the processes it starts)
-        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-        from ray._private import ray_constants
-
-        ray_constants.ENABLE_RAY_CLUSTER = False
-        ray.init(address="local",  # a new instance, never another Ray of this machine found by ray.init
-                 _node_ip_address="127.0.0.1", include_dashboard=False, namespace=NAMESPACE,
-                 num_cpus=num_cpus if num_cpus is not None else 1, log_to_driver=False,
-                 configure_logging=False)
-    else:
-        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, configure_logging=False)
-    logger.info("Ray: %s", ray.get_runtime_context().gcs_address)
-
-
-def disconnect() -> None:
-    """Leave Ray (a local Ray started by `connect` stops)."""
-    ray.shutdown()
-
-
-class _RemoteStatus:
-    """The head's view of the actor's algorithm: its counters as of the last reply (no model here)."""
-
-    model = None
-
-    def __init__(self, name: str, actor_name: str, on_policy: bool) -> None:
-        self.name = name
-        self.actor_name = actor_name  # what an advisee's actor asks for this one's weights by
-        self.on_policy = on_policy  # its metrics rows follow its updates (`metrics.attach`)
-        self.steps = 0
-        self.version = 0
-        self.draining = False
-
-
-class _AdvisedStatus(_RemoteStatus):
-    """An advised client's status: also the head's `Advice`, which the graph sets and the `RayLearner`
-    forwards to the actor (`ray_advice.advice_data`), and `start_from`, sent to the actor."""
-
-    def __init__(self, name: str, actor_name: str, on_policy: bool, learner: RayLearner) -> None:
-        super().__init__(name, actor_name, on_policy)
-        self.advice = Advice()  # strength and decay are the actor's (its parameters): only the advisor is sent
-        self._learner = learner
-
-    def start_from(self, path: Path) -> None:
-        """Raises: OSError (the file), or what the actor's `start_from` raised."""
-        self._learner.start_from(path)
-
-
-class _Snapshot:
-    """The `WeightSource` of the head's greedy snapshot: the actor's version as of its last reply, and
-    the last weights it sent.
-
-    Asking for weights makes them ``wanted`` (and wakes the sender, ``wake``) until the actor has sent its
-    current ones: the actor's learner publishes when asked, so the first request may come back empty.
-    """
-
-    def __init__(self, status: _RemoteStatus, wake: Callable[[], None]) -> None:
-        self._status = status
-        self._wake = wake
-        self.weights: VersionedWeights | None = None
-        self.wanted = False
-
-    @property
-    def version(self) -> int:
-        return self._status.version
-
-    @property
-    def current(self) -> bool:
-        """The weights sent last are of the actor's version as of its last reply."""
-        return self.weights is not None and self.weights.version >= self._status.version
-
-    def latest_weights(self) -> VersionedWeights | None:
-        if not self.wanted and not self.current:
-            self.wanted = True
-            self._wake()
-        return self.weights
-
-
-class RayLearner:
+class RayLearner(ActorRevival):
     """The head's side of a learner in a `LearnerActor`: the calls of a `ThreadedLearner`, thread-safe.
 
     ``model`` is not here (it lives in the actor): an export reads the checkpoint instead (the graph
@@ -197,13 +69,13 @@ class RayLearner:
         self._actor_options = dict(actor_options or {})  # more of Ray's actor options (a scheduling strategy)
         self._wake = threading.Event()
         self._snapshot = _Snapshot(self.algorithm, self._wake.set)
-        self.greedy: GreedyActor | None = None
+        self.greedy: GreedyPolicy | None = None
         local_greedy = local.greedy
         #: the head's copy of the actor's observation statistics, as of the weights it sent last
         local_filtering = None if local_greedy is None else local_greedy.filtering
         self._filtering = None if local_filtering is None else local_filtering.frozen()
         if local_greedy is not None:
-            self.greedy = GreedyActor(local_greedy.plan, self._snapshot, local_greedy.actions, self.name,
+            self.greedy = GreedyPolicy(local_greedy.network, self._snapshot, local_greedy.actions, self.name,
                                       self._filtering)
         self._handle: Any = None
         self._available = False
@@ -219,71 +91,6 @@ class RayLearner:
         self._awaited: set[int] = set()  # tickets sent and not yet answered (the sender thread's own)
         self.restarts = 0
         self._thread = threading.Thread(target=self._run, name=f"ray-learner-{self.name}", daemon=True)
-
-    # -- the actor -------------------------------------------------------------------------------
-    def spawn(self, checkpoint: bytes | None = None, start: bool = False) -> dict[str, Any]:
-        """Create the actor (under its name; waiting for a dead one's name to be free) and build the
-        learner in it. Blocks.
-
-        Raises:
-            ParameterError: the learner cannot be built; NameTaken: the name stays taken; a Ray error: no
-                actor could be created.
-        """
-        deadline = time.monotonic() + NAME_SECONDS
-        while True:
-            try:
-                handle = REMOTE_ACTOR.options(name=self.actor_name, namespace=NAMESPACE, num_cpus=self._num_cpus,
-                                               max_restarts=0, max_concurrency=1, **self._actor_options).remote()
-                break
-            except ValueError:  # the name is still taken by the actor that died or was killed
-                if time.monotonic() > deadline:
-                    raise NameTaken(f"the Ray actor name {self.actor_name} is still taken after {NAME_SECONDS:g} s "
-                                    "(another server on this cluster serves the agent, or Ray has not noticed "
-                                    "that its actor died)") from None
-                time.sleep(0.2)
-        self._handle = handle
-        self._advice_sent = None  # a new actor has no advisor yet
-        try:
-            state: dict[str, Any] = ray.get(handle.build.remote(*self._build_args, checkpoint, start),
-                                            timeout=BUILD_SECONDS)
-        except BaseException:  # never leave an actor behind that holds the name
-            _kill(handle)
-            raise
-        with self._lock:
-            self._available = True
-        return state
-
-    @property
-    def handle(self) -> Any:
-        """The actor's handle (tests kill it to prove a restart)."""
-        return self._handle
-
-    def _respawn(self, reason: str) -> None:
-        """Replace a lost actor: a new one, anywhere in the cluster, restored from the head's last
-        checkpoint; retried until it works or the learner closes."""
-        logger.warning("learner %s: its Ray actor was lost (%s); starting it again from its last checkpoint",
-                       self.name, reason)
-        _kill(self._handle)
-        while not self._closed:
-            path = self._checkpoint_path
-            try:
-                data = path.read_bytes() if path is not None and path.exists() else None
-                self.spawn(data, start=True)
-            except LOST + (ray_errors.GetTimeoutError, NameTaken) as error:  # Ray has not caught up yet
-                logger.warning("learner %s: its Ray actor could not be started again yet: %s", self.name, error)
-                time.sleep(1.0)
-                continue
-            except Exception as error:  # noqa: BLE001 - it cannot be built any more: the learner failed
-                self.failure = f"its Ray actor could not be started again: {type(error).__name__}: {error}"
-                logger.error("learner %s: %s", self.name, self.failure)
-                return
-            if self.greedy is not None:
-                self.greedy.forget()
-            self._snapshot.weights = None
-            self.restarts += 1
-            logger.info("learner %s: its Ray actor is back (restored from %s)", self.name,
-                        path if data is not None else "nothing: no checkpoint yet")
-            return
 
     # -- the Learner calls, from any thread ------------------------------------------------------
     @property
@@ -550,23 +357,6 @@ class RayLearner:
         if reply.answers:
             self._hand_over(functools.partial(self._resolve, reply.answers))
 
-    def _lose(self, units: list[Any], controls: list[tuple[str, Future, Any]], reason: str) -> None:
-        """The actor is gone: everything sent or waiting fails with `LearnerUnavailable`; a new actor
-        restored from the last checkpoint takes over. Steps queued meanwhile were refused at once."""
-        self._awaited.clear()
-        with self._lock:
-            self._available = False
-            units += self._units
-            controls += self._controls
-            self._units, self._controls = [], []
-            lost = list(self._futures)  # a new actor's own tickets must not fail with these
-        unavailable = LearnerUnavailable(f"agent {self.name}'s learner was lost ({reason}) and is being restarted "
-                                         f"from its last checkpoint; retry in {LearnerUnavailable.retry_after} s "
-                                         "(a step: with the same seq)")
-        self._fail([], controls, unavailable)
-        self._hand_over(functools.partial(self._fail_tickets, lost, unavailable))
-        self._respawn(reason)
-
     def _fail(self, units: list[Any], controls: list[tuple[str, Future, Any]], error: Exception) -> None:
         self._awaited.clear()
         for _, future, _ in controls:
@@ -600,30 +390,3 @@ class RayLearner:
             target = future.vector.future if isinstance(future, _Part) else future
             if not target.done():
                 target.set_exception(error)
-
-
-def _kill(handle: Any) -> None:
-    """End an actor for good (nothing if it is gone already)."""
-    try:
-        ray.kill(handle, no_restart=True)
-    except Exception:  # noqa: BLE001 - already gone
-        pass
-
-
-class RayLearners:
-    """Builds served learners as `RayLearner`s (`GraphManager.remote_learners`): actor
-    ``shepherd-learner/<agent id>`` (an advised agent's client: ``shepherd-learner/<agent id>/<client>``),
-    each using ``num_cpus`` of Ray's logical CPUs (0: any number fit), with more of Ray's actor options if
-    given (``scheduling_strategy``, ``resources``, ...)."""
-
-    def __init__(self, num_cpus: float = 0.0, actor_options: dict[str, Any] | None = None) -> None:
-        self.num_cpus = num_cpus
-        self.actor_options = dict(actor_options or {})
-
-    def __call__(self, record: Any, values: dict[str, Any], total_steps: int | None,
-                 local: ThreadedLearner, client: str | None = None) -> ThreadedLearner:
-        name = f"shepherd-learner/{record.id}" if client is None else f"shepherd-learner/{record.id}/{client}"
-        learner = RayLearner(record.definition, values, total_steps, name, local, self.num_cpus, self.actor_options)
-        learner.spawn()
-        # it answers every call a ThreadedLearner answers that the graph makes (see the class)
-        return learner  # type: ignore[return-value]

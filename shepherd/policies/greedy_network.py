@@ -1,12 +1,12 @@
 """A policy's greedy path as plain data, and its numpy function: never imports torch.
 
-A `Plan` is the shape of a small policy's deterministic action (linear layers by their ``state_dict``
+A `GreedyNetwork` is the shape of a small policy's deterministic action (linear layers by their ``state_dict``
 weight names, activations, the head that turns the last layer's output into actions), without weights.
-`shepherd.agents.inline` builds one from an SB3 policy; here it is only data, so a process without torch
-(a front end, a deploy server) can hold one, receive it as JSON (`Plan.to_data`, `Plan.from_data`), and
+`shepherd.agents.greedy_policy` builds one from an SB3 policy; here it is only data, so a process without torch
+(a front end, a deploy server) can hold one, receive it as JSON (`GreedyNetwork.to_data`, `GreedyNetwork.from_data`), and
 `bind` the weights a learner publishes into a numpy function from observations to actions.
 
-    plan = Plan.from_data(json.loads(text))
+    plan = GreedyNetwork.from_data(json.loads(text))
     greedy = plan.bind(arrays)          # arrays by state_dict name, as the learner publishes them
     actions = greedy(observations)      # rows in, rows out (before the action transform)
 """
@@ -29,8 +29,8 @@ ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 }
 
 
-class PlanError(ValueError):
-    """Plan data this module cannot run (an unknown activation or head, a malformed step)."""
+class GreedyNetworkError(ValueError):
+    """GreedyNetwork data this module cannot run (an unknown activation or head, a malformed step)."""
 
 
 def _heads(kind: str, spec: Mapping[str, Any]) -> Callable[[np.ndarray], Any]:
@@ -49,10 +49,10 @@ def _heads(kind: str, spec: Mapping[str, Any]) -> Callable[[np.ndarray], Any]:
     if kind == "quantile_mean_argmax":  # QR-DQN: the argmax of the quantiles' mean
         shape = tuple(int(n) for n in spec["shape"])
         return lambda out: out.reshape(-1, *shape).mean(axis=1).argmax(axis=-1)
-    raise PlanError(f"unknown head {kind!r}")
+    raise GreedyNetworkError(f"unknown head {kind!r}")
 
 
-class Plan:
+class GreedyNetwork:
     """The shape of a policy's greedy path (layers by weight name, activations, the head), without weights.
 
     `bind` makes the numpy function of a set of published weights. A plan that ``takes_masks``
@@ -64,10 +64,10 @@ class Plan:
         for step in steps:
             if isinstance(step, str):
                 if step not in ACTIVATIONS:
-                    raise PlanError(f"unknown activation {step!r}")
+                    raise GreedyNetworkError(f"unknown activation {step!r}")
             elif not (isinstance(step, tuple) and len(step) == 2 and isinstance(step[0], str)
                       and (step[1] is None or isinstance(step[1], str))):
-                raise PlanError(f"a step is an activation's name or [weight, bias]: {step!r}")
+                raise GreedyNetworkError(f"a step is an activation's name or [weight, bias]: {step!r}")
         self.steps = steps
         self.head = dict(head)
         self._head = _heads(str(self.head.get("kind")), self.head)
@@ -79,13 +79,13 @@ class Plan:
                 "head": self.head, "takes_masks": self.takes_masks}
 
     @classmethod
-    def from_data(cls, data: Mapping[str, Any]) -> Plan:
-        """Raises: PlanError (data that is not a plan this module can run)."""
+    def from_data(cls, data: Mapping[str, Any]) -> GreedyNetwork:
+        """Raises: GreedyNetworkError (data that is not a plan this module can run)."""
         try:
             steps = [step if isinstance(step, str) else tuple(step) for step in data["steps"]]
             return cls(steps, dict(data["head"]), bool(data.get("takes_masks", False)))
         except (KeyError, TypeError, IndexError) as error:
-            raise PlanError(f"not a greedy plan: {type(error).__name__}: {error}") from None
+            raise GreedyNetworkError(f"not a greedy plan: {type(error).__name__}: {error}") from None
 
     def weight_names(self) -> list[str]:
         """The ``state_dict`` names of the arrays `bind` needs."""

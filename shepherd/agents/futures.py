@@ -1,0 +1,93 @@
+"""The caller's side of a learner's answers: the futures a step awaits, and how an `Answer` settles them.
+
+`settle` gives a future its action (with the policy version), a refusal, or one part of a vector step's
+answer (`_Vector`, `_Part`: N acts gathered into one future); `answer_greedy_acts` answers a vector step's
+acts at once from the greedy snapshot. Used by the worker (`shepherd.agents.worker.ThreadedLearner`) and
+the Ray head (`shepherd.agents.ray.learner.RayLearner`) alike, on the thread that resolves.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from shepherd.agents.core import ActionFuture, ActMode, AgentClosed, AgentFailed, Answer, Kind, Outcome, Request
+from shepherd.agents.greedy_policy import GreedyPolicy
+
+class _Vector:
+    """The answers of one vector step's acts, gathered into one future (set on the thread that resolves)."""
+
+    __slots__ = ("future", "actions", "left", "version")
+
+    def __init__(self, future: ActionFuture, count: int) -> None:
+        self.future = future
+        self.actions: list[Any] = [None] * count
+        self.left = count
+        self.version: int | None = None
+
+    def answer(self, index: int, answer: Answer) -> None:
+        future = self.future
+        if future.done():
+            return
+        if answer.outcome is Outcome.ACTION:
+            self.actions[index] = answer.action
+            self.version = answer.version if self.version is None else min(self.version, answer.version)
+            self.left -= 1
+            if not self.left:
+                future.policy_version = self.version or 0
+                future.set_result(self.actions)
+        else:
+            _refuse(future, answer)
+
+
+def _refuse(future: Future, answer: Answer) -> None:
+    """Settle a future with an answer that is not an action: dropped, failed or closed."""
+    if answer.outcome is Outcome.DROPPED:
+        future.cancel()
+    elif answer.outcome is Outcome.FAILED:
+        future.set_exception(AgentFailed(answer.detail))
+    elif answer.outcome is Outcome.REFUSED and isinstance(answer.action, Exception):
+        future.set_exception(answer.action)  # an upload the learner refused: StalePolicy, BadExperience
+    else:
+        future.set_exception(AgentClosed(answer.detail))
+
+
+@dataclass(frozen=True)
+class _Part:
+    """Where one act's answer goes in its vector step."""
+
+    vector: _Vector
+    index: int
+
+
+def settle(future: ActionFuture | _Part | None, answer: Answer) -> None:
+    """Settle the future an answer was awaited by (None, or done already: nothing left to do): its action
+    with the policy version, a refusal, or one part of a vector step's answer."""
+    if isinstance(future, _Part):
+        future.vector.answer(future.index, answer)
+    elif future is None or future.done():
+        return
+    elif answer.outcome is Outcome.ACTION:
+        future.policy_version = answer.version
+        future.set_result(answer.action)
+    else:
+        _refuse(future, answer)
+
+
+def answer_greedy_acts(greedy: GreedyPolicy, requests: list[Request], acts: list[Request],
+                       future: ActionFuture) -> list[Request] | None:
+    """A vector step's acts answered at once from the greedy snapshot, when every one is greedy and the
+    snapshot can serve them (one numpy forward): sets ``future`` and returns the step's other requests
+    (ends, drops), which the learner must still be sent. None: the learner answers them (the snapshot is
+    asked to get ready, so the next greedy steps can be answered at once)."""
+    if not all(r.mode is ActMode.GREEDY for r in acts):
+        return None
+    masks = [r.mask for r in acts] if any(r.mask is not None for r in acts) else None
+    answered = greedy.act_batch([r.obs for r in acts], masks)
+    if answered is None:
+        greedy.prepare()
+        return None
+    future.policy_version = answered[1]
+    future.set_result(list(answered[0]))
+    return [r for r in requests if r.kind not in (Kind.BEGIN, Kind.STEP)]

@@ -1,0 +1,160 @@
+"""A lost Ray actor created again: `ActorRevival.spawn` creates a learner's actor under its name (waiting
+for a dead one's name to be free) and builds the learner there; `_respawn` replaces a lost one, anywhere in
+the cluster, restored from the head's last checkpoint, retried until it works or the learner closes. The
+head's `RayLearner` (`shepherd.agents.ray.learner`) is an `ActorRevival`; its sender calls `_respawn` when a
+call finds the actor gone (`LOST`)."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, Callable
+
+import ray
+from ray import exceptions as ray_errors
+
+from shepherd.agents.core import LearnerUnavailable
+from shepherd.agents.greedy_policy import GreedyPolicy
+from shepherd.agents.ray.actor import BUILD_SECONDS, NAMESPACE, REMOTE_ACTOR
+from shepherd.agents.ray.status import _Snapshot
+
+logger = logging.getLogger(__name__)
+
+#: what a lost actor raises on the head: its process, node or raylet died, or it cannot be reached
+LOST = (ray_errors.RayActorError, ray_errors.WorkerCrashedError, ray_errors.NodeDiedError,
+        ray_errors.LocalRayletDiedError, ray_errors.ObjectLostError)
+#: how long a new actor waits for the name of one that died (Ray frees it once it knows; a node's death
+#: takes its health checks' time to be known)
+NAME_SECONDS = 30.0
+
+
+class NameTaken(RuntimeError):
+    """The learner's actor name is held by another actor (one that died but is not known dead yet)."""
+
+
+class ActorRevival:
+    """The actor side of a `RayLearner`: its creation, and its replacement when lost (the attributes below
+    are the learner's, set in its ``__init__``)."""
+
+    name: str
+    actor_name: str
+    failure: str | None
+    greedy: GreedyPolicy | None
+    restarts: int
+    _handle: Any
+    _advice_sent: dict[str, Any] | None
+    _build_args: tuple[Any, ...]
+    _num_cpus: float
+    _actor_options: dict[str, Any]
+    _lock: threading.Lock
+    _available: bool
+    _closed: bool
+    _checkpoint_path: Path | None
+    _snapshot: _Snapshot
+    _awaited: set[int]
+    _units: list[Any]
+    _controls: list[tuple[str, Future, Any]]
+    _futures: dict[int, Any]
+
+    # the learner's, called by `_lose`
+    def _fail(self, units: list[Any], controls: list[tuple[str, Future, Any]], error: Exception) -> None:
+        raise NotImplementedError
+
+    def _hand_over(self, work: Callable[[], None]) -> None:
+        raise NotImplementedError
+
+    def _fail_tickets(self, tickets: list[int] | None, error: Exception) -> None:
+        raise NotImplementedError
+
+    def spawn(self, checkpoint: bytes | None = None, start: bool = False) -> dict[str, Any]:
+        """Create the actor (under its name; waiting for a dead one's name to be free) and build the
+        learner in it. Blocks.
+
+        Raises:
+            ParameterError: the learner cannot be built; NameTaken: the name stays taken; a Ray error: no
+                actor could be created.
+        """
+        deadline = time.monotonic() + NAME_SECONDS
+        while True:
+            try:
+                handle = REMOTE_ACTOR.options(name=self.actor_name, namespace=NAMESPACE, num_cpus=self._num_cpus,
+                                               max_restarts=0, max_concurrency=1, **self._actor_options).remote()
+                break
+            except ValueError:  # the name is still taken by the actor that died or was killed
+                if time.monotonic() > deadline:
+                    raise NameTaken(f"the Ray actor name {self.actor_name} is still taken after {NAME_SECONDS:g} s "
+                                    "(another server on this cluster serves the agent, or Ray has not noticed "
+                                    "that its actor died)") from None
+                time.sleep(0.2)
+        self._handle = handle
+        self._advice_sent = None  # a new actor has no advisor yet
+        try:
+            state: dict[str, Any] = ray.get(handle.build.remote(*self._build_args, checkpoint, start),
+                                            timeout=BUILD_SECONDS)
+        except BaseException:  # never leave an actor behind that holds the name
+            _kill(handle)
+            raise
+        with self._lock:
+            self._available = True
+        return state
+
+    @property
+    def handle(self) -> Any:
+        """The actor's handle (tests kill it to prove a restart)."""
+        return self._handle
+
+    def _respawn(self, reason: str) -> None:
+        """Replace a lost actor: a new one, anywhere in the cluster, restored from the head's last
+        checkpoint; retried until it works or the learner closes."""
+        logger.warning("learner %s: its Ray actor was lost (%s); starting it again from its last checkpoint",
+                       self.name, reason)
+        _kill(self._handle)
+        while not self._closed:
+            path = self._checkpoint_path
+            try:
+                data = path.read_bytes() if path is not None and path.exists() else None
+                self.spawn(data, start=True)
+            except LOST + (ray_errors.GetTimeoutError, NameTaken) as error:  # Ray has not caught up yet
+                logger.warning("learner %s: its Ray actor could not be started again yet: %s", self.name, error)
+                time.sleep(1.0)
+                continue
+            except Exception as error:  # noqa: BLE001 - it cannot be built any more: the learner failed
+                self.failure = f"its Ray actor could not be started again: {type(error).__name__}: {error}"
+                logger.error("learner %s: %s", self.name, self.failure)
+                return
+            if self.greedy is not None:
+                self.greedy.forget()
+            self._snapshot.weights = None
+            self.restarts += 1
+            logger.info("learner %s: its Ray actor is back (restored from %s)", self.name,
+                        path if data is not None else "nothing: no checkpoint yet")
+            return
+
+    def _lose(self, units: list[Any], controls: list[tuple[str, Future, Any]], reason: str) -> None:
+        """The actor is gone: everything sent or waiting fails with `LearnerUnavailable`; a new actor
+        restored from the last checkpoint takes over. Steps queued meanwhile were refused at once."""
+        self._awaited.clear()
+        with self._lock:
+            self._available = False
+            units += self._units
+            controls += self._controls
+            self._units, self._controls = [], []
+            lost = list(self._futures)  # a new actor's own tickets must not fail with these
+        unavailable = LearnerUnavailable(f"agent {self.name}'s learner was lost ({reason}) and is being restarted "
+                                         f"from its last checkpoint; retry in {LearnerUnavailable.retry_after} s "
+                                         "(a step: with the same seq)")
+        self._fail([], controls, unavailable)
+        self._hand_over(functools.partial(self._fail_tickets, lost, unavailable))
+        self._respawn(reason)
+
+
+def _kill(handle: Any) -> None:
+    """End an actor for good (nothing if it is gone already)."""
+    try:
+        ray.kill(handle, no_restart=True)
+    except Exception:  # noqa: BLE001 - already gone
+        pass
