@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --clients: where the local clients' policy acts. server (the default): each "
                              "step goes to the server, which answers the action; client: each client fetches "
                              "the agent's policy as an ONNX file, acts with it itself (onnxruntime) and uploads "
-                             "its envs' experience in blocks (docs/protocol.md; not with --ray)")
+                             "its envs' experience in blocks (not with --ray)")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default %(default)s; 0.0.0.0 exposes the server)")
     parser.add_argument("--port", type=int, default=8000, help="port (default %(default)s; 0 picks a free one)")

@@ -1,4 +1,4 @@
-"""Acting at the client (issue 35, docs/protocol.md): `ActingClient` fetches the agent's behaviour policy as an
+"""Acting at the client (issue 35; the policy file: docs/export.md): `ActingClient` fetches the agent's behaviour policy as an
 ONNX file, acts with it here with onnxruntime and numpy, and uploads what its envs did in blocks of ``steps``
 steps; `run_acting_env` drives a gymnasium vector env (or an env id, or a stable-baselines3 ``VecEnv``) with it.
 
