@@ -29,14 +29,17 @@ def local_client_names(count: int) -> list[str]:
 
 async def start_clients(url: str, apikey: str, validation: PresetValidation, count: int,
                         envs_per_client: int = 1, seed: int = 0,
-                        names: list[str] | None = None) -> list[asyncio.subprocess.Process]:
+                        names: list[str] | None = None, acting: str = "server") -> list[asyncio.subprocess.Process]:
     """Start ``count`` client processes, each of ``envs_per_client`` envs (more than one: a vector session,
     ``--n-envs``); the key goes through the environment, never the command line. Client k seeds its envs
     from ``seed + k * envs_per_client`` (env i of it with that plus i), so no two envs share a seed, and
-    logs in as ``names[k]`` if names are given (an advised agent's clients)."""
+    logs in as ``names[k]`` if names are given (an advised agent's clients). ``acting`` ``"client"``: the
+    clients act with the policy file themselves and upload their experience (``--acting client``)."""
     env = {**os.environ, "SHEPHERD_API_KEY": apikey,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     vector = ["--n-envs", str(envs_per_client)] if envs_per_client > 1 else []
+    if acting != "server":
+        vector += ["--acting", acting]
     processes = []
     for index in range(count):
         name = ["--client", names[index]] if names else []

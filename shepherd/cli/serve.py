@@ -39,6 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --clients: each client runs M copies of the env and steps them in one request "
                              "(a vector session; an on-policy agent learns from every env with n_envs of at least "
                              "N x M); 1 (the default) is a client of one env, one step per request")
+    parser.add_argument("--acting", choices=("server", "client"), default="server",
+                        help="with --clients: where the local clients' policy acts. server (the default): each "
+                             "step goes to the server, which answers the action; client: each client fetches "
+                             "the agent's policy as an ONNX file, acts with it itself (onnxruntime) and uploads "
+                             "its envs' experience in blocks (not with --ray)")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default %(default)s; 0.0.0.0 exposes the server)")
     parser.add_argument("--port", type=int, default=8000, help="port (default %(default)s; 0 picks a free one)")
@@ -154,6 +159,11 @@ def serve_command(args: argparse.Namespace) -> int:
         raise UsageError("--envs-per-client must be at least 1")
     if args.envs_per_client != 1 and not args.clients:
         raise UsageError("--envs-per-client needs --clients")
+    if args.acting != "server" and not args.clients:
+        raise UsageError("--acting needs --clients")
+    if args.acting == "client" and args.ray is not None:
+        raise UsageError("--acting client is not served under --ray yet (its sessions are refused there); "
+                         "leave out --acting or --ray")
     if not args.front_end_snapshots and not args.front_ends:
         raise UsageError("--no-front-end-snapshots needs --front-ends")
     try:
@@ -254,7 +264,7 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
             local_key_id = local.id
             names = local_client_names(args.clients) if graph.served.agents[agent_id].takes_client_names else None
             clients = await start_clients(url, local.key, graph.validation, args.clients,
-                                          args.envs_per_client, args.seed or 0, names)
+                                          args.envs_per_client, args.seed or 0, names, args.acting)
             if names:
                 print(f"local clients of advised agent {graph.validation.agent or graph.agents[0].name}: "
                       f"{', '.join(names)}", flush=True)

@@ -13,14 +13,39 @@ step (``docs/protocol.md``); `run_vector_env` drives a gymnasium vector env made
     client = VectorClient("http://127.0.0.1:8000", apikey, n_envs=8)
     returns = run_vector_env(client, make_vector_env("CartPole-v1", 8), seed=0, episodes=100)
 
+An `ActingClient` acts at the client (issue 35): it fetches the agent's behaviour policy as an ONNX file,
+acts with it here and uploads its envs' experience in blocks; `run_acting_env` drives it. They need numpy and
+onnxruntime, imported only when these names are first asked for::
+
+    client = ActingClient("http://127.0.0.1:8000", apikey, n_envs=8)
+    returns = run_acting_env(client, "CartPole-v1", seed=0, steps=50_000)
+
 Run ``python -m shepherd.client --help`` to drive a gymnasium environment (or ``--n-envs`` of them)
 against a server; the API key comes from the ``SHEPHERD_API_KEY`` environment variable so that it never
 shows in a process list.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from shepherd.client.connection import Client, ShepherdError, VectorClient, to_json
 from shepherd.client.loops import (env_action_mask, first_vector_step, gymnasium_vector_step, make_vector_env, run_env,
                                    run_sb3_vec_env, run_vector_env, sb3_vec_env_step)
 
-__all__ = ["Client", "ShepherdError", "VectorClient", "env_action_mask", "first_vector_step", "gymnasium_vector_step",
-           "make_vector_env", "run_env", "run_sb3_vec_env", "run_vector_env", "sb3_vec_env_step", "to_json"]
+if TYPE_CHECKING:
+    from shepherd.client.acting import ActingClient, Block, StaleUpload, run_acting_env
+
+#: the names of `shepherd.client.acting`, imported when first asked for (numpy and onnxruntime with them)
+_ACTING = ("ActingClient", "Block", "StaleUpload", "run_acting_env")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _ACTING:
+        from shepherd.client import acting
+
+        return getattr(acting, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["ActingClient", "Block", "Client", "ShepherdError", "StaleUpload", "VectorClient", "env_action_mask",
+           "first_vector_step", "gymnasium_vector_step", "make_vector_env", "run_acting_env", "run_env",
+           "run_sb3_vec_env", "run_vector_env", "sb3_vec_env_step", "to_json"]

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING
 
 logger = logging.getLogger(__name__)
 
@@ -16,6 +17,9 @@ logger = logging.getLogger(__name__)
 
 from shepherd.client.connection import Client, ShepherdError, VectorClient
 from shepherd.client.loops import make_vector_env, run_env, run_vector_env
+
+if TYPE_CHECKING:
+    from shepherd.client.acting import ActingClient
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,23 +50,49 @@ def main(argv: list[str] | None = None) -> int:
                              "are that name's; docs/advice.md)")
     parser.add_argument("--async", dest="asynchronous", action="store_true",
                         help="with --n-envs: run each copy in a subprocess (default: all in this process)")
+    parser.add_argument("--acting", choices=("server", "client"), default="server",
+                        help="server: send every step and get the action back (standard library only); client: "
+                             "fetch the agent's policy as an ONNX file, act with it here (needs numpy and "
+                             "onnxruntime) and upload the envs' experience in blocks (default %(default)s)")
+    parser.add_argument("--steps", type=int, default=None, metavar="N",
+                        help="with --acting client: stop after the upload that reaches N env steps, counted over "
+                             "every env (default: never)")
     args = parser.parse_args(argv)
     if args.n_envs is not None and args.n_envs < 1:
         parser.error("--n-envs must be at least 1")
     if args.asynchronous and args.n_envs is None:
         parser.error("--async needs --n-envs")
+    if args.steps is not None and args.acting != "client":
+        parser.error("--steps needs --acting client")
     apikey = os.environ.get("SHEPHERD_API_KEY")
     if not apikey:
         parser.error("set SHEPHERD_API_KEY to the agent's API key")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s client %(message)s")
     env_kwargs = json.loads(args.env_kwargs)
-    client = (Client(args.url, apikey, client=args.client) if args.n_envs is None else
-              VectorClient(args.url, apikey, args.n_envs, client=args.client))
+    client: Client | VectorClient | ActingClient
+    if args.acting == "client":
+        try:
+            from shepherd.client.acting import ActingClient
+        except ImportError as error:
+            print(f"error: --acting client needs numpy and onnxruntime ({error})", file=sys.stderr)
+            return 1
+        client = ActingClient(args.url, apikey, args.n_envs or 1, client=args.client, seed=args.seed)
+    else:
+        client = (Client(args.url, apikey, client=args.client) if args.n_envs is None else
+                  VectorClient(args.url, apikey, args.n_envs, client=args.client))
     vector_env = None
     try:
-        if isinstance(client, Client):
+        if args.acting == "client":
+            from shepherd.client.acting import run_acting_env
+
+            assert isinstance(client, ActingClient)
+            returns = [value for env_returns in run_acting_env(client, args.env, args.seed, args.episodes, args.steps,
+                                                               args.mode, env_kwargs, args.asynchronous)
+                       for value in env_returns]
+        elif isinstance(client, Client):
             returns = run_env(client, args.env, args.seed, args.episodes, args.mode, env_kwargs)
         else:
+            assert isinstance(client, VectorClient)
             vector_env = make_vector_env(args.env, args.n_envs, args.asynchronous, env_kwargs)
             returns = [value for env_returns in run_vector_env(client, vector_env, args.seed, args.episodes,
                                                                args.mode) for value in env_returns]

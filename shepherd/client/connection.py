@@ -8,20 +8,25 @@ import http.client
 import json
 import logging
 import time
-from typing import Any
+from typing import Any, Callable, TypeVar
 from urllib.parse import urlsplit
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 
 class ShepherdError(Exception):
-    """The server answered with an error status; ``status`` and the server's message are kept."""
+    """The server answered with an error status; ``status``, the server's message and its whole reply
+    (``body``: a 409 to an upload names the current ``policy_version`` there) are kept."""
 
-    def __init__(self, status: int, message: str, retry_after: float | None = None) -> None:
+    def __init__(self, status: int, message: str, retry_after: float | None = None,
+                 body: dict[str, Any] | None = None) -> None:
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
         self.message = message
         self.retry_after = retry_after
+        self.body = body or {}
 
 
 def to_json(value: Any) -> Any:
@@ -74,6 +79,15 @@ class _Connection:
 
     def post(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
         """POST a JSON object; returns the reply object or raises ShepherdError / OSError."""
+        _, raw = self.post_raw(path, payload)
+        try:
+            return json.loads(raw) if raw else {}
+        except ValueError:
+            return {"error": raw[:200].decode(errors="replace")}
+
+    def post_raw(self, path: str, payload: dict[str, Any]) -> tuple[http.client.HTTPResponse, bytes]:
+        """POST a JSON object; returns the response (status and headers, read) and its body's bytes, or raises
+        ShepherdError (a status of 400 or more) / OSError."""
         body = json.dumps(payload, allow_nan=False).encode()
         connection = self._connect()
         try:
@@ -84,15 +98,15 @@ class _Connection:
             self.close()
             raise
         self.reached = True
-        try:
-            data = json.loads(raw) if raw else {}
-        except ValueError:
-            data = {"error": raw[:200].decode(errors="replace")}
         if response.status >= 400:
+            try:
+                data = json.loads(raw) if raw else {}
+            except ValueError:
+                data = {"error": raw[:200].decode(errors="replace")}
             retry = response.getheader("Retry-After")
             raise ShepherdError(response.status, data.get("error", response.reason),
-                                float(retry) if retry else None)
-        return data
+                                float(retry) if retry else None, data if isinstance(data, dict) else None)
+        return response, raw
 
     def _open(self, payload: dict[str, Any]) -> dict[str, Any]:
         """Log in with ``payload``; keeps the reply and the session key, and starts ``seq`` again."""
@@ -101,16 +115,21 @@ class _Connection:
         self.seq = 0
         return self.info
 
-    def _send_step(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """POST a step with the next sequence number, sending it again after 429, 503 or a lost connection
-        for up to ``retry_seconds``: the server answers a retried ``seq`` as it did the first time and
-        counts the step once."""
+    def _send_step(self, payload: dict[str, Any], path: str = "/shepherd/env/") -> dict[str, Any]:
+        """POST a step (or another request with a ``seq``: an upload to ``path``) with the next sequence
+        number, sending it again after 429, 503 or a lost connection for up to ``retry_seconds``: the
+        server answers a retried ``seq`` as it did the first time and counts the step once."""
         self.seq += 1
         payload["seq"] = self.seq
+        return self._retried(lambda: self.post(path, payload))
+
+    def _retried(self, send: Callable[[], T]) -> T:
+        """``send()``, called again after 429, 503 (waiting as Retry-After says, at most 5 s) or a lost
+        connection (0.2 s) until it succeeds or ``retry_seconds`` have passed."""
         deadline = time.monotonic() + self.retry_seconds
         while True:
             try:
-                return self.post("/shepherd/env/", payload)
+                return send()
             except ShepherdError as error:
                 if error.status not in (429, 503) or time.monotonic() > deadline:
                     raise

@@ -273,7 +273,8 @@ def _drive(client: VectorClient, reset: Callable[[int | None], dict[str, list]],
     return returns
 
 
-def _login(client: Client | VectorClient, mode: str, retry_seconds: float) -> None:
+def _login(client: Any, mode: str, retry_seconds: float) -> None:
+    """Log ``client`` in (any client with `login(mode)`), retrying a server that went away."""
     deadline = time.monotonic() + retry_seconds
     while True:
         try:

@@ -163,8 +163,10 @@ class AgentRuntime:
         kept = self._behaviours.get(phase)
         if kept is not None and kept[0] == self.learner.policy_version:
             return kept
-        built = await asyncio.wait_for(asyncio.wrap_future(
-            self.learner.behaviour(phase.value, self.record.name, self.record.algorithm)), timeout)
+        # shielded: a build that outlasts the timeout is not cancelled, for the learner sets its future later
+        # (setting a cancelled one fails the learner)
+        built = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(
+            self.learner.behaviour(phase.value, self.record.name, self.record.algorithm))), timeout)
         self._behaviours[phase] = built
         return built
 
