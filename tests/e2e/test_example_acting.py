@@ -82,3 +82,40 @@ def test_the_javascript_client_acting_at_the_client_learns_cartpole(server_facto
     assert printed and recorded[:len(printed)] == printed
     assert {row["phase"] for row in returns_recorded(server.data)} >= {"train", "evaluate"}
     assert server.stop() == 0
+
+
+def test_an_upload_that_waits_out_a_slow_update_is_retried_with_its_seq_and_recorded_once(server_factory):
+    """Every upload of 2 CartPoles x 16 steps completes tiny's rollout, whose update (300 epochs) outlasts the
+    act timeout (0.1 s): the upload is answered 503, sent again with its seq, and counted once."""
+    executable = node()
+    server = server_factory(str(TEST_PRESETS / "tiny_ppo.py"), "--act-timeout", "0.1", "-cp",
+                            "agents.tiny.parameters.n_epochs=300", "--parameter-bound", "n_epochs=1:300")
+    env = {**os.environ, "SHEPHERD_URL": server.url, "SHEPHERD_API_KEY": server.api_key}
+    result = subprocess.run([executable, str(SCRIPT), "6", "--acting", "client", "--envs", "2"], env=env,
+                            capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr
+    assert "retrying upload seq" in result.stderr and "HTTP 503" in result.stderr  # it did wait out updates
+    played = [float(line.rsplit(" ", 1)[1]) for line in result.stdout.splitlines() if line.startswith("episode ")]
+    assert len(played) >= 6
+    assert [row["value"] for row in returns_recorded(server.data)] == played
+    assert server.stop() == 0
+
+
+def test_stale_uploads_of_two_off_policy_clients_are_dropped_and_their_episodes_not_counted(server_factory):
+    """Two clients of a DQN agent at max_policy_lag 0: each upload's gradient steps make the other client's
+    block stale (409 with the current version). The client fetches the current file and goes on from where its
+    CartPoles are; the episodes it prints are exactly those the server recorded."""
+    executable = node()
+    server = server_factory("cartpole_dqn", "-cp", "agents.cartpole-dqn.parameters.train_freq=16",
+                            "-cp", "agents.cartpole-dqn.parameters.gradient_steps=4", "-cp", "schedule.heatup_steps=64")
+    env = {**os.environ, "SHEPHERD_URL": server.url, "SHEPHERD_API_KEY": server.api_key}
+    clients = [subprocess.Popen([executable, str(SCRIPT), "15", "--acting", "client", "--envs", "2"], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [client.communicate(timeout=180) + (client.returncode,) for client in clients]
+    for stdout, stderr, status in results:
+        assert status == 0, stderr
+    assert any("refused as stale" in stderr for _, stderr, _ in results)
+    played = sorted(float(line.rsplit(" ", 1)[1]) for stdout, _, _ in results for line in stdout.splitlines()
+                    if line.startswith("episode "))
+    assert sorted(row["value"] for row in returns_recorded(server.data)) == played
+    assert server.stop() == 0
