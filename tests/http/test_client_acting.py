@@ -207,3 +207,23 @@ async def test_a_policy_file_not_built_within_the_act_timeout_is_503_and_its_bui
     status, onnx = await policy(client, key)
     assert status == 200 and onnx and len(builds) == 1  # the retry got the one build, done meanwhile
     assert learner.failure is None
+
+
+async def test_after_a_stale_upload_the_policy_held_is_not_answered_304(aiohttp_client, tmp_path):
+    """Two sessions of a DQN agent at max_policy_lag 0: A's block trains the agent, so B's block, drawn with the
+    version before, is stale. B asks for the policy naming the version it holds: it gets the current file, not 304."""
+    parameters = {"n_envs": N, "train_freq": T, "gradient_steps": 1, "learning_starts": 0, "batch_size": 8,
+                  "seed": 0}
+    client = await make_client(aiohttp_client, tmp_path, graph_manager("DQN", parameters))
+    a, b = await login(client), await login(client)
+    assert a["policy_version"] == b["policy_version"] == 0
+    onnx = (await policy(client, a["session_key"]))[1]
+    assert (await policy(client, b["session_key"]))[1] == onnx  # B holds version 0's file too
+    for opened, seed in ((a, 0), (b, 10)):
+        body = {"session_key": opened["session_key"], **Envs(seed).block(onnx, opened["steps"], 0, seq=1)}
+        response = await client.post("/shepherd/experience/", json=body)
+        if opened is a:
+            assert response.status == 200 and (await response.json())["policy_version"] == 1, await response.text()
+    assert response.status == 409 and (await response.json())["policy_version"] == 1
+    fetched = await client.post("/shepherd/policy/", json={"session_key": b["session_key"], "policy_version": 0})
+    assert fetched.status == 200 and fetched.headers["Shepherd-Policy-Version"] == "1"
