@@ -18,6 +18,21 @@
 // SHEPHERD_URL defaults to http://127.0.0.1:8000. SHEPHERD_CLIENT names the client, as a login to an advised
 // agent must ("client": "arm-3": its own learner, kept across sessions); a pooled agent refuses a name.
 // Prints one line per episode with its return.
+//
+// With --acting client the policy runs here, not at the server (docs/acting.md; docs/protocol.md, "Acting at
+// the client"): the client logs in with "acting": "client" (and "n_envs": N with --envs N, else 1), fetches
+// the agent's behaviour policy as an ONNX file from /shepherd/policy/, runs it with onnxruntime-node
+// (`npm install` in examples/ once; only this mode needs it) on uniform noise it draws, steps its CartPoles
+// with the file's "action" for the "steps" (T) the server asked for, and uploads the block as columns to
+// /shepherd/experience/: T+1 rows of observations, T rows of the file's "sample", rewards, ends and
+// final_obs. Each upload carries the next seq and the policy version it was drawn with, and is sent again
+// as it was after 429, 503 (an on-policy update outlasting the act timeout) or a lost connection. The reply
+// says the version, phase and T of the next block: a new version or phase fetches the file again. An upload
+// refused as stale (409 with the current "policy_version") is dropped: the CartPoles go on from where they
+// are with the current file, and the episodes that ran through the dropped rows are not recorded by the
+// server, nor printed here. An episode is printed once the upload it ended in was accepted.
+//
+//   SHEPHERD_API_KEY=... node examples/cartpole_client.js [episodes] --acting client --envs 8
 "use strict";
 
 const url = (process.env.SHEPHERD_URL || "http://127.0.0.1:8000").replace(/\/+$/, "");
@@ -26,59 +41,76 @@ const client = process.env.SHEPHERD_CLIENT; // undefined: no "client" in the log
 const args = process.argv.slice(2);
 const envsFlag = args.indexOf("--envs");
 const nEnvs = envsFlag === -1 ? null : Number(args.splice(envsFlag, 2)[1]);
+const actingFlag = args.indexOf("--acting");
+const acting = actingFlag === -1 ? "server" : args.splice(actingFlag, 2)[1];
 const episodes = Number(args[0] || Infinity);
 const retrySeconds = Number(process.env.SHEPHERD_RETRY_SECONDS || 60);
 
 const { CartPole } = require("./cartpole.js");
+const { metadataProps } = require("./onnx_metadata.js");
 
 class HttpError extends Error {
-  constructor(status, path, message, retryAfter) {
-    super(`HTTP ${status} on ${path}: ${message}`);
+  constructor(status, path, reply, retryAfter) {
+    super(`HTTP ${status} on ${path}: ${reply.error}`);
     this.status = status;
+    this.reply = reply;           // the error's JSON body ({"error", and "policy_version" for a stale upload})
     this.retryAfter = retryAfter; // seconds, from the Retry-After header (null: none)
   }
 }
 
-async function post(path, body) {
+// A POST of a JSON body; the raw response (200, or 304 from /shepherd/policy/), or HttpError.
+async function send(path, body) {
   const response = await fetch(url + path, {
     method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
   });
-  const reply = await response.json();
-  if (!response.ok) {
+  if (!response.ok && response.status !== 304) {
+    const reply = await response.json();
     const retryAfter = response.headers.get("Retry-After");
-    throw new HttpError(response.status, path, reply.error, retryAfter === null ? null : Number(retryAfter));
+    throw new HttpError(response.status, path, reply, retryAfter === null ? null : Number(retryAfter));
   }
-  return reply;
+  return response;
+}
+
+async function post(path, body) {
+  return (await send(path, body)).json();
 }
 
 const sleep = (seconds) => new Promise((resolve) => setTimeout(resolve, seconds * 1000));
+
+// `attempt()` again after 429, 503 or a lost connection, waiting Retry-After (at most 5 s), for up to
+// SHEPHERD_RETRY_SECONDS; `what` names it in the line printed to stderr for each retry.
+async function retried(what, attempt) {
+  const deadline = Date.now() + retrySeconds * 1000;
+  while (true) {
+    try {
+      return await attempt();
+    } catch (error) {
+      const lost = !(error instanceof HttpError); // fetch failed: no reply came (connection refused or dropped)
+      if (!(lost || error.status === 429 || error.status === 503) || Date.now() > deadline) throw error;
+      const wait = lost ? 0.2 : Math.min(error.retryAfter || 1, 5);
+      console.error(`retrying ${what} in ${wait} s: ${error.message}`);
+      await sleep(wait);
+    }
+  }
+}
 
 // One session's steps, each with the next seq, sent again as it was after 429, 503 or a lost connection.
 class Stepper {
   constructor(session_key) { this.session_key = session_key; this.seq = 0; }
   async step(body) {
     const sent = { session_key: this.session_key, ...body, seq: ++this.seq };
-    const deadline = Date.now() + retrySeconds * 1000;
-    while (true) {
-      try {
-        return await post("/shepherd/env/", sent);
-      } catch (error) {
-        const lost = !(error instanceof HttpError); // fetch failed: no reply came (connection refused or dropped)
-        if (!(lost || error.status === 429 || error.status === 503) || Date.now() > deadline) throw error;
-        const wait = lost ? 0.2 : Math.min(error.retryAfter || 1, 5);
-        console.error(`retrying step seq ${sent.seq} in ${wait} s: ${error.message}`);
-        await sleep(wait);
-      }
-    }
+    return retried(`step seq ${sent.seq}`, () => post("/shepherd/env/", sent));
   }
 }
 
 async function main() {
   if (!apikey) throw new Error("set SHEPHERD_API_KEY to the agent's API key");
-  if (nEnvs !== null) {
-    if (!Number.isInteger(nEnvs) || nEnvs < 1) throw new Error("--envs takes a whole number of CartPoles, 1 or more");
-    return vectorMain(nEnvs);
+  if (nEnvs !== null && (!Number.isInteger(nEnvs) || nEnvs < 1)) {
+    throw new Error("--envs takes a whole number of CartPoles, 1 or more");
   }
+  if (acting === "client") return actingMain(nEnvs);
+  if (acting !== "server") throw new Error(`--acting takes "client" or "server", not ${JSON.stringify(acting)}`);
+  if (nEnvs !== null) return vectorMain(nEnvs);
   const login = await post("/shepherd/login_user/", { apikey, client });
   const session_key = login.session_key;
   console.log(`logged in to agent ${login.agent}: observations ${JSON.stringify(login.observation_space)}, ` +
@@ -139,6 +171,126 @@ async function vectorMain(n) {
       }
     });
     ({ obs, reward, terminated, truncated } = next);
+  }
+  await post("/shepherd/logout/", { session_key });
+}
+
+// -- acting at the client --------------------------------------------------------------------------------
+
+// onnxruntime-node, loaded only by --acting client (the server-acting client needs nothing installed).
+function onnxruntime() {
+  try {
+    return require("onnxruntime-node");
+  } catch (error) {
+    throw new Error("--acting client runs the policy with onnxruntime-node: run `npm install` in examples/ first");
+  }
+}
+
+// The behaviour policy this session acts with now: the ONNX file from /shepherd/policy/, or `held` again when
+// the server answers 304 (held's version is current and its phase is the session's). After a stale upload the
+// client asks without a version, for the current file whatever it holds.
+async function fetchPolicy(ort, session_key, held) {
+  const body = held === null ? { session_key } : { session_key, policy_version: held.version };
+  const response = await retried("the policy fetch", () => send("/shepherd/policy/", body));
+  if (response.status === 304) return held;
+  const buffer = Buffer.from(await response.arrayBuffer());
+  const props = metadataProps(buffer);
+  if (!("shepherd" in props)) throw new Error("/shepherd/policy/ answered a file without 'shepherd' metadata");
+  const meta = JSON.parse(props.shepherd);
+  if (JSON.stringify([].concat(meta.observation_space[0])) !== "[4]" || meta.action_space !== 2) {
+    throw new Error(`agent ${meta.agent} acts on observations ${JSON.stringify(meta.observation_space)} with ` +
+                    `actions ${JSON.stringify(meta.action_space)}; this CartPole has observations [4] and 2 actions`);
+  }
+  const session = await ort.InferenceSession.create(buffer, { intraOpNumThreads: 1, interOpNumThreads: 1 });
+  const version = Number(response.headers.get("Shepherd-Policy-Version"));
+  console.log(`acting with policy version ${version}, phase ${meta.phase} (noise_size ${meta.noise_size})`);
+  return { version, phase: meta.phase, noiseSize: meta.noise_size, meta, session };
+}
+
+// A uniform float32 in [0, 1): 24 random bits. (Math.random() rounded to float32 may give 1.0 itself, which the
+// file's Box-Muller would turn into an infinity.)
+const uniform = () => Math.floor(Math.random() * 16777216) / 16777216;
+
+// One forward pass for all CartPoles: the action each steps with and the sample uploaded for it.
+async function actWith(ort, policy, obs) {
+  const n = obs.length, k = policy.noiseSize;
+  const feeds = { obs: new ort.Tensor("float32", Float32Array.from(obs.flat()), [n, 4]) };
+  if (policy.session.inputNames.includes("noise")) {
+    feeds.noise = new ort.Tensor("float32", Float32Array.from({ length: n * k }, uniform), [n, k]);
+  }
+  if (policy.meta.takes_masks) {  // every action allowed
+    const size = policy.meta.mask_size;
+    feeds.action_mask = new ort.Tensor("bool", new Uint8Array(n * size).fill(1), [n, size]);
+  }
+  const { action, sample } = await policy.session.run(feeds, ["action", "sample"]);
+  return { actions: Array.from(action.data, Number), samples: Array.from(sample.data, Number) };  // int64: BigInt
+}
+
+// N CartPoles acting with the fetched policy, T steps a block, each block uploaded as one request.
+async function actingMain(n) {
+  const ort = onnxruntime();
+  n = n === null ? 1 : n;
+  const login = await post("/shepherd/login_user/", { apikey, client, acting: "client", n_envs: n });
+  const session_key = login.session_key;
+  console.log(`logged in to agent ${login.agent} acting at the client with ${n} CartPole(s): observations ` +
+              `${JSON.stringify(login.observation_space)}, actions ${JSON.stringify(login.action_space)}; ` +
+              `phase ${login.phase}, policy version ${login.policy_version}, ${login.steps} steps a block`);
+  let steps = login.steps, seq = 0;
+  let policy = await fetchPolicy(ort, session_key, null);
+  const envs = Array.from({ length: n }, () => new CartPole());
+  let obs = envs.map((env) => env.reset());
+  const totals = new Array(n).fill(0.0);
+  const unseen = new Array(n).fill(false);  // the episode ran through a refused upload: the server does not record it
+  let ended = 0;
+  while (ended < episodes) {
+    const block = { obs: [obs], sample: [], reward: [], terminated: [], truncated: [], final_obs: [] };
+    const finished = [];  // [CartPole, return] of the episodes that end in this block, printed once it is accepted
+    for (let t = 0; t < steps; t++) {
+      const { actions, samples } = await actWith(ort, policy, obs);
+      const next = [], reward = [], terminated = [], truncated = [], finalObs = [];
+      envs.forEach((env, i) => {
+        const step = env.step(actions[i]);
+        totals[i] += step.reward;
+        reward.push(step.reward);
+        terminated.push(step.terminated);
+        truncated.push(step.truncated);
+        if (step.terminated || step.truncated) {
+          finalObs.push(step.obs);      // the ended episode's last observation ...
+          next.push(env.reset());       // ... and obs row t+1 already the next episode's first
+          if (!unseen[i]) finished.push([i, totals[i]]);
+          totals[i] = 0.0;
+          unseen[i] = false;
+        } else {
+          finalObs.push(null);
+          next.push(step.obs);
+        }
+      });
+      obs = next;
+      block.obs.push(obs);
+      block.sample.push(samples);
+      block.reward.push(reward);
+      block.terminated.push(terminated);
+      block.truncated.push(truncated);
+      block.final_obs.push(finalObs);
+    }
+    if (block.final_obs.every((row) => row.every((last) => last === null))) delete block.final_obs;
+    const sent = { session_key, seq: ++seq, policy_version: policy.version, ...block };
+    let reply;
+    try {
+      reply = await retried(`upload seq ${seq}`, () => post("/shepherd/experience/", sent));
+    } catch (error) {
+      if (!(error instanceof HttpError && error.status === 409 && error.reply.policy_version !== undefined)) throw error;
+      console.error(`upload seq ${seq} refused as stale (drawn with version ${policy.version}, the agent wants ` +
+                    `${error.reply.policy_version}): nothing of it recorded; going on from where the CartPoles are`);
+      unseen.fill(true);
+      policy = await fetchPolicy(ort, session_key, null);
+      continue;
+    }
+    for (const [i, total] of finished) console.log(`episode ${++ended} (CartPole ${i}) return ${total}`);
+    steps = reply.steps;
+    if (reply.policy_version !== policy.version || reply.phase !== policy.phase) {
+      policy = await fetchPolicy(ort, session_key, policy);
+    }
   }
   await post("/shepherd/logout/", { session_key });
 }

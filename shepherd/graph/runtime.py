@@ -91,6 +91,7 @@ class AgentRuntime:
         self.store = store
         self.tracker = PhaseTracker(schedule)
         self._behaviours: dict[Phase, tuple[int, bytes]] = {}  # the last behaviour file of each phase
+        self._building: dict[Phase, asyncio.Future[tuple[int, bytes]]] = {}  # a build under way, by phase
         self.sessions = 0
         self.episodes = 0
         self.evaluations: list[EvaluationResult] = []
@@ -163,10 +164,18 @@ class AgentRuntime:
         kept = self._behaviours.get(phase)
         if kept is not None and kept[0] == self.learner.policy_version:
             return kept
-        # shielded: a build that outlasts the timeout is not cancelled, for the learner sets its future later
-        # (setting a cancelled one fails the learner)
-        built = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(
-            self.learner.behaviour(phase.value, self.record.name, self.record.algorithm))), timeout)
+        building = self._building.get(phase)
+        if building is None:  # one build at a time per phase; a request that timed out leaves it running
+            building = self._building[phase] = asyncio.ensure_future(self._build(phase))
+            building.add_done_callback(lambda done: done.cancelled() or done.exception())  # heard by waiters
+        return await asyncio.wait_for(asyncio.shield(building), timeout)  # a timeout never cancels the build
+
+    async def _build(self, phase: Phase) -> tuple[int, bytes]:
+        try:
+            built: tuple[int, bytes] = await asyncio.wrap_future(
+                self.learner.behaviour(phase.value, self.record.name, self.record.algorithm))
+        finally:
+            del self._building[phase]
         self._behaviours[phase] = built
         return built
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from shepherd.agents import ExperienceLearner, ExperienceReply, NotClientActing
+from shepherd.agents import ExperienceLearner, ExperienceReply, NotClientActing, StalePolicy
 from shepherd.level.base import Level, Reply, WrongShape
 from shepherd.level.episodes import Episode, EpisodeHost, Phase
 from shepherd.wire import StepInput, VectorStepInput
@@ -100,8 +100,10 @@ class ClientActingLevel(Level):
             try:
                 learned: ExperienceReply = await asyncio.wrap_future(
                     self.learner.learn_experience(self.uploader, experience))
-            except Exception:
+            except Exception as error:
                 self._lose_episodes()  # what ran through the refused rows is not recorded
+                if isinstance(error, StalePolicy):  # the version to act with now: the file held is no longer it
+                    self.policy_version = error.policy_version
                 raise
             self.policy_version, self.steps = learned.policy_version, learned.steps
         self._record(experience)

@@ -37,6 +37,7 @@ CHOICE = random.Random(5)
 CASES_PER_OPERATION = 30  # in CI
 LONG_RUN_CASES = int(os.environ.get("SHEPHERD_FUZZ_CASES") or 0)  # in all, for a long run by hand
 REPORT = os.environ.get("SHEPHERD_FUZZ_REPORT")
+ACTING_PATHS = ("/shepherd/policy/", "/shepherd/experience/")  # a client-acting session's calls
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +63,10 @@ def map_body(ctx, body):
         body["apikey"] = LIVE["apikey"]
     if "token" in body and CHOICE.random() < 0.6:  # a dashboard sign-in
         body["token"] = LIVE["admin"] if CHOICE.random() < 0.7 else LIVE["apikey"]
-    if "session_key" in body and CHOICE.random() < 0.6:
+    operation = getattr(ctx.operation, "path", None)
+    if operation in ACTING_PATHS and "session_key" in body and CHOICE.random() < 0.6:
+        body["session_key"] = _live_acting_session(CHOICE.randint(1, 2))
+    elif "session_key" in body and CHOICE.random() < 0.6:
         if isinstance(body.get("reward"), list) or CHOICE.random() < 0.3:  # a vector session of 1 to 3 envs
             n = CHOICE.randint(1, 3)
             body["session_key"] = _live_session(n)
@@ -103,13 +107,36 @@ def _live_session(n_envs: int | None = None) -> str:
     return LIVE["session"]
 
 
+def _live_acting_session(n_envs: int) -> str:
+    """A new client-acting session of the real key, of ``n_envs`` envs, ended after its case (`_end_acting`)."""
+    import requests
+
+    reply = requests.post(LIVE["url"] + "/shepherd/login_user/",
+                          json={"apikey": LIVE["apikey"], "acting": "client", "n_envs": n_envs}, timeout=10)
+    LIVE["acting_session"] = reply.json()["session_key"]
+    return LIVE["acting_session"]
+
+
+def _end_acting(response) -> None:
+    """End the client-acting session a case used or opened: one holds rollout segments of the on-policy agent
+    until it uploads or ends, and the steps of the fuzz's other sessions would wait for them."""
+    import requests
+
+    keys = [LIVE.pop("acting_session", None)]
+    if response.request.path_url == "/shepherd/login_user/" and response.status_code == 200:
+        reply = response.json()
+        keys.append(reply["session_key"] if reply.get("acting") == "client" else None)
+    for key in filter(None, keys):
+        requests.post(LIVE["url"] + "/shepherd/logout/", json={"session_key": key}, timeout=10)
+
+
 @pytest.mark.timeout(900 + LONG_RUN_CASES)
 def test_every_response_matches_the_description_and_none_is_a_5xx(live_server, record_property):
     LIVE["url"] = live_server.server.url
     schema = schemathesis.openapi.from_url(live_server.server.url + "/shepherd/openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]
     paths = {op.path for op in operations}
-    assert {"/shepherd/login_user/", "/shepherd/env/", "/shepherd/logout/"} <= paths
+    assert {"/shepherd/login_user/", "/shepherd/env/", "/shepherd/logout/", *ACTING_PATHS} <= paths
     assert {"/shepherd/admin/api/agents", "/shepherd/admin/api/agents/{agent_id}/restart"} <= paths
     per_operation = math.ceil(LONG_RUN_CASES / len(operations)) if LONG_RUN_CASES else CASES_PER_OPERATION
     cases: collections.Counter[tuple[str, str]] = collections.Counter()  # (operation, status)
@@ -125,6 +152,7 @@ def test_every_response_matches_the_description_and_none_is_a_5xx(live_server, r
                 token = LIVE["admin"] if CHOICE.random() < 0.7 else LIVE["apikey"]
                 headers["Authorization"] = f"Bearer {token}"
             response = case.call(headers=headers)
+            _end_acting(response)
             cases[operation.label, str(response.status_code)] += 1
             assert response.status_code < 500, f"{operation.label}: {response.status_code} {response.text}"
             if operation.path.endswith("/admin-token") and response.status_code == 200:

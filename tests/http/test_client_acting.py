@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import gymnasium as gym
 import numpy as np
 import onnxruntime as ort
@@ -176,3 +178,52 @@ async def test_a_recurrent_agent_refuses_client_acting_logins_and_says_what_work
     assert response.status == 400, await response.text()
     assert '"acting": "server"' in (await response.json())["error"]
     assert client.app[GRAPH].runtime().sessions == 0
+
+
+async def test_a_policy_file_not_built_within_the_act_timeout_is_503_and_its_build_goes_on(aiohttp_client, tmp_path):
+    """A learner busy with an update builds the file late: the request is answered 503 with Retry-After, the
+    build is not cancelled (a cancelled future handed back to the learner's thread failed the agent), and the
+    client's retry gets the file it made."""
+    import threading
+    from concurrent.futures import Future
+
+    app = create_app(ServerConfig(graph_manager(), tmp_path / "data", act_timeout_seconds=0.2))
+    client = await aiohttp_client(app)
+    client.apikey = app[CREATED_KEYS]["pole"]
+    key = (await login(client))["session_key"]
+    learner = app[GRAPH].runtime().learner
+    build, builds = learner.behaviour, []
+
+    def slow_behaviour(*args):  # the file, handed back 0.6 s late, as after a long update
+        late: Future = Future()
+        builds.append(late)
+        threading.Timer(0.6, lambda: late.set_result(build(*args).result())).start()
+        return late
+
+    learner.behaviour = slow_behaviour
+    first = await client.post("/shepherd/policy/", json={"session_key": key})
+    assert first.status == 503 and first.headers["Retry-After"], await first.text()
+    await asyncio.sleep(0.7)
+    status, onnx = await policy(client, key)
+    assert status == 200 and onnx and len(builds) == 1  # the retry got the one build, done meanwhile
+    assert learner.failure is None
+
+
+async def test_after_a_stale_upload_the_policy_held_is_not_answered_304(aiohttp_client, tmp_path):
+    """Two sessions of a DQN agent at max_policy_lag 0: A's block trains the agent, so B's block, drawn with the
+    version before, is stale. B asks for the policy naming the version it holds: it gets the current file, not 304."""
+    parameters = {"n_envs": N, "train_freq": T, "gradient_steps": 1, "learning_starts": 0, "batch_size": 8,
+                  "seed": 0}
+    client = await make_client(aiohttp_client, tmp_path, graph_manager("DQN", parameters))
+    a, b = await login(client), await login(client)
+    assert a["policy_version"] == b["policy_version"] == 0
+    onnx = (await policy(client, a["session_key"]))[1]
+    assert (await policy(client, b["session_key"]))[1] == onnx  # B holds version 0's file too
+    for opened, seed in ((a, 0), (b, 10)):
+        body = {"session_key": opened["session_key"], **Envs(seed).block(onnx, opened["steps"], 0, seq=1)}
+        response = await client.post("/shepherd/experience/", json=body)
+        if opened is a:
+            assert response.status == 200 and (await response.json())["policy_version"] == 1, await response.text()
+    assert response.status == 409 and (await response.json())["policy_version"] == 1
+    fetched = await client.post("/shepherd/policy/", json={"session_key": b["session_key"], "policy_version": 0})
+    assert fetched.status == 200 and fetched.headers["Shepherd-Policy-Version"] == "1"
