@@ -28,6 +28,7 @@ from shepherd.graph.sessions import Acted, ActTimeout, Session, SessionTable, To
 from shepherd.level import ClientActingLevel
 from shepherd.wire import Step
 from shepherd.definition import Filters, Sharing, check_client_name
+from shepherd.lessons import lessons_to_json
 from shepherd.wire.spaces import SpaceError, parse_space, space_to_json
 from shepherd.storage import AgentRecord, Store, hash_key
 
@@ -210,7 +211,8 @@ class GraphManager:
             parameters = check_parameters(spec.algorithm, spec.parameters)
             if record is None:
                 record = store.add_agent(owner.id, spec.name, algorithm_info(spec.algorithm).name, spec.observation_space,
-                                         spec.action_space, parameters, spec.sharing.value, spec.filters.to_json())
+                                         spec.action_space, parameters, spec.sharing.value, spec.filters.to_json(),
+                                         lessons_to_json(spec.lessons))
                 created_keys[spec.name], _ = store.add_api_key(record.id, label="created by preset")
             else:
                 record = self._reconcile(record, spec, parameters)
@@ -242,6 +244,10 @@ class GraphManager:
             self._check_model_fits(record, parameters, spec.filters)
             logger.info("agent %s: parameters and filters updated from the preset", spec.name)
             record = self.store.update_agent(record.id, parameters=parameters, filters=filters)
+        lessons = lessons_to_json(spec.lessons)
+        if record.lessons != lessons:  # no model to fit: the runtime keeps its lesson if the new list has it
+            logger.info("agent %s: lessons updated from the preset", spec.name)
+            record = self.store.update_agent(record.id, lessons=lessons)
         return record
 
     def _check_model_fits(self, record: AgentRecord, parameters: dict[str, Any], filters: Filters) -> None:
