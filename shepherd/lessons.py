@@ -268,3 +268,11 @@ def parse_lessons(value: Any) -> tuple[Lesson, ...]:
 
 def lessons_to_json(lessons: tuple[Lesson, ...]) -> list[dict[str, Any]]:
     return [lesson.to_json() for lesson in lessons]
+
+
+@dataclass(frozen=True)
+class EpisodeConfig:
+    """One episode's setup: the lesson it was drawn from, and its config (name: value, plain JSON)."""
+
+    lesson: str
+    config: dict[str, Any]
