@@ -19,8 +19,10 @@ shows in a process list.
 """
 
 from shepherd.client.connection import Client, ShepherdError, VectorClient, to_json
-from shepherd.client.loops import (env_action_mask, first_vector_step, gymnasium_vector_step, make_vector_env, run_env,
-                                   run_sb3_vec_env, run_vector_env, sb3_vec_env_step)
+from shepherd.client.loops import (apply_config, env_action_mask, first_vector_step, gymnasium_vector_step,
+                                   lesson_config, make_vector_env, run_env, run_sb3_vec_env, run_vector_env,
+                                   sb3_vec_env_step)
 
-__all__ = ["Client", "ShepherdError", "VectorClient", "env_action_mask", "first_vector_step", "gymnasium_vector_step",
-           "make_vector_env", "run_env", "run_sb3_vec_env", "run_vector_env", "sb3_vec_env_step", "to_json"]
+__all__ = ["Client", "ShepherdError", "VectorClient", "apply_config", "env_action_mask", "first_vector_step",
+           "gymnasium_vector_step", "lesson_config", "make_vector_env", "run_env", "run_sb3_vec_env", "run_vector_env",
+           "sb3_vec_env_step", "to_json"]
