@@ -19,6 +19,7 @@ from shepherd.admin.errors import Forbidden, Invalid
 from shepherd.admin.names import check_name, match_agent
 from shepherd.admin.records import ActionResult, AgentView, CreatedKey, KeyView, NewAgent, Principal, UserView
 from shepherd.definition import AgentDefinition, Sharing, check_client_name
+from shepherd.lessons import lessons_to_json
 from shepherd.agents import ParameterError, check_agent, live, registry_records
 from shepherd.agents.bounds import check_bounds
 from shepherd.agents.export.export import NotExportable
@@ -108,7 +109,12 @@ class Operations:
             episodes=status.episodes, mean_train_return=status.mean_train_return,
             last_evaluation=None if evaluation is None else {
                 "period": evaluation.period, "steps": evaluation.steps, "mean_return": evaluation.mean_return},
-            failure=status.failure, last_active=status.last_active, clients=status.clients)
+            failure=status.failure, last_active=status.last_active, clients=status.clients,
+            lessons=list(record.lessons) or None, lesson=self._lesson(record.id))
+
+    def _lesson(self, agent_id: int) -> str | None:
+        runtime = self.graph.runtimes.get(agent_id)
+        return None if runtime is None else runtime.lessons.name
 
     # -- who am I ------------------------------------------------------------------------------
     async def whoami(self) -> dict[str, Any]:
@@ -192,7 +198,8 @@ class Operations:
         algorithm, values = _checked(definition)
         record = await asyncio.to_thread(self.store.add_agent, owner.id, definition.name, algorithm,
                                          definition.observation_space, definition.action_space, values,
-                                         definition.sharing.value, definition.filters.to_json())
+                                         definition.sharing.value, definition.filters.to_json(),
+                                         lessons_to_json(definition.lessons))
         try:
             await self.graph.served.add(record, serve=self.service.serving)
         except Exception as error:  # noqa: BLE001 - whatever SB3 refuses is the input's fault; undo the add
@@ -363,6 +370,29 @@ class Operations:
                            "that ends",
                  "stored": "its learner is not running here"}[taken]
         return ActionResult(True, f"agent {ref}: {shown} set ({where}; stored, so a restart keeps it)")
+
+    async def set_lesson(self, agent_id: int, name: str) -> ActionResult:
+        """Move a served agent to its lesson ``name`` by hand (an advised agent: every client), checkpointed so
+        that a restart keeps it; its sessions' next announced configs are drawn from it.
+
+        Raises:
+            Invalid: no such lesson (naming those it has), or the agent is not served here.
+        """
+        record = self._record(agent_id)
+        ref = self._ref(record)
+        names = [lesson["name"] for lesson in record.lessons]
+        if name not in names:
+            raise Invalid(f"agent {ref} has no lesson {name!r}; " +
+                          (f"its lessons: {', '.join(names)}" if names else "it has no lessons"))
+        runtimes = list(self.graph.served.every_runtime())
+        moving = [runtime for runtime in runtimes if runtime.record.id == agent_id]
+        if not moving:
+            raise Invalid(f"agent {ref} is not served here: move its lesson on the server that serves it (or "
+                          "start one); the lesson is kept in its checkpoint")
+        for runtime in moving:
+            runtime.move_lesson(name)
+        logger.info("agent %s moved to lesson %r by hand", ref, name)
+        return ActionResult(True, f"agent {ref} moved to lesson {name!r} (checkpointed: a restart keeps it)")
 
     async def restart(self, agent_id: int) -> ActionResult:
         """Forget the agent's model and counters and end its sessions (their keys are refused from now on);

@@ -89,6 +89,9 @@ class AgentView(JsonRecord):
     #: an advised agent's clients (name, steps, phase, sessions, episodes, recent_return, advisor,
     #: mean_train_return, failure); None for a pooled agent
     clients: list[dict[str, Any]] | None = None
+    #: the agent's lessons (docs/lessons.md; None for none), and the lesson a served pooled agent is in now
+    lessons: list[dict[str, Any]] | None = None
+    lesson: str | None = None
 
     @property
     def ref(self) -> str:

@@ -151,3 +151,6 @@ class RemoteOperations:
     async def set_parameters(self, agent_id: int, values: dict[str, Any]) -> ActionResult:
         return ActionResult.from_json(await self._json("POST", f"/agents/{agent_id}/parameters",
                                                        {"parameters": values}))
+
+    async def set_lesson(self, agent_id: int, name: str) -> ActionResult:
+        return ActionResult.from_json(await self._json("POST", f"/agents/{agent_id}/lesson", {"lesson": name}))

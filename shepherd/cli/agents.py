@@ -91,6 +91,18 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     add_data_option(set_param)
     set_param.set_defaults(func=command(set_parameters))
 
+    lesson = actions.add_parser(
+        "lesson", help="move a served agent to one of its lessons by hand",
+        description="Move an agent to one of its lessons (docs/lessons.md) on the server that serves it: the "
+                    "episodes that start from now on draw their configs from it (a session's next episode was "
+                    "announced already, and keeps its config), its evaluations count toward its 'until', and "
+                    "its checkpoint keeps it.",
+        epilog="Example: python run.py agents lesson cartpole varied")
+    lesson.add_argument("agent", help=AGENT_HELP)
+    lesson.add_argument("name", help="the lesson's name, as the preset gives it")
+    add_data_option(lesson)
+    lesson.set_defaults(func=command(set_lesson))
+
     export = actions.add_parser("export", help="write the agent's model zip (stable-baselines3's format) or its "
                                                "greedy policy as ONNX",
                                 description="Write the agent's model zip (--format sb3; load it with e.g. "
@@ -267,6 +279,11 @@ async def restart_agent(operations, args: argparse.Namespace) -> int:
 
 async def delete_agent(operations, args: argparse.Namespace) -> int:
     print((await operations.delete_agent(await operations.resolve(args.agent))).message)
+    return EXIT_OK
+
+
+async def set_lesson(operations, args: argparse.Namespace) -> int:
+    print((await operations.set_lesson(await operations.resolve(args.agent), args.name)).message)
     return EXIT_OK
 
 

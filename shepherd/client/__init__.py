@@ -28,8 +28,9 @@ shows in a process list.
 from typing import TYPE_CHECKING, Any
 
 from shepherd.client.connection import Client, ShepherdError, VectorClient, to_json
-from shepherd.client.loops import (env_action_mask, first_vector_step, gymnasium_vector_step, make_vector_env, run_env,
-                                   run_sb3_vec_env, run_vector_env, sb3_vec_env_step)
+from shepherd.client.loops import (apply_config, env_action_mask, first_vector_step, gymnasium_vector_step,
+                                   lesson_config, make_vector_env, run_env, run_sb3_vec_env, run_vector_env,
+                                   sb3_vec_env_step)
 
 if TYPE_CHECKING:
     from shepherd.client.acting import ActingClient, Block, StaleUpload, run_acting_env
@@ -46,6 +47,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["ActingClient", "Block", "Client", "ShepherdError", "StaleUpload", "VectorClient", "env_action_mask",
-           "first_vector_step", "gymnasium_vector_step", "make_vector_env", "run_acting_env", "run_env",
-           "run_sb3_vec_env", "run_vector_env", "sb3_vec_env_step", "to_json"]
+__all__ = ["ActingClient", "Block", "Client", "ShepherdError", "StaleUpload", "VectorClient", "apply_config",
+           "env_action_mask", "first_vector_step", "gymnasium_vector_step", "lesson_config", "make_vector_env",
+           "run_acting_env", "run_env", "run_sb3_vec_env", "run_vector_env", "sb3_vec_env_step", "to_json"]

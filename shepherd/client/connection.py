@@ -64,6 +64,12 @@ class _Connection:
         self.info: dict[str, Any] = {}
         self.policy_version: int | None = None  # of the last action received (None: none yet)
         self.reached = False  # whether the server ever answered: a server never reached is not retried
+        # lessons (docs/lessons.md): what the server said about episodes' configs (None: nothing, no lessons)
+        self.next_episode_config: dict[str, Any] | None = None  # a single-env session's next episode's
+        self.episode_config: dict[str, Any] | None = None  # the config of the episode that started last
+        self.lesson: str | None = None  # its lesson
+        self.next_episode_configs: list[dict[str, Any] | None] | None = None  # a vector session's, per env
+        self.episode_configs: list[dict[str, Any] | None] | None = None  # the episodes that started last step
 
     def _login_body(self, mode: str) -> dict[str, Any]:
         body: dict[str, Any] = {"apikey": self._apikey, "mode": mode}
@@ -113,6 +119,9 @@ class _Connection:
         self.info = self.post("/shepherd/login_user/", payload)
         self.session_key = self.info["session_key"]
         self.seq = 0
+        self.next_episode_config = self.info.get("next_episode_config")
+        configs = self.info.get("next_episode_configs")
+        self.next_episode_configs = list(configs) if isinstance(configs, list) else None
         return self.info
 
     def _send_step(self, payload: dict[str, Any], path: str = "/shepherd/env/") -> dict[str, Any]:
@@ -182,6 +191,10 @@ class Client(_Connection):
         reply = self._send_step(payload)
         if reply.get("action") is not None:  # an episode's end is answered without one
             self.policy_version = reply.get("policy_version")
+        if "next_episode_config" in reply:  # the reply that ended an episode: reset the env with it
+            self.next_episode_config = reply["next_episode_config"]
+        if "episode_config" in reply:  # the reply to an episode's first step
+            self.episode_config, self.lesson = reply["episode_config"], reply.get("lesson")
         return reply["action"]
 
 
@@ -232,4 +245,9 @@ class VectorClient(_Connection):
             payload["action_mask"] = to_json(action_mask)
         reply = self._send_step(payload)
         self.policy_version = reply.get("policy_version")
+        announced = reply.get("next_episode_configs")
+        if isinstance(announced, list):  # null where unchanged: each env keeps the config it was told last
+            known = self.next_episode_configs or [None] * len(announced)
+            self.next_episode_configs = [new if new is not None else old for new, old in zip(announced, known)]
+        self.episode_configs = reply.get("episode_configs")
         return reply["actions"]

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import functools
 import http.client
 import logging
 import socket
@@ -17,10 +18,61 @@ logger = logging.getLogger(__name__)
 
 from shepherd.client.connection import Client, ShepherdError, VectorClient, to_json
 
+#: a function that sets an env up with an episode's config (docs/lessons.md), called before the env's reset
+ApplyConfig = Callable[[Any, dict], None]
+
+
+def apply_config(env: Any, config: dict, apply: ApplyConfig | None = None) -> None:
+    """Set ``env`` up with an episode's config (docs/lessons.md): ``apply(env, config)`` if given, else every
+    name set as an attribute of ``env.unwrapped`` (CartPole's ``length``, ``force_mag``, ...).
+
+    Raises:
+        ValueError: one line, for a name the env has no attribute of (without ``apply``).
+    """
+    if apply is not None:
+        apply(env, config)
+        return
+    target = getattr(env, "unwrapped", env)
+    for name, value in config.items():
+        if not hasattr(target, name):
+            raise ValueError(f"the lesson's config sets {name!r}, but {type(target).__name__} has no attribute "
+                             f"{name!r}; pass apply_config=FUNCTION(env, config) to set it up yourself")
+    for name, value in config.items():
+        setattr(target, name, value)
+
+
+def _config_wrapper() -> type:
+    import gymnasium as gym
+
+    class LessonConfig(gym.Wrapper):
+        """Applies the config the server announced for this env's next episode at every reset, before the
+        env's own reset (a vector env resets an ended env inside its step; `make_vector_env` wraps each copy)."""
+
+        def __init__(self, env: Any, apply: ApplyConfig | None = None) -> None:
+            super().__init__(env)
+            self.shepherd_next_config: dict | None = None
+            self.shepherd_apply = apply
+
+        def reset(self, **kwargs: Any) -> Any:
+            if self.shepherd_next_config is not None:
+                apply_config(self.env, self.shepherd_next_config, self.shepherd_apply)
+            return self.env.reset(**kwargs)
+
+    return LessonConfig
+
+
+def lesson_config(env: Any, apply: ApplyConfig | None = None) -> Any:
+    """``env`` wrapped so that the config a vector session's reply announces for it is applied at its next reset
+    (`make_vector_env` does this; wrap the envs of an SB3 ``VecEnv`` yourself, outermost or not)."""
+    return _config_wrapper()(env, apply)
+
 
 def run_env(client: Client, env_id: str, seed: int | None = None, episodes: int | None = None,
-            mode: str = "train", env_kwargs: dict | None = None, retry_seconds: float = 60.0) -> list[float]:
-    """Drive a gymnasium env through a Shepherd agent; returns the episode returns.
+            mode: str = "train", env_kwargs: dict | None = None, retry_seconds: float = 60.0,
+            apply: ApplyConfig | None = None) -> list[float]:
+    """Drive a gymnasium env through a Shepherd agent; returns the episode returns. An agent with lessons
+    announces each episode's config before it starts: it is applied before the env's reset (`apply_config`,
+    with ``apply`` if given).
 
     A lost session (server restarted, session expired) is logged in again and the episode started
     over; a server that cannot be reached is retried for ``retry_seconds``, except at the very first
@@ -37,6 +89,8 @@ def run_env(client: Client, env_id: str, seed: int | None = None, episodes: int 
         if client.session_key is None:
             _login(client, mode, retry_seconds)  # gives up, raising, after retry_seconds
         try:
+            if client.next_episode_config is not None:
+                apply_config(env, client.next_episode_config, apply)
             obs, _ = env.reset(seed=seed if first_reset else None)
             first_reset = False
             action, total = client.step(obs, 0.0, False, action_mask=env_action_mask(env)), 0.0
@@ -69,16 +123,28 @@ def env_action_mask(env: Any) -> list[bool] | None:
     return [bool(valid) for valid in masks()]
 
 
-def make_vector_env(env_id: str, n_envs: int, asynchronous: bool = False, env_kwargs: dict | None = None) -> Any:
+def make_vector_env(env_id: str, n_envs: int, asynchronous: bool = False, env_kwargs: dict | None = None,
+                    apply: ApplyConfig | None = None) -> Any:
     """A gymnasium vector env of ``n_envs`` copies of ``env_id`` that resets an ended env in the same step
     (``AutoresetMode.SAME_STEP``), as the protocol's vector steps and SB3's ``VecEnv`` do; gymnasium's
     default, NEXT_STEP, would report the reset one step later. ``asynchronous`` runs each copy in a
-    subprocess."""
+    subprocess. Each copy applies the config announced for its next episode at its reset (`lesson_config`,
+    with ``apply`` if given)."""
     import gymnasium as gym
     from gymnasium.vector import AutoresetMode
 
+    wrapper = _config_wrapper()
     return gym.make_vec(env_id, num_envs=n_envs, vectorization_mode="async" if asynchronous else "sync",
-                        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}, **(env_kwargs or {}))
+                        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+                        wrappers=[functools.partial(wrapper, apply=apply)], **(env_kwargs or {}))
+
+
+def _announce(client: VectorClient, set_config: Callable[[int, dict], None], told: list[Any]) -> None:
+    """Hand each env the config announced for its next reset, if it changed since the last hand-over."""
+    for index, config in enumerate(client.next_episode_configs or []):
+        if config is not None and config is not told[index]:
+            set_config(index, config)
+            told[index] = config
 
 
 def _rows(batch: Any, n: int) -> list:
@@ -192,14 +258,26 @@ def run_vector_env(client: VectorClient, env: Any, seed: int | None = None, epis
             return {}
         return {"action_mask": [[bool(valid) for valid in mask] for mask in env.call("action_masks")]}
 
+    told: list[Any] = [None] * env.num_envs
+
+    def set_config(index: int, config: dict) -> None:
+        if not all(env.call("has_wrapper_attr", "shepherd_next_config")):
+            raise ValueError("the agent has lessons: wrap each env with shepherd.client.lesson_config "
+                             "(make_vector_env does) so that each reset applies its config")
+        env.set_attr("shepherd_next_config", [config if i == index else told[i] for i in range(env.num_envs)])
+
     def reset(reset_seed: int | None) -> dict[str, list]:
+        told[:] = [None] * env.num_envs
+        _announce(client, set_config, told)
         obs, _ = env.reset(seed=reset_seed)
         return {**first_vector_step(obs, env.num_envs), **masks()}
 
     def step(actions: list) -> dict[str, list]:
+        _announce(client, set_config, told)
         return {**gymnasium_vector_step(*env.step(_actions(space, actions))), **masks()}
 
     return _drive(client, reset, step, seed, episodes, mode, retry_seconds)
+
 
 
 def run_sb3_vec_env(client: VectorClient, venv: Any, seed: int | None = None, episodes: int | None = None,
@@ -222,12 +300,23 @@ def run_sb3_vec_env(client: VectorClient, venv: Any, seed: int | None = None, ep
             return {}
         return {"action_mask": [[bool(valid) for valid in mask] for mask in venv.env_method("action_masks")]}
 
+    told: list[Any] = [None] * venv.num_envs
+
+    def set_config(index: int, config: dict) -> None:
+        if not venv.env_method("has_wrapper_attr", "shepherd_next_config", indices=[index])[0]:
+            raise ValueError("the agent has lessons: wrap each env of the VecEnv with shepherd.client.lesson_config "
+                             "so that each reset applies its config")
+        venv.env_method("set_wrapper_attr", "shepherd_next_config", config, indices=[index])
+
     def reset(reset_seed: int | None) -> dict[str, list]:
         if reset_seed is not None:
             venv.seed(reset_seed)
+        told[:] = [None] * venv.num_envs
+        _announce(client, set_config, told)
         return {**first_vector_step(venv.reset(), venv.num_envs), **masks()}
 
     def step(actions: list) -> dict[str, list]:
+        _announce(client, set_config, told)
         return {**sb3_vec_env_step(*venv.step(_actions(space, actions))), **masks()}
 
     return _drive(client, reset, step, seed, episodes, mode, retry_seconds)

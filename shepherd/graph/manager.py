@@ -16,8 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from shepherd.agents import (AgentClosed, AgentFailed, Deliver, NotClientActing, ParameterError, ThreadedLearner,
-                             algorithm_info, learner_for, check_parameters, parameters,
-                             registry_records)
+                             algorithm_info, check_parameters, learner_for, parameters, registry_records)
 from shepherd.agents.bounds import check_bounds
 from shepherd.graph.agent import MAX_CLIENTS, Building, ServedAgent, kind_of, of_kind
 from shepherd.graph.preset import AgentSpec, Preset, PresetError, PresetValidation, Problem
@@ -27,6 +26,7 @@ from shepherd.graph.reconcile import learner_values, reconcile
 from shepherd.graph.served import A, ServedAgents
 from shepherd.graph.sessions import Acted, Session, SessionTable, TooManyEnvs, Unauthorized
 from shepherd.wire import Step
+from shepherd.lessons import lessons_to_json
 from shepherd.wire.spaces import SpaceError
 from shepherd.storage import AgentRecord, Store, hash_key
 
@@ -200,7 +200,8 @@ class GraphManager:
             parameters = check_parameters(spec.algorithm, spec.parameters)
             if record is None:
                 record = store.add_agent(owner.id, spec.name, algorithm_info(spec.algorithm).name, spec.observation_space,
-                                         spec.action_space, parameters, spec.sharing.value, spec.filters.to_json())
+                                         spec.action_space, parameters, spec.sharing.value, spec.filters.to_json(),
+                                         lessons_to_json(spec.lessons))
                 created_keys[spec.name], _ = store.add_api_key(record.id, label="created by preset")
             else:
                 record = reconcile(store, record, spec, parameters, functools.partial(self.schedule_for, record))

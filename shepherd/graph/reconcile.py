@@ -13,6 +13,7 @@ from shepherd.definition import Filters
 from shepherd.graph.preset import AgentSpec, PresetError
 from shepherd.graph.schedule import Schedule
 from shepherd.storage import AgentRecord, Store
+from shepherd.lessons import lessons_to_json
 from shepherd.wire.spaces import parse_space, space_to_json
 
 logger = logging.getLogger(__name__)
@@ -48,6 +49,10 @@ def reconcile(store: Store, record: AgentRecord, spec: AgentSpec, parameters: di
         check_model_fits(store, record, parameters, spec.filters, schedule())
         logger.info("agent %s: parameters and filters updated from the preset", spec.name)
         record = store.update_agent(record.id, parameters=parameters, filters=filters)
+    lessons = lessons_to_json(spec.lessons)
+    if record.lessons != lessons:  # no model to fit: the runtime keeps its lesson if the new list has it
+        logger.info("agent %s: lessons updated from the preset", spec.name)
+        record = store.update_agent(record.id, lessons=lessons)
     return record
 
 

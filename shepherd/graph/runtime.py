@@ -9,14 +9,16 @@ import logging
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
 from shepherd.agents import ThreadedLearner, algorithm_info, checkpoint as checkpoint_format
 from shepherd.agents import metrics as training_metrics
 from shepherd.definition import check_client_name
+from shepherd.graph.lessons import LessonState
 from shepherd.graph.schedule import EvaluationResult, PhaseTracker, Schedule
+from shepherd.lessons import EpisodeConfig
 from shepherd.level import Episode, Phase, Trial
 from shepherd.wire.spaces import parse_space
 from shepherd.storage import AgentRecord, EpisodeReturn, Store, StoreError
@@ -90,6 +92,9 @@ class AgentRuntime:
         self.schedule = schedule
         self.store = store
         self.tracker = PhaseTracker(schedule)
+        seed = record.parameters.get("seed")
+        #: the agent's lessons: each episode's config, and when it advances (docs/lessons.md)
+        self.lessons = LessonState(record.definition.lessons, seed if isinstance(seed, int) else None, self.label)
         self._behaviours: dict[Phase, tuple[int, bytes]] = {}  # the last behaviour file of each phase
         self._building: dict[Phase, asyncio.Future[tuple[int, bytes]]] = {}  # a build under way, by phase
         self.sessions = 0
@@ -144,6 +149,7 @@ class AgentRuntime:
                 f"the checkpoint {self.model_path} cannot be loaded ({type(error).__name__}: {error}); restore "
                 "it from a backup, or move it away to start this agent afresh") from None
         self.tracker.load(state.get("schedule", {}))
+        self.lessons.load(state.get("lessons"))
         recent = state.get("recent_return")
         self.recent_return = float(recent) if isinstance(recent, (int, float)) else None
         self._last_checkpoint = (time.monotonic(), self.tracker.steps)
@@ -179,6 +185,20 @@ class AgentRuntime:
         self._behaviours[phase] = built
         return built
 
+    def next_config(self) -> EpisodeConfig | None:
+        """The config of an episode still to start, drawn from the current lesson (None without lessons)."""
+        return self.lessons.draw()
+
+    def move_lesson(self, name: str) -> None:
+        """Move to a lesson by hand, and checkpoint so that a restart keeps it.
+
+        Raises:
+            UnknownLesson: no such lesson.
+        """
+        self.lessons.move(name)
+        if self.learner.failure is None:
+            self.checkpoint()
+
     def current_phase(self) -> Phase:
         """The phase an episode would start in now (a client-acting session's next block acts in it)."""
         return self.tracker.phase
@@ -210,8 +230,10 @@ class AgentRuntime:
         if completed:
             self.episodes += 1
             self.phase_episodes[episode.phase] += 1
+            setup = episode.setup
             self.store.append_return(self.record.id, EpisodeReturn(
-                time.time(), float(episode.total), episode.length, episode.phase.value, self.client))
+                time.time(), float(episode.total), episode.length, episode.phase.value, self.client,
+                None if setup is None else setup.lesson, None if setup is None else setup.config))
             if episode.phase is Phase.TRAIN:
                 self.train_returns.append(float(episode.total))
             elif episode.trial is not None:
@@ -225,6 +247,11 @@ class AgentRuntime:
             self.trials.appendleft(episode.trial)  # abandoned: the next episode tries it
         result = self.tracker.end_episode(episode, completed)
         if result is not None:
+            lessons = self.lessons
+            if lessons.active:  # the lesson it was judged in; then it counts toward that lesson's until
+                result = replace(result, lesson=lessons.name, final_lesson=lessons.at_last)
+                if lessons.observe(result.mean_return) is not None and self.learner.failure is None:
+                    self.checkpoint()  # a restart resumes in the new lesson
             self.evaluations.append(result)
             self.recent_return = result.mean_return
             logger.info("agent %s evaluation %d at %d steps: mean return %.1f", self.record.name,
@@ -237,7 +264,8 @@ class AgentRuntime:
         """Queue a checkpoint on the learner's thread; it sees every step handed over before it."""
         self._last_checkpoint = (time.monotonic(), self.tracker.steps)
         future = self.learner.checkpoint(self.model_path, {"schedule": self.tracker.state(),
-                                                           "recent_return": self.recent_return})
+                                                           "recent_return": self.recent_return,
+                                                           "lessons": self.lessons.state()})
         future.add_done_callback(self._checkpoint_done)
         self._pending_checkpoint = future
         return future
@@ -321,6 +349,7 @@ class AgentRuntime:
         served = sum(list(self.phase_steps.values()))
         return {"shepherd/steps": self.tracker.steps, "shepherd/served_steps": served, "shepherd/sessions": self.sessions,
                 "shepherd/episodes": self.episodes, "shepherd/phase": self.tracker.phase.value,
+                **({"shepherd/lesson": self.lessons.index} if self.lessons.active else {}),
                 "rollout/ep_rew_mean": sum(train) / len(train) if train else None}
 
     def describe(self) -> dict[str, Any]:

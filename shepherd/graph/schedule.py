@@ -42,6 +42,8 @@ class EvaluationResult:
     steps: int
     mean_return: float
     returns: tuple[float, ...]
+    lesson: str | None = None  # the lesson the agent was in (None: it has none)
+    final_lesson: bool = True  # in its last lesson (or without lessons): the preset's validation target applies
 
 
 class PhaseTracker:

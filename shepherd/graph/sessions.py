@@ -68,6 +68,8 @@ class Acted:
 
     action: Any
     policy_version: int = 0
+    #: what the reply adds about episodes' configs (`Level.reply_fields`; {} for an agent without lessons)
+    fields: dict[str, Any] = field(default_factory=dict)
 
 
 def _answered(action: Any) -> ActionFuture:
@@ -95,6 +97,7 @@ class Session:
     last_seq: int | None = None
     last_step: Step | None = field(default=None, repr=False)
     last_reply: Reply[Any] | None = field(default=None, repr=False)
+    last_fields: dict[str, Any] = field(default_factory=dict, repr=False)  # the last step's `Level.reply_fields`
     last_active: float = field(default_factory=time.monotonic)
     in_request: int = 0  # requests of this session being answered right now
 
@@ -164,7 +167,7 @@ class Session:
             except ActTimeout:
                 self.runtime.act_timeouts += 1
                 raise
-            return Acted(action, getattr(future, "policy_version", 0))
+            return Acted(action, getattr(future, "policy_version", 0), self.last_fields)
         finally:
             self.in_request -= 1
             self.active()
@@ -208,7 +211,7 @@ class Session:
         self.active()
         future = self._hand_over(step)
         assert future.done(), "a recorded step is answered at once"
-        return Acted(future.result(), getattr(future, "policy_version", 0))
+        return Acted(future.result(), getattr(future, "policy_version", 0), self.last_fields)
 
     def _hand_over(self, step: Step) -> Reply[Any]:
         """Hand a step to the session's level by its own type (`Step.hand_to`), under the session's ``seq``
@@ -224,6 +227,7 @@ class Session:
             retry = f"retry it with seq {self.last_seq}" if self.last_seq is not None else "wait for it"
             raise Conflict(f"the previous step of this session is still waiting for its action; {retry}")
         reply = step.hand_to(self.level)
+        self.last_fields = self.level.reply_fields()
         self.last_seq, self.last_step = step.seq, step
         self.last_reply = reply if reply is not None else _answered(None)
         return self.last_reply

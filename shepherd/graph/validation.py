@@ -39,13 +39,17 @@ class Outcome:
 
 
 def judge(validation: PresetValidation, result: EvaluationResult, budget_finished: bool = False) -> Outcome:
-    """The outcome one evaluation decides: reached if its mean return is at least the target; not reached
-    if it is below and the run's ``max_steps`` (or the schedule's training budget, ``budget_finished``)
-    is spent; otherwise undecided (``code`` None)."""
-    if result.mean_return >= validation.target_return:
+    """The outcome one evaluation decides: reached if its mean return is at least the target, in the agent's
+    last lesson (docs/lessons.md: an easier lesson's evaluation never reaches it); not reached if it did not
+    and the run's ``max_steps`` (or the schedule's training budget, ``budget_finished``) is spent; otherwise
+    undecided (``code`` None)."""
+    if result.mean_return >= validation.target_return and result.final_lesson:
         return Outcome(REACHED, f"target reached: evaluation {result.period} at {result.steps} steps returned "
                                 f"{result.mean_return:.1f} >= {validation.target_return:g}")
     if result.steps >= validation.max_steps or budget_finished:
+        if not result.final_lesson:
+            return Outcome(NOT_REACHED, f"target not reached within {validation.max_steps} steps: the agent is "
+                                        f"still in lesson {result.lesson!r}, not its last")
         return Outcome(NOT_REACHED, f"target not reached within {validation.max_steps} steps: last evaluation "
                                     f"returned {result.mean_return:.1f} < {validation.target_return:g}")
     return Outcome()

@@ -19,6 +19,7 @@ from aiohttp import web
 
 from shepherd.admin import Forbidden, NewAgent, Operations, Principal
 from shepherd.definition import AgentDefinition, Filters, Sharing
+from shepherd.lessons import parse_lessons
 from shepherd.graph import Unauthorized
 from shepherd.http.errors import BadRequest
 from shepherd.http.protocol import parse_object
@@ -122,7 +123,7 @@ async def reset_admin_token(request: web.Request) -> web.Response:
 
 # -- agents ---------------------------------------------------------------------------------------
 NEW_AGENT_FIELDS = {"owner", "name", "algorithm", "observation_space", "action_space", "parameters", "sharing",
-                    "filters"}
+                    "filters", "lessons"}
 
 
 async def list_agents(request: web.Request) -> web.Response:
@@ -142,12 +143,13 @@ async def add_agent(request: web.Request) -> web.Response:
     try:
         sharing = Sharing.parse(text_field(data, "sharing", Sharing.POOLED.value))
         filters = Filters.parse(data.get("filters"))
+        lessons = parse_lessons(data.get("lessons"))
     except ValueError as error:
         raise BadRequest(str(error)) from None
     new = NewAgent(owner=text_field(data, "owner"), definition=AgentDefinition(
         name=text_field(data, "name"), algorithm=text_field(data, "algorithm"),
         observation_space=data["observation_space"], action_space=data["action_space"], parameters=parameters,
-        sharing=sharing, filters=filters))
+        sharing=sharing, filters=filters, lessons=lessons))
     return respond(await ops.add_agent(new), status=201)
 
 
@@ -191,14 +193,19 @@ async def agent_returns(request: web.Request) -> web.StreamResponse:
 CSV_HEADER = "episode,time_unix,time_utc,return,length,phase"
 
 
-def csv_rows(records: list[EpisodeReturn], first_number: int, clients: bool = False) -> bytes:
-    """CSV rows of ``records``, numbered from ``first_number``; with ``clients``, each row ends with its client."""
+def csv_rows(records: list[EpisodeReturn], first_number: int, clients: bool = False, lessons: bool = False) -> bytes:
+    """CSV rows of ``records``, numbered from ``first_number``; with ``clients``, each row ends with its client;
+    with ``lessons`` (an agent with lessons), then with its lesson and its config as JSON."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     for number, record in enumerate(records, first_number):
         when = datetime.datetime.fromtimestamp(record.time, datetime.timezone.utc).isoformat(timespec="seconds")
-        row = [number, f"{record.time:.3f}", when, repr(record.value), record.length, record.phase]
-        writer.writerow(row + [record.client or ""] if clients else row)
+        row: list[Any] = [number, f"{record.time:.3f}", when, repr(record.value), record.length, record.phase]
+        if clients:
+            row.append(record.client or "")
+        if lessons:
+            row += [record.lesson or "", "" if record.config is None else orjson.dumps(record.config).decode()]
+        writer.writerow(row)
     return out.getvalue().encode()
 
 
@@ -210,6 +217,7 @@ async def returns_csv(request: web.Request) -> web.StreamResponse:
     client = request.query.get("client")
     chunks = await ops.returns_chunks(view.id, client)
     clients = view.sharing == "advised"
+    lessons = bool(view.lessons)
     numbered = 1
 
     def next_rows() -> bytes | None:
@@ -217,7 +225,7 @@ async def returns_csv(request: web.Request) -> web.StreamResponse:
         records = next(chunks, None)
         if records is None:
             return None
-        rows = csv_rows(records, numbered, clients)
+        rows = csv_rows(records, numbered, clients, lessons)
         numbered += len(records)
         return rows
 
@@ -226,7 +234,8 @@ async def returns_csv(request: web.Request) -> web.StreamResponse:
         "Content-Disposition": f'attachment; filename="{view.owner}-{view.name}{"-" + client if client else ""}-returns.csv"'})
     response.enable_chunked_encoding()
     await response.prepare(request)
-    await response.write((CSV_HEADER + (",client\n" if clients else "\n")).encode())
+    await response.write((CSV_HEADER + (",client" if clients else "") + (",lesson,config" if lessons else "")
+                          + "\n").encode())
     try:
         while (rows := await asyncio.to_thread(next_rows)) is not None:
             if rows:
@@ -317,6 +326,13 @@ async def set_parameters(request: web.Request) -> web.Response:
     if not isinstance(values, dict):
         raise BadRequest("'parameters' (an object of name: value) is required")
     return respond(await ops.set_parameters(agent_id(request), values))
+
+
+async def set_lesson(request: web.Request) -> web.Response:
+    """Move an agent to one of its lessons by hand (docs/lessons.md)."""
+    ops = operations(request)
+    data = await body_object(request, {"lesson"})
+    return respond(await ops.set_lesson(agent_id(request), text_field(data, "lesson")))
 
 
 async def delete_user(request: web.Request) -> web.Response:

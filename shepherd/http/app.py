@@ -164,6 +164,7 @@ def create_app(config: ServerConfig) -> web.Application:
         web.post(admin.AGENT + "/restart", admin.restart_agent),
         web.post(admin.AGENT + "/delete", admin.delete_agent),
         web.post(admin.AGENT + "/parameters", admin.set_parameters),
+        web.post(admin.AGENT + "/lesson", admin.set_lesson),
         web.post(admin.USER + "/delete", admin.delete_user),
         web.post(admin.AGENT + "/keys", admin.add_key),
         web.get(admin.API + "/keys", admin.list_keys),

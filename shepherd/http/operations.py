@@ -64,6 +64,8 @@ async def login_reply(app: web.Application, body: bytes, address: str) -> web.Re
             raise
     if session.n_envs is not None:
         reply["n_envs"] = session.n_envs
+    if not session.acts_at_client:  # a client-acting session's are in its plan (`ClientActingLevel.plan`)
+        reply.update(session.level.login_fields())
     if session.runtime.client is not None:
         reply["client"] = session.runtime.client
     if session.mask_space is not None:
@@ -108,10 +110,11 @@ def _acted(session: Session, acted: Acted) -> web.Response:
     space = session.action_space
     if session.n_envs is not None:
         return _json({"actions": [action_to_json(space, action) for action in acted.action],
-                      "policy_version": acted.policy_version})
+                      "policy_version": acted.policy_version, **acted.fields})
     if acted.action is None:
-        return _json({"action": None})
-    return _json({"action": action_to_json(space, acted.action), "policy_version": acted.policy_version})
+        return _json({"action": None, **acted.fields})
+    return _json({"action": action_to_json(space, acted.action), "policy_version": acted.policy_version,
+                  **acted.fields})
 
 
 async def experience_reply(app: web.Application, body: bytes, address: str) -> web.Response:

@@ -70,6 +70,15 @@ class Level:
         raise WrongShape("this session's policy acts at the server: send steps to /shepherd/env/ (log in with "
                          "\"acting\": \"client\" to act with the policy file and upload experience)")
 
+    def login_fields(self) -> dict[str, Any]:
+        """What the login reply adds about the first episodes' configs (docs/lessons.md; {} without lessons)."""
+        return {}
+
+    def reply_fields(self) -> dict[str, Any]:
+        """What the reply to the last step taken adds about episodes' configs (docs/lessons.md; {} without
+        lessons): read right after the step is handed over, and kept for its retries."""
+        return {}
+
     def resend(self) -> Reply[Any]:
         """Hand the last step's learner call over again, without counting the step anew: its learner lost it
         (`LearnerUnavailable`: the learner's process died and was restarted from its checkpoint)."""

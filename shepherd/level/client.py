@@ -5,6 +5,11 @@ env, and uploads them (`take_upload`, one learner call per upload). The level de
 block: heatup and training blocks are learned from; evaluation and deployment blocks act greedily and are
 only recorded. Episodes are kept per env across blocks and recorded with their returns, as a vector session's
 are; a block the learner refuses records nothing, and the episodes that ran through it are not recorded.
+
+An agent with lessons (docs/lessons.md) gives each env one config per block: the login reply's and each upload
+reply's ``next_episode_configs`` (one per env) and ``lesson`` are what every episode that starts in that env
+during the next block uses (the first block's include the envs' first resets); each episode is recorded with
+the config of the block it started in.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Any
 from shepherd.agents import ExperienceLearner, ExperienceReply, NotClientActing, StalePolicy
 from shepherd.level.base import Level, Reply, WrongShape
 from shepherd.level.episodes import Episode, EpisodeHost, Phase
+from shepherd.lessons import EpisodeConfig
 from shepherd.wire import StepInput, VectorStepInput
 from shepherd.wire.experience import Experience
 
@@ -39,6 +45,8 @@ class ClientActingLevel(Level):
         self.steps = GREEDY_STEPS
         self.closed = False
         self._opening: asyncio.Future[Any] | None = None
+        #: each env's config for the episodes that start during the next block (None: no lessons)
+        self.block: list[EpisodeConfig | None] = [host.next_config() for _ in range(n_envs)]
 
     @property
     def n_envs(self) -> int:
@@ -83,12 +91,17 @@ class ClientActingLevel(Level):
                                                                                               self._n_envs))
             self.policy_version, self.steps = planned.policy_version, planned.steps
         for index in range(self._n_envs):
-            self.episodes[index] = self._new_episode()
+            self.episodes[index] = self._new_episode(index)
         return self.plan()
 
     def plan(self) -> dict[str, Any]:
-        """What the client does next: act with ``policy_version`` in ``phase`` for ``steps`` steps."""
-        return {"policy_version": self.policy_version, "phase": self.phase.value, "steps": self.steps}
+        """What the client does next: act with ``policy_version`` in ``phase`` for ``steps`` steps (with lessons:
+        each env's config for the episodes that start in that block, and their lesson)."""
+        plan: dict[str, Any] = {"policy_version": self.policy_version, "phase": self.phase.value, "steps": self.steps}
+        if any(setup is not None for setup in self.block):
+            plan["next_episode_configs"] = [None if setup is None else setup.config for setup in self.block]
+            plan["lesson"] = next(setup.lesson for setup in self.block if setup is not None)
+        return plan
 
     # -- uploads -------------------------------------------------------------------------------------
     def take_upload(self, step: Experience) -> Reply[Any]:
@@ -107,6 +120,7 @@ class ClientActingLevel(Level):
                 raise
             self.policy_version, self.steps = learned.policy_version, learned.steps
         self._record(experience)
+        self.block = [self.host.next_config() for _ in range(self._n_envs)]  # the next block's
         if self.phase not in LEARNED or self.evaluate_only:
             self.policy_version = self.learner.policy_version
         self.phase = Phase.DEPLOY if self.evaluate_only else self.host.current_phase()
@@ -128,17 +142,18 @@ class ClientActingLevel(Level):
                 if ended[t, index]:
                     if episode is not None:
                         host.end_episode(episode, completed=True)
-                    self.episodes[index] = self._new_episode()
+                    self.episodes[index] = self._new_episode(index)
 
-    def _new_episode(self) -> Episode:
+    def _new_episode(self, index: int) -> Episode:
         """An env's next episode: in an evaluation block the schedule's next (an evaluation episode while the
         period needs one); in a heatup or training block the block's phase, so that an evaluation period opened
         meanwhile is not taken by an episode that explores."""
+        setup = self.block[index]
         if self.evaluate_only:
-            return Episode(Phase.DEPLOY)
+            return Episode(Phase.DEPLOY, setup=setup)
         if self.phase in LEARNED:
-            return Episode(self.phase)
-        return Episode(self.host.begin_episode())
+            return Episode(self.phase, setup=setup)
+        return Episode(self.host.begin_episode(), setup=setup)
 
     def _lose_episodes(self) -> None:
         for index, episode in enumerate(self.episodes):

@@ -11,6 +11,7 @@ from typing import Any, Callable, Protocol
 from shepherd.agents import ActionFuture, ActMode
 from shepherd.agents.core import HasGreedy, Learner
 from shepherd.agents.greedy_policy import GreedyPolicy
+from shepherd.lessons import EpisodeConfig
 
 
 class Phase(enum.Enum):
@@ -94,6 +95,7 @@ class Episode:
     total: float = 0.0
     length: int = 0
     trial: Trial | None = None  # a TRIAL episode's: the policy that answers it instead of the host's
+    setup: EpisodeConfig | None = None  # its lesson and config (None: the agent has no lessons)
 
     def count(self, reward: float, host: EpisodeHost) -> None:
         """One step of this episode (the reward for its last action), counted with the host too."""
@@ -116,6 +118,10 @@ class EpisodeHost(Protocol):
 
     def begin_trial(self) -> Trial | None:
         """Another policy to try on this session's next episode instead (None: none)."""
+        ...
+
+    def next_config(self) -> EpisodeConfig | None:
+        """The config of an episode still to start, drawn from the agent's current lesson (None: no lessons)."""
         ...
 
     def count_step(self, phase: Phase) -> None: ...

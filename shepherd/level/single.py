@@ -13,7 +13,8 @@ from typing import Any, Callable
 
 from shepherd.agents import ActionFuture
 from shepherd.level.base import Level
-from shepherd.level.episodes import MODES, Episode, EpisodeHost, Phase, answered
+from shepherd.level.episodes import MODES, Episode, EpisodeHost, Phase, Trial, answered
+from shepherd.lessons import EpisodeConfig
 from shepherd.wire import GreedyStep, StepInput
 
 
@@ -32,6 +33,27 @@ class LevelManager(Level):
         self.steps = 0
         self.closed = False
         self._asked: Callable[[], ActionFuture] | None = None  # the last learner call awaiting an action (`resend`)
+        #: the config announced for the next episode (the login reply's, or the one that ended the last)
+        self.pending: EpisodeConfig | None = host.next_config()
+        self._fields: dict[str, Any] = {}
+
+    def login_fields(self) -> dict[str, Any]:
+        return {} if self.pending is None else {"next_episode_config": self.pending.config}
+
+    def reply_fields(self) -> dict[str, Any]:
+        return self._fields
+
+    def _begin(self, phase: Phase, trial: Trial | None = None) -> Episode:
+        """A new episode, set up with the config announced for it (its first reply repeats it)."""
+        setup = self.pending
+        self._fields = {} if setup is None else {"episode_config": setup.config, "lesson": setup.lesson}
+        return Episode(phase, trial=trial, setup=setup)
+
+    def _ended(self, episode: Episode | None) -> None:
+        """An episode ended (None: on its reset observation): the next one's config is drawn and announced."""
+        if episode is not None:
+            self.pending = self.host.next_config()
+        self._fields = self.login_fields()
 
     def take_step(self, step: StepInput) -> ActionFuture | None:
         return self.step(step.obs, step.reward, step.done, step.truncated, step.mask)
@@ -51,18 +73,20 @@ class LevelManager(Level):
         episode = self.episode
         if episode is None:
             if done:  # an episode that ended on its reset observation: nothing to learn or answer
+                self._ended(None)
                 return None
             trial = None if self.evaluate_only else self.host.begin_trial()
             if trial is not None:
-                self.episode = Episode(Phase.TRIAL, trial=trial)
+                self.episode = self._begin(Phase.TRIAL, trial)
                 self._asked = trial.ask(self.actor_id, 0.0, obs, mask)
                 return self._asked()
             phase = Phase.DEPLOY if self.evaluate_only else self.host.begin_episode()
-            self.episode = Episode(phase)
+            self.episode = self._begin(phase)
             self._asked = functools.partial(learner.begin_episode, self.actor_id, obs, MODES[phase], mask)
             return self._asked()
         episode.count(reward, self.host)
         self.steps += 1
+        self._fields = {}
         mode = MODES[episode.phase]
         trial = episode.trial
         if done:
@@ -72,6 +96,7 @@ class LevelManager(Level):
                 learner.end_episode(self.actor_id, reward, obs, truncated, mode)
             self.episode = None
             self.host.end_episode(episode, completed=True)
+            self._ended(episode)
             return None
         if trial is not None:
             self._asked = trial.ask(self.actor_id, reward, obs, mask)
@@ -87,14 +112,17 @@ class LevelManager(Level):
         episode = self.episode
         if episode is None:
             if done:
+                self._ended(None)
                 return None
-            self.episode = Episode(Phase.DEPLOY)
+            self.episode = self._begin(Phase.DEPLOY)
         else:
             episode.count(reward, self.host)
             self.steps += 1
+            self._fields = {}
             if done:
                 self.episode = None
                 self.host.end_episode(episode, completed=True)
+                self._ended(episode)
                 return None
         self._asked = functools.partial(answered, action, version)
         return self._asked()

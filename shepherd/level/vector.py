@@ -12,6 +12,7 @@ from typing import Any
 from shepherd.agents import ActionFuture, Kind, Request
 from shepherd.level.base import Level
 from shepherd.level.episodes import MODES, Episode, EpisodeHost, Phase, answered
+from shepherd.lessons import EpisodeConfig
 from shepherd.wire import EnvSteps, GreedyVectorStep, VectorStepInput
 
 
@@ -32,6 +33,30 @@ class VectorLevel(Level):
         self.steps = 0
         self.closed = False
         self._sent: list[Request] = []  # the last step's requests, as made (`resend`)
+        #: each env's config for its next reset (announced at login, then whenever the env's episode started)
+        self.pending: list[EpisodeConfig | None] = [host.next_config() for _ in range(n_envs)]
+        self._fields: dict[str, Any] = {}
+
+    def login_fields(self) -> dict[str, Any]:
+        if all(setup is None for setup in self.pending):
+            return {}
+        return {"next_episode_configs": [None if setup is None else setup.config for setup in self.pending]}
+
+    def reply_fields(self) -> dict[str, Any]:
+        return self._fields
+
+    def _begin(self, index: int, phase: Phase, started: list[Any], announced: list[Any]) -> Episode:
+        """Env ``index``'s new episode, set up with the config announced for its reset; the next one is drawn."""
+        setup = self.pending[index]
+        if setup is not None:
+            started[index] = setup.config
+            self.pending[index] = next_setup = self.host.next_config()
+            announced[index] = None if next_setup is None else next_setup.config
+        return Episode(phase, setup=setup)
+
+    def _note(self, started: list[Any], announced: list[Any]) -> None:
+        self._fields = ({} if all(setup is None for setup in self.pending) else
+                        {"next_episode_configs": announced, "episode_configs": started})
 
     def resend(self) -> ActionFuture:
         """Hand the last step's requests over again, without counting the step anew: its learner lost them
@@ -59,6 +84,8 @@ class VectorLevel(Level):
             raise ValueError(f"a step of this session has {self.n_envs} envs, not {len(envs.obs)}")
         host, group = self.host, self.group
         masks = envs.masks or [None] * self.n_envs
+        started: list[Any] = [None] * self.n_envs
+        announced: list[Any] = [None] * self.n_envs
         requests: list[Request] = []
         for index, actor in enumerate(self.actor_ids):
             episode = self.episodes[index]
@@ -75,9 +102,10 @@ class VectorLevel(Level):
                                         mode, group=group))
                 host.end_episode(episode, completed=True)
             phase = Phase.DEPLOY if self.evaluate_only else host.begin_episode()
-            self.episodes[index] = Episode(phase)
+            self.episodes[index] = self._begin(index, phase, started, announced)
             requests.append(Request(Kind.BEGIN, actor, envs.obs[index], 0.0, False, MODES[phase], group=group,
                                     mask=masks[index]))
+        self._note(started, announced)
         self._sent = [dataclasses.replace(r) for r in requests]
         return host.learner.submit(requests)
 
@@ -87,6 +115,8 @@ class VectorLevel(Level):
         would, without asking the learner; the future gives those actions."""
         assert self.evaluate_only, "only evaluate-mode sessions are answered elsewhere"
         host = self.host
+        started: list[Any] = [None] * self.n_envs
+        announced: list[Any] = [None] * self.n_envs
         for index, episode in enumerate(self.episodes):
             if episode is not None:
                 episode.count(rewards[index], host)
@@ -94,7 +124,8 @@ class VectorLevel(Level):
                 if not ended[index]:
                     continue
                 host.end_episode(episode, completed=True)
-            self.episodes[index] = Episode(Phase.DEPLOY)
+            self.episodes[index] = self._begin(index, Phase.DEPLOY, started, announced)
+        self._note(started, announced)
         return answered(actions, version)
 
     def close(self) -> None:

@@ -11,6 +11,12 @@ A YAML preset holds the fields of a Python preset's `Preset`::
         action_space: 2
         parameters: {n_envs: 8, learning_rate: lin_0.001}
         sharing: pooled                       # optional
+        lessons:                              # optional: each episode's config (docs/lessons.md)
+          - name: short pole
+            config: {length: 0.25}
+            until: {evaluation_return: 300, evaluations: 2}
+          - name: varied
+            config: {length: {uniform: [0.4, 0.8]}, force_mag: {choice: [8.0, 10.0, 12.0]}}
     schedule: {improve_steps: 100000, steps_between_evaluation_periods: 5000, evaluation_episodes: 5}
     validation: {env_id: CartPole-v1, clients: 4, target_return: 475, max_steps: 100000}
 
@@ -40,10 +46,11 @@ from shepherd.definition import AgentDefinition, Filters, Sharing
 from shepherd.graph.preset import (AgentSpec, InvalidPreset, Preset, PresetError, PresetValidation, Problem,
                                    preset_problems)
 from shepherd.graph.schedule import Schedule
+from shepherd.lessons import LessonError, parse_lessons
 
 #: the keys of a preset, of each of its agents, and the agents' keys without a default
 PRESET_KEYS = ("owner", "description", "agents", "schedule", "validation")
-AGENT_KEYS = ("name", "algorithm", "observation_space", "action_space", "parameters", "sharing", "filters")
+AGENT_KEYS = ("name", "algorithm", "observation_space", "action_space", "parameters", "sharing", "filters", "lessons")
 AGENT_REQUIRED = ("name", "algorithm", "observation_space", "action_space")
 #: the file suffixes of YAML presets
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -165,8 +172,13 @@ def _agent(data: Any, index: int, problems: list[Problem]) -> AgentSpec | None:
     except ValueError as error:
         problems.append(Problem(f"{where}.filters", str(error)))
         return None
+    try:
+        lessons = parse_lessons(values.get("lessons"))
+    except LessonError as error:
+        problems.append(Problem(f"{where}.{error.path}", error.message))
+        return None
     return AgentDefinition(values["name"], values["algorithm"], values["observation_space"], values["action_space"],
-                           dict(values.get("parameters") or {}), sharing, filters)
+                           dict(values.get("parameters") or {}), sharing, filters, lessons)
 
 
 def preset_from_data(data: Any, name: str = "") -> Preset:

@@ -34,12 +34,15 @@ class EpisodeReturn:
     length: int
     phase: str
     client: str | None = None
+    lesson: str | None = None  # the lesson its config was drawn from (docs/lessons.md; None: no lessons)
+    config: dict | None = None  # its config, as the client was told
 
     def to_json(self) -> dict[str, object]:
-        """The record as a log line's object: without ``client`` when it has none."""
+        """The record as a log line's object: without ``client``, ``lesson`` and ``config`` when it has none."""
         fields = asdict(self)
-        if self.client is None:
-            del fields["client"]
+        for name in OPTIONAL_FIELDS:
+            if fields[name] is None:
+                del fields[name]
         return fields
 
 
@@ -67,6 +70,9 @@ class ReturnsJson:
 FIELDS = frozenset(("time", "value", "length", "phase"))
 #: the fields of a client's record (an advised agent's)
 CLIENT_FIELDS = FIELDS | {"client"}
+#: the fields a record has only when set: its client, its lesson and its config
+OPTIONAL_FIELDS = ("client", "lesson", "config")
+ALL_FIELDS = FIELDS | set(OPTIONAL_FIELDS)
 
 
 def _complete(line: bytes) -> bool:
@@ -129,7 +135,7 @@ def _json_objects(data: bytes, name: str) -> bytes:
                 line = orjson.dumps(fields) + b"\n"
             except ValueError:
                 fields = None
-        if not isinstance(fields, dict) or (fields.keys() != FIELDS and fields.keys() != CLIENT_FIELDS):
+        if not isinstance(fields, dict) or not FIELDS <= fields.keys() <= ALL_FIELDS:
             logger.warning("%s: a damaged line is skipped", name)
             continue
         objects.append(line[:-1])

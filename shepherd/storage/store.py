@@ -17,6 +17,7 @@ from tinydb import Query, TinyDB
 from tinydb.table import Document
 
 from shepherd.definition import AgentDefinition, Filters, Sharing
+from shepherd.lessons import parse_lessons
 from shepherd.storage.files import (PRIVATE_FILE, PRIVATE_FOLDER, make_private,
                                     remove_stale_temporaries)
 from shepherd.storage.errors import AlreadyExists, NotFound, StoreError
@@ -70,12 +71,15 @@ class AgentRecord:
     filters: dict[str, Any] = field(default_factory=dict)  # `Filters.to_json()`: {} for none
     created: float = 0.0
     last_active: float = 0.0
+    #: `shepherd.lessons.lessons_to_json()`: [] for none (and in stores written before lessons)
+    lessons: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def definition(self) -> AgentDefinition:
         """What the agent is, without where it is stored and who owns it."""
         return AgentDefinition(self.name, self.algorithm, self.observation_space, self.action_space,
-                               dict(self.parameters), Sharing.parse(self.sharing), Filters.parse(self.filters))
+                               dict(self.parameters), Sharing.parse(self.sharing), Filters.parse(self.filters),
+                               tuple(parse_lessons(self.lessons or None)))
 
 
 @dataclass(frozen=True)
@@ -162,7 +166,8 @@ class Store:
     # -- agents --------------------------------------------------------------------------------
     def add_agent(self, owner_id: int, name: str, algorithm: str, observation_space: Any,
                   action_space: Any, parameters: dict[str, Any], sharing: str = Sharing.POOLED.value,
-                  filters: dict[str, Any] | None = None) -> AgentRecord:
+                  filters: dict[str, Any] | None = None,
+                  lessons: list[dict[str, Any]] | None = None) -> AgentRecord:
         with self._lock:
             if self._users.get(doc_id=owner_id) is None:
                 raise NotFound(f"no user with id {owner_id}")
@@ -173,6 +178,8 @@ class Store:
                    "observation_space": observation_space, "action_space": action_space,
                    "parameters": dict(parameters), "sharing": sharing, "filters": dict(filters or {}),
                    "created": now, "last_active": now}
+            if lessons:  # left out when none: a store stays readable by versions before lessons
+                doc["lessons"] = list(lessons)
             agent_id = self._new_agent_id()
             self._agents.insert(Document(doc, doc_id=agent_id))
             return AgentRecord(id=agent_id, **doc)

@@ -44,6 +44,9 @@ class FakeHost:
     def begin_trial(self):
         return self.trials.pop(0) if self.trials else None
 
+    def next_config(self):
+        return None
+
     def count_step(self, phase):
         self.counted.append(phase)
 
