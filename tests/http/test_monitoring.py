@@ -14,7 +14,7 @@ from shepherd.agents.timing import Histogram
 from shepherd.graph import AgentSpec, GraphManager, Schedule
 from shepherd.http import CREATED_KEYS, GRAPH, ServerConfig, create_app
 from shepherd.http import monitoring
-from shepherd.http.state import CREATED_ADMIN_TOKEN, METRICS
+from shepherd.http.state import CREATED_ADMIN_TOKEN, HEALTH_PROBE, METRICS
 
 BOX4 = [[4], "-inf", "inf"]
 TINY_PPO = {"n_envs": 2, "n_steps": 16, "batch_size": 32, "n_epochs": 1, "seed": 0}
@@ -200,6 +200,20 @@ async def test_health_is_503_when_the_store_cannot_be_written(aiohttp_client, tm
     data = await reply.json()
     assert data["status"] == "unavailable"
     assert data["store"] == "not writable: No space left on device"
+
+
+async def test_health_writes_to_the_data_folder_at_most_once_per_period(aiohttp_client, tmp_path):
+    """Unauthenticated health checks, however many and however concurrent, make one probe write per
+    `PROBE_SECONDS`."""
+    app, client = await serve(aiohttp_client, tmp_path)
+    with mock.patch("tempfile.mkstemp", wraps=monitoring.tempfile.mkstemp) as mkstemp:
+        replies = await asyncio.gather(*(client.get("/shepherd/health") for _ in range(20)))
+        replies += [await client.get("/shepherd/health") for _ in range(20)]
+        assert {reply.status for reply in replies} == {200}
+        assert mkstemp.call_count == 1
+        app[HEALTH_PROBE]._at -= monitoring.PROBE_SECONDS  # the period passed: the next check probes again
+        assert (await (await client.get("/shepherd/health")).json())["store"] == "writable"
+        assert mkstemp.call_count == 2
 
 
 async def test_health_is_503_before_the_graph_is_started(tmp_path):
