@@ -17,7 +17,7 @@ from tinydb import Query, TinyDB
 from tinydb.table import Document
 
 from shepherd.definition import AgentDefinition, Filters, Sharing
-from shepherd.storage.files import (PRIVATE_FILE, PRIVATE_FOLDER, make_private,
+from shepherd.storage.files import (PRIVATE_FILE, PRIVATE_FOLDER, make_private, private_data_folder,
                                     remove_stale_temporaries)
 from shepherd.storage.errors import AlreadyExists, NotFound, StoreError
 from shepherd.storage.jsonfile import AGENTS_FOLDER, AtomicJSONStorage
@@ -106,7 +106,7 @@ class Store:
 
     def __init__(self, folder: Path | str) -> None:
         self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
+        private_data_folder(self.folder)
         remove_stale_temporaries(self.folder)
         agents = self.folder / AGENTS_FOLDER
         _tidy_agent_folders(agents)
