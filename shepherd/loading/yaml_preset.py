@@ -205,7 +205,9 @@ def preset_from_data(data: Any, name: str = "") -> Preset:
         validation_ok = validation is not None
     if specs:  # the agents' own checks (registry, schedule), with the agents that are well formed
         validation_agent = validation.agent if validation is not None else None
-        problems.extend(preset_problems(specs, schedule, validation_agent))
+        owner = values.get("owner")
+        problems.extend(preset_problems(specs, schedule, validation_agent,
+                                        owner if isinstance(owner, str) else None))  # a non-string: above
     if problems or not validation_ok or schedule is None:
         raise InvalidPreset(problems)
     return Preset(tuple(spec for _, spec in specs), schedule, validation, owner=values.get("owner", "shepherd"),

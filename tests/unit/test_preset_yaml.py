@@ -4,6 +4,7 @@ server, no data folder)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -124,6 +125,26 @@ def test_a_python_preset_lists_every_problem_too():
     with pytest.raises(InvalidPreset) as raised:
         graph.check()
     assert len(str(raised.value).splitlines()) == 5
+
+
+def test_preset_names_keep_the_admin_api_s_name_rule_with_the_key_path(tmp_path):
+    """A name the admin API refuses (it names folders, routes and download file names) is refused from a
+    YAML preset, a Python preset and a -cp alike, with the key path and the -cp that set it."""
+    from shepherd.graph import AgentSpec
+
+    bad = 'x"\r\nSet-Cookie: a=b'
+    path = write(tmp_path, "owner: 'the owner'\nagents:" + AGENT.replace("name: pole", f"name: {json.dumps(bad)}"))
+    assert [line.split("x.yaml: ")[1] for line in problems_of(path)] == [
+        "owner: a user name is 1 to 64 letters, digits, '_', '.' or '-', starting with a letter or digit; "
+        "got 'the owner'",
+        "agents[0].name: an agent name is 1 to 64 letters, digits, '_', '.' or '-', starting with a letter or "
+        f"digit; got {bad!r}"]
+    (found,) = problems_of("cartpole_ppo_yaml", "agents.cartpole.name=a/b")
+    assert found.startswith("-cp agents.cartpole.name=a/b: agents[0].name: an agent name is 1 to 64"), found
+    (found,) = problems_of("cartpole_ppo", "owner=" + "o" * 65)
+    assert found.startswith("-cp owner=" + "o" * 65 + ": owner: a user name is 1 to 64"), found
+    python = Preset((AgentSpec("../pole", "PPO", [[4], -1, 1], 2, {}),), owner="demo")
+    assert [str(problem).split(":")[0] for problem in python.problems()] == ["agents[0].name"]
 
 
 def test_overrides_are_typed_as_the_preset_s_own_values():
