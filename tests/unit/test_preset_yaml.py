@@ -260,6 +260,32 @@ def test_check_reports_what_stable_baselines3_refuses(capsys):
     assert "agents[0]: PPO rejected its parameters" in capsys.readouterr().err
 
 
+def test_deeply_nested_yaml_and_cp_values_are_one_line_not_a_traceback(tmp_path, capsys):
+    """PyYAML recurses once per level: thousands of brackets exhausted Python's stack (RecursionError)."""
+    deep = "[" * 5000 + "]" * 5000
+    path = write(tmp_path, "agents:" + AGENT.replace("gamma: 0.9}", f"gamma: 0.9, policy_kwargs: {deep}}}"))
+    with pytest.raises(PresetError, match=r"x.yaml: values nest deeper than 32 levels"):
+        load_preset(str(path))
+    (found,) = problems_of("cartpole_ppo", f"agents.cartpole.parameters.policy_kwargs={deep}")
+    assert found.startswith("-cp agents.cartpole.parameters.policy_kwargs=[[[") and "nest deeper than 32" in found
+    (found,) = problems_of("cartpole_ppo", "agents.cartpole.parameters.policy_kwargs=" + "{a: " * 40 + "1" + "}" * 40)
+    assert "nest deeper than 32 levels" in found  # parsed, but deeper than any preset needs
+    assert main(["check", str(path)]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("override, problem", [
+    ("agents.tiny.parameters.n_steps=100000000000", "PPO's rollout buffer of n_steps 100000000000 x n_envs"),
+    ("agents.tiny.parameters.policy_kwargs={net_arch: [1000000000]}", "PPO's network of net_arch [1000000000]"),
+    ("agents.tiny.parameters.policy_kwargs={net_arch: {pi: [100000, 100000], vf: [64]}}", "PPO's network of"),
+])
+def test_impossible_buffer_and_network_sizes_are_one_line(capsys, override, problem):
+    """Sizes whose memory alone exceeds the machine's: refused before SB3 allocates (a traceback before)."""
+    assert main(["check", str(TEST_PRESETS / "tiny_ppo.py"), "-cp", override]) == 2
+    err = capsys.readouterr().err
+    assert f"agents[0]: {problem}" in err and "more than this machine's" in err and "Traceback" not in err
+
+
 def test_serving_with_a_bad_override_exits_2_before_touching_the_data_folder(tmp_path, capsys):
     data = tmp_path / "data"
     assert main(["-p", "cartpole_ppo_yaml", "-cp", "agents.cartpole.parameters.learning_rat=0.1",
