@@ -1,4 +1,5 @@
-"""Request-rate limits per API key, and slowing down repeated failed credentials from one address.
+"""Request-rate limits per API key, and slowing down repeated failed credentials from one address (the learning
+server's and the deploy server's logins).
 
 Both keep bounded state: buckets and failure counts live in LRU tables with a fixed capacity, so a
 flood of new keys or addresses cannot grow the server's memory.
