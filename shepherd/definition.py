@@ -27,6 +27,21 @@ class Sharing(str, enum.Enum):
                              f"{', '.join(mode.value for mode in cls)}") from None
 
 
+#: what a user (owner) or agent may be called: it names folders, API routes and download file names
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def name_problem(name: Any, what: str) -> str | None:
+    """Why ``name`` cannot be a ``what`` name (``user``, ``agent``): None unless it breaks `NAME`, 1-64
+    letters, digits, ``_``, ``.`` or ``-``, starting with a letter or digit."""
+    if isinstance(name, str) and NAME.fullmatch(name):
+        return None
+    shown = name[:80] if isinstance(name, str) else name
+    article = "an" if what[:1] in "aeio" else "a"  # "a user"
+    return (f"{article} {what} name is 1 to 64 letters, digits, '_', '.' or '-', starting with a letter or digit; "
+            f"got {shown!r}")
+
+
 #: the longest client name of an advised agent
 CLIENT_NAME_MAX = 64
 _CLIENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")

@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from shepherd.admin.errors import Invalid
 from shepherd.admin.records import AgentView
+from shepherd.definition import NAME, name_problem
 from shepherd.storage import NotFound
 
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+__all__ = ["NAME", "check_name", "match_agent"]
 
 
 def check_name(name: Any, what: str) -> str:
     """Raises Invalid unless ``name`` is 1-64 letters, digits, ``_``, ``.`` or ``-``, starting with a letter
-    or digit."""
-    if not isinstance(name, str) or not NAME.fullmatch(name):
-        raise Invalid(f"a {what} name is 1 to 64 letters, digits, '_', '.' or '-', starting with a letter or "
-                      f"digit; got {name!r}")
+    or digit (`shepherd.definition.name_problem`: presets are held to the same rule)."""
+    problem = name_problem(name, what)
+    if problem is not None:
+        raise Invalid(problem)
     return name
 
 

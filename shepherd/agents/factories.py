@@ -26,6 +26,7 @@ from shepherd.agents.parameters import LinearSchedule, ParameterError
 from shepherd.agents.registry import (ADVICE_PARAMETERS, LEARNER_FACTORIES, algorithm_info, check_advisable, check_agent,
                                       check_parameters, check_spaces, parameters)
 from shepherd.agents.sb3.base import SpacesEnv
+from shepherd.agents.sizes import check_memory
 from shepherd.agents.sb3.off_policy import OffPolicyAdapter
 from shepherd.agents.worker import ThreadedLearner
 from shepherd.definition import AgentDefinition, Filters, Sharing
@@ -117,6 +118,7 @@ def build_learner(algorithm: str, name: str, observation_space: spaces.Space, ac
         raise ParameterError(str(error)) from None
     kwargs, n_envs = sb3_arguments(algorithm, action_space, values)
     seen = policy_space(filters, observation_space)
+    check_memory(info.name, info.on_policy, seen, action_space, kwargs, n_envs)
     env = DummyVecEnv([lambda: SpacesEnv(seen, action_space)] * n_envs)
     try:
         model = info.sb3_class(policy_name(seen, algorithm), env, device="cpu", verbose=0, **kwargs)
@@ -124,7 +126,7 @@ def build_learner(algorithm: str, name: str, observation_space: spaces.Space, ac
         adapter = info.family(model, name, total_steps)
         if isinstance(adapter, OffPolicyAdapter):
             adapter.max_policy_lag = check_parameters(algorithm, values).get("max_policy_lag", 0)
-    except (ValueError, AssertionError, TypeError, KeyError) as error:
+    except (ValueError, AssertionError, TypeError, KeyError, MemoryError) as error:
         raise ParameterError(f"{info.name} rejected its parameters: {error}") from None
     return _threaded(adapter, filters, observation_space, seen)
 
@@ -169,12 +171,13 @@ def build_advised_learner(algorithm: str, name: str, observation_space: spaces.S
     except ValueError as error:
         raise ParameterError(str(error)) from None
     seen = policy_space(filters, observation_space)  # each client's learner has its own filters' statistics
+    check_memory(info.name, info.on_policy, seen, action_space, kwargs, n_envs)
     env = DummyVecEnv([lambda: SpacesEnv(seen, action_space)] * n_envs)
     try:
         model = info.sb3_class(policy_name(seen, algorithm), env, device="cpu", verbose=0, **kwargs)
         model.set_logger(Logger(folder=None, output_formats=[]))
         adapter = info.advised(model, name, total_steps, advice)
-    except (ValueError, AssertionError, TypeError, KeyError) as error:
+    except (ValueError, AssertionError, TypeError, KeyError, MemoryError) as error:
         raise ParameterError(f"{info.name} rejected its parameters: {error}") from None
     return _threaded(adapter, filters, observation_space, seen)
 

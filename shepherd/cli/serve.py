@@ -21,7 +21,7 @@ from shepherd.graph import GraphManager, PresetError, Schedule
 from shepherd.definition import Sharing
 from shepherd.graph.agent import MAX_CLIENTS
 from shepherd.graph.validation import Outcome, watch
-from shepherd.storage import AgentRecord, new_secret
+from shepherd.storage import AgentRecord, NotFound, new_secret
 
 if TYPE_CHECKING:
     from shepherd.front.supervisor import FrontEnds
@@ -384,8 +384,14 @@ def announce(graph: GraphManager, url: str, data: Path, keys: dict[str, str], ad
 
 
 def agent_ref(graph: GraphManager, record: AgentRecord) -> str:
-    """``owner/name (id N)``, as the admin commands name an agent."""
-    return f"{graph.store.user(record.owner_id).name}/{record.name} (id {record.id})"
+    """``owner/name (id N)``, as the admin commands name an agent; an owner missing from the store (a damaged
+    or hand-edited store) is named ``userN`` as the admin commands name it, and said to be missing."""
+    try:
+        owner = graph.store.user(record.owner_id).name
+    except NotFound:
+        return (f"user{record.owner_id}/{record.name} (id {record.id}; its owner, user id {record.owner_id}, is "
+                "missing from the store)")
+    return f"{owner}/{record.name} (id {record.id})"
 
 
 def describe_schedule(schedule: Schedule) -> str:

@@ -22,6 +22,7 @@ import orjson
 from aiohttp import web
 
 from shepherd.policies.onnx import Policy
+from shepherd.wire.limits import LoginThrottle, TooManyRequests
 from shepherd.wire.replies import http_error, json_error
 from shepherd.wire.sessions import Conflict, TooManySessions, Unauthorized, is_retry
 from shepherd.wire.spaces import SpaceError, action_to_json, check_action_mask, space_to_json
@@ -47,7 +48,9 @@ class DeployConfig:
     max_envs_per_session: int = 1024
     session_idle_seconds: float = 600.0
     sweep_seconds: float = 5.0
-    failed_login_delay_seconds: float = 0.25  # slows down guessing the key (it has 256 random bits anyway)
+    # every failed login waits this long, and an address's failures past the learning server's allowance
+    # (`LoginThrottle`) block it for a delay that doubles: 429 with Retry-After, its key untried
+    failed_login_delay_seconds: float = 0.25
 
 
 @dataclass(eq=False)
@@ -115,6 +118,7 @@ class MaskRule:
 CONFIG = web.AppKey("deploy_config", DeployConfig)
 SESSIONS = web.AppKey("deploy_sessions", Sessions)
 MASK_RULE = web.AppKey("deploy_mask_rule", MaskRule)
+LOGIN_THROTTLE = web.AppKey("deploy_login_throttle", LoginThrottle)
 
 
 def _json(data: object) -> web.Response:
@@ -123,9 +127,10 @@ def _json(data: object) -> web.Response:
 
 async def login_user(request: web.Request) -> web.Response:
     login = parse_login(await request.read())
-    config = request.app[CONFIG]
+    config, throttle, address = request.app[CONFIG], request.app[LOGIN_THROTTLE], request.remote or "?"
+    throttle.check(address)  # an address blocked by its failed attempts gets 429, its key untried
     if not hmac.compare_digest(login.apikey.encode(), config.api_key.encode()):
-        await asyncio.sleep(config.failed_login_delay_seconds)
+        await asyncio.sleep(max(config.failed_login_delay_seconds, throttle.failed(address)))
         raise Unauthorized("unknown or revoked API key")
     if login.acts_at_client:
         raise BadRequest("this deploy server answers steps (\"acting\": \"server\"); a client that acts itself runs "
@@ -208,6 +213,8 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return json_error(409, str(error))
     except TooManySessions as error:
         return json_error(429, str(error), retry_after=error.retry_after)
+    except TooManyRequests as error:
+        return json_error(429, str(error), retry_after=error.retry_after)
     except asyncio.CancelledError:
         raise
     except Exception:  # noqa: BLE001 - every expected error has its status above; the rest is a bug
@@ -242,6 +249,7 @@ def create_app(config: DeployConfig) -> web.Application:
     app[CONFIG] = config
     app[SESSIONS] = Sessions(config.max_sessions)
     app[MASK_RULE] = MaskRule(config.policy.algorithm)
+    app[LOGIN_THROTTLE] = LoginThrottle()
     app.router.add_routes([
         web.post("/shepherd/login_user/", login_user),
         web.post("/shepherd/env/", env_step),

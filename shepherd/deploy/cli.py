@@ -12,8 +12,10 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
+from pathlib import Path
 
 from aiohttp import web
 
@@ -22,19 +24,27 @@ from shepherd.policies.onnx import Policy, PolicyError
 from shepherd.wire.spaces import space_to_json
 
 EXIT_OK, EXIT_NOT_SERVED, EXIT_USAGE = 0, 1, 2
+#: the environment variable a chosen API key is read from (a command line is visible to every user, in ps)
+KEY_VARIABLE = "SHEPHERD_DEPLOY_KEY"
+#: the shortest API key the deploy server takes (a new one has 43 characters: 256 random bits)
+MIN_KEY_LENGTH = 32
 
 DESCRIPTION = ("Serve an exported policy (run.py agents export AGENT --format onnx) over the same client "
                "protocol as the learning server, in evaluate mode: every action is the policy's greedy one, "
                "nothing is learned and no file is written. Runs on onnxruntime and numpy only (never torch). "
-               "Clients log in with the API key it prints (or the one given with --key); a login that asks "
-               "to train is served in evaluate mode too, and its reply says \"mode\": \"evaluate\".")
+               "Clients log in with the API key it prints (or the one given in $SHEPHERD_DEPLOY_KEY or with "
+               "--key-file); a login that asks to train is served in evaluate mode too, and its reply says "
+               "\"mode\": \"evaluate\". Failed logins are throttled per address, as the learning server's.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("policy", help="the exported policy file (.onnx)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000; 0: any free one)")
-    parser.add_argument("--key", help="the API key clients log in with (default: a new random one, printed)")
+    parser.add_argument("--key-file", metavar="PATH",
+                        help=f"a file holding the API key clients log in with (one line, at least {MIN_KEY_LENGTH} "
+                             f"characters); or set ${KEY_VARIABLE}. Default: a new random key, printed once")
+    parser.add_argument("--key", help=argparse.SUPPRESS)  # refused: a command line is visible to every user
     parser.add_argument("--max-sessions", type=int, default=1024, metavar="N",
                         help="most sessions open at once; past it a login gets 429 (default: 1024)")
     parser.add_argument("--max-envs", type=int, default=1024, metavar="N",
@@ -67,10 +77,41 @@ def main(argv: list[str] | None = None) -> int:
     return command(args)
 
 
+def chosen_key(key_file: str | None, environ: dict[str, str] | os._Environ[str] = os.environ) -> str | None:
+    """The API key chosen by the operator: the first line of ``key_file``, else ``$SHEPHERD_DEPLOY_KEY``;
+    None if neither is given (a new key is made).
+
+    Raises:
+        ValueError: the file cannot be read, or the key is shorter than `MIN_KEY_LENGTH` or holds spaces.
+    """
+    if key_file is not None:
+        try:
+            lines = Path(key_file).read_text().splitlines()
+        except (OSError, UnicodeDecodeError) as error:
+            raise ValueError(f"--key-file {key_file}: cannot be read: {getattr(error, 'strerror', None) or error}"
+                             ) from None
+        key, where = (lines[0].strip() if lines else ""), f"the key in {key_file}"
+    elif environ.get(KEY_VARIABLE) is not None:
+        key, where = environ[KEY_VARIABLE].strip(), f"${KEY_VARIABLE}"
+    else:
+        return None
+    if len(key) < MIN_KEY_LENGTH or any(c.isspace() for c in key):
+        raise ValueError(f"{where} must be at least {MIN_KEY_LENGTH} characters without spaces (it has "
+                         f"{len(key)}); leave it out and the server makes a random one of 43")
+    return key
+
+
 def command(args: argparse.Namespace) -> int:
+    if args.key is not None:
+        print(f"error: --key is not taken on the command line (every user of the machine sees it, in ps); put the "
+              f"key in ${KEY_VARIABLE} or in a file given with --key-file", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        key = chosen_key(args.key_file)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_USAGE
     problems = [text for bad, text in (
-        (args.key is not None and (not args.key or any(c.isspace() for c in args.key)),
-         "--key must be a non-empty key without spaces"),
         (args.max_sessions < 1, "--max-sessions must be at least 1"), (args.max_envs < 1, "--max-envs must be at least 1"),
         (args.session_timeout <= 0, "--session-timeout must be positive"), (args.threads < 1, "--threads must be at least 1"),
         (not 0 <= args.port <= 65535, "--port must be from 0 to 65535")) if bad]
@@ -82,10 +123,10 @@ def command(args: argparse.Namespace) -> int:
     except PolicyError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    config = DeployConfig(policy, args.key or new_key(), max_sessions=args.max_sessions,
+    config = DeployConfig(policy, key or new_key(), max_sessions=args.max_sessions,
                           max_envs_per_session=args.max_envs, session_idle_seconds=args.session_timeout)
     try:
-        asyncio.run(_serve(config, args.host, args.port, created_key=args.key is None))
+        asyncio.run(_serve(config, args.host, args.port, created_key=key is None))
     except OSError as error:
         print(f"error: cannot listen on {args.host}:{args.port}: {error.strerror or error}", file=sys.stderr)
         return EXIT_NOT_SERVED
@@ -109,7 +150,7 @@ async def _serve(config: DeployConfig, host: str, port: int, created_key: bool) 
         if created_key:
             print(f"API key (shown once; clients log in with it): {config.api_key}", flush=True)
         else:
-            print("API key: the one given with --key", flush=True)
+            print(f"API key: the one given (--key-file or ${KEY_VARIABLE})", flush=True)
         print("Stop with Ctrl-C (nothing is learned, nothing is written)", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -10,7 +10,7 @@ from typing import Any
 
 from shepherd.agents import ParameterError, check_agent, check_parameters
 from shepherd.agents.bounds import check_bounds
-from shepherd.definition import AgentDefinition
+from shepherd.definition import AgentDefinition, name_problem
 from shepherd.graph.schedule import Schedule
 from shepherd.wire.spaces import SpaceError
 
@@ -93,7 +93,7 @@ class Preset:
     def problems(self) -> list[Problem]:
         """Every problem of the preset, each with its key path (``agents[0]...``): `preset_problems`."""
         return preset_problems(list(enumerate(self.agents)), self.schedule,
-                               None if self.validation is None else self.validation.agent)
+                               None if self.validation is None else self.validation.agent, self.owner)
 
     def check(self) -> None:
         """Raises InvalidPreset with every problem found (`problems`)."""
@@ -103,20 +103,25 @@ class Preset:
 
 
 def preset_problems(agents: list[tuple[int, AgentSpec]], schedule: Schedule | None,
-                    validation_agent: str | None = None) -> list[Problem]:
+                    validation_agent: str | None = None, owner: Any = None) -> list[Problem]:
     """The problems of a preset's agents, each located as ``agents[INDEX]``: an unknown algorithm or
     sharing mode, spaces the algorithm cannot handle, every bad parameter (through the registry's
     `check_agent` and `check_parameters`), a heatup that contradicts the algorithm (unless ``schedule`` is
-    None: not known), names that repeat, and a validation ``agent`` the preset lacks.
+    None: not known), names that break the rule the admin API holds names to (`name_problem`) or repeat,
+    an ``owner`` (unless None: not given) that breaks it, and a validation ``agent`` the preset lacks.
 
     ``agents`` pairs each agent with its index in the preset (a YAML preset leaves out the malformed ones).
     """
     problems = []
     if not agents:
         problems.append(Problem("agents", "a preset needs at least one agent"))
+    if owner is not None and (bad := name_problem(owner, "user")) is not None:
+        problems.append(Problem("owner", bad))
     seen: dict[str, int] = {}
     for index, spec in agents:
         where = f"agents[{index}]"
+        if (bad := name_problem(spec.name, "agent")) is not None:
+            problems.append(Problem(f"{where}.name", bad))
         if spec.name in seen:
             problems.append(Problem(f"{where}.name", f"agent names in a preset must be unique; "
                                                     f"agents[{seen[spec.name]}] is also named {spec.name!r}"))

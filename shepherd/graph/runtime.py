@@ -114,6 +114,10 @@ class AgentRuntime:
         self._last_checkpoint = (time.monotonic(), 0)
         self._pending_checkpoint: Future | None = None
         self.checkpoint_failures = 0  # failed checkpoint writes in a row (a full disk, a read-only folder)
+        self.checkpoint_failures_total = 0  # failed checkpoint writes since this runtime started
+        self.checkpoint_error: str | None = None  # why the last write failed, while they fail
+        #: wall time of the last checkpoint written (the loaded one's file time after `resume`; None: none yet)
+        self.last_good_checkpoint: float | None = None
         self._retry_at = 0.0
         self.last_active = record.last_active  # wall time of the last step; stored at each checkpoint
         self._stored_last_active = record.last_active
@@ -153,6 +157,10 @@ class AgentRuntime:
         recent = state.get("recent_return")
         self.recent_return = float(recent) if isinstance(recent, (int, float)) else None
         self._last_checkpoint = (time.monotonic(), self.tracker.steps)
+        try:
+            self.last_good_checkpoint = self.model_path.stat().st_mtime
+        except OSError:
+            pass
         logger.info("agent %s resumed at %d steps", self.record.name, self.tracker.steps)
         return True
 
@@ -274,6 +282,8 @@ class AgentRuntime:
         error = future.exception()
         if error is not None:
             self.checkpoint_failures += 1
+            self.checkpoint_failures_total += 1
+            self.checkpoint_error = f"{type(error).__name__}: {error}"
             delay = min(CHECKPOINT_RETRY_MAX_SECONDS, 2.0 ** self.checkpoint_failures)
             self._retry_at = time.monotonic() + delay
             logger.error("agent %s: checkpoint failed (%d in a row; retried in %g s): %s", self.record.name,
@@ -282,7 +292,8 @@ class AgentRuntime:
         if self.checkpoint_failures:
             logger.info("agent %s: checkpoint written again after %d failures", self.record.name,
                         self.checkpoint_failures)
-        self.checkpoint_failures = 0
+        self.checkpoint_failures, self.checkpoint_error = 0, None
+        self.last_good_checkpoint = time.time()
         self._store_last_active()  # on the learner's thread: the store's rewrite never blocks the event loop
 
     def _store_last_active(self) -> None:
@@ -295,6 +306,20 @@ class AgentRuntime:
                 self._stored_last_active = last_active
             except Exception as error:  # noqa: BLE001 - the checkpoint itself is written; report and go on
                 logger.error("agent %s: storing its last activity failed: %s", self.record.name, error)
+
+    def checkpoint_age(self) -> float | None:
+        """Seconds since the last checkpoint was written (None: none yet)."""
+        return None if self.last_good_checkpoint is None else max(0.0, time.time() - self.last_good_checkpoint)
+
+    def checkpoint_trouble(self) -> str | None:
+        """Why this runtime's checkpoints are failing, with the age of its last good one; None while they
+        are written."""
+        if not self.checkpoint_failures:
+            return None
+        age = self.checkpoint_age()
+        last = "no checkpoint written yet" if age is None else f"the last good one is {age:.0f} s old"
+        return (f"{self.checkpoint_failures} checkpoint write(s) failed in a row ({self.checkpoint_error}); "
+                f"{last}; learning goes on and the write is retried")
 
     @property
     def pending_checkpoint(self) -> Future | None:

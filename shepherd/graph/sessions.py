@@ -100,6 +100,7 @@ class Session:
     last_fields: dict[str, Any] = field(default_factory=dict, repr=False)  # the last step's `Level.reply_fields`
     last_active: float = field(default_factory=time.monotonic)
     in_request: int = 0  # requests of this session being answered right now
+    gone: str | None = None  # set when its agent was deleted: what its waiting steps are told (`Gone`)
 
     def active(self) -> None:
         """Note a request starting or ending: idleness counts from the last one."""
@@ -154,6 +155,7 @@ class Session:
             ActTimeout: no answer within ``timeout`` seconds (the step stays in flight: a retry with the
                 same ``seq`` gets its action).
             Unauthorized: the session ended while the step waited.
+            Gone: the session's agent was deleted while the step waited.
             AgentFailed, AgentClosed: the agent failed or is shutting down.
             LearnerUnavailable: the learner's process died (a Ray actor, restarted from its checkpoint);
                 a retry with the same ``seq`` hands the step to the learner again, counted once.
@@ -163,7 +165,7 @@ class Session:
         try:
             future = self._hand_over(step)
             try:
-                action = await _wait(future, timeout, step.seq)
+                action = await self._wait(future, timeout, step.seq)
             except ActTimeout:
                 self.runtime.act_timeouts += 1
                 raise
@@ -181,11 +183,21 @@ class Session:
         """A client-acting session's first block (its phase, policy version and steps), waited for as a step
         is (the learner may first finish a rollout that other sessions fill); {} for other sessions.
 
-        Raises: ActTimeout, and what the learner refuses the session with (`NotClientActing`, AgentFailed).
+        Raises: ActTimeout, Unauthorized or Gone (as `step`), and what the learner refuses the session with
+        (`NotClientActing`, AgentFailed).
         """
         if not isinstance(self.level, ClientActingLevel):
             return {}
-        return await _wait(self.level.opening(), timeout, None)
+        return await self._wait(self.level.opening(), timeout, None)
+
+    async def _wait(self, future: Reply[Any], timeout: float, seq: int | None) -> Any:
+        """`_wait`, but a session ended by its agent's deletion while it waited raises `Gone`."""
+        try:
+            return await _wait(future, timeout, seq)
+        except Unauthorized:
+            if self.gone is not None:
+                raise Gone(self.gone) from None
+            raise
 
     async def policy(self, timeout: float) -> tuple[int, bytes]:
         """The behaviour policy file a client-acting session acts with now (its block's phase), and its
@@ -345,9 +357,9 @@ class SessionTable:
         their keys get `Gone` with that message from now on, instead of `Unauthorized`."""
         ending = [s for s in self._by_key.values() if s.runtime.record.id == agent_id]
         for session in ending:
+            if gone is not None:  # before it ends: a step waiting in it hears `Gone` too
+                session.gone = self._gone[session.key] = gone
             self.end(session)
-            if gone is not None:
-                self._gone[session.key] = gone
         while len(self._gone) > GONE_REMEMBERED:  # the oldest first
             del self._gone[next(iter(self._gone))]
         return len(ending)

@@ -27,8 +27,8 @@ from shepherd.http.limits import LoginThrottle, RateLimiter
 from shepherd.http.operations import CLIENT_OPERATIONS, ClientOperation
 from shepherd.http.signins import SignInTable
 from shepherd.http.state import (ADMIN, CONFIG, CREATED_ADMIN_TOKEN, CREATED_KEYS, DASHBOARD_FILES, GRAPH,
-                                 LOCAL_CREDENTIAL, LOGIN_THROTTLE, METRICS, OPENAPI, RATE_LIMITER, SIGNINS, STORE,
-                                 ServerConfig)
+                                 HEALTH_PROBE, LOCAL_CREDENTIAL, LOGIN_THROTTLE, METRICS, OPENAPI, RATE_LIMITER,
+                                 SIGNINS, STORE, ServerConfig)
 from shepherd.storage import DataFolderLock, Store, new_secret
 
 logger = logging.getLogger(__name__)
@@ -132,6 +132,7 @@ def create_app(config: ServerConfig) -> web.Application:
     app[CONFIG] = config
     app[METRICS] = Metrics(lambda: app.get(GRAPH))
     app[LOGIN_THROTTLE] = LoginThrottle()
+    app[HEALTH_PROBE] = monitoring.StoreProbe()
     app[OPENAPI] = orjson.dumps(yaml.safe_load(OPENAPI_FILE.read_text()))
     if config.requests_per_second_per_key:
         app[RATE_LIMITER] = RateLimiter(config.requests_per_second_per_key, config.burst_per_key)

@@ -98,6 +98,12 @@ class GraphCollector(Collector):
         checkpoints = HistogramMetricFamily("shepherd_checkpoint_duration_seconds",
                                             "Each checkpoint written; its count is the number of checkpoints",
                                             labels=agent)
+        checkpoint_failures = CounterMetricFamily(
+            "shepherd_checkpoint_failures", "Checkpoint writes that failed since the server started (each is "
+            "retried, less and less often, while learning goes on)", labels=agent)
+        checkpoint_age = GaugeMetricFamily(
+            "shepherd_checkpoint_age_seconds", "Seconds since the agent's last checkpoint was written (absent "
+            "before its first)", labels=agent)
         now = time.monotonic()
         for runtime in runtimes:
             name = [self._labels(graph, runtime.record.owner_id, runtime.record.name),  # type: ignore[arg-type]
@@ -121,6 +127,10 @@ class GraphCollector(Collector):
             _add_histogram(batches, name, stats.batch_size)
             _add_histogram(updates, name, stats.updates)
             _add_histogram(checkpoints, name, stats.checkpoints)
+            checkpoint_failures.add_metric(name, runtime.checkpoint_failures_total)
+            age = runtime.checkpoint_age()
+            if age is not None:
+                checkpoint_age.add_metric(name, age)
         if graph is not None:
             for agent_id in failed:  # stored agents whose learner could not be built
                 try:
@@ -132,7 +142,7 @@ class GraphCollector(Collector):
                 up.add_metric([self._labels(graph, record.owner_id, record.name), client], 0)
         self._rates = {k: v for k, v in self._rates.items() if k in {(r.record.id, r.client) for r in runtimes}}
         yield from (up, learned, steps, rates, episodes, sessions, timeouts, depth, version, latency, batches,
-                    updates, checkpoints)
+                    updates, checkpoints, checkpoint_failures, checkpoint_age)
 
     def _rate(self, runtime: AgentRuntime, now: float, counts: dict[Phase, int]) -> dict[Phase, float]:
         key = (runtime.record.id, runtime.client)

@@ -6,7 +6,8 @@ Who may read ``/metrics`` is ``ServerConfig.metrics`` (``run.py --metrics``): ``
 admin token (``Authorization: Bearer``; 401 without a credential, 403 with an agent's key); ``open``
 answers anyone. The health check answers anyone: its status code and ``status`` are for process managers
 and load balancers; which agents failed and why is told only to whoever may read ``/metrics`` (and to
-loopback peers when metrics are off). The contract is in docs/admin.md ("Monitoring").
+loopback peers when metrics are off). The data folder's write probe runs at most once per
+`PROBE_SECONDS`, whoever asks and however often (`StoreProbe`). The contract is in docs/admin.md ("Monitoring").
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import asyncio
 import ipaddress
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,7 @@ from shepherd.admin import Forbidden
 from shepherd.graph import Unauthorized
 from shepherd.http import admin
 from shepherd.http.signins import COOKIE
-from shepherd.http.state import CONFIG, GRAPH, METRICS, STORE
+from shepherd.http.state import CONFIG, GRAPH, HEALTH_PROBE, METRICS, STORE
 from shepherd.storage import NotFound
 
 METRICS_PATH = "/metrics"
@@ -90,6 +92,37 @@ def probe_store(folder: Path) -> str:
     return "writable"
 
 
+#: how long a health check's store probe is reused: the data folder takes at most one probe write per period
+PROBE_SECONDS = 5.0
+
+
+class StoreProbe:
+    """`probe_store`'s answer, reused for `PROBE_SECONDS`: unauthenticated health checks, however many, write
+    to the data folder at most once per period, and callers arriving while a probe runs share it."""
+
+    def __init__(self, period: float = PROBE_SECONDS) -> None:
+        self.period = period
+        self._state: str | None = None
+        self._at = 0.0
+        self._running: asyncio.Future[str] | None = None
+
+    async def state(self, folder: Path) -> str:
+        """``writable``, or why ``folder`` is not (`probe_store`), at most `period` seconds old."""
+        if self._state is not None and time.monotonic() - self._at < self.period:
+            return self._state
+        if self._running is None:
+            self._running = asyncio.ensure_future(self._probe(folder))
+        return await asyncio.shield(self._running)
+
+    async def _probe(self, folder: Path) -> str:
+        try:
+            self._state = await asyncio.to_thread(probe_store, folder)
+            self._at = time.monotonic()
+            return self._state
+        finally:
+            self._running = None
+
+
 def _label(agent: str, client: str | None) -> str:
     """``owner/name``, with ``/client`` for an advised agent's client."""
     return agent if client is None else f"{agent}/{client}"
@@ -99,17 +132,22 @@ async def health(request: web.Request) -> web.Response:
     graph, store = request.app.get(GRAPH), request.app.get(STORE)
     if graph is None or store is None:
         return _health_reply(503, {"status": "unavailable", "store": "not open",
-                                   "agents": {"serving": 0, "failed": 0}})
+                                   "agents": {"serving": 0, "failed": 0}, "checkpoints": {"failing": 0}})
     failures: dict[str, str] = {}
+    unsaved: dict[str, str] = {}  # learners that serve but whose checkpoints fail
     serving = 0
     labels = request.app[METRICS].labels
     for runtime in graph.every_runtime():  # each pooled agent's learner, and each client's of an advised one
         learner = runtime.learner
         reason = learner.failure or (None if learner.alive else "its learner's thread stopped")
+        label = _label(labels(graph, runtime.record.owner_id, runtime.record.name), runtime.client)
         if reason is None:
             serving += 1
+            trouble = runtime.checkpoint_trouble()
+            if trouble is not None:
+                unsaved[label] = trouble
         else:
-            failures[_label(labels(graph, runtime.record.owner_id, runtime.record.name), runtime.client)] = reason
+            failures[label] = reason
     for record, client, reason in graph.served.client_failures():
         failures[_label(labels(graph, record.owner_id, record.name), client)] = reason
     for agent_id, reason in list(graph.served.failures.items()):
@@ -118,12 +156,14 @@ async def health(request: web.Request) -> web.Response:
         except NotFound:
             continue
         failures[labels(graph, record.owner_id, record.name)] = reason
-    state = await asyncio.to_thread(probe_store, store.folder)
-    status = "unavailable" if state != "writable" else "degraded" if failures else "ok"
+    state = await request.app[HEALTH_PROBE].state(store.folder)
+    status = "unavailable" if state != "writable" else "degraded" if failures or unsaved else "ok"
     reply: dict[str, Any] = {"status": status, "store": state,
-                             "agents": {"serving": serving, "failed": len(failures)}}
+                             "agents": {"serving": serving, "failed": len(failures)},
+                             "checkpoints": {"failing": len(unsaved)}}
     if _detailed(request):
         reply["failures"] = failures
+        reply["checkpoint_failures"] = unsaved
     return _health_reply(503 if status == "unavailable" else 200, reply)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -15,6 +16,9 @@ from shepherd.http.limits import LoginThrottle, RateLimiter
 from shepherd.http.metrics import Metrics
 from shepherd.http.signins import SignInTable
 from shepherd.storage import Store
+
+if TYPE_CHECKING:
+    from shepherd.http.monitoring import StoreProbe
 
 
 @dataclass(frozen=True)
@@ -78,5 +82,7 @@ CREATED_ADMIN_TOKEN = web.AppKey("created_admin_token", str)
 LOCAL_CREDENTIAL = web.AppKey("local_credential", str)
 #: the dashboard's files (name -> bytes), read once when the app is created
 DASHBOARD_FILES = web.AppKey("dashboard_files", dict)
+#: the health check's probe of the data folder, reused for a few seconds
+HEALTH_PROBE: web.AppKey[StoreProbe] = web.AppKey("health_probe")
 #: the app's Prometheus registry and request counts (``GET /metrics``)
 METRICS = web.AppKey("metrics", Metrics)

@@ -15,7 +15,7 @@ from shepherd.agents.parameters import ParamType
 from shepherd.definition import Filters
 from shepherd.graph.preset import InvalidPreset, Preset, PresetError, Problem
 from shepherd.loading.yaml_preset import (AGENT_KEYS, PRESET_KEYS, SCHEDULE_FIELDS, VALIDATION_FIELDS, known_keys,
-                                          preset_from_data)
+                                          preset_from_data, safe_load)
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,8 @@ def parse_override(text: str) -> Override:
     (``0.0003``, ``true``, ``null``, ``lin_0.001``, ``[64, 64]``, ``{net_arch: [64]}``).
 
     Raises:
-        PresetError: no ``=``, an empty key part, or a value YAML cannot read (one line, naming the -cp).
+        PresetError: no ``=``, an empty key part, or a value YAML cannot read or that nests too deeply (one
+            line, naming the -cp).
     """
     key, equals, value = text.partition("=")
     if not equals or not key.strip():
@@ -45,10 +46,12 @@ def parse_override(text: str) -> Override:
     if not all(parts):
         raise PresetError(f"-cp {text}: the key {key!r} has an empty part")
     try:
-        parsed = yaml.safe_load(value) if value.strip() else None
+        parsed = safe_load(value) if value.strip() else None
     except yaml.YAMLError as error:
         problem = getattr(error, "problem", None) or str(error).splitlines()[0]
         raise PresetError(f"-cp {text}: the value {value!r} is not a YAML value: {problem}") from None
+    except PresetError as error:
+        raise PresetError(f"-cp {text}: {error}") from None
     return Override(parts, parsed, text)
 
 

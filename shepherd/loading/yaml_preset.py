@@ -54,6 +54,8 @@ AGENT_KEYS = ("name", "algorithm", "observation_space", "action_space", "paramet
 AGENT_REQUIRED = ("name", "algorithm", "observation_space", "action_space")
 #: the file suffixes of YAML presets
 YAML_SUFFIXES = (".yaml", ".yml")
+#: how deeply a preset's values may nest (lists and mappings in one another): a real preset needs a handful
+MAX_NESTING = 32
 
 _TYPES = {int: ParamType.INT, float: ParamType.FLOAT, str: ParamType.STR, bool: ParamType.BOOL,
           dict: ParamType.JSON}
@@ -217,7 +219,9 @@ def preset_from_data(data: Any, name: str = "") -> Preset:
         validation_ok = validation is not None
     if specs:  # the agents' own checks (registry, schedule), with the agents that are well formed
         validation_agent = validation.agent if validation is not None else None
-        problems.extend(preset_problems(specs, schedule, validation_agent))
+        owner = values.get("owner")
+        problems.extend(preset_problems(specs, schedule, validation_agent,
+                                        owner if isinstance(owner, str) else None))  # a non-string: above
     if problems or not validation_ok or schedule is None:
         raise InvalidPreset(problems)
     return Preset(tuple(spec for _, spec in specs), schedule, validation, owner=values.get("owner", "shepherd"),
@@ -235,16 +239,62 @@ def preset_data(graph: Preset) -> dict[str, Any]:
     }
 
 
+def nesting(value: Any) -> int:
+    """How deeply lists and mappings nest in ``value`` (a scalar: 0; ``[[1]]``: 2), counted without
+    recursion (and without going further than one level past `MAX_NESTING`)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, (list, tuple)) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth + 1)
+        if deepest > MAX_NESTING:
+            break
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def check_nesting(value: Any) -> Any:
+    """``value``, unless it nests deeper than `MAX_NESTING`.
+
+    Raises:
+        PresetError: saying how deep values may nest (the caller names the file or the -cp).
+    """
+    if nesting(value) > MAX_NESTING:
+        raise PresetError(f"values nest deeper than {MAX_NESTING} levels of lists and mappings; a preset needs "
+                          "a handful")
+    return value
+
+
+def safe_load(text: str) -> Any:
+    """``yaml.safe_load``, refusing values nested deeper than `MAX_NESTING` (PyYAML itself recurses per level:
+    a few thousand brackets would exhaust Python's stack).
+
+    Raises:
+        yaml.YAMLError: not YAML. PresetError: nested too deeply.
+    """
+    try:
+        return check_nesting(yaml.safe_load(text))
+    except RecursionError:
+        raise PresetError(f"values nest deeper than {MAX_NESTING} levels of lists and mappings; a preset needs "
+                          "a handful") from None
+
+
 def read_yaml_preset(path: Path) -> Any:
     """A YAML preset file's data, as ``yaml.safe_load`` reads it.
 
     Raises:
-        PresetError: the file cannot be read or is not YAML (the message names the file and the line).
+        PresetError: the file cannot be read, is not YAML (the message names the file and the line), or its
+            values nest deeper than `MAX_NESTING`.
     """
     try:
-        return yaml.safe_load(path.read_text())
+        return safe_load(path.read_text())
     except OSError as error:
         raise PresetError(f"{path}: cannot be read: {error.strerror or error}") from None
+    except PresetError as error:
+        raise PresetError(f"{path}: {error}") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""

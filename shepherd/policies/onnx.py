@@ -162,6 +162,35 @@ class Policy:
         if ACTION_OUTPUT not in outputs:
             raise PolicyError(f"{self._source} does not follow the policy format: it has no output "
                               f"'{ACTION_OUTPUT}' (outputs: {outputs})")
+        self._probe()
+
+    def _probe(self) -> None:
+        """Run the model once on observations sampled from the metadata's observation space: it must take
+        them and answer a row per observation that fits the metadata's action space (a Box action's shape;
+        a discrete action's range too), so that a file whose metadata disagrees with its graph is refused at
+        load, not answered 500 at every step."""
+        rows = 2
+        space = self._observation_space
+        space.seed(0)
+        try:
+            observations = check_observations(space, _plain([space.sample() for _ in range(rows)]), "observations")
+        except SpaceError:  # a space whose samples the checks refuse (they are the server's rules): no probe
+            return
+        try:
+            actions = np.asarray(self.run(observations))
+        except Exception as error:  # noqa: BLE001 - onnxruntime's pybind errors are not exported stably
+            raise PolicyError(f"{self._source}: its graph does not take observations of its metadata's observation "
+                              f"space {_space_text(space)}: {_one_line(error)}") from None
+        action_space = self._action_space
+        shape = tuple(action_space.shape or ())
+        fits = actions.ndim >= 1 and actions.shape[0] == rows and (
+            int(np.prod(actions.shape[1:], dtype=np.int64)) == int(np.prod(shape, dtype=np.int64)))
+        if fits and isinstance(action_space, (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
+            fits = all(action_space.contains(np.asarray(action, dtype=action_space.dtype).reshape(shape))
+                       for action in actions)
+        if not fits:
+            raise PolicyError(f"{self._source}: its graph's actions (shape {list(actions.shape)} for {rows} "
+                              f"observations) do not fit its metadata's action space {_space_text(action_space)}")
 
     # -- what it is ------------------------------------------------------------------------------------------
 

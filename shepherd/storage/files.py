@@ -3,13 +3,17 @@ and only its owner reads it."""
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from pathlib import Path
 
+logger = logging.getLogger(__name__)
 
 PRIVATE_FOLDER = 0o700
 PRIVATE_FILE = 0o600
+#: files only a Shepherd data folder holds (the store's, the server's lock): a folder with one is a data folder
+DATA_FOLDER_MARKS = ("store.json", "server.lock")
 
 
 def private_folder(folder: Path) -> None:
@@ -22,6 +26,25 @@ def private_folder(folder: Path) -> None:
     for created in reversed(missing):
         created.mkdir(mode=PRIVATE_FOLDER, exist_ok=True)
         os.chmod(created, PRIVATE_FOLDER)
+
+
+def private_data_folder(folder: Path) -> None:
+    """Create a data folder (and its missing parents) readable by its owner only (0700). One that exists
+    is made 0700 too when it is already a data folder (it holds one of `DATA_FOLDER_MARKS`: earlier versions
+    created it 0755); any other existing folder (one chosen with ``--data``, perhaps shared) is left as it
+    is, with a warning if others may read it.
+
+    Raises:
+        OSError: the folder cannot be created, or its mode not changed.
+    """
+    if not folder.exists():
+        private_folder(folder)
+        return
+    if any((folder / mark).exists() for mark in DATA_FOLDER_MARKS):
+        make_private(folder, PRIVATE_FOLDER)
+    elif folder.is_dir() and folder.stat().st_mode & 0o077:
+        logger.warning("the data folder %s may be read by others (mode %o); its files are 0600 all the same. "
+                       "chmod 700 it, or give a new --data", folder, folder.stat().st_mode & 0o777)
 
 
 def make_private(path: Path, mode: int) -> None:

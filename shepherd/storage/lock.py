@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from shepherd.storage.files import atomic_write_bytes
+from shepherd.storage.files import PRIVATE_FILE, atomic_write_bytes, make_private, private_data_folder
 from shepherd.storage.store import StoreError
 
 logger = logging.getLogger(__name__)
@@ -47,8 +47,11 @@ class DataFolderLock:
         return self._handle is not None
 
     def acquire(self) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        handle = open(self.folder / LOCK_FILE, "a+")
+        """Take the lock, creating the data folder (0700, `private_data_folder`) and the lock file (0600)."""
+        private_data_folder(self.folder)
+        path = self.folder / LOCK_FILE
+        handle = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, PRIVATE_FILE), "a+")
+        make_private(path, PRIVATE_FILE)  # an earlier version's (0644), or a umask that kept too much
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -18,7 +18,7 @@ from tinydb.table import Document
 
 from shepherd.definition import AgentDefinition, Filters, Sharing
 from shepherd.lessons import parse_lessons
-from shepherd.storage.files import (PRIVATE_FILE, PRIVATE_FOLDER, make_private,
+from shepherd.storage.files import (PRIVATE_FILE, PRIVATE_FOLDER, make_private, private_data_folder,
                                     remove_stale_temporaries)
 from shepherd.storage.errors import AlreadyExists, NotFound, StoreError
 from shepherd.storage.jsonfile import AGENTS_FOLDER, AtomicJSONStorage
@@ -110,7 +110,7 @@ class Store:
 
     def __init__(self, folder: Path | str) -> None:
         self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
+        private_data_folder(self.folder)
         remove_stale_temporaries(self.folder)
         agents = self.folder / AGENTS_FOLDER
         _tidy_agent_folders(agents)
@@ -137,7 +137,15 @@ class Store:
             if self._users.get(Query().name == name) is not None:
                 raise AlreadyExists(f"user {name!r} exists already")
             created = time.time()
-            return User(id=self._users.insert({"name": name, "created": created}), name=name, created=created)
+            # never the id of an owner missing from the store (a damaged or hand-edited one): the new user
+            # would silently own that owner's agents
+            orphaned = [doc["owner_id"] for doc in self._agents.all() if self._users.get(doc_id=doc["owner_id"]) is None]
+            if orphaned:
+                user_id = max([*(doc.doc_id for doc in self._users.all()), *orphaned]) + 1
+                self._users.insert(Document({"name": name, "created": created}, doc_id=user_id))
+            else:
+                user_id = self._users.insert({"name": name, "created": created})
+            return User(id=user_id, name=name, created=created)
 
     def ensure_user(self, name: str) -> User:
         with self._lock:

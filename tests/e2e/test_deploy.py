@@ -119,10 +119,14 @@ def test_unusable_files_and_bad_usage_exit_with_one_line(workdir):
     missing = subprocess.run([*run, str(workdir / "none.onnx")], capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "cannot read the policy file" in missing.stderr
     good, _ = cartpole_controller(workdir / "policy" / "good.onnx")
-    server = DeployProcess(good, workdir / "cwd", workdir / "deploy.log", "--key", "a-key-of-my-own")
+    own = "a-key-of-my-own-of-at-least-32-characters"
+    (workdir / "key").write_text(own + "\n")
+    weak = subprocess.run([*run, str(good), "--key", "short"], capture_output=True, text=True, timeout=60)
+    assert weak.returncode == 2 and "not taken on the command line" in weak.stderr
+    server = DeployProcess(good, workdir / "cwd", workdir / "deploy.log", "--key-file", str(workdir / "key"))
     try:
-        assert server.api_key is None and any("the one given with --key" in line for line in server.lines)
-        client = Client(server.url, "a-key-of-my-own")
+        assert server.api_key is None and any("API key: the one given" in line for line in server.lines)
+        client = Client(server.url, own)
         assert client.login()["agent"] == "cartpole"
         client.close()
         port = server.url.rsplit(":", 1)[1].strip("/")

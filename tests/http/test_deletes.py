@@ -1,6 +1,8 @@
 """Deleting agents and users through the admin API of the real app: sessions end with 410, keys and records
 go, the folder moves to trash/, a user who owns agents is refused by name; and what a key holder may not do."""
 
+import asyncio
+
 from shepherd.http import GRAPH, STORE
 from shepherd.storage import NotFound
 from tests.http.test_admin_api import API, OBS4, Api, api, play, step_status  # noqa: F401  (the fixture)
@@ -55,3 +57,21 @@ async def test_an_agent_s_key_may_delete_nothing(api):
     await api.post("/agents/1/delete", token=api.pole_key, status=403)
     await api.post("/users/1/delete", token=api.pole_key, status=403)
     assert len(await api.get_json("/agents")) == 1
+
+
+async def test_a_step_waiting_when_its_agent_is_deleted_gets_410(api):
+    """A step still waiting for its action (here: for the one segment of the rollout, held by another
+    session) when the agent is deleted is answered 410 Gone, as later steps of its session are (not 401)."""
+    holder = await api.client.post("/shepherd/login_user/", json={"apikey": api.pole_key})
+    holder_key = (await holder.json())["session_key"]
+    assert await step_status(api.client, holder_key) == 200  # it holds the rollout's only segment
+    waiter = await api.client.post("/shepherd/login_user/", json={"apikey": api.pole_key})
+    waiter_key = (await waiter.json())["session_key"]
+    waiting = asyncio.ensure_future(api.client.post("/shepherd/env/", json={
+        "session_key": waiter_key, "obs": OBS4, "reward": 0.0, "done": False, "info": {}, "seq": 1}))
+    await asyncio.sleep(0.3)
+    assert not waiting.done()
+    await api.post("/agents/1/delete")
+    response = await waiting
+    assert response.status == 410, await response.text()
+    assert "agent pole was deleted" in (await response.json())["error"]

@@ -3,12 +3,14 @@ exported policy (tests/onnx_policies.py), its errors worded as the learning serv
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import orjson
 import pytest
 from gymnasium import spaces
 
-from shepherd.deploy.app import DeployConfig, Sessions, create_app
+from shepherd.deploy.app import LOGIN_THROTTLE, DeployConfig, Sessions, create_app
 from shepherd.http import protocol as learning_protocol
 from shepherd.policies.onnx import Policy
 from shepherd.wire import BadRequest
@@ -137,6 +139,48 @@ async def test_logins_are_checked(aiohttp_client, cartpole):
     await _login(client)
     response = await client.post("/shepherd/login_user/", data=orjson.dumps({"apikey": KEY}))
     assert response.status == 429 and response.headers["Retry-After"]
+
+
+async def test_failed_logins_are_throttled_per_address_as_the_learning_server_s(aiohttp_client, cartpole):
+    client = await _client(aiohttp_client, cartpole[0])
+    throttle = client.app[LOGIN_THROTTLE]
+    throttle.base_delay = throttle.max_delay = 1.0
+    for _ in range(throttle.free):  # the free failures: answered at once
+        await _post(client, "/shepherd/login_user/", {"apikey": "a-guess"}, 401)
+    guess = asyncio.ensure_future(client.post("/shepherd/login_user/", data=orjson.dumps({"apikey": "guess"})))
+    await asyncio.sleep(0.3)  # that failure blocks the address for 1 s, and its own answer waits as long
+    response = await client.post("/shepherd/login_user/", data=orjson.dumps({"apikey": KEY}))
+    assert response.status == 429 and response.headers["Retry-After"]  # even the right key: untried
+    assert "too many failed attempts from this address" in (await response.json())["error"]
+    assert (await guess).status == 401
+
+
+@pytest.mark.parametrize("argv, environ, words", [
+    (["--key", "k" * 40], {}, "not taken on the command line"),
+    ([], {"SHEPHERD_DEPLOY_KEY": "short"}, "$SHEPHERD_DEPLOY_KEY must be at least 32 characters"),
+    (["--key-file", "KEYFILE"], {}, "must be at least 32 characters"),
+    (["--key-file", "NOFILE"], {}, "cannot be read"),
+])
+def test_a_chosen_key_comes_from_a_file_or_the_environment_and_is_long(tmp_path, capsys, monkeypatch, argv, environ,
+                                                                       words):
+    from shepherd.deploy import cli
+
+    (tmp_path / "key").write_text("a-weak-key\n")
+    argv = [str(tmp_path / "key") if a == "KEYFILE" else str(tmp_path / "none") if a == "NOFILE" else a for a in argv]
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    assert cli.main([str(tmp_path / "never-read.onnx"), *argv]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1
+
+
+def test_a_chosen_key_of_32_characters_or_more_is_taken(tmp_path, monkeypatch):
+    from shepherd.deploy.cli import chosen_key
+
+    (tmp_path / "key").write_text("k" * 40 + "\n")
+    assert chosen_key(str(tmp_path / "key"), {}) == "k" * 40
+    assert chosen_key(None, {"SHEPHERD_DEPLOY_KEY": "e" * 32}) == "e" * 32
+    assert chosen_key(None, {}) is None
 
 
 async def _login_status(client, status, **extra):

@@ -14,7 +14,7 @@ from shepherd.agents.timing import Histogram
 from shepherd.graph import AgentSpec, GraphManager, Schedule
 from shepherd.http import CREATED_KEYS, GRAPH, ServerConfig, create_app
 from shepherd.http import monitoring
-from shepherd.http.state import CREATED_ADMIN_TOKEN, METRICS
+from shepherd.http.state import CREATED_ADMIN_TOKEN, HEALTH_PROBE, METRICS
 
 BOX4 = [[4], "-inf", "inf"]
 TINY_PPO = {"n_envs": 2, "n_steps": 16, "batch_size": 32, "n_epochs": 1, "seed": 0}
@@ -169,7 +169,7 @@ async def test_health_is_ok_when_every_learner_serves(aiohttp_client, tmp_path):
     reply = await client.get("/shepherd/health")
     assert reply.status == 200
     assert await reply.json() == {"status": "ok", "store": "writable", "agents": {"serving": 1, "failed": 0},
-                                  "failures": {}}
+                                  "checkpoints": {"failing": 0}, "failures": {}, "checkpoint_failures": {}}
     assert not list((tmp_path / "data").glob(".health.*"))  # the probe left nothing behind
 
 
@@ -180,7 +180,8 @@ async def test_health_shows_a_failed_learner_as_degraded_with_its_reason(aiohttp
     reply = await client.get("/shepherd/health")
     assert reply.status == 200  # alive: the other agents serve; an admin restarts the failed one
     assert await reply.json() == {"status": "degraded", "store": "writable", "agents": {"serving": 0, "failed": 1},
-                                  "failures": {AGENT: runtime.learner.failure}}
+                                  "checkpoints": {"failing": 0}, "failures": {AGENT: runtime.learner.failure},
+                                  "checkpoint_failures": {}}
     assert value((await scrape(client))["shepherd_agent_up"], agent=AGENT) == 0
 
 
@@ -189,7 +190,44 @@ async def test_health_names_failures_only_to_whoever_may_read_metrics(aiohttp_cl
     next(iter(app[GRAPH].runtimes.values())).learner.failure = "RuntimeError: broken"
     reply = await client.get("/shepherd/health", headers={"X-Forwarded-For": "203.0.113.9"})
     assert reply.status == 200
-    assert await reply.json() == {"status": "degraded", "store": "writable", "agents": {"serving": 0, "failed": 1}}
+    assert await reply.json() == {"status": "degraded", "store": "writable", "agents": {"serving": 0, "failed": 1},
+                                  "checkpoints": {"failing": 0}}
+
+
+async def test_failing_checkpoints_show_in_health_and_metrics_with_the_last_good_one_s_age(aiohttp_client, tmp_path,
+                                                                                         monkeypatch):
+    from shepherd.agents import checkpoint
+
+    app, client = await serve(aiohttp_client, tmp_path, metrics="open")
+    apikey = app[CREATED_KEYS]["pole"]
+    runtime = next(iter(app[GRAPH].runtimes.values()))
+    real_write = checkpoint.write
+
+    def full_disk(path, *args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint, "write", full_disk)
+    await train(client, apikey, 120)  # a checkpoint comes due at 100 steps, and fails
+    await asyncio.sleep(0.2)
+    reply = await (await client.get("/shepherd/health")).json()
+    assert reply["status"] == "degraded" and reply["agents"] == {"serving": 1, "failed": 0}
+    assert reply["checkpoints"] == {"failing": 1} and reply["failures"] == {}
+    trouble = reply["checkpoint_failures"][AGENT]
+    assert "1 checkpoint write(s) failed in a row" in trouble and "No space left on device" in trouble
+    assert "no checkpoint written yet" in trouble
+    families = await scrape(client)
+    assert value(families["shepherd_checkpoint_failures"], "_total", agent=AGENT) == 1
+    assert not families["shepherd_checkpoint_age_seconds"].samples  # none written yet
+    monkeypatch.setattr(checkpoint, "write", real_write)
+    runtime._retry_at = 0.0  # the retry is due (its back-off is seconds long)
+    await train(client, apikey, 5)
+    await asyncio.wrap_future(runtime.pending_checkpoint)
+    await asyncio.sleep(0.05)
+    reply = await (await client.get("/shepherd/health")).json()
+    assert reply["status"] == "ok" and reply["checkpoints"] == {"failing": 0}
+    families = await scrape(client)
+    assert value(families["shepherd_checkpoint_failures"], "_total", agent=AGENT) == 1  # a count since the start
+    assert 0 <= value(families["shepherd_checkpoint_age_seconds"], agent=AGENT) < 30
 
 
 async def test_health_is_503_when_the_store_cannot_be_written(aiohttp_client, tmp_path):
@@ -200,6 +238,20 @@ async def test_health_is_503_when_the_store_cannot_be_written(aiohttp_client, tm
     data = await reply.json()
     assert data["status"] == "unavailable"
     assert data["store"] == "not writable: No space left on device"
+
+
+async def test_health_writes_to_the_data_folder_at_most_once_per_period(aiohttp_client, tmp_path):
+    """Unauthenticated health checks, however many and however concurrent, make one probe write per
+    `PROBE_SECONDS`."""
+    app, client = await serve(aiohttp_client, tmp_path)
+    with mock.patch("tempfile.mkstemp", wraps=monitoring.tempfile.mkstemp) as mkstemp:
+        replies = await asyncio.gather(*(client.get("/shepherd/health") for _ in range(20)))
+        replies += [await client.get("/shepherd/health") for _ in range(20)]
+        assert {reply.status for reply in replies} == {200}
+        assert mkstemp.call_count == 1
+        app[HEALTH_PROBE]._at -= monitoring.PROBE_SECONDS  # the period passed: the next check probes again
+        assert (await (await client.get("/shepherd/health")).json())["store"] == "writable"
+        assert mkstemp.call_count == 2
 
 
 async def test_health_is_503_before_the_graph_is_started(tmp_path):

@@ -285,3 +285,30 @@ def test_a_clients_returns_name_it_and_are_kept_apart_and_old_logs_still_read(tm
     assert store.returns(agent.id) == [] and store.returns(agent.id, "arm-1") == [] and store.return_clients(agent.id) == []
     store.append_return(agent.id, EpisodeReturn(4.0, 8.0, 6, "train", "arm-1"))  # a fresh curve, per client too
     assert [r.value for r in store.returns(agent.id, "arm-1")] == [8.0]
+
+
+def test_an_agent_whose_owner_is_missing_is_named_in_one_line_and_never_adopted(tmp_path):
+    """A damaged or hand-edited store: an agent's owner is gone. The server's summary names it ``userN`` in
+    one line (a traceback before), and a user added later never takes the missing owner's id (it would
+    silently own the agent)."""
+    from types import SimpleNamespace
+
+    from shepherd.cli.serve import agent_ref
+
+    folder = tmp_path / "data"
+    store = Store(folder)
+    store.add_user("carol")
+    bob = store.add_user("bob")  # the highest id: tinydb would give it again
+    agent = store.add_agent(bob.id, "pole", "PPO", [[4], "-inf", "inf"], 2, {})
+    store.close()
+    content = json.loads((folder / "store.json").read_text())
+    del content["users"][str(bob.id)]
+    (folder / "store.json").write_text(json.dumps(content))
+    store = Store(folder)
+    record = store.agent(agent.id)
+    assert agent_ref(SimpleNamespace(store=store), record) == (
+        f"user{bob.id}/pole (id {agent.id}; its owner, user id {bob.id}, is missing from the store)")
+    demo = store.add_user("demo")
+    assert demo.id not in (bob.id, store.find_user("carol").id)
+    assert store.find_agent(demo.id, "pole") is None
+    store.close()

@@ -1,6 +1,7 @@
 """Small parts of the admin surface: sign-ins and their CSRF tokens, the data-folder lock and the published
 server file, and how the command line names agents."""
 
+import os
 import stat
 
 import pytest
@@ -8,7 +9,7 @@ import pytest
 from shepherd.admin import AgentView, Invalid, match_agent
 from shepherd.http import signins as signins_module
 from shepherd.http.signins import SignInTable, csrf_matches
-from shepherd.storage import (DataFolderLock, FolderBusy, NotFound, ServerFile, read_server_file, remove_server_file,
+from shepherd.storage import (DataFolderLock, FolderBusy, NotFound, ServerFile, Store, read_server_file, remove_server_file,
                               write_server_file)
 
 
@@ -54,6 +55,31 @@ def test_the_folder_lock_is_exclusive_and_released(tmp_path):
     first.release()
     assert second.try_acquire() is True
     second.release()
+
+
+def test_the_data_folder_and_the_lock_file_are_private(tmp_path):
+    """README: the data folder is 0700, its files 0600, whatever the umask; a data folder an earlier version
+    left 0755 (with a 0644 lock) is made private; an existing folder that holds no store is left as it is."""
+    previous = os.umask(0o022)
+    try:
+        mode = lambda path: stat.S_IMODE(path.stat().st_mode)  # noqa: E731
+        with DataFolderLock(tmp_path / "data"):
+            assert (mode(tmp_path / "data"), mode(tmp_path / "data" / "server.lock")) == (0o700, 0o600)
+        os.chmod(tmp_path / "data", 0o755)
+        os.chmod(tmp_path / "data" / "server.lock", 0o644)
+        with DataFolderLock(tmp_path / "data"):
+            assert (mode(tmp_path / "data"), mode(tmp_path / "data" / "server.lock")) == (0o700, 0o600)
+        shared = tmp_path / "shared"
+        shared.mkdir(mode=0o755)
+        os.chmod(shared, 0o755)
+        store = Store(shared)  # not a data folder yet: not changed (a warning says so) ...
+        store.add_user("alice")
+        store.close()
+        assert mode(shared) == 0o755 and mode(shared / "store.json") == 0o600
+        Store(shared).close()  # ... now it is one
+        assert mode(shared) == 0o700
+    finally:
+        os.umask(previous)
 
 
 def test_the_server_file_is_private_and_tolerates_damage(tmp_path):

@@ -16,6 +16,7 @@ from tests.onnx_policies import (cartpole_controller, dict_discrete, linear_box,
                                  metadata, save)
 
 RNG = np.random.default_rng(0)
+CARTPOLE_WEIGHTS = np.array([[0.0, 0.0], [0.0, 0.5], [0.0, 10.0], [0.0, 1.0]], dtype=np.float32)
 
 
 def test_a_discrete_policy_acts_as_numpy_computes(tmp_path):
@@ -114,6 +115,26 @@ def test_a_foreign_onnx_file_is_not_a_shepherd_policy(tmp_path):
     assert "inputs are ['observation']" in _error(lambda: Policy.load(wrong))
     bad_space = save(tmp_path / "bad.onnx", nodes, io[:1], io[1:], [], metadata("nonsense", 2))
     assert "spaces are invalid" in _error(lambda: Policy.load(bad_space))
+
+
+def test_a_file_whose_metadata_disagrees_with_its_graph_is_refused_at_load(tmp_path):
+    """Names and types agree, shapes do not: each step would have been a 500 from onnxruntime."""
+    import onnx
+
+    good, _ = linear_discrete(tmp_path / "good.onnx", CARTPOLE_WEIGHTS, np.zeros(2, dtype=np.float32))
+    assert Policy.load(good).act([0, 0, 0.1, 0]) == 1
+    for name, spaces_, words in (
+            ("obs", ([[8], "-inf", "inf"], 2), "its graph does not take observations of its metadata's"),
+            ("box", ([[4], "-inf", "inf"], [[3], -1, 1]), "its graph's actions (shape [2] for 2 observations) do "
+                                                          "not fit its metadata's action space"),
+            ("range", ([[4], 100, 101], 1), "do not fit its metadata's action space 1")):
+        model = onnx.load(str(good))
+        del model.metadata_props[:]
+        helper.set_model_props(model, {"shepherd": json.dumps(metadata(*spaces_))})
+        path = tmp_path / f"{name}.onnx"
+        onnx.save(model, str(path))
+        message = _error(lambda: Policy.load(path))
+        assert words in message and "\n" not in message, (name, message)
 
 
 def test_an_observation_that_does_not_fit_names_the_space(tmp_path):

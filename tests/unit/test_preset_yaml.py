@@ -4,6 +4,7 @@ server, no data folder)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -126,6 +127,26 @@ def test_a_python_preset_lists_every_problem_too():
     assert len(str(raised.value).splitlines()) == 5
 
 
+def test_preset_names_keep_the_admin_api_s_name_rule_with_the_key_path(tmp_path):
+    """A name the admin API refuses (it names folders, routes and download file names) is refused from a
+    YAML preset, a Python preset and a -cp alike, with the key path and the -cp that set it."""
+    from shepherd.graph import AgentSpec
+
+    bad = 'x"\r\nSet-Cookie: a=b'
+    path = write(tmp_path, "owner: 'the owner'\nagents:" + AGENT.replace("name: pole", f"name: {json.dumps(bad)}"))
+    assert [line.split("x.yaml: ")[1] for line in problems_of(path)] == [
+        "owner: a user name is 1 to 64 letters, digits, '_', '.' or '-', starting with a letter or digit; "
+        "got 'the owner'",
+        "agents[0].name: an agent name is 1 to 64 letters, digits, '_', '.' or '-', starting with a letter or "
+        f"digit; got {bad!r}"]
+    (found,) = problems_of("cartpole_ppo_yaml", "agents.cartpole.name=a/b")
+    assert found.startswith("-cp agents.cartpole.name=a/b: agents[0].name: an agent name is 1 to 64"), found
+    (found,) = problems_of("cartpole_ppo", "owner=" + "o" * 65)
+    assert found.startswith("-cp owner=" + "o" * 65 + ": owner: a user name is 1 to 64"), found
+    python = Preset((AgentSpec("../pole", "PPO", [[4], -1, 1], 2, {}),), owner="demo")
+    assert [str(problem).split(":")[0] for problem in python.problems()] == ["agents[0].name"]
+
+
 def test_overrides_are_typed_as_the_preset_s_own_values():
     graph = load_preset("cartpole_ppo_yaml", overrides=[
         "agents.cartpole.parameters.learning_rate=0.0003", "agents.cartpole.parameters.normalize_advantage=true",
@@ -237,6 +258,32 @@ def test_check_reports_what_stable_baselines3_refuses(capsys):
     # the types allow any integer for batch_size; PPO itself refuses 1 when the model is built
     assert main(["check", str(TEST_PRESETS / "tiny_ppo.py"), "-cp", "agents.tiny.parameters.batch_size=1"]) == 2
     assert "agents[0]: PPO rejected its parameters" in capsys.readouterr().err
+
+
+def test_deeply_nested_yaml_and_cp_values_are_one_line_not_a_traceback(tmp_path, capsys):
+    """PyYAML recurses once per level: thousands of brackets exhausted Python's stack (RecursionError)."""
+    deep = "[" * 5000 + "]" * 5000
+    path = write(tmp_path, "agents:" + AGENT.replace("gamma: 0.9}", f"gamma: 0.9, policy_kwargs: {deep}}}"))
+    with pytest.raises(PresetError, match=r"x.yaml: values nest deeper than 32 levels"):
+        load_preset(str(path))
+    (found,) = problems_of("cartpole_ppo", f"agents.cartpole.parameters.policy_kwargs={deep}")
+    assert found.startswith("-cp agents.cartpole.parameters.policy_kwargs=[[[") and "nest deeper than 32" in found
+    (found,) = problems_of("cartpole_ppo", "agents.cartpole.parameters.policy_kwargs=" + "{a: " * 40 + "1" + "}" * 40)
+    assert "nest deeper than 32 levels" in found  # parsed, but deeper than any preset needs
+    assert main(["check", str(path)]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("override, problem", [
+    ("agents.tiny.parameters.n_steps=100000000000", "PPO's rollout buffer of n_steps 100000000000 x n_envs"),
+    ("agents.tiny.parameters.policy_kwargs={net_arch: [1000000000]}", "PPO's network of net_arch [1000000000]"),
+    ("agents.tiny.parameters.policy_kwargs={net_arch: {pi: [100000, 100000], vf: [64]}}", "PPO's network of"),
+])
+def test_impossible_buffer_and_network_sizes_are_one_line(capsys, override, problem):
+    """Sizes whose memory alone exceeds the machine's: refused before SB3 allocates (a traceback before)."""
+    assert main(["check", str(TEST_PRESETS / "tiny_ppo.py"), "-cp", override]) == 2
+    err = capsys.readouterr().err
+    assert f"agents[0]: {problem}" in err and "more than this machine's" in err and "Traceback" not in err
 
 
 def test_serving_with_a_bad_override_exits_2_before_touching_the_data_folder(tmp_path, capsys):
