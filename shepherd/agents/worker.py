@@ -19,15 +19,14 @@ import queue
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 import torch as th
-from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFailed, Answer, Deliver, Kind,
                                   NotClientActing, Observation, Outcome, Request, Upload)
+from shepherd.agents.algorithm import CONTROLS, WORKER, Algorithm, Control, UpdateInterrupted, refuse, take_queued
 from shepherd.wire.experience import Experience
 from shepherd.agents.futures import _Part, _Vector, answer_greedy_acts, settle
 from shepherd.agents.greedy_policy import GreedyPolicy
@@ -35,83 +34,6 @@ from shepherd.agents.metrics import MetricsWriter
 from shepherd.agents.timing import LearnerStats
 
 logger = logging.getLogger(__name__)
-
-
-class UpdateInterrupted(Exception):
-    """Raised on a worker's thread at an optimiser step once its learner is stopped with ``interrupt``
-    (`ThreadedLearner.close`): the update in progress ends there, and the worker stops."""
-
-
-#: the stop event of the worker whose thread this is (`ThreadedLearner._run` sets it)
-_worker = threading.local()
-
-
-def _interrupt_at_step(optimizer: Any, args: Any, kwargs: Any) -> None:
-    """Every optimiser step of the process (SB3's updates, advice's distillation) first checks whether the
-    worker whose thread runs it is being stopped; other threads' steps pass at once."""
-    event: threading.Event | None = getattr(_worker, "interrupt", None)
-    if event is not None and event.is_set():
-        raise UpdateInterrupted("the learner is being stopped")
-
-
-register_optimizer_step_pre_hook(_interrupt_at_step)
-
-
-class Algorithm(Protocol):
-    """What the worker drives: one learning algorithm, called only on the worker's thread."""
-
-    name: str
-    draining: bool
-
-    @property
-    def steps(self) -> int: ...
-
-    @property
-    def version(self) -> int:
-        """The policy version it acts with (one more after every update)."""
-        ...
-
-    def filter(self, requests: list[Request]) -> None:
-        """Filter a batch's observations and rewards in place, before `process` sees any of it."""
-
-    def process(self, requests: list[Request]) -> None:
-        """Handle episode requests in arrival order; answer every act with one batched forward pass."""
-
-    def take_answers(self) -> list[Answer]:
-        """The answers given since the last call."""
-
-    def idle(self) -> None:
-        """Housekeeping, called when the queue was quiet for a while."""
-
-    def drain(self) -> None:
-        """Answer every request held back, without learning from it."""
-
-    def stop_waiting(self, outcome: Outcome, detail: str) -> None:
-        """Answer every request held back with a refusal."""
-
-    def before_batch(self) -> None:
-        """Called before each batch (publish weights that someone waits for)."""
-
-    def client_acting_refused(self) -> str | None:
-        """Why a client-acting session cannot act with this algorithm's policy (None: it can)."""
-
-    def learn_upload(self, upload: Upload) -> Callable[[], None] | None:
-        """Learn from one client-acting session's upload (or open the session); answer its ticket with an
-        `ExperienceReply` or a refusal. Returns work to run once the answers so far are handed over (training
-        that the reply need not wait for), or None."""
-
-    def write_checkpoint(self, path: Path, state: dict[str, Any]) -> None: ...
-
-    def restore(self, path: Path) -> dict[str, Any]: ...
-
-
-@dataclass(eq=False)
-class _Control:
-    """A request to the worker itself, not to the algorithm."""
-
-    what: str  # "checkpoint", "set" (live parameters), "drain", "mark" or "stop"
-    future: Future | None = None
-    payload: Any = None
 
 
 class ThreadedLearner:
@@ -126,7 +48,7 @@ class ThreadedLearner:
         self.failure: str | None = None
         self.greedy = greedy
         # a list is one vector step's requests: taken into one batch whole, in order
-        self._queue: queue.SimpleQueue[Request | list[Request] | _Control | Upload] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Request | list[Request] | Control | Upload] = queue.SimpleQueue()
         self._futures: dict[int, ActionFuture | _Part] = {}  # by ticket
         self._tickets = iter(range(1, 1 << 62))
         self._deliver: Deliver | None = None
@@ -259,7 +181,7 @@ class ThreadedLearner:
         the answers of everything queued before it."""
         future: Future = Future()
         if not self._refused(future):
-            self._queue.put(_Control("mark", future))
+            self._queue.put(Control("mark", future))
         return future
 
     @property
@@ -279,14 +201,14 @@ class ThreadedLearner:
         exception `NotActableAtClient` when the policy cannot act at the client."""
         future = ActionFuture()
         if not self._refused(future):
-            self._queue.put(_Control("behaviour", future, (phase, agent, algorithm)))
+            self._queue.put(Control("behaviour", future, (phase, agent, algorithm)))
         return future
 
     def checkpoint(self, path: Path, state: dict[str, Any]) -> Future:
         future: Future = Future()
         if self._refused(future):
             return future
-        self._queue.put(_Control("checkpoint", future, (path, state)))
+        self._queue.put(Control("checkpoint", future, (path, state)))
         return future
 
     def set_parameters(self, values: dict[str, Any]) -> Future:
@@ -295,7 +217,7 @@ class ThreadedLearner:
         future: Future = Future()
         if self._refused(future):
             return future
-        self._queue.put(_Control("set", future, dict(values)))
+        self._queue.put(Control("set", future, dict(values)))
         return future
 
     def checkpoint_mismatch(self, path: Path) -> list[str]:
@@ -311,7 +233,7 @@ class ThreadedLearner:
         return state
 
     def drain(self) -> None:
-        self._queue.put(_Control("drain"))
+        self._queue.put(Control("drain"))
 
     def close(self, timeout: float = 60.0, interrupt: bool = False) -> bool:
         """Stop once everything queued so far is handled, or with ``interrupt`` at once: an update in
@@ -321,7 +243,7 @@ class ThreadedLearner:
         ends with it)."""
         if not self._closed:
             self._closed = True
-            self._queue.put(_Control("stop"))
+            self._queue.put(Control("stop"))
         if interrupt:
             self._interrupt.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
@@ -371,10 +293,10 @@ class ThreadedLearner:
         # SB3 builds a torch distribution for every act; validating its arguments costs a fifth of a small
         # policy's forward and checks nothing a policy's own output can violate
         th.distributions.Distribution.set_default_validate_args(False)
-        _worker.interrupt = self._interrupt
+        WORKER.interrupt = self._interrupt
         running = True
         last_idle = time.monotonic()
-        batch: list[Request | _Control | Upload] = []
+        batch: list[Request | Control | Upload] = []
         while running and not self._interrupt.is_set():
             try:
                 taken = [self._queue.get(timeout=self.tick)]
@@ -399,28 +321,18 @@ class ThreadedLearner:
             if self._interrupt.is_set():
                 break
             if self.failure is not None:  # failed now or earlier: answer, never process
-                running = running and not any(isinstance(m, _Control) and m.what == "stop" for m in batch)
+                running = running and not any(isinstance(m, Control) and m.what == "stop" for m in batch)
                 self._refuse_pending(batch, Outcome.FAILED, self.failure)
             elif time.monotonic() - last_idle > self.tick:  # busy agents need their housekeeping too
                 last_idle = time.monotonic()
                 self._guard(self.algorithm.idle)
         if self._interrupt.is_set():  # the last batch (answered already, or not) and all that is queued
-            self._refuse_pending(batch + self._take_queued(), Outcome.CLOSED, f"agent {self.name} is shut down")
+            self._refuse_pending(batch + take_queued(self._queue), Outcome.CLOSED, f"agent {self.name} is shut down")
             logger.info("learner %s stopped at once (interrupted)", self.name)
         if self.metrics is not None:
             self.metrics.close()
-        _worker.interrupt = None
+        WORKER.interrupt = None
         logger.debug("learner %s stopped", self.name)
-
-    def _take_queued(self) -> list[Request | _Control | Upload]:
-        """Everything left in the queue, a vector step's requests one by one."""
-        taken: list[Request | _Control | Upload] = []
-        while True:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                return taken
-            taken.extend(item if isinstance(item, list) else (item,))
 
     def _guard(self, work: Any) -> Any:
         try:
@@ -435,7 +347,7 @@ class ThreadedLearner:
         finally:
             self._hand_over(self.algorithm.take_answers())
 
-    def _dispatch(self, batch: list[Request | _Control | Upload]) -> bool:
+    def _dispatch(self, batch: list[Request | Control | Upload]) -> bool:
         algorithm, stats = self.algorithm, self.stats
         started, updating, writing, asked = time.perf_counter(), stats.updates.sum, 0.0, 0
         algorithm.before_batch()
@@ -461,33 +373,8 @@ class ThreadedLearner:
             if message.what == "drain":
                 algorithm.draining = True
                 algorithm.drain()
-            elif message.what == "checkpoint":
-                path, state = message.payload
-                began = time.perf_counter()
-                try:
-                    algorithm.write_checkpoint(path, state)
-                except OSError as error:  # a full disk or a read-only folder: the caller retries; learning goes on
-                    logger.warning("agent %s: checkpoint not written: %s", self.name, error)
-                    message.future.set_exception(error)  # type: ignore[union-attr]
-                    continue
-                took = time.perf_counter() - began
-                writing += took
-                stats.checkpoints.observe(took)
-                message.future.set_result(path)  # type: ignore[union-attr]
-            elif message.what == "set":
-                try:
-                    algorithm.set_live_parameters(message.payload)  # type: ignore[attr-defined]
-                except Exception as error:  # noqa: BLE001 - the caller hears it; learning goes on
-                    message.future.set_exception(error)  # type: ignore[union-attr]
-                else:
-                    message.future.set_result(None)  # type: ignore[union-attr]
-            elif message.what == "behaviour":
-                try:
-                    built = algorithm.behaviour_file(*message.payload)  # type: ignore[attr-defined]
-                except Exception as error:  # noqa: BLE001 - the caller hears it; learning goes on
-                    message.future.set_exception(error)  # type: ignore[union-attr]
-                else:
-                    message.future.set_result(built)  # type: ignore[union-attr]
+            elif message.what in CONTROLS:
+                writing += CONTROLS[message.what](algorithm, message, self.name, stats)
             elif message.what == "mark":  # the answers so far go out before the mark is passed
                 self._hand_over(algorithm.take_answers())
                 message.future.set_result(None)  # type: ignore[union-attr]
@@ -502,13 +389,8 @@ class ThreadedLearner:
             stats.forward.observe(max(0.0, time.perf_counter() - started - writing - (stats.updates.sum - updating)))
         return True
 
-    def _refuse_pending(self, batch: list[Request | _Control | Upload], outcome: Outcome, reason: str) -> None:
-        """Answer a batch's requests and uploads, its controls and the requests the algorithm holds back with a
-        refusal (``outcome`` FAILED or CLOSED); those answered already are left as they are."""
-        answers = [Answer(m.ticket, outcome, detail=reason) for m in batch
-                   if isinstance(m, (Request, Upload)) and m.ticket]
-        self._hand_over(answers)
-        for message in batch:
-            if isinstance(message, _Control) and message.future is not None and not message.future.done():
-                message.future.set_exception(AgentFailed(reason) if outcome is Outcome.FAILED else AgentClosed(reason))
+    def _refuse_pending(self, batch: list[Request | Control | Upload], outcome: Outcome, reason: str) -> None:
+        """Answer a batch and the requests the algorithm holds back with a refusal (``outcome`` FAILED or
+        CLOSED); those answered already are left as they are."""
+        self._hand_over(refuse(batch, outcome, reason))
         self._guard(lambda: self.algorithm.stop_waiting(outcome, reason))

@@ -412,6 +412,7 @@ for (const button of document.querySelectorAll("button[data-action]")) {
       if (button.dataset.action !== "delete-model") state.curve = { agent: null, records: [], next: 0 };
       if (button.dataset.action === "delete") {  // the agent is gone: say so where the list is
         state.selected = null;
+        $("#agent-view").hidden = true;  // now: a refresh already under way returns without redrawing
         await refresh();
         $("#agents-status").textContent = result.message;
         return "";

@@ -1,0 +1,156 @@
+"""What the worker drives and what it takes besides requests: the `Algorithm` protocol, the worker's own
+`Control` messages (checkpoint, live parameters, a policy file, drain, mark, stop) with the controls that
+settle a future on the learner's thread, and the interrupt that ends an update at its next optimiser step
+when a learner is discarded (`UpdateInterrupted`)."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+from shepherd.agents.core import AgentClosed, AgentFailed, Answer, Outcome, Request, Upload
+from shepherd.agents.timing import LearnerStats
+
+logger = logging.getLogger(__name__)
+
+
+class UpdateInterrupted(Exception):
+    """Raised on a worker's thread at an optimiser step once its learner is stopped with ``interrupt``
+    (`ThreadedLearner.close`): the update in progress ends there, and the worker stops."""
+
+
+#: the stop event of the worker whose thread this is (`ThreadedLearner._run` sets it)
+WORKER = threading.local()
+
+
+def _interrupt_at_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+    """Every optimiser step of the process (SB3's updates, advice's distillation) first checks whether the
+    worker whose thread runs it is being stopped; other threads' steps pass at once."""
+    event: threading.Event | None = getattr(WORKER, "interrupt", None)
+    if event is not None and event.is_set():
+        raise UpdateInterrupted("the learner is being stopped")
+
+
+register_optimizer_step_pre_hook(_interrupt_at_step)
+
+
+class Algorithm(Protocol):
+    """What the worker drives: one learning algorithm, called only on the worker's thread."""
+
+    name: str
+    draining: bool
+
+    @property
+    def steps(self) -> int: ...
+
+    @property
+    def version(self) -> int:
+        """The policy version it acts with (one more after every update)."""
+        ...
+
+    def filter(self, requests: list[Request]) -> None:
+        """Filter a batch's observations and rewards in place, before `process` sees any of it."""
+
+    def process(self, requests: list[Request]) -> None:
+        """Handle episode requests in arrival order; answer every act with one batched forward pass."""
+
+    def take_answers(self) -> list[Answer]:
+        """The answers given since the last call."""
+
+    def idle(self) -> None:
+        """Housekeeping, called when the queue was quiet for a while."""
+
+    def drain(self) -> None:
+        """Answer every request held back, without learning from it."""
+
+    def stop_waiting(self, outcome: Outcome, detail: str) -> None:
+        """Answer every request held back with a refusal."""
+
+    def before_batch(self) -> None:
+        """Called before each batch (publish weights that someone waits for)."""
+
+    def client_acting_refused(self) -> str | None:
+        """Why a client-acting session cannot act with this algorithm's policy (None: it can)."""
+
+    def learn_upload(self, upload: Upload) -> Callable[[], None] | None:
+        """Learn from one client-acting session's upload (or open the session); answer its ticket with an
+        `ExperienceReply` or a refusal. Returns work to run once the answers so far are handed over (training
+        that the reply need not wait for), or None."""
+
+    def write_checkpoint(self, path: Path, state: dict[str, Any]) -> None: ...
+
+    def restore(self, path: Path) -> dict[str, Any]: ...
+
+
+@dataclass(eq=False)
+class Control:
+    """A request to the worker itself, not to the algorithm."""
+
+    what: str  # "checkpoint", "set" (live parameters), "behaviour" (a policy file), "drain", "mark" or "stop"
+    future: Future | None = None
+    payload: Any = None
+
+
+def _checkpoint(algorithm: Algorithm, message: Control, name: str, stats: LearnerStats) -> float:
+    path, state = message.payload
+    began = time.perf_counter()
+    try:
+        algorithm.write_checkpoint(path, state)
+    except OSError as error:  # a full disk or a read-only folder: the caller retries; learning goes on
+        logger.warning("agent %s: checkpoint not written: %s", name, error)
+        message.future.set_exception(error)  # type: ignore[union-attr]
+        return 0.0
+    took = time.perf_counter() - began
+    stats.checkpoints.observe(took)
+    message.future.set_result(path)  # type: ignore[union-attr]
+    return took
+
+
+def _answered_by(call: Callable[[Algorithm, Any], Any]) -> Callable[[Algorithm, Control, str, LearnerStats], float]:
+    """A control whose future gets what ``call`` returns, or its exception (the caller hears it; learning
+    goes on)."""
+    def run(algorithm: Algorithm, message: Control, name: str, stats: LearnerStats) -> float:
+        try:
+            result = call(algorithm, message.payload)
+        except Exception as error:  # noqa: BLE001
+            message.future.set_exception(error)  # type: ignore[union-attr]
+        else:
+            message.future.set_result(result)  # type: ignore[union-attr]
+        return 0.0
+    return run
+
+
+#: the controls that settle a future on the learner's thread, by name; each returns the seconds it wrote a file
+CONTROLS: dict[str, Callable[[Algorithm, Control, str, LearnerStats], float]] = {
+    "checkpoint": _checkpoint,
+    "set": _answered_by(lambda algorithm, values: algorithm.set_live_parameters(values)),  # type: ignore[attr-defined]
+    "behaviour": _answered_by(lambda algorithm, args: algorithm.behaviour_file(*args)),  # type: ignore[attr-defined]
+}
+
+
+def take_queued(queued: queue.SimpleQueue[Any]) -> list[Any]:
+    """Everything left in a worker's queue, a vector step's requests one by one."""
+    taken: list[Any] = []
+    while True:
+        try:
+            item = queued.get_nowait()
+        except queue.Empty:
+            return taken
+        taken.extend(item if isinstance(item, list) else (item,))
+
+
+def refuse(batch: list[Request | Control | Upload], outcome: Outcome, reason: str) -> list[Answer]:
+    """The refusals (``outcome`` FAILED or CLOSED) of a batch's requests and uploads; its controls' futures
+    get the matching exception now."""
+    for message in batch:
+        if isinstance(message, Control) and message.future is not None and not message.future.done():
+            message.future.set_exception(AgentFailed(reason) if outcome is Outcome.FAILED else AgentClosed(reason))
+    return [Answer(m.ticket, outcome, detail=reason) for m in batch if isinstance(m, (Request, Upload)) and m.ticket]
