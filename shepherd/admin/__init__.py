@@ -10,7 +10,8 @@ from shepherd.admin.errors import Forbidden, Invalid, Unavailable
 from shepherd.admin.records import (ADMIN, ActionResult, AgentView, CreatedKey, KeyView, NewAgent, Principal,
                                     UserView)
 from shepherd.admin.names import check_name, match_agent
-from shepherd.admin.operations import EXPORT_FORMATS, Operations
+from shepherd.admin.actions import EXPORT_FORMATS
+from shepherd.admin.operations import Operations
 from shepherd.admin.service import AdminService
 
 __all__ = ["ADMIN", "EXPORT_FORMATS", "ActionResult", "AdminService", "AgentView", "CreatedKey", "Forbidden", "Invalid",

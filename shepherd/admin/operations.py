@@ -1,6 +1,6 @@
 """The admin operations one caller may perform (see `AdminService.acting_as`): users, agents, API keys,
-the admin token, the curve and the seed's special actions (export the model, or the greedy policy as
-ONNX, delete it, delete the curve, restart the agent).
+the admin token, the curve, training metrics, and the seed's special actions (`shepherd.admin.actions`:
+export the model, or the greedy policy as ONNX, delete it, delete the curve, restart the agent).
 
 The admin may do everything; the holder of an agent's API key sees and acts on that agent only, and any
 other agent is "not found", exactly as one that does not exist, so no name leaks. The special actions
@@ -13,108 +13,26 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from shepherd.admin.errors import Forbidden, Invalid
+from shepherd.admin.errors import Invalid
 from shepherd.admin.names import check_name, match_agent
-from shepherd.admin.records import ActionResult, AgentView, CreatedKey, KeyView, NewAgent, Principal, UserView
-from shepherd.definition import AgentDefinition, Sharing, check_client_name
+from shepherd.admin.records import ActionResult, AgentView, CreatedKey, KeyView, NewAgent, UserView
+from shepherd.definition import AgentDefinition
 from shepherd.lessons import lessons_to_json
-from shepherd.agents import ParameterError, check_agent, live, registry_records
+from shepherd.agents import ParameterError, check_agent, registry_records
+from shepherd.admin.actions import SpecialActions
 from shepherd.agents.bounds import check_bounds
-from shepherd.agents.export.export import NotExportable
-from shepherd.graph.served import SET_WAIT_SECONDS, STOP_WAIT_SECONDS
 from shepherd.wire.spaces import SpaceError
-from shepherd.storage import AgentRecord, AlreadyExists, EpisodeReturn, NotFound, ReturnsJson, ReturnsPage
+from shepherd.storage import AlreadyExists, EpisodeReturn, NotFound, ReturnsJson, ReturnsPage
 from shepherd.storage.metrics import MetricRows, progress_path, read_progress
-
-if TYPE_CHECKING:
-    from shepherd.admin.service import AdminService
 
 logger = logging.getLogger(__name__)
 
-#: what an agent can be exported as: SB3's model zip, or the greedy policy as one ONNX file
-EXPORT_FORMATS = ("sb3", "onnx")
-#: what a restart or a delete adds when the old learner did not stop within the time it waits
-LINGERING = (f"; its old learner did not stop within {STOP_WAIT_SECONDS:g} s (it is inside one long step) and "
-             "ends at its next optimiser step")
 
-class Operations:
-    """The admin operations one principal may perform. Each raises:
-
-    Forbidden: an admin operation asked with an agent's key.
-    NotFound: no such user, agent or key, or one the caller may not see.
-    Invalid: bad input (the message says what to fix).
-    AlreadyExists: a user or agent of that name exists.
-    """
-
-    def __init__(self, service: AdminService, principal: Principal) -> None:
-        self.service = service
-        self.principal = principal
-        self.store = service.store
-        self.graph = service.graph
-
-    # -- helpers -------------------------------------------------------------------------------
-    def require_admin(self, what: str) -> None:
-        """Raises Forbidden unless the caller is the admin (``what`` names the operation)."""
-        if not self.principal.admin:
-            raise Forbidden(f"{what} needs the admin token; an agent's API key gives access to that agent only")
-
-    def _record(self, agent_id: int) -> AgentRecord:
-        if not self.principal.admin and agent_id != self.principal.agent_id:
-            raise NotFound(f"no agent with id {agent_id}")
-        return self.store.agent(agent_id)
-
-    def _owner_name(self, record: AgentRecord) -> str:
-        try:
-            return self.store.user(record.owner_id).name
-        except NotFound:
-            return f"user{record.owner_id}"
-
-    def _client(self, record: AgentRecord, client: str | None) -> str | None:
-        """A client name the caller gives for an advised agent's curve or export, checked.
-
-        Raises:
-            Invalid: a malformed name, or a name for a pooled agent.
-            NotFound: the agent has no client of that name (the message names those it has).
-        """
-        if client is None:
-            return None
-        if record.sharing != Sharing.ADVISED.value:
-            raise Invalid(f"agent {self._ref(record)} is pooled: one learner serves every client, so 'client' "
-                          "names nothing here (only an advised agent's clients have curves and models of their own)")
-        try:
-            name = check_client_name(client)
-        except ValueError as error:
-            raise Invalid(str(error)) from None
-        known = sorted(set(self.graph.served.client_names(record.id)) | set(self.store.return_clients(record.id)))
-        if name not in known:
-            raise NotFound(f"agent {self._ref(record)} has no client {name!r}; " +
-                           (f"its clients: {', '.join(known)}" if known else "it has no client yet"))
-        return name
-
-    def _ref(self, record: AgentRecord) -> str:
-        return f"{self._owner_name(record)}/{record.name}"
-
-    def _view(self, record: AgentRecord) -> AgentView:
-        status = self.graph.served.status(record)
-        evaluation = status.last_evaluation
-        return AgentView(
-            id=record.id, owner=self._owner_name(record), name=record.name, algorithm=record.algorithm,
-            observation_space=record.observation_space, action_space=record.action_space,
-            parameters=dict(record.parameters), sharing=record.sharing, filters=dict(record.filters),
-            created=record.created,
-            model=status.model, served=status.served, phase=status.phase, steps=status.steps,
-            steps_per_second=round(status.steps_per_second, 1), sessions=status.sessions,
-            episodes=status.episodes, mean_train_return=status.mean_train_return,
-            last_evaluation=None if evaluation is None else {
-                "period": evaluation.period, "steps": evaluation.steps, "mean_return": evaluation.mean_return},
-            failure=status.failure, last_active=status.last_active, clients=status.clients,
-            lessons=list(record.lessons) or None, lesson=self._lesson(record.id))
-
-    def _lesson(self, agent_id: int) -> str | None:
-        runtime = self.graph.runtimes.get(agent_id)
-        return None if runtime is None else runtime.lessons.name
+class Operations(SpecialActions):
+    """The admin operations one principal may perform (with the special actions of `SpecialActions`). Each
+    raises what `OperationsBase` says."""
 
     # -- who am I ------------------------------------------------------------------------------
     async def whoami(self) -> dict[str, Any]:
@@ -278,140 +196,6 @@ class Operations:
         self._record(agent_id)
         return await asyncio.to_thread(read_progress, progress_path(self.store.agent_folder(agent_id)), rows,
                                        columns)
-
-    # -- special actions -----------------------------------------------------------------------
-    async def export_model(self, agent_id: int, client: str | None = None) -> bytes:
-        """The agent's model zip (SB3's format, loadable with ``PPO.load``); a served agent checkpoints first
-        so that the zip has its latest weights. An advised agent's is one client's: ``client``'s, or the
-        best client's (by recent evaluation return).
-
-        Raises:
-            NotFound: the agent has no saved model yet, or no such client.
-        """
-        record = self._record(agent_id)
-        client = self._client(record, client)
-        try:
-            return await self.graph.served.export(agent_id, client)
-        except NotFound as error:
-            raise NotFound(f"agent {self._ref(record)} has {error}") from None
-
-    async def export_policy(self, agent_id: int, format: str, client: str | None = None) -> bytes:
-        """The agent's export in ``format``: ``sb3`` is the model zip (`export_model`), ``onnx`` the greedy
-        policy as one ONNX file with its filters and action unscaling (docs/export.md); an advised agent's
-        is one client's own network (its metadata says the advice is left out). A served agent
-        checkpoints first.
-
-        Raises:
-            Invalid: an unknown format, or a policy with no exact ONNX form (the message says why).
-            NotFound: the agent has no saved model yet, or no such client.
-        """
-        if format not in EXPORT_FORMATS:
-            raise Invalid(f"unknown export format {format!r}; use one of {', '.join(EXPORT_FORMATS)}")
-        if format == "sb3":
-            return await self.export_model(agent_id, client)
-        record = self._record(agent_id)
-        client = self._client(record, client)
-        try:
-            return await self.graph.served.export_onnx(agent_id, client)
-        except NotFound as error:
-            raise NotFound(f"agent {self._ref(record)} has {error}") from None
-        except NotExportable as error:
-            raise Invalid(f"agent {self._ref(record)} cannot be exported as ONNX: {error}") from None
-
-    async def delete_model(self, agent_id: int) -> ActionResult:
-        record = self._record(agent_id)
-        existed = await self.graph.served.delete_model(agent_id)
-        ref = self._ref(record)
-        if not existed:
-            return ActionResult(False, f"agent {ref} has no saved model")
-        if agent_id in self.graph.runtimes:
-            return ActionResult(True, f"model of agent {ref} deleted; the agent keeps learning with its current "
-                                      "weights and saves them again at its next checkpoint (restart it to forget them)")
-        return ActionResult(True, f"model of agent {ref} deleted; it starts from scratch when next served")
-
-    async def delete_returns(self, agent_id: int) -> ActionResult:
-        record = self._record(agent_id)
-        await self.graph.served.delete_curve(agent_id)
-        return ActionResult(True, f"learning curve of agent {self._ref(record)} deleted")
-
-    async def delete_agent(self, agent_id: int) -> ActionResult:
-        """Delete an agent: its sessions end (their clients get 410 Gone), its learner stops without a
-        checkpoint, its record and API keys go, and its folder (model, returns) moves to the data folder's
-        ``trash/``."""
-        self.require_admin("deleting agents")
-        record = self._record(agent_id)
-        ref = self._ref(record)
-        ended, trash, stopped = await self.graph.served.delete(agent_id)
-        logger.info("agent %s deleted; %d session(s) ended", ref, ended)
-        kept = f"; its model and returns moved to {trash}" if trash is not None else ""
-        return ActionResult(True, f"agent {ref} deleted: {ended} session(s) ended, its API keys removed{kept}"
-                                  f"{'' if stopped else LINGERING}")
-
-    async def set_parameters(self, agent_id: int, values: dict[str, Any]) -> ActionResult:
-        """Change parameters a live learner honours (`shepherd.agents.live`): typed and checked as an agent's
-        parameters; the learner takes them before its next update and the store keeps them.
-
-        Raises:
-            Invalid: a bad name or value, or one that needs a restart (naming those that can change).
-        """
-        record = self._record(agent_id)
-        ref = self._ref(record)
-        if not isinstance(values, dict):
-            raise Invalid("parameters must be an object of name: value")
-        try:
-            checked = live.check_live(record.algorithm, values)
-        except ParameterError as error:
-            raise Invalid(f"agent {ref}: {error}") from None
-        taken = await self.graph.served.set_parameters(agent_id, checked)
-        shown = ", ".join(f"{name}={value!r}" for name, value in checked.items())
-        logger.info("agent %s: %s set", ref, shown)
-        where = {"live": "the learner takes it before its next update",
-                 "queued": f"the learner is inside an update longer than {SET_WAIT_SECONDS:g} s and takes it when "
-                           "that ends",
-                 "stored": "its learner is not running here"}[taken]
-        return ActionResult(True, f"agent {ref}: {shown} set ({where}; stored, so a restart keeps it)")
-
-    async def set_lesson(self, agent_id: int, name: str) -> ActionResult:
-        """Move a served agent to its lesson ``name`` by hand (an advised agent: every client), checkpointed so
-        that a restart keeps it; its sessions' next announced configs are drawn from it.
-
-        Raises:
-            Invalid: no such lesson (naming those it has), or the agent is not served here.
-        """
-        record = self._record(agent_id)
-        ref = self._ref(record)
-        names = [lesson["name"] for lesson in record.lessons]
-        if name not in names:
-            raise Invalid(f"agent {ref} has no lesson {name!r}; " +
-                          (f"its lessons: {', '.join(names)}" if names else "it has no lessons"))
-        runtimes = list(self.graph.served.every_runtime())
-        moving = [runtime for runtime in runtimes if runtime.record.id == agent_id]
-        if not moving:
-            raise Invalid(f"agent {ref} is not served here: move its lesson on the server that serves it (or "
-                          "start one); the lesson is kept in its checkpoint")
-        for runtime in moving:
-            runtime.move_lesson(name)
-        logger.info("agent %s moved to lesson %r by hand", ref, name)
-        return ActionResult(True, f"agent {ref} moved to lesson {name!r} (checkpointed: a restart keeps it)")
-
-    async def restart(self, agent_id: int) -> ActionResult:
-        """Forget the agent's model and counters and end its sessions (their keys are refused from now on);
-        a served agent gets a fresh learner at once. Also revives an agent whose learner failed."""
-        record = self._record(agent_id)
-        ref = self._ref(record)
-        if not self.service.serving:
-            await self.graph.served.restart(agent_id)
-            return ActionResult(True, f"agent {ref} restarted: model and counters deleted")
-        try:
-            ended, stopped = await self.graph.served.restart(agent_id)
-        except (ParameterError, SpaceError) as error:
-            hint = ("; a live parameter (run.py agents set-param) can be changed while the agent is down, then "
-                    "restart it again") if isinstance(error, ParameterError) else ""
-            raise Invalid(f"agent {ref} cannot be rebuilt from its stored spaces and parameters: {error}{hint}") \
-                from None
-        logger.info("agent %s restarted; %d session(s) ended", ref, ended)
-        return ActionResult(True, f"agent {ref} restarted: model and counters deleted, {ended} session(s) ended"
-                                  f"{'' if stopped else LINGERING}")
 
 
 def _checked(definition: AgentDefinition) -> tuple[str, dict[str, Any]]:

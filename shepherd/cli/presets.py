@@ -104,7 +104,7 @@ def check_command(args: argparse.Namespace) -> int:
 def summary(graph: GraphManager) -> list[str]:
     """A checked preset in a few lines: owner, agents (algorithm, spaces, sharing, parameters), schedule,
     validation."""
-    from shepherd.cli.serve import describe_schedule
+    from shepherd.cli.progress import describe_schedule
 
     lines = [f"  owner: {graph.owner}"]
     for spec in graph.agents:

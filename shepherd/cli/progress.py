@@ -1,5 +1,6 @@
-"""What ``run.py -p PRESET --clients N`` runs beside the server: the local clients (gymnasium envs driven over
-HTTP by ``python -m shepherd.client`` processes) and the progress display that follows the agents' learning."""
+"""What ``run.py -p PRESET`` prints and runs beside the server: the start-up lines (`announce`), the local clients
+(gymnasium envs driven over HTTP by ``python -m shepherd.client`` processes) and the progress display that follows
+the agents' learning."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from shepherd.cli.common import EXIT_NOT_REACHED
-from shepherd.graph import AgentStats, GraphManager, PresetValidation
+from shepherd.graph import AgentStats, GraphManager, PresetValidation, Schedule
+from shepherd.storage import AgentRecord, NotFound
 from shepherd.graph.validation import Outcome
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -161,3 +163,72 @@ async def progress(graph: GraphManager, agent_id: int, clients: list, outcome: O
             codes = ", ".join(str(process.returncode) for process in clients)
             outcome.code, outcome.reason = EXIT_NOT_REACHED, f"every local client exited (status {codes})"
             stop.set()
+
+
+def announce(graph: GraphManager, url: str, data: Path, keys: dict[str, str], admin_token: str = "") -> None:
+    print(f"Shepherd serving preset {graph.name} at {url}  (data: {data.resolve()})")
+    preset = graph.preset_runtimes()
+    for agent in graph.preset_agents():
+        print(f"  agent {agent.record.name}: {agent.summary()}")
+    others = [runtime for runtime in graph.runtimes.values() if runtime not in preset]
+    if others:
+        print(f"The data folder holds {len(others)} served agent(s) that the preset does not declare "
+              "(--only-preset leaves them out):")
+    for runtime in others:
+        print(f"  agent {agent_ref(graph, runtime.record)}: {runtime.record.algorithm}, {runtime.tracker.steps} "
+              f"steps so far; schedule: {describe_schedule(runtime.schedule)}")
+    if graph.not_started:
+        print(f"Not served (--only-preset): {len(graph.not_started)} agent(s) of the data folder that the preset "
+              "does not declare; their keys log in to nothing here:")
+    for record in graph.not_started:
+        print(f"  agent {agent_ref(graph, record)}: {record.algorithm}, not started; served without --only-preset, "
+              f"its schedule would be: {describe_schedule(graph.schedule_for(record))}")
+    for agent_id, reason in graph.served.failures.items():
+        print(f"  agent id {agent_id} is not served: it {reason} (restart it from the admin commands)")
+    print(f"Clients POST to {url}/shepherd/login_user/ with {{\"apikey\": ...}}, then to {url}/shepherd/env/")
+    if any(agent.takes_client_names for agent in graph.preset_agents()):
+        print("  (a login to an advised agent also names its client: {\"apikey\": ..., \"client\": \"arm-3\"})")
+    for name, key in keys.items():
+        print(f"API key for agent {name} (shown once, the store keeps only its hash): {key}")
+    for record in preset_records(graph):
+        if record.name not in keys:
+            print(f"API key for agent {record.name}: shown when it was created; create another with "
+                  f"`python run.py keys add {graph.owner}/{record.name}` (or start with --new-key)")
+    print(f"Dashboard: {url}/shepherd/admin/  (sign in with the admin token or an agent's API key)")
+    if admin_token:
+        print(f"Admin token (shown once, the store keeps only its hash): {admin_token}")
+    else:
+        print("Admin token: shown at the first start; `python run.py admin-token` replaces it (and prints "
+              "the new one).")
+    print("Stop with Ctrl-C: the agents are checkpointed and resume at the next start.", flush=True)
+
+
+def agent_ref(graph: GraphManager, record: AgentRecord) -> str:
+    """``owner/name (id N)``, as the admin commands name an agent; an owner missing from the store (a damaged
+    or hand-edited store) is named ``userN`` as the admin commands name it, and said to be missing."""
+    try:
+        owner = graph.store.user(record.owner_id).name
+    except NotFound:
+        return (f"user{record.owner_id}/{record.name} (id {record.id}; its owner, user id {record.owner_id}, is "
+                "missing from the store)")
+    return f"{owner}/{record.name} (id {record.id})"
+
+
+def describe_schedule(schedule: Schedule) -> str:
+    """A schedule in words: heatup, training budget, evaluations."""
+    parts = []
+    if schedule.heatup_steps:
+        parts.append(f"heatup {schedule.heatup_steps:,} steps (random actions)")
+    parts.append("train forever" if schedule.improve_steps is None
+                 else f"train until {schedule.improve_steps:,} steps (then act greedily, unlearned)")
+    if schedule.steps_between_evaluation_periods and schedule.evaluation_episodes:
+        parts.append(f"evaluate {schedule.evaluation_episodes} episodes every "
+                     f"{schedule.steps_between_evaluation_periods:,} steps")
+    else:
+        parts.append("no periodic evaluation")
+    return ", ".join(parts)
+
+
+def preset_records(graph: GraphManager) -> list[AgentRecord]:
+    """The records of the preset's served agents, pooled and advised."""
+    return [agent.record for agent in graph.preset_agents()]

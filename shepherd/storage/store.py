@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import logging
-import secrets
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tinydb import Query, TinyDB
 from tinydb.table import Document
 
-from shepherd.definition import AgentDefinition, Filters, Sharing
-from shepherd.lessons import parse_lessons
+from shepherd.definition import Sharing
+from shepherd.storage.records import AgentRecord, ApiKey, User, hash_key, new_secret
 from shepherd.storage.files import (PRIVATE_FILE, PRIVATE_FOLDER, make_private, private_data_folder,
                                     remove_stale_temporaries)
 from shepherd.storage.errors import AlreadyExists, NotFound, StoreError
@@ -47,58 +44,6 @@ def _tidy_agent_folders(agents: Path) -> None:
             for path in (folder / CLIENT_RETURNS_FOLDER).glob("*.jsonl"):
                 make_private(path, PRIVATE_FILE)
             remove_stale_temporaries(folder)
-
-
-@dataclass(frozen=True)
-class User:
-    id: int
-    name: str
-    created: float
-
-
-@dataclass(frozen=True)
-class AgentRecord:
-    """An agent as stored: its owner, algorithm, spaces (JSON specs) and parameter values."""
-
-    id: int
-    owner_id: int
-    name: str
-    algorithm: str
-    observation_space: Any
-    action_space: Any
-    parameters: dict[str, Any] = field(default_factory=dict)
-    sharing: str = Sharing.POOLED.value
-    filters: dict[str, Any] = field(default_factory=dict)  # `Filters.to_json()`: {} for none
-    created: float = 0.0
-    last_active: float = 0.0
-    #: `shepherd.lessons.lessons_to_json()`: [] for none (and in stores written before lessons)
-    lessons: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def definition(self) -> AgentDefinition:
-        """What the agent is, without where it is stored and who owns it."""
-        return AgentDefinition(self.name, self.algorithm, self.observation_space, self.action_space,
-                               dict(self.parameters), Sharing.parse(self.sharing), Filters.parse(self.filters),
-                               tuple(parse_lessons(self.lessons or None)))
-
-
-@dataclass(frozen=True)
-class ApiKey:
-    id: int
-    agent_id: int
-    label: str
-    created: float
-    revoked: bool = False
-
-
-def hash_key(key: str) -> str:
-    """The stored form of an API key; keys carry 256 random bits, so a plain SHA-256 suffices."""
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
-def new_secret() -> str:
-    """A new API key or session key: 256 random bits, URL-safe."""
-    return secrets.token_urlsafe(32)
 
 
 class Store:

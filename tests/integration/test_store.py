@@ -293,7 +293,7 @@ def test_an_agent_whose_owner_is_missing_is_named_in_one_line_and_never_adopted(
     silently own the agent)."""
     from types import SimpleNamespace
 
-    from shepherd.cli.serve import agent_ref
+    from shepherd.cli.progress import agent_ref
 
     folder = tmp_path / "data"
     store = Store(folder)

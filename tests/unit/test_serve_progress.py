@@ -43,7 +43,7 @@ def test_an_agent_added_or_restarted_while_serving_is_reported_once_it_moves():
 
 
 def test_a_schedule_in_words():
-    from shepherd.cli.serve import describe_schedule
+    from shepherd.cli.progress import describe_schedule
     from shepherd.graph import DEFAULT_SCHEDULE, Schedule
 
     assert describe_schedule(DEFAULT_SCHEDULE) == "train forever, evaluate 5 episodes every 10,000 steps"
