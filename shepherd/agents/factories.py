@@ -110,6 +110,12 @@ def build_learner(algorithm: str, name: str, observation_space: spaces.Space, ac
         ParameterError: bad parameters, filters, or spaces the algorithm cannot handle.
     """
     info = algorithm_info(algorithm)
+    if info.learner is not None:  # not SB3: its own algorithm on the same worker, no filters or snapshot
+        check_spaces(algorithm, observation_space, action_space)
+        if filters is not None and filters.active:
+            raise ParameterError(f"{info.name} takes no filters (they are SB3 learners' observation side)")
+        return ThreadedLearner(info.learner(name, observation_space, action_space,
+                                            check_parameters(algorithm, values), total_steps))
     filters = filters or Filters()
     check_spaces(algorithm, observation_space, action_space)
     try:

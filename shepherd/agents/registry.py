@@ -45,10 +45,13 @@ OFF_POLICY_EXCLUDED = (
 
 @dataclass(frozen=True)
 class Algorithm:
-    """An SB3 algorithm, the family adapter that feeds it, and which action spaces it handles."""
+    """An SB3 algorithm, the family adapter that feeds it, and which action spaces it handles; or a learner
+    that is not SB3 (``learner``: builds the worker's `shepherd.agents.algorithm.Algorithm` from the agent's
+    name, spaces, parameter values and training budget; ``sb3_class`` then names the class whose constructor
+    gives its parameters, and ``family`` is unused)."""
 
     name: str
-    sb3_class: type[BaseAlgorithm]
+    sb3_class: type[Any]
     #: the adapter that feeds the model (model, agent name, total steps): `OnPolicyAdapter`,
     #: `OffPolicyAdapter` or a subclass of one
     family: Callable[[Any, str, int | None], SB3Algorithm]
@@ -65,6 +68,9 @@ class Algorithm:
     policies: tuple[str, str] = ("MlpPolicy", "MultiInputPolicy")
     #: the adapter of an ``advised`` agent's client learners (None: the algorithm cannot be advised)
     advised: Callable[..., SB3Algorithm] | None = None
+    #: a learner that is not SB3: (agent name, observation space, action space, values, total steps) -> the
+    #: algorithm a `ThreadedLearner` drives (None: an SB3 class fed by ``family``)
+    learner: Callable[[str, spaces.Space, spaces.Space, dict[str, Any], int | None], Any] | None = None
 
     @property
     def on_policy(self) -> bool:
@@ -96,8 +102,10 @@ def register(algorithm: Algorithm) -> Algorithm:
     """
     if algorithm.name.upper() in ALGORITHMS:
         raise ValueError(f"an algorithm named {algorithm.name!r} is already registered")
-    if not (isinstance(algorithm.family, type) and issubclass(algorithm.family, SB3Algorithm)):
-        raise ValueError(f"{algorithm.name}: family {algorithm.family!r} is not an SB3Algorithm adapter")
+    if algorithm.learner is None and not (isinstance(algorithm.family, type)
+                                          and issubclass(algorithm.family, SB3Algorithm)):
+        raise ValueError(f"{algorithm.name}: family {algorithm.family!r} is not an SB3Algorithm adapter (a "
+                         "learner that is not SB3 gives learner=...)")
     ALGORITHMS[algorithm.name.upper()] = algorithm  # names are matched in any case: "crossq" is CrossQ
     return algorithm
 
@@ -140,7 +148,10 @@ def _advice_parameters(info: Algorithm) -> list[Parameter]:
 
 
 def _shepherd_parameters(info: Algorithm) -> list[Parameter]:
-    """Parameters Shepherd adds to SB3's, or whose SB3 form (an object) it replaces by plain values."""
+    """Parameters Shepherd adds to SB3's, or whose SB3 form (an object) it replaces by plain values (none for a
+    learner that is not SB3: its constructor's are all it takes)."""
+    if info.learner is not None:
+        return []
     if info.on_policy:
         return [Parameter(info.name, "n_envs", ParamType.INT, 1, doc=(
             "rollout segments (SB3's n_envs): a rollout is n_envs segments of n_steps transitions, each "
