@@ -22,7 +22,6 @@ from typing import Any, Callable
 import numpy as np
 from gymnasium import spaces
 from stable_baselines3 import A2C, DDPG, DQN, PPO, SAC, TD3
-from stable_baselines3.common.base_class import BaseAlgorithm
 
 from shepherd.agents.filters import check_filters
 from shepherd.agents.sb3.advised import NOT_ADVISED, AdvisedOnPolicyAdapter, advice_width

@@ -11,7 +11,7 @@ import orjson
 from aiohttp import web
 
 from shepherd.front.frames import NOT_HERE, SnapshotNote
-from shepherd.graph import Acted, Session
+from shepherd.graph import Acted, GraphManager, Session
 from shepherd.http.protocol import STEP_FIELDS, parse_login, parse_object, parse_step, parse_vector_step, session_key
 from shepherd.http.state import CONFIG, GRAPH, LOGIN_THROTTLE, RATE_LIMITER
 from shepherd.wire.spaces import action_to_json, space_to_json
@@ -117,16 +117,21 @@ def _acted(session: Session, acted: Acted) -> web.Response:
                   **acted.fields})
 
 
+def _client_acting(app: web.Application, data: dict, what: str) -> tuple[GraphManager, Session, ClientActingLevel]:
+    """The graph, the session a body names and its level, which must act at the client. Raises BadRequest."""
+    graph = app[GRAPH]
+    session = graph.session(session_key(data))
+    if not isinstance(session.level, ClientActingLevel):
+        raise BadRequest("this session's policy acts at the server: send steps to /shepherd/env/ (log in with "
+                         f"\"acting\": \"client\" to {what})")
+    return graph, session, session.level
+
+
 async def experience_reply(app: web.Application, body: bytes, address: str) -> web.Response:
     """One upload of a client-acting session (``POST /shepherd/experience/``): learned from (heatup, training)
     or recorded (evaluation, deployment), with what the client does next."""
     data = parse_object(body, EXPERIENCE_FIELDS)
-    graph = app[GRAPH]
-    session = graph.session(session_key(data))
-    level = session.level
-    if not isinstance(level, ClientActingLevel):
-        raise BadRequest("this session's policy acts at the server: send steps to /shepherd/env/ (log in with "
-                         "\"acting\": \"client\" to upload experience)")
+    graph, session, level = _client_acting(app, data, "upload experience")
     _count_request(app, session)
     checks = ExperienceSpaces(session.observation_space, session.runtime.learner.sample_space, session.mask_space,
                               check_mask if session.mask_space is not None else None)
@@ -139,12 +144,7 @@ async def policy_reply(app: web.Application, body: bytes, address: str) -> web.R
     """The behaviour policy a client-acting session acts with now (``POST /shepherd/policy/``): an ONNX file,
     or 304 when the client names the version it holds and that file is still the one to act with."""
     data = parse_object(body, {"session_key", "policy_version"})
-    graph = app[GRAPH]
-    session = graph.session(session_key(data))
-    level = session.level
-    if not isinstance(level, ClientActingLevel):
-        raise BadRequest("this session's policy acts at the server; log in with \"acting\": \"client\" to fetch "
-                         "the policy")
+    graph, session, level = _client_acting(app, data, "fetch the policy")
     held = data.get("policy_version")
     if held is not None and (isinstance(held, bool) or not isinstance(held, int)):
         raise BadRequest("'policy_version' must be the whole number of the version the client holds")

@@ -19,7 +19,7 @@ from typing import Any
 
 from shepherd.agents import ExperienceLearner, ExperienceReply, NotClientActing, StalePolicy
 from shepherd.level.base import Level, Reply, WrongShape
-from shepherd.level.episodes import Episode, EpisodeHost, Phase
+from shepherd.level.episodes import Episode, EpisodeHost, Phase, abandon
 from shepherd.lessons import EpisodeConfig
 from shepherd.wire import StepInput, VectorStepInput
 from shepherd.wire.experience import Experience
@@ -156,10 +156,7 @@ class ClientActingLevel(Level):
         return Episode(self.host.begin_episode(), setup=setup)
 
     def _lose_episodes(self) -> None:
-        for index, episode in enumerate(self.episodes):
-            if episode is not None:
-                self.host.end_episode(episode, completed=False)
-            self.episodes[index] = None
+        abandon(self.host, self.episodes)
 
     def resend(self) -> Reply[Any]:
         raise WrongShape("an upload is not sent again by the server; send it again with the same seq")
@@ -169,8 +166,5 @@ class ClientActingLevel(Level):
         if self.closed:
             return
         self.closed = True
-        for index, episode in enumerate(self.episodes):
-            if episode is not None:
-                self.host.end_episode(episode, completed=False)
-                self.episodes[index] = None
+        abandon(self.host, self.episodes)
         self.host.learner.end_actor(self.uploader)

@@ -11,7 +11,7 @@ from typing import Any
 
 from shepherd.agents import ActionFuture, Kind, Request
 from shepherd.level.base import Level
-from shepherd.level.episodes import MODES, Episode, EpisodeHost, Phase, answered
+from shepherd.level.episodes import MODES, Episode, EpisodeHost, Phase, abandon, answered
 from shepherd.lessons import EpisodeConfig
 from shepherd.wire import EnvSteps, GreedyVectorStep, VectorStepInput
 
@@ -133,8 +133,5 @@ class VectorLevel(Level):
         if self.closed:
             return
         self.closed = True
-        for index, episode in enumerate(self.episodes):
-            if episode is not None:
-                self.host.end_episode(episode, completed=False)
-                self.episodes[index] = None
+        abandon(self.host, self.episodes)
         self.host.learner.submit([Request(Kind.DROP, actor) for actor in self.actor_ids])
