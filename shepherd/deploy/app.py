@@ -25,7 +25,7 @@ from shepherd.policies.onnx import Policy
 from shepherd.wire.limits import LoginThrottle, TooManyRequests
 from shepherd.wire.replies import http_error, json_error
 from shepherd.wire.sessions import Conflict, TooManySessions, Unauthorized, is_retry
-from shepherd.wire.spaces import SpaceError, action_to_json, check_action_mask, space_to_json
+from shepherd.wire.spaces import SpaceError, check_action_mask, space_to_json
 from shepherd.wire import (STEP_FIELDS, BadRequest, StepInput, VectorStepInput, parse_login, parse_object,
                            parse_step, parse_vector_step, session_key)
 
@@ -173,15 +173,13 @@ async def env_step(request: web.Request) -> web.Response:
 
 
 def _act(policy: Policy, step: StepInput | VectorStepInput) -> dict[str, Any]:
-    space = policy.action_space
     if isinstance(step, VectorStepInput):
-        actions = policy.run(step.envs.obs, step.envs.masks)
-        return {"actions": [action_to_json(space, action) for action in actions],
+        return {"actions": policy.act_batch(step.envs.obs, step.envs.masks),
                 "policy_version": policy.policy_version}
     if step.done:
         return {"action": None}
-    action = policy.run([step.obs], None if step.mask is None else [step.mask])[0]
-    return {"action": action_to_json(space, action), "policy_version": policy.policy_version}
+    action = policy.act_batch([step.obs], None if step.mask is None else [step.mask])[0]
+    return {"action": action, "policy_version": policy.policy_version}
 
 
 async def logout(request: web.Request) -> web.Response:
