@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from shepherd.admin.errors import Forbidden, Invalid
 from shepherd.admin.records import ActionResult, AgentView, Principal
-from shepherd.definition import Sharing, check_client_name
+from shepherd.definition import check_client_name
 from shepherd.agents import ParameterError, live
 from shepherd.agents.export.export import NotExportable
+from shepherd.graph.agent import kind_of
 from shepherd.graph.served import SET_WAIT_SECONDS, STOP_WAIT_SECONDS
 from shepherd.wire.spaces import SpaceError
 from shepherd.storage import AgentRecord, NotFound
@@ -69,8 +70,8 @@ class OperationsBase:
         """
         if client is None:
             return None
-        if record.sharing != Sharing.ADVISED.value:
-            raise Invalid(f"agent {self._ref(record)} is pooled: one learner serves every client, so 'client' "
+        if not kind_of(record).takes_client_names:
+            raise Invalid(f"agent {self._ref(record)} is {record.sharing}: one learner serves every client, so 'client' "
                           "names nothing here (only an advised agent's clients have curves and models of their own)")
         try:
             name = check_client_name(client)

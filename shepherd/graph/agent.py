@@ -194,6 +194,9 @@ class Building:
 class AgentKind(ABC):
     """How one sharing mode builds its served agents, and what it reads of one no server serves."""
 
+    #: whether its agents keep a learner, a curve and a model per named client (an advised agent's do)
+    takes_client_names: ClassVar[bool] = False
+
     @abstractmethod
     def build(self, building: Building) -> ServedAgent:
         """A served agent resumed from its checkpoints, not started. Blocks.

@@ -216,7 +216,7 @@ async def returns_csv(request: web.Request) -> web.StreamResponse:
     view = await ops.agent(agent_id(request))
     client = request.query.get("client")
     chunks = await ops.returns_chunks(view.id, client)
-    clients = view.sharing == "advised"
+    clients = view.clients is not None  # an agent with named clients: each row ends with its client
     lessons = bool(view.lessons)
     numbered = 1
 

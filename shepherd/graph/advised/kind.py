@@ -17,6 +17,8 @@ from shepherd.storage import AgentRecord, NotFound, Store
 class Advised(AgentKind):
     """Builds an advised agent with every client it had, each resumed from its checkpoint."""
 
+    takes_client_names = True
+
     def build(self, building: Building) -> AdvisedAgent:
         building.proven.close()  # it proved the parameters; each client has a learner of its own
         advised = AdvisedAgent(building.record, building.schedule, building.store, building.learner,
