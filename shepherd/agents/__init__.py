@@ -1,6 +1,6 @@
 """Agents: the learner interfaces (`core`), the batching worker, and the stable-baselines3 adapters behind them."""
 
-from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFailed, Checkpointable, Deliver,
+from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFailed, Checkpointable, Deliver, ServedLearner,
                                   ExperienceLearner, ExperienceReply, Kind, Learner, LearnerUnavailable,
                                   NotClientActing, Request, StalePolicy, VersionedWeights, WeightSource)
 from shepherd.agents.parameters import Parameter, ParameterError, ParamType
@@ -9,7 +9,7 @@ from shepherd.agents.registry import (ALGORITHMS, SHARING_MODES, algorithm_info,
 from shepherd.agents.factories import build_learner, learner_for, sb3_arguments
 from shepherd.agents.worker import ThreadedLearner
 
-__all__ = ["ALGORITHMS", "SHARING_MODES", "ActMode", "ActionFuture", "AgentClosed", "AgentFailed", "Checkpointable",
+__all__ = ["ALGORITHMS", "SHARING_MODES", "ActMode", "ActionFuture", "AgentClosed", "AgentFailed", "Checkpointable", "ServedLearner",
            "Deliver", "ExperienceLearner", "ExperienceReply", "Kind", "NotClientActing", "StalePolicy", "Learner", "LearnerUnavailable", "ParamType", "Parameter", "ParameterError", "Request", "ThreadedLearner", "VersionedWeights",
            "WeightSource", "algorithm_info", "build_learner", "check_agent", "check_parameters", "check_spaces", "learner_for",
            "parameters", "registry_records", "sb3_arguments"]

@@ -41,6 +41,8 @@ from shepherd.wire.experience import Experience
 if TYPE_CHECKING:  # the capabilities' types (their modules import torch, or build on this one)
     from shepherd.agents.advice import Advice
     from shepherd.agents.greedy_policy import GreedyPolicy
+    from shepherd.agents.metrics import MetricsWriter
+    from shepherd.agents.timing import LearnerStats
 
 #: an observation as the learner takes it: an array, or a dict of arrays for a ``Dict`` space
 Observation = Union[np.ndarray, Mapping[str, np.ndarray]]
@@ -264,6 +266,39 @@ class Checkpointable(Protocol):
 
     def restore(self, path: Path) -> dict[str, Any]:
         """Load a checkpoint before `start`; returns the state saved with it."""
+
+
+class ServedLearner(Learner, Checkpointable, ExperienceLearner, Protocol):
+    """What the graph holds of an agent's learner (`ThreadedLearner` in process, `RayLearner` in a Ray actor):
+    a `Learner` whose state is checkpointed, that client-acting sessions upload to, whose live parameters are
+    set between updates, and whose checkpoint is checked against it before a restore."""
+
+    #: the learner's algorithm as the graph reads it (its stats, its advice, its action space's sampler);
+    #: a `RayLearner`'s is the head's status of the remote one, with the same attributes
+    algorithm: Any
+    #: its greedy numpy policy (None: it has none), as `HasGreedy` says
+    greedy: GreedyPolicy | None
+    #: its measurements (steps, updates, timings) and the writer of its training metrics (set by `metrics.attach`)
+    stats: LearnerStats
+    metrics: MetricsWriter | None
+
+    @property
+    def alive(self) -> bool:
+        """Whether its worker is running."""
+
+    @property
+    def queue_depth(self) -> int:
+        """Requests waiting for its worker."""
+
+    @property
+    def sample_space(self) -> Any:
+        """What an uploaded sample is checked against (`shepherd.wire.experience.sample_space`)."""
+
+    def set_parameters(self, values: dict[str, Any]) -> Future:
+        """Set live parameters between updates (`shepherd.agents.live`); the future settles once set."""
+
+    def checkpoint_mismatch(self, path: Path) -> list[str]:
+        """Why the checkpoint at ``path`` does not fit this learner (empty: it fits)."""
 
 
 # -- capabilities: what some learners (or their algorithms) offer beyond the interfaces above, checked with

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ClassVar, TypeVar
 
-from shepherd.agents import ThreadedLearner
+from shepherd.agents import ServedLearner
 from shepherd.definition import Sharing
 from shepherd.graph.runtime import AgentRuntime, AgentStats, saved_client_names
 from shepherd.graph.schedule import EvaluationResult, Schedule
@@ -176,17 +176,17 @@ class Building:
     schedule: Schedule
     store: Store
     #: the learner built first, in this process, which proved the agent's parameters
-    proven: ThreadedLearner
+    proven: ServedLearner
     #: a served learner for a client name (None: the agent's one learner) from one built in this process
     #: (on Ray, one in an actor; the learner given is its local copy)
-    serve: Callable[[ThreadedLearner, str | None], ThreadedLearner]
+    serve: Callable[[ServedLearner, str | None], ServedLearner]
     #: another learner like ``proven``, in this process
-    fresh: Callable[[], ThreadedLearner]
+    fresh: Callable[[], ServedLearner]
     on_evaluation: Callable[[AgentRuntime, EvaluationResult], None]
     #: the most client names an agent takes (None: any)
     max_clients: int | None
 
-    def learner(self, client: str | None) -> ThreadedLearner:
+    def learner(self, client: str | None) -> ServedLearner:
         """A fresh served learner (``client``'s)."""
         return self.serve(self.fresh(), client)
 

@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from shepherd.agents import (AgentClosed, AgentFailed, Deliver, NotClientActing, ParameterError, ThreadedLearner,
+from shepherd.agents import (AgentClosed, AgentFailed, Deliver, NotClientActing, ParameterError, ServedLearner,
                              algorithm_info, check_parameters, learner_for, parameters, registry_records)
 from shepherd.agents.bounds import check_bounds
 from shepherd.graph.agent import MAX_CLIENTS, Building, ServedAgent, kind_of, of_kind
@@ -76,8 +76,8 @@ class GraphManager:
         #: builds a served learner in another process from the agent's record, values, training budget, the
         #: in-process learner built first and the client's name (an advised agent's clients; None: a pooled
         #: agent's) (`shepherd.agents.ray.cluster.RayLearners`, run.py --ray); None: every learner runs here
-        self.remote_learners: Callable[[AgentRecord, dict[str, Any], int | None, ThreadedLearner, str | None],
-                                       ThreadedLearner] | None = None
+        self.remote_learners: Callable[[AgentRecord, dict[str, Any], int | None, ServedLearner, str | None],
+                                       ServedLearner] | None = None
 
     @classmethod
     def of(cls, preset: Preset) -> GraphManager:
@@ -257,7 +257,7 @@ class GraphManager:
         learner = learner_for(record.definition, values, schedule.improve_steps)  # proves the parameters
         remote = None if in_process else self.remote_learners
 
-        def serve(local: ThreadedLearner, client: str | None) -> ThreadedLearner:
+        def serve(local: ServedLearner, client: str | None) -> ServedLearner:
             return local if remote is None else remote(record, values, schedule.improve_steps, local, client)
 
         return kind_of(record).build(Building(

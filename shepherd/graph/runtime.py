@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from shepherd.agents import ThreadedLearner, algorithm_info, checkpoint as checkpoint_format
+from shepherd.agents import ServedLearner, algorithm_info, checkpoint as checkpoint_format
 from shepherd.agents import metrics as training_metrics
 from shepherd.definition import check_client_name
 from shepherd.graph.lessons import LessonState
@@ -76,7 +76,7 @@ class AgentRuntime:
     work on its own thread.
     """
 
-    def __init__(self, record: AgentRecord, learner: ThreadedLearner, schedule: Schedule, store: Store,
+    def __init__(self, record: AgentRecord, learner: ServedLearner, schedule: Schedule, store: Store,
                  on_evaluation: Callable[[AgentRuntime, EvaluationResult], None] | None = None,
                  client: str | None = None,
                  on_trial: Callable[[AgentRuntime, Trial], None] | None = None) -> None:

@@ -12,7 +12,7 @@ import ray
 
 from shepherd.agents.ray.actor import NAMESPACE
 from shepherd.agents.ray.learner import RayLearner
-from shepherd.agents.worker import ThreadedLearner
+from shepherd.agents.core import ServedLearner
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class RayLearners:
         self.actor_options = dict(actor_options or {})
 
     def __call__(self, record: Any, values: dict[str, Any], total_steps: int | None,
-                 local: ThreadedLearner, client: str | None = None) -> ThreadedLearner:
+                 local: ServedLearner, client: str | None = None) -> ServedLearner:
         name = f"shepherd-learner/{record.id}" if client is None else f"shepherd-learner/{record.id}/{client}"
         learner = RayLearner(record.definition, values, total_steps, name, local, self.num_cpus, self.actor_options)
         learner.spawn()

@@ -28,7 +28,7 @@ from shepherd.agents.ray.revival import LOST, ActorRevival, _kill
 from shepherd.agents.ray.status import _AdvisedStatus, _RemoteStatus, _Snapshot
 from shepherd.agents.timing import LearnerStats
 from shepherd.agents.futures import _Part, _Vector, answer_greedy_acts, settle
-from shepherd.agents.worker import ThreadedLearner
+from shepherd.agents.core import ServedLearner
 from shepherd.definition import AgentDefinition, Sharing
 from shepherd.storage.files import atomic_write_bytes
 
@@ -51,7 +51,7 @@ class RayLearner(ActorRevival):
     num_cpus = 0.0
 
     def __init__(self, definition: AgentDefinition, values: dict[str, Any], total_steps: int | None,
-                 actor_name: str, local: ThreadedLearner, num_cpus: float | None = None,
+                 actor_name: str, local: ServedLearner, num_cpus: float | None = None,
                  actor_options: dict[str, Any] | None = None) -> None:
         self.name = definition.name
         self.actor_name = actor_name

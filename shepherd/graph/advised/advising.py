@@ -137,7 +137,7 @@ class Advising:
                             best.client, best.recent_return or 0.0)
                 self._advised_since[name] = (str(best.client), self._train_episodes(runtime),
                                              self._recent_train_mean(runtime))
-            advice.advisor = Advisor(str(best.client), best.learner.algorithm, best.model_path,  # type: ignore[arg-type]
+            advice.advisor = Advisor(str(best.client), best.learner.algorithm, best.model_path,
                                      best.recent_return)
             self._drop_trials(runtime, keep=str(best.client))
             last = tried.get(str(best.client))

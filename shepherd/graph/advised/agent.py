@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from shepherd.agents import ThreadedLearner
+from shepherd.agents import ServedLearner
 from shepherd.agents.core import Advised, StartsFrom
 from shepherd.definition import check_client_name
 from shepherd.graph.advised.advising import Advising
@@ -46,7 +46,7 @@ class AdvisedAgent(Advising, ServedAgent):
     takes_client_names = True
 
     def __init__(self, record: AgentRecord, schedule: Schedule, store: Store,
-                 build_learner: Callable[[str], ThreadedLearner],
+                 build_learner: Callable[[str], ServedLearner],
                  on_evaluation: Callable[[AgentRuntime, EvaluationResult], None] | None = None,
                  max_clients: int | None = MAX_CLIENTS) -> None:
         super().__init__(float(record.parameters.get("advice_strength", 0.3)) > 0.0)  # 0: independent learners
