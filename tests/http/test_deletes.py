@@ -5,6 +5,7 @@ import asyncio
 
 from shepherd.http import GRAPH, STORE
 from shepherd.storage import NotFound
+from shepherd.agents.sb3.on_policy import OnPolicyAdapter
 from tests.http.test_admin_api import API, OBS4, Api, api, play, step_status  # noqa: F401  (the fixture)
 
 import pytest
@@ -59,9 +60,11 @@ async def test_an_agent_s_key_may_delete_nothing(api):
     assert len(await api.get_json("/agents")) == 1
 
 
-async def test_a_step_waiting_when_its_agent_is_deleted_gets_410(api):
+async def test_a_step_waiting_when_its_agent_is_deleted_gets_410(api, monkeypatch):
     """A step still waiting for its action (here: for the one segment of the rollout, held by another
     session) when the agent is deleted is answered 410 Gone, as later steps of its session are (not 401)."""
+    # the holder must not hand its segment over as stalled (after 5 s) before the delete, on a loaded machine
+    monkeypatch.setattr(OnPolicyAdapter, "handover_timeout", 600.0)
     holder = await api.client.post("/shepherd/login_user/", json={"apikey": api.pole_key})
     holder_key = (await holder.json())["session_key"]
     assert await step_status(api.client, holder_key) == 200  # it holds the rollout's only segment
