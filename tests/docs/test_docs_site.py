@@ -1,0 +1,119 @@
+"""The documentation site: mkdocs.yml's nav holds every page of docs/, `mkdocs build --strict` passes (no broken
+link or anchor, no page left out of nav), and the generated reference pages hold what the code has."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.docs.blocks import ROOT
+
+DOCS = ROOT / "docs"
+
+
+def docs_pages():
+    spec = importlib.util.spec_from_file_location("docs_pages", ROOT / "scripts" / "docs_pages.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def nav_files(entries) -> list[str]:
+    files: list[str] = []
+    for entry in entries:
+        value = next(iter(entry.values())) if isinstance(entry, dict) else entry
+        files += nav_files(value) if isinstance(value, list) else [value]
+    return files
+
+
+def test_every_page_of_docs_is_in_the_nav_once_and_every_nav_entry_exists_or_is_generated():
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    nav = nav_files(config["nav"])
+    generated = set(docs_pages().PAGES)
+    on_disk = {str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md")}
+    assert len(nav) == len(set(nav)), "a page is in the nav twice"
+    assert on_disk - set(nav) == set(), "pages missing from mkdocs.yml's nav"
+    assert set(nav) - on_disk - generated == set(), "nav entries with no page"
+    assert generated & on_disk == set(), "a generated page must not also be a file in docs/"
+    assert config["validation"] == {"omitted_files": "warn", "not_found": "warn", "absolute_links": "warn",
+                                    "unrecognized_links": "warn", "anchors": "warn"}  # --strict fails on each
+
+
+def test_the_command_line_page_has_every_command_and_option_of_run_py():
+    from shepherd.cli.main import build_parser
+
+    page = docs_pages().command_line_page()
+    parsers = [build_parser()]
+    seen = 0
+    while parsers:
+        parser = parsers.pop()
+        assert f"## `{parser.prog}`" in page
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                parsers += action.choices.values()
+            for flag in action.option_strings:
+                assert flag in page, f"{parser.prog} {flag}"
+        seen += 1
+    assert seen > 20  # run.py, its commands and their actions
+
+
+def test_the_algorithms_page_has_every_algorithm_and_parameter_of_the_registry():
+    from shepherd.agents import parameters
+    from shepherd.agents.registry import ALGORITHMS, NOT_SERVED
+
+    page = docs_pages().algorithms_page()
+    for info in ALGORITHMS.values():
+        section = page.split(f"\n## {info.name}\n", 1)[1].split("\n## ", 1)[0]
+        for param in parameters(info.name).values():
+            assert f"| `{param.name}` | {int(param.type)} " in section, f"{info.name}.{param.name}"
+        for name, _ in info.excluded:
+            assert f"- `{name}`:" in section
+    for name in NOT_SERVED:
+        assert f"**{name}**" in page
+
+
+def test_the_openapi_page_has_every_operation_and_status_of_openapi_yaml():
+    spec = yaml.safe_load((ROOT / "shepherd" / "http" / "openapi.yaml").read_text())
+    page = docs_pages().openapi_page()
+    for path, methods in spec["paths"].items():
+        for method, operation in methods.items():
+            section = page.split(f"### `{method.upper()} {path}`\n", 1)[1].split("\n### ", 1)[0]
+            for status in operation["responses"]:
+                assert f"\n| {status} |" in section, f"{method} {path} {status}"
+    for name in spec["components"]["schemas"]:
+        assert f"\n### {name}\n" in page
+
+
+def test_the_protocol_page_lists_every_status_the_client_calls_can_answer():
+    """docs/protocol.md's Errors table names each status openapi.yaml gives the client protocol's calls
+    (the 410 of a deleted agent's sessions included)."""
+    spec = yaml.safe_load((ROOT / "shepherd" / "http" / "openapi.yaml").read_text())
+    statuses = {status for path, methods in spec["paths"].items()
+                if path.startswith("/shepherd/") and not path.startswith("/shepherd/admin")
+                for operation in methods.values() for status in operation["responses"]}
+    table = (DOCS / "protocol.md").read_text().split("\n## Errors\n", 1)[1]
+    listed = {part.strip() for line in table.splitlines() if line.startswith("| ")
+              for part in line.split("|")[1].split(",")}
+    assert {"400", "401", "410", "503"} <= statuses
+    assert statuses - {"200"} - listed == set()
+
+
+@pytest.mark.e2e
+def test_mkdocs_build_strict_passes(tmp_path):
+    site = tmp_path / "site"
+    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"),
+                             "-d", str(site)], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert result.returncode == 0, result.stderr[-5000:]
+    cli = (site / "reference" / "cli" / "index.html").read_text()
+    assert "python run.py agents add" in cli and "--clients" in cli
+    assert "MaskablePPO" in (site / "reference" / "algorithms" / "index.html").read_text()
+    assert "/shepherd/login_user/" in (site / "reference" / "openapi" / "index.html").read_text()
+    assert not list(Path(ROOT / "docs").rglob("cli.md"))  # generated into the site, never into docs/
