@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -117,3 +118,24 @@ def test_mkdocs_build_strict_passes(tmp_path):
     assert "MaskablePPO" in (site / "reference" / "algorithms" / "index.html").read_text()
     assert "/shepherd/login_user/" in (site / "reference" / "openapi" / "index.html").read_text()
     assert not list(Path(ROOT / "docs").rglob("cli.md"))  # generated into the site, never into docs/
+
+
+@pytest.mark.parametrize("name", ["README.md", "CONTRIBUTING.md", "CHANGELOG.md"])
+def test_the_top_level_pages_links_lead_to_files_and_headings_that_exist(name):
+    """mkdocs checks docs/; the README, CONTRIBUTING and CHANGELOG are read on GitHub, where a link to a
+    generated page or a missing heading would be broken: each relative link names a file of the repository,
+    and its #anchor a heading of it."""
+    from markdown.extensions.toc import slugify
+
+    text = (ROOT / name).read_text()
+    links = re.findall(r"\]\(([^)\s]+)\)", text)
+    assert links or name == "CHANGELOG.md"  # the changelog names files without linking them
+    for link in links:
+        if link.startswith(("http://", "https://")):
+            continue
+        path, _, anchor = link.partition("#")
+        target = ROOT / path if path else ROOT / name
+        assert target.is_file(), f"{name}: {link}"
+        if anchor:
+            headings = re.findall(r"^#+ (.+)$", target.read_text(), re.MULTILINE)
+            assert anchor in {slugify(h.replace("`", ""), "-") for h in headings}, f"{name}: {link}"
