@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.docs.blocks import ROOT
+from tests.docs.blocks import ROOT, code_blocks
 
 DOCS = ROOT / "docs"
 
@@ -139,3 +139,29 @@ def test_the_top_level_pages_links_lead_to_files_and_headings_that_exist(name):
         if anchor:
             headings = re.findall(r"^#+ (.+)$", target.read_text(), re.MULTILINE)
             assert anchor in {slugify(h.replace("`", ""), "-") for h in headings}, f"{name}: {link}"
+
+
+README_COMMANDS = ("scripts/install.sh && .venv/bin/python run.py -p cartpole_ppo --clients 4",
+                   "scripts/install.sh --test && .venv/bin/python -m pytest")
+
+
+def test_the_readme_is_short_its_two_commands_are_what_ci_runs_and_its_clients_are_short():
+    readme = (ROOT / "README.md").read_text()
+    assert readme.count("\n") <= 200
+    for command in README_COMMANDS:
+        assert f"\n{command}\n" in readme
+    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line and not line.startswith("#")]
+    assert ci[-2:] == ["scripts/install.sh --test", ".venv/bin/python -m pytest"]
+    blocks = code_blocks(ROOT / "README.md")
+    assert set(blocks) == {"readme-python", "readme-js", "readme-curl"}  # each run by test_docs_blocks.py
+    for name, (_, code) in blocks.items():
+        assert code.count("\n") < 25, name
+
+
+def test_every_marked_code_block_is_run_by_a_test():
+    """A block marked `docs-test: NAME` in the README or docs/ is named by tests/docs/test_docs_blocks.py."""
+    runner = (ROOT / "tests" / "docs" / "test_docs_blocks.py").read_text()
+    pages = [ROOT / "README.md", *DOCS.rglob("*.md")]
+    names = [name for page in pages for name in code_blocks(page)]
+    assert len(names) >= 8
+    assert [name for name in names if f'"{name}"' not in runner] == []
