@@ -165,3 +165,22 @@ def test_every_marked_code_block_is_run_by_a_test():
     names = [name for page in pages for name in code_blocks(page)]
     assert len(names) >= 8
     assert [name for name in names if f'"{name}"' not in runner] == []
+
+
+def test_lists_written_for_github_are_indented_for_python_markdown():
+    """A CommonMark item's second paragraph, table and code fence (2 spaces) reach Python-Markdown indented 4,
+    and the next item still starts a new item; what is outside lists is left alone."""
+    import markdown
+
+    spec = importlib.util.spec_from_file_location("mkdocs_hooks", ROOT / "scripts" / "mkdocs_hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    page = ("Intro\n\n- **One**: first\n  line\n\n  | a | b |\n  | --- | --- |\n  | 1 | 2 |\n\n  ```sh\n  run\n    deeper\n"
+            "  ```\n  last paragraph\n- **Two**\n  - nested\n    more\n\n```\n  top-level code\n```\n")
+    fixed = hooks.commonmark_lists(page)
+    assert fixed.startswith("Intro\n\n- **One**: first\n    line\n\n    | a | b |")
+    assert "    ```sh\n    run\n      deeper\n    ```\n    last paragraph\n\n- **Two**\n    - nested\n        more" in fixed
+    assert fixed.endswith("```\n  top-level code\n```\n")
+    html = markdown.markdown(fixed, extensions=["tables", "pymdownx.superfences"])
+    assert html.count("<li>") == 3 and "<table>" in html and html.count("<pre") == 2
+    assert re.search(r"<li>\s*<p><strong>Two</strong>", html)  # a new item, not a line of the first
