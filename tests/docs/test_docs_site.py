@@ -184,3 +184,22 @@ def test_lists_written_for_github_are_indented_for_python_markdown():
     html = markdown.markdown(fixed, extensions=["tables", "pymdownx.superfences"])
     assert html.count("<li>") == 3 and "<table>" in html and html.count("<pre") == 2
     assert re.search(r"<li>\s*<p><strong>Two</strong>", html)  # a new item, not a line of the first
+
+
+NUMBERS = {word: n for n, word in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty".split())}
+
+
+def test_the_architecture_s_hop_and_file_counts_agree_with_its_table():
+    """docs/architecture.md, "One step, end to end": the hops and files it counts in words are its table's
+    rows and the distinct files of their second column (issue 37 found them disagreeing once)."""
+    section = (DOCS / "architecture.md").read_text().split("\n## One step, end to end\n", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| (\d+) \| `([^`]+)`", section, re.MULTILINE)
+    assert [int(n) for n, _ in rows] == list(range(1, len(rows) + 1))
+    hops = re.search(r"\b(\w+) hops, (\w+) thread crossings", section)
+    assert hops and NUMBERS[hops.group(1).lower()] == len(rows)
+    crossings = sum(line.count("⇒") for line in section.splitlines() if line.startswith("| "))
+    assert NUMBERS[hops.group(2).lower()] == crossings
+    files = re.search(r"The hops belong to (\w+) files", section)
+    assert files and NUMBERS[files.group(1).lower()] == len({path for _, path in rows})
