@@ -39,6 +39,8 @@ setup(
             "rl_zoo3>=2.3",  # RL Zoo's hyperparameter files, for zoo:ALGO/ENV presets (read, never imported)
             "ray>=2.60,<3",  # run.py --ray: learners as Ray actors (tests/e2e/test_ray.py)
             "scipy>=1.10",  # chi-square, binomial and Kolmogorov-Smirnov tests of the behaviour policy's draws
+            "mkdocs==1.6.1",  # the documentation site (mkdocs.yml), built --strict by tests/docs
+            "mkdocs-material==9.8.2",  # its theme
         ],
         "ray": ["ray>=2.60,<3"],  # run.py --ray (docs/distributed.md); never imported without it
     },

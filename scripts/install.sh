@@ -1,7 +1,8 @@
 #!/bin/sh
 # Install Shepherd into ./.venv. With --test, also what the test suite needs.
 #   scripts/install.sh          the server, its clients and presets
-#   scripts/install.sh --test   ... and pytest, Playwright, the example clients' needs, and (through apt,
+#   scripts/install.sh --test   ... and pytest, Playwright, mkdocs (the documentation site), the example
+#                               clients' needs, and (through apt,
 #                               when missing) Node.js, npm, Chromium and wrk (benchmarks/perf.py's load
 #                               generator); then onnxruntime-node into examples/node_modules (cartpole_onnx.js)
 # torch is installed first, pinned to the CPU build that pip finds on this kind of machine, so that

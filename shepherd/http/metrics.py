@@ -5,7 +5,7 @@ requests by route and status.
 The core keeps plain numbers and plain histograms (`shepherd.agents.timing`) and knows nothing of
 Prometheus; only this module does. Everything per agent is read at scrape time, so the step path pays
 for no metric of its own but one timestamp per act request and a few histogram observations per batch
-on the learner's thread. The families and what they mean are listed in README.md ("Monitoring").
+on the learner's thread. The families and what they mean are listed in docs/how-to/long-running.md ("Monitoring").
 """
 
 from __future__ import annotations

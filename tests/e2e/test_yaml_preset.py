@@ -1,7 +1,7 @@
 """A YAML preset as a user runs it: ``run.py -p FILE.yaml --clients 4`` with -cp and --seed reaches its
 target over HTTP. The tiny YAML test preset keeps CI short (10-15 s on 2 idle cores); the bundled
 cartpole_ppo_yaml, the same preset as cartpole_ppo (tests/unit/test_preset_yaml.py), takes about a minute
-with 4 clients: `python -m pytest -m slow` runs it (tests/e2e/test_presets.py), the README's table has its
+with 4 clients: `python -m pytest -m slow` runs it (tests/e2e/test_presets.py), docs/reports/presets.md has its
 times."""
 
 import subprocess

@@ -58,7 +58,7 @@ def test_the_folder_lock_is_exclusive_and_released(tmp_path):
 
 
 def test_the_data_folder_and_the_lock_file_are_private(tmp_path):
-    """README: the data folder is 0700, its files 0600, whatever the umask; a data folder an earlier version
+    """docs/getting-started.md: the data folder is 0700, its files 0600, whatever the umask; a data folder an earlier version
     left 0755 (with a 0644 lock) is made private; an existing folder that holds no store is left as it is."""
     previous = os.umask(0o022)
     try:
