@@ -32,6 +32,7 @@ setup(
             "pytest>=8",
             "pytest-aiohttp>=1.0",
             "pytest-timeout>=2.2",
+            "pytest-xdist>=3.5",  # -n 2: the fast tier on both cores (CONTRIBUTING.md)
             "requests>=2.28",  # examples/seed_client.py, the original client, uses it
             "schemathesis>=4.0",  # fuzzes the running server against its OpenAPI description
             "playwright>=1.40",
