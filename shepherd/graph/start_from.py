@@ -75,7 +75,7 @@ class StartingCheckpoints:
         """
         shown = f"-crf {file}"
         if len(preset.agents) != 1:
-            raise PresetError(f"{shown}: one model zip starts a preset of one agent; {preset.name} has "
+            raise PresetError(f"{shown}: one model zip starts a preset of one agent, and this one has "
                               f"{len(preset.agents)}: start it from a data folder with -crd DIR")
         spec = preset.agents[0]
         if spec.sharing is not Sharing.POOLED:
@@ -148,7 +148,7 @@ def _check_fits(spec: AgentSpec, schedule: Schedule, files: tuple[tuple[str, Pat
         try:
             differences = learner.checkpoint_mismatch(path)
         except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
-            raise PresetError(f"{shown}: {path} is not a model zip ({type(error).__name__}: {error})") from None
+            raise PresetError(f"{shown}: {path.name} is not a model zip ({type(error).__name__}: {error})") from None
         if differences:
             listed = "; ".join(differences[:3]) + (f"; and {len(differences) - 3} more" if len(differences) > 3 else "")
             raise PresetError(f"{shown}: the model {path} does not fit agent {spec.name}'s network and spaces "
