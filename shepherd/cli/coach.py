@@ -18,17 +18,18 @@ from shepherd.graph.start_from import StartingCheckpoints
 from shepherd.graph.validation import Outcome
 from shepherd.level import Phase
 
-#: how often ``--evaluate N`` looks whether N env steps were served
-EVALUATE_POLL_SECONDS = 0.05
+#: how often ``--evaluate N`` looks whether N env steps were served (a few sums of counters: costs nothing)
+EVALUATE_POLL_SECONDS = 0.01
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--evaluate", nargs="?", const=0, type=int, default=None, metavar="N",
                         help="serve every session greedily and learn nothing: every login is answered in evaluate "
                              "mode, whatever it asked (its reply says \"mode\": \"evaluate\", as the deploy server's "
-                             "does), no weight changes and no checkpoint is written; stop after N env steps served "
-                             "(summed over every session and agent; steps answered while it stops are served too), or, "
-                             "with 0 or no N, when stopped (Ctrl-C). Exit status 0")
+                             "does), no weight changes and no checkpoint is written; stop once N env steps were served "
+                             "(summed over every session and agent, looked at every 0.01 s: the steps answered "
+                             "meanwhile and while it stops are served too, and counted in the lines it prints at the "
+                             "end), or, with 0 or no N, when stopped (Ctrl-C). Exit status 0")
     start = parser.add_mutually_exclusive_group()
     start.add_argument("-crd", "--checkpoint-restore-dir", "--checkpoint_restore_dir", dest="checkpoint_restore_dir",
                        type=Path, metavar="DIR",
@@ -116,6 +117,21 @@ def apply_to_graph(graph: GraphManager, args: argparse.Namespace) -> StartingChe
     return StartingCheckpoints.of_file(args.checkpoint_restore_file, graph.preset)
 
 
+def start_lines(args: argparse.Namespace, start_from: StartingCheckpoints | None) -> tuple[str, ...]:
+    """What the options change, for the start-up lines: where each agent started from, how the run stops."""
+    lines = []
+    if start_from is not None:
+        lines += [f"  agent {name} starts from {start_from.shown}" for name in start_from.laid]
+        lines += [f"  agent {name} resumes its own model in the data folder ({start_from.shown} starts agents without "
+                  "one)" for name in start_from.models if name not in start_from.laid]
+    if args.evaluate is not None:
+        until = f"it stops after {args.evaluate:,} env steps" if args.evaluate else "it serves until stopped"
+        lines.append(f"--evaluate: every login is answered in evaluate mode (greedy actions, nothing learned); {until}")
+    if args.apply_stop_condition and not args.clients:
+        lines.append("-asc: the server stops once an evaluation of the validated agent reaches the preset's target")
+    return tuple(lines)
+
+
 def evaluated_steps(graph: GraphManager) -> int:
     """The env steps served in evaluate mode so far (every served learner's, since it started)."""
     return sum(runtime.phase_steps[Phase.DEPLOY] for runtime in graph.every_runtime())
@@ -127,7 +143,7 @@ async def stop_after(graph: GraphManager, steps: int, outcome: Outcome, stop: as
     client (``--clients``) exited; ``outcome`` says which."""
     while not stop.is_set():
         if steps and evaluated_steps(graph) >= steps:
-            outcome.code, outcome.reason = EXIT_OK, f"evaluated {evaluated_steps(graph):,} env steps (--evaluate {steps})"
+            outcome.code, outcome.reason = EXIT_OK, f"--evaluate {steps}: stopped at {evaluated_steps(graph):,} env steps"
             stop.set()
         elif clients and all(process.returncode is not None for process in clients):
             codes = ", ".join(str(process.returncode) for process in clients)

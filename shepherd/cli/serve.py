@@ -263,7 +263,7 @@ async def serve(graph: GraphManager, args: argparse.Namespace, start_from: Start
         if front_ends is not None:
             print(f"Front ends: {args.front_ends} processes answer {url} (pids "
                   f"{', '.join(map(str, front_ends.pids))}); this process answers them on {server.url}", flush=True)
-        announce(graph, url, args.data, keys, server.admin_token)
+        announce(graph, url, args.data, keys, server.admin_token, coach.start_lines(args, start_from))
         if args.clients and graph.validation is not None:
             agent_id = graph.preset_agent_id(graph.validation.agent or graph.agents[0].name)
             local = await operations.add_key(agent_id, "local clients of run.py --clients")

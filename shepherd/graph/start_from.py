@@ -31,6 +31,8 @@ class StartingCheckpoints:
 
     shown: str
     models: dict[str, tuple[tuple[str, Path], ...]] = field(default_factory=dict)
+    #: the agents `lay` gave their models (the others resume their own)
+    laid: list[str] = field(default_factory=list, compare=False)
 
     @classmethod
     def of_folder(cls, folder: Path, preset: Preset) -> StartingCheckpoints:
@@ -95,12 +97,13 @@ class StartingCheckpoints:
             return False
         folder = store.agent_folder(record.id)
         if checkpoint.model_path(folder).exists() or (folder / CLIENTS_FOLDER).is_dir():
-            logger.warning("agent %s resumes its own checkpoint in %s (%s starts agents without one)", record.name,
-                           folder, self.shown)
+            logger.info("agent %s resumes its own checkpoint in %s (%s starts agents without one)", record.name,
+                        folder, self.shown)
             return False
         for relative, source in files:
             checkpoint.copy(source, folder / relative)
         logger.info("agent %s starts from %s", record.name, ", ".join(str(source) for _, source in files))
+        self.laid.append(record.name)
         return True
 
 

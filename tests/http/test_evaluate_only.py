@@ -98,7 +98,7 @@ async def test_stop_after_n_env_steps(aiohttp_client, tmp_path):
     await send(client, key, 1, episode=1000)
     await asyncio.wait_for(stop.wait(), 5)
     await watcher
-    assert outcome.code == 0 and "evaluated 25 env steps (--evaluate 25)" in outcome.reason
+    assert outcome.code == 0 and outcome.reason == "--evaluate 25: stopped at 25 env steps"
     assert coach.evaluation_lines(graph) == ["agent pole: 25 env steps, 0 episodes completed in evaluate mode "
                                              "(their returns are on its curve, phase deploy)"]
 

@@ -82,6 +82,7 @@ async def test_the_agents_start_from_the_other_folder_s_checkpoints(aiohttp_clie
     trained = policy(source / "agents" / "1" / "model.zip")
     assert same(served_policy(client.server.app), trained)
     assert (tmp_path / "data" / "agents" / "1" / "model.zip").exists()  # copied into the served data folder
+    assert start_from.laid == ["pole"]
 
 
 async def test_an_agent_with_a_model_of_its_own_resumes_it(aiohttp_client, tmp_path, source):
@@ -91,7 +92,7 @@ async def test_an_agent_with_a_model_of_its_own_resumes_it(aiohttp_client, tmp_p
     manager = graph()
     start_from = StartingCheckpoints.of_folder(source, manager.preset)
     client = await aiohttp_client(create_app(ServerConfig(manager, data, start_from=start_from)))
-    assert same(served_policy(client.server.app), own)
+    assert same(served_policy(client.server.app), own) and start_from.laid == []
     assert not same(own, policy(source / "agents" / "1" / "model.zip"))
 
 
