@@ -105,3 +105,17 @@ def test_asc_without_clients_is_decided_by_a_reached_target_only():
     assert outcome.code is None and not stop.is_set()
     listener(runtime, EvaluationResult(2, 3_000, 480.0, (480.0,)))
     assert outcome.code == 0 and stop.is_set() and "target reached" in outcome.reason
+
+
+async def test_evaluate_with_local_clients_ends_once_every_client_exited():
+    manager = SimpleNamespace(every_runtime=lambda: [])  # nothing served yet: 0 steps
+    clients = [SimpleNamespace(returncode=None), SimpleNamespace(returncode=None)]
+    outcome, stop = Outcome(), asyncio.Event()
+    watcher = asyncio.create_task(coach.stop_after(manager, 100, outcome, stop, clients))
+    await asyncio.sleep(3 * coach.EVALUATE_POLL_SECONDS)
+    clients[0].returncode = 0
+    await asyncio.sleep(3 * coach.EVALUATE_POLL_SECONDS)
+    assert not stop.is_set()  # one still runs
+    clients[1].returncode = 1
+    await asyncio.wait_for(watcher, 5)
+    assert stop.is_set() and outcome.code == 1 and outcome.reason == "every local client exited (status 0, 1)"
