@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import gymnasium as gym
@@ -157,3 +158,38 @@ def test_run_py_refuses_a_misfit_in_one_line_before_serving(tmp_path, source, ca
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and err.startswith(f"error: -crd {source}: the model"), err
     assert "Traceback" not in err and not (tmp_path / "data").exists()  # nothing was created
+
+
+async def test_an_advised_agent_starts_with_every_client_of_the_other_folder(tmp_path):
+    def advised(seed: int) -> GraphManager:
+        values = {"n_envs": 1, "n_steps": 16, "batch_size": 16, "n_epochs": 1, "seed": seed,
+                  "policy_kwargs": {"net_arch": [8]}}
+        return GraphManager(owner="tests", agents=[AgentSpec("arms", "PPO", OBS, 2, values, sharing="advised")],
+                            schedule=Schedule(checkpoint_every_seconds=3600.0))
+
+    source = tmp_path / "trained"
+    manager, store = advised(1), Store(source)
+    key = manager.create_graph(store, serving_here())["arms"]
+    for name in ("left", "right"):
+        manager.logout(manager.login(key, client=name).key)  # each name builds its client's learner
+    manager.end_sessions()
+    await asyncio.to_thread(manager.close)
+    store.close()
+    clients = source / "agents" / "1" / "clients"
+    assert sorted(path.name for path in clients.iterdir()) == ["left", "right"]
+
+    manager = advised(0)  # other weights than the source's at seed 1
+    start_from = StartingCheckpoints.of_folder(source, manager.preset)
+    store = Store(tmp_path / "served")
+    manager.create_graph(store, replace(serving_here(), start_from=start_from))
+    try:
+        served = manager.served.agents[1].clients
+        assert sorted(served) == ["left", "right"] and start_from.laid == ["arms"]
+        for name in ("left", "right"):
+            model = served[name].learner.algorithm.model
+            now = {k: v.detach().numpy() for k, v in model.policy.state_dict().items()}
+            assert same(now, policy(clients / name / "model.zip"))
+    finally:
+        manager.end_sessions()
+        await asyncio.to_thread(manager.close)
+        store.close()
