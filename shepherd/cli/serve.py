@@ -9,6 +9,7 @@ import asyncio
 import signal
 import socket
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -252,6 +253,7 @@ async def serve(graph: GraphManager, args: argparse.Namespace, start_from: Start
         loop.add_signal_handler(sig, stop.set)
     operations = server.admin.acting_as(ADMIN)  # keys are created and revoked through the admin service
     clients: list[asyncio.subprocess.Process] = []
+    names: list[str] | None = None
     local_key_id = None
     monitor: asyncio.Task | None = None
     try:
@@ -274,19 +276,7 @@ async def serve(graph: GraphManager, args: argparse.Namespace, start_from: Start
             if names:
                 print(f"local clients of advised agent {graph.validation.agent or graph.agents[0].name}: "
                       f"{', '.join(names)}", flush=True)
-            if evaluating:
-                monitor = asyncio.create_task(coach.stop_after(graph, args.evaluate, outcome, stop, clients))
-            else:
-                watch(graph, agent_id, outcome, stop, names or ())
-                monitor = asyncio.create_task(progress(graph, agent_id, clients, outcome, stop, args.quiet))
-        elif evaluating:  # no progress lines: the steps and phases they show are training's
-            monitor = asyncio.create_task(coach.stop_after(graph, args.evaluate, outcome, stop))
-        else:
-            if args.apply_stop_condition and graph.validation is not None:
-                watch(graph, graph.preset_agent_id(graph.validation.agent or graph.agents[0].name), outcome, stop,
-                      reached_only=True)
-            if not args.quiet:
-                monitor = asyncio.create_task(report_progress(graph))
+        monitor = watch_run(graph, args, outcome, stop, clients, names or ())
         await stop.wait()
     finally:
         if monitor is not None:
@@ -295,7 +285,7 @@ async def serve(graph: GraphManager, args: argparse.Namespace, start_from: Start
         if local_key_id is not None:
             await operations.revoke_key(local_key_id)
         served = coach.evaluation_lines(graph) if evaluating else []
-        print("\nstopping (--evaluate: no checkpoint) ..." if evaluating else "\nstopping: checkpointing the agents ...",
+        print("\nstopping" + (" (--evaluate: no checkpoint) ..." if evaluating else ": checkpointing the agents ..."),
               flush=True)
         if front_ends is not None:
             front_ends.terminate()  # they finish their open requests while this process answers them
@@ -318,6 +308,23 @@ async def serve(graph: GraphManager, args: argparse.Namespace, start_from: Start
     if outcome.reached:  # -asc
         print(outcome.reason, flush=True)
     return EXIT_OK
+
+
+def watch_run(graph: GraphManager, args: argparse.Namespace, outcome: Outcome, stop: asyncio.Event,
+              clients: list[asyncio.subprocess.Process], names: Sequence[str]) -> asyncio.Task | None:
+    """What decides when the run stops (setting ``stop``, with ``outcome``), and prints its progress: --evaluate's
+    step count; the local clients' validation run (``clients``, of client ``names`` for an advised agent); -asc's
+    target; else only the progress lines (none with --quiet). Returns the task to cancel at the stop."""
+    if args.evaluate is not None:  # no progress lines: the steps and phases they show are training's
+        return asyncio.create_task(coach.stop_after(graph, args.evaluate, outcome, stop, clients))
+    validation = graph.validation
+    validated = None if validation is None else graph.preset_agent_id(validation.agent or graph.agents[0].name)
+    if clients and validated is not None:
+        watch(graph, validated, outcome, stop, names)
+        return asyncio.create_task(progress(graph, validated, clients, outcome, stop, args.quiet))
+    if args.apply_stop_condition and validated is not None:
+        watch(graph, validated, outcome, stop, reached_only=True)
+    return None if args.quiet else asyncio.create_task(report_progress(graph))
 
 
 async def start_front_ends(server: RunningServer, config: ServerConfig, args: argparse.Namespace,
