@@ -32,6 +32,22 @@ def write(path: Path, model_zip: bytes, learner: dict[str, Any], state: dict[str
     atomic_write_bytes(path, buffer.getvalue())
 
 
+def copy(source: Path, target: Path) -> None:
+    """Write the model zip ``source`` as the checkpoint ``target``: as it is when it is a checkpoint, else (SB3's
+    own zip, ``PPO.save``) with empty counters added.
+
+    Raises:
+        OSError, zipfile.BadZipFile: ``source`` cannot be read, or is not a zip; ``target`` cannot be written.
+    """
+    data = source.read_bytes()
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        is_checkpoint = STATE_MEMBER in archive.namelist()
+    if is_checkpoint:
+        atomic_write_bytes(target, data)
+    else:
+        write(target, data, {}, {})
+
+
 def read_state(path: Path) -> dict[str, Any]:
     """What `write` added: ``{"learner": ..., "schedule": ...}``.
 

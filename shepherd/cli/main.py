@@ -10,7 +10,7 @@ import argparse
 import logging
 import sys
 
-from shepherd.cli import agents, algorithms, keys, presets, serve, users
+from shepherd.cli import agents, algorithms, coach, keys, presets, serve, users
 from shepherd.cli.common import EXIT_USAGE, UsageError
 from shepherd.deploy import cli as deploy
 
@@ -30,11 +30,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python run.py",
         description="Shepherd: reinforcement learning as a service. Serves a preset's agents over JSON/HTTP; "
                     "with --clients it also drives them with local gymnasium clients and exits 0 once the "
-                    "preset's target evaluation return is reached (1 if not, 2 on bad usage).",
+                    "preset's target evaluation return is reached (1 if not, 2 on bad usage); -asc stops at the "
+                    "target without --clients too, --evaluate serves greedily and learns nothing.",
         epilog="Examples: python run.py -l | python run.py -p cartpole_ppo | "
                "python run.py -p cartpole_ppo --clients 4 | "
                "python run.py -p cartpole_ppo_yaml -cp agents.cartpole.parameters.learning_rate=0.0003 --seed 1 | "
-               "python run.py check cartpole_ppo_yaml | python run.py agents list. The admin commands work "
+               "python run.py check cartpole_ppo_yaml | python run.py agents list | "
+               "python run.py -p cartpole_ppo -crd trained-data --evaluate 10000 (Coach's options: --evaluate, "
+               "-crd, -crf, -s, -asc, -e; docs/command-line.md). The admin commands work "
                "on the data folder's store when no server runs, and through the server that holds it when one "
                "does.")
     parser.add_argument("-p", "--preset", help="preset to serve: a name from -l (presets/NAME.py or "
@@ -60,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         serve.apply_parameter_bounds(args)
+        coach.apply_experiment(args)  # -e NAME: DATA/NAME, for serving and the admin commands alike
         if getattr(args, "command", None):
             if args.command != "check" and (args.overrides or args.seed is not None):
                 parser.error("-cp and --seed change a preset: use them with -p PRESET or `check PRESET`")

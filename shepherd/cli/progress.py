@@ -165,7 +165,10 @@ async def progress(graph: GraphManager, agent_id: int, clients: list, outcome: O
             stop.set()
 
 
-def announce(graph: GraphManager, url: str, data: Path, keys: dict[str, str], admin_token: str = "") -> None:
+def announce(graph: GraphManager, url: str, data: Path, keys: dict[str, str], admin_token: str = "",
+             coach_lines: tuple[str, ...] = ()) -> None:
+    """The start-up lines; ``coach_lines`` (`shepherd.cli.coach.start_lines`) go before the last, which says how to
+    stop."""
     print(f"Shepherd serving preset {graph.name} at {url}  (data: {data.resolve()})")
     preset = graph.preset_runtimes()
     for agent in graph.preset_agents():
@@ -200,7 +203,12 @@ def announce(graph: GraphManager, url: str, data: Path, keys: dict[str, str], ad
     else:
         print("Admin token: shown at the first start; `python run.py admin-token` replaces it (and prints "
               "the new one).")
-    print("Stop with Ctrl-C: the agents are checkpointed and resume at the next start.", flush=True)
+    for line in coach_lines:
+        print(line)
+    if graph.evaluates_only:
+        print("Stop with Ctrl-C (--evaluate: nothing is learned and no checkpoint is written).", flush=True)
+    else:
+        print("Stop with Ctrl-C: the agents are checkpointed and resume at the next start.", flush=True)
 
 
 def agent_ref(graph: GraphManager, record: AgentRecord) -> str:

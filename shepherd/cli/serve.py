@@ -9,10 +9,12 @@ import asyncio
 import signal
 import socket
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from shepherd.agents.bounds import DEFAULT_BOUNDS, parse_bound, set_bounds
+from shepherd.cli import coach
 from shepherd.cli.common import EXIT_NOT_REACHED, EXIT_OK, UsageError
 from shepherd.wire.steps import DEFAULT_MAX_REWARD, set_max_reward
 from shepherd.cli.progress import (PROGRESS_SECONDS, announce, local_client_names, preset_records, progress,
@@ -25,6 +27,7 @@ from shepherd.storage import new_secret
 
 if TYPE_CHECKING:
     from shepherd.front.supervisor import FrontEnds
+    from shepherd.graph.start_from import StartingCheckpoints
     from shepherd.http import ServerConfig
     from shepherd.http.server import RunningServer
 
@@ -124,6 +127,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics", choices=("off", "local", "open"), default="local",
                         help="who may read GET /metrics: off (404), local (loopback clients, or the admin "
                              "token as Bearer), open (anyone) (default %(default)s)")
+    coach.add_arguments(parser)
 
 
 def apply_parameter_bounds(args: argparse.Namespace) -> None:
@@ -166,8 +170,10 @@ def serve_command(args: argparse.Namespace) -> int:
                          "leave out --acting or --ray")
     if not args.front_end_snapshots and not args.front_ends:
         raise UsageError("--no-front-end-snapshots needs --front-ends")
+    coach.check_arguments(args)
     try:
         graph = GraphManager.of(load_preset(args.preset, overrides=args.overrides or (), seed=args.seed))
+        start_from = coach.apply_to_graph(graph, args)
         if args.clients and graph.validation is None:
             raise PresetError(f"preset {graph.name} has no validation block, so --clients has no env to run")
         if args.clients and graph.validation is not None and 0 < args.max_clients < args.clients:
@@ -176,8 +182,8 @@ def serve_command(args: argparse.Namespace) -> int:
                 raise PresetError(f"--clients {args.clients} would be {args.clients} client names of advised agent "
                                   f"{target}, more than --max-clients {args.max_clients}")
         if args.ray is not None:
-            return serve_on_ray(graph, args)
-        return asyncio.run(serve(graph, args))
+            return serve_on_ray(graph, args, start_from)
+        return asyncio.run(serve(graph, args, start_from))
     except PresetError as error:
         raise UsageError(str(error)) from None
     except StopFailed as error:
@@ -185,7 +191,7 @@ def serve_command(args: argparse.Namespace) -> int:
         return EXIT_NOT_REACHED
 
 
-def serve_on_ray(graph: GraphManager, args: argparse.Namespace) -> int:
+def serve_on_ray(graph: GraphManager, args: argparse.Namespace, start_from: StartingCheckpoints | None = None) -> int:
     """Serve with every learner (a pooled agent's, each client's of an advised one) in a Ray actor (imports
     ray only now)."""
     try:
@@ -198,7 +204,7 @@ def serve_on_ray(graph: GraphManager, args: argparse.Namespace) -> int:
         raise UsageError(f"cannot start or reach Ray ({args.ray}): {type(error).__name__}: {error}") from None
     graph.remote_learners = ray_cluster.RayLearners()
     try:
-        return asyncio.run(serve(graph, args))
+        return asyncio.run(serve(graph, args, start_from))
     finally:
         ray_cluster.disconnect()
 
@@ -207,7 +213,7 @@ class StopFailed(Exception):
     """The server stopped, but not cleanly (``server.json`` left behind, say): exit status 1."""
 
 
-async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
+async def serve(graph: GraphManager, args: argparse.Namespace, start_from: StartingCheckpoints | None = None) -> int:
     from shepherd.admin import ADMIN
     from shepherd.http import ServerConfig
     from shepherd.front.supervisor import reserve_port
@@ -223,7 +229,8 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
                           metrics=args.metrics, max_envs_per_session=args.max_envs,
                           max_clients_per_agent=args.max_clients or None,
                           front_end_token=new_secret() if args.front_ends else None,
-                          front_end_snapshots=args.front_end_snapshots)
+                          front_end_snapshots=args.front_end_snapshots, evaluate_only=args.evaluate is not None,
+                          start_from=start_from)
     try:
         check_address(args.host, args.port)  # before the store creates keys and the admin token, shown once
         holder = reserve_port(args.host, args.port) if args.front_ends else None
@@ -239,13 +246,14 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
     url, front_ends = server.url, None
     if holder is not None:
         front_ends, url = await start_front_ends(server, config, args, holder)
-    outcome = Outcome()
+    outcome, evaluating = Outcome(), args.evaluate is not None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     operations = server.admin.acting_as(ADMIN)  # keys are created and revoked through the admin service
     clients: list[asyncio.subprocess.Process] = []
+    names: list[str] | None = None
     local_key_id = None
     monitor: asyncio.Task | None = None
     try:
@@ -257,7 +265,7 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
         if front_ends is not None:
             print(f"Front ends: {args.front_ends} processes answer {url} (pids "
                   f"{', '.join(map(str, front_ends.pids))}); this process answers them on {server.url}", flush=True)
-        announce(graph, url, args.data, keys, server.admin_token)
+        announce(graph, url, args.data, keys, server.admin_token, coach.start_lines(args, start_from))
         if args.clients and graph.validation is not None:
             agent_id = graph.preset_agent_id(graph.validation.agent or graph.agents[0].name)
             local = await operations.add_key(agent_id, "local clients of run.py --clients")
@@ -268,10 +276,7 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
             if names:
                 print(f"local clients of advised agent {graph.validation.agent or graph.agents[0].name}: "
                       f"{', '.join(names)}", flush=True)
-            watch(graph, agent_id, outcome, stop, names or ())
-            monitor = asyncio.create_task(progress(graph, agent_id, clients, outcome, stop, args.quiet))
-        elif not args.quiet:
-            monitor = asyncio.create_task(report_progress(graph))
+        monitor = watch_run(graph, args, outcome, stop, clients, names or ())
         await stop.wait()
     finally:
         if monitor is not None:
@@ -279,7 +284,9 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
         await stop_clients(clients)
         if local_key_id is not None:
             await operations.revoke_key(local_key_id)
-        print("\nstopping: checkpointing the agents ...", flush=True)
+        served = coach.evaluation_lines(graph) if evaluating else []
+        print("\nstopping" + (" (--evaluate: no checkpoint) ..." if evaluating else ": checkpointing the agents ..."),
+              flush=True)
         if front_ends is not None:
             front_ends.terminate()  # they finish their open requests while this process answers them
         try:
@@ -291,11 +298,33 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
                 await front_ends.stop()
             if holder is not None:
                 holder.close()
+    if evaluating:
+        print("\n".join([*served, outcome.reason or "stopped"]), flush=True)
+        return EXIT_OK if outcome.code is None else outcome.code
     if args.clients:
         print(outcome.reason or "stopped before the target was reached")
         print(f"data folder: {args.data.resolve()}")
         return EXIT_NOT_REACHED if outcome.code is None else outcome.code
+    if outcome.reached:  # -asc
+        print(outcome.reason, flush=True)
     return EXIT_OK
+
+
+def watch_run(graph: GraphManager, args: argparse.Namespace, outcome: Outcome, stop: asyncio.Event,
+              clients: list[asyncio.subprocess.Process], names: Sequence[str]) -> asyncio.Task | None:
+    """What decides when the run stops (setting ``stop``, with ``outcome``), and prints its progress: --evaluate's
+    step count; the local clients' validation run (``clients``, of client ``names`` for an advised agent); -asc's
+    target; else only the progress lines (none with --quiet). Returns the task to cancel at the stop."""
+    if args.evaluate is not None:  # no progress lines: the steps and phases they show are training's
+        return asyncio.create_task(coach.stop_after(graph, args.evaluate, outcome, stop, clients))
+    validation = graph.validation
+    validated = None if validation is None else graph.preset_agent_id(validation.agent or graph.agents[0].name)
+    if clients and validated is not None:
+        watch(graph, validated, outcome, stop, names)
+        return asyncio.create_task(progress(graph, validated, clients, outcome, stop, args.quiet))
+    if args.apply_stop_condition and validated is not None:
+        watch(graph, validated, outcome, stop, reached_only=True)
+    return None if args.quiet else asyncio.create_task(report_progress(graph))
 
 
 async def start_front_ends(server: RunningServer, config: ServerConfig, args: argparse.Namespace,

@@ -12,40 +12,26 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Callable
 
-from shepherd.agents import (AgentClosed, AgentFailed, Deliver, NotClientActing, ParameterError, ServedLearner,
+from shepherd.agents import (AgentClosed, AgentFailed, NotClientActing, ParameterError, ServedLearner,
                              algorithm_info, check_parameters, learner_for, parameters, registry_records)
 from shepherd.agents.bounds import check_bounds
-from shepherd.graph.agent import MAX_CLIENTS, Building, ServedAgent, kind_of, of_kind
+from shepherd.graph.agent import Building, ServedAgent, kind_of, of_kind
 from shepherd.graph.preset import AgentSpec, Preset, PresetError, PresetValidation, Problem
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.graph.schedule import EvaluationResult, Schedule
 from shepherd.graph.reconcile import learner_values, reconcile
 from shepherd.graph.served import A, ServedAgents
 from shepherd.graph.sessions import Acted, Session, SessionTable, TooManyEnvs, Unauthorized
+from shepherd.graph.serving import Serving
 from shepherd.wire import Step
 from shepherd.lessons import lessons_to_json
 from shepherd.wire.spaces import SpaceError
 from shepherd.storage import AgentRecord, Store, hash_key
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Serving:
-    """How a graph serves its sessions, given once to `GraphManager.create_graph`.
-
-    ``deliver`` runs the learners' answers on the thread that drives the graph (an event loop's
-    ``call_soon_threadsafe``; None: on the learners' threads, for callers that block on futures).
-    """
-
-    deliver: Deliver | None = None
-    act_timeout_seconds: float = 30.0
-    max_sessions_per_agent: int | None = None
-    max_envs_per_session: int = 1024  # the most envs one vector session may drive
-    max_clients_per_agent: int | None = MAX_CLIENTS  # the most client names an agent takes (None: any)
 
 
 #: the schedule of agents that no preset declares (added by the admin commands or API)
@@ -205,6 +191,8 @@ class GraphManager:
                 created_keys[spec.name], _ = store.add_api_key(record.id, label="created by preset")
             else:
                 record = reconcile(store, record, spec, parameters, functools.partial(self.schedule_for, record))
+            if self._serving.start_from is not None:  # checked before the start (`StartingCheckpoints.check`)
+                self._serving.start_from.lay(store, record)
             self._preset_ids.add(record.id)
             self._start(record)
         self.not_started = []
@@ -313,6 +301,7 @@ class GraphManager:
         agent = self.served.agents.get(record.id)
         if agent is None:
             raise Unauthorized("this API key's agent is not served by this server")
+        evaluate_only = evaluate_only or self._serving.evaluate_only
         runtime = agent.session_runtime(client, evaluate_only)
         if runtime.learner.failure is not None:
             raise AgentFailed(f"agent {runtime.label} failed ({runtime.learner.failure}); an admin can restart it")
@@ -367,6 +356,11 @@ class GraphManager:
         return await session.step(step, self._serving.act_timeout_seconds)
 
     @property
+    def evaluates_only(self) -> bool:
+        """Every login is answered in evaluate mode (`Serving.evaluate_only`)."""
+        return self._serving.evaluate_only
+
+    @property
     def act_timeout(self) -> float:
         """How long a step, or a client-acting session's plan or policy file, may wait for its learner."""
         return self._serving.act_timeout_seconds
@@ -394,7 +388,7 @@ class GraphManager:
             self._served.abort()
 
     def close(self) -> None:
-        """Checkpoint every agent and stop the learners. Blocks: run it off the event loop, after
-        `end_sessions`."""
+        """Checkpoint every agent (unless it serves `evaluates_only`) and stop the learners. Blocks: run it off the
+        event loop, after `end_sessions`."""
         if self._served is not None:
-            self._served.close()
+            self._served.abort() if self._serving.evaluate_only else self._served.close()

@@ -56,12 +56,13 @@ def judge(validation: PresetValidation, result: EvaluationResult, budget_finishe
 
 
 def watch(graph: GraphManager, agent_id: int, outcome: Outcome, stop: asyncio.Event,
-          clients: Iterable[str] = ()) -> Callable[[AgentRuntime, EvaluationResult], None]:
+          clients: Iterable[str] = (), reached_only: bool = False) -> Callable[[AgentRuntime, EvaluationResult], None]:
     """Decide ``outcome`` from each evaluation of the validated agent, once, and set ``stop`` then. An
     advised agent reaches the target once every client's last evaluation does, every client it has and
     every name in ``clients`` (the local clients `run.py --clients` starts, counted before their first
     login, so a fast client cannot end the run before a slow one has logged in); one client that spends its
-    budget below it decides "not reached".
+    budget below it decides "not reached", unless ``reached_only`` (``run.py -asc`` serving other clients: only
+    the target reached decides, and serving goes on past ``max_steps``).
     Returns the listener added to ``graph.evaluation_listeners`` (for the caller to remove).
 
     The agent is known by its store id: a restart (from the dashboard or the admin commands) gives it a
@@ -94,7 +95,7 @@ def watch(graph: GraphManager, agent_id: int, outcome: Outcome, stop: asyncio.Ev
                                   + f" >= {validation.target_return:g}")
             elif decided.decided:
                 decided.reason = f"client {runtime.client}: {decided.reason}"
-        if decided.decided:
+        if decided.decided and (decided.reached or not reached_only):
             outcome.code, outcome.reason = decided.code, decided.reason
             logger.info("validation of agent id %d: %s", agent_id, decided.reason)
             stop.set()

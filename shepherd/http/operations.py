@@ -70,6 +70,8 @@ async def login_reply(app: web.Application, body: bytes, address: str) -> web.Re
         reply["client"] = session.runtime.client
     if session.mask_space is not None:
         reply["action_masks"] = True
+    if graph.evaluates_only:  # run.py --evaluate: every login, whatever it asked, as the deploy server says
+        reply["mode"] = "evaluate"
     return _noted(_json(reply), _front_ends_snapshot(app, session))
 
 

@@ -12,6 +12,7 @@ from aiohttp import web
 from shepherd.admin import AdminService
 from shepherd.graph import GraphManager
 from shepherd.graph.agent import MAX_CLIENTS
+from shepherd.graph.start_from import StartingCheckpoints
 from shepherd.http.limits import LoginThrottle, RateLimiter
 from shepherd.http.metrics import Metrics
 from shepherd.http.signins import SignInTable
@@ -56,6 +57,11 @@ class ServerConfig:
     # with front ends: whether they answer evaluate-mode steps from snapshots of the greedy policy (False: every
     # step comes here, as a training step does)
     front_end_snapshots: bool = True
+    # run.py --evaluate: every login answered in evaluate mode ("mode": "evaluate" in its reply), nothing learned,
+    # no checkpoint written at the stop
+    evaluate_only: bool = False
+    # run.py -crd / -crf: the checkpoints that the preset's agents without a model start from (checked already)
+    start_from: StartingCheckpoints | None = None
 
 
 #: the configuration the app was created with

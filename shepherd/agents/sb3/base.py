@@ -204,14 +204,18 @@ class SB3Algorithm:
         return state
 
     def checkpoint_mismatch(self, path: Path) -> list[str]:
-        """How the policy weights saved at ``path`` differ from this model's, by name and shape (empty:
-        they fit, and `restore` can load them); read without loading them."""
-        _, params, _ = load_from_zip_file(path, device="cpu", load_data=False)
+        """How the spaces and policy weights saved at ``path`` differ from this model's, the weights by name and
+        shape (empty: they fit, and `restore` can load them); read without loading the weights."""
+        loaded, params, _ = load_from_zip_file(path, device="cpu", load_data=True)
+        data = loaded or {}
+        found = [f"{space}: saved {data[space]}, now {getattr(self.model, space)}"
+                 for space in ("observation_space", "action_space")
+                 if data.get(space) is not None and data[space] != getattr(self.model, space)]
         policy: Any = (params or {}).get("policy", {})  # the policy's state dict, as SB3 saved it
         saved = {name: tuple(tensor.shape) for name, tensor in policy.items()}
         now = {name: tuple(tensor.shape) for name, tensor in self.model.policy.state_dict().items()}
-        found = [f"{name}: saved {list(saved[name])}, now {list(now[name])}"
-                 for name in now if name in saved and saved[name] != now[name]]
+        found += [f"{name}: saved {list(saved[name])}, now {list(now[name])}"
+                  for name in now if name in saved and saved[name] != now[name]]
         found += [f"{name}: not in the saved model" for name in now if name not in saved]
         found += [f"{name}: saved, not in the model now" for name in saved if name not in now]
         return found

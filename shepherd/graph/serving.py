@@ -1,0 +1,29 @@
+"""How a graph serves its sessions (`Serving`), given once to `GraphManager.create_graph`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shepherd.agents import Deliver
+from shepherd.graph.agent import MAX_CLIENTS
+from shepherd.graph.start_from import StartingCheckpoints
+
+
+@dataclass(frozen=True)
+class Serving:
+    """How a graph serves its sessions, given once to `GraphManager.create_graph`.
+
+    ``deliver`` runs the learners' answers on the thread that drives the graph (an event loop's
+    ``call_soon_threadsafe``; None: on the learners' threads, for callers that block on futures).
+    ``evaluate_only`` (``run.py --evaluate``): every login is answered in evaluate mode, whatever it asked,
+    so nothing is learned, and no checkpoint is written when the graph closes. ``start_from`` (``run.py -crd``,
+    ``-crf``): the checkpoints that the preset's agents without a model of their own start from.
+    """
+
+    deliver: Deliver | None = None
+    act_timeout_seconds: float = 30.0
+    max_sessions_per_agent: int | None = None
+    max_envs_per_session: int = 1024  # the most envs one vector session may drive
+    max_clients_per_agent: int | None = MAX_CLIENTS  # the most client names an agent takes (None: any)
+    evaluate_only: bool = False
+    start_from: StartingCheckpoints | None = None
