@@ -252,6 +252,9 @@ def main() -> int:
     parser.add_argument("--latency-ms", type=float, default=1.0, help="added each way (default %(default)s)")
     parser.add_argument("--only", nargs="*", default=["ppo", "latency", "dqn", "lag"],
                         choices=["ppo", "latency", "dqn", "lag", "head"])
+    parser.add_argument("--cp", action="append", default=[], metavar="KEY=VALUE",
+                        help="head: a -cp override for the served PPO preset (e.g. agents.perf-ppo.parameters."
+                             "n_steps=128: blocks of 128 x 8)")
     parser.add_argument("--against", type=Path, default=None,
                         help="head: also serve from this checkout (another commit's worktree), alternating")
     parser.add_argument("--proxy", type=int, default=None, help=argparse.SUPPRESS)
@@ -270,10 +273,11 @@ def main() -> int:
             return path
 
         if "head" in args.only:
-            sides = {"here": lambda i: acting_run(PPO_PRESET, 8, args.steps, fresh("head"))}
+            overrides = tuple(item for value in args.cp for item in ("-cp", value))
+            sides = {"here": lambda i: acting_run(PPO_PRESET, 8, args.steps, fresh("head"), extra=overrides)}
             if args.against is not None:
                 sides["against"] = lambda i: acting_run(PPO_PRESET, 8, args.steps, fresh("head-against"),
-                                                        root=args.against.resolve())
+                                                        extra=overrides, root=args.against.resolve())
             results["head"] = compare("head CPU, PPO 1 x 8", sides, args.rounds)
         if "ppo" in args.only:
             results["ppo"] = compare("PPO 1 x 8", {
