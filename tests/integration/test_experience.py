@@ -354,6 +354,17 @@ def test_a_vanished_sessions_reservation_is_handed_over_and_its_late_upload_foll
         learner.close()
 
 
+def test_an_upload_of_a_session_the_learner_never_saw_open_is_learned_while_its_version_is_current():
+    """A learner restarted from its checkpoint (a lost Ray actor) knows no reservation of the sessions already
+    open: their next upload of the current version is written down rows reserved then."""
+    learner = ppo(2, 8)
+    try:
+        reply = learner.learn_experience(9, random_experience(np.random.default_rng(3), 8, 2, 0)).result(30)
+        assert (reply.accepted, reply.policy_version, learner.steps) == (16, 1, 16)
+    finally:
+        learner.close()
+
+
 def test_masked_log_probs_are_maskableppo_evaluate_actions_under_the_masks():
     observation_space, action_space = spaces.Box(-1, 1, (4,), np.float32), spaces.Discrete(3)
     params = {"n_steps": 8, "batch_size": 16, "n_epochs": 1, "seed": 3, "n_envs": 2, "policy_kwargs": {"net_arch": [8]}}

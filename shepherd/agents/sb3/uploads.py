@@ -20,7 +20,8 @@ before. An upload's reply waits until the session can reserve rows again: at onc
 else after the update (sessions that waited reserve before those that did not). A reservation not written
 within ``reservation_timeout`` seconds while others wait for rows is handed over (`OnPolicyUploads.lapse`):
 a vanished session does not stall the rollout until it expires; its late upload is learned if still of the
-current version and rows are free, else refused as stale (409). Observation filters: the
+current version and rows are free, else refused as stale (409). So is the upload of a session a restarted
+learner (a lost Ray actor, restored from its checkpoint) never saw open. Observation filters: the
 policy's input is normalised with `SB3Algorithm.version_filtering` (the statistics of the version the
 client acted with), and the upload is counted by `Filtering.count_upload` (docs/filters.md).
 
@@ -82,7 +83,7 @@ class OnPolicyUploads:
                 f"learns only from version {adapter.version}: fetch the policy and collect anew")))
             return
         reservation = self.reservations.get(upload.uploader)
-        if reservation is None and upload.uploader in self.lapsed:
+        if reservation is None and not adapter.draining:  # lapsed, or its learner restarted (--ray): reserve now
             reservation = self._reserve_late(upload)
             if reservation is None:
                 return
@@ -128,14 +129,17 @@ class OnPolicyUploads:
         return bool(stalled)
 
     def _reserve_late(self, upload: Upload) -> _Reservation | None:
-        """Rows for the upload of a session whose reservation lapsed, reserved now (its samples are of the
-        current version: lag 0 still holds); None, the upload refused as stale, when none is free."""
+        """Rows for the upload of a session that holds none (its reservation lapsed, or a restarted learner
+        never saw it open), reserved now (its samples are of the current version: lag 0 still holds); None,
+        the upload refused as stale, when none is free."""
         experience = upload.experience
         assert experience is not None
         if self._reserve(upload.uploader, upload.n_envs) is None:
+            why = ("this session's reserved rows were handed to other sessions while it did not upload"
+                   if upload.uploader in self.lapsed else "this session has no rows reserved (its learner was "
+                   "restarted from a checkpoint)")
             self.adapter.refuse_upload(upload, StalePolicy(self.adapter.version, (
-                "this session's reserved rows were handed to other sessions while it did not upload, and none is "
-                "free now: fetch the policy and collect anew")))
+                f"{why}, and none is free now: fetch the policy and collect anew")))
             return None
         self.lapsed.discard(upload.uploader)
         reservation = self.reservations[upload.uploader]
