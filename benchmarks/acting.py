@@ -19,6 +19,7 @@ Every comparison runs its sides in one sitting, alternating their order from rou
   (PPO 1 x 8), with ``--against CHECKOUT`` alternating with a server run from another checkout:
 
     .venv/bin/python benchmarks/acting.py --only head --steps 20000 --rounds 2 --against ../wt-measure
+    .venv/bin/python benchmarks/acting.py --only head --steps 20000 --rounds 1 --ray   # the learner in Ray
 
 Shepherd's time is ``run_acting_env`` (or the vector client's loop) from login to the upload that reaches
 the steps, the server already started; SB3's is ``model.learn(steps)``, the model already built. Prints one
@@ -222,6 +223,22 @@ def vector_run(preset: Path, n_envs: int, steps: int, data: Path, delay_ms: floa
     return {"wall_s": wall, "steps": steps}
 
 
+def local_ray_cluster():
+    """A one-node Ray cluster on loopback (one logical CPU), shut down when this process exits."""
+    import atexit
+
+    from ray._private import ray_constants
+    from ray.cluster_utils import Cluster
+
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    nodes = Cluster(initialize_head=True, connect=False,
+                    head_node_args={"num_cpus": 1, "include_dashboard": False, "node_ip_address": "127.0.0.1"})
+    nodes.wait_for_nodes()
+    atexit.register(nodes.shutdown)
+    return nodes
+
+
 def compare(name: str, sides: dict, rounds: int) -> list[dict]:
     """Each side once a round, in alternating order; ``sides`` maps a name to a function of the round."""
     runs = []
@@ -255,6 +272,8 @@ def main() -> int:
     parser.add_argument("--cp", action="append", default=[], metavar="KEY=VALUE",
                         help="head: a -cp override for the served PPO preset (e.g. agents.perf-ppo.parameters."
                              "n_steps=128: blocks of 128 x 8)")
+    parser.add_argument("--ray", action="store_true",
+                        help="head: serve with run.py --ray on a local one-node Ray cluster this benchmark starts")
     parser.add_argument("--against", type=Path, default=None,
                         help="head: also serve from this checkout (another commit's worktree), alternating")
     parser.add_argument("--proxy", type=int, default=None, help=argparse.SUPPRESS)
@@ -274,6 +293,8 @@ def main() -> int:
 
         if "head" in args.only:
             overrides = tuple(item for value in args.cp for item in ("-cp", value))
+            if args.ray:
+                overrides += ("--ray", local_ray_cluster().address)
             sides = {"here": lambda i: acting_run(PPO_PRESET, 8, args.steps, fresh("head"), extra=overrides)}
             if args.against is not None:
                 sides["against"] = lambda i: acting_run(PPO_PRESET, 8, args.steps, fresh("head-against"),
