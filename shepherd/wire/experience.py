@@ -4,8 +4,9 @@ A client that acts with the served policy itself collects ``T`` steps of its ``N
 columns (issue 35): ``obs`` has T+1 rows of N observations (row 0 the ones the first samples were drawn
 from, row T the ones the next upload starts from), ``sample``, ``reward``, ``terminated``, ``truncated``
 and ``final_obs`` T rows each, ``action_mask`` T+1 rows when the agent takes masks. Everything is checked
-before anything is recorded, and an error names the field and ``[t][i]``. The learner's side is
-``shepherd/agents/sb3/uploads.py``.
+before anything is recorded, and an error names the field and ``[t][i]``: whole columns with numpy
+(`shepherd.wire.columns`), value by value (`checked_experience`) only for an upload that may be wrong. The
+learner's side is ``shepherd/agents/sb3/uploads.py``.
 """
 
 from __future__ import annotations
