@@ -15,7 +15,11 @@ Every comparison runs its sides in one sitting, alternating their order from rou
 - DQN CartPole (benchmarks/presets/perf_dqn_vec.py), one client of 4 envs, ``max_policy_lag`` 0 and 1,
   against SB3 with 4 envs;
 - the head's CPU per uploaded env step: the server process's CPU time (all of it, and its event loop's
-  thread alone) over a client-acting run, divided by the env steps uploaded.
+  thread alone) over a client-acting run, divided by the env steps uploaded; ``--only head`` runs only this
+  (PPO 1 x 8), with ``--against CHECKOUT`` alternating with a server run from another checkout:
+
+    .venv/bin/python benchmarks/acting.py --only head --steps 20000 --rounds 2 --against ../wt-measure
+    .venv/bin/python benchmarks/acting.py --only head --steps 20000 --rounds 1 --ray   # the learner in Ray
 
 Shepherd's time is ``run_acting_env`` (or the vector client's loop) from login to the upload that reaches
 the steps, the server already started; SB3's is ``model.learn(steps)``, the model already built. Prints one
@@ -151,11 +155,13 @@ def round_trip_ms(url: str, count: int = 200) -> float:
 
 # --- the Shepherd sides ---------------------------------------------------------------------------------
 
-def acting_run(preset: Path, n_envs: int, steps: int, data: Path, delay_ms: float = 0.0, extra: tuple = ()) -> dict:
-    """One client of ``n_envs`` envs acting at the client until ``steps`` env steps are uploaded."""
+def acting_run(preset: Path, n_envs: int, steps: int, data: Path, delay_ms: float = 0.0, extra: tuple = (),
+               root: Path = ROOT) -> dict:
+    """One client of ``n_envs`` envs acting at the client until ``steps`` env steps are uploaded (the server
+    run from the checkout ``root``)."""
     from shepherd.client.acting import ActingClient, run_acting_env
 
-    server = Shepherd(preset, data, "--rate-limit", "0", *extra)
+    server = Shepherd(preset, data, "--rate-limit", "0", *extra, root=root)
     proxy_server = Proxy(server.url, delay_ms) if delay_ms else None
     try:
         url = proxy_server.url if proxy_server else server.url
@@ -217,6 +223,22 @@ def vector_run(preset: Path, n_envs: int, steps: int, data: Path, delay_ms: floa
     return {"wall_s": wall, "steps": steps}
 
 
+def local_ray_cluster():
+    """A one-node Ray cluster on loopback (one logical CPU), shut down when this process exits."""
+    import atexit
+
+    from ray._private import ray_constants
+    from ray.cluster_utils import Cluster
+
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    nodes = Cluster(initialize_head=True, connect=False,
+                    head_node_args={"num_cpus": 1, "include_dashboard": False, "node_ip_address": "127.0.0.1"})
+    nodes.wait_for_nodes()
+    atexit.register(nodes.shutdown)
+    return nodes
+
+
 def compare(name: str, sides: dict, rounds: int) -> list[dict]:
     """Each side once a round, in alternating order; ``sides`` maps a name to a function of the round."""
     runs = []
@@ -246,7 +268,14 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2, help="rounds of each comparison (default %(default)s)")
     parser.add_argument("--latency-ms", type=float, default=1.0, help="added each way (default %(default)s)")
     parser.add_argument("--only", nargs="*", default=["ppo", "latency", "dqn", "lag"],
-                        choices=["ppo", "latency", "dqn", "lag"])
+                        choices=["ppo", "latency", "dqn", "lag", "head"])
+    parser.add_argument("--cp", action="append", default=[], metavar="KEY=VALUE",
+                        help="head: a -cp override for the served PPO preset (e.g. agents.perf-ppo.parameters."
+                             "n_steps=128: blocks of 128 x 8)")
+    parser.add_argument("--ray", action="store_true",
+                        help="head: serve with run.py --ray on a local one-node Ray cluster this benchmark starts")
+    parser.add_argument("--against", type=Path, default=None,
+                        help="head: also serve from this checkout (another commit's worktree), alternating")
     parser.add_argument("--proxy", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--delay-ms", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -262,6 +291,15 @@ def main() -> int:
             path = data / f"{tag}-{time.monotonic_ns()}"
             return path
 
+        if "head" in args.only:
+            overrides = tuple(item for value in args.cp for item in ("-cp", value))
+            if args.ray:
+                overrides += ("--ray", local_ray_cluster().address)
+            sides = {"here": lambda i: acting_run(PPO_PRESET, 8, args.steps, fresh("head"), extra=overrides)}
+            if args.against is not None:
+                sides["against"] = lambda i: acting_run(PPO_PRESET, 8, args.steps, fresh("head-against"),
+                                                        extra=overrides, root=args.against.resolve())
+            results["head"] = compare("head CPU, PPO 1 x 8", sides, args.rounds)
         if "ppo" in args.only:
             results["ppo"] = compare("PPO 1 x 8", {
                 "acting": lambda i: acting_run(PPO_PRESET, 8, args.steps, fresh("ppo")),
@@ -298,7 +336,7 @@ def main() -> int:
             theirs = ", ".join(f"{run[baseline]['wall_s']:.1f}" for run in results[part])
             each = ", ".join(f"{ratio:.2f}" for ratio in ratios)
             print(f"{part:8} {side:12} vs SB3 learn(): {_median(ratios):.2f}x (rounds {each}; wall s {ours} vs {theirs})")
-    for part in ("ppo", "latency", "dqn"):
+    for part in ("head", "ppo", "latency", "dqn"):
         for run in results.get(part, []):
             for side, figures in run.items():
                 if "loop_cpu_us_per_step" in figures:

@@ -49,8 +49,8 @@ def terminate_all(processes: list[subprocess.Popen], timeout: float = 30) -> Non
 class Server:
     """A process serving HTTP on loopback; stopped with SIGTERM (SIGKILL if it hangs)."""
 
-    def __init__(self, args: list[str], ready: str, env: dict[str, str] | None = None) -> None:
-        self.process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, text=True, env=env)
+    def __init__(self, args: list[str], ready: str, env: dict[str, str] | None = None, cwd: Path = ROOT) -> None:
+        self.process = subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE, text=True, env=env)
         self.lines: list[str] = []
         for line in self.process.stdout:
             self.lines.append(line)
@@ -87,11 +87,15 @@ class Server:
 
 
 class Shepherd(Server):
-    """``run.py -p PRESET`` with the URL and the API keys it printed."""
+    """``run.py -p PRESET`` with the URL and the API keys it printed; ``root``: the checkout whose run.py serves
+    (another one is run without writing its bytecode, to compare commits)."""
 
-    def __init__(self, preset: Path, data: Path, *extra: str, env: dict[str, str] | None = None) -> None:
-        super().__init__([sys.executable, str(ROOT / "run.py"), "-p", str(preset), "--port", "0",
-                          "--data", str(data), *extra], ready="Stop with Ctrl-C", env=env)
+    def __init__(self, preset: Path, data: Path, *extra: str, env: dict[str, str] | None = None,
+                 root: Path = ROOT) -> None:
+        if root != ROOT:
+            env = {**(env or os.environ), "PYTHONDONTWRITEBYTECODE": "1"}
+        super().__init__([sys.executable, str(root / "run.py"), "-p", str(preset), "--port", "0",
+                          "--data", str(data), *extra], ready="Stop with Ctrl-C", env=env, cwd=root)
         text = "".join(self.lines)
         self.url = re.search(r"serving preset \S+ at (http://\S+)", text).group(1)
         self.keys = dict(re.findall(r"API key for agent (\S+) \(.*\): (\S+)", text))

@@ -87,6 +87,9 @@ class StalePolicy(RuntimeError):
         super().__init__(detail)
         self.policy_version = policy_version
 
+    def __reduce__(self) -> tuple[Any, ...]:  # a refusal crosses a process boundary (``--ray``) whole
+        return (StalePolicy, (self.policy_version, str(self)))
+
 
 class NotClientActing(ValueError):
     """The agent's policy cannot act at the client (per-session state the policy file cannot hold:

@@ -46,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --clients: where the local clients' policy acts. server (the default): each "
                              "step goes to the server, which answers the action; client: each client fetches "
                              "the agent's policy as an ONNX file, acts with it itself (onnxruntime) and uploads "
-                             "its envs' experience in blocks (not with --ray)")
+                             "its envs' experience in blocks")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default %(default)s; 0.0.0.0 exposes the server)")
     parser.add_argument("--port", type=int, default=8000, help="port (default %(default)s; 0 picks a free one)")
@@ -165,9 +165,6 @@ def serve_command(args: argparse.Namespace) -> int:
         raise UsageError("--envs-per-client needs --clients")
     if args.acting != "server" and not args.clients:
         raise UsageError("--acting needs --clients")
-    if args.acting == "client" and args.ray is not None:
-        raise UsageError("--acting client is not served under --ray yet (its sessions are refused there); "
-                         "leave out --acting or --ray")
     if not args.front_end_snapshots and not args.front_ends:
         raise UsageError("--no-front-end-snapshots needs --front-ends")
     coach.check_arguments(args)

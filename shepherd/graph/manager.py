@@ -15,7 +15,7 @@ import logging
 from dataclasses import replace
 from typing import Any, Callable
 
-from shepherd.agents import (AgentClosed, AgentFailed, NotClientActing, ParameterError, ServedLearner,
+from shepherd.agents import (AgentClosed, AgentFailed, ParameterError, ServedLearner,
                              algorithm_info, check_parameters, learner_for, parameters, registry_records)
 from shepherd.agents.bounds import check_bounds
 from shepherd.graph.agent import Building, ServedAgent, kind_of, of_kind
@@ -305,9 +305,6 @@ class GraphManager:
         runtime = agent.session_runtime(client, evaluate_only)
         if runtime.learner.failure is not None:
             raise AgentFailed(f"agent {runtime.label} failed ({runtime.learner.failure}); an admin can restart it")
-        if acting == "client" and self.remote_learners is not None:
-            raise NotClientActing("client-acting sessions are not served under --ray yet; log in with "
-                                  "\"acting\": \"server\"")
         return self._sessions.open(runtime, evaluate_only, client_id=hash_key(apikey), n_envs=n_envs, acting=acting)
 
     async def prepare_client(self, apikey: str, client: str | None) -> None:

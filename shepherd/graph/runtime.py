@@ -220,10 +220,10 @@ class AgentRuntime:
                 return trial
         return None
 
-    def count_step(self, phase: Phase) -> None:
+    def count_step(self, phase: Phase, steps: int = 1) -> None:
         self.last_active = time.time()
-        self.phase_steps[phase] += 1
-        self.tracker.count_step(phase)
+        self.phase_steps[phase] += steps
+        self.tracker.count_step(phase, steps)
         steps = self.tracker.steps
         last_time, last_steps = self._last_checkpoint
         if self.checkpoint_failures:  # the last write failed: retry, less and less often, while learning goes on

@@ -86,8 +86,19 @@ class PhaseTracker:
             return Phase.HEATUP
         return Phase.DEPLOY if self.budget_spent else Phase.TRAIN
 
-    def count_step(self, phase: Phase) -> None:
+    def count_step(self, phase: Phase, steps: int = 1) -> None:
+        """Count ``steps`` steps of ``phase`` (a client-acting block's at once: each counted as one would be,
+        periods opened at the step that opens them)."""
         if phase not in (Phase.HEATUP, Phase.TRAIN):
+            return
+        if steps != 1:
+            end = self.steps + steps
+            if (self.next_evaluation is None or end < self.next_evaluation) and (
+                    self.final_started or self.schedule.improve_steps is None or end < self.schedule.improve_steps):
+                self.steps = end  # no period opens on the way
+            else:
+                for _ in range(steps):
+                    self.count_step(phase)
             return
         self.steps += 1
         if self.next_evaluation is not None and self.steps >= self.next_evaluation:

@@ -15,7 +15,11 @@ the config of the block it started in.
 from __future__ import annotations
 
 import asyncio
+import functools
+import operator
 from typing import Any
+
+import numpy as np
 
 from shepherd.agents import ExperienceLearner, ExperienceReply, NotClientActing, StalePolicy
 from shepherd.level.base import Level, Reply, WrongShape
@@ -128,21 +132,31 @@ class ClientActingLevel(Level):
 
     def _record(self, experience: Experience) -> None:
         """Every env step of an accepted block counted with the agent (its schedule counts heatup and training
-        steps), every episode that ended recorded with its return."""
-        host, phase = self.host, self.phase
-        ended = experience.ended
-        rewards = experience.reward
-        for t in range(experience.steps):
-            for index in range(experience.n_envs):
-                episode = self.episodes[index]
-                if episode is not None:
-                    episode.total += float(rewards[t, index])
-                    episode.length += 1
-                host.count_step(phase)
-                if ended[t, index]:
-                    if episode is not None:
-                        host.end_episode(episode, completed=True)
-                    self.episodes[index] = self._new_episode(index)
+        steps), every episode that ended recorded with its return: in row order (t, then env), the steps
+        between two ends counted at once."""
+        host, phase, n = self.host, self.phase, experience.n_envs
+        counted, added = 0, [0] * n  # env steps counted; each env's rows added to its episode
+        for t, index in zip(*np.nonzero(experience.ended)):
+            t, index = int(t), int(index)
+            self._add(index, experience.reward, added[index], t + 1)
+            added[index] = t + 1
+            host.count_step(phase, t * n + index + 1 - counted)
+            counted = t * n + index + 1
+            episode = self.episodes[index]
+            if episode is not None:
+                host.end_episode(episode, completed=True)
+            self.episodes[index] = self._new_episode(index)
+        for index in range(n):
+            self._add(index, experience.reward, added[index], experience.steps)
+        if experience.steps * n > counted:
+            host.count_step(phase, experience.steps * n - counted)
+
+    def _add(self, index: int, rewards: np.ndarray, start: int, stop: int) -> None:
+        """Rows ``start:stop`` of env ``index`` added to its episode (its rewards one by one, as steps add them)."""
+        episode = self.episodes[index]
+        if episode is not None and stop > start:
+            episode.total = functools.reduce(operator.add, rewards[start:stop, index].tolist(), episode.total)
+            episode.length += stop - start
 
     def _new_episode(self, index: int) -> Episode:
         """An env's next episode: in an evaluation block the schedule's next (an evaluation episode while the

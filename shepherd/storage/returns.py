@@ -9,7 +9,7 @@ import os
 import threading
 from array import array
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
@@ -39,7 +39,9 @@ class EpisodeReturn:
 
     def to_json(self) -> dict[str, object]:
         """The record as a log line's object: without ``client``, ``lesson`` and ``config`` when it has none."""
-        fields = asdict(self)
+        fields: dict[str, object] = {"time": self.time, "value": self.value, "length": self.length,
+                                     "phase": self.phase, "client": self.client, "lesson": self.lesson,
+                                     "config": self.config}  # not asdict: it deep-copies, ~20 us an episode
         for name in OPTIONAL_FIELDS:
             if fields[name] is None:
                 del fields[name]

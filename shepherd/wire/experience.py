@@ -4,8 +4,9 @@ A client that acts with the served policy itself collects ``T`` steps of its ``N
 columns (issue 35): ``obs`` has T+1 rows of N observations (row 0 the ones the first samples were drawn
 from, row T the ones the next upload starts from), ``sample``, ``reward``, ``terminated``, ``truncated``
 and ``final_obs`` T rows each, ``action_mask`` T+1 rows when the agent takes masks. Everything is checked
-before anything is recorded, and an error names the field and ``[t][i]``. The learner's side is
-``shepherd/agents/sb3/uploads.py``.
+before anything is recorded, and an error names the field and ``[t][i]``: whole columns with numpy
+(`shepherd.wire.columns`), value by value (`checked_experience`) only for an upload that may be wrong. The
+learner's side is ``shepherd/agents/sb3/uploads.py``.
 """
 
 from __future__ import annotations
@@ -13,12 +14,15 @@ from __future__ import annotations
 import hashlib
 import math
 import numbers
+import operator
 from dataclasses import dataclass
+from itertools import chain, repeat
 from typing import Any, Sequence
 
 import numpy as np
 from gymnasium import spaces
 
+from shepherd.wire.columns import columns
 from shepherd.wire.parse import sequence_number
 from shepherd.wire.spaces import SpaceError, check_observation, check_observations
 from shepherd.wire.steps import BadRequest, MaskCheck, StepTaker, check_reward
@@ -164,7 +168,10 @@ def _check_rewards(reward: np.ndarray) -> None:
 
 
 def _check_finals(ended: np.ndarray, finals: tuple[tuple[Any, ...], ...]) -> None:
-    for t, row in enumerate(finals):
+    given = np.fromiter(map(operator.is_not, chain.from_iterable(finals), repeat(None)), bool, count=ended.size)
+    if (given.reshape(ended.shape) == ended).all():
+        return
+    for t, row in enumerate(finals):  # name the first one wrong
         for i, last in enumerate(row):
             if ended[t, i] and last is None:
                 raise BadExperience(f"final_obs[{t}][{i}] is missing: env {i} ended at step {t} (terminated or "
@@ -197,16 +204,45 @@ def sample_space(action_space: spaces.Space, bounded: bool) -> spaces.Space:
 
 def parse_experience(data: dict[str, Any], checks: ExperienceSpaces, n_envs: int, steps: int) -> Experience:
     """Check an upload's body (already parsed by `shepherd.wire.parse_object` with `EXPERIENCE_FIELDS`) of a
-    session of ``n_envs`` envs that was asked for ``steps`` steps.
+    session of ``n_envs`` envs that was asked for ``steps`` steps: its columns at once with numpy
+    (`shepherd.wire.columns`); an upload that may not pass goes to `checked_experience`, which names what is
+    wrong (or accepts an unusual but valid one), so both accept and refuse the same uploads, word for word.
 
     Raises:
         BadExperience: another T than asked, wrong shapes, non-finite numbers, a sample outside the
             support of `sample_space`, a sample a mask forbids, a ``final_obs`` without an ended episode
             or the reverse; the message names the field and ``[t][i]``.
     """
+    version = _version(data)
+    fast = columns(data, checks.observation, checks.sample, n_envs, steps)
+    if fast is None:
+        return checked_experience(data, checks, n_envs, steps)
+    try:
+        seq = sequence_number(data)
+        finals = _finals(data, checks.observation, n_envs, steps)
+        masks = _masks(data, checks, n_envs, steps)
+    except SpaceError as error:
+        raise BadExperience(str(error)) from None
+    if masks is not None and not _all_allowed(checks.sample, masks, fast["sample"]):
+        return checked_experience(data, checks, n_envs, steps)
+    return Experience.of(fast["obs"], fast["sample"], fast["reward"], fast["terminated"], fast["truncated"], finals,
+                         version, masks, seq)
+
+
+def _version(data: dict[str, Any]) -> int:
     version = data.get("policy_version")
     if isinstance(version, bool) or not isinstance(version, int) or version < 0:
         raise BadExperience("'policy_version' (the version the samples were drawn with, a whole number) is required")
+    return version
+
+
+def checked_experience(data: dict[str, Any], checks: ExperienceSpaces, n_envs: int, steps: int) -> Experience:
+    """`parse_experience` value by value, in Python: what names the field and ``[t][i]`` of a refused upload.
+
+    Raises:
+        BadExperience: as `parse_experience`.
+    """
+    version = _version(data)
     try:
         seq = sequence_number(data)
         rows = {name: _rows(data, name, steps + extra, n_envs, steps)
@@ -289,6 +325,20 @@ def _masks(data: dict[str, Any], checks: ExperienceSpaces, n: int, steps: int) -
     rows = _rows(data, "action_mask", steps + 1, n, steps)
     return np.asarray([[check(value, checks.mask, f"action_mask[{t}][{i}]") for i, value in enumerate(row)]
                        for t, row in enumerate(rows)], dtype=bool)
+
+
+def _all_allowed(space: spaces.Space, masks: np.ndarray, samples: np.ndarray) -> bool:
+    """Whether every sample (T, N, ...) is allowed by its row's flat mask (`mask_allows`, at once)."""
+    steps, n = samples.shape[:2]
+    rows = masks[:steps]
+    if isinstance(space, spaces.Discrete):
+        return bool(np.take_along_axis(rows, (samples - int(space.start))[..., None], axis=2).all())
+    values = samples.reshape(steps, n, -1).astype(np.int64)
+    if isinstance(space, spaces.MultiDiscrete):
+        offsets = np.concatenate([[0], np.cumsum(np.asarray(space.nvec).reshape(-1))[:-1]])
+    else:  # MultiBinary
+        offsets = 2 * np.arange(values.shape[2])
+    return bool(np.take_along_axis(rows, offsets + values, axis=2).all())
 
 
 def _check_allowed(space: spaces.Space, masks: np.ndarray, samples: list[list[Any]]) -> None:

@@ -38,6 +38,11 @@ def set_max_reward(limit: float) -> None:
     _max_reward[0] = float(limit)
 
 
+def max_reward() -> float:
+    """This process's bound on reward magnitudes (`set_max_reward`)."""
+    return _max_reward[0]
+
+
 def check_reward(value: float, where: str = "reward") -> float:
     """``value`` when its magnitude is within the bound. Raises ValueError naming the bound and the option."""
     limit = _max_reward[0]

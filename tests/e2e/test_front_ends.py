@@ -105,6 +105,35 @@ def test_a_session_keeps_working_on_new_connections_across_front_ends(server_fac
     assert status == 401, reply  # the session ended on the head, for every front end
 
 
+def test_a_client_acting_session_learns_through_front_ends(server_factory):
+    """Login, policy files (and their 304) and uploads of a client-acting session go through two front ends
+    to the head, which learns every training block (a new version and file for each)."""
+    from shepherd.client.acting import ActingClient, run_acting_env
+
+    server = server_factory(str(TEST_PRESETS / "tiny_ppo_vector.py"), "--front-ends", "2")
+    client = ActingClient(server.url, server.api_key, 4, seed=0)
+    try:
+        opened = client.login()
+        assert (opened["acting"], opened["policy_version"], opened["steps"]) == ("client", 0, 16)
+        run_acting_env(client, "CartPole-v1", seed=0, steps=3 * 64)  # training blocks (evaluation at 256)
+        assert (client.policy_version, client.phase) == (3, "train") and client.fetches == 4
+        parts = urlsplit(server.url)
+        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+        for held, status in ((None, 200), (client.policy_version, 304)):
+            body = {"session_key": client.session_key, **({} if held is None else {"policy_version": held})}
+            connection.request("POST", "/shepherd/policy/", json.dumps(body), {"Content-Type": "application/json"})
+            response = connection.getresponse()
+            raw = response.read()
+            assert response.status == status and response.getheader("Shepherd-Policy-Version") == "3", raw[:200]
+            assert response.getheader(FRONT_END_HEADER) is not None
+            if status == 200:
+                assert response.getheader("Content-Type") == "application/octet-stream" and len(raw) > 1000
+        connection.close()
+    finally:
+        client.close()
+    assert metric(server, "shepherd_agent_learned_steps") == 3 * 64
+
+
 def test_killing_a_front_end_mid_run_loses_and_repeats_no_step(server_factory):
     server = server_factory(TINY, "--front-ends", "2")
     first = front_end_pids(server)

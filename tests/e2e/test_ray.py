@@ -382,3 +382,50 @@ def test_an_advised_agents_clients_learn_in_named_actors_and_the_advisee_reads_i
     for folder in folders:
         rows = read_progress(progress_path(folder), 1000, ["train/approx_kl", "train/loss"]).rows
         assert any(kl is not None and loss is not None for kl, loss in rows), f"{folder}: no SB3 values"
+
+
+def test_client_acting_sessions_learn_on_ray_one_actor_call_per_upload(cluster, server_factory):
+    """A client acting with the policy file uploads its blocks; the learner in the Ray actor learns each one
+    as the in-process one does (an update per rollout: the version moves on with every 16 x 4 training block), exports
+    the file from its own weights, and refuses a stale block with 409 naming the current version."""
+    import http.client
+    import json
+    from urllib.parse import urlsplit
+
+    from shepherd.client.acting import ActingClient, run_acting_env
+
+    server = server_factory(str(TEST_PRESETS / "tiny_ppo_vector.py"), "--ray", cluster.address)
+    client = ActingClient(server.url, server.api_key, 4, seed=0)
+    try:
+        opened = client.login()
+        assert (opened["acting"], opened["policy_version"], opened["steps"]) == ("client", 0, 16)
+        run_acting_env(client, "CartPole-v1", seed=0, steps=3 * 64)  # training blocks (evaluation at 256)
+        assert (client.policy_version, client.phase) == (3, "train") and client.fetches == 4  # a file per update
+        assert client.metadata["policy_version"] == client.policy_version
+        steps = client.steps
+        stale = {"session_key": client.session_key, "seq": client.seq + 1, "policy_version": 0,
+                 "obs": [[[0.0] * 4] * 4] * (steps + 1), "sample": [[0] * 4] * steps,
+                 "reward": [[1.0] * 4] * steps, "terminated": [[False] * 4] * steps,
+                 "truncated": [[False] * 4] * steps, "final_obs": None}
+        connection = http.client.HTTPConnection(urlsplit(server.url).netloc, timeout=60)
+        connection.request("POST", "/shepherd/experience/", json.dumps(stale), {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        body = json.loads(response.read())
+        connection.close()
+        assert response.status == 409 and body["policy_version"] == client.policy_version, body
+        assert ray.get_actor("shepherd-learner/1", namespace="shepherd") is not None  # learned there
+    finally:
+        client.close()
+
+
+def test_cartpole_ppo_acting_at_the_client_learns_on_ray(cluster, tmp_path):
+    """The preset with one client of 8 envs acting at the client, its learner in a Ray actor: a shortened
+    target (200 instead of 475) is reached."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), "-p", "cartpole_ppo", "-cp", "validation.target_return=200",
+         "--clients", "1", "--envs-per-client", "8", "--acting", "client", "--port", "0",
+         "--data", str(tmp_path / "data"), "--ray", cluster.address, "-v"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "target reached" in result.stdout
+    assert "shepherd.agents.ray.cluster" in result.stderr  # it ran on Ray, not in-process

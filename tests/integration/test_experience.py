@@ -325,6 +325,46 @@ def test_a_session_that_vanishes_frees_its_reserved_segments():
         learner.close()
 
 
+def test_a_vanished_sessions_reservation_is_handed_over_and_its_late_upload_follows_the_stale_rule():
+    """A client-acting session that reserved every segment and went silent does not stall another one until it
+    expires: after `reservation_timeout` its rows are handed over; its late upload is then refused as stale
+    once the others' rollout updated the policy, and learned (rows reserved then) while its version is
+    current."""
+    learner = ppo(2, 8)
+    learner.algorithm.reservation_timeout = 0.5
+    rng = np.random.default_rng(7)
+    try:
+        assert learner.begin_uploads(1, 2).result(30).steps == 8  # both segments reserved, then silence
+        opening = learner.begin_uploads(2, 2)  # held: no row is free
+        time.sleep(0.2)
+        assert not opening.done()
+        assert opening.result(30).steps == 8  # handed over by the learner's housekeeping, session 1 still open
+        assert learner.algorithm.uploads.lapsed == {1}
+        learned = learner.learn_experience(2, random_experience(rng, 8, 2, 0)).result(30)
+        assert learned.policy_version == 1 and learner.steps == 16  # session 2's rollout updated the policy
+        with pytest.raises(StalePolicy) as refused:  # session 1 comes back with its version-0 block
+            learner.learn_experience(1, random_experience(rng, 8, 2, 0)).result(30)
+        assert refused.value.policy_version == 1 and learner.steps == 16
+        with pytest.raises(StalePolicy, match="none is free now"):  # session 2 reserved every row again
+            learner.learn_experience(1, random_experience(rng, 8, 2, 1)).result(30)
+        learner.end_actor(2)
+        again = learner.learn_experience(1, random_experience(rng, 8, 2, 1)).result(30)  # collected anew
+        assert again.accepted == 16 and learner.steps == 32 and not learner.algorithm.uploads.lapsed
+    finally:
+        learner.close()
+
+
+def test_an_upload_of_a_session_the_learner_never_saw_open_is_learned_while_its_version_is_current():
+    """A learner restarted from its checkpoint (a lost Ray actor) knows no reservation of the sessions already
+    open: their next upload of the current version is written down rows reserved then."""
+    learner = ppo(2, 8)
+    try:
+        reply = learner.learn_experience(9, random_experience(np.random.default_rng(3), 8, 2, 0)).result(30)
+        assert (reply.accepted, reply.policy_version, learner.steps) == (16, 1, 16)
+    finally:
+        learner.close()
+
+
 def test_masked_log_probs_are_maskableppo_evaluate_actions_under_the_masks():
     observation_space, action_space = spaces.Box(-1, 1, (4,), np.float32), spaces.Discrete(3)
     params = {"n_steps": 8, "batch_size": 16, "n_epochs": 1, "seed": 3, "n_envs": 2, "policy_kwargs": {"net_arch": [8]}}

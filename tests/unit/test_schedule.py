@@ -73,3 +73,16 @@ def test_state_survives_a_checkpoint_including_pending_evaluations():
 def test_negative_counts_are_refused(field):
     with pytest.raises(ValueError, match=field):
         Schedule(**{field: -1})
+
+
+@pytest.mark.parametrize("chunks", [[7, 1, 30, 2, 60], [100], [1] * 100, [9, 91]])
+def test_steps_counted_at_once_open_the_same_periods_as_steps_counted_one_by_one(chunks):
+    schedule = Schedule(steps_between_evaluation_periods=10, evaluation_episodes=2, improve_steps=95)
+    one_by_one, at_once = PhaseTracker(schedule), PhaseTracker(schedule)
+    for chunk in chunks:
+        for _ in range(chunk):
+            one_by_one.count_step(Phase.TRAIN)
+        at_once.count_step(Phase.TRAIN, chunk)
+        assert at_once.state() == one_by_one.state()
+    at_once.count_step(Phase.EVALUATE, 50)  # not learned: not counted
+    assert at_once.state() == one_by_one.state() and at_once.steps == 100

@@ -28,7 +28,8 @@ actor (`shepherd.agents.ray.advice`).
 The modules: `cluster` (connect to Ray, build served learners there: `RayLearners`), `learner` (the head's
 `RayLearner`: batching its calls to the actor), `revival` (a lost actor created again and restored), `status`
 (the head's view of the actor's counters and weights), `actor` (`LearnerActor`, `Reply`), `advice` (an
-advised client's advice as plain data), `metrics` (what the actor's SB3 logger records; ray-free).
+advised client's advice as plain data), `metrics` (what the actor's SB3 logger records; ray-free), `uploads`
+(a client-acting session's calls sent to the actor, one unit per upload; ray-free).
 
 Only `cluster`, `learner`, `revival`, `actor` and `advice` import ray, and only ``--ray`` imports them
 (`cluster.connect`); this package's own module imports nothing.

@@ -24,6 +24,7 @@ import ray
 from shepherd.agents.core import Answer, VersionedWeights
 from shepherd.agents.ray.advice import advice_status, apply_advice
 from shepherd.agents.ray.metrics import Recorded, RecordingLogger, record_in
+from shepherd.agents.export.behaviour import NotActableAtClient
 from shepherd.agents.factories import learner_for
 from shepherd.agents.timing import LearnerStats
 from shepherd.agents.worker import ThreadedLearner
@@ -44,8 +45,9 @@ class Reply:
     steps: int
     failure: str | None
     stats: LearnerStats
-    #: per control of the call, in order: checkpoint bytes, None (done), or an error's text
-    controls: list[bytes | str | None] = field(default_factory=list)
+    #: per control of the call, in order: checkpoint bytes, a behaviour file's ``(version, bytes)``, None (done),
+    #: or an error's text (a `NotActableAtClient` itself)
+    controls: list[Any] = field(default_factory=list)
     weights: VersionedWeights | None = None
     #: the learner's filter statistics (`Filtering.state`) as ``weights`` were sent: the head's greedy snapshot
     #: normalises observations with them (None: no weights sent, or no observation normalisation)
@@ -127,8 +129,9 @@ class LearnerActor:
             self._ready.notify_all()
 
     def process(self, units: list[Any], wait: float, weights_after: int | None) -> Reply:
-        """Queue ``units`` in order (a list of requests is one unit; ``("checkpoint", state)``, ``("set",
-        values)`` and ``("drain",)`` are controls; ``("advice", data)`` sets an advised client's advice at
+        """Queue ``units`` in order (a list of requests is one unit, as is a list of one client-acting `Upload`;
+        ``("checkpoint", state)``, ``("set", values)``, ``("behaviour", (phase, agent, algorithm))`` and
+        ``("drain",)`` are controls; ``("advice", data)`` sets an advised client's advice at
         once), and return the answers given once the learner passed them all; without units, wait up to
         ``wait`` seconds for answers held back before. With ``weights_after``, also the published weights if
         newer than that version."""
@@ -147,6 +150,8 @@ class LearnerActor:
                 controls.append(("checkpoint", learner.checkpoint(path, unit[1]), path))
             elif unit[0] == "set":
                 controls.append(("set", learner.set_parameters(unit[1]), None))
+            elif unit[0] == "behaviour":  # a client-acting session's policy file, from this learner's weights
+                controls.append(("behaviour", learner.behaviour(*unit[1]), None))
             elif unit[0] == "drain":
                 learner.drain()
             elif unit[0] == "advice":
@@ -159,15 +164,19 @@ class LearnerActor:
         elif wait > 0:
             with self._ready:
                 self._ready.wait_for(lambda: bool(self._answers), timeout=wait)
-        results: list[bytes | str | None] = []
-        for _, future, written in controls:
+        results: list[Any] = []
+        for kind, future, written in controls:
             try:
-                future.result(timeout=BUILD_SECONDS)
-                if written is None:
+                result = future.result(timeout=BUILD_SECONDS)
+                if kind == "behaviour":
+                    results.append(tuple(result))  # (version, the file's bytes)
+                elif written is None:
                     results.append(None)
                 else:
                     results.append(written.read_bytes())
                     written.unlink()
+            except NotActableAtClient as error:  # its type is the head's caller's answer (400, not 500)
+                results.append(error)
             except Exception as error:  # noqa: BLE001 - the head's caller hears it
                 results.append(f"{type(error).__name__}: {error}")
         with self._ready:

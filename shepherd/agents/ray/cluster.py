@@ -67,5 +67,5 @@ class RayLearners:
         name = f"shepherd-learner/{record.id}" if client is None else f"shepherd-learner/{record.id}/{client}"
         learner = RayLearner(record.definition, values, total_steps, name, local, self.num_cpus, self.actor_options)
         learner.spawn()
-        # it answers every call a ThreadedLearner answers that the graph makes (see the class)
-        return learner  # type: ignore[return-value]
+        # a ServedLearner as the graph holds one, checked by mypy (see the class)
+        return learner

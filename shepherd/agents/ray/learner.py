@@ -1,6 +1,6 @@
-"""The head's `RayLearner` (``run.py --ray``): the calls of a `ThreadedLearner`, each batch of `Request`s sent
-to the agent's `LearnerActor` as one remote call, one call in flight at a time (the next batch collects
-meanwhile); answers delivered on the caller's thread; greedy steps answered on the head from a snapshot of
+"""The head's `RayLearner` (``run.py --ray``): the calls of a `ThreadedLearner` (a client-acting session's too,
+`shepherd.agents.ray.uploads`), each batch of `Request`s sent to the agent's `LearnerActor` as one remote call,
+one call in flight at a time (the next batch collects meanwhile); answers delivered on the caller's thread; greedy steps answered on the head from a snapshot of
 the actor's published weights; checkpoints written where the store is. A lost actor is created again and
 restored by `ActorRevival` (`shepherd.agents.ray.revival`). See the package's docstring (`shepherd.agents.ray`).
 """
@@ -26,6 +26,7 @@ from shepherd.agents.ray.advice import advice_data
 from shepherd.agents.ray.metrics import replay
 from shepherd.agents.ray.revival import LOST, ActorRevival, _kill
 from shepherd.agents.ray.status import _AdvisedStatus, _RemoteStatus, _Snapshot
+from shepherd.agents.ray.uploads import RemoteUploads
 from shepherd.agents.timing import LearnerStats
 from shepherd.agents.futures import _Part, _Vector, answer_greedy_acts, settle
 from shepherd.agents.core import ServedLearner
@@ -40,7 +41,7 @@ POLL_SECONDS = 0.05
 WEIGHTS_SECONDS = 0.2
 
 
-class RayLearner(ActorRevival):
+class RayLearner(ActorRevival, RemoteUploads):
     """The head's side of a learner in a `LearnerActor`: the calls of a `ThreadedLearner`, thread-safe.
 
     ``model`` is not here (it lives in the actor): an export reads the checkpoint instead (the graph
@@ -342,16 +343,18 @@ class RayLearner(ActorRevival):
         for (kind, future, path), result in zip(controls, reply.controls):
             if isinstance(result, str):
                 future.set_exception(OSError(result) if kind == "checkpoint" else ValueError(result))
+            elif isinstance(result, BaseException):
+                future.set_exception(result)
             elif kind == "checkpoint":
                 try:
-                    atomic_write_bytes(path, result)  # type: ignore[arg-type]
+                    atomic_write_bytes(path, result)
                 except OSError as error:
                     future.set_exception(error)
                     continue
                 self._checkpoint_path = path
                 future.set_result(path)
             else:
-                future.set_result(None)
+                future.set_result(result)  # None, or a behaviour file's (version, bytes)
         if reply.failure is not None and self.failure is None:
             self.failure = reply.failure
         if reply.answers:

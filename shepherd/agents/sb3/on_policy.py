@@ -55,6 +55,8 @@ class OnPolicyAdapter(SB3Algorithm):
 
     #: a session holding a segment while others wait for one loses it after this many idle seconds
     handover_timeout = 5.0
+    #: seconds a client-acting session's reserved rows stay its own, unwritten, while others wait for rows
+    reservation_timeout = 60.0
 
     def __init__(self, model: OnPolicyAlgorithm, name: str, total_steps: int | None) -> None:
         # SB3 clips a Gaussian policy's actions to the box, and unscales squashed (gSDE) ones
@@ -358,18 +360,24 @@ class OnPolicyAdapter(SB3Algorithm):
             self.process(waiting)
 
     def idle(self) -> None:
-        """Hand segments of stalled sessions over when others are waiting for one."""
-        if not self._waiting or self._free_segment():
+        """Hand segments of stalled sessions over when others are waiting for one: a server-acting session's
+        after `handover_timeout`, a client-acting session's reservation after `reservation_timeout`."""
+        if not (self._waiting or self.uploads.held) or self._free_segment():
             return
-        deadline = time.monotonic() - self.handover_timeout
+        now = time.monotonic()
+        deadline = now - self.handover_timeout
         stalled = [a for a in self._actors.values() if a.segment is not None and a.last_seen < deadline]
-        if not stalled:
-            return
         for actor in stalled:
             logger.info("agent %s: a stalled session hands its segment over", self.name)
             self._leave_segment(actor, bootstrap=True)
+        if self.uploads.lapse(now - self.reservation_timeout):
+            logger.info("agent %s: a client-acting session that did not upload hands its reserved rows over", self.name)
+        elif not stalled:
+            return
+        self.uploads.serve_held()
         waiting, self._waiting = self._waiting, []
-        self.process(waiting)
+        if waiting:
+            self.process(waiting)
 
     def drain(self) -> None:
         self.uploads.serve_held()

@@ -17,7 +17,11 @@ observations and samples with the current policy (what ``train()`` evaluates), t
 ``collect_rollouts``'s (``reward += gamma * V(final_obs)``), and a segment filled to its end takes the value
 of the next observation as its last value for GAE. Server-acting actors claim the other segments as
 before. An upload's reply waits until the session can reserve rows again: at once if free ones are left,
-else after the update (sessions that waited reserve before those that did not). Observation filters: the
+else after the update (sessions that waited reserve before those that did not). A reservation not written
+within ``reservation_timeout`` seconds while others wait for rows is handed over (`OnPolicyUploads.lapse`):
+a vanished session does not stall the rollout until it expires; its late upload is learned if still of the
+current version and rows are free, else refused as stale (409). So is the upload of a session a restarted
+learner (a lost Ray actor, restored from its checkpoint) never saw open. Observation filters: the
 policy's input is normalised with `SB3Algorithm.version_filtering` (the statistics of the version the
 client acted with), and the upload is counted by `Filtering.count_upload` (docs/filters.md).
 
@@ -30,6 +34,7 @@ an agent accept samples of versions that many behind; then the reply goes out be
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -47,11 +52,13 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class _Reservation:
-    """The segments a client-acting session may write its next upload into, and the steps it was asked."""
+    """The segments a client-acting session may write its next upload into, the steps it was asked, and when
+    (`time.monotonic`) it was made."""
 
     segments: tuple[int, ...]
     steps: int
     n_envs: int
+    made: float = 0.0
 
 
 class OnPolicyUploads:
@@ -61,6 +68,7 @@ class OnPolicyUploads:
         self.adapter = adapter
         self.reservations: dict[int, _Reservation] = {}
         self.held: list[tuple[Upload, int]] = []  # replies waiting for free rows, with the steps accepted
+        self.lapsed: set[int] = set()  # sessions whose reservation was handed over (`lapse`)
 
     def learn(self, upload: Upload) -> None:
         """Write an upload into its reserved segments and train if the rollout is full; then reply."""
@@ -75,6 +83,10 @@ class OnPolicyUploads:
                 f"learns only from version {adapter.version}: fetch the policy and collect anew")))
             return
         reservation = self.reservations.get(upload.uploader)
+        if reservation is None and not adapter.draining:  # lapsed, or its learner restarted (--ray): reserve now
+            reservation = self._reserve_late(upload)
+            if reservation is None:
+                return
         if reservation is None or (experience.steps, experience.n_envs) != (reservation.steps, reservation.n_envs):
             if adapter.draining:  # the server is stopping: taken, not learned from
                 adapter.answer_upload(upload, adapter.n_steps, experience.steps * experience.n_envs)
@@ -105,8 +117,39 @@ class OnPolicyUploads:
         for upload, accepted in held:
             self.reply(upload, accepted)
 
+    def lapse(self, before: float) -> bool:
+        """Hand over the segments of reservations made before ``before`` and not written yet (their sessions
+        stalled or vanished while others wait for rows); whether there were any. Such a session's next upload
+        is learned if its samples are still of the current version and rows are free (`_reserve_late`), and
+        refused as stale otherwise, nothing recorded, as any stale upload is."""
+        stalled = [uploader for uploader, reservation in self.reservations.items() if reservation.made < before]
+        for uploader in stalled:
+            self._release(uploader)
+            self.lapsed.add(uploader)
+        return bool(stalled)
+
+    def _reserve_late(self, upload: Upload) -> _Reservation | None:
+        """Rows for the upload of a session that holds none (its reservation lapsed, or a restarted learner
+        never saw it open), reserved now (its samples are of the current version: lag 0 still holds); None,
+        the upload refused as stale, when none is free."""
+        experience = upload.experience
+        assert experience is not None
+        if self._reserve(upload.uploader, upload.n_envs) is None:
+            why = ("this session's reserved rows were handed to other sessions while it did not upload"
+                   if upload.uploader in self.lapsed else "this session has no rows reserved (its learner was "
+                   "restarted from a checkpoint)")
+            self.adapter.refuse_upload(upload, StalePolicy(self.adapter.version, (
+                f"{why}, and none is free now: fetch the policy and collect anew")))
+            return None
+        self.lapsed.discard(upload.uploader)
+        reservation = self.reservations[upload.uploader]
+        late = _Reservation(reservation.segments, experience.steps, reservation.n_envs, reservation.made)
+        self.reservations[upload.uploader] = late  # written down the segments reserved now, as many rows as fit
+        return late
+
     def drop(self, uploader: int) -> None:
         """The session is gone: its reserved segments are free again, a held reply is dropped."""
+        self.lapsed.discard(uploader)
         self._release(uploader)
         for upload, _ in [item for item in self.held if item[0].uploader == uploader]:
             self.held.remove((upload, _))
@@ -137,7 +180,7 @@ class OnPolicyUploads:
         for segment in chosen:
             adapter._owner[segment] = uploader
         steps = -(-capacity // n_envs)
-        self.reservations[uploader] = _Reservation(chosen, steps, n_envs)
+        self.reservations[uploader] = _Reservation(chosen, steps, n_envs, time.monotonic())
         return steps
 
     # -- writing an upload -------------------------------------------------------------------------

@@ -1,0 +1,148 @@
+#!/usr/bin/env python
+"""The head's CPU per env step of a client-acting upload (issue 35: <= 5 us), its parts measured alone.
+
+    .venv/bin/python benchmarks/upload_parse.py                  # a few seconds
+    .venv/bin/python benchmarks/upload_parse.py --rounds 10 --envs 8 --steps 128
+
+Two uploads of ``--envs`` envs x ``--steps`` steps, as a client sends them (JSON bytes, floats written by
+Python's ``json``, episodes ending now and then with their ``final_obs``): CartPole (``Box(4)``
+observations, ``Discrete(2)`` samples) and an image-ish one (``Box(16, 16, 3)`` observations, ``Box(2)``
+samples, unbounded as an on-policy Gaussian's). For each, in one sitting, rounds alternating their order:
+
+- ``decode``: ``orjson.loads`` of the body (``parse_object``, what the route does first);
+- ``checked``: the per-value checker alone (`shepherd.wire.experience.checked_experience`: the whole parse
+  before numpy columns, kept to name the bad value of a refused upload);
+- ``parse``: `parse_experience` (numpy columns, the checker only for a refused upload);
+- ``digest``: `Experience.digest` (a retry's content check, once per upload);
+- ``record``: the level's accounting of an accepted block (`ClientActingLevel._record`: every env step
+  counted with the agent's schedule, episodes' returns), with a stand-in host that does what
+  `AgentRuntime.count_step` does per step.
+
+Prints microseconds per env step (median over rounds) and, per upload, the head's total without and with
+the per-value checker. The route's other work (aiohttp, the session's seq rules, the learner's queue, the
+reply) is per upload, not per env step; ``benchmarks/acting.py --only head`` measures the head's thread
+over a served run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import orjson
+from gymnasium import spaces
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from shepherd.level.client import ClientActingLevel  # noqa: E402
+from shepherd.level.episodes import Phase  # noqa: E402
+from shepherd.wire.experience import ExperienceSpaces, checked_experience, parse_experience  # noqa: E402
+
+
+def upload(obs_shape: tuple[int, ...], sample: spaces.Space, n: int, steps: int, seed: int = 0) -> bytes:
+    """An upload's body: T steps of N envs, an episode ending about every 40 steps of an env."""
+    rng = np.random.default_rng(seed)
+    obs = rng.normal(size=(steps + 1, n, *obs_shape)).astype(np.float32)
+    ended = rng.random((steps, n)) < 1 / 40
+    truncated = ended & (rng.random((steps, n)) < 0.3)
+    finals = [[rng.normal(size=obs_shape).astype(np.float32).tolist() if ended[t, i] else None for i in range(n)]
+              for t in range(steps)]
+    samples = [[sample.sample().tolist() if isinstance(sample, spaces.Box) else int(sample.sample())
+                for _ in range(n)] for _ in range(steps)]
+    body = {"session_key": "k" * 32, "seq": 3, "policy_version": 7, "obs": obs.tolist(), "sample": samples,
+            "reward": rng.normal(size=(steps, n)).tolist(), "terminated": (ended & ~truncated).tolist(),
+            "truncated": truncated.tolist(), "final_obs": finals}
+    return json.dumps(body).encode()
+
+
+class Host:
+    """A stand-in for the agent's runtime: what `AgentRuntime.count_step` and `end_episode` do per call."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.last_active = 0.0
+        self.episodes = 0
+        self.checkpoint_every = 10 ** 9
+        self.learner = None
+
+    def count_step(self, phase: Phase, steps: int = 1) -> None:
+        self.last_active = time.time()
+        self.steps += steps
+        if self.steps >= self.checkpoint_every or time.monotonic() < 0:
+            pass
+
+    def end_episode(self, episode: Any, completed: bool) -> None:
+        self.episodes += 1
+
+    def next_config(self) -> None:
+        return None
+
+
+def per_step(work: Callable[[], Any], env_steps: int, repeat: int) -> float:
+    """Microseconds per env step of ``work``, the best of ``repeat`` calls' CPU times."""
+    times = []
+    for _ in range(repeat):
+        started = time.thread_time()
+        work()
+        times.append(time.thread_time() - started)
+    return min(times) / env_steps * 1e6
+
+
+def measure(name: str, body: bytes, checks: ExperienceSpaces, n: int, steps: int, repeat: int) -> dict[str, float]:
+    data = orjson.loads(body)
+    experience = parse_experience(data, checks, n, steps)
+    level = ClientActingLevel(1, n, Host())  # type: ignore[arg-type]
+    level.phase = Phase.TRAIN
+    level.episodes = [level._new_episode(i) for i in range(n)]
+    env_steps = n * steps
+    parts = {
+        "decode": lambda: orjson.loads(body),
+        "checked": lambda: checked_experience(data, checks, n, steps),
+        "parse": lambda: parse_experience(data, checks, n, steps),
+        "digest": experience.digest,
+        "record": lambda: level._record(experience),
+    }
+    return {part: per_step(work, env_steps, repeat) for part, work in parts.items()}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("--envs", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=5, help="calls per part a round (the best is kept)")
+    args = parser.parse_args()
+    n, steps = args.envs, args.steps
+    box = spaces.Box(-np.inf, np.inf, (2,), np.float32)
+    cases = {
+        "cartpole": (upload((4,), spaces.Discrete(2), n, steps),
+                     ExperienceSpaces(spaces.Box(-np.inf, np.inf, (4,), np.float32), spaces.Discrete(2))),
+        "image 16x16x3": (upload((16, 16, 3), box, n, steps),
+                          ExperienceSpaces(spaces.Box(-np.inf, np.inf, (16, 16, 3), np.float32), box)),
+    }
+    results: dict[str, list[dict[str, float]]] = {name: [] for name in cases}
+    for index in range(args.rounds):
+        for name in (list(cases) if index % 2 == 0 else list(reversed(cases))):
+            body, checks = cases[name]
+            results[name].append(measure(name, body, checks, n, steps, args.repeat))
+    print(f"us per env step, median of {args.rounds} rounds (best of {args.repeat} calls each); "
+          f"uploads of {n} envs x {steps} steps")
+    for name, rounds in results.items():
+        median = {part: statistics.median(r[part] for r in rounds) for part in rounds[0]}
+        size = len(cases[name][0]) / (n * steps)
+        print(f"{name:14} ({size:.0f} bytes/env step): " + ", ".join(f"{p} {v:.2f}" for p, v in median.items()))
+        fast = median["decode"] + median["parse"] + median["digest"] + median["record"]
+        slow = median["decode"] + median["checked"] + median["digest"] + median["record"]
+        print(f"{'':14} decode + parse + digest + record: {fast:.2f} us (with the per-value checker: {slow:.2f} us)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""An upload's columns checked whole with numpy (`shepherd.wire.experience.parse_experience`'s fast path); torch-free.
+
+Each column (``obs``, ``sample``, ``reward``, ``terminated``, ``truncated``) is checked at once: its nested
+lists flattened level by level (``chain``, every level's types and lengths by ``map``, in C), the Python
+types of its leaves, one ``np.array`` of the right dtype, then finiteness and ranges vectorised. The fast path accepts only what the per-value checker
+(`shepherd.wire.experience.checked_experience`) accepts, and builds the same arrays; anything it is not sure
+of (a bad value, an unusual but valid one such as ``true`` in a ``Box`` observation, a ``Dict`` space) makes
+it give up (None), and the per-value checker decides and names the field and ``[t][i]``.
+"""
+
+from __future__ import annotations
+
+from itertools import chain
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from shepherd.wire.steps import max_reward
+
+_F32_MAX = float(np.finfo(np.float32).max)
+#: the largest integer magnitude a float64 holds exactly (past it, a Box's int would be rounded twice)
+_EXACT = float(2 ** 53)
+_NUMBERS = {float, int}
+_FLAGS = {bool, int}
+
+
+def columns(data: dict[str, Any], observation: spaces.Space, sample: spaces.Space, n: int,
+            steps: int) -> dict[str, np.ndarray] | None:
+    """The columns ``obs`` (T+1, N, *shape), ``sample`` (T, N, *shape), ``reward`` (T, N, float64),
+    ``terminated`` and ``truncated`` (T, N, bool), as the per-value checker would build them; None when any
+    of them may not pass it (it then decides)."""
+    try:
+        obs = _space_column(observation, data.get("obs"), steps + 1, n)
+        if obs is None:
+            return None
+        drawn = _space_column(sample, data.get("sample"), steps, n)
+        if drawn is None or (isinstance(sample, spaces.Box) and not _within(drawn, sample)):
+            return None
+        reward = _reward_column(data.get("reward"), steps, n)
+        terminated = _flag_column(data.get("terminated"), steps, n)
+        truncated = _flag_column(data.get("truncated"), steps, n)
+    except (TypeError, ValueError, OverflowError):  # a ragged column, a huge integer, a row not a list
+        return None
+    if reward is None or terminated is None or truncated is None:
+        return None
+    return {"obs": obs, "sample": drawn, "reward": reward, "terminated": terminated, "truncated": truncated}
+
+
+def _leaves(rows: Any, dims: tuple[int, ...]) -> tuple[list[Any], set[type]] | None:
+    """The items of nested lists of lengths ``dims`` (rows, envs, then the value's shape), flat, and their
+    types; None unless every level is lists of its length."""
+    if type(rows) is not list or len(rows) != dims[0]:
+        return None
+    items = rows
+    for length in dims[1:]:
+        if {*map(type, items)} != {list} or {*map(len, items)} != {length}:
+            return None
+        items = list(chain.from_iterable(items))
+    return items, {*map(type, items)}
+
+
+def _space_column(space: spaces.Space, rows: Any, count: int, n: int) -> np.ndarray | None:
+    """``count`` rows of ``n`` values of ``space`` as one array, or None."""
+    if not isinstance(space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
+        return None  # a Dict space: the per-value checker
+    dims = (count, n, *(space.shape or ()))
+    found = _leaves(rows, dims)
+    if found is None:
+        return None
+    leaves, types = found
+    if isinstance(space, spaces.Box):
+        if not types <= _NUMBERS:
+            return None
+        numbers = np.array(leaves, dtype=np.float64).reshape(dims)
+        limit = _EXACT if int in types else _F32_MAX
+        return numbers.astype(np.float32) if (np.abs(numbers) <= limit).all() else None  # NaN fails too
+    if types != {int}:
+        return None
+    array = np.array(leaves, dtype=np.int64).reshape(dims)
+    if isinstance(space, spaces.Discrete):
+        shifted = array - int(space.start)
+        return array if ((shifted >= 0) & (shifted < int(space.n))).all() else None
+    upper = space.nvec if isinstance(space, spaces.MultiDiscrete) else np.full(space.shape, 2)
+    return array.astype(space.dtype) if ((array >= 0) & (array < upper)).all() else None
+
+
+def _within(drawn: np.ndarray, space: spaces.Box) -> bool:
+    return bool((drawn >= space.low).all() and (drawn <= space.high).all())
+
+
+def _reward_column(rows: Any, steps: int, n: int) -> np.ndarray | None:
+    found = _leaves(rows, (steps, n))
+    if found is None or not found[1] <= _NUMBERS:
+        return None
+    reward = np.array(found[0], dtype=np.float64).reshape(steps, n)
+    return reward if np.isfinite(reward).all() and (np.abs(reward) <= max_reward()).all() else None
+
+
+def _flag_column(rows: Any, steps: int, n: int) -> np.ndarray | None:
+    found = _leaves(rows, (steps, n))
+    if found is None or not found[1] <= _FLAGS:
+        return None
+    if found[1] == {bool}:
+        return np.array(found[0], dtype=bool).reshape(steps, n)
+    flags = np.array(found[0], dtype=np.int64).reshape(steps, n)
+    return flags.astype(bool) if ((flags == 0) | (flags == 1)).all() else None
