@@ -1,0 +1,87 @@
+"""A selector served with its skills through the real aiohttp app (docs/levels.md): clients log in with the
+selector's key and speak the unchanged protocol; every reply adds ``"option"``; sessions acting at the client
+and vector sessions are refused with a clear 400."""
+
+from __future__ import annotations
+
+from shepherd.graph import AgentSpec, GraphManager, HierarchyAgent, Schedule, programmed_selector
+from shepherd.http import CREATED_KEYS, GRAPH, ServerConfig, create_app
+
+OBS = [[2], -1.0, 1.0]
+TINY = {"n_steps": 8, "batch_size": 8, "n_epochs": 1, "seed": 0, "policy_kwargs": {"net_arch": [8]}}
+LEFT, RIGHT = [0.0, -1.0], [0.0, 1.0]  # the middle of the corridor, cued to the left end, to the right end
+
+
+def graph_manager(option_steps=3, skills_learn=False, every=10 ** 6):
+    level = {"skills": ["left", "right"], "option_steps": option_steps, "skills_learn": skills_learn}
+    return GraphManager(owner="tests", agents=[
+        AgentSpec("left", "PPO", OBS, 2, TINY), AgentSpec("right", "PPO", OBS, 2, TINY),
+        AgentSpec("pilot", "PPO", OBS, 2, TINY, level=level),
+        programmed_selector("guide", "shepherd.envs.corridor:toward_cue", OBS, level)],
+        schedule=Schedule(steps_between_evaluation_periods=every, evaluation_episodes=1))
+
+
+async def make_client(aiohttp_client, tmp_path, graph=None):
+    app = create_app(ServerConfig(graph or graph_manager(), tmp_path / "data"))
+    client = await aiohttp_client(app)
+    client.keys = app[CREATED_KEYS]
+    return client
+
+
+async def post(client, path, body, status=200):
+    response = await client.post(path, json=body)
+    assert response.status == status, await response.text()
+    return await response.json()
+
+
+async def login(client, agent, status=200, **extra):
+    return await post(client, "/shepherd/login_user/", {"apikey": client.keys[agent], **extra}, status)
+
+
+async def run(client, key, obs, steps, done_at_end=True):
+    """``steps`` actions from ``obs`` (reward 1 each): the replies, the last ending the episode if asked."""
+    replies = [await post(client, "/shepherd/env/", {"session_key": key, "obs": obs, "reward": 0.0, "done": False})]
+    for t in range(steps):
+        done = done_at_end and t == steps - 1
+        replies.append(await post(client, "/shepherd/env/", {"session_key": key, "obs": obs, "reward": 1.0,
+                                                             "done": done}))
+    return replies
+
+
+async def test_a_selectors_session_speaks_the_protocol_and_every_reply_names_its_option(aiohttp_client, tmp_path):
+    client = await make_client(aiohttp_client, tmp_path)
+    opened = await login(client, "pilot")
+    assert opened["agent"] == "pilot" and opened["action_space"] == 2  # the skills' actions
+    replies = await run(client, opened["session_key"], RIGHT, 7)
+    for reply in replies[:-1]:
+        assert reply["action"] in (0, 1) and reply["option"] in ("left", "right") and "policy_version" in reply
+    assert replies[-1] == {"action": None, "option": None}
+    graph = client.server.app[GRAPH]
+    pilot = graph.preset_agent("pilot", HierarchyAgent)
+    options = pilot.selector.options
+    assert sum(use.chosen for use in options.values()) == 3  # options of 3, 3 and 1 steps
+    assert sum(use.steps for use in options.values()) == 7
+    assert pilot.selector.tracker.steps == 7 and pilot.selector.episodes == 1
+    assert list(pilot.selector.store.returns(pilot.record.id))[-1].value == 7.0  # an ordinary episode return
+
+
+async def test_a_programmed_selector_chooses_by_its_function(aiohttp_client, tmp_path):
+    client = await make_client(aiohttp_client, tmp_path)
+    key = (await login(client, "guide"))["session_key"]
+    assert {reply["option"] for reply in (await run(client, key, LEFT, 4))[:-1]} == {"left"}
+    assert {reply["option"] for reply in (await run(client, key, RIGHT, 4))[:-1]} == {"right"}
+
+
+async def test_a_flat_agents_replies_have_no_option(aiohttp_client, tmp_path):
+    client = await make_client(aiohttp_client, tmp_path)
+    replies = await run(client, (await login(client, "left"))["session_key"], LEFT, 2)
+    assert all("option" not in reply for reply in replies)
+
+
+async def test_client_acting_and_vector_sessions_of_a_selector_are_refused_with_400(aiohttp_client, tmp_path):
+    client = await make_client(aiohttp_client, tmp_path)
+    acting = await login(client, "pilot", status=400, acting="client")
+    assert "acting" in acting["error"] and "pilot" in acting["error"]
+    vector = await login(client, "pilot", status=400, n_envs=2)
+    assert "vector sessions of a hierarchy are not served yet" in vector["error"]
+    assert client.server.app[GRAPH].sessions.__len__() == 0
