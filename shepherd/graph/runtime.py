@@ -383,5 +383,9 @@ class AgentRuntime:
                 **({"shepherd/lesson": self.lessons.index} if self.lessons.active else {}),
                 "rollout/ep_rew_mean": sum(train) / len(train) if train else None}
 
+    def options_used(self) -> dict[str, Any]:
+        """A selector's options' use by skill (``{"chosen", "steps", "reward", "mean_steps"}``); {} for a flat agent."""
+        return {}
+
     def describe(self) -> dict[str, Any]:
         return {"id": self.record.id, "name": self.record.name, "algorithm": self.record.algorithm}

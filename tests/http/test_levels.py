@@ -4,6 +4,8 @@ and vector sessions are refused with a clear 400."""
 
 from __future__ import annotations
 
+import asyncio
+
 from shepherd.graph import AgentSpec, GraphManager, HierarchyAgent, Schedule, programmed_selector
 from shepherd.http import CREATED_KEYS, GRAPH, ServerConfig, create_app
 
@@ -85,3 +87,45 @@ async def test_client_acting_and_vector_sessions_of_a_selector_are_refused_with_
     vector = await login(client, "pilot", status=400, n_envs=2)
     assert "vector sessions of a hierarchy are not served yet" in vector["error"]
     assert client.server.app[GRAPH].sessions.__len__() == 0
+
+
+async def test_the_admin_api_and_metrics_show_the_level_and_its_options_use(aiohttp_client, tmp_path):
+    client = await make_client(aiohttp_client, tmp_path)
+    await run(client, (await login(client, "guide"))["session_key"], LEFT, 4)
+    agent_id = client.server.app[GRAPH].preset_agent_id("guide")
+    response = await client.get(f"/shepherd/admin/api/agents/{agent_id}",
+                                headers={"Authorization": f"Bearer {client.keys['guide']}"})
+    assert response.status == 200, await response.text()
+    level = (await response.json())["level"]
+    assert (level["skills"], level["option_steps"], level["skills_learn"]) == (["left", "right"], 3, False)
+    assert level["options"]["left"] == {"chosen": 2, "steps": 4, "reward": 4.0, "mean_steps": 2.0}
+    assert level["options"]["right"]["chosen"] == 0
+    flat = await client.get(f"/shepherd/admin/api/agents/{client.server.app[GRAPH].preset_agent_id('left')}",
+                            headers={"Authorization": f"Bearer {client.keys['left']}"})
+    assert (await flat.json())["level"] is None
+    exposition = await (await client.get("/metrics")).text()
+    assert 'shepherd_option_chosen_total{agent="tests/guide",client="",skill="left"} 2.0' in exposition
+    assert 'shepherd_option_steps_total{agent="tests/guide",client="",skill="left"} 4.0' in exposition
+
+
+async def test_a_checkpoint_holds_every_level_and_the_options_use(aiohttp_client, tmp_path):
+    client = await make_client(aiohttp_client, tmp_path, graph_manager(skills_learn=True))
+    graph = client.server.app[GRAPH]
+    key = (await login(client, "pilot"))["session_key"]
+    for _ in range(2):
+        await run(client, key, RIGHT, 5)
+    pilot = graph.preset_agent("pilot", HierarchyAgent)
+    used = pilot.selector.options_used()
+    skills = [graph.served.agents[graph.preset_agent_id(name)].runtime for name in ("left", "right")]
+    assert not any(skill.model_path.exists() for skill in skills)
+    await asyncio.wrap_future(pilot.selector.checkpoint())
+    for skill in skills:  # written with the selector's: the skills learned from the hierarchy's steps
+        if skill.pending_checkpoint is not None:
+            await asyncio.wrap_future(skill.pending_checkpoint)
+    assert all(skill.model_path.exists() for skill in skills)
+    resumed = await asyncio.to_thread(graph.build_agent, pilot.record, True)
+    try:
+        assert isinstance(resumed, HierarchyAgent)
+        assert resumed.selector.options_used() == used and resumed.selector.tracker.steps == 10
+    finally:
+        await asyncio.to_thread(resumed.discard)

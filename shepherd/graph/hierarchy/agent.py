@@ -68,6 +68,9 @@ class SelectorRuntime(AgentRuntime):
                 skill.checkpoint()
         return super().checkpoint()
 
+    def options_used(self) -> dict[str, Any]:
+        return {name: use.to_json() for name, use in list(self.options.items())}
+
     def metric_values(self) -> dict[str, Any]:
         values = super().metric_values()
         for name, use in list(self.options.items()):
@@ -131,7 +134,7 @@ class HierarchyAgent(PooledAgent):
     def describe_level(self) -> dict[str, Any]:
         """The level and each skill's use, as the admin API shows it."""
         level = self.selector.level
-        return {**level.to_json(), "options": {name: use.to_json() for name, use in self.selector.options.items()}}
+        return {**level.to_json(), "options": self.selector.options_used()}
 
     def status(self, model: dict[str, float] | None) -> AgentStatus:
         status = super().status(model)
