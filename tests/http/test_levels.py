@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from shepherd.graph import AgentSpec, GraphManager, HierarchyAgent, Schedule, programmed_selector
+from shepherd.graph.agent import kind_of
 from shepherd.http import CREATED_KEYS, GRAPH, ServerConfig, create_app
 
 OBS = [[2], -1.0, 1.0]
@@ -123,6 +124,8 @@ async def test_a_checkpoint_holds_every_level_and_the_options_use(aiohttp_client
         if skill.pending_checkpoint is not None:
             await asyncio.wrap_future(skill.pending_checkpoint)
     assert all(skill.model_path.exists() for skill in skills)
+    stored = kind_of(pilot.record).stored_status(graph.store, pilot.record, "stopped", None, None)
+    assert stored.level["options"] == used and stored.level["skills"] == ["left", "right"]  # read from the folder
     resumed = await asyncio.to_thread(graph.build_agent, pilot.record, True)
     try:
         assert isinstance(resumed, HierarchyAgent)

@@ -5,16 +5,17 @@ served agents, found by name when a session opens. Registers itself as the kind 
 from __future__ import annotations
 
 import logging
+import zipfile
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from shepherd.agents import AgentFailed, NotClientActing
+from shepherd.agents import AgentFailed, NotClientActing, checkpoint
 from shepherd.graph.agent import LEVELED, AgentStatus, BadClient, Building, ServedAgent, register_kind
 from shepherd.graph.pooled import Pooled, PooledAgent
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.hierarchy import LevelSpec, load_function
 from shepherd.level import HierarchyLevel, Level, Skill, WrongShape
-from shepherd.storage import AgentRecord
+from shepherd.storage import AgentRecord, Store
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ class SelectorRuntime(AgentRuntime):
 
     def checkpoint(self) -> Any:
         for skill in self.learning_skills:
-            if skill.learner.failure is None:
+            if skill.learner.failure is None and skill.learner.alive:  # a skill stopped first wrote its own
                 skill.checkpoint()
         return super().checkpoint()
 
@@ -148,7 +149,19 @@ class HierarchyAgent(PooledAgent):
 
 class Hierarchy(Pooled):
     """Builds a selector: the learner that proved its parameters (served), on a `SelectorRuntime`; what a folder
-    no server serves says of it is a pooled agent's."""
+    no server serves says of it is a pooled agent's, with its level and its options' use from its checkpoint."""
+
+    def stored_status(self, store: Store, record: AgentRecord, phase: str, failure: str | None,
+                      model: dict[str, float] | None) -> AgentStatus:
+        status = super().stored_status(store, record, phase, failure, model)
+        try:
+            saved = checkpoint.read_state(self.stored_model(store, record, None)).get("options") or {}
+        except (OSError, KeyError, ValueError, TypeError, AttributeError, zipfile.BadZipFile):
+            saved = {}  # no checkpoint yet, or one that cannot be read: the level alone
+        options = {name: OptionUse(int(use.get("chosen", 0)), int(use.get("steps", 0)),
+                                   float(use.get("reward", 0.0))).to_json()
+                   for name, use in saved.items() if isinstance(use, dict)}
+        return replace(status, level={**(record.level or {}), **({"options": options} if options else {})})
 
     def build(self, building: Building) -> HierarchyAgent:
         record = building.record
