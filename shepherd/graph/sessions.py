@@ -323,8 +323,10 @@ class SessionTable:
             raise TooManySessions(f"agent {runtime.record.name} has its maximum of {self.max_per_agent} "
                                   "sessions; log out unused ones or retry later")
         level: Level
-        if leveled is not None:
-            level = leveled(next(self._actor_ids))
+        if leveled is not None:  # its first actor id; a vector session's envs take the ids after it
+            first = next(self._actor_ids)
+            self._actor_ids = itertools.count(first + (n_envs or 1))
+            level = leveled(first)
         elif acting == "client":
             first = next(self._actor_ids)
             self._actor_ids = itertools.count(first + (n_envs or 1))  # the learner's uploader and its envs

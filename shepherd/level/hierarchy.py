@@ -42,6 +42,14 @@ class OptionHost(EpisodeHost, Protocol):
         ...
 
 
+def skill_mode(skills_learn: bool, phase: Phase) -> ActMode:
+    """How a skill acts in an episode of ``phase``: greedily when frozen or in evaluation; else as it explores
+    (also in heatup, where the options are random)."""
+    if not skills_learn or MODES[phase] is ActMode.GREEDY:
+        return ActMode.GREEDY
+    return ActMode.EXPLORE
+
+
 @dataclass
 class Option:
     """The option under way: its skill (by index), the observation it started from, and what it has run."""
@@ -84,11 +92,7 @@ class HierarchyLevel(Level):
         return self._fields
 
     def skill_mode(self, phase: Phase) -> ActMode:
-        """How a skill acts: greedily when frozen or in evaluation; else as it explores (also in heatup, where
-        the options are random)."""
-        if not self.skills_learn or MODES[phase] is ActMode.GREEDY:
-            return ActMode.GREEDY
-        return ActMode.EXPLORE
+        return skill_mode(self.skills_learn, phase)
 
     def take_step(self, step: StepInput) -> ActionFuture | None:
         return self.step(step.obs, step.reward, step.done, step.truncated)

@@ -81,13 +81,27 @@ async def test_a_flat_agents_replies_have_no_option(aiohttp_client, tmp_path):
     assert all("option" not in reply for reply in replies)
 
 
-async def test_client_acting_and_vector_sessions_of_a_selector_are_refused_with_400(aiohttp_client, tmp_path):
+async def test_client_acting_sessions_of_a_selector_are_refused_with_400(aiohttp_client, tmp_path):
     client = await make_client(aiohttp_client, tmp_path)
     acting = await login(client, "pilot", status=400, acting="client")
     assert "acting" in acting["error"] and "pilot" in acting["error"]
-    vector = await login(client, "pilot", status=400, n_envs=2)
-    assert "vector sessions of a hierarchy are not served yet" in vector["error"]
-    assert client.server.app[GRAPH].sessions.__len__() == 0
+    assert len(client.server.app[GRAPH].sessions) == 0
+
+
+async def test_a_vector_session_of_a_selector_lists_each_envs_option(aiohttp_client, tmp_path):
+    client = await make_client(aiohttp_client, tmp_path)
+    opened = await login(client, "guide", n_envs=2)
+    assert opened["n_envs"] == 2 and opened["action_space"] == 2
+    body = {"session_key": opened["session_key"], "obs": [LEFT, RIGHT], "reward": [0.0, 0.0],
+            "terminated": [False, False], "truncated": [False, False]}
+    for _ in range(4):
+        reply = await post(client, "/shepherd/env/", body)
+        assert reply["options"] == ["left", "right"] and len(reply["actions"]) == 2
+        body["reward"] = [1.0, 1.0]
+    ended = {**body, "obs": [RIGHT, RIGHT], "terminated": [True, False], "final_obs": [LEFT, None]}
+    assert (await post(client, "/shepherd/env/", ended))["options"] == ["right", "right"]  # env 0 reset, chose anew
+    guide = client.server.app[GRAPH].preset_agent("guide", HierarchyAgent).selector
+    assert guide.episodes == 1 and guide.options["left"].chosen == 2  # options of 3 steps, then the episode's end
 
 
 async def test_the_admin_api_and_metrics_show_the_level_and_its_options_use(aiohttp_client, tmp_path):

@@ -131,3 +131,51 @@ async def test_a_session_closed_while_the_selector_chooses_gets_no_skill():
     waiting.set_result(0)
     await asyncio.sleep(0.01)
     assert reply.cancelled() and left.learner.calls == []
+
+
+class FakeVectorLearner(FakeLearner):
+    """Answers a submitted step's acts with ``choose(request)``, in order; records every request."""
+
+    def __init__(self, name, choose):
+        super().__init__(name)
+        self.choose, self.submitted = choose, []
+
+    def submit(self, requests):
+        self.submitted.append([(r.kind.name, r.actor, r.obs, r.reward, r.truncated, r.mode) for r in requests])
+        return _answered([self.choose(r) for r in requests if r.kind.name in ("BEGIN", "STEP")])
+
+
+def _vector(option_steps=2):
+    from shepherd.level import HierarchyVectorLevel
+    from shepherd.wire import EnvSteps
+
+    host = FakeHost([], phases=(Phase.TRAIN,) * 4)
+    host.learner = FakeVectorLearner("selector", lambda r: 0 if r.obs == "cue-left" else 1)
+    skills = [Skill("left", FakeVectorLearner("left", lambda r: "L")),
+              Skill("right", FakeVectorLearner("right", lambda r: "R"))]
+    level = HierarchyVectorLevel(10, 2, host, skills, option_steps, False, "space")
+
+    def envs(obs, reward=(0.0, 0.0), ended=(False, False), final=(None, None)):
+        return EnvSteps(list(obs), list(reward), list(ended), [False, False], list(final))
+    return host, skills, level, envs
+
+
+async def test_a_vector_session_chooses_an_option_per_env_and_lists_them():
+    host, (left, right), level, envs = _vector(option_steps=2)
+    reply = level.step(envs(["cue-left", "cue-right"]))
+    assert await reply == ["L", "R"] and level.reply_fields() == {"options": ["left", "right"]}
+    assert [kind for kind, *_ in host.learner.submitted[0]] == ["BEGIN", "BEGIN"]
+    assert await level.step(envs(["cue-left", "cue-right"], (1.0, 2.0))) == ["L", "R"]  # options go on
+    assert len(host.learner.submitted) == 1
+    # env 1's episode ends (auto reset to a left cue); env 0's option ends by option_steps and it chooses again
+    reply = level.step(envs(["cue-right", "cue-left"], (3.0, 4.0), (False, True), (None, "final")))
+    assert await reply == ["R", "L"] and level.reply_fields() == {"options": ["right", "left"]}
+    assert host.learner.submitted[1] == [
+        ("STEP", 10, "cue-right", 4.0, False, ActMode.EXPLORE), ("END", 11, "final", 6.0, False, ActMode.EXPLORE),
+        ("BEGIN", 11, "cue-left", 0.0, False, ActMode.EXPLORE)]
+    assert left.learner.submitted[-1] == [("END", 10, "cue-right", 3.0, True, ActMode.GREEDY),
+                                          ("BEGIN", 11, "cue-left", 0.0, False, ActMode.GREEDY)]
+    assert right.learner.submitted[-1] == [("END", 11, "final", 4.0, False, ActMode.GREEDY),
+                                           ("BEGIN", 10, "cue-right", 0.0, False, ActMode.GREEDY)]
+    assert host.ended == [(Phase.TRAIN, 6.0, 2, True)] and sorted(host.options) == [("left", 2, 4.0),
+                                                                                     ("right", 2, 6.0)]

@@ -14,7 +14,7 @@ from shepherd.graph.agent import LEVELED, AgentStatus, BadClient, Building, Serv
 from shepherd.graph.pooled import Pooled, PooledAgent
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.hierarchy import LevelSpec, load_function
-from shepherd.level import HierarchyLevel, Level, Skill, WrongShape
+from shepherd.level import HierarchyLevel, HierarchyVectorLevel, Level, Skill
 from shepherd.storage import AgentRecord, Store
 
 logger = logging.getLogger(__name__)
@@ -117,9 +117,6 @@ class HierarchyAgent(PooledAgent):
         if acting == "client":
             raise NotClientActing(f"agent {name} is a selector with skills: its sessions act at the server; log in "
                                   "with \"acting\": \"server\" (or leave it out)")
-        if n_envs is not None:
-            raise WrongShape(f"agent {name} is a selector with skills: its sessions drive one env; vector sessions "
-                             "of a hierarchy are not served yet (log in without n_envs)")
         level = self.selector.level
         found = self.skills()
         self.selector.learning_skills = [runtime for _, runtime in found] if level.skills_learn else []
@@ -128,8 +125,11 @@ class HierarchyAgent(PooledAgent):
         action_space = found[0][1].action_space
 
         def leveled(actor: int) -> Level:
-            return HierarchyLevel(actor, self.selector, skills, level.option_steps, level.skills_learn, action_space,
-                                  evaluate_only)
+            if n_envs is None:
+                return HierarchyLevel(actor, self.selector, skills, level.option_steps, level.skills_learn,
+                                      action_space, evaluate_only)
+            return HierarchyVectorLevel(actor, n_envs, self.selector, skills, level.option_steps, level.skills_learn,
+                                        action_space, evaluate_only)
         return leveled
 
     def describe_level(self) -> dict[str, Any]:
