@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from shepherd.graph import AgentSpec, InvalidPreset, Preset, programmed_selector
+from shepherd.graph import AgentSpec, InvalidPreset, Preset, PresetError, programmed_selector
 from shepherd.hierarchy import LevelError, LevelSpec
 from shepherd.loading.yaml_preset import preset_data, preset_from_data
 
@@ -97,3 +97,17 @@ def test_a_selector_and_an_algorithm_together_and_a_bad_function_are_refused():
 def test_python_levels_are_checked_when_declared():
     with pytest.raises(LevelError, match="level.option_steps"):
         AgentSpec("pilot", "PPO", OBS, 2, level={"skills": ["a"], "option_steps": 0})
+
+
+def test_the_bundled_example_loads_and_cp_sets_a_levels_key_by_its_path():
+    from shepherd.loading import load_preset
+    from tests.conftest import ROOT
+
+    path = str(ROOT / "presets" / "corridor_levels.yaml")
+    pilot = load_preset(path, overrides=("agents.pilot.level.option_steps=5",)).agents[3]
+    assert pilot.level == LevelSpec(("left", "right"), 5, False)
+    with pytest.raises(InvalidPreset) as raised:
+        load_preset(path, overrides=("agents.pilot.level.option_steps=0",))
+    assert [problem.path for problem in raised.value.problems] == ["agents[3].level.option_steps"]
+    with pytest.raises(PresetError, match="unknown key 'steps' in agents.pilot.level"):
+        load_preset(path, overrides=("agents.pilot.level.steps=3",))
