@@ -360,8 +360,12 @@ class SessionTable:
             session.runtime.sessions -= 1
 
     def end_agent(self, agent_id: int, gone: str | None = None) -> int:
-        """End every session of one agent; returns how many ended. With ``gone`` (the agent was deleted),
-        their keys get `Gone` with that message from now on, instead of `Unauthorized`."""
+        """End every session of one agent, and the sessions that consult its learner (a selector's, whose skill
+        it is: their clients log in again); returns how many ended. With ``gone`` (the agent was deleted), its own
+        sessions' keys get `Gone` with that message from now on, instead of `Unauthorized`."""
+        consulting = [s for s in self._by_key.values() if agent_id in s.level.consults]
+        for session in consulting:
+            self.end(session)
         ending = [s for s in self._by_key.values() if s.runtime.record.id == agent_id]
         for session in ending:
             if gone is not None:  # before it ends: a step waiting in it hears `Gone` too
@@ -369,7 +373,7 @@ class SessionTable:
             self.end(session)
         while len(self._gone) > GONE_REMEMBERED:  # the oldest first
             del self._gone[next(iter(self._gone))]
-        return len(ending)
+        return len(ending) + len(consulting)
 
     def end_client(self, client_id: str) -> int:
         """End every session opened with one API key (by its `hash_key`); returns how many ended."""

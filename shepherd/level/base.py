@@ -50,6 +50,8 @@ class Level:
     snapshots: bool = True
     #: whether its steps may carry an action mask (when its runtime's algorithm takes them)
     takes_masks: bool = True
+    #: the store ids of other agents whose learners its steps consult (a selector's skills): their restart ends it
+    consults: frozenset[int] = frozenset()
 
     @property
     def n_envs(self) -> int | None:

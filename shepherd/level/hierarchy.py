@@ -32,6 +32,7 @@ class Skill:
     name: str
     learner: Learner
     ends: Callable[[Any], Any] | None = None
+    agent_id: int = 0  # its agent's store id
 
 
 class OptionHost(EpisodeHost, Protocol):
@@ -75,6 +76,7 @@ class HierarchyLevel(Level):
         self.actor_id = actor_id
         self.host = host
         self.skills = skills
+        self.consults = frozenset(skill.agent_id for skill in skills)
         self.option_steps = option_steps
         self.skills_learn = skills_learn
         self.action_space = action_space

@@ -32,6 +32,7 @@ class HierarchyVectorLevel(Level):
         self.group = first_actor_id
         self.host = host
         self.skills = skills
+        self.consults = frozenset(skill.agent_id for skill in skills)
         self.option_steps = option_steps
         self.skills_learn = skills_learn
         self.action_space = action_space

@@ -146,3 +146,19 @@ async def test_a_checkpoint_holds_every_level_and_the_options_use(aiohttp_client
         assert resumed.selector.options_used() == used and resumed.selector.tracker.steps == 10
     finally:
         await asyncio.to_thread(resumed.discard)
+
+
+async def test_restarting_a_skill_ends_its_selectors_sessions_and_a_new_login_uses_the_new_learner(
+        aiohttp_client, tmp_path):
+    client = await make_client(aiohttp_client, tmp_path)
+    graph = client.server.app[GRAPH]
+    key = (await login(client, "guide"))["session_key"]
+    flat = (await login(client, "right"))["session_key"]  # another agent's session is not the skill's business
+    await run(client, key, LEFT, 2, done_at_end=False)
+    ended, _ = await graph.served.restart(graph.preset_agent_id("left"))
+    assert ended == 1
+    step = {"session_key": key, "obs": LEFT, "reward": 0.0, "done": False}
+    assert "log in again" in (await post(client, "/shepherd/env/", step, status=401))["error"]
+    await post(client, "/shepherd/env/", {**step, "session_key": flat})
+    replies = await run(client, (await login(client, "guide"))["session_key"], LEFT, 2)
+    assert replies[0]["option"] == "left"
