@@ -1,6 +1,7 @@
 """A served agent, of any kind: the one interface the graph's lifecycle verbs call (`ServedAgent`), and the
 table of kinds by sharing mode (`AgentKind`, `register_kind`), which each kind's package fills when it is
-imported (`shepherd.graph.pooled`, `shepherd.graph.advised`).
+imported (`shepherd.graph.pooled`, `shepherd.graph.advised`; `shepherd.graph.hierarchy` for agents with a level,
+`LEVELED`).
 
 A kind of agent is one package: a `ServedAgent` (its learners' runtimes, its status, the runtime a login
 opens its session on, whose model an export gives) and an `AgentKind` (how it is built from its record,
