@@ -162,3 +162,18 @@ async def test_restarting_a_skill_ends_its_selectors_sessions_and_a_new_login_us
     await post(client, "/shepherd/env/", {**step, "session_key": flat})
     replies = await run(client, (await login(client, "guide"))["session_key"], LEFT, 2)
     assert replies[0]["option"] == "left"
+
+
+async def test_an_off_policy_selector_learns_from_its_options(aiohttp_client, tmp_path):
+    dqn = {"buffer_size": 100, "batch_size": 4, "train_freq": 2, "learning_starts": 0, "seed": 0,
+           "policy_kwargs": {"net_arch": [8]}}
+    level = {"skills": ["left", "right"], "option_steps": 2}
+    graph = GraphManager(owner="tests", agents=[
+        AgentSpec("left", "PPO", OBS, 2, TINY), AgentSpec("right", "PPO", OBS, 2, TINY),
+        AgentSpec("pilot", "DQN", OBS, 2, dqn, level=level)], schedule=Schedule(steps_between_evaluation_periods=10 ** 6))
+    client = await make_client(aiohttp_client, tmp_path, graph)
+    key = (await login(client, "pilot"))["session_key"]
+    for _ in range(3):
+        assert (await run(client, key, RIGHT, 6))[-1] == {"action": None, "option": None}
+    pilot = client.server.app[GRAPH].preset_agent("pilot", HierarchyAgent).selector
+    assert pilot.learner.failure is None and pilot.learner.steps == 9  # 3 options of 2 steps per episode
