@@ -291,13 +291,13 @@ class GraphManager:
 
         Raises:
             BadClient: an advised agent's training login without a client name, or a bad or needless name.
-            NotClientActing, WrongShape: a selector's login acting at the client, or of a vector session.
+            NotClientActing: a selector's login acting at the client, or any session of one under --ray.
             TooManyClients: a new client name of an advised agent that has the most clients allowed.
             TooManyEnvs: ``n_envs`` is below 1 or above the server's limit per session.
             Unauthorized: the key is unknown or revoked, or its agent is not served here.
             TooManySessions: the agent has its maximum number of sessions.
             AgentClosed: the agent is restarting (retry in a moment).
-            AgentFailed: the agent's learner could not be built (an admin can restart it).
+            AgentFailed: the agent's learner could not be built (an admin can restart it), or a skill is not served.
         """
         limit = self._serving.max_envs_per_session
         if n_envs is not None and not 1 <= n_envs <= limit:
@@ -318,7 +318,7 @@ class GraphManager:
             raise AgentFailed(f"agent {runtime.label} failed ({runtime.learner.failure}); an admin can restart it")
         leveled = agent.session_level(runtime, evaluate_only, n_envs, acting)
         if (acting == "client" or leveled is not None) and self.remote_learners is not None:
-            raise NotClientActing("client-acting sessions and selectors' sessions are not served under --ray yet")
+            raise NotClientActing("client-acting and selectors' sessions are not served under --ray yet")
         return self._sessions.open(runtime, evaluate_only, hash_key(apikey), n_envs, acting, leveled)
 
     async def prepare_client(self, apikey: str, client: str | None) -> None:
