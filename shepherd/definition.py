@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from shepherd.hierarchy import LevelSpec, parse_level
 from shepherd.lessons import Lesson, lessons_to_json, parse_lessons
 
 
@@ -132,7 +133,8 @@ class Filters:
 @dataclass(frozen=True)
 class AgentDefinition:
     """What an agent is: algorithm, spaces in Shepherd's JSON syntax, parameter values, sharing mode, filters,
-    and its lessons (`shepherd.lessons`: each episode's config; none by default).
+    and its lessons (`shepherd.lessons`: each episode's config; none by default), and, for a selector, its
+    level (`shepherd.hierarchy`: the skills it chooses between; None for a flat agent).
 
     The sharing mode is checked here; the rest by `shepherd.agents.check_agent` (it needs the algorithm
     registry).
@@ -146,17 +148,21 @@ class AgentDefinition:
     sharing: Sharing = Sharing.POOLED
     filters: Filters = field(default_factory=Filters)
     lessons: tuple[Lesson, ...] = ()
+    level: LevelSpec | None = None
 
     def __post_init__(self) -> None:
-        """Raises ValueError for an unknown sharing mode, bad filters or bad lessons (`LessonError`, with its
-        key path from ``lessons``; a preset may give them as plain data)."""
+        """Raises ValueError for an unknown sharing mode, bad filters, bad lessons (`LessonError`, with its
+        key path from ``lessons``) or a bad level (`LevelError`, from ``level``); a preset may give them as plain
+        data."""
         object.__setattr__(self, "sharing", Sharing.parse(self.sharing))
         object.__setattr__(self, "filters", Filters.parse(self.filters))
         lessons = self.lessons
         object.__setattr__(self, "lessons", parse_lessons(None if lessons == () or lessons is None else lessons))
+        object.__setattr__(self, "level", parse_level(self.level))
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "algorithm": self.algorithm, "observation_space": self.observation_space,
                 "action_space": self.action_space, "parameters": dict(self.parameters),
                 "sharing": self.sharing.value, "filters": self.filters.to_json(),
-                **({"lessons": lessons_to_json(self.lessons)} if self.lessons else {})}
+                **({"lessons": lessons_to_json(self.lessons)} if self.lessons else {}),
+                **({"level": self.level.to_json()} if self.level is not None else {})}

@@ -100,7 +100,7 @@ class OperationsBase:
             last_evaluation=None if evaluation is None else {
                 "period": evaluation.period, "steps": evaluation.steps, "mean_return": evaluation.mean_return},
             failure=status.failure, last_active=status.last_active, clients=status.clients,
-            lessons=list(record.lessons) or None, lesson=self._lesson(record.id))
+            lessons=list(record.lessons) or None, lesson=self._lesson(record.id), level=status.level or record.level)
 
     def _lesson(self, agent_id: int) -> str | None:
         runtime = self.graph.runtimes.get(agent_id)

@@ -92,6 +92,9 @@ class AgentView(JsonRecord):
     #: the agent's lessons (docs/lessons.md; None for none), and the lesson a served pooled agent is in now
     lessons: list[dict[str, Any]] | None = None
     lesson: str | None = None
+    #: a selector's level (docs/levels.md: skills, option_steps, skills_learn) and, while served, its options'
+    #: use by skill (chosen, steps, reward, mean_steps); None for a flat agent
+    level: dict[str, Any] | None = None
 
     @property
     def ref(self) -> str:

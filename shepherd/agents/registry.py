@@ -88,9 +88,12 @@ SAC_EXCLUDED = OFF_POLICY_EXCLUDED + (("use_sde", _GSDE), ("sde_sample_freq", _G
 ALGORITHMS: dict[str, Algorithm] = {}
 #: algorithms of the SB3 family that are not served, with the reason (`run.py algorithms` shows them)
 NOT_SERVED: dict[str, str] = {}
+#: algorithms agents run that are not listed among those to choose from (a programmed selector, declared with
+#: ``selector:`` in a preset), by upper-case name
+UNLISTED: dict[str, Algorithm] = {}
 
 
-def register(algorithm: Algorithm) -> Algorithm:
+def register(algorithm: Algorithm, listed: bool = True) -> Algorithm:
     """Make an algorithm available to agents, presets, the admin API and ``run.py algorithms``.
 
     Its parameters are read from its class's constructor (less ``excluded``, plus the family's own, see
@@ -99,13 +102,14 @@ def register(algorithm: Algorithm) -> Algorithm:
     Raises:
         ValueError: the name is taken, or the family is not an `SB3Algorithm` adapter.
     """
-    if algorithm.name.upper() in ALGORITHMS:
+    if algorithm.name.upper() in ALGORITHMS or algorithm.name.upper() in UNLISTED:
         raise ValueError(f"an algorithm named {algorithm.name!r} is already registered")
     if algorithm.learner is None and not (isinstance(algorithm.family, type)
                                           and issubclass(algorithm.family, SB3Algorithm)):
         raise ValueError(f"{algorithm.name}: family {algorithm.family!r} is not an SB3Algorithm adapter (a "
                          "learner that is not SB3 gives learner=...)")
-    ALGORITHMS[algorithm.name.upper()] = algorithm  # names are matched in any case: "crossq" is CrossQ
+    # names are matched in any case: "crossq" is CrossQ
+    (ALGORITHMS if listed else UNLISTED)[algorithm.name.upper()] = algorithm
     return algorithm
 
 
@@ -200,7 +204,7 @@ def parameters(algorithm: str) -> dict[str, Parameter]:
 def algorithm_info(algorithm: str) -> Algorithm:
     """Raises ParameterError for an unknown algorithm, listing the available ones."""
     try:
-        return ALGORITHMS[str(algorithm).upper()]
+        return ALGORITHMS.get(str(algorithm).upper()) or UNLISTED[str(algorithm).upper()]
     except KeyError:
         names = ", ".join(a.name for a in ALGORITHMS.values())
         reason = NOT_SERVED.get(str(algorithm).upper())
@@ -305,4 +309,5 @@ def registry_records() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 
 from shepherd.agents.sb3 import contrib  # noqa: E402,F401  (registers sb3-contrib's algorithms)
+from shepherd.agents import programmed  # noqa: E402,F401  (registers the programmed selector)
 from shepherd.agents import factories  # noqa: E402,F401  (fills LEARNER_FACTORIES)

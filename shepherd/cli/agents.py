@@ -209,6 +209,8 @@ async def show_agent(operations, args: argparse.Namespace) -> int:
     print(f"agent {view.ref} (id {view.id})")
     for label, value in rows:
         print(f"  {label:<18}{value}")
+    if view.level is not None:
+        _show_level(view.level)
     if view.clients is not None:
         print(table(["CLIENT", "PHASE", "STEPS", "SESSIONS", "EPISODES", "TRAIN RETURN", "RECENT EVALUATION",
                      "ADVISOR"],
@@ -216,6 +218,17 @@ async def show_agent(operations, args: argparse.Namespace) -> int:
                       c["sessions"], c["episodes"], _number(c["mean_train_return"]), _number(c["recent_return"]),
                       c["advisor"] or "-"] for c in view.clients]) if view.clients else "  no client yet")
     return EXIT_OK
+
+
+def _show_level(level: dict) -> None:
+    """A selector's level and, while served, its options' use (docs/levels.md)."""
+    print(f"  {'level':<18}skills {', '.join(level['skills'])}; at most {level['option_steps']} steps per option; "
+          f"skills {'learn' if level['skills_learn'] else 'frozen'}")
+    options = level.get("options")
+    if options:
+        print(table(["OPTION", "CHOSEN", "STEPS", "MEAN STEPS", "REWARD"],
+                    [[skill, use["chosen"], use["steps"], _number(use["mean_steps"]), _number(use["reward"])]
+                     for skill, use in options.items()]))
 
 
 def _number(value: float | None) -> str:

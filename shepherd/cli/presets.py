@@ -116,6 +116,10 @@ def summary(graph: GraphManager) -> list[str]:
         if spec.filters.active:
             lines.append("    filters: " + ", ".join(f"{name}={json.dumps(value)}"
                                                     for name, value in spec.filters.to_json().items()))
+        if spec.level is not None:  # a selector (docs/levels.md)
+            level = spec.level
+            lines.append(f"    level: skills {', '.join(level.skills)}, at most {level.option_steps} steps per option, "
+                         f"skills {'learn' if level.skills_learn else 'frozen'}")
     schedule = graph.schedule
     lines.append(f"  schedule: {describe_schedule(schedule)}; checkpoint every {schedule.checkpoint_every_steps:,} "
                  f"steps or {schedule.checkpoint_every_seconds:g} s")

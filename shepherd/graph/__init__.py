@@ -5,8 +5,10 @@ from shepherd.graph.agent import AgentKind, AgentStatus, BadClient, ServedAgent,
 # the kinds of agent, each registering itself for its sharing mode (graph/agent.py's table)
 from shepherd.graph.pooled import PooledAgent
 from shepherd.graph.advised import AdvisedAgent, TooManyClients
+from shepherd.graph.hierarchy.agent import HierarchyAgent
 from shepherd.graph.manager import DEFAULT_SCHEDULE, GraphManager, Serving
-from shepherd.graph.preset import AgentSpec, InvalidPreset, Preset, PresetError, PresetValidation, Problem
+from shepherd.graph.preset import (AgentSpec, InvalidPreset, Preset, PresetError, PresetValidation, Problem,
+                                   programmed_selector)
 from shepherd.graph.runtime import AgentRuntime, AgentStats
 from shepherd.graph.schedule import EvaluationResult, PhaseTracker, Schedule
 from shepherd.graph.sessions import (Acted, ActTimeout, Conflict, Gone, Session, SessionTable, TooManyEnvs,
@@ -14,7 +16,7 @@ from shepherd.graph.sessions import (Acted, ActTimeout, Conflict, Gone, Session,
 from shepherd.level import WrongShape
 from shepherd.wire import StepInput, VectorStepInput
 
-__all__ = ["DEFAULT_SCHEDULE", "AdvisedAgent", "AgentKind", "AgentStatus", "PooledAgent", "ServedAgent", "register_kind", "BadClient", "ActTimeout", "Acted", "AgentRuntime", "AgentSpec", "AgentStats", "Conflict",
+__all__ = ["DEFAULT_SCHEDULE", "AdvisedAgent", "HierarchyAgent", "AgentKind", "AgentStatus", "PooledAgent", "ServedAgent", "register_kind", "BadClient", "ActTimeout", "Acted", "AgentRuntime", "AgentSpec", "AgentStats", "Conflict",
            "EvaluationResult", "Gone", "GraphManager", "PhaseTracker", "PresetError", "PresetValidation", "Schedule", "Serving",
            "Session", "SessionTable", "StepInput", "TooManyClients", "TooManyEnvs", "TooManySessions", "Unauthorized",
-           "VectorStepInput", "check_mask", "WrongShape", "InvalidPreset", "Preset", "Problem"]
+           "VectorStepInput", "check_mask", "WrongShape", "InvalidPreset", "Preset", "Problem", "programmed_selector"]

@@ -1,6 +1,7 @@
 """A served agent, of any kind: the one interface the graph's lifecycle verbs call (`ServedAgent`), and the
 table of kinds by sharing mode (`AgentKind`, `register_kind`), which each kind's package fills when it is
-imported (`shepherd.graph.pooled`, `shepherd.graph.advised`).
+imported (`shepherd.graph.pooled`, `shepherd.graph.advised`; `shepherd.graph.hierarchy` for agents with a level,
+`LEVELED`).
 
 A kind of agent is one package: a `ServedAgent` (its learners' runtimes, its status, the runtime a login
 opens its session on, whose model an export gives) and an `AgentKind` (how it is built from its record,
@@ -22,6 +23,7 @@ from shepherd.agents import ServedLearner
 from shepherd.definition import Sharing
 from shepherd.graph.runtime import AgentRuntime, AgentStats, saved_client_names
 from shepherd.graph.schedule import EvaluationResult, Schedule
+from shepherd.level import Level
 from shepherd.storage import AgentRecord, Store
 
 logger = logging.getLogger(__name__)
@@ -56,6 +58,8 @@ class AgentStatus:
     model: dict[str, float] | None
     #: an advised agent's clients (`AdvisedAgent.describe_clients`); None for a pooled agent
     clients: list[dict[str, Any]] | None = None
+    #: a selector's level and the use of its options (`HierarchyAgent.describe_level`); None for a flat agent
+    level: dict[str, Any] | None = None
 
 
 class ServedAgent(ABC):
@@ -97,6 +101,12 @@ class ServedAgent(ABC):
         Raises:
             BadClient: the client name is missing, malformed, or means nothing to this agent.
         """
+
+    def session_level(self, runtime: AgentRuntime, evaluate_only: bool, n_envs: int | None,
+                      acting: str) -> Callable[[int], Level] | None:
+        """The level of a session of this agent from its actor id, when the agent has a level of its own (a
+        selector's); None: the flat levels (`SessionTable.open`). Raises what refuses the login (HTTP 400)."""
+        return None
 
     async def prepare(self, client: str | None, lock: asyncio.Lock, serving: Callable[[], bool]) -> None:
         """Build off the event loop what a login with ``client`` will need, under the agent's ``lock``
@@ -185,6 +195,8 @@ class Building:
     on_evaluation: Callable[[AgentRuntime, EvaluationResult], None]
     #: the most client names an agent takes (None: any)
     max_clients: int | None
+    #: a served agent of the same owner, by name (None: not served): a selector's skills
+    find: Callable[[str], ServedAgent | None] = lambda name: None
 
     def learner(self, client: str | None) -> ServedLearner:
         """A fresh served learner (``client``'s)."""
@@ -219,19 +231,23 @@ class AgentKind(ABC):
         """
 
 
-KINDS: dict[Sharing, AgentKind] = {}
+#: the kinds by sharing mode, and `LEVELED` for agents with a level (selectors), whatever their sharing mode
+KINDS: dict[Sharing | str, AgentKind] = {}
+LEVELED = "level"
 
 
-def register_kind(sharing: Sharing, kind: AgentKind) -> None:
-    """Serve the agents of a sharing mode as ``kind`` builds them (called by the kind's package on import)."""
+def register_kind(sharing: Sharing | str, kind: AgentKind) -> None:
+    """Serve the agents of a sharing mode (or `LEVELED`) as ``kind`` builds them (called by the kind's package
+    on import)."""
     KINDS[sharing] = kind
 
 
 def kind_of(record: AgentRecord) -> AgentKind:
-    """The kind of a stored agent, by its sharing mode."""
-    sharing = record.definition.sharing
+    """The kind of a stored agent: a selector's (`LEVELED`), or by its sharing mode."""
+    sharing = LEVELED if record.level is not None else record.definition.sharing
     if sharing not in KINDS:
-        raise ValueError(f"agent {record.name}: no kind of served agent is registered for sharing {sharing.value!r}")
+        shown = sharing if isinstance(sharing, str) else sharing.value
+        raise ValueError(f"agent {record.name}: no kind of served agent is registered for sharing {shown!r}")
     return KINDS[sharing]
 
 
@@ -278,5 +294,5 @@ def model_file(path: Path) -> dict[str, float] | None:
     return {"bytes": stat.st_size, "modified": stat.st_mtime}
 
 
-__all__ = ["AgentKind", "AgentStatus", "BadClient", "Building", "KINDS", "MAX_CLIENTS", "NO_MODEL", "ServedAgent", "kind_of",
+__all__ = ["AgentKind", "AgentStatus", "BadClient", "Building", "KINDS", "LEVELED", "MAX_CLIENTS", "NO_MODEL", "ServedAgent", "kind_of",
            "model_file", "of_kind", "register_kind", "saved_client_names", "settle", "unlink"]

@@ -15,7 +15,7 @@ import logging
 from dataclasses import replace
 from typing import Any, Callable
 
-from shepherd.agents import (AgentClosed, AgentFailed, ParameterError, ServedLearner,
+from shepherd.agents import (AgentClosed, AgentFailed, NotClientActing, ParameterError, ServedLearner,
                              algorithm_info, check_parameters, learner_for, parameters, registry_records)
 from shepherd.agents.bounds import check_bounds
 from shepherd.graph.agent import Building, ServedAgent, kind_of, of_kind
@@ -141,8 +141,7 @@ class GraphManager:
         """Check the preset without building anything heavy (`Preset.check`).
 
         Raises:
-            InvalidPreset: every problem found: an unknown algorithm, a bad space, a bad parameter, or an
-                impossible schedule.
+            InvalidPreset: every problem found (algorithms, spaces, parameters, levels, the schedule).
         """
         self.preset.check()
 
@@ -187,7 +186,8 @@ class GraphManager:
             if record is None:
                 record = store.add_agent(owner.id, spec.name, algorithm_info(spec.algorithm).name, spec.observation_space,
                                          spec.action_space, parameters, spec.sharing.value, spec.filters.to_json(),
-                                         lessons_to_json(spec.lessons))
+                                         lessons_to_json(spec.lessons),
+                                         None if spec.level is None else spec.level.to_json())
                 created_keys[spec.name], _ = store.add_api_key(record.id, label="created by preset")
             else:
                 record = reconcile(store, record, spec, parameters, functools.partial(self.schedule_for, record))
@@ -251,7 +251,7 @@ class GraphManager:
         return kind_of(record).build(Building(
             record, schedule, self.store, learner, serve,
             lambda: learner_for(record.definition, values, schedule.improve_steps), self._evaluated,
-            self._serving.max_clients_per_agent))
+            self._serving.max_clients_per_agent, functools.partial(self.served.by_name, record.owner_id)))
 
     def _evaluated(self, runtime: AgentRuntime, result: EvaluationResult) -> None:
         for listener in self.evaluation_listeners:
@@ -274,18 +274,18 @@ class GraphManager:
               client: str | None = None, acting: str = "server") -> Session:
         """Open a session for the agent an API key belongs to: of ``n_envs`` envs (a vector session), or of
         one env (None). An advised agent's session is its named ``client``'s (a new name builds its learner
-        here, which blocks: `prepare_client` first builds it off the event loop); an evaluation without a
-        name is the best client's.
+        here, which blocks: `prepare_client` first); an evaluation without a name is the best client's; a
+        selector's is leveled over its skills (`ServedAgent.session_level`).
 
         Raises:
-            BadClient: an advised agent's training login without a client name, a bad name, or a name
-                given to a pooled agent.
+            BadClient: an advised agent's training login without a client name, or a bad or needless name.
+            NotClientActing: a selector's login acting at the client, or any session of one under --ray.
             TooManyClients: a new client name of an advised agent that has the most clients allowed.
             TooManyEnvs: ``n_envs`` is below 1 or above the server's limit per session.
             Unauthorized: the key is unknown or revoked, or its agent is not served here.
             TooManySessions: the agent has its maximum number of sessions.
             AgentClosed: the agent is restarting (retry in a moment).
-            AgentFailed: the agent's learner could not be built (an admin can restart it).
+            AgentFailed: the agent's learner could not be built (an admin can restart it), or a skill is not served.
         """
         limit = self._serving.max_envs_per_session
         if n_envs is not None and not 1 <= n_envs <= limit:
@@ -305,7 +305,10 @@ class GraphManager:
         runtime = agent.session_runtime(client, evaluate_only)
         if runtime.learner.failure is not None:
             raise AgentFailed(f"agent {runtime.label} failed ({runtime.learner.failure}); an admin can restart it")
-        return self._sessions.open(runtime, evaluate_only, client_id=hash_key(apikey), n_envs=n_envs, acting=acting)
+        leveled = agent.session_level(runtime, evaluate_only, n_envs, acting)
+        if leveled is not None and self.remote_learners is not None:
+            raise NotClientActing("a selector's sessions are not served under --ray yet")
+        return self._sessions.open(runtime, evaluate_only, hash_key(apikey), n_envs, acting, leveled)
 
     async def prepare_client(self, apikey: str, client: str | None) -> None:
         """Build a new client's learner off the event loop before `login` opens its session (nothing to

@@ -11,6 +11,8 @@ from typing import Any
 from shepherd.agents import ParameterError, check_agent, check_parameters
 from shepherd.agents.bounds import check_bounds
 from shepherd.definition import AgentDefinition, name_problem
+from shepherd.hierarchy import PROGRAMMED, parse_level
+from shepherd.graph.hierarchy.problems import level_problems
 from shepherd.graph.schedule import Schedule
 from shepherd.wire.spaces import SpaceError
 
@@ -49,6 +51,21 @@ class InvalidPreset(PresetError):
 
 #: an agent as a preset declares it (the one agent definition, by the name presets know)
 AgentSpec = AgentDefinition
+
+
+def programmed_selector(name: str, function: str, observation_space: Any, level: Any, **fields: Any) -> AgentSpec:
+    """A programmed selector as a Python preset declares it (a YAML preset's ``selector: "module:function"`` in
+    place of ``algorithm``): ``function`` (of the observation, returning a skill's name) chooses among ``level``'s
+    skills (a mapping, or a `LevelSpec`); its action space is one action per skill.
+
+    Raises:
+        ValueError: a bad level (`LevelError`, with its key path).
+    """
+    spec = parse_level(level)
+    assert spec is not None, "a programmed selector needs a level"
+    parameters = {**fields.pop("parameters", {}), "function": function, "skills": ",".join(spec.skills)}
+    return AgentSpec(name, PROGRAMMED, observation_space, fields.pop("action_space", len(spec.skills)), parameters,
+                     level=spec, **fields)
 
 
 @dataclass(frozen=True)
@@ -156,6 +173,7 @@ def preset_problems(agents: list[tuple[int, AgentSpec]], schedule: Schedule | No
                                     f"heatup_steps is for off-policy algorithms (their replay buffer); "
                                     f"{info.name} (agent {spec.name!r}) learns only from its own policy's "
                                     "actions, so set it to 0"))
+    problems.extend(Problem(path, message) for path, message in level_problems(agents))
     if validation_agent is not None and validation_agent not in seen:
         problems.append(Problem("validation.agent", f"names agent {validation_agent!r}, which the preset lacks"))
     return problems

@@ -53,6 +53,10 @@ def reconcile(store: Store, record: AgentRecord, spec: AgentSpec, parameters: di
     if record.lessons != lessons:  # no model to fit: the runtime keeps its lesson if the new list has it
         logger.info("agent %s: lessons updated from the preset", spec.name)
         record = store.update_agent(record.id, lessons=lessons)
+    level = None if spec.level is None else spec.level.to_json()
+    if record.level != level:  # the skills are other agents: the selector's own model still fits
+        logger.info("agent %s: level updated from the preset", spec.name)
+        record = store.update_agent(record.id, level=level)
     return record
 
 

@@ -156,6 +156,7 @@ class AgentRuntime:
         self.lessons.load(state.get("lessons"))
         recent = state.get("recent_return")
         self.recent_return = float(recent) if isinstance(recent, (int, float)) else None
+        self.load_state(state)
         self._last_checkpoint = (time.monotonic(), self.tracker.steps)
         try:
             self.last_good_checkpoint = self.model_path.stat().st_mtime
@@ -271,12 +272,17 @@ class AgentRuntime:
     def checkpoint(self) -> Future:
         """Queue a checkpoint on the learner's thread; it sees every step handed over before it."""
         self._last_checkpoint = (time.monotonic(), self.tracker.steps)
-        future = self.learner.checkpoint(self.model_path, {"schedule": self.tracker.state(),
-                                                           "recent_return": self.recent_return,
-                                                           "lessons": self.lessons.state()})
+        future = self.learner.checkpoint(self.model_path, self.checkpoint_state())
         future.add_done_callback(self._checkpoint_done)
         self._pending_checkpoint = future
         return future
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """What its checkpoint holds besides the learner's own (`resume` reads it back: `load_state`)."""
+        return {"schedule": self.tracker.state(), "recent_return": self.recent_return, "lessons": self.lessons.state()}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Read back what a subclass added to `checkpoint_state` (nothing here)."""
 
     def _checkpoint_done(self, future: Future) -> None:
         error = future.exception()
@@ -376,6 +382,10 @@ class AgentRuntime:
                 "shepherd/episodes": self.episodes, "shepherd/phase": self.tracker.phase.value,
                 **({"shepherd/lesson": self.lessons.index} if self.lessons.active else {}),
                 "rollout/ep_rew_mean": sum(train) / len(train) if train else None}
+
+    def options_used(self) -> dict[str, Any]:
+        """A selector's options' use by skill (``{"chosen", "steps", "reward", "mean_steps"}``); {} for a flat agent."""
+        return {}
 
     def describe(self) -> dict[str, Any]:
         return {"id": self.record.id, "name": self.record.name, "algorithm": self.record.algorithm}

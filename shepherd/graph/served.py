@@ -101,6 +101,11 @@ class ServedAgents:
         return [(agent.record, name, reason) for agent in list(self.agents.values())
                 for name, reason in sorted(agent.failures.items())]
 
+    def by_name(self, owner_id: int, name: str) -> ServedAgent | None:
+        """The served agent an owner calls ``name`` (None: none, or not served here)."""
+        record = self.store.find_agent(owner_id, name)
+        return None if record is None else self.agents.get(record.id)
+
     def served_ids(self) -> set[int]:
         return set(self.agents)
 

@@ -17,7 +17,7 @@ import itertools
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -122,13 +122,14 @@ class Session:
 
     @property
     def action_space(self) -> Any:
-        return self.runtime.action_space
+        """The actions its steps are answered with: its runtime's, or its level's (a hierarchy's: the skills')."""
+        return self.runtime.action_space if self.level.action_space is None else self.level.action_space
 
     @property
     def mask_space(self) -> Any:
         """What a step's ``action_mask`` is checked against (`check_mask`): the action space if the agent's
-        algorithm takes masks, else None."""
-        return self.runtime.action_space if self.runtime.takes_masks else None
+        algorithm and the level take masks, else None."""
+        return self.runtime.action_space if self.runtime.takes_masks and self.level.takes_masks else None
 
     @property
     def snapshot(self) -> tuple[str, int, int | None] | None:
@@ -136,7 +137,7 @@ class Session:
         policy version now, and the session's `n_envs`; None unless this is an evaluate-mode session of a
         learner that has not failed and whose greedy policy another process can run (`GreedyPolicy.portable`)."""
         learner = self.runtime.learner
-        if not self.level.evaluate_only or learner.failure is not None:
+        if not self.level.evaluate_only or not self.level.snapshots or learner.failure is not None:
             return None
         greedy = learner.greedy
         if greedy is None or not greedy.portable:
@@ -309,9 +310,11 @@ class SessionTable:
         return iter(list(self._by_key.values()))
 
     def open(self, runtime: AgentRuntime, evaluate_only: bool = False, client_id: str = "",
-             n_envs: int | None = None, acting: str = "server") -> Session:
+             n_envs: int | None = None, acting: str = "server",
+             leveled: Callable[[int], Level] | None = None) -> Session:
         """Open a session (of ``n_envs`` envs: a vector session; None: one env); ``acting`` "client": a
-        client-acting session of ``n_envs`` envs (None: one), which uploads experience instead of steps.
+        client-acting session of ``n_envs`` envs (None: one), which uploads experience instead of steps;
+        ``leveled``: the agent's own level from the session's actor id (a selector's, `ServedAgent.session_level`).
 
         Raises:
             TooManySessions: the agent has ``max_per_agent`` sessions already.
@@ -320,7 +323,11 @@ class SessionTable:
             raise TooManySessions(f"agent {runtime.record.name} has its maximum of {self.max_per_agent} "
                                   "sessions; log out unused ones or retry later")
         level: Level
-        if acting == "client":
+        if leveled is not None:  # its first actor id; a vector session's envs take the ids after it
+            first = next(self._actor_ids)
+            self._actor_ids = itertools.count(first + (n_envs or 1))
+            level = leveled(first)
+        elif acting == "client":
             first = next(self._actor_ids)
             self._actor_ids = itertools.count(first + (n_envs or 1))  # the learner's uploader and its envs
             level = ClientActingLevel(first, n_envs or 1, runtime, evaluate_only)
@@ -353,8 +360,12 @@ class SessionTable:
             session.runtime.sessions -= 1
 
     def end_agent(self, agent_id: int, gone: str | None = None) -> int:
-        """End every session of one agent; returns how many ended. With ``gone`` (the agent was deleted),
-        their keys get `Gone` with that message from now on, instead of `Unauthorized`."""
+        """End every session of one agent, and the sessions that consult its learner (a selector's, whose skill
+        it is: their clients log in again); returns how many ended. With ``gone`` (the agent was deleted), its own
+        sessions' keys get `Gone` with that message from now on, instead of `Unauthorized`."""
+        consulting = [s for s in self._by_key.values() if agent_id in s.level.consults]
+        for session in consulting:
+            self.end(session)
         ending = [s for s in self._by_key.values() if s.runtime.record.id == agent_id]
         for session in ending:
             if gone is not None:  # before it ends: a step waiting in it hears `Gone` too
@@ -362,7 +373,7 @@ class SessionTable:
             self.end(session)
         while len(self._gone) > GONE_REMEMBERED:  # the oldest first
             del self._gone[next(iter(self._gone))]
-        return len(ending)
+        return len(ending) + len(consulting)
 
     def end_client(self, client_id: str) -> int:
         """End every session opened with one API key (by its `hash_key`); returns how many ended."""

@@ -104,6 +104,10 @@ class GraphCollector(Collector):
         checkpoint_age = GaugeMetricFamily(
             "shepherd_checkpoint_age_seconds", "Seconds since the agent's last checkpoint was written (absent "
             "before its first)", labels=agent)
+        chosen = CounterMetricFamily("shepherd_option_chosen", "Options a selector chose, by skill, since the selector "
+                                     "began (docs/levels.md); kept in its checkpoints", labels=["agent", "client", "skill"])
+        option_steps = CounterMetricFamily("shepherd_option_steps", "Env steps its skill answered, by skill, since the "
+                                           "selector began", labels=["agent", "client", "skill"])
         now = time.monotonic()
         for runtime in runtimes:
             name = [self._labels(graph, runtime.record.owner_id, runtime.record.name),  # type: ignore[arg-type]
@@ -131,6 +135,9 @@ class GraphCollector(Collector):
             age = runtime.checkpoint_age()
             if age is not None:
                 checkpoint_age.add_metric(name, age)
+            for skill, use in runtime.options_used().items():
+                chosen.add_metric([*name, skill], use["chosen"])
+                option_steps.add_metric([*name, skill], use["steps"])
         if graph is not None:
             for agent_id in failed:  # stored agents whose learner could not be built
                 try:
@@ -142,7 +149,7 @@ class GraphCollector(Collector):
                 up.add_metric([self._labels(graph, record.owner_id, record.name), client], 0)
         self._rates = {k: v for k, v in self._rates.items() if k in {(r.record.id, r.client) for r in runtimes}}
         yield from (up, learned, steps, rates, episodes, sessions, timeouts, depth, version, latency, batches,
-                    updates, checkpoints, checkpoint_failures, checkpoint_age)
+                    updates, checkpoints, checkpoint_failures, checkpoint_age, chosen, option_steps)
 
     def _rate(self, runtime: AgentRuntime, now: float, counts: dict[Phase, int]) -> dict[Phase, float]:
         key = (runtime.record.id, runtime.client)

@@ -44,6 +44,14 @@ class Level:
     that drives one env, else how many envs each of its steps carries."""
 
     evaluate_only: bool = False
+    #: the space of the actions it answers when not its runtime's (a hierarchy's: its skills'; None: the runtime's)
+    action_space: Any = None
+    #: whether a front end may answer its evaluate-mode steps from its runtime's snapshot
+    snapshots: bool = True
+    #: whether its steps may carry an action mask (when its runtime's algorithm takes them)
+    takes_masks: bool = True
+    #: the store ids of other agents whose learners its steps consult (a selector's skills): their restart ends it
+    consults: frozenset[int] = frozenset()
 
     @property
     def n_envs(self) -> int | None:

@@ -13,6 +13,7 @@ import yaml
 from shepherd.agents import ParameterError, algorithm_info, parameters
 from shepherd.agents.parameters import ParamType
 from shepherd.definition import Filters
+from shepherd.hierarchy import LEVEL_KEYS
 from shepherd.graph.preset import InvalidPreset, Preset, PresetError, Problem
 from shepherd.loading.yaml_preset import (AGENT_KEYS, PRESET_KEYS, SCHEDULE_FIELDS, VALIDATION_FIELDS, known_keys,
                                           preset_from_data, safe_load)
@@ -80,6 +81,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[Override]) -> tuple[di
     - ``agents.NAME`` (an agent by its name), ``agents.NAME.FIELD`` for a field of `AGENT_KEYS`,
       ``agents.NAME.parameters.PARAMETER`` for a parameter of the agent's algorithm (its registry's names),
       and deeper into a mapping value (``agents.NAME.parameters.policy_kwargs.net_arch``)
+    - ``agents.NAME.level.KEY`` for a key of a selector's level (``skills``, ``option_steps``, ...,
+      ``skill_ends.SKILL``)
     - ``schedule.FIELD``, ``validation.FIELD`` for a field of `Schedule`, `PresetValidation`, and
       ``validation.env_kwargs.KEY``
 
@@ -159,6 +162,13 @@ def _set_agent(agents: list[dict[str, Any]], key: list[str], value: Any) -> str:
         if agent.get("filters") is None:
             agent["filters"] = {}
         return _set_in(agent, "filters", rest, value, f"{where}.filters", free=True)
+    if field == "level" and rest:  # a selector's level (docs/levels.md), key by key
+        if rest[0] not in LEVEL_KEYS or (len(rest) > 1 and rest[0] != "skill_ends"):
+            raise PresetError(f"unknown key {'.'.join(rest)!r} in agents.{names[index]}.level; known: "
+                              f"{known_keys(LEVEL_KEYS)}")
+        if agent.get("level") is None:
+            agent["level"] = {}
+        return _set_in(agent, "level", rest, value, f"{where}.level", free=True)
     if field != "parameters" or not rest:
         return _set_in(agent, field, rest, value, f"{where}.{field}", free=False)
     parameter = rest.pop(0)

@@ -46,12 +46,14 @@ from shepherd.definition import AgentDefinition, Filters, Sharing
 from shepherd.graph.preset import (AgentSpec, InvalidPreset, Preset, PresetError, PresetValidation, Problem,
                                    preset_problems)
 from shepherd.graph.schedule import Schedule
+from shepherd.hierarchy import PROGRAMMED, LevelError, load_function, parse_level
 from shepherd.lessons import LessonError, parse_lessons
 
 #: the keys of a preset, of each of its agents, and the agents' keys without a default
 PRESET_KEYS = ("owner", "description", "agents", "schedule", "validation")
-AGENT_KEYS = ("name", "algorithm", "observation_space", "action_space", "parameters", "sharing", "filters", "lessons")
-AGENT_REQUIRED = ("name", "algorithm", "observation_space", "action_space")
+AGENT_KEYS = ("name", "algorithm", "selector", "observation_space", "action_space", "parameters", "sharing", "filters",
+              "lessons", "level")
+AGENT_REQUIRED = ("name", "observation_space")
 #: the file suffixes of YAML presets
 YAML_SUFFIXES = (".yaml", ".yml")
 #: how deeply a preset's values may nest (lists and mappings in one another): a real preset needs a handful
@@ -157,7 +159,8 @@ def _agent(data: Any, index: int, problems: list[Problem]) -> AgentSpec | None:
     for key in AGENT_REQUIRED:
         if key not in values:
             problems.append(Problem(f"{where}.{key}", "missing; a value is required"))
-    for key in ("name", "algorithm", "sharing"):
+    _selector_keys(values, where, problems)
+    for key in ("name", "algorithm", "selector", "sharing"):
         if key in values and not (isinstance(values[key], str) and values[key]):
             problems.append(Problem(f"{where}.{key}", f"must be a non-empty string, not {_shown(values[key])}"))
     if "parameters" in values:
@@ -179,8 +182,39 @@ def _agent(data: Any, index: int, problems: list[Problem]) -> AgentSpec | None:
     except LessonError as error:
         problems.append(Problem(f"{where}.{error.path}", error.message))
         return None
-    return AgentDefinition(values["name"], values["algorithm"], values["observation_space"], values["action_space"],
-                           dict(values.get("parameters") or {}), sharing, filters, lessons)
+    try:
+        level = parse_level(values.get("level"))
+    except LevelError as error:
+        problems.append(Problem(f"{where}.{error.path}", error.message))
+        return None
+    algorithm, parameters = values.get("algorithm"), dict(values.get("parameters") or {})
+    action_space = values.get("action_space")
+    if "selector" in values:  # a programmed selector: its function, over its level's skills
+        try:
+            load_function(values["selector"])
+        except ValueError as error:
+            problems.append(Problem(f"{where}.selector", str(error)))
+            return None
+        skills = level.skills if level is not None else ()
+        algorithm = PROGRAMMED
+        parameters = {**parameters, "function": values["selector"], "skills": ",".join(skills)}
+        action_space = len(skills) if action_space is None else action_space
+    return AgentDefinition(values["name"], str(algorithm), values["observation_space"], action_space, parameters, sharing,
+                           filters, lessons, level)
+
+
+def _selector_keys(values: dict[str, Any], where: str, problems: list[Problem]) -> None:
+    """An agent names its ``algorithm`` or, as a programmed selector, its ``selector`` (with a level), not both;
+    a programmed selector's action space may be left out (one action per skill)."""
+    if "selector" in values and "algorithm" in values:
+        problems.append(Problem(f"{where}.selector", "a programmed selector takes the place of 'algorithm': give one"))
+    elif "selector" in values:
+        if "level" not in values:
+            problems.append(Problem(f"{where}.level", "a programmed selector needs a level: the skills it chooses between"))
+    else:
+        for key in ("algorithm", "action_space"):
+            if key not in values:
+                problems.append(Problem(f"{where}.{key}", "missing; a value is required"))
 
 
 def preset_from_data(data: Any, name: str = "") -> Preset:

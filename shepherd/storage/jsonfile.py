@@ -62,7 +62,7 @@ FIELDS: dict[str, dict[str, tuple[Any, bool]]] = {
     "agents": {"owner_id": (int, True), "name": (str, True), "algorithm": (str, True),
                "observation_space": (ANY, True), "action_space": (ANY, True), "parameters": (dict, False),
                "sharing": (str, False), "filters": (dict, False), "created": (NUMBER, False), "last_active": (NUMBER, False),
-               "lessons": (list, False)},
+               "lessons": (list, False), "level": (dict, False)},
     "api_keys": {"agent_id": (int, True), "hash": (str, True), "label": (str, True), "created": (NUMBER, True),
                  "revoked": (bool, False)},
 }

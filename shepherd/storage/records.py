@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shepherd.definition import AgentDefinition, Filters, Sharing
+from shepherd.hierarchy import parse_level
 from shepherd.lessons import parse_lessons
 
 
@@ -35,13 +36,15 @@ class AgentRecord:
     last_active: float = 0.0
     #: `shepherd.lessons.lessons_to_json()`: [] for none (and in stores written before lessons)
     lessons: list[dict[str, Any]] = field(default_factory=list)
+    #: a selector's `shepherd.hierarchy.LevelSpec.to_json()`: None for a flat agent (and in older stores)
+    level: dict[str, Any] | None = None
 
     @property
     def definition(self) -> AgentDefinition:
         """What the agent is, without where it is stored and who owns it."""
         return AgentDefinition(self.name, self.algorithm, self.observation_space, self.action_space,
                                dict(self.parameters), Sharing.parse(self.sharing), Filters.parse(self.filters),
-                               tuple(parse_lessons(self.lessons or None)))
+                               tuple(parse_lessons(self.lessons or None)), parse_level(self.level))
 
 
 @dataclass(frozen=True)

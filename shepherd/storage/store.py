@@ -120,7 +120,8 @@ class Store:
     def add_agent(self, owner_id: int, name: str, algorithm: str, observation_space: Any,
                   action_space: Any, parameters: dict[str, Any], sharing: str = Sharing.POOLED.value,
                   filters: dict[str, Any] | None = None,
-                  lessons: list[dict[str, Any]] | None = None) -> AgentRecord:
+                  lessons: list[dict[str, Any]] | None = None,
+                  level: dict[str, Any] | None = None) -> AgentRecord:
         with self._lock:
             if self._users.get(doc_id=owner_id) is None:
                 raise NotFound(f"no user with id {owner_id}")
@@ -133,6 +134,8 @@ class Store:
                    "created": now, "last_active": now}
             if lessons:  # left out when none: a store stays readable by versions before lessons
                 doc["lessons"] = list(lessons)
+            if level is not None:  # likewise: a flat agent's record is as before levels
+                doc["level"] = dict(level)
             agent_id = self._new_agent_id()
             self._agents.insert(Document(doc, doc_id=agent_id))
             return AgentRecord(id=agent_id, **doc)

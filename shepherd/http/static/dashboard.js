@@ -179,6 +179,16 @@ function renderAgent(agent) {
       `recent evaluation ${c.recent_return === null ? "none" : c.recent_return.toFixed(1)}` +
       (c.advisor ? `, advised by ${c.advisor}` : "")).join("; ") : "none yet");
   }
+  if (agent.level) {  // a selector (docs/levels.md): its skills and how often and how long each was chosen
+    const level = agent.level, options = level.options || {};
+    fact(facts, "Level", `skills ${level.skills.join(", ")}; at most ${level.option_steps} steps per option; ` +
+      `skills ${level.skills_learn ? "learn" : "frozen"}`);
+    fact(facts, "Options", level.skills.map((skill) => {
+      const use = options[skill];
+      return use ? `${skill}: chosen ${use.chosen.toLocaleString()} times, ${use.steps.toLocaleString()} steps` +
+        (use.mean_steps === null ? "" : ` (${use.mean_steps.toFixed(1)} per option)`) : `${skill}: not served here`;
+    }).join("; "));
+  }
   renderClientChoice(agent);
 }
 

@@ -1,0 +1,123 @@
+"""The problems of a preset's levels (docs/levels.md), each with its key path: an unknown skill, a skill with other
+spaces, a selector whose action space is not Discrete(len(skills)), cycles, and what is not served yet."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gymnasium import spaces
+
+from shepherd.definition import AgentDefinition, Sharing
+from shepherd.hierarchy import PROGRAMMED
+from shepherd.wire.spaces import SpaceError, parse_space, space_to_json
+
+
+def _space(value: Any) -> Any:
+    """A space's JSON form, to compare (None: not a space; the registry's checks say why)."""
+    try:
+        return space_to_json(parse_space(value))
+    except (SpaceError, ValueError, TypeError):
+        return None
+
+
+def level_problems(agents: list[tuple[int, AgentDefinition]]) -> list[tuple[str, str]]:
+    """Every problem of the preset's levels, as (key path, message)."""
+    by_name = {spec.name: (index, spec) for index, spec in agents}
+    problems: list[tuple[str, str]] = []
+    for index, spec in agents:
+        where = f"agents[{index}]"
+        if spec.level is None:
+            if spec.algorithm.upper() == PROGRAMMED.upper():
+                problems.append((f"{where}.level", "a programmed selector needs a level: the skills it chooses between"))
+            continue
+        problems.extend(_selector_problems(where, spec, by_name))
+    problems.extend(_cycles(agents))
+    return problems
+
+
+def _selector_problems(where: str, spec: AgentDefinition, by_name: dict[str, tuple[int, AgentDefinition]]
+                       ) -> list[tuple[str, str]]:
+    level = spec.level
+    assert level is not None
+    problems = []
+    skills = level.skills
+    action = _space(spec.action_space)
+    if action is not None and action != space_to_json(spaces.Discrete(len(skills))):
+        problems.append((f"{where}.action_space", f"a selector over {len(skills)} skills acts in Discrete({len(skills)}) "
+                                                  f"(action_space: {len(skills)}), not {spec.action_space!r}"))
+    if spec.sharing is not Sharing.POOLED:
+        problems.append((f"{where}.sharing", "a selector is pooled (one learner); advised selectors are not served"))
+    if spec.lessons:
+        problems.append((f"{where}.lessons", "a selector's lessons are not served yet; give lessons to flat agents"))
+    if spec.algorithm.upper() == PROGRAMMED.upper() and spec.parameters.get("skills") != ",".join(skills):
+        problems.append((f"{where}.parameters.skills", f"a programmed selector's skills parameter is its level's "
+                                                       f"skills, {','.join(skills)!r} (selector: sets it)"))
+    first: tuple[str, Any] | None = None
+    for position, name in enumerate(skills):
+        path = f"{where}.level.skills[{position}]"
+        if name not in by_name:
+            problems.append((path, f"unknown skill {name!r}: no agent of this preset is named so"))
+            continue
+        skill = by_name[name][1]
+        if name == spec.name:
+            continue  # a cycle, reported as one
+        observation, action = _space(skill.observation_space), _space(skill.action_space)
+        if observation is not None and observation != _space(spec.observation_space):
+            problems.append((path, f"skill {name!r} observes {skill.observation_space!r}, the selector "
+                                   f"{spec.observation_space!r}: a skill sees the selector's observations"))
+        if first is None:
+            first = (name, action)
+        elif action is not None and first[1] is not None and action != first[1]:
+            problems.append((path, f"skill {name!r} acts in {skill.action_space!r}, skill {first[0]!r} in another "
+                                   "space: every skill answers the same env"))
+        if skill.sharing is not Sharing.POOLED:
+            problems.append((path, f"skill {name!r} is {skill.sharing.value}; a skill is a pooled agent"))
+        if skill.level is not None and not _reaches(by_name, name, spec.name):
+            problems.append((path, f"skill {name!r} has skills of its own: one level of skills is served today"))
+    return problems
+
+
+def _reaches(by_name: dict[str, tuple[int, AgentDefinition]], start: str, goal: str) -> bool:
+    """Whether ``goal`` is among the skills reached from ``start``, level by level."""
+    seen, stack = set(), [start]
+    while stack:
+        name = stack.pop()
+        if name == goal:
+            return True
+        if name in seen or name not in by_name:
+            continue
+        seen.add(name)
+        level = by_name[name][1].level
+        stack.extend(level.skills if level is not None else ())
+    return False
+
+
+def _cycles(agents: list[tuple[int, AgentDefinition]]) -> list[tuple[str, str]]:
+    """Each cycle of selectors and skills once, at the first of its agents in the preset."""
+    by_name = {spec.name: (index, spec) for index, spec in agents}
+    problems, reported = [], set()
+    for index, spec in agents:
+        if spec.level is None or spec.name in reported:
+            continue
+        path = _cycle_from(by_name, spec.name)
+        if path:
+            reported.update(path)
+            problems.append((f"agents[{index}].level.skills", "a cycle of levels: " + " -> ".join(path + [path[0]])
+                             + "; a skill cannot choose its own selector"))
+    return problems
+
+
+def _cycle_from(by_name: dict[str, tuple[int, AgentDefinition]], start: str) -> list[str]:
+    """A path of skills from ``start`` back to it ([]: none)."""
+    stack: list[tuple[str, list[str]]] = [(start, [start])]
+    seen: set[str] = set()
+    while stack:
+        name, path = stack.pop()
+        level = by_name[name][1].level if name in by_name else None
+        for skill in level.skills if level is not None else ():
+            if skill == start:
+                return path
+            if skill not in seen:
+                seen.add(skill)
+                stack.append((skill, path + [skill]))
+    return []

@@ -1,0 +1,180 @@
+"""The HierarchyLevel of a single-env session of a selector (docs/levels.md): each env step is answered by the
+active skill; when an option ends the selector gets one transition and chooses again.
+
+As in Coach, a level is the environment of the level above: here the selector's environment is the options.
+An option is an episode of its skill (``begin_episode`` at its first step, ``end_episode`` at its end, truncated
+when it ends by ``option_steps``, terminated when the env's episode or the skill's own episode ends). The
+selector sees one transition per option: the observation it started from (its act), the sum of the rewards
+received during it, the observation now and whether the env's episode ended. The selector's episode is the env's
+episode, so its returns are ordinary episode returns, and its runtime counts every env step (one schedule for
+the whole hierarchy). A step that ends an option waits for the selector's choice, then for the new skill's
+action: its reply is a task consulting both learners.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+from shepherd.agents import ActionFuture, ActMode
+from shepherd.agents.core import Learner
+from shepherd.level.base import Level
+from shepherd.level.episodes import MODES, Episode, EpisodeHost, Phase
+from shepherd.wire import StepInput
+
+
+@dataclass(frozen=True)
+class Skill:
+    """A skill as a level consults it: its name (the wire's ``option``), its learner, and when its own episode
+    would end (a function of the observation; None: only by the env or ``option_steps``)."""
+
+    name: str
+    learner: Learner
+    ends: Callable[[Any], Any] | None = None
+    agent_id: int = 0  # its agent's store id
+
+
+class OptionHost(EpisodeHost, Protocol):
+    """What a HierarchyLevel needs of its selector's agent: an `EpisodeHost` that also records the options."""
+
+    def record_option(self, skill: str, steps: int, reward: float) -> None:
+        """An option of ``skill`` ended after ``steps`` env steps that returned ``reward`` in all."""
+        ...
+
+
+def skill_mode(skills_learn: bool, phase: Phase) -> ActMode:
+    """How a skill acts in an episode of ``phase``: greedily when frozen or in evaluation; else as it explores
+    (also in heatup, where the options are random)."""
+    if not skills_learn or MODES[phase] is ActMode.GREEDY:
+        return ActMode.GREEDY
+    return ActMode.EXPLORE
+
+
+@dataclass
+class Option:
+    """The option under way: its skill (by index), the observation it started from, and what it has run."""
+
+    skill: int
+    reward: float = 0.0
+    steps: int = 0
+
+
+class HierarchyLevel(Level):
+    """One single-env session of a selector over ``skills``: protocol messages -> options and learner calls.
+
+    ``take_step`` returns the active skill's future action, or, when a new option starts, a future set once the
+    selector chose and the chosen skill answered; None when the env's episode ended. Every reply adds
+    ``"option"``: the skill that answered (None at an episode's end).
+    """
+
+    snapshots = False  # a front end cannot answer a hierarchy from one policy's snapshot
+    takes_masks = False
+
+    def __init__(self, actor_id: int, host: OptionHost, skills: list[Skill], option_steps: int, skills_learn: bool,
+                 action_space: Any, evaluate_only: bool = False) -> None:
+        self.actor_id = actor_id
+        self.host = host
+        self.skills = skills
+        self.consults = frozenset(skill.agent_id for skill in skills)
+        self.option_steps = option_steps
+        self.skills_learn = skills_learn
+        self.action_space = action_space
+        self.evaluate_only = evaluate_only
+        self.episode: Episode | None = None
+        self.option: Option | None = None
+        self.steps = 0
+        self.closed = False
+        self._used: set[int] = set()  # the skills this session's actor was an actor of
+        self._fields: dict[str, Any] = {}
+        self._chain: asyncio.Task[None] | None = None
+
+    def reply_fields(self) -> dict[str, Any]:
+        """``{"option": NAME}``; when a new option starts, filled in before the reply is done."""
+        return self._fields
+
+    def skill_mode(self, phase: Phase) -> ActMode:
+        return skill_mode(self.skills_learn, phase)
+
+    def take_step(self, step: StepInput) -> ActionFuture | None:
+        return self.step(step.obs, step.reward, step.done, step.truncated)
+
+    def step(self, obs: Any, reward: float, done: bool, truncated: bool = False) -> ActionFuture | None:
+        host, actor = self.host, self.actor_id
+        episode = self.episode
+        if episode is None:
+            self._fields = {"option": None}
+            if done:  # an episode that ended on its reset observation: nothing to learn or answer
+                return None
+            phase = Phase.DEPLOY if self.evaluate_only else host.begin_episode()
+            self.episode = Episode(phase)
+            return self._choose(host.learner.begin_episode(actor, obs, MODES[phase]), obs)
+        option = self.option
+        assert option is not None, "a step of an episode whose first option was never chosen"
+        episode.count(reward, host)
+        self.steps += 1
+        option.reward += reward
+        option.steps += 1
+        skill = self.skills[option.skill]
+        mode, skill_mode = MODES[episode.phase], self.skill_mode(episode.phase)
+        if done:
+            skill.learner.end_episode(actor, reward, obs, truncated, skill_mode)
+            host.learner.end_episode(actor, option.reward, obs, truncated, mode)
+            self._ended(option)
+            self.episode = None
+            host.end_episode(episode, completed=True)
+            self._fields = {"option": None}
+            return None
+        skill_ended = skill.ends is not None and bool(skill.ends(obs))
+        if skill_ended or option.steps >= self.option_steps:
+            skill.learner.end_episode(actor, reward, obs, not skill_ended, skill_mode)
+            self._ended(option)
+            return self._choose(host.learner.step(actor, option.reward, obs, mode), obs)
+        self._fields = {"option": skill.name}
+        return skill.learner.step(actor, reward, obs, skill_mode)
+
+    def _ended(self, option: Option) -> None:
+        self.host.record_option(self.skills[option.skill].name, option.steps, option.reward)
+        self.option = None
+
+    def _choose(self, choice: ActionFuture, obs: Any) -> ActionFuture:
+        """The reply of a step that starts an option: the selector's ``choice``, then the chosen skill's action."""
+        fields = self._fields = {}
+        reply = ActionFuture()
+        self._chain = asyncio.ensure_future(self._answer(choice, obs, fields, reply))
+        return reply
+
+    async def _answer(self, choice: ActionFuture, obs: Any, fields: dict[str, Any], reply: ActionFuture) -> None:
+        try:
+            index = int(await choice)
+            if self.closed:  # the session ended while the selector chose
+                reply.cancel()
+                return
+            skill = self.skills[index]
+            episode = self.episode
+            assert episode is not None
+            self.option = Option(index)
+            self._used.add(index)
+            fields["option"] = skill.name
+            future = skill.learner.begin_episode(self.actor_id, obs, self.skill_mode(episode.phase))
+            action = await future
+        except asyncio.CancelledError:  # a learner dropped the request: the session ended while it waited
+            reply.cancel()
+            return
+        except Exception as error:  # noqa: BLE001 - the step's waiter hears it (AgentFailed, say)
+            reply.set_exception(error)
+            return
+        reply.policy_version = future.policy_version
+        reply.set_result(action)
+
+    def close(self) -> None:
+        """End the session: an unfinished episode is abandoned, every learner it used forgets the actor."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.episode is not None:
+            self.host.end_episode(self.episode, completed=False)
+            self.episode = None
+        self.host.learner.end_actor(self.actor_id)
+        for index in sorted(self._used):
+            self.skills[index].learner.end_actor(self.actor_id)

@@ -1,0 +1,152 @@
+"""The HierarchyVectorLevel of a selector's vector session (docs/levels.md): N envs stepped together, each with its
+own episode and option, as `HierarchyLevel` keeps one env's, with SB3 ``VecEnv``'s automatic reset.
+
+One step makes every env's requests: the selector's (the transitions of the options that ended, the first act of
+the episodes that began) go to the selector's learner as one unit (``Learner.submit``); once it chose, each
+skill's (the steps of its options under way, the ends of those that ended, the first step of those it now
+begins) go to that skill's learner as one unit. The reply lists every env's action, and ``"options"`` lists the
+skill that answered each env.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from shepherd.agents import ActionFuture, Kind, Request
+from shepherd.level.base import Level
+from shepherd.level.episodes import MODES, Episode, Phase, abandon
+from shepherd.level.hierarchy import Option, OptionHost, Skill, skill_mode
+from shepherd.wire import EnvSteps, VectorStepInput
+
+
+class HierarchyVectorLevel(Level):
+    """One vector session of a selector over ``skills``: N envs, each an actor of the selector and of the skills."""
+
+    snapshots = False
+    takes_masks = False
+
+    def __init__(self, first_actor_id: int, n_envs: int, host: OptionHost, skills: list[Skill], option_steps: int,
+                 skills_learn: bool, action_space: Any, evaluate_only: bool = False) -> None:
+        self.actor_ids = range(first_actor_id, first_actor_id + n_envs)
+        self.group = first_actor_id
+        self.host = host
+        self.skills = skills
+        self.consults = frozenset(skill.agent_id for skill in skills)
+        self.option_steps = option_steps
+        self.skills_learn = skills_learn
+        self.action_space = action_space
+        self.evaluate_only = evaluate_only
+        self.episodes: list[Episode | None] = [None] * n_envs
+        self.options: list[Option | None] = [None] * n_envs
+        self.steps = 0
+        self.closed = False
+        self._used: set[int] = set()
+        self._fields: dict[str, Any] = {}
+        self._chain: asyncio.Task[None] | None = None
+
+    @property
+    def n_envs(self) -> int:
+        return len(self.actor_ids)
+
+    def reply_fields(self) -> dict[str, Any]:
+        """``{"options": [NAME, ...]}``, filled in before the reply is done."""
+        return self._fields
+
+    def take_vector_step(self, step: VectorStepInput) -> ActionFuture:
+        if step.n_envs != self.n_envs:
+            raise self.wrong_shape(step.n_envs)
+        return self.step(step.envs)
+
+    def _request(self, kind: Kind, index: int, obs: Any, reward: float, truncated: bool, mode: Any) -> Request:
+        return Request(kind, self.actor_ids[index], obs, reward, truncated, mode, group=self.group)
+
+    def step(self, envs: EnvSteps) -> ActionFuture:
+        """The future of every env's action, a list in env order."""
+        host = self.host
+        choosing: list[int] = []  # the envs whose next option the selector chooses now, in its requests' order
+        selector: list[Request] = []
+        skills: dict[int, list[Request]] = {}
+        for index in range(self.n_envs):
+            episode, option = self.episodes[index], self.options[index]
+            if episode is not None and option is not None:
+                reward, obs = envs.reward[index], envs.obs[index]
+                episode.count(reward, host)
+                self.steps += 1
+                option.reward += reward
+                option.steps += 1
+                skill = self.skills[option.skill]
+                mode, acting = MODES[episode.phase], skill_mode(self.skills_learn, episode.phase)
+                asked = skills.setdefault(option.skill, [])
+                if envs.ended[index]:
+                    final, truncated = envs.final_obs[index], envs.truncated[index]
+                    asked.append(self._request(Kind.END, index, final, reward, truncated, acting))
+                    selector.append(self._request(Kind.END, index, final, option.reward, truncated, mode))
+                    self._ended(index, option)
+                    host.end_episode(episode, completed=True)
+                    self.episodes[index] = None
+                else:
+                    ended = skill.ends is not None and bool(skill.ends(obs))
+                    if not ended and option.steps < self.option_steps:
+                        asked.append(self._request(Kind.STEP, index, obs, reward, False, acting))
+                        continue
+                    asked.append(self._request(Kind.END, index, obs, reward, not ended, acting))
+                    selector.append(self._request(Kind.STEP, index, obs, option.reward, False, mode))
+                    self._ended(index, option)
+                    choosing.append(index)
+                    continue
+            phase = Phase.DEPLOY if self.evaluate_only else host.begin_episode()
+            self.episodes[index] = Episode(phase)
+            selector.append(self._request(Kind.BEGIN, index, envs.obs[index], 0.0, False, MODES[phase]))
+            choosing.append(index)
+        choice = host.learner.submit(selector) if selector else None
+        fields = self._fields = {}
+        reply = ActionFuture()
+        self._chain = asyncio.ensure_future(self._answer(choice, choosing, skills, envs.obs, fields, reply))
+        return reply
+
+    def _ended(self, index: int, option: Option) -> None:
+        self.host.record_option(self.skills[option.skill].name, option.steps, option.reward)
+        self.options[index] = None
+
+    async def _answer(self, choice: ActionFuture | None, choosing: list[int], skills: dict[int, list[Request]],
+                      obs: list[Any], fields: dict[str, Any], reply: ActionFuture) -> None:
+        try:
+            chosen = [] if choice is None else [int(index) for index in await choice]
+            if self.closed:  # the session ended while the selector chose
+                reply.cancel()
+                return
+            for index, skill in zip(choosing, chosen):
+                episode = self.episodes[index]
+                assert episode is not None
+                self.options[index] = Option(skill)
+                self._used.add(skill)
+                skills.setdefault(skill, []).append(
+                    self._request(Kind.BEGIN, index, obs[index], 0.0, False, skill_mode(self.skills_learn, episode.phase)))
+            futures = {skill: self.skills[skill].learner.submit(requests) for skill, requests in skills.items()}
+            answers = {skill: list(await future) for skill, future in futures.items()}
+        except asyncio.CancelledError:  # a learner dropped the requests: the session ended while they waited
+            reply.cancel()
+            return
+        except Exception as error:  # noqa: BLE001 - the step's waiter hears it (AgentFailed, say)
+            reply.set_exception(error)
+            return
+        actions: list[Any] = [None] * self.n_envs
+        for skill, requests in skills.items():  # each skill's answers, in the order of its acts
+            acts = [self.actor_ids.index(r.actor) for r in requests if r.kind in (Kind.BEGIN, Kind.STEP)]
+            for index, action in zip(acts, answers[skill]):
+                actions[index] = action
+        fields["options"] = [None if option is None else self.skills[option.skill].name for option in self.options]
+        reply.policy_version = min((future.policy_version for future in futures.values()), default=0)
+        reply.set_result(actions)
+
+    def close(self) -> None:
+        """End the session: unfinished episodes are abandoned, every learner it used forgets its envs."""
+        if self.closed:
+            return
+        self.closed = True
+        abandon(self.host, self.episodes)
+        drops = [Request(Kind.DROP, actor) for actor in self.actor_ids]
+        self.host.learner.submit(drops)
+        for skill in sorted(self._used):
+            self.skills[skill].learner.submit(list(drops))

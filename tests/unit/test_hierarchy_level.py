@@ -1,0 +1,181 @@
+"""The HierarchyLevel routes each env step to the active skill and gives the selector one transition per option,
+with fake learners and host (docs/levels.md)."""
+
+import asyncio
+
+from shepherd.agents import ActionFuture, ActMode
+from shepherd.level import Episode, HierarchyLevel, Phase, Skill
+
+
+def _answered(value):
+    future = ActionFuture()
+    future.set_result(value)
+    return future
+
+
+class FakeLearner:
+    """Answers each act with the next of ``actions`` (the last one again once they run out)."""
+
+    def __init__(self, name, actions=("a",)):
+        self.name, self.actions, self.calls = name, list(actions), []
+
+    def _next(self):
+        return _answered(self.actions.pop(0) if len(self.actions) > 1 else self.actions[0])
+
+    def begin_episode(self, actor, obs, mode, mask=None):
+        self.calls.append(("begin", obs, mode))
+        return self._next()
+
+    def step(self, actor, reward, obs, mode, mask=None):
+        self.calls.append(("step", reward, obs, mode))
+        return self._next()
+
+    def end_episode(self, actor, reward, obs, truncated, mode):
+        self.calls.append(("end", reward, obs, truncated, mode))
+
+    def end_actor(self, actor):
+        self.calls.append(("drop",))
+
+
+class FakeHost:
+    def __init__(self, choices, phases=(Phase.TRAIN,)):
+        self.learner = FakeLearner("selector", choices)
+        self.phases = list(phases)
+        self.counted, self.ended, self.options = [], [], []
+
+    def begin_episode(self):
+        return self.phases.pop(0)
+
+    def count_step(self, phase):
+        self.counted.append(phase)
+
+    def end_episode(self, episode: Episode, completed: bool):
+        self.ended.append((episode.phase, episode.total, episode.length, completed))
+
+    def record_option(self, skill, steps, reward):
+        self.options.append((skill, steps, reward))
+
+
+def _level(choices, option_steps=3, ends=None, skills_learn=False, phases=(Phase.TRAIN,), evaluate_only=False):
+    host = FakeHost(choices, phases)
+    skills = [Skill("left", FakeLearner("left", ["L"])), Skill("right", FakeLearner("right", ["R"]), ends)]
+    return host, skills, HierarchyLevel(5, host, skills, option_steps, skills_learn, "space", evaluate_only)
+
+
+async def _send(level, obs, reward, done=False, truncated=False):
+    reply = level.step(obs, reward, done, truncated)
+    action = None if reply is None else await reply
+    return action, dict(level.reply_fields())
+
+
+async def test_an_option_ends_after_option_steps_and_the_selector_gets_the_reward_sum():
+    host, (left, right), level = _level([0, 1], option_steps=3)
+    assert await _send(level, "o0", 9.0) == ("L", {"option": "left"})  # the reset's reward is nobody's
+    assert await _send(level, "o1", 1.0) == ("L", {"option": "left"})
+    assert await _send(level, "o2", 2.0) == ("L", {"option": "left"})
+    assert await _send(level, "o3", 4.0) == ("R", {"option": "right"})  # 3 steps: the selector chooses again
+    assert host.learner.calls == [("begin", "o0", ActMode.EXPLORE), ("step", 7.0, "o3", ActMode.EXPLORE)]
+    assert left.learner.calls == [("begin", "o0", ActMode.GREEDY), ("step", 1.0, "o1", ActMode.GREEDY),
+                                  ("step", 2.0, "o2", ActMode.GREEDY), ("end", 4.0, "o3", True, ActMode.GREEDY)]
+    assert right.learner.calls == [("begin", "o3", ActMode.GREEDY)]
+    assert host.options == [("left", 3, 7.0)]
+    assert host.counted == [Phase.TRAIN] * 3  # one schedule, counted in env steps
+
+
+async def test_the_env_episode_end_ends_the_option_and_the_selector_episode():
+    host, (left, _), level = _level([0], option_steps=10)
+    await _send(level, "o0", 0.0)
+    await _send(level, "o1", 1.0)
+    assert await _send(level, "o2", 2.0, done=True) == (None, {"option": None})
+    assert host.learner.calls[-1] == ("end", 3.0, "o2", False, ActMode.EXPLORE)
+    assert left.learner.calls[-1] == ("end", 2.0, "o2", False, ActMode.GREEDY)  # terminated: not bootstrapped
+    assert host.ended == [(Phase.TRAIN, 3.0, 2, True)]  # the selector's return is the env episode's
+    assert host.options == [("left", 2, 3.0)]
+
+
+async def test_the_skill_episode_end_ends_the_option_as_terminated():
+    host, (_, right), level = _level([1, 0], option_steps=10, ends=lambda obs: obs == "fallen")
+    await _send(level, "o0", 0.0)
+    await _send(level, "o1", 1.0)
+    assert await _send(level, "fallen", 5.0) == ("L", {"option": "left"})
+    assert right.learner.calls[-1] == ("end", 5.0, "fallen", False, ActMode.GREEDY)
+    assert host.learner.calls[-1] == ("step", 6.0, "fallen", ActMode.EXPLORE)
+    assert host.options == [("right", 2, 6.0)]
+
+
+async def test_heatup_chooses_at_random_and_evaluation_is_greedy_at_every_level():
+    host, (left, _), level = _level([0], phases=(Phase.HEATUP, Phase.EVALUATE), skills_learn=True)
+    await _send(level, "o0", 0.0)
+    await _send(level, "o1", 0.0, done=True)
+    await _send(level, "p0", 0.0)
+    assert [call[-1] for call in host.learner.calls] == [ActMode.RANDOM, ActMode.RANDOM, ActMode.GREEDY]
+    assert [call[-1] for call in left.learner.calls] == [ActMode.EXPLORE, ActMode.EXPLORE, ActMode.GREEDY]
+
+
+async def test_close_abandons_the_episode_and_every_learner_used_forgets_the_actor():
+    host, (left, right), level = _level([0])
+    await _send(level, "o0", 0.0)
+    await _send(level, "o1", 1.0)
+    level.close()
+    assert host.ended == [(Phase.TRAIN, 1.0, 1, False)]
+    assert host.learner.calls[-1] == ("drop",) and left.learner.calls[-1] == ("drop",)
+    assert right.learner.calls == []
+
+
+async def test_a_session_closed_while_the_selector_chooses_gets_no_skill():
+    host, (left, _), level = _level([0])
+    waiting = ActionFuture()
+    host.learner.begin_episode = lambda actor, obs, mode, mask=None: waiting
+    reply = level.step("o0", 0.0, False)
+    level.close()
+    waiting.set_result(0)
+    await asyncio.sleep(0.01)
+    assert reply.cancelled() and left.learner.calls == []
+
+
+class FakeVectorLearner(FakeLearner):
+    """Answers a submitted step's acts with ``choose(request)``, in order; records every request."""
+
+    def __init__(self, name, choose):
+        super().__init__(name)
+        self.choose, self.submitted = choose, []
+
+    def submit(self, requests):
+        self.submitted.append([(r.kind.name, r.actor, r.obs, r.reward, r.truncated, r.mode) for r in requests])
+        return _answered([self.choose(r) for r in requests if r.kind.name in ("BEGIN", "STEP")])
+
+
+def _vector(option_steps=2):
+    from shepherd.level import HierarchyVectorLevel
+    from shepherd.wire import EnvSteps
+
+    host = FakeHost([], phases=(Phase.TRAIN,) * 4)
+    host.learner = FakeVectorLearner("selector", lambda r: 0 if r.obs == "cue-left" else 1)
+    skills = [Skill("left", FakeVectorLearner("left", lambda r: "L")),
+              Skill("right", FakeVectorLearner("right", lambda r: "R"))]
+    level = HierarchyVectorLevel(10, 2, host, skills, option_steps, False, "space")
+
+    def envs(obs, reward=(0.0, 0.0), ended=(False, False), final=(None, None)):
+        return EnvSteps(list(obs), list(reward), list(ended), [False, False], list(final))
+    return host, skills, level, envs
+
+
+async def test_a_vector_session_chooses_an_option_per_env_and_lists_them():
+    host, (left, right), level, envs = _vector(option_steps=2)
+    reply = level.step(envs(["cue-left", "cue-right"]))
+    assert await reply == ["L", "R"] and level.reply_fields() == {"options": ["left", "right"]}
+    assert [kind for kind, *_ in host.learner.submitted[0]] == ["BEGIN", "BEGIN"]
+    assert await level.step(envs(["cue-left", "cue-right"], (1.0, 2.0))) == ["L", "R"]  # options go on
+    assert len(host.learner.submitted) == 1
+    # env 1's episode ends (auto reset to a left cue); env 0's option ends by option_steps and it chooses again
+    reply = level.step(envs(["cue-right", "cue-left"], (3.0, 4.0), (False, True), (None, "final")))
+    assert await reply == ["R", "L"] and level.reply_fields() == {"options": ["right", "left"]}
+    assert host.learner.submitted[1] == [
+        ("STEP", 10, "cue-right", 4.0, False, ActMode.EXPLORE), ("END", 11, "final", 6.0, False, ActMode.EXPLORE),
+        ("BEGIN", 11, "cue-left", 0.0, False, ActMode.EXPLORE)]
+    assert left.learner.submitted[-1] == [("END", 10, "cue-right", 3.0, True, ActMode.GREEDY),
+                                          ("BEGIN", 11, "cue-left", 0.0, False, ActMode.GREEDY)]
+    assert right.learner.submitted[-1] == [("END", 11, "final", 4.0, False, ActMode.GREEDY),
+                                           ("BEGIN", 10, "cue-right", 0.0, False, ActMode.GREEDY)]
+    assert host.ended == [(Phase.TRAIN, 6.0, 2, True)] and sorted(host.options) == [("left", 2, 4.0),
+                                                                                     ("right", 2, 6.0)]
