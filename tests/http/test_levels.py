@@ -176,4 +176,5 @@ async def test_an_off_policy_selector_learns_from_its_options(aiohttp_client, tm
     for _ in range(3):
         assert (await run(client, key, RIGHT, 6))[-1] == {"action": None, "option": None}
     pilot = client.server.app[GRAPH].preset_agent("pilot", HierarchyAgent).selector
+    await asyncio.wrap_future(pilot.learner.mark())  # the last option's end, queued after the last reply
     assert pilot.learner.failure is None and pilot.learner.steps == 9  # 3 options of 2 steps per episode
