@@ -65,3 +65,20 @@ async def test_an_agent_with_no_checkpoint_is_refused_saying_it_starts_in_its_fi
     error = await asyncio.to_thread(fails, capsys, "agents", "lesson", "tests/pole", "long", "--data", str(data))
     assert "agent tests/pole is not served and has no checkpoint yet" in error
     assert "it starts in its first lesson ('short') when served; serve it, then move it" in error
+
+
+async def test_an_advised_agents_clients_are_all_moved_in_their_checkpoints(tmp_path, capsys):
+    data = tmp_path / "data"
+    spec = AgentSpec("pole", "PPO", [[4], "-inf", "inf"], 2, dict(PPO), sharing="advised", lessons=LESSONS)
+    graph, store, key = await start(data, GraphManager(owner="tests", agents=[spec],
+                                                       schedule=Schedule(checkpoint_every_seconds=3600.0)))
+    try:
+        for name in ("arm-1", "arm-2"):
+            await drive(graph, key, gym.make("CartPole-v1"), episodes=1, seed=0, client_name=name)
+    finally:
+        await stop(graph, store)  # each client's learner checkpoints as it stops
+    out = await asyncio.to_thread(ok, capsys, "agents", "lesson", "tests/pole", "long", "--data", str(data))
+    assert "moved to lesson 'long' in its 2 clients' checkpoints" in out
+    for name in ("arm-1", "arm-2"):
+        model = checkpoint.model_path(data / "agents" / "1" / "clients" / name)
+        assert checkpoint.read_state(model)["lessons"] == {"lesson": "long", "streak": 0}
