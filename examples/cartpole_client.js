@@ -19,6 +19,12 @@
 // agent must ("client": "arm-3": its own learner, kept across sessions); a pooled agent refuses a name.
 // Prints one line per episode with its return.
 //
+// An agent with lessons (docs/lessons.md) announces each episode's config before it starts: the login reply's
+// "next_episode_config" (a vector or client-acting session's "next_episode_configs", one per CartPole) and
+// then each reply's. The client sets the CartPole up with it before the reset, as shepherd.client does:
+// every name is a property of the CartPole, with gymnasium's names (length, force_mag, masspole, ...), and a
+// name it does not have ends the client with one line. A line "lesson NAME" is printed when the lesson changes.
+//
 // With --acting client the policy runs here, not at the server (docs/acting.md; docs/protocol.md, "Acting at
 // the client"): the client logs in with "acting": "client" (and "n_envs": N with --envs N, else 1), fetches
 // the agent's behaviour policy as an ONNX file from /shepherd/policy/, runs it with onnxruntime-node
@@ -46,7 +52,7 @@ const acting = actingFlag === -1 ? "server" : args.splice(actingFlag, 2)[1];
 const episodes = Number(args[0] || Infinity);
 const retrySeconds = Number(process.env.SHEPHERD_RETRY_SECONDS || 60);
 
-const { CartPole } = require("./cartpole.js");
+const { CartPole, applyConfig } = require("./cartpole.js");
 const { metadataProps } = require("./onnx_metadata.js");
 
 class HttpError extends Error {
@@ -94,6 +100,13 @@ async function retried(what, attempt) {
   }
 }
 
+// Prints "lesson NAME" when the lesson of the episodes changes (the replies' "lesson"; none without lessons).
+let lessonShown;
+function noteLesson(lesson) {
+  if (lesson !== undefined && lesson !== lessonShown) console.log(`lesson ${lesson}`);
+  if (lesson !== undefined) lessonShown = lesson;
+}
+
 // One session's steps, each with the next seq, sent again as it was after 429, 503 or a lost connection.
 class Stepper {
   constructor(session_key) { this.session_key = session_key; this.seq = 0; }
@@ -116,17 +129,21 @@ async function main() {
   console.log(`logged in to agent ${login.agent}: observations ${JSON.stringify(login.observation_space)}, ` +
               `actions ${JSON.stringify(login.action_space)}`);
   const env = new CartPole(), stepper = new Stepper(session_key);
+  let config = login.next_episode_config;  // the first episode's, if the agent has lessons
   for (let episode = 1; episode <= episodes; episode++) {
+    if (config) applyConfig(env, config);
     let obs = env.reset(), total = 0;
-    let { action } = await stepper.step({ obs, reward: 0.0, done: false, info: {} });
-    while (action !== null) {
-      const step = env.step(action);
+    let reply = await stepper.step({ obs, reward: 0.0, done: false, info: {} });
+    noteLesson(reply.lesson);
+    while (reply.action !== null) {
+      const step = env.step(reply.action);
       total += step.reward;
-      ({ action } = await stepper.step({
+      reply = await stepper.step({
         obs: step.obs, reward: step.reward, done: step.terminated || step.truncated, truncated: step.truncated,
         info: {},
-      }));
+      });
     }
+    if (reply.next_episode_config) config = reply.next_episode_config;  // the ending reply: the next one's
     console.log(`episode ${episode} return ${total}`);
   }
   await post("/shepherd/logout/", { session_key });
@@ -139,8 +156,14 @@ async function vectorMain(n) {
   console.log(`logged in to agent ${login.agent} with ${login.n_envs} CartPoles: observations ` +
               `${JSON.stringify(login.observation_space)}, actions ${JSON.stringify(login.action_space)}`);
   const envs = Array.from({ length: n }, () => new CartPole()), stepper = new Stepper(session_key);
+  // lessons: the config each CartPole uses at its next reset (the login's first; a reply's null: unchanged)
+  const configs = login.next_episode_configs || new Array(n).fill(null);
+  const reset = (env, i) => {
+    if (configs[i]) applyConfig(env, configs[i]);
+    return env.reset();
+  };
   // the first step: every CartPole's reset observation, rewards 0, no ends
-  let obs = envs.map((env) => env.reset());
+  let obs = envs.map(reset);
   let reward = new Array(n).fill(0.0), terminated = new Array(n).fill(false), truncated = new Array(n).fill(false);
   let finalObs = null; // null where a CartPole did not end; left out of the body when none did
   const totals = new Array(n).fill(0.0);
@@ -148,7 +171,8 @@ async function vectorMain(n) {
   while (true) {
     const body = { obs, reward, terminated, truncated };
     if (finalObs !== null) body.final_obs = finalObs;
-    const { actions } = await stepper.step(body);
+    const reply = await stepper.step(body), actions = reply.actions;
+    (reply.next_episode_configs || []).forEach((config, i) => { if (config !== null) configs[i] = config; });
     for (let i = 0; i < n; i++) {  // the server has recorded this step: its ended episodes count now
       if (terminated[i] || truncated[i]) console.log(`episode ${++ended} (CartPole ${i}) return ${totals[i]}`);
     }
@@ -165,7 +189,7 @@ async function vectorMain(n) {
       if (step.terminated || step.truncated) {
         if (finalObs === null) finalObs = new Array(n).fill(null);
         finalObs[i] = step.obs;        // the ended episode's last observation ...
-        next.obs.push(env.reset());    // ... and already the next episode's first
+        next.obs.push(reset(env, i));  // ... and already the next episode's first
       } else {
         next.obs.push(step.obs);
       }
@@ -238,7 +262,14 @@ async function actingMain(n) {
   let steps = login.steps, seq = 0;
   let policy = await fetchPolicy(ort, session_key, null);
   const envs = Array.from({ length: n }, () => new CartPole());
-  let obs = envs.map((env) => env.reset());
+  // lessons: each CartPole's config for the episodes that start in it during the next block (none without)
+  let configs = login.next_episode_configs || null;
+  noteLesson(login.lesson);
+  const reset = (env, i) => {
+    if (configs && configs[i]) applyConfig(env, configs[i]);
+    return env.reset();
+  };
+  let obs = envs.map(reset);
   const totals = new Array(n).fill(0.0);
   const unseen = new Array(n).fill(false);  // the episode ran through a refused upload: the server does not record it
   let ended = 0;
@@ -256,7 +287,7 @@ async function actingMain(n) {
         truncated.push(step.truncated);
         if (step.terminated || step.truncated) {
           finalObs.push(step.obs);      // the ended episode's last observation ...
-          next.push(env.reset());       // ... and obs row t+1 already the next episode's first
+          next.push(reset(env, i));     // ... and obs row t+1 already the next episode's first
           if (!unseen[i]) finished.push([i, totals[i]]);
           totals[i] = 0.0;
           unseen[i] = false;
@@ -288,6 +319,8 @@ async function actingMain(n) {
     }
     for (const [i, total] of finished) console.log(`episode ${++ended} (CartPole ${i}) return ${total}`);
     steps = reply.steps;
+    configs = reply.next_episode_configs || null;
+    noteLesson(reply.lesson);
     if (reply.policy_version !== policy.version || reply.phase !== policy.phase) {
       policy = await fetchPolicy(ort, session_key, policy);
     }

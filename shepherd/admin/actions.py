@@ -6,6 +6,7 @@ curve or the agent, set live parameters, move to a lesson, restart), on the help
 from __future__ import annotations
 
 import logging
+import zipfile
 from typing import TYPE_CHECKING, Any
 
 from shepherd.admin.errors import Forbidden, Invalid
@@ -203,11 +204,14 @@ class SpecialActions(OperationsBase):
         return ActionResult(True, f"agent {ref}: {shown} set ({where}; stored, so a restart keeps it)")
 
     async def set_lesson(self, agent_id: int, name: str) -> ActionResult:
-        """Move a served agent to its lesson ``name`` by hand (an advised agent: every client), checkpointed so
-        that a restart keeps it; its sessions' next announced configs are drawn from it.
+        """Move an agent to its lesson ``name`` by hand (an advised agent: every client). A served one at once,
+        checkpointed so that a restart keeps it; its sessions' next announced configs are drawn from it. One
+        not served here (no server runs, or this one does not serve it) in its checkpoints, so that the next
+        serve starts there.
 
         Raises:
-            Invalid: no such lesson (naming those it has), or the agent is not served here.
+            Invalid: no such lesson (naming those it has), the agent is restarting, or it is not served and
+                has no checkpoint yet (then it starts in its first lesson).
         """
         record = self._record(agent_id)
         ref = self._ref(record)
@@ -218,12 +222,28 @@ class SpecialActions(OperationsBase):
         runtimes = list(self.graph.served.every_runtime())
         moving = [runtime for runtime in runtimes if runtime.record.id == agent_id]
         if not moving:
-            raise Invalid(f"agent {ref} is not served here: move its lesson on the server that serves it (or "
-                          "start one); the lesson is kept in its checkpoint")
+            return await self._set_stored_lesson(agent_id, ref, name, names[0])
         for runtime in moving:
             runtime.move_lesson(name)
         logger.info("agent %s moved to lesson %r by hand", ref, name)
         return ActionResult(True, f"agent {ref} moved to lesson {name!r} (checkpointed: a restart keeps it)")
+
+    async def _set_stored_lesson(self, agent_id: int, ref: str, name: str, first: str) -> ActionResult:
+        """`set_lesson` of an agent not served here: written into its checkpoints."""
+        if self.graph.served.restarting(agent_id):
+            raise Invalid(f"agent {ref} is restarting; move its lesson once it is served again")
+        try:
+            written = await self.graph.served.move_stored_lesson(agent_id, name)
+        except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
+            raise Invalid(f"agent {ref}: its checkpoint cannot take the lesson ({type(error).__name__}: {error})") \
+                from None
+        if not written:
+            raise Invalid(f"agent {ref} is not served and has no checkpoint yet, where a lesson is kept: it starts "
+                          f"in its first lesson ({first!r}) when served; serve it, then move it")
+        logger.info("agent %s (not served) moved to lesson %r in %d checkpoint(s)", ref, name, written)
+        where = "its checkpoint" if written == 1 else f"its {written} clients' checkpoints"
+        return ActionResult(True, f"agent {ref} is not served: moved to lesson {name!r} in {where}; it starts "
+                                  "there when next served")
 
     async def restart(self, agent_id: int) -> ActionResult:
         """Forget the agent's model and counters and end its sessions (their keys are refused from now on);

@@ -61,6 +61,23 @@ def read_state(path: Path) -> dict[str, Any]:
     return state
 
 
+def update_state(path: Path, changes: dict[str, Any]) -> None:
+    """Set keys of a checkpoint's ``shepherd.json`` (the model and the learner's counters untouched), written
+    atomically: how an agent no server serves is moved to a lesson (docs/lessons.md).
+
+    Raises:
+        OSError, KeyError, ValueError, zipfile.BadZipFile: the file is missing or not a checkpoint.
+    """
+    state = read_state(path)
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(path) as old, zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as new:
+        for member in old.infolist():
+            if member.filename != STATE_MEMBER:
+                new.writestr(member, old.read(member.filename))
+        new.writestr(STATE_MEMBER, json.dumps({**state, **changes}))
+    atomic_write_bytes(path, buffer.getvalue())
+
+
 def saved_steps(path: Path) -> int:
     """The schedule's step count saved in a checkpoint (0 if there is none or it cannot be read)."""
     try:

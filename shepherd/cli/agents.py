@@ -92,11 +92,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     set_param.set_defaults(func=command(set_parameters))
 
     lesson = actions.add_parser(
-        "lesson", help="move a served agent to one of its lessons by hand",
-        description="Move an agent to one of its lessons (docs/lessons.md) on the server that serves it: the "
+        "lesson", help="move an agent to one of its lessons by hand",
+        description="Move an agent to one of its lessons (docs/lessons.md). On the server that serves it: the "
                     "episodes that start from now on draw their configs from it (a session's next episode was "
                     "announced already, and keeps its config), its evaluations count toward its 'until', and "
-                    "its checkpoint keeps it.",
+                    "its checkpoint keeps it. With no server running: the lesson is written into its checkpoint "
+                    "(an advised agent's: every client's), so that the next serve starts there; an agent without a "
+                    "checkpoint yet is refused (it starts in its first lesson).",
         epilog="Example: python run.py agents lesson cartpole varied")
     lesson.add_argument("agent", help=AGENT_HELP)
     lesson.add_argument("name", help="the lesson's name, as the preset gives it")

@@ -15,6 +15,10 @@ which moves are valid now, as sb3-contrib's ``ActionMasker`` does, so a client s
 ``"action_mask"`` (`shepherd.client.run_env` does) and a MaskablePPO agent never makes one. The
 observation is the position, one-hot (25 values). Episodes are cut at 50 moves. ``Grid-v0`` is the same
 maze without ``action_masks()``, for comparison.
+
+The goal is the attribute ``goal`` (row, column), read at every reset: a lesson's config may move it
+(``{goal: [0, 3]}``, docs/lessons.md), so that a curriculum starts with the goal near the start and moves it
+away (benchmarks/lessons.py). The observation does not show the goal.
 """
 
 from __future__ import annotations
@@ -60,6 +64,11 @@ class Grid(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
         super().reset(seed=seed)
+        cell = list(self.goal)  # a config's goal arrives as a JSON list
+        goal = (int(cell[0]), int(cell[1])) if len(cell) == 2 else self.start
+        if not self._open(*goal) or goal == self.start:
+            raise ValueError(f"goal {cell} is not an open cell of the maze other than the start")
+        self.goal = goal
         self.position = self.start
         return self._obs(), {}
 

@@ -223,6 +223,10 @@ class AgentKind(ABC):
         """The status of an agent not served here (``phase``: stopped, restarting or failed) from its folder."""
 
     @abstractmethod
+    def stored_checkpoints(self, store: Store, record: AgentRecord) -> list[Path]:
+        """The checkpoints an agent not served here resumes from when next served (those that exist)."""
+
+    @abstractmethod
     def stored_model(self, store: Store, record: AgentRecord, client: str | None) -> Path:
         """The model file an export of an agent not served here reads (it may not exist).
 

@@ -24,6 +24,11 @@ class UnknownLesson(KeyError):
         return str(self.args[0])
 
 
+def stored_state(lesson: str | None, streak: int = 0) -> dict[str, Any]:
+    """A checkpoint's lesson state (its ``lessons`` key): the lesson by name, and the streak toward its until."""
+    return {"lesson": lesson, "streak": streak}
+
+
 class LessonState:
     """The current lesson of one agent, how many evaluations in a row reached its ``until``, and the
     generator of its episodes' configs (seeded with ``seed``; None: from the system's entropy)."""
@@ -103,7 +108,7 @@ class LessonState:
 
     def state(self) -> dict[str, Any] | None:
         """What a checkpoint keeps (None without lessons)."""
-        return None if not self.lessons else {"lesson": self.name, "streak": self.streak}
+        return None if not self.lessons else stored_state(self.name, self.streak)
 
     def load(self, state: Any) -> None:
         """Take a checkpoint's state: its lesson by name (a lesson the agent no longer has: the first, with

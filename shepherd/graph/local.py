@@ -22,6 +22,7 @@ import gymnasium as gym
 
 from shepherd.agents import AgentClosed
 from shepherd.client import env_action_mask, to_json  # the JSON a client sends: the edge checks exactly that
+from shepherd.client.loops import ApplyConfig, apply_config
 from shepherd.graph.manager import GraphManager, Serving
 from shepherd.graph.sessions import Acted, ActTimeout, Session, Unauthorized, check_mask
 from shepherd.wire import StepInput
@@ -75,6 +76,8 @@ class LocalClient:
         self.session: Session | None = None
         self.seq = 0
         self.policy_version = 0  # of the last action received
+        #: lessons (docs/lessons.md): the config the server announced for the next episode, as a client reads it
+        self.next_episode_config: dict[str, Any] | None = None
 
     def login(self) -> Session:
         """Open a session (sequence numbers start again).
@@ -84,6 +87,7 @@ class LocalClient:
         """
         self.session = self.graph.login(self.apikey, self.evaluate, client=self.client)
         self.seq = 0
+        self.next_episode_config = self.session.level.login_fields().get("next_episode_config")
         return self.session
 
     async def login_retrying(self, retry_seconds: float) -> Session:
@@ -120,6 +124,8 @@ class LocalClient:
                          session.mask_space)
         acted = await self.send(step)
         self.policy_version = acted.policy_version
+        if "next_episode_config" in acted.fields:  # the reply that ended an episode announces the next one's
+            self.next_episode_config = acted.fields["next_episode_config"]
         return None if acted.action is None else action_to_json(self.session.action_space, acted.action)
 
     async def send(self, step: StepInput) -> Acted:
@@ -156,9 +162,12 @@ class LocalClient:
 async def drive(graph: GraphManager, apikey: str, env: gym.Env, episodes: int | None = None,
                 steps: int | None = None, evaluate: bool = False, seed: int | None = None,
                 stop: asyncio.Event | None = None, retry_seconds: float = 60.0,
-                client_name: str | None = None) -> list[float]:
+                client_name: str | None = None, apply: ApplyConfig | None = None) -> list[float]:
     """Drive a gymnasium env through the agent an API key belongs to, in-process; returns the returns of
     the episodes completed, in order.
+
+    An agent with lessons announces each episode's config: it is applied before the env's reset, as
+    `shepherd.client.run_env` applies it (`apply_config`, with ``apply`` if given).
 
     Stops after ``episodes`` episodes, after ``steps`` env steps (the episode then under way is abandoned),
     once ``stop`` is set, or when cancelled; with none of them it drives until cancelled. As
@@ -185,6 +194,8 @@ async def drive(graph: GraphManager, apikey: str, env: gym.Env, episodes: int | 
                 await graph.prepare_client(apikey, client_name)  # a new client's learner, built off the loop
                 await client.login_retrying(retry_seconds)
             try:
+                if client.next_episode_config is not None:
+                    apply_config(env, client.next_episode_config, apply)
                 obs, _ = env.reset(seed=seed if first_reset else None)
                 first_reset = False
                 action, total = await client.step(obs, 0.0, False, action_mask=env_action_mask(env)), 0.0

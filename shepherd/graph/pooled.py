@@ -89,5 +89,9 @@ class Pooled(AgentKind):
     def stored_model(self, store: Store, record: AgentRecord, client: str | None) -> Path:
         return checkpoint.model_path(store.agent_folder(record.id))
 
+    def stored_checkpoints(self, store: Store, record: AgentRecord) -> list[Path]:
+        path = self.stored_model(store, record, None)
+        return [path] if path.exists() else []
+
 
 register_kind(Sharing.POOLED, Pooled())

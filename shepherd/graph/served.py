@@ -24,6 +24,7 @@ from shepherd.agents.export.export import NotExportable, export_adapter
 from shepherd.agents.sb3.base import SB3Algorithm
 from shepherd.graph.agent import (NO_MODEL, AgentStatus, ServedAgent, kind_of, model_file, of_kind, settle,
                                   unlink)
+from shepherd.graph.lessons import stored_state as lesson_state
 from shepherd.graph.runtime import AgentRuntime, saved_client_names
 from shepherd.graph.sessions import SessionTable
 from shepherd.storage import AgentRecord, NotFound, Store
@@ -198,6 +199,24 @@ class ServedAgents:
             trash = await asyncio.to_thread(self.store.delete_agent, agent_id)
         self._locks.pop(agent_id, None)
         return ended, trash, stopped
+
+    async def move_stored_lesson(self, agent_id: int, name: str) -> int:
+        """Move an agent not served here to its lesson ``name`` in its checkpoints (an advised agent's: every
+        client's), its streak at 0, so that it starts there when next served; returns how many checkpoints
+        were written (0: it has none yet, and starts in its first lesson). The name is checked by the caller.
+
+        Raises:
+            ValueError: the agent is served here or restarting (a served agent moves: `AgentRuntime.move_lesson`).
+            OSError, KeyError, zipfile.BadZipFile: a checkpoint cannot be read or written.
+        """
+        async with self.lock(agent_id):
+            if agent_id in self.agents or agent_id in self._restarting:
+                raise ValueError(f"agent {agent_id} is served or restarting here: move its runtimes' lesson")
+            record = self.store.agent(agent_id)
+            paths = kind_of(record).stored_checkpoints(self.store, record)
+            for path in paths:
+                await asyncio.to_thread(checkpoint.update_state, path, {"lessons": lesson_state(name)})
+        return len(paths)
 
     async def set_parameters(self, agent_id: int, values: dict[str, Any]) -> str:
         """Hand checked live parameter values (`shepherd.agents.live.check_live`) to the agent's learner,

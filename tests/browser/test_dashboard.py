@@ -378,3 +378,29 @@ def test_an_api_key_sees_no_users_panel(page, server):
     page.wait_for_selector("#agents-view:not([hidden])")
     page.wait_for_timeout(2500)  # a poll: it must not ask for the users (403) nor show them
     assert page.is_hidden("#users-view") and page.text_content("#action-status") == ""
+
+
+def test_the_curve_marks_where_the_lessons_changed(page, server):
+    admin_api(server, "/users", {"name": "frank"})
+    pole = admin_api(server, "/agents", {
+        "owner": "frank", "name": "pole", "algorithm": "PPO", "observation_space": [[4], "-inf", "inf"],
+        "action_space": 2, "parameters": {"n_steps": 64},
+        "lessons": [{"name": "short pole", "config": {"length": 0.25}, "until": {"evaluation_return": 10 ** 6}},
+                    {"name": "long pole", "config": {"length": 1.0}}]})
+    key = admin_api(server, f"/agents/{pole['id']}/keys", {"label": "browser test"})["key"]
+    client = Client(server.url, key, timeout=30)
+    run_env(client, "CartPole-v1", seed=0, episodes=3)  # sets CartPole's length before each reset
+    admin_api(server, f"/agents/{pole['id']}/lesson", {"lesson": "long pole"})
+    run_env(client, "CartPole-v1", seed=1, episodes=3)  # the first was announced before the move: short pole
+    client.logout()
+    client.close()
+    records = admin_api(server, f"/agents/{pole['id']}/returns")["returns"]
+    lessons = [record["lesson"] for record in records]
+    assert lessons[0] == "short pole" and lessons[-1] == "long pole" and len(records) == 6
+    changed = lessons.index("long pole")
+    steps = sum(record["length"] for record in records[:changed] if record["phase"] in ("train", "heatup"))
+
+    sign_in(page, server, key)
+    page.wait_for_selector("#agent-view:not([hidden])")
+    wait_for_episodes(page, 6)
+    assert json.loads(page.get_attribute("#curve", "data-lessons")) == [[0, "short pole"], [steps, "long pole"]]

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.conftest import ROOT, TEST_PRESETS
 
 TINY = str(TEST_PRESETS / "tiny_ppo.py")
@@ -79,4 +81,56 @@ def test_the_javascript_client_retries_a_step_with_its_seq_and_it_counts_once(se
     played = [float(line.rsplit(" ", 1)[1]) for line in result.stdout.splitlines() if line.startswith("episode ")]
     assert len(played) == 5
     assert [json.loads(line)["value"] for line in returns_recorded(server.data)] == played
+    assert server.stop() == 0
+
+
+def lessons_preset(tmp_path, config: dict) -> str:
+    """tiny_ppo.py as YAML, with one lesson of ``config`` (docs/lessons.md)."""
+    path = tmp_path / "tiny_lessons.yaml"
+    path.write_text(json.dumps({  # JSON is YAML
+        "owner": "tests",
+        "agents": [{"name": "tiny", "algorithm": "PPO", "observation_space": [[4], "-inf", "inf"], "action_space": 2,
+                    "parameters": {"n_envs": 2, "n_steps": 16, "batch_size": 32, "n_epochs": 2, "seed": 0},
+                    "lessons": [{"name": "tight rail", "config": config}]}],
+        "schedule": {"steps_between_evaluation_periods": None, "evaluation_episodes": 0}}))
+    return str(path)
+
+
+def test_the_javascript_client_sets_its_cartpole_up_with_each_episodes_config(server_factory, tmp_path):
+    """A negative x_threshold ends every episode at its first step (|x| is above it: return 1), which
+    CartPole's own rail of 2.4 m never does: the configs were applied, in the single-env, vector and
+    client-acting sessions alike, and recorded with each episode."""
+    node = shutil.which("node")
+    assert node, "Node.js is needed for the JavaScript example (.ci/run installs it)"
+    config = {"x_threshold": {"choice": [-1.0, -2.0]}, "length": 0.25}
+    server = server_factory(lessons_preset(tmp_path, config))
+    env = {**os.environ, "SHEPHERD_URL": server.url, "SHEPHERD_API_KEY": server.api_key}
+    script = str(ROOT / "examples" / "cartpole_client.js")
+    for extra in ([], ["--envs", "3"], ["--acting", "client", "--envs", "2"]):
+        if extra[:1] == ["--acting"] and not (ROOT / "examples" / "node_modules" / "onnxruntime-node").exists():
+            pytest.fail("--acting client needs onnxruntime-node: run `npm install` in examples/")
+        result = subprocess.run([node, script, "4", *extra], env=env, capture_output=True, text=True, timeout=180)
+        assert result.returncode == 0, result.stderr
+        played = [float(line.rsplit(" ", 1)[1]) for line in result.stdout.splitlines() if line.startswith("episode ")]
+        assert len(played) >= 4 and set(played) == {1.0}, (extra, result.stdout)
+    assert "lesson tight rail" in result.stdout  # the acting session's replies name the lesson
+    recorded = [json.loads(line) for line in returns_recorded(server.data)]
+    assert len(recorded) >= 12 and {row["lesson"] for row in recorded} == {"tight rail"}
+    assert {row["config"]["x_threshold"] for row in recorded} == {-1.0, -2.0}
+    assert server.stop() == 0
+
+
+def test_the_javascript_client_refuses_a_config_its_cartpole_has_no_property_for_in_one_line(server_factory,
+                                                                                             tmp_path):
+    node = shutil.which("node")
+    assert node, "Node.js is needed for the JavaScript example (.ci/run installs it)"
+    server = server_factory(lessons_preset(tmp_path, {"lenght": 0.25}))
+    env = {**os.environ, "SHEPHERD_URL": server.url, "SHEPHERD_API_KEY": server.api_key}
+    result = subprocess.run([node, str(ROOT / "examples" / "cartpole_client.js"), "2"], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        'error: the lesson\'s config sets "lenght", but the CartPole has no property "lenght"; its properties: '
+        "gravity, masscart, masspole, length, force_mag, tau, maxSteps, theta_threshold_radians, x_threshold"]
+    assert returns_recorded(server.data) == []
     assert server.stop() == 0

@@ -285,3 +285,47 @@ async def test_a_preset_whose_network_no_longer_fits_the_stored_model_is_refused
         assert graph.runtime().learner.steps > 0
     finally:
         await stop(graph, store)
+
+
+class ResetLengths(gym.Wrapper):
+    """Notes CartPole's pole half-length at every reset: what a config set before it."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.lengths: list[float] = []
+
+    def reset(self, **kwargs):
+        self.lengths.append(self.env.unwrapped.length)
+        return self.env.reset(**kwargs)
+
+
+def taught_graph(config: dict) -> GraphManager:
+    return GraphManager(owner="tests", agents=[AgentSpec("pole", "PPO", [[4], "-inf", "inf"], 2, dict(PPO),
+                                                         lessons=[{"name": "varied", "config": config}])],
+                        schedule=Schedule(checkpoint_every_seconds=3600.0))
+
+
+async def test_drive_applies_each_episodes_config_before_its_reset_as_the_client_does(tmp_path):
+    graph, store, key = await start(tmp_path / "data", taught_graph({"length": {"uniform": [0.3, 0.9]}}))
+    try:
+        env = ResetLengths(gym.make("CartPole-v1"))
+        assert len(await drive(graph, key, env, episodes=4, seed=0)) == 4
+        barrier(graph)
+        configs = [record.config for record in store.returns(graph.runtime().record.id)]
+        assert env.lengths[:4] == [config["length"] for config in configs]  # each episode in its own config
+        assert len(set(env.lengths)) == 4 and all(0.3 <= length <= 0.9 for length in env.lengths)
+        given: list[dict] = []  # a function of the user's sets the env up instead
+        await drive(graph, key, gym.make("CartPole-v1"), episodes=2, apply=lambda _, config: given.append(config))
+        assert len(given) == 2 and given[0] != given[1] and all(set(config) == {"length"} for config in given)
+    finally:
+        await stop(graph, store)
+
+
+async def test_drive_refuses_a_config_name_the_env_does_not_have_in_one_line(tmp_path):
+    graph, store, key = await start(tmp_path / "data", taught_graph({"lenght": 0.5}))
+    try:
+        with pytest.raises(ValueError, match="sets 'lenght', but CartPoleEnv has no attribute 'lenght'") as refused:
+            await drive(graph, key, gym.make("CartPole-v1"), episodes=1)
+        assert "\n" not in str(refused.value)
+    finally:
+        await stop(graph, store)

@@ -35,6 +35,11 @@ class Advised(AgentKind):
         return AgentStatus(False, phase, sum(row["steps"] for row in clients), 0.0, 0, 0, None, None, failure,
                            record.last_active, model, clients)
 
+    def stored_checkpoints(self, store: Store, record: AgentRecord) -> list[Path]:
+        """Every client's (a client named later starts in the first lesson)."""
+        paths = [client_path(store, record.id, name) for name in saved_client_names(store.agent_folder(record.id))]
+        return [path for path in paths if path.exists()]
+
     def stored_model(self, store: Store, record: AgentRecord, client: str | None) -> Path:
         """The named client's model, or the best saved client's (by recent evaluation return)."""
         name = client or best_saved(saved_clients(store, record.id))

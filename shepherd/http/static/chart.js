@@ -54,9 +54,31 @@
     return `rgba(${(n >> 16) & 255},${(n >> 8) & 255},${n & 255},${alpha})`;
   }
 
+  /* A dashed vertical line at each [x, name] of `lessons` where the agent's lesson changed, labelled with
+     the lesson it changed to. */
+  function lessonMarks(ctx, lessons, px, top, plotH, color) {
+    ctx.save();
+    ctx.strokeStyle = color;
+    ctx.fillStyle = color;
+    ctx.lineWidth = 1;
+    ctx.setLineDash([4, 3]);
+    ctx.textAlign = "left";
+    ctx.textBaseline = "top";
+    lessons.forEach(([x, name], i) => {
+      const at = Math.round(px(x)) + 0.5;
+      ctx.beginPath();
+      ctx.moveTo(at, top);
+      ctx.lineTo(at, top + plotH);
+      ctx.stroke();
+      ctx.fillText(name, at + 4, top + 2 + (i % 2) * 14);  // alternate rows: close marks stay legible
+    });
+    ctx.restore();
+  }
+
   /* Draw series = {train, average, evaluation, deploy}, each a list of [x, y]; an advised agent's also
      has clients = [{name, train, average, evaluation, deploy}], each client drawn in its own colour
-     against its own training steps (then the top-level lists are empty). */
+     against its own training steps (then the top-level lists are empty). series.lessons = [[x, name]]
+     marks where the lesson changed (docs/lessons.md). */
   function drawCurve(canvas, series) {
     const ratio = global.devicePixelRatio || 1;
     const width = canvas.clientWidth || 800;
@@ -152,6 +174,8 @@
       points.forEach(([x, y], i) => (i ? ctx.lineTo(px(x), py(y)) : ctx.moveTo(px(x), py(y))));
       ctx.stroke();
     };
+    lessonMarks(ctx, series.lessons || [], px, pad.top, plotH, muted);
+    clients.forEach((client, i) => lessonMarks(ctx, client.lessons || [], px, pad.top, plotH, clientColor(i)));
     dots(series.train, cssColor("--train", "rgba(47,111,223,0.45)"), 2, false);
     dots(series.deploy, cssColor("--deploy", "#7a7a7a"), 2.5, false);
     clients.forEach((client, i) => {

@@ -230,11 +230,17 @@ async function refreshCurve(agentId) {
 }
 
 /* The points of a list of episodes against its own training steps: training returns, their moving
-   average, evaluation and deployment returns. */
+   average, evaluation and deployment returns; and the lessons (docs/lessons.md): [steps, name] where the
+   episodes' lesson changed, the first lesson at its first episode. */
 function curveSeries(records) {
-  const series = { train: [], evaluation: [], deploy: [], average: [] };
+  const series = { train: [], evaluation: [], deploy: [], average: [], lessons: [] };
   let steps = 0;
+  let lesson;
   for (const record of records) {
+    if (record.lesson !== undefined && record.lesson !== lesson) {
+      series.lessons.push([steps, record.lesson]);
+      lesson = record.lesson;
+    }
     if (record.phase === "train" || record.phase === "heatup") {
       steps += record.length;
       series.train.push([steps, record.value]);
@@ -267,6 +273,7 @@ function drawCurve(records) {
   ShepherdChart.drawCurve(canvas, series);
   canvas.dataset.episodes = String(records.length);
   canvas.dataset.clients = names.join(",");
+  canvas.dataset.lessons = JSON.stringify(series.lessons);  // the marks drawn, for tests and tools
   const legend = $("#curve-clients");
   legend.replaceChildren();
   legend.hidden = names.length === 0;
