@@ -85,6 +85,12 @@ class ThreadedLearner:
         """The worker's thread is running."""
         return self._thread.is_alive()
 
+    @property
+    def available(self) -> bool:
+        """Its process answers: always, in this process (a learner in a Ray actor is not, while it is created
+        again)."""
+        return True
+
     def start(self, deliver: Deliver | None = None) -> None:
         self._deliver = deliver
         self._thread.start()

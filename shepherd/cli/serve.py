@@ -96,8 +96,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ray", nargs="?", const=LOCAL_RAY, default=None, metavar="ADDRESS",
                         help="run each agent's learner (each client's, for an advised agent) in a Ray actor "
                              "(pip install -e .[ray]): alone, start a "
-                             "local Ray bound to 127.0.0.1 with token authentication; 'auto' or HOST:PORT joins a "
-                             "running cluster (docs/distributed.md)")
+                             "local Ray bound to 127.0.0.1 with token authentication, and a new one (the learners "
+                             "restored there from their checkpoints) if its node dies; 'auto' or HOST:PORT joins a "
+                             "running cluster, waiting for it to place a learner whose node died "
+                             "(docs/distributed.md)")
     parser.add_argument("--front-ends", type=int, default=0, metavar="K",
                         help="answer the port with K front-end processes (SO_REUSEPORT) that batch the client "
                              "protocol to this process, which keeps the sessions, agents and store and listens "
@@ -193,14 +195,14 @@ def serve_on_ray(graph: GraphManager, args: argparse.Namespace) -> int:
     except ImportError as error:
         raise UsageError(f"--ray needs Ray: pip install -e .[ray] ({error})") from None
     try:
-        ray_cluster.connect(None if args.ray == LOCAL_RAY else args.ray)
+        link = ray_cluster.link(None if args.ray == LOCAL_RAY else args.ray)
     except Exception as error:  # noqa: BLE001 - Ray's own errors (no cluster at the address, a bad token)
         raise UsageError(f"cannot start or reach Ray ({args.ray}): {type(error).__name__}: {error}") from None
-    graph.remote_learners = ray_cluster.RayLearners()
+    graph.remote_learners = ray_cluster.RayLearners(link=link)
     try:
         return asyncio.run(serve(graph, args))
     finally:
-        ray_cluster.disconnect()
+        link.close()
 
 
 class StopFailed(Exception):
