@@ -123,6 +123,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the largest reward magnitude a step or upload may carry; a larger one is refused with "
                              "400, so that one client's rewards cannot overflow a pooled agent's arithmetic for "
                              "every client (default %(default)g; inf: no bound)")
+    parser.add_argument("--trusted-proxy", action="append", default=[], metavar="ADDR",
+                        help="a reverse proxy (an address or network: 127.0.0.1, 10.0.0.0/8) in front of the server: "
+                             "a request from it is the client's that its X-Forwarded-For names (the rightmost "
+                             "address that is no trusted proxy), for the login throttle and the local rule of "
+                             "--metrics; one without that header is never local. Repeat for more; from any other "
+                             "peer the header is ignored (docs/admin.md)")
     parser.add_argument("--metrics", choices=("off", "local", "open"), default="local",
                         help="who may read GET /metrics: off (404), local (loopback clients, or the admin "
                              "token as Bearer), open (anyone) (default %(default)s)")
@@ -166,6 +172,12 @@ def serve_command(args: argparse.Namespace) -> int:
     if args.acting == "client" and args.ray is not None:
         raise UsageError("--acting client is not served under --ray yet (its sessions are refused there); "
                          "leave out --acting or --ray")
+    from shepherd.http.proxies import parse_networks
+
+    try:
+        parse_networks(args.trusted_proxy)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
     if not args.front_end_snapshots and not args.front_ends:
         raise UsageError("--no-front-end-snapshots needs --front-ends")
     try:
@@ -225,7 +237,8 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
                           metrics=args.metrics, max_envs_per_session=args.max_envs,
                           max_clients_per_agent=args.max_clients or None,
                           front_end_token=new_secret() if args.front_ends else None,
-                          front_end_snapshots=args.front_end_snapshots)
+                          front_end_snapshots=args.front_end_snapshots,
+                          trusted_proxies=tuple(args.trusted_proxy))
     try:
         check_address(args.host, args.port)  # before the store creates keys and the admin token, shown once
         holder = reserve_port(args.host, args.port) if args.front_ends else None

@@ -27,6 +27,7 @@ from shepherd.admin import Forbidden
 from shepherd.graph import Unauthorized
 from shepherd.http import admin
 from shepherd.http.signins import COOKIE
+from shepherd.http.proxies import VIA_PROXY
 from shepherd.http.state import CONFIG, GRAPH, HEALTH_PROBE, METRICS, STORE
 from shepherd.storage import NotFound
 
@@ -46,8 +47,13 @@ async def count_request(request: web.Request, response: web.StreamResponse) -> N
 
 
 def local_peer(request: web.Request) -> bool:
-    """The request came from this machine (a loopback address) and through no proxy."""
-    if any(name in request.headers for name in _FORWARDED):
+    """The request came from this machine (a loopback address) and through no proxy; or, through a trusted
+    proxy (``--trusted-proxy``), from a client on a loopback address as its ``X-Forwarded-For`` says (a
+    trusted proxy's request without one is never local)."""
+    via_proxy = request.get(VIA_PROXY)
+    if via_proxy is False:
+        return False
+    if via_proxy is None and any(name in request.headers for name in _FORWARDED):
         return False
     try:
         address = ipaddress.ip_address(request.remote or "")

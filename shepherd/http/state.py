@@ -56,6 +56,9 @@ class ServerConfig:
     # with front ends: whether they answer evaluate-mode steps from snapshots of the greedy policy (False: every
     # step comes here, as a training step does)
     front_end_snapshots: bool = True
+    # reverse proxies (addresses or networks) whose X-Forwarded-For gives the client's address (run.py
+    # --trusted-proxy, shepherd/http/proxies.py); empty: the header is never believed
+    trusted_proxies: tuple[str, ...] = ()
 
 
 #: the configuration the app was created with

@@ -1,0 +1,84 @@
+"""Client addresses behind reverse proxies (``run.py --trusted-proxy``): a request whose peer is a trusted
+proxy has its client's address taken from ``X-Forwarded-For``, so that the login throttle counts each client
+apart and the ``local`` rule of ``/metrics`` judges the client, not the proxy.
+
+The client is the rightmost address of ``X-Forwarded-For`` (all such headers, in order) that is not itself a
+trusted proxy: a proxy appends the address it saw, so whatever a client wrote there itself stays to the left
+and is never believed. A trusted proxy's request without the header has no known client: it keeps the
+proxy's address and is never local. From any other peer the header is ignored.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Awaitable, Callable, Iterable
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+#: on a request a trusted proxy passed on: whether its client's address came from ``X-Forwarded-For``
+VIA_PROXY = web.RequestKey("via_proxy", bool)
+
+
+def parse_networks(values: Iterable[str]) -> tuple[Network, ...]:
+    """Addresses or networks (``10.0.0.5``, ``10.0.0.0/8``, ``::1``).
+
+    Raises:
+        ValueError: one is neither, naming it.
+    """
+    networks = []
+    for value in values:
+        try:
+            networks.append(ipaddress.ip_network(value.strip(), strict=False))
+        except ValueError:
+            raise ValueError(f"--trusted-proxy {value!r} is not an IP address or network (10.0.0.5, 10.0.0.0/8, "
+                             "::1)") from None
+    return tuple(networks)
+
+
+def _address(text: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        address = ipaddress.ip_address((text or "").strip())
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def trusted(text: str | None, networks: tuple[Network, ...]) -> bool:
+    """Whether an address is one of the trusted proxies."""
+    address = _address(text)
+    return address is not None and any(address in network for network in networks)
+
+
+def forwarded_client(headers: list[str], networks: tuple[Network, ...]) -> str | None:
+    """The client's address from a trusted proxy's ``X-Forwarded-For`` headers (None: none there, or only
+    proxies, or an entry that is no address)."""
+    hops = [hop.strip() for header in headers for hop in header.split(",")]
+    for hop in reversed(hops):
+        address = _address(hop)
+        if address is None:
+            return None  # not an address: nothing to its left can be believed
+        if not any(address in network for network in networks):
+            return str(address)
+    return None
+
+
+def proxy_middleware(networks: tuple[Network, ...]) -> Middleware:
+    """A middleware that gives a trusted proxy's request its client's address (``request.remote``) and marks it
+    (`VIA_PROXY`)."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not trusted(request.remote, networks):
+            return await handler(request)
+        client = forwarded_client(request.headers.getall("X-Forwarded-For", []), networks)
+        passed = request if client is None else request.clone(remote=client)
+        passed[VIA_PROXY] = client is not None
+        return await handler(passed)
+
+    return middleware
