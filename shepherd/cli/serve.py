@@ -84,6 +84,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-connections", type=int, default=None, metavar="N",
                         help="open connections at once; more are answered 503 and closed (default: the "
                              "open-file limit less 128)")
+    parser.add_argument("--max-connections-per-address", type=int, default=None, metavar="N",
+                        help="open connections one client address may hold at once; more from it are answered 429 "
+                             "and closed, so that one client cannot take every slot (default: half of "
+                             "--max-connections; 0: no cap; a --trusted-proxy has none)")
     parser.add_argument("--header-timeout", type=float, default=10.0, metavar="SECONDS",
                         help="close a new connection that sends no request headers within this time "
                              "(default %(default)s)")
@@ -123,6 +127,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the largest reward magnitude a step or upload may carry; a larger one is refused with "
                              "400, so that one client's rewards cannot overflow a pooled agent's arithmetic for "
                              "every client (default %(default)g; inf: no bound)")
+    parser.add_argument("--max-curve-reads", type=int, default=2, metavar="N",
+                        help="whole learning curves read at once (GET /agents/ID/returns.csv, or a JSON read of over "
+                             "1 MB of the curve), each streamed off disk; more get 429 with Retry-After (default "
+                             "%(default)s)")
     parser.add_argument("--trusted-proxy", action="append", default=[], metavar="ADDR",
                         help="a reverse proxy (an address or network: 127.0.0.1, 10.0.0.0/8) in front of the server: "
                              "a request from it is the client's that its X-Forwarded-For names (the rightmost "
@@ -163,6 +171,10 @@ def serve_command(args: argparse.Namespace) -> int:
             raise UsageError(f"--{name.replace('_', '-')} must be positive")
     if args.max_connections is not None and args.max_connections <= 0:
         raise UsageError("--max-connections must be positive")
+    if args.max_curve_reads < 1:
+        raise UsageError("--max-curve-reads must be at least 1")
+    if args.max_connections_per_address is not None and args.max_connections_per_address < 0:
+        raise UsageError("--max-connections-per-address must be 0 or more")
     if args.envs_per_client < 1:
         raise UsageError("--envs-per-client must be at least 1")
     if args.envs_per_client != 1 and not args.clients:
@@ -232,6 +244,8 @@ async def serve(graph: GraphManager, args: argparse.Namespace) -> int:
                           act_timeout_seconds=args.act_timeout, max_sessions_per_agent=args.max_sessions or None,
                           requests_per_second_per_key=args.rate_limit or None, max_body_bytes=args.max_body,
                           max_connections=args.max_connections, header_timeout_seconds=args.header_timeout,
+                          max_connections_per_address=args.max_connections_per_address,
+                          max_curve_reads=args.max_curve_reads,
                           body_timeout_seconds=args.body_timeout, idle_timeout_seconds=args.idle_timeout,
                           secure_cookies=args.secure_cookies, only_preset=args.only_preset,
                           metrics=args.metrics, max_envs_per_session=args.max_envs,
@@ -327,7 +341,8 @@ async def start_front_ends(server: RunningServer, config: ServerConfig, args: ar
     front_ends = FrontEnds(FrontEndSettings(
         args.front_ends, args.host, port, server.url, config.front_end_token, config.max_body_bytes,
         config.body_timeout_seconds, config.idle_timeout_seconds, config.act_timeout_seconds + 5,
-        config.max_connections, config.header_timeout_seconds))
+        config.max_connections, config.header_timeout_seconds, config.max_connections_per_address,
+        config.trusted_proxies))
     try:
         await front_ends.start()
     except FrontEndError as error:

@@ -23,11 +23,11 @@ from shepherd.graph import Serving
 from shepherd.http import admin, dashboard, internal, monitoring
 from shepherd.http.errors import error_middleware
 from shepherd.http.metrics import METRICS_SETTINGS, Metrics
-from shepherd.http.limits import LoginThrottle, RateLimiter
+from shepherd.http.limits import LoginThrottle, RateLimiter, ReadSlots
 from shepherd.http.operations import CLIENT_OPERATIONS, ClientOperation
 from shepherd.http.proxies import parse_networks, proxy_middleware
 from shepherd.http.signins import SignInTable
-from shepherd.http.state import (ADMIN, CONFIG, CREATED_ADMIN_TOKEN, CREATED_KEYS, DASHBOARD_FILES, GRAPH,
+from shepherd.http.state import (ADMIN, CONFIG, CREATED_ADMIN_TOKEN, CREATED_KEYS, CURVE_READS, DASHBOARD_FILES, GRAPH,
                                  HEALTH_PROBE, LOCAL_CREDENTIAL, LOGIN_THROTTLE, METRICS, OPENAPI, RATE_LIMITER,
                                  SIGNINS, STORE, ServerConfig)
 from shepherd.storage import DataFolderLock, Store, new_secret
@@ -136,6 +136,7 @@ def create_app(config: ServerConfig) -> web.Application:
     app[CONFIG] = config
     app[METRICS] = Metrics(lambda: app.get(GRAPH))
     app[LOGIN_THROTTLE] = LoginThrottle()
+    app[CURVE_READS] = ReadSlots(config.max_curve_reads)
     app[HEALTH_PROBE] = monitoring.StoreProbe()
     app[OPENAPI] = orjson.dumps(yaml.safe_load(OPENAPI_FILE.read_text()))
     if config.requests_per_second_per_key:

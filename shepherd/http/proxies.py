@@ -10,49 +10,19 @@ proxy's address and is never local. From any other peer the header is ignored.
 
 from __future__ import annotations
 
-import ipaddress
-from typing import Awaitable, Callable, Iterable
+from typing import Awaitable, Callable
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+from shepherd.wire.addresses import Network, address_of, parse_networks, trusted
+
+__all__ = ["VIA_PROXY", "forwarded_client", "parse_networks", "proxy_middleware", "trusted"]
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 #: on a request a trusted proxy passed on: whether its client's address came from ``X-Forwarded-For``
 VIA_PROXY = web.RequestKey("via_proxy", bool)
-
-
-def parse_networks(values: Iterable[str]) -> tuple[Network, ...]:
-    """Addresses or networks (``10.0.0.5``, ``10.0.0.0/8``, ``::1``).
-
-    Raises:
-        ValueError: one is neither, naming it.
-    """
-    networks = []
-    for value in values:
-        try:
-            networks.append(ipaddress.ip_network(value.strip(), strict=False))
-        except ValueError:
-            raise ValueError(f"--trusted-proxy {value!r} is not an IP address or network (10.0.0.5, 10.0.0.0/8, "
-                             "::1)") from None
-    return tuple(networks)
-
-
-def _address(text: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    try:
-        address = ipaddress.ip_address((text or "").strip())
-    except ValueError:
-        return None
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    return address
-
-
-def trusted(text: str | None, networks: tuple[Network, ...]) -> bool:
-    """Whether an address is one of the trusted proxies."""
-    address = _address(text)
-    return address is not None and any(address in network for network in networks)
 
 
 def forwarded_client(headers: list[str], networks: tuple[Network, ...]) -> str | None:
@@ -60,7 +30,7 @@ def forwarded_client(headers: list[str], networks: tuple[Network, ...]) -> str |
     proxies, or an entry that is no address)."""
     hops = [hop.strip() for header in headers for hop in header.split(",")]
     for hop in reversed(hops):
-        address = _address(hop)
+        address = address_of(hop)
         if address is None:
             return None  # not an address: nothing to its left can be believed
         if not any(address in network for network in networks):
