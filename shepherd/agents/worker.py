@@ -86,9 +86,7 @@ class ThreadedLearner:
         return self._thread.is_alive()
 
     @property
-    def available(self) -> bool:
-        """Its process answers: always, in this process (a learner in a Ray actor is not, while it is created
-        again)."""
+    def available(self) -> bool:  # its process answers: always here (a Ray actor's not while created again)
         return True
 
     def start(self, deliver: Deliver | None = None) -> None:

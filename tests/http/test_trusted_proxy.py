@@ -5,11 +5,22 @@ client connects from 127.0.0.1, which the tests declare (or not) a trusted proxy
 
 import pytest
 
+from shepherd.http import CREATED_KEYS, ServerConfig, create_app
 from shepherd.http.proxies import forwarded_client, parse_networks
 from shepherd.http.state import LOGIN_THROTTLE
-from tests.http.test_hardening import login, make_client  # noqa: F401  (make_client: the fixture)
+from tests.http.test_hardening import graph_manager
 
 PROXY = ("127.0.0.1",)
+
+
+@pytest.fixture
+def make_client(aiohttp_client, tmp_path):
+    async def make(**config):
+        app = create_app(ServerConfig(graph_manager(), tmp_path / "data", **config))
+        client = await aiohttp_client(app)
+        client.apikey = app[CREATED_KEYS]["pole"]
+        return client
+    return make
 
 
 async def fail_logins(client, times, forwarded=None):

@@ -389,16 +389,3 @@ class RayLearner(ActorRevival):
             futures = [self._futures.pop(answer.ticket, None) for answer in answers]
         for answer, future in zip(answers, futures):
             settle(future, answer)
-
-    def _fail_tickets(self, tickets: list[int] | None, error: Exception) -> None:
-        """The futures of ``tickets`` (None: every one awaited) fail with ``error``: their requests were lost
-        with the actor, or the learner failed or closed."""
-        with self._lock:
-            if tickets is None:
-                futures, self._futures = list(self._futures.values()), {}
-            else:
-                futures = [f for f in map(self._futures.pop, tickets, [None] * len(tickets)) if f is not None]
-        for future in futures:
-            target = future.vector.future if isinstance(future, _Part) else future
-            if not target.done():
-                target.set_exception(error)

@@ -19,6 +19,7 @@ import ray
 from ray import exceptions as ray_errors
 
 from shepherd.agents.core import LearnerUnavailable
+from shepherd.agents.futures import _Part
 from shepherd.agents.greedy_policy import GreedyPolicy
 from shepherd.agents.ray.actor import BUILD_SECONDS, NAMESPACE, REMOTE_ACTOR
 from shepherd.agents.ray.link import RayDown, RayLink
@@ -76,7 +77,17 @@ class ActorRevival:
         raise NotImplementedError
 
     def _fail_tickets(self, tickets: list[int] | None, error: Exception) -> None:
-        raise NotImplementedError
+        """The futures of ``tickets`` (None: every one awaited) fail with ``error``: their requests were lost
+        with the actor, or the learner failed or closed."""
+        with self._lock:
+            if tickets is None:
+                futures, self._futures = list(self._futures.values()), {}
+            else:
+                futures = [f for f in map(self._futures.pop, tickets, [None] * len(tickets)) if f is not None]
+        for future in futures:
+            target = future.vector.future if isinstance(future, _Part) else future
+            if not target.done():
+                target.set_exception(error)
 
     def spawn(self, checkpoint: bytes | None = None, start: bool = False, patient: bool = False) -> dict[str, Any]:
         """Create the actor (under its name; waiting for a dead one's name to be free, and for the cluster to
