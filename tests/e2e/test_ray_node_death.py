@@ -24,7 +24,9 @@ def local_ray():
 
     from shepherd.agents.ray.cluster import link
 
-    saved = {name: os.environ.get(name) for name in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_AUTH_TOKEN")}
+    # RAY_AUTH_TOKEN stays set afterwards: this process's Ray keeps token authentication on once it was, and a
+    # cluster started later in this process (tests/e2e/test_ray.py's) then needs the token in its environment
+    saved = {name: os.environ.get(name) for name in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER",)}
     joined = link(None)
     try:
         yield joined
