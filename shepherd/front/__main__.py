@@ -40,7 +40,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="open public connections one client address may hold (more are answered 429 and "
                              "closed; default: half of --max-connections; 0: no cap)")
     parser.add_argument("--trusted-proxy", action="append", default=[], metavar="ADDR",
-                        help="a reverse proxy (address or network) exempt from --max-connections-per-address")
+                        help="a reverse proxy (address or network): exempt from --max-connections-per-address, "
+                             "and the client of a login, step or logout from it is the one its X-Forwarded-For "
+                             "names")
     parser.add_argument("--header-timeout", type=float, default=10.0, metavar="SECONDS",
                         help="close a new connection that sends no request headers within this long")
     parser.add_argument("--shutdown-timeout", type=float, default=35.0, metavar="SECONDS",
@@ -61,8 +63,8 @@ async def serve(args: argparse.Namespace, token: str) -> None:
             stop.set()
 
     loop.add_reader(sys.stdin.fileno(), head_gone)
-    config = FrontConfig(args.head, token, args.max_body, args.body_timeout, args.idle_timeout)
     limit, proxies = connection_limit(args.max_connections), parse_networks(args.trusted_proxy)
+    config = FrontConfig(args.head, token, args.max_body, args.body_timeout, args.idle_timeout, proxies)
     runner = GuardedRunner(create_app(config), limit, args.header_timeout,
                            per_address_limit(args.max_connections_per_address, limit),
                            functools.partial(trusted, networks=proxies) if proxies else None,

@@ -15,7 +15,7 @@ from typing import Awaitable, Callable
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from shepherd.wire.addresses import Network, address_of, parse_networks, trusted
+from shepherd.wire.addresses import Network, forwarded_client, parse_networks, trusted
 
 __all__ = ["VIA_PROXY", "forwarded_client", "parse_networks", "proxy_middleware", "trusted"]
 
@@ -23,19 +23,6 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 #: on a request a trusted proxy passed on: whether its client's address came from ``X-Forwarded-For``
 VIA_PROXY = web.RequestKey("via_proxy", bool)
-
-
-def forwarded_client(headers: list[str], networks: tuple[Network, ...]) -> str | None:
-    """The client's address from a trusted proxy's ``X-Forwarded-For`` headers (None: none there, or only
-    proxies, or an entry that is no address)."""
-    hops = [hop.strip() for header in headers for hop in header.split(",")]
-    for hop in reversed(hops):
-        address = address_of(hop)
-        if address is None:
-            return None  # not an address: nothing to its left can be believed
-        if not any(address in network for network in networks):
-            return str(address)
-    return None
 
 
 def proxy_middleware(networks: tuple[Network, ...]) -> Middleware:

@@ -1,5 +1,6 @@
 """IP addresses and networks named on the command line (``--trusted-proxy``): parsed once, matched per
-connection (`shepherd.wire.connections`) and per request (`shepherd.http.proxies`). Plain Python."""
+connection (`shepherd.wire.connections`) and per request (`shepherd.http.proxies`, the front ends); a trusted
+proxy's client from its ``X-Forwarded-For`` (`forwarded_client`). Plain Python."""
 
 from __future__ import annotations
 
@@ -39,3 +40,16 @@ def trusted(text: str | None, networks: tuple[Network, ...]) -> bool:
     """Whether an address is one of the trusted proxies."""
     address = address_of(text)
     return address is not None and any(address in network for network in networks)
+
+
+def forwarded_client(headers: list[str], networks: tuple[Network, ...]) -> str | None:
+    """The client's address from a trusted proxy's ``X-Forwarded-For`` headers (None: none there, or only
+    proxies, or an entry that is no address)."""
+    hops = [hop.strip() for header in headers for hop in header.split(",")]
+    for hop in reversed(hops):
+        address = address_of(hop)
+        if address is None:
+            return None  # not an address: nothing to its left can be believed
+        if not any(address in network for network in networks):
+            return str(address)
+    return None

@@ -89,3 +89,26 @@ def test_the_client_is_the_rightmost_address_that_is_no_trusted_proxy():
     assert forwarded_client([], networks) is None
     with pytest.raises(ValueError, match="not an IP address"):
         parse_networks(["proxy.example"])
+
+
+@pytest.mark.parametrize("peer, forwarded, address", [
+    ("127.0.0.1", "198.51.100.1, 203.0.113.9", "203.0.113.9"),  # from the trusted proxy: its client
+    ("127.0.0.1", None, "127.0.0.1"),  # the proxy named no client
+    ("192.0.2.5", "203.0.113.9", "192.0.2.5"),  # from anyone else: the header is ignored
+])
+def test_a_front_end_batches_a_trusted_proxy_s_login_under_its_client_s_address(peer, forwarded, address):
+    from unittest import mock
+
+    from aiohttp import web
+    from aiohttp.test_utils import make_mocked_request
+
+    from shepherd.front import app as front
+
+    application = web.Application()
+    application[front.CONFIG] = front.FrontConfig("http://127.0.0.1:1", "token",
+                                                  trusted_proxies=parse_networks(PROXY))
+    transport = mock.Mock()
+    transport.get_extra_info.side_effect = lambda name, default=None: (peer, 1234) if name == "peername" else default
+    request = make_mocked_request("POST", "/shepherd/login_user/", app=application, transport=transport,
+                                  headers={} if forwarded is None else {"X-Forwarded-For": forwarded})
+    assert front._client_address(request) == address
