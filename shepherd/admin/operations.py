@@ -178,9 +178,10 @@ class Operations(SpecialActions):
 
     async def returns_json(self, agent_id: int, offset: int = 0, first: float | None = None,
                            client: str | None = None) -> ReturnsJson:
-        """`returns` with the records as JSON text, for a reply: a long curve makes no Python objects."""
+        """`returns` with the records as JSON text, for a reply: a long curve makes no Python objects. Its
+        ``pieces`` are read as they are iterated: each ``next`` off the event loop (``asyncio.to_thread``)."""
         client = self._client(self._record(agent_id), client)
-        return await asyncio.to_thread(self.store.returns_json, agent_id, offset, first, client)
+        return await asyncio.to_thread(self.store.returns_json, agent_id, offset, first, client, True)
 
     async def returns_chunks(self, agent_id: int, client: str | None = None) -> Iterator[list[EpisodeReturn]]:
         """Every return, a piece at a time, for a download. Each ``next`` reads the file: call it off the

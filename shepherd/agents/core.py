@@ -294,6 +294,10 @@ class ServedLearner(Learner, Checkpointable, ExperienceLearner, Protocol):
         """Requests waiting for its worker."""
 
     @property
+    def available(self) -> bool:
+        """Whether its process answers (always in process; a Ray actor's not while it is created again)."""
+
+    @property
     def sample_space(self) -> Any:
         """What an uploaded sample is checked against (`shepherd.wire.experience.sample_space`)."""
 

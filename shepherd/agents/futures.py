@@ -8,11 +8,13 @@ the Ray head (`shepherd.agents.ray.learner.RayLearner`) alike, on the thread tha
 
 from __future__ import annotations
 
-from concurrent.futures import Future
+import functools
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from shepherd.agents.core import ActionFuture, ActMode, AgentClosed, AgentFailed, Answer, Kind, Outcome, Request
+from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFailed, Answer, Kind, LearnerUnavailable,
+                                  Outcome, Request)
 from shepherd.agents.greedy_policy import GreedyPolicy
 
 class _Vector:
@@ -75,19 +77,65 @@ def settle(future: ActionFuture | _Part | None, answer: Answer) -> None:
         _refuse(future, answer)
 
 
+#: a vector step's greedy acts of more observation numbers than this (summed over its envs) are answered on a
+#: worker thread (`greedy_pool`), not on the caller's, which is the server's event loop: one key's large
+#: evaluate-mode steps must not hold up every other agent's steps (issue 39, M2)
+INLINE_NUMBERS = 16_384
+#: the worker threads of those large greedy batches, shared by every agent (numpy frees the GIL in its products)
+GREEDY_WORKERS = 2
+
+
+@functools.cache
+def greedy_pool() -> ThreadPoolExecutor:
+    """The threads that answer large greedy batches (made at first use)."""
+    return ThreadPoolExecutor(GREEDY_WORKERS, thread_name_prefix="shepherd-greedy")
+
+
 def answer_greedy_acts(greedy: GreedyPolicy, requests: list[Request], acts: list[Request],
                        future: ActionFuture) -> list[Request] | None:
-    """A vector step's acts answered at once from the greedy snapshot, when every one is greedy and the
-    snapshot can serve them (one numpy forward): sets ``future`` and returns the step's other requests
-    (ends, drops), which the learner must still be sent. None: the learner answers them (the snapshot is
-    asked to get ready, so the next greedy steps can be answered at once)."""
+    """A vector step's acts answered from the greedy snapshot, when every one is greedy and the snapshot can
+    serve them (one numpy forward): sets ``future`` (at once, or on a worker thread for a batch of more than
+    INLINE_NUMBERS observation numbers) and returns the step's other requests (ends, drops), which the learner
+    must still be sent. None: the learner answers them (the snapshot is asked to get ready, so the next
+    greedy steps can be answered at once)."""
     if not all(r.mode is ActMode.GREEDY for r in acts):
         return None
     masks = [r.mask for r in acts] if any(r.mask is not None for r in acts) else None
-    answered = greedy.act_batch([r.obs for r in acts], masks)
+    observations = [r.obs for r in acts]
+    if sum(map(_numbers, observations)) > INLINE_NUMBERS and greedy.ready(masks):
+        greedy_pool().submit(_answer_off_loop, greedy, observations, masks, future)
+        return [r for r in requests if r.kind not in (Kind.BEGIN, Kind.STEP)]
+    answered = greedy.act_batch(observations, masks)
     if answered is None:
         greedy.prepare()
         return None
     future.policy_version = answered[1]
     future.set_result(list(answered[0]))
     return [r for r in requests if r.kind not in (Kind.BEGIN, Kind.STEP)]
+
+
+def _answer_off_loop(greedy: GreedyPolicy, observations: list[Any], masks: list[Any] | None,
+                     future: ActionFuture) -> None:
+    """A large greedy batch, on a worker thread. The learner's weights may have moved on since the caller saw
+    them current (an update in between: rare): the step is then refused as a learner's unavailable one, and
+    the client's retry of the same seq is answered."""
+    try:
+        answered = greedy.act_batch(observations, masks)
+    except BaseException as error:  # noqa: BLE001 - the awaiting caller hears it
+        future.set_exception(error)
+        return
+    if answered is None:
+        greedy.prepare()
+        future.set_exception(LearnerUnavailable(
+            f"agent {greedy.name}'s policy changed while this step was answered; retry in "
+            f"{LearnerUnavailable.retry_after} s with the same seq"))
+        return
+    future.policy_version = answered[1]
+    future.set_result(list(answered[0]))
+
+
+def _numbers(obs: Any) -> int:
+    """How many numbers an observation holds (a Dict space's: over its parts)."""
+    if isinstance(obs, dict):
+        return sum(map(_numbers, obs.values()))
+    return int(getattr(obs, "size", 1))

@@ -22,6 +22,7 @@ apart).
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any, Callable
 
 import gymnasium as gym
@@ -204,6 +205,7 @@ class GreedyPolicy:
         self.broken = False
         self._greedy: Greedy | None = None
         self._version = -1
+        self._binding = threading.Lock()  # a large batch acts on a worker thread while the loop acts on others
 
     def frozen(self) -> GreedyPolicy | None:
         """A greedy actor of the policy as the learner published it last, kept whatever the learner does
@@ -225,13 +227,15 @@ class GreedyPolicy:
         """The actions (rows) for a list of observations (and their action masks, a list with None for
         an unmasked one; None: none is masked) and the policy version that chose them, or None: ask the
         learner (also for masks a network cannot apply)."""
-        if self.broken or (masks is not None and not self.network.takes_masks):
+        if not self.ready(masks):
             return None
         weights = self.source.latest_weights()
-        if weights is None or weights.version != self.source.version:
+        if weights is None:
             return None
-        if weights.version != self._version:
-            self._greedy, self._version = self.network.bind(weights.arrays), weights.version
+        with self._binding:
+            if weights.version != self._version:
+                self._greedy, self._version = self.network.bind(weights.arrays), weights.version
+            greedy = self._greedy
         rows = None
         if masks is not None and any(mask is not None for mask in masks):
             width = next(len(mask) for mask in masks if mask is not None)
@@ -240,11 +244,19 @@ class GreedyPolicy:
             batch = np.stack(observations)
             if self.filtering is not None:
                 batch = self.filtering.normalize_obs(batch)
-            return self.to_env(self._greedy(batch, rows)), weights.version  # type: ignore[misc]
+            return self.to_env(greedy(batch, rows)), weights.version  # type: ignore[misc]
         except Exception:  # a snapshot's bug must cost speed, not the request: the learner answers it
             logger.exception("agent %s: the greedy snapshot failed; the learner answers instead", self.name)
             self.broken = True
             return None
+
+    def ready(self, masks: list[Any] | None = None) -> bool:
+        """Whether `act_batch` would answer now: not broken, the masks (if any) applicable, and the learner's
+        current weights published (asking makes the learner publish)."""
+        if self.broken or (masks is not None and not self.network.takes_masks):
+            return False
+        weights = self.source.latest_weights()
+        return weights is not None and weights.version == self.source.version
 
     def prepare(self) -> None:
         """Greedy steps are coming: have the learner publish its current weights."""

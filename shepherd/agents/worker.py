@@ -85,6 +85,10 @@ class ThreadedLearner:
         """The worker's thread is running."""
         return self._thread.is_alive()
 
+    @property
+    def available(self) -> bool:  # its process answers: always here (a Ray actor's not while created again)
+        return True
+
     def start(self, deliver: Deliver | None = None) -> None:
         self._deliver = deliver
         self._thread.start()

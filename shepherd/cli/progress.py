@@ -21,6 +21,9 @@ from shepherd.graph.validation import Outcome
 ROOT = Path(__file__).resolve().parents[2]
 #: a server without --clients prints a progress line per agent at most this often, if its counters changed
 PROGRESS_SECONDS = 10.0
+#: how long the local clients (--clients) send a step answered 503 again: a learner restored on a new local Ray
+#: (its node died) can take a minute or more on a busy machine
+CLIENT_RETRY_SECONDS = 300.0
 
 
 def local_client_names(count: int) -> list[str]:
@@ -48,7 +51,7 @@ async def start_clients(url: str, apikey: str, validation: PresetValidation, cou
         processes.append(await asyncio.create_subprocess_exec(
             sys.executable, "-m", "shepherd.client", "--url", url, "--env", validation.env_id,
             "--seed", str(seed + index * envs_per_client), "--env-kwargs", json.dumps(validation.env_kwargs), *vector,
-            *name,
+            *name, "--retry-seconds", str(CLIENT_RETRY_SECONDS),
             env=env, stdout=asyncio.subprocess.DEVNULL, stdin=asyncio.subprocess.DEVNULL))
     return processes
 

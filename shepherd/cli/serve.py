@@ -87,6 +87,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-connections", type=int, default=None, metavar="N",
                         help="open connections at once; more are answered 503 and closed (default: the "
                              "open-file limit less 128)")
+    parser.add_argument("--max-connections-per-address", type=int, default=None, metavar="N",
+                        help="open connections one client address may hold at once; more from it are answered 429 "
+                             "and closed, so that one client cannot take every slot (default: half of "
+                             "--max-connections; 0: no cap; a --trusted-proxy has none)")
     parser.add_argument("--header-timeout", type=float, default=10.0, metavar="SECONDS",
                         help="close a new connection that sends no request headers within this time "
                              "(default %(default)s)")
@@ -99,8 +103,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ray", nargs="?", const=LOCAL_RAY, default=None, metavar="ADDRESS",
                         help="run each agent's learner (each client's, for an advised agent) in a Ray actor "
                              "(pip install -e .[ray]): alone, start a "
-                             "local Ray bound to 127.0.0.1 with token authentication; 'auto' or HOST:PORT joins a "
-                             "running cluster (docs/distributed.md)")
+                             "local Ray bound to 127.0.0.1 with token authentication, and a new one (the learners "
+                             "restored there from their checkpoints) if its node dies; 'auto' or HOST:PORT joins a "
+                             "running cluster, waiting for it to place a learner whose node died "
+                             "(docs/distributed.md)")
     parser.add_argument("--front-ends", type=int, default=0, metavar="K",
                         help="answer the port with K front-end processes (SO_REUSEPORT) that batch the client "
                              "protocol to this process, which keeps the sessions, agents and store and listens "
@@ -124,6 +130,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the largest reward magnitude a step or upload may carry; a larger one is refused with "
                              "400, so that one client's rewards cannot overflow a pooled agent's arithmetic for "
                              "every client (default %(default)g; inf: no bound)")
+    parser.add_argument("--max-curve-reads", type=int, default=2, metavar="N",
+                        help="whole learning curves read at once (GET /agents/ID/returns.csv, or a JSON read of over "
+                             "1 MB of the curve), each streamed off disk; more get 429 with Retry-After (default "
+                             "%(default)s)")
+    parser.add_argument("--trusted-proxy", action="append", default=[], metavar="ADDR",
+                        help="a reverse proxy (an address or network: 127.0.0.1, 10.0.0.0/8) in front of the server: "
+                             "a request from it is the client's that its X-Forwarded-For names (the rightmost "
+                             "address that is no trusted proxy), for the login throttle and the local rule of "
+                             "--metrics; one without that header is never local. Repeat for more; from any other "
+                             "peer the header is ignored (docs/admin.md)")
     parser.add_argument("--metrics", choices=("off", "local", "open"), default="local",
                         help="who may read GET /metrics: off (404), local (loopback clients, or the admin "
                              "token as Bearer), open (anyone) (default %(default)s)")
@@ -159,12 +175,22 @@ def serve_command(args: argparse.Namespace) -> int:
             raise UsageError(f"--{name.replace('_', '-')} must be positive")
     if args.max_connections is not None and args.max_connections <= 0:
         raise UsageError("--max-connections must be positive")
+    if args.max_curve_reads < 1:
+        raise UsageError("--max-curve-reads must be at least 1")
+    if args.max_connections_per_address is not None and args.max_connections_per_address < 0:
+        raise UsageError("--max-connections-per-address must be 0 or more")
     if args.envs_per_client < 1:
         raise UsageError("--envs-per-client must be at least 1")
     if args.envs_per_client != 1 and not args.clients:
         raise UsageError("--envs-per-client needs --clients")
     if args.acting != "server" and not args.clients:
         raise UsageError("--acting needs --clients")
+    from shepherd.http.proxies import parse_networks
+
+    try:
+        parse_networks(args.trusted_proxy)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
     if not args.front_end_snapshots and not args.front_ends:
         raise UsageError("--no-front-end-snapshots needs --front-ends")
     coach.check_arguments(args)
@@ -196,14 +222,14 @@ def serve_on_ray(graph: GraphManager, args: argparse.Namespace, start_from: Star
     except ImportError as error:
         raise UsageError(f"--ray needs Ray: pip install -e .[ray] ({error})") from None
     try:
-        ray_cluster.connect(None if args.ray == LOCAL_RAY else args.ray)
+        link = ray_cluster.link(None if args.ray == LOCAL_RAY else args.ray)
     except Exception as error:  # noqa: BLE001 - Ray's own errors (no cluster at the address, a bad token)
         raise UsageError(f"cannot start or reach Ray ({args.ray}): {type(error).__name__}: {error}") from None
-    graph.remote_learners = ray_cluster.RayLearners()
+    graph.remote_learners = ray_cluster.RayLearners(link=link)
     try:
         return asyncio.run(serve(graph, args, start_from))
     finally:
-        ray_cluster.disconnect()
+        link.close()
 
 
 class StopFailed(Exception):
@@ -221,13 +247,15 @@ async def serve(graph: GraphManager, args: argparse.Namespace, start_from: Start
                           act_timeout_seconds=args.act_timeout, max_sessions_per_agent=args.max_sessions or None,
                           requests_per_second_per_key=args.rate_limit or None, max_body_bytes=args.max_body,
                           max_connections=args.max_connections, header_timeout_seconds=args.header_timeout,
+                          max_connections_per_address=args.max_connections_per_address,
+                          max_curve_reads=args.max_curve_reads,
                           body_timeout_seconds=args.body_timeout, idle_timeout_seconds=args.idle_timeout,
                           secure_cookies=args.secure_cookies, only_preset=args.only_preset,
                           metrics=args.metrics, max_envs_per_session=args.max_envs,
                           max_clients_per_agent=args.max_clients or None,
                           front_end_token=new_secret() if args.front_ends else None,
                           front_end_snapshots=args.front_end_snapshots, evaluate_only=args.evaluate is not None,
-                          start_from=start_from)
+                          start_from=start_from, trusted_proxies=tuple(args.trusted_proxy))
     try:
         check_address(args.host, args.port)  # before the store creates keys and the admin token, shown once
         holder = reserve_port(args.host, args.port) if args.front_ends else None
@@ -338,7 +366,8 @@ async def start_front_ends(server: RunningServer, config: ServerConfig, args: ar
     front_ends = FrontEnds(FrontEndSettings(
         args.front_ends, args.host, port, server.url, config.front_end_token, config.max_body_bytes,
         config.body_timeout_seconds, config.idle_timeout_seconds, config.act_timeout_seconds + 5,
-        config.max_connections, config.header_timeout_seconds))
+        config.max_connections, config.header_timeout_seconds, config.max_connections_per_address,
+        config.trusted_proxies))
     try:
         await front_ends.start()
     except FrontEndError as error:

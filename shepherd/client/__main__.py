@@ -57,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=None, metavar="N",
                         help="with --acting client: stop after the upload that reaches N env steps, counted over "
                              "every env (default: never)")
+    parser.add_argument("--retry-seconds", type=float, default=30.0, metavar="SECONDS",
+                        help="how long a step answered 429 or 503, or whose connection was lost, is sent again (with "
+                             "its seq) before the client gives up (default %(default)g)")
     args = parser.parse_args(argv)
     if args.n_envs is not None and args.n_envs < 1:
         parser.error("--n-envs must be at least 1")
@@ -76,10 +79,12 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError as error:
             print(f"error: --acting client needs numpy and onnxruntime ({error})", file=sys.stderr)
             return 1
-        client = ActingClient(args.url, apikey, args.n_envs or 1, client=args.client, seed=args.seed)
+        client = ActingClient(args.url, apikey, args.n_envs or 1, retry_seconds=args.retry_seconds, client=args.client,
+                              seed=args.seed)
     else:
-        client = (Client(args.url, apikey, client=args.client) if args.n_envs is None else
-                  VectorClient(args.url, apikey, args.n_envs, client=args.client))
+        client = (Client(args.url, apikey, retry_seconds=args.retry_seconds, client=args.client)
+                  if args.n_envs is None else
+                  VectorClient(args.url, apikey, args.n_envs, retry_seconds=args.retry_seconds, client=args.client))
     vector_env = None
     try:
         if args.acting == "client":
@@ -90,12 +95,14 @@ def main(argv: list[str] | None = None) -> int:
                                                                args.mode, env_kwargs, args.asynchronous)
                        for value in env_returns]
         elif isinstance(client, Client):
-            returns = run_env(client, args.env, args.seed, args.episodes, args.mode, env_kwargs)
+            returns = run_env(client, args.env, args.seed, args.episodes, args.mode, env_kwargs,
+                              max(args.retry_seconds, 60.0))
         else:
             assert isinstance(client, VectorClient)
             vector_env = make_vector_env(args.env, args.n_envs, args.asynchronous, env_kwargs)
             returns = [value for env_returns in run_vector_env(client, vector_env, args.seed, args.episodes,
-                                                               args.mode) for value in env_returns]
+                                                               args.mode, max(args.retry_seconds, 60.0))
+                       for value in env_returns]
     except KeyboardInterrupt:
         return 0
     except ShepherdError as error:

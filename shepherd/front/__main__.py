@@ -8,6 +8,7 @@ the front end. The line ``listening <pid>`` on standard output says the port is 
 from __future__ import annotations
 
 import argparse
+import functools
 import asyncio
 import logging
 import os
@@ -16,7 +17,8 @@ import sys
 
 from aiohttp import web
 
-from shepherd.wire.connections import GuardedRunner, connection_limit
+from shepherd.wire.addresses import parse_networks, trusted
+from shepherd.wire.connections import GuardedRunner, connection_limit, per_address_limit
 from shepherd.front.app import FrontConfig, create_app
 
 logger = logging.getLogger("shepherd.front")
@@ -34,6 +36,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-connections", type=int, default=None, metavar="N",
                         help="open public connections at most (more are answered 503 and closed; default: from "
                              "the open-file limit)")
+    parser.add_argument("--max-connections-per-address", type=int, default=None, metavar="N",
+                        help="open public connections one client address may hold (more are answered 429 and "
+                             "closed; default: half of --max-connections; 0: no cap)")
+    parser.add_argument("--trusted-proxy", action="append", default=[], metavar="ADDR",
+                        help="a reverse proxy (address or network): exempt from --max-connections-per-address, "
+                             "and the client of a login, step or logout from it is the one its X-Forwarded-For "
+                             "names")
     parser.add_argument("--header-timeout", type=float, default=10.0, metavar="SECONDS",
                         help="close a new connection that sends no request headers within this long")
     parser.add_argument("--shutdown-timeout", type=float, default=35.0, metavar="SECONDS",
@@ -54,8 +63,11 @@ async def serve(args: argparse.Namespace, token: str) -> None:
             stop.set()
 
     loop.add_reader(sys.stdin.fileno(), head_gone)
-    config = FrontConfig(args.head, token, args.max_body, args.body_timeout, args.idle_timeout)
-    runner = GuardedRunner(create_app(config), connection_limit(args.max_connections), args.header_timeout,
+    limit, proxies = connection_limit(args.max_connections), parse_networks(args.trusted_proxy)
+    config = FrontConfig(args.head, token, args.max_body, args.body_timeout, args.idle_timeout, proxies)
+    runner = GuardedRunner(create_app(config), limit, args.header_timeout,
+                           per_address_limit(args.max_connections_per_address, limit),
+                           functools.partial(trusted, networks=proxies) if proxies else None,
                            handle_signals=False, access_log=None, keepalive_timeout=args.idle_timeout,
                            shutdown_timeout=args.shutdown_timeout)
     await runner.setup()

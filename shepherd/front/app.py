@@ -27,6 +27,7 @@ from shepherd.front.frames import (ADDRESS_HEADER, CONTENT_TYPE, FRONT_END_HEADE
                                    MAX_ITEMS, TOKEN_HEADER, FrameError, Item, SnapshotNote, answer_header,
                                    encode_items)
 from shepherd.front.snapshot_cache import SNAPSHOT_HEADER, SnapshotCache
+from shepherd.wire.addresses import Network, forwarded_client, trusted
 from shepherd.wire.replies import http_error, json_error
 
 logger = logging.getLogger(__name__)
@@ -50,6 +51,8 @@ class FrontConfig:
     max_body_bytes: int = 1 << 20
     body_timeout_seconds: float = 30.0
     idle_timeout_seconds: float = 75.0
+    #: reverse proxies whose X-Forwarded-For names the client of a login, step or logout batched to the head
+    trusted_proxies: tuple[Network, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -155,11 +158,22 @@ async def _read_body(request: web.Request) -> bytes:
         return await request.read()
 
 
+def _client_address(request: web.Request) -> str:
+    """The peer's address, or, from a trusted proxy, its client's as its X-Forwarded-For says (the head's login
+    throttle counts it; the head applies the same rule itself to requests forwarded as they came)."""
+    proxies = request.app[CONFIG].trusted_proxies
+    if proxies and trusted(request.remote, proxies):
+        client = forwarded_client(request.headers.getall("X-Forwarded-For", []), proxies)
+        if client is not None:
+            return client
+    return request.remote or "?"
+
+
 async def client_operation(request: web.Request) -> web.StreamResponse:
     """A login, step or logout: read here, answered by the head in a batch (a step of a session noted for a
     snapshot: answered here, recorded by the head)."""
     body = await _read_body(request)
-    op, address, snapshots = CLIENT_ROUTES[request.path], request.remote or "?", request.app[SNAPSHOTS]
+    op, address, snapshots = CLIENT_ROUTES[request.path], _client_address(request), request.app[SNAPSHOTS]
     if op == "step":
         answered = await snapshots.answer(body, address)
         if answered is not None:

@@ -48,6 +48,10 @@ class FrontEndSettings:
     #: each front end's own limits on its public connections (None: derived from its open-file limit)
     max_connections: int | None = None
     header_timeout_seconds: float = 10.0
+    #: connections one client address may hold on a front end (None: half of its limit; 0: no cap), and the
+    #: trusted proxies, which have no cap
+    max_connections_per_address: int | None = None
+    trusted_proxies: tuple[str, ...] = ()
 
 
 def reserve_port(host: str, port: int) -> socket.socket:
@@ -109,6 +113,9 @@ class FrontEnds:
             "--idle-timeout", str(s.idle_timeout_seconds), "--shutdown-timeout", str(s.shutdown_timeout_seconds),
             "--header-timeout", str(s.header_timeout_seconds),
             *(() if s.max_connections is None else ("--max-connections", str(s.max_connections))),
+            *(() if s.max_connections_per_address is None else
+              ("--max-connections-per-address", str(s.max_connections_per_address))),
+            *(arg for proxy in s.trusted_proxies for arg in ("--trusted-proxy", proxy)),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env,
             start_new_session=True)  # Ctrl-C reaches the head only, which stops the front ends in order
         assert process.stdin is not None and process.stdout is not None

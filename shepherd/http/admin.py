@@ -24,8 +24,9 @@ from shepherd.graph import Unauthorized
 from shepherd.http.errors import BadRequest
 from shepherd.http.protocol import parse_object
 from shepherd.http.signins import COOKIE, CSRF_HEADER, csrf_matches
-from shepherd.http.state import ADMIN, LOGIN_THROTTLE, SIGNINS
+from shepherd.http.state import ADMIN, CURVE_READS, LOGIN_THROTTLE, SIGNINS
 from shepherd.storage import EpisodeReturn
+from shepherd.storage import returns as return_log
 
 API = "/shepherd/admin/api"
 AGENT = API + "/agents/{agent_id:\\d{1,12}}"  # route pattern of one agent's resources
@@ -171,23 +172,31 @@ def _query_number(request: web.Request, name: str, kind: type) -> Any:
 async def agent_returns(request: web.Request) -> web.StreamResponse:
     """The episode returns (an advised agent's ``client``'s only, if named), from ``offset`` on; a client polling with ``offset`` and ``first`` (the time of
     the first record it has) gets everything again, with ``"reset": true``, when the curve was deleted.
-    Only the records sent are read, off the event loop, and a long reply is streamed."""
+    Only the records sent are read, off the event loop; a long reply (more than one piece of the file: a whole
+    curve) takes one of the few curve-read slots and is streamed, each piece read as it is written."""
     ops = operations(request)
     page = await ops.returns_json(agent_id(request), _query_number(request, "offset", int) or 0,
                                   _query_number(request, "first", float), request.query.get("client"))
     head = orjson.dumps({"total": page.total, "offset": page.offset, "reset": page.reset})[:-1] + b',"returns":['
-    if len(page.pieces) <= 1:
-        return web.Response(body=head + b"".join(page.pieces) + b"]}", content_type="application/json",
-                            headers=NO_STORE)
-    response = web.StreamResponse(headers={**NO_STORE, "Content-Type": "application/json"})
-    response.enable_chunked_encoding()
-    await response.prepare(request)
-    await response.write(head)
-    for number, piece in enumerate(page.pieces):
-        await response.write(b"," + piece if number else piece)
-    await response.write(b"]}")
-    await response.write_eof()
-    return response
+    pieces = iter(page.pieces)
+    try:
+        if page.size <= return_log.SCAN_BYTES:  # at most one piece: a poll
+            return web.Response(body=head + b"".join(await asyncio.to_thread(list, pieces)) + b"]}",
+                                content_type="application/json", headers=NO_STORE)
+        with request.app[CURVE_READS].slot("whole-curve reads"):
+            response = web.StreamResponse(headers={**NO_STORE, "Content-Type": "application/json"})
+            response.enable_chunked_encoding()
+            await response.prepare(request)
+            await response.write(head)
+            separator = b""
+            while (piece := await asyncio.to_thread(next, pieces, None)) is not None:
+                await response.write(separator + piece)
+                separator = b","
+            await response.write(b"]}")
+            await response.write_eof()
+            return response
+    finally:
+        await asyncio.to_thread(getattr(pieces, "close", lambda: None))  # the file, if not read to its end
 
 
 CSV_HEADER = "episode,time_unix,time_utc,return,length,phase"
@@ -215,6 +224,11 @@ async def returns_csv(request: web.Request) -> web.StreamResponse:
     ops = operations(request)
     view = await ops.agent(agent_id(request))
     client = request.query.get("client")
+    with request.app[CURVE_READS].slot("whole-curve reads"):
+        return await _stream_csv(request, ops, view, client)
+
+
+async def _stream_csv(request: web.Request, ops: Operations, view: Any, client: str | None) -> web.StreamResponse:
     chunks = await ops.returns_chunks(view.id, client)
     clients = view.clients is not None  # an agent with named clients: each row ends with its client
     lessons = bool(view.lessons)

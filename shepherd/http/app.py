@@ -23,10 +23,11 @@ from shepherd.graph import Serving
 from shepherd.http import admin, dashboard, internal, monitoring
 from shepherd.http.errors import error_middleware
 from shepherd.http.metrics import METRICS_SETTINGS, Metrics
-from shepherd.http.limits import LoginThrottle, RateLimiter
+from shepherd.http.limits import LoginThrottle, RateLimiter, ReadSlots
 from shepherd.http.operations import CLIENT_OPERATIONS, ClientOperation
+from shepherd.http.proxies import parse_networks, proxy_middleware
 from shepherd.http.signins import SignInTable
-from shepherd.http.state import (ADMIN, CONFIG, CREATED_ADMIN_TOKEN, CREATED_KEYS, DASHBOARD_FILES, GRAPH,
+from shepherd.http.state import (ADMIN, CONFIG, CREATED_ADMIN_TOKEN, CREATED_KEYS, CURVE_READS, DASHBOARD_FILES, GRAPH,
                                  HEALTH_PROBE, LOCAL_CREDENTIAL, LOGIN_THROTTLE, METRICS, OPENAPI, RATE_LIMITER,
                                  SIGNINS, STORE, ServerConfig)
 from shepherd.storage import DataFolderLock, Store, new_secret
@@ -128,11 +129,15 @@ def create_app(config: ServerConfig) -> web.Application:
     # with front ends, their middleware comes first: it vouches for the client addresses they pass on, and lets
     # the batch endpoint's bodies (many clients' bodies in one) past the per-request limit
     front_ends = [] if config.front_end_token is None else [internal.front_end_middleware(config)]
+    # then, behind trusted reverse proxies, the client's address from X-Forwarded-For (the proxy's own is the
+    # peer a front end passes on)
+    proxies = [proxy_middleware(parse_networks(config.trusted_proxies))] if config.trusted_proxies else []
     app = web.Application(client_max_size=config.max_body_bytes,
-                          middlewares=[*front_ends, error_middleware])
+                          middlewares=[*front_ends, *proxies, error_middleware])
     app[CONFIG] = config
     app[METRICS] = Metrics(lambda: app.get(GRAPH))
     app[LOGIN_THROTTLE] = LoginThrottle()
+    app[CURVE_READS] = ReadSlots(config.max_curve_reads)
     app[HEALTH_PROBE] = monitoring.StoreProbe()
     app[OPENAPI] = orjson.dumps(yaml.safe_load(OPENAPI_FILE.read_text()))
     if config.requests_per_second_per_key:

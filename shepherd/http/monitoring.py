@@ -27,6 +27,7 @@ from shepherd.admin import Forbidden
 from shepherd.graph import Unauthorized
 from shepherd.http import admin
 from shepherd.http.signins import COOKIE
+from shepherd.http.proxies import VIA_PROXY
 from shepherd.http.state import CONFIG, GRAPH, HEALTH_PROBE, METRICS, STORE
 from shepherd.storage import NotFound
 
@@ -46,8 +47,13 @@ async def count_request(request: web.Request, response: web.StreamResponse) -> N
 
 
 def local_peer(request: web.Request) -> bool:
-    """The request came from this machine (a loopback address) and through no proxy."""
-    if any(name in request.headers for name in _FORWARDED):
+    """The request came from this machine (a loopback address) and through no proxy; or, through a trusted
+    proxy (``--trusted-proxy``), from a client on a loopback address as its ``X-Forwarded-For`` says (a
+    trusted proxy's request without one is never local)."""
+    via_proxy = request.get(VIA_PROXY)
+    if via_proxy is False:
+        return False
+    if via_proxy is None and any(name in request.headers for name in _FORWARDED):
         return False
     try:
         address = ipaddress.ip_address(request.remote or "")
@@ -132,16 +138,19 @@ async def health(request: web.Request) -> web.Response:
     graph, store = request.app.get(GRAPH), request.app.get(STORE)
     if graph is None or store is None:
         return _health_reply(503, {"status": "unavailable", "store": "not open",
-                                   "agents": {"serving": 0, "failed": 0}, "checkpoints": {"failing": 0}})
+                                   "agents": {"serving": 0, "failed": 0, "restoring": 0}, "checkpoints": {"failing": 0}})
     failures: dict[str, str] = {}
     unsaved: dict[str, str] = {}  # learners that serve but whose checkpoints fail
+    restoring: list[str] = []  # learners whose process is being created again (a Ray actor, a Ray node)
     serving = 0
     labels = request.app[METRICS].labels
     for runtime in graph.every_runtime():  # each pooled agent's learner, and each client's of an advised one
         learner = runtime.learner
         reason = learner.failure or (None if learner.alive else "its learner's thread stopped")
         label = _label(labels(graph, runtime.record.owner_id, runtime.record.name), runtime.client)
-        if reason is None:
+        if reason is None and not learner.available:
+            restoring.append(label)
+        elif reason is None:
             serving += 1
             trouble = runtime.checkpoint_trouble()
             if trouble is not None:
@@ -157,13 +166,14 @@ async def health(request: web.Request) -> web.Response:
             continue
         failures[labels(graph, record.owner_id, record.name)] = reason
     state = await request.app[HEALTH_PROBE].state(store.folder)
-    status = "unavailable" if state != "writable" else "degraded" if failures or unsaved else "ok"
+    status = "unavailable" if state != "writable" else "degraded" if failures or unsaved or restoring else "ok"
     reply: dict[str, Any] = {"status": status, "store": state,
-                             "agents": {"serving": serving, "failed": len(failures)},
+                             "agents": {"serving": serving, "failed": len(failures), "restoring": len(restoring)},
                              "checkpoints": {"failing": len(unsaved)}}
     if _detailed(request):
         reply["failures"] = failures
         reply["checkpoint_failures"] = unsaved
+        reply["restoring"] = sorted(restoring)
     return _health_reply(503 if status == "unavailable" else 200, reply)
 
 

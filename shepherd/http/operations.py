@@ -5,7 +5,9 @@ an operation answers alike whichever way it came. A domain error is raised, for 
 from __future__ import annotations
 
 import asyncio
-from typing import Awaitable, Callable
+import functools
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Awaitable, Callable
 
 import orjson
 from aiohttp import web
@@ -27,6 +29,23 @@ POLICY_VERSION_HEADER = "Shepherd-Policy-Version"
 #: where a reply keeps the note that its session's steps may be answered from a snapshot (`SnapshotNote`),
 #: for the front ends' batch endpoint; the public routes ignore it
 SNAPSHOT_NOTE = web.ResponseKey("snapshot_note", SnapshotNote)
+#: a step body larger than this is parsed and checked on a worker thread, not on the event loop: one key's
+#: large observations must not hold up every other agent's steps (issue 39, M2)
+INLINE_BODY_BYTES = 64 << 10
+#: the worker threads that parse those bodies (shared by every key; more large bodies wait for them)
+PARSE_WORKERS = 2
+
+
+@functools.cache
+def _parse_pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(PARSE_WORKERS, thread_name_prefix="shepherd-parse")
+
+
+async def _parsed(body: bytes, parse: Callable[..., Any], *args: Any) -> Any:
+    """``parse(*args)``, on a worker thread when ``body`` is large."""
+    if len(body) <= INLINE_BODY_BYTES:
+        return parse(*args)
+    return await asyncio.get_running_loop().run_in_executor(_parse_pool(), functools.partial(parse, *args))
 
 
 def _json(data: object) -> web.Response:
@@ -91,15 +110,15 @@ def _noted(reply: web.Response, snapshot: tuple[str, int, int | None] | None) ->
 
 async def step_reply(app: web.Application, body: bytes, address: str) -> web.Response:
     """One step, single or vector (``POST /shepherd/env/``); ``"obs": null`` logs out."""
-    data = parse_object(body, STEP_FIELDS)
+    data = await _parsed(body, parse_object, body, STEP_FIELDS)
     graph = app[GRAPH]
     session = graph.session(session_key(data))
     if session.acts_at_client:  # its level refuses steps, saying where its uploads go
         raise session.level.wrong_shape(None)
     _count_request(app, session)
     n_envs = session.n_envs
-    step = (parse_step(data, session.observation_space, session.mask_space) if n_envs is None else
-            parse_vector_step(data, session.observation_space, n_envs, session.mask_space))
+    step = await (_parsed(body, parse_step, data, session.observation_space, session.mask_space) if n_envs is None
+                  else _parsed(body, parse_vector_step, data, session.observation_space, n_envs, session.mask_space))
     if step is None:
         graph.logout(session.key)
         return _json({"ok": True})

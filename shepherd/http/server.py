@@ -4,6 +4,7 @@ open connections and how long a connection may stay silent."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 from dataclasses import dataclass
@@ -11,7 +12,8 @@ from typing import Any
 
 from aiohttp import web
 
-from shepherd.wire.connections import FloodLog, GuardedRunner, connection_limit
+from shepherd.wire.addresses import parse_networks, trusted
+from shepherd.wire.connections import FloodLog, GuardedRunner, connection_limit, per_address_limit
 from shepherd.http.app import create_app
 from shepherd.admin import AdminService
 from shepherd.http.state import ADMIN, CONFIG, CREATED_ADMIN_TOKEN, CREATED_KEYS, LOCAL_CREDENTIAL, ServerConfig
@@ -63,7 +65,12 @@ class RunningServer:
         """
         app = create_app(config)
         # open requests get up to the act timeout (and a little more) to be answered at shutdown
-        runner = GuardedRunner(app, connection_limit(config.max_connections), config.header_timeout_seconds,
+        limit = connection_limit(config.max_connections)
+        per_address = (None if config.front_end_token is not None else
+                       per_address_limit(config.max_connections_per_address, limit))
+        proxies = parse_networks(config.trusted_proxies)
+        runner = GuardedRunner(app, limit, config.header_timeout_seconds, per_address,
+                               functools.partial(trusted, networks=proxies) if proxies else None,
                                 handle_signals=False, access_log=None, shutdown_timeout=config.act_timeout_seconds + 5,
                                 keepalive_timeout=config.idle_timeout_seconds)
         try:

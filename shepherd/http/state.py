@@ -13,7 +13,7 @@ from shepherd.admin import AdminService
 from shepherd.graph import GraphManager
 from shepherd.graph.agent import MAX_CLIENTS
 from shepherd.graph.start_from import StartingCheckpoints
-from shepherd.http.limits import LoginThrottle, RateLimiter
+from shepherd.http.limits import LoginThrottle, RateLimiter, ReadSlots
 from shepherd.http.metrics import Metrics
 from shepherd.http.signins import SignInTable
 from shepherd.storage import Store
@@ -46,6 +46,10 @@ class ServerConfig:
     body_timeout_seconds: float = 30.0
     idle_timeout_seconds: float = 75.0
     max_connections: int | None = None
+    # connections one peer address may hold open at once (more get 429 and are closed): None, half of
+    # max_connections; 0, no cap. Trusted proxies (below) have none; nor has a head behind front ends (its peers
+    # are the front ends, which apply it)
+    max_connections_per_address: int | None = None
     secure_cookies: bool = False  # mark the dashboard's sign-in cookie Secure (behind a TLS proxy)
     only_preset: bool = False  # serve the preset's agents alone, not the store's others
     # who may read GET /metrics: "off" (404), "local" (loopback peers, or the admin token), "open" (anyone)
@@ -62,6 +66,12 @@ class ServerConfig:
     evaluate_only: bool = False
     # run.py -crd / -crf: the checkpoints that the preset's agents without a model start from (checked already)
     start_from: StartingCheckpoints | None = None
+    # reverse proxies (addresses or networks) whose X-Forwarded-For gives the client's address (run.py
+    # --trusted-proxy, shepherd/http/proxies.py); empty: the header is never believed
+    trusted_proxies: tuple[str, ...] = ()
+    # whole learning curves read at once (a CSV download, or a JSON read of over 1 MB of the log: each streamed off
+    # disk); more get 429 with Retry-After (run.py --max-curve-reads)
+    max_curve_reads: int = 2
 
 
 #: the configuration the app was created with
@@ -76,6 +86,8 @@ CREATED_KEYS = web.AppKey("created_keys", dict)
 RATE_LIMITER = web.AppKey("rate_limiter", RateLimiter)
 #: slows down failed logins per address
 LOGIN_THROTTLE = web.AppKey("login_throttle", LoginThrottle)
+#: the whole-curve reads under way (``max_curve_reads`` at most)
+CURVE_READS = web.AppKey("curve_reads", ReadSlots)
 #: the OpenAPI description, as JSON bytes
 OPENAPI = web.AppKey("openapi", bytes)
 #: the admin operations over the served store and graph

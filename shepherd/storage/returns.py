@@ -8,7 +8,7 @@ import logging
 import os
 import threading
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -61,12 +61,15 @@ class ReturnsPage:
 
 @dataclass(frozen=True)
 class ReturnsJson:
-    """A `ReturnsPage` whose records are JSON text: ``pieces`` of objects separated by commas."""
+    """A `ReturnsPage` whose records are JSON text: ``pieces`` of objects separated by commas (a list, or, read
+    lazily, an iterator whose every ``next`` reads one piece of the file: call it off the event loop), from
+    ``size`` bytes of the file."""
 
     total: int
     offset: int
     reset: bool
-    pieces: list[bytes] = field(default_factory=list)
+    pieces: Iterable[bytes] = field(default_factory=list)
+    size: int = 0
 
 
 FIELDS = frozenset(("time", "value", "length", "phase"))
@@ -123,6 +126,29 @@ def _blocks(reader: BinaryIO, start: int, end: int, block_bytes: int = SCAN_BYTE
             block += reader.readline(end - position - len(block))
         position += len(block)
         yield block
+
+
+class _JsonPieces:
+    """The records of a range of a log as JSON text, a piece of the file per ``next``; the file is closed at
+    the end, or by `close` (read or not). A curve deleted meanwhile is still read whole: the open file
+    outlives its name."""
+
+    def __init__(self, reader: BinaryIO, start: int, end: int, name: str) -> None:
+        self._reader, self._name = reader, name
+        self._blocks = _blocks(reader, start, end, SCAN_BYTES)
+
+    def __iter__(self) -> _JsonPieces:
+        return self
+
+    def __next__(self) -> bytes:
+        for block in self._blocks:
+            if piece := _json_objects(block, self._name):
+                return piece
+        self.close()
+        raise StopIteration
+
+    def close(self) -> None:
+        self._reader.close()
 
 
 def _json_objects(data: bytes, name: str) -> bytes:
@@ -267,17 +293,16 @@ class ReturnLog:
                                 for record in _parse(block, self.path.name))
         return page
 
-    def page_json(self, offset: int = 0, first: float | None = None) -> ReturnsJson:
+    def page_json(self, offset: int = 0, first: float | None = None, lazy: bool = False) -> ReturnsJson:
         """`page`, with the records as JSON text instead of objects: for a reply, checked line by line but
-        without making a million objects (which the garbage collector would then walk, GIL held)."""
+        without making a million objects (which the garbage collector would then walk, GIL held). ``lazy``:
+        the pieces are read one by one as the caller iterates (a whole curve, streamed), the file open till then
+        (the iterator closes it when done, or when it is closed)."""
         reader, page, start, end = self._range(offset, first)
-        pieces = []
-        if reader is not None:
-            with reader:
-                for block in _blocks(reader, start, end):
-                    if piece := _json_objects(block, self.path.name):
-                        pieces.append(piece)
-        return ReturnsJson(page.total, page.offset, page.reset, pieces)
+        pieces: Iterable[bytes] = [] if reader is None else _JsonPieces(reader, start, end, self.path.name)
+        if not lazy:
+            pieces = list(pieces)
+        return ReturnsJson(page.total, page.offset, page.reset, pieces, end - start)
 
     def read(self) -> list[EpisodeReturn]:
         """Every return recorded."""

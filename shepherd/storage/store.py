@@ -338,9 +338,9 @@ class Store:
         return self._return_log(agent_id, client).page(offset, first)
 
     def returns_json(self, agent_id: int, offset: int = 0, first: float | None = None,
-                     client: str | None = None) -> ReturnsJson:
-        """`returns_page` with the records as JSON text (see `ReturnLog.page_json`)."""
-        return self._return_log(agent_id, client).page_json(offset, first)
+                     client: str | None = None, lazy: bool = False) -> ReturnsJson:
+        """`returns_page` with the records as JSON text (see `ReturnLog.page_json`; ``lazy``: read as iterated)."""
+        return self._return_log(agent_id, client).page_json(offset, first, lazy)
 
     def returns_chunks(self, agent_id: int, chunk_bytes: int | None = None,
                        client: str | None = None) -> Iterator[list[EpisodeReturn]]:

@@ -144,17 +144,29 @@ def play(client, seed, stop, episodes):
                 break
 
 
-def serve_and_lose_the_learner(tmp_path, lose, actor_options=None, after=None, num_cpus=0.0):
+def health(url):
+    """The server's /shepherd/health reply (the test is a local client: its details included)."""
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(url + "/shepherd/health", timeout=10) as reply:
+        return json.loads(reply.read())
+
+
+def serve_and_lose_the_learner(tmp_path, lose, actor_options=None, after=None, num_cpus=0.0, link=None,
+                               while_down=None):
     """Serve tiny_ppo with its learner on Ray, drive it with two clients, ``lose(learner)`` once a
-    checkpoint is written, ``after(learner)`` once a new actor took over, and check that the agent resumed
-    from the checkpoint with every step counted once."""
+    checkpoint is written, ``while_down(learner, url)`` then (before its actor is back), ``after(learner)``
+    once a new actor took over, and check that the agent resumed from the checkpoint with every step
+    counted once."""
     from shepherd.agents.ray.cluster import RayLearners
     from shepherd.graph import GraphManager
     from shepherd.loading import load_preset
     from shepherd.http import ServerConfig
 
     graph = GraphManager.of(load_preset(str(TEST_PRESETS / "tiny_ppo.py")))
-    graph.remote_learners = RayLearners(num_cpus, actor_options)
+    graph.remote_learners = RayLearners(num_cpus, actor_options) if link is None else RayLearners(
+        num_cpus, actor_options, link)
     server = ServerThread(ServerConfig(graph, tmp_path / "data")).start_and_wait()
     stop, totals = threading.Event(), [None, None]
     try:
@@ -170,7 +182,9 @@ def serve_and_lose_the_learner(tmp_path, lose, actor_options=None, after=None, n
             time.sleep(0.2)
         assert runtime.model_path.exists(), "no checkpoint was written"
         lose(learner)
-        deadline = time.monotonic() + 90
+        if while_down is not None:
+            while_down(learner, server.server.url)
+        deadline = time.monotonic() + 120
         while learner.restarts == 0 and time.monotonic() < deadline:
             time.sleep(0.1)
         assert learner.restarts == 1, f"the learner actor was not started again (failure: {learner.failure})"
@@ -200,6 +214,38 @@ def serve_and_lose_the_learner(tmp_path, lose, actor_options=None, after=None, n
 def test_a_killed_learner_actor_resumes_from_its_checkpoint_and_no_step_counts_twice(cluster, tmp_path):
     # the process dies; Ray does not restart it (max_restarts=0): the head makes a new one
     serve_and_lose_the_learner(tmp_path, lambda learner: ray.kill(learner.handle, no_restart=False))
+
+
+def test_a_learner_whose_node_is_removed_waits_for_the_cluster_to_place_it_again(cluster, tmp_path):
+    """``--ray ADDRESS``: the only node that can hold the learner (a resource no other node has) is removed
+    mid-run; the head answers 503 (Retry-After) and reports the learner restoring (health degraded) while
+    the cluster cannot place it, and creates it again, restored from its checkpoint, once a node that can
+    joins; the clients' every step is counted once."""
+    doomed = cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1", resources={"learner": 1})
+    cluster.wait_for_nodes()
+    seen = []
+
+    def remove_its_node(learner):
+        node = ray.get(learner.handle.node.remote())
+        assert node == doomed.node_id, "the learner's actor is not on the only node with its resource"
+        cluster.remove_node(doomed)
+
+    def wait_then_add_a_node(learner, url):
+        deadline = time.monotonic() + 60
+        while learner.available and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not learner.available, "the head did not notice its actor's node died"
+        time.sleep(15)  # longer than a placement slice: the head keeps waiting for room, it does not give up
+        assert learner.restarts == 0 and learner.failure is None
+        seen.append(health(url))
+        cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1", resources={"learner": 1})
+
+    serve_and_lose_the_learner(tmp_path, remove_its_node, {"resources": {"learner": 1}},
+                               after=lambda learner: seen.append(ray.get(learner.handle.node.remote())),
+                               while_down=wait_then_add_a_node)
+    assert seen[0]["status"] == "degraded" and seen[0]["agents"]["restoring"] == 1, seen[0]
+    assert seen[0]["restoring"] == ["tests/tiny"] and seen[0]["failures"] == {}, seen[0]
+    assert seen[1] != doomed.node_id
 
 
 def test_a_learner_whose_node_is_removed_resumes_on_another_node(cluster, tmp_path):

@@ -42,7 +42,7 @@ async def login_status(server) -> int:
 
 
 async def test_silent_connections_over_the_limit_are_refused_then_closed_and_logged_once(start, caplog):
-    server = await start(max_connections=8, header_timeout_seconds=0.5)
+    server = await start(max_connections=8, header_timeout_seconds=0.5, max_connections_per_address=0)  # no cap
     port = int(server.url.rsplit(":", 1)[1])
     caplog.set_level(logging.INFO, logger="shepherd.wire.connections")
     silent = [await asyncio.open_connection("127.0.0.1", port) for _ in range(30)]  # never send a byte
@@ -57,6 +57,63 @@ async def test_silent_connections_over_the_limit_are_refused_then_closed_and_log
     lines = [record.getMessage() for record in caplog.records if record.name == "shepherd.wire.connections"]
     assert sum("refusing connections" in line for line in lines) == 1, lines
     assert sum("sent no request headers" in line for line in lines) == 1, lines
+
+
+async def silent(port, source="127.0.0.1", count=1):
+    return [await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0)) for _ in range(count)]
+
+
+async def refused(reader):
+    reply = await asyncio.wait_for(reader.read(), WAIT)  # to the end: a refused connection is closed
+    return reply.startswith(b"HTTP/1.1 429 ") and b"Retry-After: 1" in reply and b'{"error":' in reply, reply
+
+
+async def test_one_address_holds_at_most_its_share_of_connections_and_others_still_connect(start, caplog):
+    server = await start(max_connections=20, max_connections_per_address=3, header_timeout_seconds=WAIT)
+    port = int(server.url.rsplit(":", 1)[1])
+    caplog.set_level(logging.INFO, logger="shepherd.wire.connections")
+    held = await silent(port, count=3)  # one client's connections, sending nothing
+    for reader, writer in await silent(port, count=2):
+        ok, reply = await refused(reader)
+        writer.close()
+        assert ok and b"this address has its maximum of 3 open connections" in reply, reply
+        assert b"--max-connections-per-address" in reply
+    (reader, writer), = await silent(port, "127.0.0.2")  # another address is not held up
+    writer.write(b"GET /shepherd/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert (await asyncio.wait_for(reader.read(), WAIT)).startswith(b"HTTP/1.1 200 ")
+    writer.close()
+    held.pop()[1].close()  # the client closes one: it may open one again
+    for _ in range(100):
+        if await login_status(server) == 200:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("a closed connection's slot was not given back to its address")
+    for _, writer in held:
+        writer.close()
+    lines = [r.getMessage() for r in caplog.records if "max-connections-per-address" in r.getMessage()]
+    assert len(lines) == 1 and "127.0.0.1" in lines[0], lines  # refusals logged once, naming the address
+
+
+async def test_by_default_an_address_holds_half_the_connections(start):
+    server = await start(max_connections=8, header_timeout_seconds=WAIT)
+    port = int(server.url.rsplit(":", 1)[1])
+    held = await silent(port, count=4)
+    (reader, writer), = await silent(port)
+    assert (await refused(reader))[0]
+    writer.close()
+    for _, writer in held:
+        writer.close()
+
+
+async def test_a_trusted_proxy_holds_any_number_of_connections(start):
+    proxied = await start(max_connections=8, max_connections_per_address=2, trusted_proxies=("127.0.0.1",),
+                          header_timeout_seconds=WAIT)
+    port = int(proxied.url.rsplit(":", 1)[1])
+    held = await silent(port, count=5)  # the proxy carries many clients' connections
+    assert await login_status(proxied) == 200
+    for _, writer in held:
+        writer.close()
 
 
 async def test_a_body_that_does_not_arrive_gets_408_and_the_connection_is_closed(start):

@@ -168,8 +168,10 @@ async def test_health_is_ok_when_every_learner_serves(aiohttp_client, tmp_path):
     _, client = await serve(aiohttp_client, tmp_path)
     reply = await client.get("/shepherd/health")
     assert reply.status == 200
-    assert await reply.json() == {"status": "ok", "store": "writable", "agents": {"serving": 1, "failed": 0},
-                                  "checkpoints": {"failing": 0}, "failures": {}, "checkpoint_failures": {}}
+    assert await reply.json() == {"status": "ok", "store": "writable",
+                                  "agents": {"serving": 1, "failed": 0, "restoring": 0},
+                                  "checkpoints": {"failing": 0}, "failures": {}, "checkpoint_failures": {},
+                                  "restoring": []}
     assert not list((tmp_path / "data").glob(".health.*"))  # the probe left nothing behind
 
 
@@ -179,9 +181,10 @@ async def test_health_shows_a_failed_learner_as_degraded_with_its_reason(aiohttp
     runtime.learner.failure = "FloatingPointError: update 3 made the policy's weights NaN"
     reply = await client.get("/shepherd/health")
     assert reply.status == 200  # alive: the other agents serve; an admin restarts the failed one
-    assert await reply.json() == {"status": "degraded", "store": "writable", "agents": {"serving": 0, "failed": 1},
+    assert await reply.json() == {"status": "degraded", "store": "writable",
+                                  "agents": {"serving": 0, "failed": 1, "restoring": 0},
                                   "checkpoints": {"failing": 0}, "failures": {AGENT: runtime.learner.failure},
-                                  "checkpoint_failures": {}}
+                                  "checkpoint_failures": {}, "restoring": []}
     assert value((await scrape(client))["shepherd_agent_up"], agent=AGENT) == 0
 
 
@@ -190,8 +193,22 @@ async def test_health_names_failures_only_to_whoever_may_read_metrics(aiohttp_cl
     next(iter(app[GRAPH].runtimes.values())).learner.failure = "RuntimeError: broken"
     reply = await client.get("/shepherd/health", headers={"X-Forwarded-For": "203.0.113.9"})
     assert reply.status == 200
-    assert await reply.json() == {"status": "degraded", "store": "writable", "agents": {"serving": 0, "failed": 1},
-                                  "checkpoints": {"failing": 0}}
+    assert await reply.json() == {"status": "degraded", "store": "writable",
+                                  "agents": {"serving": 0, "failed": 1, "restoring": 0}, "checkpoints": {"failing": 0}}
+
+
+async def test_health_is_degraded_while_a_learner_s_process_is_created_again(aiohttp_client, tmp_path, monkeypatch):
+    """A learner in a Ray actor being created again (its actor or its node died) is not available: degraded,
+    counted as restoring and named, not failed."""
+    app, client = await serve(aiohttp_client, tmp_path, metrics="open")
+    learner = next(iter(app[GRAPH].runtimes.values())).learner
+    monkeypatch.setattr(type(learner), "available", property(lambda self: False))
+    reply = await client.get("/shepherd/health")
+    assert reply.status == 200
+    body = await reply.json()
+    assert body["status"] == "degraded"
+    assert body["agents"] == {"serving": 0, "failed": 0, "restoring": 1}
+    assert body["restoring"] == [AGENT] and body["failures"] == {}
 
 
 async def test_failing_checkpoints_show_in_health_and_metrics_with_the_last_good_one_s_age(aiohttp_client, tmp_path,
@@ -210,7 +227,7 @@ async def test_failing_checkpoints_show_in_health_and_metrics_with_the_last_good
     await train(client, apikey, 120)  # a checkpoint comes due at 100 steps, and fails
     await asyncio.sleep(0.2)
     reply = await (await client.get("/shepherd/health")).json()
-    assert reply["status"] == "degraded" and reply["agents"] == {"serving": 1, "failed": 0}
+    assert reply["status"] == "degraded" and reply["agents"] == {"serving": 1, "failed": 0, "restoring": 0}
     assert reply["checkpoints"] == {"failing": 1} and reply["failures"] == {}
     trouble = reply["checkpoint_failures"][AGENT]
     assert "1 checkpoint write(s) failed in a row" in trouble and "No space left on device" in trouble

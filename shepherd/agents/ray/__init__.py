@@ -25,12 +25,17 @@ object is unpickled from the head's side of a call.
 An advised client's advice is forwarded to its actor as plain data, and read there from its advisor's
 actor (`shepherd.agents.ray.advice`).
 
-The modules: `cluster` (connect to Ray, build served learners there: `RayLearners`), `learner` (the head's
+A local Ray (``run.py --ray`` alone) whose node dies is replaced by a new local Ray, where every learner's
+actor is created again from the head's last checkpoint (`shepherd.agents.ray.link`); on a cluster, a learner
+that no node can place is waited for.
+
+The modules: `cluster` (connect to Ray, build served learners there: `RayLearners`), `link` (`RayLink`: the
+local Ray watched and started again, the gate of the head's ray calls), `learner` (the head's
 `RayLearner`: batching its calls to the actor), `revival` (a lost actor created again and restored), `status`
 (the head's view of the actor's counters and weights), `actor` (`LearnerActor`, `Reply`), `advice` (an
 advised client's advice as plain data), `metrics` (what the actor's SB3 logger records; ray-free), `uploads`
 (a client-acting session's calls sent to the actor, one unit per upload; ray-free).
 
-Only `cluster`, `learner`, `revival`, `actor` and `advice` import ray, and only ``--ray`` imports them
+Only `cluster`, `link`, `learner`, `revival`, `actor` and `advice` import ray, and only ``--ray`` imports them
 (`cluster.connect`); this package's own module imports nothing.
 """

@@ -13,6 +13,7 @@ import ray
 from shepherd.agents.ray.actor import NAMESPACE
 from shepherd.agents.ray.learner import RayLearner
 from shepherd.agents.core import ServedLearner
+from shepherd.agents.ray.link import JOINED, RayLink
 
 logger = logging.getLogger(__name__)
 
@@ -52,20 +53,32 @@ def disconnect() -> None:
     ray.shutdown()
 
 
+def link(address: str | None) -> RayLink:
+    """Connect (as `connect`) and return the `RayLink` that watches a local Ray's node and starts a new local
+    Ray when it dies (``address`` None), or that only joined a cluster. Raises: Ray's errors."""
+    joined = RayLink(address, connect)
+    joined.start()
+    return joined
+
+
 class RayLearners:
     """Builds served learners as `RayLearner`s (`GraphManager.remote_learners`): actor
     ``shepherd-learner/<agent id>`` (an advised agent's client: ``shepherd-learner/<agent id>/<client>``),
     each using ``num_cpus`` of Ray's logical CPUs (0: any number fit), with more of Ray's actor options if
-    given (``scheduling_strategy``, ``resources``, ...)."""
+    given (``scheduling_strategy``, ``resources``, ...), on the Ray of ``link`` (by default one the caller
+    connected to itself)."""
 
-    def __init__(self, num_cpus: float = 0.0, actor_options: dict[str, Any] | None = None) -> None:
+    def __init__(self, num_cpus: float = 0.0, actor_options: dict[str, Any] | None = None,
+                 link: RayLink = JOINED) -> None:
         self.num_cpus = num_cpus
         self.actor_options = dict(actor_options or {})
+        self.link = link
 
     def __call__(self, record: Any, values: dict[str, Any], total_steps: int | None,
                  local: ServedLearner, client: str | None = None) -> ServedLearner:
         name = f"shepherd-learner/{record.id}" if client is None else f"shepherd-learner/{record.id}/{client}"
-        learner = RayLearner(record.definition, values, total_steps, name, local, self.num_cpus, self.actor_options)
+        learner = RayLearner(record.definition, values, total_steps, name, local, self.num_cpus, self.actor_options,
+                             self.link)
         learner.spawn()
         # a ServedLearner as the graph holds one, checked by mypy (see the class)
         return learner

@@ -24,7 +24,8 @@ from shepherd.agents.metrics import MetricsWriter, is_on_policy
 from shepherd.agents.ray.actor import BUILD_SECONDS, Reply
 from shepherd.agents.ray.advice import advice_data
 from shepherd.agents.ray.metrics import replay
-from shepherd.agents.ray.revival import LOST, ActorRevival, _kill
+from shepherd.agents.ray.link import JOINED, RayDown, RayLink
+from shepherd.agents.ray.revival import LOST, ActorRevival
 from shepherd.agents.ray.status import _AdvisedStatus, _RemoteStatus, _Snapshot
 from shepherd.agents.ray.uploads import RemoteUploads
 from shepherd.agents.timing import LearnerStats
@@ -53,7 +54,7 @@ class RayLearner(ActorRevival, RemoteUploads):
 
     def __init__(self, definition: AgentDefinition, values: dict[str, Any], total_steps: int | None,
                  actor_name: str, local: ServedLearner, num_cpus: float | None = None,
-                 actor_options: dict[str, Any] | None = None) -> None:
+                 actor_options: dict[str, Any] | None = None, link: RayLink = JOINED) -> None:
         self.name = definition.name
         self.actor_name = actor_name
         self.failure: str | None = None
@@ -79,6 +80,8 @@ class RayLearner(ActorRevival, RemoteUploads):
             self.greedy = GreedyPolicy(local_greedy.network, self._snapshot, local_greedy.actions, self.name,
                                       self._filtering)
         self._handle: Any = None
+        self._link = link  # the Ray it runs on: a local one may be started again (its actor then created again)
+        self._generation = link.generation
         self._available = False
         self._closed = False
         self._lock = threading.Lock()
@@ -117,16 +120,18 @@ class RayLearner(ActorRevival, RemoteUploads):
 
     @property
     def available(self) -> bool:
-        """The actor answers (False while a lost one is started again)."""
-        return self._available
+        """The actor answers (False while a lost one is created again, or its Ray started again)."""
+        return self._available and self._link.current(self._generation)
 
     def start_from(self, path: Path) -> None:
         """An advised client's learner starts from another client's weights (before `start`)."""
-        ray.get(self._handle.start_from.remote(path.read_bytes()), timeout=BUILD_SECONDS)
+        with self._link.calls():
+            ray.get(self._handle.start_from.remote(path.read_bytes()), timeout=BUILD_SECONDS)
 
     def start(self, deliver: Deliver | None = None) -> None:
         self._deliver = deliver
-        ray.get(self._handle.start.remote(), timeout=BUILD_SECONDS)
+        with self._link.calls():
+            ray.get(self._handle.start.remote(), timeout=BUILD_SECONDS)
         self._thread.start()
 
     def begin_episode(self, actor: int, obs: Observation, mode: ActMode, mask: Any = None) -> ActionFuture:
@@ -135,7 +140,7 @@ class RayLearner(ActorRevival, RemoteUploads):
         return self._ask([Request(Kind.BEGIN, actor, obs, 0.0, False, mode, mask=mask)])
 
     def step(self, actor: int, reward: float, obs: Observation, mode: ActMode, mask: Any = None) -> ActionFuture:
-        if mode is ActMode.GREEDY and self.greedy is not None and self.failure is None and self._available:
+        if mode is ActMode.GREEDY and self.greedy is not None and self.failure is None and self.available:
             answered = self.greedy.act(obs, mask)
             if answered is not None:
                 future = ActionFuture()
@@ -158,7 +163,7 @@ class RayLearner(ActorRevival, RemoteUploads):
             self._send(requests)
             future.set_result([])
             return future
-        if self.greedy is not None and self._available:
+        if self.greedy is not None and self.available:
             rest = answer_greedy_acts(self.greedy, requests, acts, future)
             if rest is not None:
                 self._send(rest)
@@ -187,7 +192,8 @@ class RayLearner(ActorRevival, RemoteUploads):
 
     def restore(self, path: Path) -> dict[str, Any]:
         """Send the checkpoint's bytes to the actor (before `start`); a lost actor restores it too."""
-        state = ray.get(self._handle.restore.remote(path.read_bytes()), timeout=BUILD_SECONDS)
+        with self._link.calls():
+            state = ray.get(self._handle.restore.remote(path.read_bytes()), timeout=BUILD_SECONDS)
         self._checkpoint_path = path
         if self.greedy is not None:
             self.greedy.forget()
@@ -213,10 +219,12 @@ class RayLearner(ActorRevival, RemoteUploads):
         if self._futures:  # held back in the actor when it stopped
             self._hand_over(functools.partial(self._fail_tickets, None, AgentClosed(f"agent {self.name} is shut down")))
         try:
-            ray.get(self._handle.close.remote(timeout, interrupt), timeout=timeout)
+            if self._link.current(self._generation):  # else its actor went with its Ray
+                with self._link.calls(wait=timeout):
+                    ray.get(self._handle.close.remote(timeout, interrupt), timeout=timeout)
         except Exception as error:  # noqa: BLE001 - it is ended below either way
             logger.debug("learner %s: closing its actor: %s", self.name, error)
-        _kill(self._handle)
+        self._end_actor()
         self._local.close()
         if self.metrics is not None:
             self.metrics.close()
@@ -238,7 +246,7 @@ class RayLearner(ActorRevival, RemoteUploads):
         if not requests:
             return
         with self._lock:
-            if self.failure is not None or self._closed or not self._available:
+            if self.failure is not None or self._closed or not self.available:
                 return  # a lost actor's learner lost the episodes these belong to anyway
             self._units.append(list(requests))
         self._wake.set()
@@ -259,7 +267,7 @@ class RayLearner(ActorRevival, RemoteUploads):
             future.set_exception(AgentFailed(self.failure))
         elif self._closed:
             future.set_exception(AgentClosed(f"agent {self.name} is shut down"))
-        elif not self._available:
+        elif not self.available:
             future.set_exception(LearnerUnavailable(
                 f"agent {self.name}'s learner is being restarted from its last checkpoint; retry in "
                 f"{LearnerUnavailable.retry_after} s (a step: with the same seq)"))
@@ -280,6 +288,9 @@ class RayLearner(ActorRevival, RemoteUploads):
                 self._fail(units, controls, AgentFailed(self.failure))
                 if closing:
                     return
+                continue
+            if not closing and not self._link.current(self._generation):  # the local Ray's node died
+                self._lose(units, controls, "its Ray node died and a new local Ray is started")
                 continue
             # the actor's learner does its own housekeeping when idle: call only with something to send, an
             # answer held back there (polled), or weights wanted for the greedy snapshot
@@ -316,8 +327,9 @@ class RayLearner(ActorRevival, RemoteUploads):
         self._awaited.update(r.ticket for unit in units if isinstance(unit, list) for r in unit if r.ticket)
         wait = POLL_SECONDS if self._awaited and not units else 0.0  # a poll waits a moment for held-back answers
         try:
-            reply: Reply = ray.get(self._handle.process.remote(units, wait, weights_after))
-        except LOST as error:
+            with self._link.calls(wait=0):
+                reply: Reply = ray.get(self._handle.process.remote(units, wait, weights_after))
+        except LOST + (RayDown,) as error:
             self._lose(units, controls, f"{type(error).__name__}")
             return
         except Exception as error:  # noqa: BLE001 - a bug on the actor's side: the learner failed
@@ -380,16 +392,3 @@ class RayLearner(ActorRevival, RemoteUploads):
             futures = [self._futures.pop(answer.ticket, None) for answer in answers]
         for answer, future in zip(answers, futures):
             settle(future, answer)
-
-    def _fail_tickets(self, tickets: list[int] | None, error: Exception) -> None:
-        """The futures of ``tickets`` (None: every one awaited) fail with ``error``: their requests were lost
-        with the actor, or the learner failed or closed."""
-        with self._lock:
-            if tickets is None:
-                futures, self._futures = list(self._futures.values()), {}
-            else:
-                futures = [f for f in map(self._futures.pop, tickets, [None] * len(tickets)) if f is not None]
-        for future in futures:
-            target = future.vector.future if isinstance(future, _Part) else future
-            if not target.done():
-                target.set_exception(error)

@@ -1,8 +1,9 @@
 """A lost Ray actor created again: `ActorRevival.spawn` creates a learner's actor under its name (waiting
-for a dead one's name to be free) and builds the learner there; `_respawn` replaces a lost one, anywhere in
-the cluster, restored from the head's last checkpoint, retried until it works or the learner closes. The
-head's `RayLearner` (`shepherd.agents.ray.learner`) is an `ActorRevival`; its sender calls `_respawn` when a
-call finds the actor gone (`LOST`)."""
+for a dead one's name to be free, and for the cluster to place it) and builds the learner there; `_respawn`
+replaces a lost one, anywhere in the cluster, restored from the head's last checkpoint, retried until it
+works or the learner closes. The head's `RayLearner` (`shepherd.agents.ray.learner`) is an `ActorRevival`;
+its sender calls `_respawn` when a call finds the actor gone (`LOST`), or its Ray was replaced (a local
+Ray whose node died, started again by the `RayLink`)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ import ray
 from ray import exceptions as ray_errors
 
 from shepherd.agents.core import LearnerUnavailable
+from shepherd.agents.futures import _Part
 from shepherd.agents.greedy_policy import GreedyPolicy
 from shepherd.agents.ray.actor import BUILD_SECONDS, NAMESPACE, REMOTE_ACTOR
+from shepherd.agents.ray.link import RayDown, RayLink
 from shepherd.agents.ray.status import _Snapshot
 
 logger = logging.getLogger(__name__)
@@ -30,6 +33,10 @@ LOST = (ray_errors.RayActorError, ray_errors.WorkerCrashedError, ray_errors.Node
 #: how long a new actor waits for the name of one that died (Ray frees it once it knows; a node's death
 #: takes its health checks' time to be known)
 NAME_SECONDS = 30.0
+#: how long one wait for the cluster to place an actor lasts before the learner looks whether it closed
+PLACE_SECONDS = 1.0
+#: a replacement waited for this long says so in the log (the cluster has no room for it, or no node)
+PLACE_WARN_SECONDS = 10.0
 
 
 class NameTaken(RuntimeError):
@@ -46,6 +53,8 @@ class ActorRevival:
     greedy: GreedyPolicy | None
     restarts: int
     _handle: Any
+    _generation: int  # the `RayLink` generation the actor was created in
+    _link: RayLink
     _advice_sent: dict[str, Any] | None
     _build_args: tuple[Any, ...]
     _num_cpus: float
@@ -68,39 +77,82 @@ class ActorRevival:
         raise NotImplementedError
 
     def _fail_tickets(self, tickets: list[int] | None, error: Exception) -> None:
-        raise NotImplementedError
+        """The futures of ``tickets`` (None: every one awaited) fail with ``error``: their requests were lost
+        with the actor, or the learner failed or closed."""
+        with self._lock:
+            if tickets is None:
+                futures, self._futures = list(self._futures.values()), {}
+            else:
+                futures = [f for f in map(self._futures.pop, tickets, [None] * len(tickets)) if f is not None]
+        for future in futures:
+            target = future.vector.future if isinstance(future, _Part) else future
+            if not target.done():
+                target.set_exception(error)
 
-    def spawn(self, checkpoint: bytes | None = None, start: bool = False) -> dict[str, Any]:
-        """Create the actor (under its name; waiting for a dead one's name to be free) and build the
+    def spawn(self, checkpoint: bytes | None = None, start: bool = False, patient: bool = False) -> dict[str, Any]:
+        """Create the actor (under its name; waiting for a dead one's name to be free, and for the cluster to
+        place it: ``patient``, until it can or the learner closes, else up to BUILD_SECONDS) and build the
         learner in it. Blocks.
 
         Raises:
-            ParameterError: the learner cannot be built; NameTaken: the name stays taken; a Ray error: no
-                actor could be created.
+            ParameterError: the learner cannot be built; NameTaken: the name stays taken; RayDown: the local
+                Ray was started again meanwhile, or the learner closed; a Ray error: no actor could be created.
         """
         deadline = time.monotonic() + NAME_SECONDS
         while True:
-            try:
-                handle = REMOTE_ACTOR.options(name=self.actor_name, namespace=NAMESPACE, num_cpus=self._num_cpus,
-                                               max_restarts=0, max_concurrency=1, **self._actor_options).remote()
-                break
-            except ValueError:  # the name is still taken by the actor that died or was killed
-                if time.monotonic() > deadline:
-                    raise NameTaken(f"the Ray actor name {self.actor_name} is still taken after {NAME_SECONDS:g} s "
-                                    "(another server on this cluster serves the agent, or Ray has not noticed "
-                                    "that its actor died)") from None
-                time.sleep(0.2)
-        self._handle = handle
+            with self._link.calls() as generation:
+                try:
+                    handle = REMOTE_ACTOR.options(name=self.actor_name, namespace=NAMESPACE, num_cpus=self._num_cpus,
+                                                   max_restarts=0, max_concurrency=1, **self._actor_options).remote()
+                    ready = handle.__ray_ready__.remote()
+                    break
+                except ValueError:  # the name is still taken by the actor that died or was killed
+                    pass
+            if time.monotonic() > deadline:
+                raise NameTaken(f"the Ray actor name {self.actor_name} is still taken after {NAME_SECONDS:g} s "
+                                "(another server on this cluster serves the agent, or Ray has not noticed "
+                                "that its actor died)")
+            time.sleep(0.2)
+        self._handle, self._generation = handle, generation
         self._advice_sent = None  # a new actor has no advisor yet
         try:
-            state: dict[str, Any] = ray.get(handle.build.remote(*self._build_args, checkpoint, start),
-                                            timeout=BUILD_SECONDS)
+            self._placed(ready, generation, patient)
+            with self._link.calls():
+                state: dict[str, Any] = ray.get(handle.build.remote(*self._build_args, checkpoint, start),
+                                                timeout=BUILD_SECONDS)
         except BaseException:  # never leave an actor behind that holds the name
-            _kill(handle)
+            self._end_actor()
             raise
         with self._lock:
             self._available = True
         return state
+
+    def _placed(self, ready: Any, generation: int, patient: bool) -> None:
+        """Wait until the cluster placed the new actor and it runs (its ``ready`` reference).
+
+        Raises:
+            RayDown: Ray was started again meanwhile, or the learner closed; GetTimeoutError: not ``patient``
+                and not placed within BUILD_SECONDS; a Ray error: the actor died.
+        """
+        began = time.monotonic()
+        warned = False
+        while True:
+            with self._link.calls():
+                if generation != self._link.generation:
+                    raise RayDown("Ray was started again while the actor was being placed")
+                done, _ = ray.wait([ready], timeout=PLACE_SECONDS)
+                if done:
+                    ray.get(ready)
+                    return
+            waited = time.monotonic() - began
+            if self._closed:
+                raise RayDown(f"learner {self.name} closed while its actor waited to be placed")
+            if not patient and waited > BUILD_SECONDS:
+                raise ray_errors.GetTimeoutError(f"Ray placed no actor for learner {self.name} in {waited:.0f} s")
+            if patient and not warned and waited > PLACE_WARN_SECONDS:
+                warned = True
+                logger.warning("learner %s: waiting for the Ray cluster to place its actor (no live node has room "
+                               "for it yet); its clients get 503 until it does", self.name)
 
     @property
     def handle(self) -> Any:
@@ -112,13 +164,13 @@ class ActorRevival:
         checkpoint; retried until it works or the learner closes."""
         logger.warning("learner %s: its Ray actor was lost (%s); starting it again from its last checkpoint",
                        self.name, reason)
-        _kill(self._handle)
+        self._end_actor()
         while not self._closed:
             path = self._checkpoint_path
             try:
                 data = path.read_bytes() if path is not None and path.exists() else None
-                self.spawn(data, start=True)
-            except LOST + (ray_errors.GetTimeoutError, NameTaken) as error:  # Ray has not caught up yet
+                self.spawn(data, start=True, patient=True)
+            except LOST + (ray_errors.GetTimeoutError, NameTaken, RayDown) as error:  # Ray has not caught up yet
                 logger.warning("learner %s: its Ray actor could not be started again yet: %s", self.name, error)
                 time.sleep(1.0)
                 continue
@@ -152,9 +204,12 @@ class ActorRevival:
         self._respawn(reason)
 
 
-def _kill(handle: Any) -> None:
-    """End an actor for good (nothing if it is gone already)."""
-    try:
-        ray.kill(handle, no_restart=True)
-    except Exception:  # noqa: BLE001 - already gone
-        pass
+    def _end_actor(self) -> None:
+        """End the actor for good (nothing if it is gone already, or went with a Ray started again since)."""
+        if self._handle is None or not self._link.current(self._generation):
+            return
+        try:
+            with self._link.calls(wait=0):
+                ray.kill(self._handle, no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass

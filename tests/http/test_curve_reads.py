@@ -1,0 +1,93 @@
+"""Whole-curve reads (issue 39, M5): a JSON read of a long curve is streamed, each piece of the file read off the
+event loop as it is written (never the whole curve in memory first), and whole-curve reads at once are capped
+(``--max-curve-reads``): more get 429 with Retry-After."""
+
+import asyncio
+import threading
+
+import pytest
+
+from shepherd.storage import EpisodeReturn
+from shepherd.storage import returns as return_log
+from shepherd.http.state import STORE
+from tests.http.test_admin_api import API, api  # noqa: F401  (api: the fixture)
+
+RECORDS = 400  # about 60 bytes each: 24 KB, many pieces of 2 KB
+
+
+@pytest.fixture
+def long_curve(api, monkeypatch):  # noqa: F811 - the fixture above
+    monkeypatch.setattr(return_log, "SCAN_BYTES", 2048)  # pieces of the file, and the size of a poll
+    for i in range(RECORDS):
+        api.app[STORE].append_return(1, EpisodeReturn(1000.0 + i, float(i), 5, "train"))
+    return api
+
+
+class HoldThirdPiece:
+    """Holds the third piece's read of the file (on its thread) until released, at most 5 s."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.release, self.released, self.calls = threading.Event(), [], 0
+        real = return_log._json_objects
+
+        def held(block, name):
+            self.calls += 1
+            if self.calls == 3:
+                self.released.append(self.release.wait(5))
+            return real(block, name)
+
+        monkeypatch.setattr(return_log, "_json_objects", held)
+
+
+async def test_a_whole_curve_is_streamed_as_each_piece_is_read(long_curve, monkeypatch):
+    hold = HoldThirdPiece(monkeypatch)
+    response = await long_curve.client.get(API + "/agents/1/returns", headers=long_curve.headers(None))
+    assert response.status == 200 and response.headers.get("Transfer-Encoding") == "chunked"
+    first = await response.content.readany()  # sent before the rest of the file was read
+    assert first.startswith(b'{"total":400,"offset":0,"reset":false,"returns":[')
+    hold.release.set()
+    rest = await response.read()
+    assert hold.released == [True], "nothing was sent before the whole curve was read"
+    body = __import__("json").loads(first + rest)
+    assert len(body["returns"]) == RECORDS and body["returns"][-1]["value"] == RECORDS - 1.0
+
+
+async def test_a_poll_is_answered_whole_and_takes_no_curve_read_slot(long_curve):
+    long_curve.app[return_log_slots()].taken = long_curve.app[return_log_slots()].limit  # every slot taken
+    reply = await long_curve.get_json("/agents/1/returns?offset=395&first=1000.0")
+    assert [r["value"] for r in reply["returns"]] == [395.0, 396.0, 397.0, 398.0, 399.0]
+
+
+def return_log_slots():
+    from shepherd.http.state import CURVE_READS
+    return CURVE_READS
+
+
+@pytest.mark.parametrize("path", ["/agents/1/returns", "/agents/1/returns.csv"])
+async def test_whole_curve_reads_beyond_the_cap_get_429_with_retry_after(long_curve, monkeypatch, path):
+    hold = HoldThirdPiece(monkeypatch)
+    if path.endswith(".csv"):  # the CSV reads records, not JSON text: hold its third piece instead
+        real, calls = return_log._parse, [0]
+
+        def held(block, name):
+            calls[0] += 1
+            if calls[0] == 3:
+                hold.released.append(hold.release.wait(5))
+            return real(block, name)
+
+        monkeypatch.setattr(return_log, "_parse", held)
+    headers = long_curve.headers(None)
+    slow = [await long_curve.client.get(API + path, headers=headers) for _ in range(2)]  # the default cap: 2
+    for response in slow:
+        assert response.status == 200
+        await response.content.readany()  # under way, each held at its third piece
+    over = await long_curve.client.get(API + path, headers=headers)
+    assert over.status == 429 and over.headers["Retry-After"] == "1"
+    assert "whole-curve reads are under way" in (await over.json())["error"]
+    hold.release.set()
+    for response in slow:
+        await response.read()
+    await asyncio.sleep(0)
+    again = await long_curve.client.get(API + path, headers=headers)
+    assert again.status == 200  # slots freed
+    await again.read()
