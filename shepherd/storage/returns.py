@@ -308,9 +308,9 @@ class ReturnLog:
         """Every return recorded."""
         return self.page().returns
 
-    def chunks(self, chunk_bytes: int = SCAN_BYTES) -> Iterator[list[EpisodeReturn]]:
+    def chunks(self, chunk_bytes: int | None = None) -> Iterator[list[EpisodeReturn]]:
         """Every return recorded so far, in lists of about ``chunk_bytes`` of the file each: for a long curve
-        read a piece at a time (each ``next`` reads and parses one piece). The file is opened at the first
+        read a piece at a time (each ``next`` reads and parses one piece; None: `SCAN_BYTES`, read at each call). The file is opened at the first
         ``next``; a curve deleted meanwhile is read to its end all the same."""
         size = self._size()
         try:
@@ -318,7 +318,7 @@ class ReturnLog:
         except FileNotFoundError:
             return
         with reader:
-            for block in _blocks(reader, 0, size, chunk_bytes):
+            for block in _blocks(reader, 0, size, chunk_bytes or SCAN_BYTES):
                 yield _parse(block, self.path.name)
 
     def clear(self) -> None:
