@@ -52,7 +52,7 @@ async def test_a_skill_of_the_data_folder_is_served_from_its_checkpoint_and_answ
     assert graph.not_started == []
 
 
-async def test_a_skill_neither_in_the_preset_nor_in_the_data_folder_is_refused_when_served(tmp_path):
+def test_a_skill_neither_in_the_preset_nor_in_the_data_folder_is_refused_when_served(tmp_path):
     store = Store(tmp_path / "data")
     try:
         with pytest.raises(InvalidPreset) as raised:
