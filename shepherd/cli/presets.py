@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from shepherd.cli.common import EXIT_OK, EXIT_USAGE
 
@@ -38,12 +39,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "check", help="load and check a preset (Python or YAML) without serving it",
         description="Load a preset as `run.py -p PRESET` would (with its -cp and --seed), check it, and build "
                     "each agent's learner (stable-baselines3 refuses some combinations that the types allow), "
-                    "without serving anything or touching a data folder. Exit status 0 with a summary (agents, "
+                    "without serving anything or touching a data folder (--data DIR reads one, to check the skills a "
+                    "selector names that the preset does not declare). Exit status 0 with a summary (agents, "
                     "algorithms, spaces, parameters, schedule, validation); 2 with every problem found, one a "
                     "line, each naming its key (agents[0].parameters.gamma) and where it came from (the file or "
                     "the -cp).")
     parser.add_argument("preset", metavar="PRESET", help="a name from -l, or a path to a .py, .yaml or .yml file")
     add_preset_options(parser, "check_")
+    parser.add_argument("--data", dest="check_data", type=Path, default=None, metavar="DIR",
+                        help="also check the skills a selector names that the preset does not declare against the "
+                             "agents of the preset's owner in this data folder (read only; a server may serve it). "
+                             "Without it such skills are checked when the preset is served")
     parser.set_defaults(func=check_command)
 
 
@@ -81,13 +87,16 @@ def check_command(args: argparse.Namespace) -> int:
         else:
             shown = shown_path(preset_path(args.preset))
         graph = GraphManager.of(load_preset(args.preset, overrides=overrides, seed=seed))
+        if args.check_data is not None and graph.preset.folder_skills():
+            graph.preset.check_skills(stored_definitions(args.check_data, graph.owner))
         problems = graph.build_problems()
         if problems:
             raise InvalidPreset(problems).located(shown)
     except InvalidPreset as error:
-        count = len(error.problems)
+        located = error.located(shown)
+        count = len(located.problems)
         print(f"preset {shown}: {count} problem{'s' if count != 1 else ''}", file=sys.stderr)
-        for problem in error.problems:
+        for problem in located.problems:
             print(f"  {problem}", file=sys.stderr)
         return EXIT_USAGE
     except PresetError as error:
@@ -96,12 +105,28 @@ def check_command(args: argparse.Namespace) -> int:
     kind = "zoo" if zoo else "python" if shown.endswith(".py") else "yaml"
     print(f"preset {graph.name} ({kind}, {shown}): ok" + (f" - {graph.description}" if graph.description
                                                           else ""))
-    for line in summary(graph):
+    for line in summary(graph, args.check_data):
         print(line)
     return EXIT_OK
 
 
-def summary(graph: GraphManager) -> list[str]:
+def stored_definitions(folder: Path, owner: str) -> dict[str, Any]:
+    """The agents of ``owner`` in the data folder ``folder``, by name (read without opening its store).
+
+    Raises:
+        PresetError: the folder is no data folder.
+    """
+    from shepherd.graph import PresetError
+    from shepherd.storage import StoreError
+    from shepherd.storage.peek import read_agents
+
+    try:
+        return {agent.record.name: agent.record.definition for agent in read_agents(folder) if agent.owner == owner}
+    except StoreError as error:
+        raise PresetError(f"--data {folder}: {error}") from None
+
+
+def summary(graph: GraphManager, data: Path | None = None) -> list[str]:
     """A checked preset in a few lines: owner, agents (algorithm, spaces, sharing, parameters), schedule,
     validation."""
     from shepherd.cli.progress import describe_schedule
@@ -120,6 +145,11 @@ def summary(graph: GraphManager) -> list[str]:
             level = spec.level
             lines.append(f"    level: skills {', '.join(level.skills)}, at most {level.option_steps} steps per option, "
                          f"skills {'learn' if level.skills_learn else 'frozen'}")
+            stored = [name for name in level.skills if name in graph.preset.folder_skills()]
+            if stored:
+                lines.append(f"    skills of the data folder (not in the preset): {', '.join(stored)}; "
+                             + (f"checked in {data}" if data is not None else "not checked here (give --data DIR), "
+                                "checked when the preset is served"))
     schedule = graph.schedule
     lines.append(f"  schedule: {describe_schedule(schedule)}; checkpoint every {schedule.checkpoint_every_steps:,} "
                  f"steps or {schedule.checkpoint_every_seconds:g} s")

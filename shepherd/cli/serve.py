@@ -56,7 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="create and print another API key for the preset's agents")
     parser.add_argument("--only-preset", action="store_true",
                         help="serve the preset's agents alone, not the other agents of the data folder (those "
-                             "added by `run.py agents add` or another preset)")
+                             "added by `run.py agents add` or another preset), but for those its selectors name "
+                             "as skills")
     parser.add_argument("--quiet", action="store_true",
                         help="print no progress lines while serving (by default, without --clients: a line "
                              "per agent whose steps, episodes or sessions changed, at most every "

@@ -166,12 +166,12 @@ class GraphManager:
     def create_graph(self, store: Store, serving: Serving | None = None, only_preset: bool = False) -> dict[str, str]:
         """Create what the preset declares in the store and start its agents (resuming checkpoints), to
         serve sessions as ``serving`` says. The store's other agents are started too, unless
-        ``only_preset``: they are then listed in `not_started`, and their keys log in to nothing.
+        ``only_preset`` (but for the skills of the preset's selectors): they are then listed in `not_started`.
 
         Returns the API keys created now, by agent name (shown once; the store keeps only hashes).
 
         Raises:
-            PresetError: the preset is invalid or contradicts what the store holds.
+            PresetError: the preset is invalid or contradicts what the store holds (`Preset.check_skills`, say).
         """
         self.check()
         self._serving = serving or Serving()
@@ -179,6 +179,10 @@ class GraphManager:
         self._attach(store)
         store.put_algorithms(*registry_records())
         owner = store.ensure_user(self.owner)
+        folder_skills = self.preset.folder_skills()  # skills of the data folder: checked now that it is seen
+        if folder_skills:
+            self.preset.check_skills({record.name: record.definition for record in store.agents()
+                                      if record.owner_id == owner.id})
         created_keys = {}
         for spec in self.agents:
             record = store.find_agent(owner.id, spec.name)
@@ -197,7 +201,8 @@ class GraphManager:
             self._start(record)
         self.not_started = []
         for record in store.agents():
-            if only_preset and record.id not in self._preset_ids:
+            needed = record.owner_id == owner.id and record.name in folder_skills  # a skill of the preset's
+            if only_preset and record.id not in self._preset_ids and not needed:
                 self.not_started.append(record)
             elif record.id not in self.served.served_ids():
                 try:

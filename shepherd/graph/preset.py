@@ -12,7 +12,7 @@ from shepherd.agents import ParameterError, check_agent, check_parameters
 from shepherd.agents.bounds import check_bounds
 from shepherd.definition import AgentDefinition, name_problem
 from shepherd.hierarchy import PROGRAMMED, parse_level
-from shepherd.graph.hierarchy.problems import level_problems
+from shepherd.graph.hierarchy.problems import data_folder_skills, level_problems
 from shepherd.graph.schedule import Schedule
 from shepherd.wire.spaces import SpaceError
 
@@ -115,6 +115,21 @@ class Preset:
     def check(self) -> None:
         """Raises InvalidPreset with every problem found (`problems`)."""
         problems = self.problems()
+        if problems:
+            raise InvalidPreset(problems)
+
+    def folder_skills(self) -> set[str]:
+        """The skills of the preset's selectors that it does not declare: agents of its owner in the data folder."""
+        return {name for _, name in data_folder_skills(list(enumerate(self.agents)))}
+
+    def check_skills(self, stored: dict[str, AgentDefinition]) -> None:
+        """Check the levels again with the data folder's agents of the preset's owner (``stored``, by name) seen:
+        a skill the preset does not declare must be one of them, with the selector's spaces, and close no cycle.
+
+        Raises:
+            InvalidPreset: every problem of the levels, each with its key path.
+        """
+        problems = [Problem(path, message) for path, message in level_problems(list(enumerate(self.agents)), stored)]
         if problems:
             raise InvalidPreset(problems)
 

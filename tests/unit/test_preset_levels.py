@@ -51,13 +51,38 @@ def test_a_programmed_selector_takes_the_place_of_the_algorithm_in_yaml_and_pyth
 def test_every_problem_of_the_levels_is_named_by_its_key_path():
     found = problems(skill("left"), skill("wide", obs=[[3], -1.0, 1.0]), skill("three", action=3),
                      selector({"skills": ["left", "wide", "three", "ghost"]}))
+    # 'ghost' is no agent of the preset: it may be one of the data folder's, checked when served (below)
     assert [path for path, _ in found] == ["agents[3].action_space", "agents[3].level.skills[1]",
-                                          "agents[3].level.skills[2]", "agents[3].level.skills[3]"]
+                                          "agents[3].level.skills[2]"]
     messages = dict(found)
     assert "Discrete(4)" in messages["agents[3].action_space"]
     assert "observes" in messages["agents[3].level.skills[1]"]
     assert "acts in 3" in messages["agents[3].level.skills[2]"]
-    assert "unknown skill 'ghost'" in messages["agents[3].level.skills[3]"]
+
+
+def folder_problems(stored, *agents):
+    """The levels' problems of a preset of ``agents`` with the data folder's agents ``stored`` seen."""
+    preset = preset_from_data({"agents": list(agents)})
+    with pytest.raises(InvalidPreset) as raised:
+        preset.check_skills({spec["name"]: preset_from_data({"agents": [spec]}).agents[0] for spec in stored})
+    return sorted((problem.path, problem.message) for problem in raised.value.problems)
+
+
+def test_a_skill_of_the_data_folder_is_checked_as_a_presets_once_the_folder_is_seen():
+    pilot = {**selector({"skills": ["left", "balance"]})}
+    preset = preset_from_data({"agents": [skill("left"), pilot]})
+    assert preset.folder_skills() == {"balance"}
+    preset.check_skills({"balance": preset_from_data({"agents": [skill("balance")]}).agents[0]})  # same spaces: ok
+    assert folder_problems([skill("other")], skill("left"), pilot) == [
+        ("agents[1].level.skills[1]", "unknown skill 'balance': neither an agent of this preset nor an agent of the "
+                                      "preset's owner in the data folder is named so")]
+    wide = {**selector({"skills": ["wide"]}), "action_space": 1}
+    (found,) = folder_problems([skill("wide", obs=[[3], -1.0, 1.0])], wide)
+    assert found[0] == "agents[0].level.skills[0]" and "skill 'wide' (of the data folder) observes" in found[1]
+    looping = {**selector({"skills": ["b"]}), "action_space": 1}
+    b = {**selector({"skills": ["pilot"]}), "name": "b", "action_space": 1}  # a stored selector over this one
+    assert folder_problems([b], looping) == [("agents[0].level.skills", "a cycle of levels: pilot -> b -> pilot; "
+                                                                        "a skill cannot choose its own selector")]
 
 
 def test_cycles_are_refused_once_each_and_a_nested_level_is_not_served():
