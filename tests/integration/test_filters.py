@@ -3,7 +3,6 @@ clients, frozen in evaluation, kept in the checkpoint, applied by the greedy sna
 
 from __future__ import annotations
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch as th
@@ -12,7 +11,7 @@ from stable_baselines3.common.vec_env import VecFrameStack, VecNormalize
 from shepherd.agents import ActMode, build_learner
 from shepherd.agents.filters import RunningMeanStd
 from shepherd.definition import AgentDefinition, Filters
-from shepherd.wire.spaces import parse_space, space_to_json
+from shepherd.wire.spaces import parse_space
 from tests.integration.test_sb3_equivalence import sb3_weights, shepherd_vector_weights
 
 BOTH = Filters(normalize_observations=True, normalize_rewards=True)
