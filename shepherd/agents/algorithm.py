@@ -90,6 +90,44 @@ class Algorithm(Protocol):
     def restore(self, path: Path) -> dict[str, Any]: ...
 
 
+class PlainAlgorithm:
+    """A base for an `Algorithm` that is not stable-baselines3 (a table, a programmed function): it answers
+    each act at once into ``self._answers``, holds nothing back, filters nothing and takes no uploads. A
+    subclass writes `steps`, `version`, `process`, `write_checkpoint` and `restore`, and says in
+    `client_acting_refused` why a client cannot act with it."""
+
+    name = ""
+    draining = False
+
+    def __init__(self) -> None:
+        self._answers: list[Answer] = []
+
+    def filter(self, requests: list[Request]) -> None:
+        pass
+
+    def take_answers(self) -> list[Answer]:
+        answers, self._answers = self._answers, []
+        return answers
+
+    def idle(self) -> None:
+        pass
+
+    def drain(self) -> None:
+        pass
+
+    def before_batch(self) -> None:
+        pass
+
+    def stop_waiting(self, outcome: Outcome, detail: str) -> None:
+        pass
+
+    def client_acting_refused(self) -> str | None:
+        return f"{type(self).__name__} has no policy file a client can act with"
+
+    def learn_upload(self, upload: Upload) -> Callable[[], None] | None:
+        raise NotImplementedError(f"{type(self).__name__} takes no uploads")
+
+
 @dataclass(eq=False)
 class Control:
     """A request to the worker itself, not to the algorithm."""

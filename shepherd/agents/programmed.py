@@ -11,12 +11,13 @@ from typing import Any, Callable
 import numpy as np
 from gymnasium import spaces
 
-from shepherd.agents.core import ActMode, Answer, Kind, Outcome, Request, Upload
+from shepherd.agents.core import ActMode, Answer, Kind, Outcome, Request
+from shepherd.agents.algorithm import PlainAlgorithm
 from shepherd.agents.registry import Algorithm, register
 from shepherd.hierarchy import PROGRAMMED, load_function
 
 
-class ProgrammedSelector:
+class ProgrammedSelector(PlainAlgorithm):
     """The worker's `Algorithm` of a programmed selector: each act is ``function(obs)``'s skill, as its index
     among ``skills`` (a comma-separated list of names, the level's order); a random one in heatup."""
 
@@ -25,12 +26,11 @@ class ProgrammedSelector:
     def __init__(self, function: str = "", skills: str = "", seed: int = 0, learning_starts: int = 0) -> None:
         """``learning_starts`` is the schedule's heatup, as for every learner that is not on-policy: its options
         are random then."""
+        super().__init__()
         self.function_name = function
         self.skills = [name.strip() for name in skills.split(",") if name.strip()]
         self.rng = np.random.default_rng(seed)
-        self.name, self.draining = "", False
         self._function: Callable[[Any], Any] | None = None
-        self._answers: list[Answer] = []
         self._steps = 0
 
     @classmethod
@@ -52,9 +52,6 @@ class ProgrammedSelector:
     @property
     def version(self) -> int:
         return 0  # it never changes
-
-    def filter(self, requests: list[Request]) -> None:
-        pass
 
     def process(self, requests: list[Request]) -> None:
         for request in requests:
@@ -78,27 +75,8 @@ class ProgrammedSelector:
                              f"{', '.join(self.skills)}")
         return self.skills.index(chosen)
 
-    def take_answers(self) -> list[Answer]:
-        answers, self._answers = self._answers, []
-        return answers
-
-    def idle(self) -> None:
-        pass
-
-    def drain(self) -> None:
-        pass
-
-    def before_batch(self) -> None:
-        pass
-
-    def stop_waiting(self, outcome: Outcome, detail: str) -> None:
-        pass
-
     def client_acting_refused(self) -> str | None:
         return "a programmed selector is a function on the server, not a policy file"
-
-    def learn_upload(self, upload: Upload) -> None:
-        raise NotImplementedError("a programmed selector takes no uploads")
 
     def write_checkpoint(self, path: Path, state: dict[str, Any]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

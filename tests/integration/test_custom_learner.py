@@ -12,13 +12,14 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from shepherd.agents.core import ActMode, Answer, Kind, Outcome, Request, Upload
+from shepherd.agents.core import ActMode, Answer, Kind, Outcome, Request
+from shepherd.agents.algorithm import PlainAlgorithm
 from shepherd.agents.registry import ALGORITHMS, Algorithm, parameters, register
 from shepherd.graph import AgentSpec, GraphManager, Schedule
 from shepherd.http import CREATED_KEYS, GRAPH, ServerConfig, create_app
 
 
-class TabularQ:
+class TabularQ(PlainAlgorithm):
     """One-step Q-learning on a table, for Discrete observations and actions: the worker's `Algorithm`."""
 
     on_policy = False  # its metrics rows follow its steps, not rollouts
@@ -27,9 +28,9 @@ class TabularQ:
                  learning_starts: int = 0, seed: int = 0) -> None:
         self.learning_rate, self.gamma, self.exploration_rate = learning_rate, gamma, exploration_rate
         self.rng = np.random.default_rng(seed)
-        self.name, self.draining, self.q = "", False, np.zeros((0, 0))
+        super().__init__()
+        self.q = np.zeros((0, 0))
         self._pending: dict[int, tuple[int, int]] = {}  # actor -> the observation and action of its last act
-        self._answers: list[Answer] = []
         self._steps = self._version = 0
 
     @classmethod
@@ -48,9 +49,6 @@ class TabularQ:
     @property
     def version(self) -> int:
         return self._version
-
-    def filter(self, requests: list[Request]) -> None:
-        pass
 
     def process(self, requests: list[Request]) -> None:
         for request in requests:
@@ -77,27 +75,8 @@ class TabularQ:
         self._steps += 1
         self._version += 1
 
-    def take_answers(self) -> list[Answer]:
-        answers, self._answers = self._answers, []
-        return answers
-
-    def idle(self) -> None:
-        pass
-
-    def drain(self) -> None:
-        pass
-
-    def before_batch(self) -> None:
-        pass
-
-    def stop_waiting(self, outcome: Outcome, detail: str) -> None:
-        pass
-
     def client_acting_refused(self) -> str | None:
         return "a table is not an ONNX policy file"
-
-    def learn_upload(self, upload: Upload) -> None:
-        raise NotImplementedError
 
     def write_checkpoint(self, path: Path, state: dict[str, Any]) -> None:
         with zipfile.ZipFile(path, "w") as archive:
