@@ -171,8 +171,8 @@ class OnPolicyUploads:
         """Reserve up to ``n_envs`` free segments (in order); the steps to ask for, or None if none is free."""
         adapter = self.adapter
         self._release(uploader)
-        free = [s for s in range(adapter.n_segments)
-                if adapter._owner[s] is None and adapter._position[s] < adapter.n_steps]
+        free = [s for s in range(adapter.n_segments)  # whole columns: a split one is left to server-acting actors
+                if adapter._owner[s] is None and adapter._position[s] < adapter._end[s] == adapter.n_steps]
         if not free:
             return None
         chosen = tuple(free[:n_envs])
