@@ -82,3 +82,48 @@ async def test_without_evaluations_as_many_segments_as_envs_lose_nothing(tmp_pat
     got = await run(tmp_path, 4, 4, every=None, steps=60)
     assert not got["evaluated"] and got["unlearned"] == got["overflow"] == 0
     assert got["learned"] == got["acts"] == 4 * 60
+
+
+def test_a_split_segment_is_cut_with_a_bootstrap_and_its_tail_starts_fresh():
+    """Env 1 evaluates while env 2 fills its segment and goes on in env 1's; env 1 comes back to training
+    with no segment free and takes the later half of env 2's rows: env 2's last row before the cut is
+    bootstrapped with the value of its next observation (as a time limit), env 1's first row starts an
+    episode, so GAE never crosses the cut; nothing is unlearned."""
+    import numpy as np
+    import torch as th
+
+    from shepherd.agents import ActMode, Kind, Request, build_learner
+    from shepherd.wire.spaces import parse_space
+
+    learner = build_learner("PPO", "t", parse_space([[4], "-inf", "inf"]), parse_space(2),
+                            {"seed": 0, "n_envs": 2, "n_steps": 4, "batch_size": 8, "n_epochs": 1}, None)
+    adapter, rollouts = learner.algorithm, []
+    adapter.model.train = lambda: rollouts.append({name: getattr(adapter.buffer, name).copy() for name in
+                                                   ("rewards", "episode_starts", "values", "advantages")})
+    learner.start()
+    explore, greedy = ActMode.EXPLORE, ActMode.GREEDY
+    seen = {1: np.full(4, 0.1, dtype=np.float32), 2: np.full(4, 0.2, dtype=np.float32)}
+
+    def step(*parts: tuple[str, int, ActMode]) -> None:
+        learner.submit([Request(getattr(Kind, kind), actor, seen[actor], 0.0 if kind == "BEGIN" else 1.0, False,
+                                mode, group=1) for kind, actor, mode in parts]).result(10)
+
+    try:
+        step(("BEGIN", 1, explore), ("BEGIN", 2, explore))  # env 1: column 0, env 2: column 1
+        step(("END", 1, explore), ("BEGIN", 1, greedy), ("STEP", 2, explore))  # env 1 evaluates: column 0 freed
+        for _ in range(3):  # env 2 fills column 1, then goes on in column 0 (row 1)
+            step(("STEP", 1, greedy), ("STEP", 2, explore))
+        step(("END", 1, greedy), ("BEGIN", 1, explore), ("STEP", 2, explore))  # env 1 back: splits rows 2..3
+        step(("STEP", 1, explore), ("STEP", 2, explore))  # rows 2 (env 2) and 3 (env 1) done: trained
+        with th.no_grad():
+            value = float(adapter.model.policy.predict_values(th.as_tensor(seen[2][None]))[0, 0])
+    finally:
+        learner.close()
+    assert len(rollouts) == 1 and adapter.unlearned_steps == 0
+    rollout, gamma = rollouts[0], adapter.model.gamma
+    assert list(rollout["episode_starts"][:, 0]) == [1.0, 1.0, 0.0, 1.0]  # env 1, env 2 (fresh), then env 1
+    assert list(rollout["episode_starts"][:, 1]) == [1.0, 0.0, 0.0, 0.0]
+    assert rollout["rewards"][0, 0] == 1.0 and rollout["rewards"][1, 0] == 1.0  # env 1's end: terminal
+    assert rollout["rewards"][2, 0] == pytest.approx(1.0 + gamma * value, rel=1e-5)  # env 2 cut: bootstrapped
+    assert rollout["rewards"][3, 0] == 1.0  # a column's last row: bootstrapped by GAE's last value instead
+    assert rollout["advantages"][2, 0] == pytest.approx(rollout["rewards"][2, 0] - rollout["values"][2, 0], rel=1e-5)
