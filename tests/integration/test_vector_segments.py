@@ -10,15 +10,21 @@ each env's episodes of its own length, so envs end (and start evaluations) at di
 
 import asyncio
 
+import numpy as np
 import pytest
+import torch as th
 
+from shepherd.agents import ActMode, Kind, Request, build_learner
 from shepherd.graph import AgentSpec, GraphManager, Schedule
 from shepherd.graph.local import serving_here
 from shepherd.level.episodes import Phase
 from shepherd.storage import Store
 from shepherd.wire import VectorStepInput
+from shepherd.wire.spaces import parse_space
+from shepherd.wire.experience import Experience
 
 N_STEPS = 8
+EXPLORE, GREEDY = ActMode.EXPLORE, ActMode.GREEDY
 
 
 def obs(i: int, t: int) -> list[float]:
@@ -84,39 +90,44 @@ async def test_without_evaluations_as_many_segments_as_envs_lose_nothing(tmp_pat
     assert got["learned"] == got["acts"] == 4 * 60
 
 
-def test_a_split_segment_is_cut_with_a_bootstrap_and_its_tail_starts_fresh():
-    """Env 1 evaluates while env 2 fills its segment and goes on in env 1's; env 1 comes back to training
-    with no segment free and takes the later half of env 2's rows: env 2's last row before the cut is
-    bootstrapped with the value of its next observation (as a time limit), env 1's first row starts an
-    episode, so GAE never crosses the cut; nothing is unlearned."""
-    import numpy as np
-    import torch as th
-
-    from shepherd.agents import ActMode, Kind, Request, build_learner
-    from shepherd.wire.spaces import parse_space
-
+def split_by_a_vector_session(rollouts: list[dict]):
+    """A PPO learner (2 segments of 4 rows) where env 1 of a vector session evaluated while env 2 filled
+    column 1 and went on in column 0 (row 1); env 1, back to training with no segment free, took the later
+    half of env 2's rows: env 2 writes row 2, env 1 row 3 (pending). Its trainings append the rollout's
+    rewards, episode starts, values and advantages to ``rollouts`` instead of training."""
     learner = build_learner("PPO", "t", parse_space([[4], "-inf", "inf"]), parse_space(2),
                             {"seed": 0, "n_envs": 2, "n_steps": 4, "batch_size": 8, "n_epochs": 1}, None)
-    adapter, rollouts = learner.algorithm, []
+    adapter = learner.algorithm
     adapter.model.train = lambda: rollouts.append({name: getattr(adapter.buffer, name).copy() for name in
                                                    ("rewards", "episode_starts", "values", "advantages")})
     learner.start()
-    explore, greedy = ActMode.EXPLORE, ActMode.GREEDY
-    seen = {1: np.full(4, 0.1, dtype=np.float32), 2: np.full(4, 0.2, dtype=np.float32)}
+    step(learner, ("BEGIN", 1, EXPLORE), ("BEGIN", 2, EXPLORE))  # env 1: column 0, env 2: column 1
+    step(learner, ("END", 1, EXPLORE), ("BEGIN", 1, GREEDY), ("STEP", 2, EXPLORE))  # env 1 evaluates
+    for _ in range(3):  # env 2 fills column 1, then goes on in column 0 (row 1)
+        step(learner, ("STEP", 1, GREEDY), ("STEP", 2, EXPLORE))
+    step(learner, ("END", 1, GREEDY), ("BEGIN", 1, EXPLORE), ("STEP", 2, EXPLORE))  # env 1 back: splits
+    return learner
 
-    def step(*parts: tuple[str, int, ActMode]) -> None:
-        learner.submit([Request(getattr(Kind, kind), actor, seen[actor], 0.0 if kind == "BEGIN" else 1.0, False,
-                                mode, group=1) for kind, actor, mode in parts]).result(10)
 
+SEEN = {1: np.full(4, 0.1, dtype=np.float32), 2: np.full(4, 0.2, dtype=np.float32)}
+
+
+def step(learner, *parts: tuple[str, int, ActMode]) -> None:
+    """One vector step of the session of envs 1 and 2 (each env always sees the same observation)."""
+    learner.submit([Request(getattr(Kind, kind), actor, SEEN[actor], 0.0 if kind == "BEGIN" else 1.0, False,
+                            mode, group=1) for kind, actor, mode in parts]).result(10)
+
+
+def test_a_split_segment_is_cut_with_a_bootstrap_and_its_tail_starts_fresh():
+    """Env 2's last row before the cut is bootstrapped with the value of its next observation (as a time
+    limit), env 1's first row after it starts an episode, so GAE never crosses the cut; nothing is unlearned."""
+    rollouts: list[dict] = []
+    learner = split_by_a_vector_session(rollouts)
+    adapter = learner.algorithm
     try:
-        step(("BEGIN", 1, explore), ("BEGIN", 2, explore))  # env 1: column 0, env 2: column 1
-        step(("END", 1, explore), ("BEGIN", 1, greedy), ("STEP", 2, explore))  # env 1 evaluates: column 0 freed
-        for _ in range(3):  # env 2 fills column 1, then goes on in column 0 (row 1)
-            step(("STEP", 1, greedy), ("STEP", 2, explore))
-        step(("END", 1, greedy), ("BEGIN", 1, explore), ("STEP", 2, explore))  # env 1 back: splits rows 2..3
-        step(("STEP", 1, explore), ("STEP", 2, explore))  # rows 2 (env 2) and 3 (env 1) done: trained
+        step(learner, ("STEP", 1, EXPLORE), ("STEP", 2, EXPLORE))  # rows 2 (env 2) and 3 (env 1) done: trained
         with th.no_grad():
-            value = float(adapter.model.policy.predict_values(th.as_tensor(seen[2][None]))[0, 0])
+            value = float(adapter.model.policy.predict_values(th.as_tensor(SEEN[2][None]))[0, 0])
     finally:
         learner.close()
     assert len(rollouts) == 1 and adapter.unlearned_steps == 0
@@ -127,3 +138,23 @@ def test_a_split_segment_is_cut_with_a_bootstrap_and_its_tail_starts_fresh():
     assert rollout["rewards"][2, 0] == pytest.approx(1.0 + gamma * value, rel=1e-5)  # env 2 cut: bootstrapped
     assert rollout["rewards"][3, 0] == 1.0  # a column's last row: bootstrapped by GAE's last value instead
     assert rollout["advantages"][2, 0] == pytest.approx(rollout["rewards"][2, 0] - rollout["values"][2, 0], rel=1e-5)
+
+
+def test_a_client_acting_session_uploads_into_the_split_segments_a_vector_session_left():
+    """The vector session leaves mid-rollout: its two half-columns' rows (2 and 3 of column 0) are free, and
+    a client-acting session of one env reserves and fills them; the rollout is complete and trained."""
+    rollouts: list[dict] = []
+    learner = split_by_a_vector_session(rollouts)
+    try:
+        learner.submit([Request(Kind.DROP, 1), Request(Kind.DROP, 2)])
+        reply, rng = learner.begin_uploads(9, 1).result(10), np.random.default_rng(0)
+        for _ in range(2):  # row 2 of the head, then row 3 of the tail: a segment, and a reply, each
+            assert reply.steps == 1
+            no = np.zeros((1, 1), bool)
+            experience = Experience.of(rng.normal(size=(2, 1, 4)).astype(np.float32), rng.integers(0, 2, (1, 1)),
+                                       np.ones((1, 1)), no, no, [[None]], reply.policy_version)
+            reply = learner.learn_experience(9, experience).result(10)
+            assert reply.accepted == 1
+    finally:
+        learner.close()
+    assert len(rollouts) == 1 and list(rollouts[0]["episode_starts"][:, 0]) == [1.0, 1.0, 1.0, 1.0]
