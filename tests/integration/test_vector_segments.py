@@ -90,6 +90,12 @@ async def test_without_evaluations_as_many_segments_as_envs_lose_nothing(tmp_pat
     assert got["learned"] == got["acts"] == 4 * 60
 
 
+async def test_without_evaluations_envs_that_do_not_divide_the_rollout_lose_its_remainder_only(tmp_path):
+    got = await run(tmp_path, 3, 4, every=None, steps=66)  # 32 rows a rollout, 3 acts a step: 11 steps, 1 lost
+    assert not got["evaluated"] and got["updates"] == 5  # the sixth rollout completes with the next step
+    assert got["unlearned"] == got["overflow"] == 6 and got["learned"] == 198 - 6
+
+
 def split_by_a_vector_session(rollouts: list[dict]):
     """A PPO learner (2 segments of 4 rows) where env 1 of a vector session evaluated while env 2 filled
     column 1 and went on in column 0 (row 1); env 1, back to training with no segment free, took the later
