@@ -11,6 +11,9 @@ while no segment is free wait for that update, exactly as SB3's vectorised envs 
 A session that leaves mid-segment (or stalls while others wait) hands its segment over: its last
 transition is bootstrapped with the value of its next observation, as SB3 bootstraps a time limit, and
 the next writer starts with ``episode_start`` set, so GAE never crosses from one client to another.
+
+A vector session's envs cannot wait for each other: one that finds no free segment splits a group-mate's
+(``_split``), and acts unlearned (``unlearned_steps``) only when no rollout has room for it.
 """
 
 from __future__ import annotations
@@ -24,13 +27,12 @@ import gymnasium as gym
 import numpy as np
 import torch as th
 from stable_baselines3.common.buffers import DictRolloutBuffer, RolloutBuffer
-from stable_baselines3.common.distributions import (BernoulliDistribution, CategoricalDistribution,
-                                                    DiagGaussianDistribution, MultiCategoricalDistribution)
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.torch_layers import FlattenExtractor
 
 from shepherd.agents.core import ActMode, Kind, Outcome, Request, Upload
 from shepherd.agents.sb3.base import SB3Algorithm, stack_observations
+from shepherd.agents.sb3.greedy import greedy_actions
 from shepherd.agents.sb3.uploads import OnPolicyUploads
 
 logger = logging.getLogger(__name__)
@@ -77,8 +79,11 @@ class OnPolicyAdapter(SB3Algorithm):
                                      and isinstance(model.policy.features_extractor, FlattenExtractor))
 
     def _reset_rollout(self) -> None:
+        """An empty rollout: a segment per buffer column (a split adds one: a column's tail, ``_split``)."""
         self.buffer.reset()
-        self._position = np.zeros(self.n_segments, dtype=np.int64)
+        self._position: list[int] = [0] * self.n_segments  # a segment's next row
+        self._end: list[int] = [self.n_steps] * self.n_segments  # ... and the row after its last
+        self._column: list[int] = list(range(self.n_segments))  # ... of this buffer column
         self._rows_left = self.n_segments * self.n_steps  # rows without a reward yet: 0 is a full rollout
         self._owner: list[int | None] = [None] * self.n_segments
         self._last_values = np.zeros(self.n_segments, dtype=np.float32)
@@ -104,37 +109,9 @@ class OnPolicyAdapter(SB3Algorithm):
             latent_vf = policy.mlp_extractor.forward_critic(features[1])
         return policy.value_net(latent_vf).flatten().numpy(), latent_pi
 
-    @th.no_grad()
     def _greedy(self, messages: list[Request]) -> np.ndarray:
-        """Greedy actions only, for batches that nothing learns from (evaluation, deployment).
-
-        The actor's layers and an argmax (or the mean), without building SB3's distribution object: the
-        same actions as ``policy._predict(obs, deterministic=True)`` at a quarter of its cost, which is
-        mostly that object's Python. Sampling (training) keeps SB3's distributions, and its random numbers.
-        """
-        policy = self.model.policy
-        features: Any
-        observations = [m.obs for m in messages]
-        if self._vector_observations:  # SB3's preprocessing and flattening would change nothing
-            obs_tensor = features = th.from_numpy(np.stack(observations).astype(np.float32, copy=False))
-        else:
-            obs_tensor, _ = policy.obs_to_tensor(stack_observations(observations))  # type: ignore[assignment]
-            features = policy.extract_features(obs_tensor)
-            features = features if policy.share_features_extractor else features[0]
-        out = policy.action_net(policy.mlp_extractor.policy_net(features))
-        distribution = policy.action_dist
-        if isinstance(distribution, CategoricalDistribution):
-            actions = out.argmax(dim=1)
-        elif isinstance(distribution, MultiCategoricalDistribution):
-            parts = th.split(out, list(distribution.action_dims), dim=1)
-            actions = th.stack([part.argmax(dim=1) for part in parts], dim=1)
-        elif isinstance(distribution, BernoulliDistribution):
-            actions = (out > 0).to(out.dtype)  # round(sigmoid(logit)), 0.5 rounding to 0 as torch.round does
-        elif isinstance(distribution, DiagGaussianDistribution):
-            actions = out  # the mean
-        else:
-            actions = policy._predict(obs_tensor, deterministic=True)
-        return actions.numpy()
+        """Greedy actions only, for batches that nothing learns from (evaluation, deployment)."""
+        return greedy_actions(self.model.policy, [m.obs for m in messages], self._vector_observations)
 
     @th.inference_mode()
     def _sample(self, latent_pi: th.Tensor, acting: list[Request],
@@ -241,14 +218,15 @@ class OnPolicyAdapter(SB3Algorithm):
         """Whether an actor of this vector session still has rows to fill in its segment. Its other envs
         then act without a segment (their transitions are not learned from) instead of waiting: the
         session steps all its envs together, so a wait would stall the segments it holds, and with them
-        the rollout. Give an agent at least as many segments (``n_envs``) as actors to learn from all."""
+        the rollout. That happens when nothing was left to split (``_split``): at the step that fills a
+        rollout, or to the envs of a session with more envs than the agent has segments (``n_envs``)."""
         if not group:
             return False
-        return any(owner is not None and position < self.n_steps and getattr(self._actors.get(owner), "group", 0)
-                   == group for owner, position in zip(self._owner, self._position))
+        return any(owner is not None and position < end and getattr(self._actors.get(owner), "group", 0) == group
+                   for owner, position, end in zip(self._owner, self._position, self._end))
 
     def _free_segment(self) -> bool:
-        return any(o is None and p < self.n_steps for o, p in zip(self._owner, self._position))
+        return any(o is None and p < e for o, p, e in zip(self._owner, self._position, self._end))
 
     def _act(self, actor: _Actor, message: Request, sampled, greedy, value: float, log_prob: float) -> None:
         """Reply with the greedy action, or write the sampled one down the actor's segment and reply with it."""
@@ -259,14 +237,15 @@ class OnPolicyAdapter(SB3Algorithm):
         if segment is None:  # the server is stopping, or no segment is free for it: answer, learn nothing
             if not self.draining:
                 if not self.unlearned_steps:
-                    logger.warning("agent %s: a vector session has more envs than the agent's %d segments "
-                                   "(n_envs): the envs without one act but are not learned from; give the "
-                                   "agent n_envs of at least the envs it serves", self.name, self.n_segments)
+                    logger.warning("agent %s: envs of a vector session found no free row in the rollout (%d "
+                                   "segments, n_envs): they act but are not learned from (as at the step that "
+                                   "fills a rollout when envs left for evaluations; give the agent n_envs of at "
+                                   "least the envs of a session)", self.name, self.n_segments)
                 self.unlearned_steps += 1
             self.answer(message, sampled)
             return
-        row = int(self._position[segment])
-        self._write_row(row, segment, message, sampled, value, log_prob,
+        row = self._position[segment]
+        self._write_row(row, self._column[segment], message, sampled, value, log_prob,
                         start=actor.new_episode or actor.fresh_segment)
         actor.pending, actor.new_episode, actor.fresh_segment = True, False, False
         self.answer(message, sampled)
@@ -287,29 +266,33 @@ class OnPolicyAdapter(SB3Algorithm):
         buffer.episode_starts[row, segment] = float(start)
 
     def _complete(self, actor: _Actor, message: Request, next_value: float) -> None:
-        """Store the reward of the pending row; bootstrap a time limit with the next value."""
+        """Store the reward of the pending row; bootstrap a time limit with the next value, and so the last
+        row of a segment that a split cut short (the next row starts another actor's stretch)."""
         segment = actor.segment
         assert segment is not None  # a pending row lies in the actor's segment
-        row = int(self._position[segment])
+        row, column = self._position[segment], self._column[segment]
         reward = message.reward
         done = message.kind is Kind.END
         if done and message.truncated:
             reward += self.model.gamma * next_value
-        self.buffer.rewards[row, segment] = reward
+        elif row + 1 == self._end[segment] < self.n_steps and not done:
+            reward += self.model.gamma * next_value
+        self.buffer.rewards[row, column] = reward
         self._position[segment] = row + 1
         self._rows_left -= 1
         self.model.num_timesteps += 1
         actor.pending = False
-        if row + 1 == self.n_steps:
-            self._last_values[segment] = next_value
-            self._last_dones[segment] = float(done)
+        if row + 1 == self._end[segment]:
+            if row + 1 == self.n_steps:
+                self._last_values[column] = next_value
+                self._last_dones[column] = float(done)
             self._owner[segment] = None
             actor.segment = None
 
     def _claim(self, actor_id: int, actor: _Actor) -> int | None:
-        free = [s for s in range(self.n_segments) if self._owner[s] is None and self._position[s] < self.n_steps]
+        free = [s for s, (o, p, e) in enumerate(zip(self._owner, self._position, self._end)) if o is None and p < e]
         if not free:
-            return None
+            return self._split(actor_id, actor) if 0 < actor.group and self._fits(actor.group) else None
         segment = self._choose_segment(actor, free)
         self._owner[segment] = actor_id
         actor.segment = segment
@@ -320,15 +303,39 @@ class OnPolicyAdapter(SB3Algorithm):
         """Which of the free segments (in order) an actor claims: the first (a subclass may prefer others)."""
         return free[0]
 
+    def _fits(self, group: int) -> bool:  # a session of more envs than segments: its extra envs act unlearned
+        return sum(a.group == group for a in self._actors.values()) <= self.n_segments
+
+    def _split(self, actor_id: int, actor: _Actor) -> int | None:
+        """No segment is free: a vector session's env takes the later half of the rows a group-mate has left
+        in its segment (the one with the most, if two or more), instead of acting unlearned. The group-mate
+        stops at the split, bootstrapped there (``_complete``), and the new segment starts fresh. Rollouts
+        desynchronised by envs that left for an unlearned episode (an evaluation) then still end together."""
+        mates = [s for s, owner in enumerate(self._owner) if owner is not None and owner != actor_id
+                 and getattr(self._actors.get(owner), "group", 0) == actor.group
+                 and self._actors[owner].segment == s and self._end[s] - self._position[s] >= 2]
+        if not mates:
+            return None
+        split = max(mates, key=lambda s: self._end[s] - self._position[s])
+        middle = self._position[split] + (self._end[split] - self._position[split] + 1) // 2
+        segment = len(self._owner)
+        self._owner.append(actor_id)
+        self._position.append(middle)
+        self._end.append(self._end[split])
+        self._column.append(self._column[split])
+        self._end[split] = middle
+        actor.segment, actor.fresh_segment = segment, True
+        return segment
+
     def _leave_segment(self, actor: _Actor, bootstrap: bool) -> None:
         """Release the actor's segment; a pending row is dropped and, if asked, its value bootstraps
         the previous row (the episode is cut there, as at a time limit)."""
         segment = actor.segment
         if segment is None:
             return
-        row = int(self._position[segment])
+        row, column = self._position[segment], self._column[segment]
         if actor.pending and bootstrap and row > 0 and not actor.fresh_segment:
-            self.buffer.rewards[row - 1, segment] += self.model.gamma * self.buffer.values[row, segment]
+            self.buffer.rewards[row - 1, column] += self.model.gamma * self.buffer.values[row, column]
         self._owner[segment] = None
         actor.segment, actor.pending, actor.fresh_segment = None, False, False
 

@@ -11,7 +11,8 @@ Its upload is written column by column (env 0's T rows, then env 1's, ...) down 
 with N free segments of ``n_steps`` rows, env i fills segment i, exactly as SB3's env i fills column i.
 A column continued in the next segment starts there with ``episode_start`` set; a column that stops
 mid-segment has its last reward bootstrapped with the value of its next observation, unless its episode
-ended (the cut of `OnPolicyAdapter._leave_segment`); rows past the reserved ones (at most N-1) are not
+ended (the cut of `OnPolicyAdapter._leave_segment`), as does one that fills a segment ending mid-column (a
+vector session's split, `OnPolicyAdapter._split`); rows past the reserved ones (at most N-1) are not
 learned (``unlearned_steps``). Values and log-probabilities are SB3's ``evaluate_actions`` of the uploaded
 observations and samples with the current policy (what ``train()`` evaluates), the time-limit bootstrap is
 ``collect_rollouts``'s (``reward += gamma * V(final_obs)``), and a segment filled to its end takes the value
@@ -171,12 +172,12 @@ class OnPolicyUploads:
         """Reserve up to ``n_envs`` free segments (in order); the steps to ask for, or None if none is free."""
         adapter = self.adapter
         self._release(uploader)
-        free = [s for s in range(adapter.n_segments)
-                if adapter._owner[s] is None and adapter._position[s] < adapter.n_steps]
+        free = [s for s, (o, p, e) in enumerate(zip(adapter._owner, adapter._position, adapter._end))
+                if o is None and p < e]  # a segment may be part of a column (a vector session split it)
         if not free:
             return None
         chosen = tuple(free[:n_envs])
-        capacity = sum(adapter.n_steps - int(adapter._position[s]) for s in chosen)
+        capacity = sum(adapter._end[s] - adapter._position[s] for s in chosen)
         for segment in chosen:
             adapter._owner[segment] = uploader
         steps = -(-capacity // n_envs)
@@ -201,17 +202,20 @@ class OnPolicyUploads:
             t = 0
             while t < steps and k < len(queue):
                 segment, row = queue[k]
-                length = min(steps - t, adapter.n_steps - row)
+                column = adapter._column[segment]
+                length = min(steps - t, adapter._end[segment] - row)
                 self._piece(segment, row, i, t, t + length, seen, values, log_probs, rewards, experience)
                 t, row = t + length, row + length
                 queue[k][1] = row
-                if row == adapter.n_steps:  # the segment is full: its last value bootstraps GAE
-                    adapter._last_values[segment] = values[t, i]
-                    adapter._last_dones[segment] = float(experience.ended[t - 1, i])
+                if row == adapter._end[segment]:  # the segment is full
                     adapter._owner[segment] = None
                     k += 1
-                elif not experience.ended[t - 1, i]:  # cut mid-segment: bootstrapped, as at a time limit
-                    adapter.buffer.rewards[row - 1, segment] += gamma * values[t, i]
+                    if row == adapter.n_steps:  # at its column's end: its last value bootstraps GAE
+                        adapter._last_values[column] = values[t, i]
+                        adapter._last_dones[column] = float(experience.ended[t - 1, i])
+                        continue
+                if not experience.ended[t - 1, i]:  # cut mid-column: bootstrapped, as at a time limit
+                    adapter.buffer.rewards[row - 1, column] += gamma * values[t, i]
             adapter.unlearned_steps += steps - t
         for segment in reservation.segments:
             if adapter._owner[segment] == uploader:
@@ -221,21 +225,21 @@ class OnPolicyUploads:
                log_probs: np.ndarray, rewards: np.ndarray, experience: Experience) -> None:
         """Rows ``start:stop`` of env ``i``'s column written down ``segment`` from ``row``."""
         adapter = self.adapter
-        buffer, end = adapter.buffer, row + stop - start
+        buffer, end, column = adapter.buffer, row + stop - start, adapter._column[segment]
         if isinstance(buffer.observations, dict):
             for key, part in buffer.observations.items():
-                part[row:end, segment] = seen[key][start:stop, i].reshape(part[row:end, segment].shape)
+                part[row:end, column] = seen[key][start:stop, i].reshape(part[row:end, column].shape)
         else:
-            target = buffer.observations[row:end, segment]
-            buffer.observations[row:end, segment] = seen[start:stop, i].reshape(target.shape)
-        buffer.actions[row:end, segment] = experience.sample[start:stop, i].reshape(end - row, buffer.action_dim)
-        buffer.values[row:end, segment] = values[start:stop, i]
-        buffer.log_probs[row:end, segment] = log_probs[start:stop, i]
-        buffer.rewards[row:end, segment] = rewards[start:stop, i]
-        buffer.episode_starts[row:end, segment] = np.concatenate([[1.0], experience.ended[start:stop - 1, i]])
+            target = buffer.observations[row:end, column]
+            buffer.observations[row:end, column] = seen[start:stop, i].reshape(target.shape)
+        buffer.actions[row:end, column] = experience.sample[start:stop, i].reshape(end - row, buffer.action_dim)
+        buffer.values[row:end, column] = values[start:stop, i]
+        buffer.log_probs[row:end, column] = log_probs[start:stop, i]
+        buffer.rewards[row:end, column] = rewards[start:stop, i]
+        buffer.episode_starts[row:end, column] = np.concatenate([[1.0], experience.ended[start:stop - 1, i]])
         masks = getattr(buffer, "action_masks", None)
         if masks is not None:
-            masks[row:end, segment] = 1.0 if experience.action_mask is None else experience.action_mask[start:stop, i]
+            masks[row:end, column] = 1.0 if experience.action_mask is None else experience.action_mask[start:stop, i]
         adapter._position[segment] = end
         adapter._rows_left -= end - row
         adapter.model.num_timesteps += end - row
