@@ -60,20 +60,15 @@ class Option:
     steps: int = 0
 
 
-class HierarchyLevel(Level):
-    """One single-env session of a selector over ``skills``: protocol messages -> options and learner calls.
-
-    ``take_step`` returns the active skill's future action, or, when a new option starts, a future set once the
-    selector chose and the chosen skill answered; None when the env's episode ended. Every reply adds
-    ``"option"``: the skill that answered (None at an episode's end).
-    """
+class OptionsLevel(Level):
+    """What a selector's levels share (single-env and vector): its agent, its skills, how long an option runs at
+    most, how the skills act, the reply's fields, and the options' record."""
 
     snapshots = False  # a front end cannot answer a hierarchy from one policy's snapshot
     takes_masks = False
 
-    def __init__(self, actor_id: int, host: OptionHost, skills: list[Skill], option_steps: int, skills_learn: bool,
+    def __init__(self, host: OptionHost, skills: list[Skill], option_steps: int, skills_learn: bool,
                  action_space: Any, evaluate_only: bool = False) -> None:
-        self.actor_id = actor_id
         self.host = host
         self.skills = skills
         self.consults = frozenset(skill.agent_id for skill in skills)
@@ -81,20 +76,36 @@ class HierarchyLevel(Level):
         self.skills_learn = skills_learn
         self.action_space = action_space
         self.evaluate_only = evaluate_only
-        self.episode: Episode | None = None
-        self.option: Option | None = None
         self.steps = 0
         self.closed = False
-        self._used: set[int] = set()  # the skills this session's actor was an actor of
+        self._used: set[int] = set()  # the skills this session's actors were actors of
         self._fields: dict[str, Any] = {}
         self._chain: asyncio.Task[None] | None = None
 
     def reply_fields(self) -> dict[str, Any]:
-        """``{"option": NAME}``; when a new option starts, filled in before the reply is done."""
         return self._fields
 
     def skill_mode(self, phase: Phase) -> ActMode:
         return skill_mode(self.skills_learn, phase)
+
+    def _record(self, option: Option) -> None:
+        self.host.record_option(self.skills[option.skill].name, option.steps, option.reward)
+
+
+class HierarchyLevel(OptionsLevel):
+    """One single-env session of a selector over ``skills``: protocol messages -> options and learner calls.
+
+    ``take_step`` returns the active skill's future action, or, when a new option starts, a future set once the
+    selector chose and the chosen skill answered; None when the env's episode ended. Every reply adds
+    ``"option"``: the skill that answered (None at an episode's end).
+    """
+
+    def __init__(self, actor_id: int, host: OptionHost, skills: list[Skill], option_steps: int, skills_learn: bool,
+                 action_space: Any, evaluate_only: bool = False) -> None:
+        super().__init__(host, skills, option_steps, skills_learn, action_space, evaluate_only)
+        self.actor_id = actor_id
+        self.episode: Episode | None = None
+        self.option: Option | None = None
 
     def take_step(self, step: StepInput) -> ActionFuture | None:
         return self.step(step.obs, step.reward, step.done, step.truncated)
@@ -134,7 +145,7 @@ class HierarchyLevel(Level):
         return skill.learner.step(actor, reward, obs, skill_mode)
 
     def _ended(self, option: Option) -> None:
-        self.host.record_option(self.skills[option.skill].name, option.steps, option.reward)
+        self._record(option)
         self.option = None
 
     def _choose(self, choice: ActionFuture, obs: Any) -> ActionFuture:

@@ -14,44 +14,26 @@ import asyncio
 from typing import Any
 
 from shepherd.agents import ActionFuture, Kind, Request
-from shepherd.level.base import Level
 from shepherd.level.episodes import MODES, Episode, Phase, abandon
-from shepherd.level.hierarchy import Option, OptionHost, Skill, skill_mode
+from shepherd.level.hierarchy import Option, OptionHost, OptionsLevel, Skill
 from shepherd.wire import EnvSteps, VectorStepInput
 
 
-class HierarchyVectorLevel(Level):
-    """One vector session of a selector over ``skills``: N envs, each an actor of the selector and of the skills."""
-
-    snapshots = False
-    takes_masks = False
+class HierarchyVectorLevel(OptionsLevel):
+    """One vector session of a selector over ``skills``: N envs, each an actor of the selector and of the skills.
+    Its reply fields are ``{"options": [NAME, ...]}``, filled in before the reply is done."""
 
     def __init__(self, first_actor_id: int, n_envs: int, host: OptionHost, skills: list[Skill], option_steps: int,
                  skills_learn: bool, action_space: Any, evaluate_only: bool = False) -> None:
+        super().__init__(host, skills, option_steps, skills_learn, action_space, evaluate_only)
         self.actor_ids = range(first_actor_id, first_actor_id + n_envs)
         self.group = first_actor_id
-        self.host = host
-        self.skills = skills
-        self.consults = frozenset(skill.agent_id for skill in skills)
-        self.option_steps = option_steps
-        self.skills_learn = skills_learn
-        self.action_space = action_space
-        self.evaluate_only = evaluate_only
         self.episodes: list[Episode | None] = [None] * n_envs
         self.options: list[Option | None] = [None] * n_envs
-        self.steps = 0
-        self.closed = False
-        self._used: set[int] = set()
-        self._fields: dict[str, Any] = {}
-        self._chain: asyncio.Task[None] | None = None
 
     @property
     def n_envs(self) -> int:
         return len(self.actor_ids)
-
-    def reply_fields(self) -> dict[str, Any]:
-        """``{"options": [NAME, ...]}``, filled in before the reply is done."""
-        return self._fields
 
     def take_vector_step(self, step: VectorStepInput) -> ActionFuture:
         if step.n_envs != self.n_envs:
@@ -76,7 +58,7 @@ class HierarchyVectorLevel(Level):
                 option.reward += reward
                 option.steps += 1
                 skill = self.skills[option.skill]
-                mode, acting = MODES[episode.phase], skill_mode(self.skills_learn, episode.phase)
+                mode, acting = MODES[episode.phase], self.skill_mode(episode.phase)
                 asked = skills.setdefault(option.skill, [])
                 if envs.ended[index]:
                     final, truncated = envs.final_obs[index], envs.truncated[index]
@@ -106,7 +88,7 @@ class HierarchyVectorLevel(Level):
         return reply
 
     def _ended(self, index: int, option: Option) -> None:
-        self.host.record_option(self.skills[option.skill].name, option.steps, option.reward)
+        self._record(option)
         self.options[index] = None
 
     async def _answer(self, choice: ActionFuture | None, choosing: list[int], skills: dict[int, list[Request]],
@@ -122,7 +104,7 @@ class HierarchyVectorLevel(Level):
                 self.options[index] = Option(skill)
                 self._used.add(skill)
                 skills.setdefault(skill, []).append(
-                    self._request(Kind.BEGIN, index, obs[index], 0.0, False, skill_mode(self.skills_learn, episode.phase)))
+                    self._request(Kind.BEGIN, index, obs[index], 0.0, False, self.skill_mode(episode.phase)))
             futures = {skill: self.skills[skill].learner.submit(requests) for skill, requests in skills.items()}
             answers = {skill: list(await future) for skill, future in futures.items()}
         except asyncio.CancelledError:  # a learner dropped the requests: the session ended while they waited
