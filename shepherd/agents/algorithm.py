@@ -80,6 +80,10 @@ class Algorithm(Protocol):
     def client_acting_refused(self) -> str | None:
         """Why a client-acting session cannot act with this algorithm's policy (None: it can)."""
 
+    def published_behaviour(self, phase: str, agent: str, algorithm: str) -> tuple[int, bytes] | None:
+        """The behaviour policy file of ``phase`` at the current version, ``(version, bytes)``, if it is built
+        already (None: a ``"behaviour"`` control builds it on the worker's thread). Called from any thread."""
+
     def learn_upload(self, upload: Upload) -> Callable[[], None] | None:
         """Learn from one client-acting session's upload (or open the session); answer its ticket with an
         `ExperienceReply` or a refusal. Returns work to run once the answers so far are handed over (training
@@ -123,6 +127,9 @@ class PlainAlgorithm:
 
     def client_acting_refused(self) -> str | None:
         return f"{type(self).__name__} has no policy file a client can act with"
+
+    def published_behaviour(self, phase: str, agent: str, algorithm: str) -> tuple[int, bytes] | None:
+        return None
 
     def learn_upload(self, upload: Upload) -> Callable[[], None] | None:
         raise NotImplementedError(f"{type(self).__name__} takes no uploads")

@@ -81,8 +81,7 @@ class ThreadedLearner:
         return self._queue.qsize()
 
     @property
-    def alive(self) -> bool:
-        """The worker's thread is running."""
+    def alive(self) -> bool:  # the worker's thread is running
         return self._thread.is_alive()
 
     @property
@@ -181,8 +180,7 @@ class ThreadedLearner:
         self._put_all(requests)
 
     def mark(self) -> Future:
-        """A future set when the worker reaches this point of its queue, after handing over (to `relay`)
-        the answers of everything queued before it."""
+        """A future set when the worker reaches this point of its queue, the answers before it handed over."""
         future: Future = Future()
         if not self._refused(future):
             self._queue.put(Control("mark", future))
@@ -190,8 +188,7 @@ class ThreadedLearner:
 
     @property
     def sample_space(self) -> Any:
-        """What an uploaded sample is checked against: the action space, or [-1, 1] where the algorithm
-        stores scaled actions (`shepherd.wire.experience.sample_space`)."""
+        """What an uploaded sample is checked against (`shepherd.wire.experience.sample_space`)."""
         return self.algorithm.sample_space  # type: ignore[attr-defined]
 
     @property
@@ -201,11 +198,14 @@ class ThreadedLearner:
 
     def behaviour(self, phase: str, agent: str, algorithm: str) -> ActionFuture:
         """The behaviour policy file of ``phase`` (`shepherd.agents.export.behaviour`) at the learner's current
-        version, built on its thread between two batches: a future of ``(version, the file's bytes)``; its
-        exception `NotActableAtClient` when the policy cannot act at the client."""
-        future = ActionFuture()
+        version, a future of ``(version, bytes)``: at once if built at this version (an update in progress never
+        delays it), else built on its thread between two batches; its exception `NotActableAtClient`."""
+        future, built = ActionFuture(), self.algorithm.published_behaviour(phase, agent, algorithm)
         if not self._refused(future):
-            self._queue.put(Control("behaviour", future, (phase, agent, algorithm)))
+            if built is not None:
+                future.set_result(built)
+            else:
+                self._queue.put(Control("behaviour", future, (phase, agent, algorithm)))
         return future
 
     def checkpoint(self, path: Path, state: dict[str, Any]) -> Future:

@@ -15,7 +15,9 @@ and how much it trains, not the random numbers a client would draw.
 
 from __future__ import annotations
 
+import threading
 import time
+from concurrent.futures import Future
 
 import gymnasium as gym
 import numpy as np
@@ -27,6 +29,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecEnvWrapper, VecNormalize
 
 from shepherd.agents import ActMode, NotClientActing, StalePolicy, algorithm_info, build_learner, sb3_arguments
+from shepherd.agents.algorithm import Control
 from shepherd.agents.factories import policy_name
 from shepherd.definition import Filters
 from shepherd.wire.experience import (EXPERIENCE_FIELDS, BadExperience, Experience, ExperienceSpaces,
@@ -445,6 +448,40 @@ def test_off_policy_learns_only_the_current_version_unless_max_policy_lag_allows
             lagging.learn_experience(1, random_experience(rng, 2, 2, 0)).result(30)
     finally:
         lagging.close()
+
+
+def test_a_policy_file_is_built_at_each_new_version_and_served_while_the_learner_is_busy():
+    """A session that fetched a phase's file once finds the next version's built when the update ends: its
+    fetch is answered at once even while the learner's thread is busy (training at max_policy_lag 1), with
+    the file a fresh build of that version gives."""
+    rng = np.random.default_rng(4)
+    learner = dqn(1)
+    try:
+        assert learner.behaviour("train", "lagging", "DQN").result(30)[0] == 0
+        learner.learn_experience(1, random_experience(rng, 2, 2, 0)).result(30)
+        learner.mark().result(30)  # after the training the reply did not wait for
+        assert learner.policy_version == 1
+        built = learner.algorithm.published_behaviour("train", "lagging", "DQN")  # at the update's end
+        fresh: Future = Future()
+        learner._queue.put(Control("behaviour", fresh, ("train", "lagging", "DQN")))  # what a fetch built till now
+        assert built is not None and built == fresh.result(30) and built[0] == 1
+        entered, release = threading.Event(), threading.Event()
+        learn_upload = learner.algorithm.learn_upload
+
+        def busy(upload):
+            entered.set()
+            release.wait(30)
+            return learn_upload(upload)
+
+        learner.algorithm.learn_upload = busy
+        held = learner.learn_experience(1, random_experience(rng, 2, 2, 1))
+        assert entered.wait(30)
+        served = learner.behaviour("train", "lagging", "DQN")
+        assert served.done() and served.result() == built  # not queued behind the busy thread
+        release.set()
+        held.result(30)
+    finally:
+        learner.close()
 
 
 def test_a_rollout_mixing_a_server_acting_actor_and_an_upload_trains():

@@ -76,6 +76,10 @@ class SB3Algorithm:
         self._version = 0
         self._published: VersionedWeights | None = None
         self._wanted = False  # someone asked for weights: publish them after updates
+        #: behaviour files by phase, (version, bytes): rebuilt at every new version for the phases asked since
+        #: the last one, so a client-acting session's fetch never waits behind an update (`published_behaviour`)
+        self._behaviours: dict[str, tuple[int, bytes]] = {}
+        self._behaviours_asked: dict[str, tuple[str, str]] = {}  # phase -> (agent, algorithm) to build them
         self.updates = Histogram(WORK_BUCKETS)  # each training update's duration (seconds)
 
     @property
@@ -138,10 +142,32 @@ class SB3Algorithm:
 
     def behaviour_file(self, phase: str, agent: str, algorithm: str) -> tuple[int, bytes]:
         """The current policy version and its behaviour policy file of ``phase``, on the learner's thread
-        (`shepherd.agents.export.behaviour.behaviour_of_version`)."""
+        (`shepherd.agents.export.behaviour.behaviour_of_version`); built again at every new version from now
+        on while clients keep asking (`published_behaviour`)."""
         from shepherd.agents.export.behaviour import behaviour_of_version  # onnx, only for client-acting sessions
 
-        return behaviour_of_version(self, agent, algorithm, phase)
+        built = self._behaviours[phase] = behaviour_of_version(self, agent, algorithm, phase)
+        self._behaviours_asked[phase] = (agent, algorithm)
+        return built
+
+    def published_behaviour(self, phase: str, agent: str, algorithm: str) -> tuple[int, bytes] | None:
+        """The behaviour file of ``phase`` at the current version if it is built (None: build it on the
+        learner's thread with `behaviour_file`). Any thread: an update in progress never delays it. Asking
+        keeps the phase's file built at the next version too."""
+        built = self._behaviours.get(phase)
+        if built is None or built[0] != self._version:
+            return None
+        self._behaviours_asked[phase] = (agent, algorithm)
+        return built
+
+    def _rebuild_behaviours(self) -> None:
+        """At a new version, on the learner's thread: the files of the phases asked for since the last one."""
+        asked, self._behaviours_asked = self._behaviours_asked, {}
+        for phase, (agent, algorithm) in asked.items():
+            try:
+                self.behaviour_file(phase, agent, algorithm)
+            except Exception:  # noqa: BLE001 - the fetch builds it again and says why
+                self._behaviours.pop(phase, None)
 
     def client_acting_refused(self) -> str | None:
         """Why this agent's policy cannot act at the client (None: it can); a subclass adds its reasons."""
@@ -245,6 +271,8 @@ class SB3Algorithm:
         if self._wanted:
             self._wanted = False  # published once more; a reader asking again keeps it coming
             self._publish()
+        if self._behaviours_asked:
+            self._rebuild_behaviours()
 
     def _check_finite(self) -> None:
         """After an update: a NaN or infinite weight fails the agent (SB3 would go on training silently).
