@@ -34,7 +34,7 @@ Everything runs on 127.0.0.1 and stops by itself.
   requests/s with the same body at 16 connections (>= 10x), p99 per request;
 - learning (V3): `run.py -p cartpole_ppo --clients 1 --envs-per-client 8` until its target (evaluation
   return 475) against SB3's learn() with the same hyperparameters, 8 envs and the same evaluations;
-  wall times.
+  wall times. `--acting client`: the clients act with the policy file and upload (issue 35).
 The vector parts run each comparison --rounds times (2; learning --learning-rounds, 4), alternating the
 order of the sides.
 
@@ -566,9 +566,10 @@ def _evaluations(data: Path, envs_per_period: int) -> list[float]:
             for i in range(0, len(values) - envs_per_period + 1, envs_per_period)]
 
 
-def learning_runs(rounds: int, data: Path, preset: str = "cartpole_ppo", envs: int = 8) -> dict:
-    """``run.py -p cartpole_ppo --clients 1 --envs-per-client 8`` until its target against SB3's ``learn()``
-    with the preset's hyperparameters, its envs and its evaluations (every 5,000 steps, 5 greedy
+def learning_runs(rounds: int, data: Path, preset: str = "cartpole_ppo", envs: int = 8, acting: str = "server"
+                  ) -> dict:
+    """``run.py -p cartpole_ppo --clients 1 --envs-per-client 8 [--acting client]`` until its target against
+    SB3's ``learn()`` with the preset's hyperparameters, its envs and its evaluations (every 5,000 steps, 5 greedy
     episodes, the target 475), each in a process of its own, in alternating order; wall times of the
     whole commands and until the line saying the target was reached."""
     from shepherd.loading.presets import load_preset, preset_path
@@ -582,7 +583,8 @@ def learning_runs(rounds: int, data: Path, preset: str = "cartpole_ppo", envs: i
             print(f"  round {index + 1}: {side} ...", flush=True)
             if side == "shepherd":
                 command = [sys.executable, str(ROOT / "run.py"), "-p", preset, "--clients", "1",
-                           "--envs-per-client", str(envs), "--port", "0", "--data", str(data / f"learning-{index}")]
+                           "--envs-per-client", str(envs), "--acting", acting, "--port", "0",
+                           "--data", str(data / f"learning-{index}")]
             else:
                 command = [sys.executable, "-c", SB3_LEARNING.format(root=str(ROOT), preset=str(path), n_envs=envs)]
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
@@ -600,7 +602,7 @@ def learning_runs(rounds: int, data: Path, preset: str = "cartpole_ppo", envs: i
                 result = json.loads(lines[-1][1]) if lines and lines[-1][1].startswith("{") else {}
                 run[side]["evaluations"] = [mean for _, mean in result.get("evaluations", [])]
         runs.append(run)
-    return {"preset": preset, "envs_per_client": envs, "rounds": runs}
+    return {"preset": preset, "envs_per_client": envs, "acting": acting, "rounds": runs}
 
 
 def memory_per_session(count: int, data: Path) -> dict:
@@ -732,9 +734,9 @@ def run(args: argparse.Namespace) -> dict:
               f"({args.rounds} rounds) ...", flush=True)
         results["vserve"] = vector_serving(args.rounds, args.seconds, data / "vserve")
     if "learning" in args.only:
-        print(f"learning: run.py -p cartpole_ppo --clients 1 --envs-per-client 8 against SB3 learn() "
-              f"({args.learning_rounds} rounds) ...", flush=True)
-        results["learning"] = learning_runs(args.learning_rounds, data / "learning")
+        print(f"learning: run.py -p cartpole_ppo --clients 1 --envs-per-client 8 --acting {args.acting} against "
+              f"SB3 learn() ({args.learning_rounds} rounds) ...", flush=True)
+        results["learning"] = learning_runs(args.learning_rounds, data / "learning", acting=args.acting)
     if "scaling" in args.only:
         chart(results["shepherd"], results["echo"], ROOT / "docs" / "scaling.png")
     shutil.rmtree(data, ignore_errors=True)
@@ -879,7 +881,7 @@ def vector_rows(results: dict) -> list[tuple[str, str, str, str]]:
                   if run["shepherd"]["reached"] and run["sb3"]["reached"]]
         reached = sum(run["shepherd"]["reached"] for run in runs)
         rows.append((f"V3 learning: run.py -p {learning['preset']} --clients 1 --envs-per-client "
-                     f"{learning['envs_per_client']}", side("shepherd"),
+                     f"{learning['envs_per_client']} --acting {learning.get('acting', 'server')}", side("shepherd"),
                      f"SB3 learn(), {learning['envs_per_client']} envs, same evaluations: {side('sb3')}"
                      + (f"; Shepherd/SB3 {_each(ratios, '{:.2f}x')}" if ratios else ""),
                      "reached" if reached == len(runs) else f"reached in {reached} of {len(runs)} rounds"))
@@ -908,6 +910,9 @@ def main() -> int:
     parser.add_argument("--learning-rounds", type=int, default=4,
                         help="rounds of the learning comparison, alternating the order of the sides; each "
                              "side's network starts from another random seed in each (default %(default)s)")
+    parser.add_argument("--acting", choices=["server", "client"], default="server",
+                        help="learning: where the local clients' policy acts (run.py --acting; issue 35's "
+                             "figure is --acting client, <= 1.0x SB3's wall time to the target)")
     parser.add_argument("--sessions", type=int, default=10_000, help="sessions for P4 (default %(default)s)")
     parser.add_argument("--json", type=Path, default=ROOT / "benchmarks" / "results" / "perf.json",
                         help="where to write the figures (default %(default)s)")
