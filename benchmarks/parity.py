@@ -11,12 +11,18 @@ normalised to the env's random-to-solved range (0 = a random policy, measured he
     .venv/bin/python benchmarks/parity.py --algos QRDQN,TQC,CrossQ,TRPO   # sb3-contrib's
     .venv/bin/python benchmarks/parity.py --algos SAC,TD3 --seeds 5
     .venv/bin/python benchmarks/parity.py --algos A2C --seeds 10 --first-seed 10   # seeds 10..19
+    .venv/bin/python benchmarks/parity.py --algos DQN --acting client --max-policy-lag 1   # issue 35
+
+``--acting client``: Shepherd's client acts with the policy file and uploads its experience
+(`shepherd.client.ActingClient`, one env); it uploads whole blocks (``n_steps`` or ``train_freq`` steps), so
+it learns from the budget rounded up to a whole block. ``--max-policy-lag N`` sets the agent's parameter.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import logging
 import platform
 import statistics
@@ -193,9 +199,22 @@ def _evaluate_client(url: str, key: str, env_id: str, seed: int, episodes: int) 
         client.close()
 
 
-async def _shepherd(algorithm: str, case: Case, seed: int, episodes: int, data: Path) -> list[float]:
+def _train_acting_client(url: str, key: str, env_id: str, seed: int, steps: int) -> None:
+    """At least ``steps`` transitions acted at the client and uploaded in blocks, then log out."""
+    from shepherd.client.acting import ActingClient, run_acting_env
+
+    client = ActingClient(url, key, 1, seed=seed)
+    try:
+        run_acting_env(client, env_id, seed=seed, steps=steps)
+        client.logout()
+    finally:
+        client.close()
+
+
+async def _shepherd(algorithm: str, case: Case, seed: int, episodes: int, data: Path, acting: str = "server",
+                    lag: int = 0) -> list[float]:
     env = gym.make(case.env_id)
-    params = {**case.params, "seed": seed}
+    params = {**case.params, "seed": seed, **({"max_policy_lag": lag} if lag else {})}
     heatup = params.get("learning_starts", 0) if not algorithm_info(algorithm).on_policy else 0
     graph = GraphManager(
         agents=[AgentSpec("parity", algorithm, space_to_json(env.observation_space),
@@ -206,19 +225,21 @@ async def _shepherd(algorithm: str, case: Case, seed: int, episodes: int, data: 
     server = await RunningServer.start(ServerConfig(graph, data), "127.0.0.1", 0)
     try:
         key = server.created_keys["parity"]
-        await asyncio.to_thread(_train_client, server.url, key, case.env_id, seed, case.steps)
+        train = _train_acting_client if acting == "client" else _train_client
+        await asyncio.to_thread(train, server.url, key, case.env_id, seed, case.steps)
         learned = graph.runtime("parity").learner.steps
-        if learned != case.steps:
+        if learned != case.steps and not (acting == "client" and learned >= case.steps):
             raise RuntimeError(f"Shepherd learned from {learned} transitions, not {case.steps}")
         return await asyncio.to_thread(_evaluate_client, server.url, key, case.env_id, 10_000 + seed, episodes)
     finally:
         await server.stop()
 
 
-def shepherd_run(algorithm: str, case: Case, seed: int, episodes: int) -> list[float]:
+def shepherd_run(algorithm: str, case: Case, seed: int, episodes: int, acting: str = "server", lag: int = 0
+                 ) -> list[float]:
     """Shepherd over loopback HTTP with one client, then a greedy evaluation through an evaluate session."""
     with tempfile.TemporaryDirectory(prefix="shepherd-parity-") as folder:
-        return asyncio.run(_shepherd(algorithm, case, seed, episodes, Path(folder)))
+        return asyncio.run(_shepherd(algorithm, case, seed, episodes, Path(folder), acting, lag))
 
 
 def normalise(value: float, random: float, solved: float) -> float:
@@ -242,6 +263,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--first-seed", type=int, default=0,
                         help="the first seed (default 0): split a long run over processes")
     parser.add_argument("--episodes", type=int, default=10, help="evaluation episodes per model (default 10)")
+    parser.add_argument("--acting", choices=["server", "client"], default="server",
+                        help="where Shepherd's training client acts (default server; client: issue 35's uploads)")
+    parser.add_argument("--max-policy-lag", type=int, default=0, metavar="N",
+                        help="the Shepherd agent's max_policy_lag (off-policy, with --acting client)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     th.set_num_threads(1)  # as the learner threads do
@@ -252,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unknown algorithm {algorithm}; choose from {', '.join(CASES)}")
     print(f"parity benchmark, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
           f"{platform.processor() or platform.machine()}, python {platform.python_version()}, "
-          f"torch {th.__version__}, {args.seeds} seeds, {args.episodes} evaluation episodes", flush=True)
+          f"torch {th.__version__}, {args.seeds} seeds, {args.episodes} evaluation episodes, Shepherd acting at the "
+          f"{args.acting}" + (f", max_policy_lag {args.max_policy_lag}" if args.max_policy_lag else ""), flush=True)
     rows = []
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     for algorithm in algorithms:
@@ -266,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
         results: dict[str, list[float]] = {"sb3": [], "shepherd": []}
         seconds = {"sb3": 0.0, "shepherd": 0.0}
         for seed in seeds:
-            for way, run in (("sb3", sb3_run), ("shepherd", shepherd_run)):
+            ours = functools.partial(shepherd_run, acting=args.acting, lag=args.max_policy_lag)
+            for way, run in (("sb3", sb3_run), ("shepherd", ours)):
                 started = time.monotonic()
                 results[way].append(statistics.fmean(run(algorithm, case, seed, args.episodes)))
                 seconds[way] += time.monotonic() - started
