@@ -10,7 +10,9 @@ import subprocess
 import sys
 import threading
 import time
+from functools import lru_cache
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -124,6 +126,18 @@ class ServerThread(threading.Thread):
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.join(10)
         self.loop.close()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def openapi_parsed_once():
+    """`create_app` parses openapi.yaml (some 3,700 YAML nodes, 0.25 s in pure Python) for every app it builds,
+    and the tests build hundreds: in the test process the same text is parsed once (the document served is
+    the same; a changed file is parsed again)."""
+    from shepherd.http import app
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(app, "yaml", SimpleNamespace(safe_load=lru_cache(maxsize=2)(app.yaml.safe_load)))
+        yield
 
 
 #: folders whose every test is end-to-end (a server process, a browser, Ray, a run to a target)
