@@ -24,12 +24,13 @@ TINY = {
     "PPO": {"n_envs": 2, "n_steps": 16, "batch_size": 16, "n_epochs": 1},
     "A2C": {"n_envs": 2, "n_steps": 8},
     "DQN": {"batch_size": 16, "buffer_size": 1000, "train_freq": 4, "target_update_interval": 20},
-    "SAC": {"batch_size": 16, "buffer_size": 1000},
-    "TD3": {"batch_size": 16, "buffer_size": 1000, "action_noise": "normal", "policy_delay": 2},
-    "DDPG": {"batch_size": 16, "buffer_size": 1000, "action_noise": "ornstein-uhlenbeck"},
-    "QRDQN": {"batch_size": 16, "buffer_size": 1000, "train_freq": 4, "target_update_interval": 20},
-    "TQC": {"batch_size": 16, "buffer_size": 1000},
-    "CROSSQ": {"batch_size": 16, "buffer_size": 1000},
+    "SAC": {"batch_size": 16, "buffer_size": 1000, "train_freq": 4},
+    "TD3": {"batch_size": 16, "buffer_size": 1000, "train_freq": 4, "action_noise": "normal", "policy_delay": 2},
+    "DDPG": {"batch_size": 16, "buffer_size": 1000, "train_freq": 4, "action_noise": "ornstein-uhlenbeck"},
+    "QRDQN": {"batch_size": 16, "buffer_size": 1000, "train_freq": 4, "target_update_interval": 20,
+              "policy_kwargs": {"n_quantiles": 10}},
+    "TQC": {"batch_size": 16, "buffer_size": 1000, "train_freq": 4},
+    "CROSSQ": {"batch_size": 16, "buffer_size": 1000, "train_freq": 4},
     "TRPO": {"n_envs": 2, "n_steps": 16, "batch_size": 16},
     "MASKABLEPPO": {"n_envs": 2, "n_steps": 16, "batch_size": 16, "n_epochs": 1},
     "RECURRENTPPO": {"n_envs": 2, "n_steps": 16, "batch_size": 16, "n_epochs": 1,
@@ -78,7 +79,9 @@ def check_action(spec, action) -> None:
 
 
 async def drive(client, key: str, spec, actions_spec, steps: int, seed: int) -> None:
-    """``steps`` transitions from one session: episodes of 7 steps, every other one cut by a time limit."""
+    """``steps`` transitions from one session: episodes of 7 steps, every other one cut by a time limit; then
+    the session logs out (its part of a rollout is handed over at once, not after the learner's wait for a
+    stalled session, while the other session may wait for that rollout's update)."""
     rng = np.random.default_rng(seed)
     begin = True
     for step in range(steps + 1):
@@ -93,6 +96,7 @@ async def drive(client, key: str, spec, actions_spec, steps: int, seed: int) -> 
         else:
             check_action(actions_spec, action)
         begin = ends
+    await client.post("/shepherd/logout/", json={"session_key": key})
 
 
 async def run_clients(client, algorithm_spec, steps: int, seed: int) -> None:
@@ -103,8 +107,6 @@ async def run_clients(client, algorithm_spec, steps: int, seed: int) -> None:
     observations, actions = algorithm_spec
     await asyncio.gather(*(drive(client, key, OBSERVATIONS[observations], ACTIONS[actions], steps, seed + i)
                            for i, key in enumerate(keys)))
-    for key in keys:
-        await client.post("/shepherd/logout/", json={"session_key": key})
 
 
 @pytest.mark.parametrize("algorithm, observations, actions", cases())
