@@ -144,6 +144,15 @@ def openapi_parsed_once():
 E2E_FOLDERS = ("e2e", "browser")
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Under the fast tier's ``-m "not e2e"`` tests/e2e and tests/browser are not collected at all: every test
+    in them would be deselected, and importing them (Playwright among them) costs each xdist worker seconds."""
+    if (collection_path.parent == Path(__file__).parent and collection_path.name in E2E_FOLDERS
+            and " ".join(config.option.markexpr.split()) == "not e2e"):
+        return True
+    return None
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark tests/e2e and tests/browser, and every slow test, ``e2e``: ``-m "not e2e"`` is the fast tier
     (and, since a command line's ``-m`` replaces pytest.ini's ``not slow``, it must leave slow tests out too)."""
