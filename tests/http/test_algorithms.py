@@ -69,8 +69,7 @@ def random_obs(spec, rng: np.random.Generator):
     return rng.uniform(-1, 1, size=spec[0]).tolist()
 
 
-def check_action(spec, action) -> None:
-    space = parse_space(spec)
+def check_action(space, action) -> None:
     value = np.asarray(action)
     if space.__class__.__name__ == "Box":  # the client gets actions unscaled into [low, high]
         assert value.shape == space.shape and np.all(value >= space.low) and np.all(value <= space.high), action
@@ -83,6 +82,7 @@ async def drive(client, key: str, spec, actions_spec, steps: int, seed: int) -> 
     the session logs out (its part of a rollout is handed over at once, not after the learner's wait for a
     stalled session, while the other session may wait for that rollout's update)."""
     rng = np.random.default_rng(seed)
+    space = parse_space(actions_spec)
     begin = True
     for step in range(steps + 1):
         ends = not begin and step % 7 == 0
@@ -94,7 +94,7 @@ async def drive(client, key: str, spec, actions_spec, steps: int, seed: int) -> 
         if ends:
             assert action is None
         else:
-            check_action(actions_spec, action)
+            check_action(space, action)
         begin = ends
     await client.post("/shepherd/logout/", json={"session_key": key})
 
