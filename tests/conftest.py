@@ -140,6 +140,16 @@ def openapi_parsed_once():
         yield
 
 
+@pytest.fixture(autouse=True, scope="session")
+def one_torch_thread():
+    """One intra-op thread for torch in the test process, as a learner's thread sets for itself
+    (`shepherd.agents.worker`): SB3 run in a test's own thread used two, and under ``-n 2`` the two workers'
+    threads then contend for the two cores (a third more CPU time for the same work)."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
 #: folders whose every test is end-to-end (a server process, a browser, Ray, a run to a target)
 E2E_FOLDERS = ("e2e", "browser")
 
