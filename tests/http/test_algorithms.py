@@ -134,7 +134,7 @@ async def test_learns_saves_reloads_and_continues_over_http(aiohttp_client, tmp_
     assert resumed.learner.model._n_updates == updates
     for name, tensor in resumed.learner.model.policy.state_dict().items():
         assert th.equal(tensor, saved[name]), name
-    await run_clients(client, (observations, actions), steps=60, seed=10)
+    await run_clients(client, (observations, actions), steps=40, seed=10)
     assert resumed.tracker.steps > steps and resumed.learner.failure is None
     assert resumed.learner.model._n_updates > updates
     await client.close()
