@@ -126,8 +126,27 @@ class ServerThread(threading.Thread):
         self.loop.close()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def one_torch_thread():
+    """One intra-op thread for torch in the test process, as a learner's thread sets for itself
+    (`shepherd.agents.worker`): SB3 run in a test's own thread used two, and under ``-n 2`` the two workers'
+    threads then contend for the two cores (a third more CPU time for the same work)."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
 #: folders whose every test is end-to-end (a server process, a browser, Ray, a run to a target)
 E2E_FOLDERS = ("e2e", "browser")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Under the fast tier's ``-m "not e2e"`` tests/e2e and tests/browser are not collected at all: every test
+    in them would be deselected, and importing them (Playwright among them) costs each xdist worker seconds."""
+    if (collection_path.parent == Path(__file__).parent and collection_path.name in E2E_FOLDERS
+            and " ".join(config.option.markexpr.split()) == "not e2e"):
+        return True
+    return None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

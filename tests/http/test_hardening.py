@@ -199,8 +199,9 @@ async def test_secrets_are_never_echoed_in_errors(make_client):
 
 
 async def test_hundreds_of_vanishing_clients_leave_nothing_behind(make_client):
-    # 64 segments: no session ever waits for one; each vanishing session leaves a partial segment
-    client = await make_client({"n_envs": 64}, session_idle_seconds=3.0, sweep_seconds=0.1)
+    # 64 segments: each vanishing session leaves a partial segment; a session finding none free waits until
+    # the idle sweep ends the vanished sessions holding them (1 s idle: a live session's requests are ms apart)
+    client = await make_client({"n_envs": 64}, session_idle_seconds=1.0, sweep_seconds=0.1)
     runtime = client.graph.runtime()
     url = str(client.make_url("/shepherd/"))
 
@@ -322,6 +323,8 @@ async def test_failed_checkpoint_writes_are_retried_and_never_fail_the_agent(aio
 async def test_a_client_sending_huge_rewards_is_refused_and_the_pooled_agent_keeps_learning_for_the_others(
         make_client):
     client = await make_client()
+    # the attacker stops stepping with its segment unfilled: the other waits until it is handed over (5 s)
+    client.graph.runtime().learner.algorithm.handover_timeout = 0.2
     attacker, other = await login(client), await login(client)
     await step(client, attacker, reward=0.0)
     refused = await step(client, attacker, reward=1e300)

@@ -102,9 +102,9 @@ def test_an_upload_whose_reply_was_lost_is_sent_again_with_its_seq_and_counted_o
 
 
 def test_an_upload_answered_503_after_the_act_timeout_gets_its_reply_when_sent_again(serve):
-    # an update of 400 gradient steps takes longer than the act timeout of 10 ms: the upload that completes
+    # an update of 40 gradient steps takes longer than the act timeout of 10 ms: the upload that completes
     # the rollout is answered 503 with Retry-After, and the same seq and body sent again gets the reply
-    server, key = serve(graph_manager(n_epochs=100, batch_size=4), act_timeout_seconds=0.01)
+    server, key = serve(graph_manager(n_epochs=10, batch_size=4), act_timeout_seconds=0.01)
     client = ActingClient(server.server.url, key, n_envs=N, seed=0, timeout=30, retry_seconds=60)
     sent: list[int] = []
     post_raw = client.post_raw

@@ -41,6 +41,9 @@ def ppo(make, **params):
 
 def test_ppo_fills_segments_then_trains_and_answers_the_waiting(learners):
     learner = ppo(learners)
+    # after the update actors 1 and 2 still hold both segments: the third gets one when a stalled actor hands
+    # its own over (2 s, not 5; still far longer than the 0.6 s the waits below take)
+    learner.algorithm.handover_timeout = 2.0
     futures = [learner.begin_episode(actor, obs(actor), EXPLORE) for actor in (1, 2)]
     assert all(f.result(10) in (0, 1) for f in futures)
     for step in range(3):  # each actor fills its own segment: rows 0..3
