@@ -32,6 +32,7 @@ Overrides (``-cp KEY=VALUE``) change a preset's plain form before it is read aga
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -58,6 +59,11 @@ AGENT_REQUIRED = ("name", "observation_space")
 YAML_SUFFIXES = (".yaml", ".yml")
 #: how deeply a preset's values may nest (lists and mappings in one another): a real preset needs a handful
 MAX_NESTING = 32
+#: flow brackets nested deeper than this are refused before PyYAML reads them (it recurses once per level, and
+#: takes seconds over thousands); values nested deeper than `MAX_NESTING` but not this are refused once read
+SCAN_NESTING = 256
+_QUOTED_OR_COMMENT = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"\\]|\\.)*\"|#[^\n]*")
+_BRACKET = re.compile(r"[\[\]{}]")
 
 _TYPES = {int: ParamType.INT, float: ParamType.FLOAT, str: ParamType.STR, bool: ParamType.BOOL,
           dict: ParamType.JSON}
@@ -310,10 +316,22 @@ def safe_load(text: str) -> Any:
         yaml.YAMLError: not YAML. PresetError: nested too deeply.
     """
     try:
+        if _flow_depth(text) > SCAN_NESTING:
+            raise RecursionError
         return check_nesting(yaml.safe_load(text))
     except RecursionError:
         raise PresetError(f"values nest deeper than {MAX_NESTING} levels of lists and mappings; a preset needs "
                           "a handful") from None
+
+
+def _flow_depth(text: str) -> int:
+    """How deeply ``text``'s flow brackets nest, quoted strings and comments left out. It may count fewer than
+    there are (an apostrophe in a plain scalar hides brackets), never more: a refusal is always deserved."""
+    depth = deepest = 0
+    for bracket in _BRACKET.findall(_QUOTED_OR_COMMENT.sub("", text)):
+        depth += 1 if bracket in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
 
 
 def read_yaml_preset(path: Path) -> Any:
