@@ -21,7 +21,6 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch as th
-from scipy import stats
 from sb3_contrib import RecurrentPPO  # noqa: F401  (registered with the other algorithms)
 from stable_baselines3 import PPO
 
@@ -40,6 +39,19 @@ BOX_OBS = [[3], "-inf", "inf"]
 OBS = np.array([0.4, -1.1, 0.7], dtype=np.float32)
 BOX = [[2], -1, 2]  # bounds that clip a Gaussian often
 SMALL = {"policy_kwargs": {"net_arch": [16]}, "seed": 0}
+
+
+class _Stats:
+    """``scipy.stats``, imported when a test first uses it: its import takes ~2 s, which every test process
+    collecting this file paid before."""
+
+    def __getattr__(self, name: str):
+        from scipy import stats as module
+
+        return getattr(module, name)
+
+
+stats = _Stats()
 
 
 def adapter(algorithm: str, action_spec, spread: float = 0.6, **values):
