@@ -480,6 +480,11 @@ def test_a_policy_file_is_built_at_each_new_version_and_served_while_the_learner
         assert served.done() and served.result() == built  # not queued behind the busy thread
         release.set()
         held.result(30)
+        learner.mark().result(30)  # its training: version 2, whose file the fetch above asked to be built
+        assert learner.policy_version == 2 and learner.algorithm._behaviours["train"][0] == 2
+        learner.learn_experience(1, random_experience(rng, 2, 2, 2)).result(30)
+        learner.mark().result(30)  # version 3, with no fetch since version 2: not built
+        assert learner.policy_version == 3 and learner.algorithm._behaviours["train"][0] == 2
     finally:
         learner.close()
 

@@ -144,10 +144,13 @@ class SB3Algorithm:
         """The current policy version and its behaviour policy file of ``phase``, on the learner's thread
         (`shepherd.agents.export.behaviour.behaviour_of_version`); built again at every new version from now
         on while clients keep asking (`published_behaviour`)."""
+        self._behaviours_asked[phase] = (agent, algorithm)
+        return self._build_behaviour(phase, agent, algorithm)
+
+    def _build_behaviour(self, phase: str, agent: str, algorithm: str) -> tuple[int, bytes]:
         from shepherd.agents.export.behaviour import behaviour_of_version  # onnx, only for client-acting sessions
 
         built = self._behaviours[phase] = behaviour_of_version(self, agent, algorithm, phase)
-        self._behaviours_asked[phase] = (agent, algorithm)
         return built
 
     def published_behaviour(self, phase: str, agent: str, algorithm: str) -> tuple[int, bytes] | None:
@@ -161,11 +164,12 @@ class SB3Algorithm:
         return built
 
     def _rebuild_behaviours(self) -> None:
-        """At a new version, on the learner's thread: the files of the phases asked for since the last one."""
+        """At a new version, on the learner's thread: the files of the phases asked for since the last one (a
+        phase nobody fetches any more is not built again)."""
         asked, self._behaviours_asked = self._behaviours_asked, {}
         for phase, (agent, algorithm) in asked.items():
             try:
-                self.behaviour_file(phase, agent, algorithm)
+                self._build_behaviour(phase, agent, algorithm)
             except Exception:  # noqa: BLE001 - the fetch builds it again and says why
                 self._behaviours.pop(phase, None)
 
