@@ -303,9 +303,12 @@ def check_nesting(value: Any) -> Any:
         PresetError: saying how deep values may nest (the caller names the file or the -cp).
     """
     if nesting(value) > MAX_NESTING:
-        raise PresetError(f"values nest deeper than {MAX_NESTING} levels of lists and mappings; a preset needs "
-                          "a handful")
+        raise _too_deep()
     return value
+
+
+def _too_deep() -> PresetError:
+    return PresetError(f"values nest deeper than {MAX_NESTING} levels of lists and mappings; a preset needs a handful")
 
 
 def safe_load(text: str) -> Any:
@@ -315,18 +318,17 @@ def safe_load(text: str) -> Any:
     Raises:
         yaml.YAMLError: not YAML. PresetError: nested too deeply.
     """
+    if _flow_depth(text) > SCAN_NESTING:
+        raise _too_deep()
     try:
-        if _flow_depth(text) > SCAN_NESTING:
-            raise RecursionError
         return check_nesting(yaml.safe_load(text))
     except RecursionError:
-        raise PresetError(f"values nest deeper than {MAX_NESTING} levels of lists and mappings; a preset needs "
-                          "a handful") from None
+        raise _too_deep() from None
 
 
 def _flow_depth(text: str) -> int:
-    """How deeply ``text``'s flow brackets nest, quoted strings and comments left out. It may count fewer than
-    there are (an apostrophe in a plain scalar hides brackets), never more: a refusal is always deserved."""
+    """How deeply ``text``'s flow brackets nest, quoted strings and comments left out (an apostrophe inside a
+    plain scalar can throw the count off, which `SCAN_NESTING`, eight times any real preset's limit, absorbs)."""
     depth = deepest = 0
     for bracket in _BRACKET.findall(_QUOTED_OR_COMMENT.sub("", text)):
         depth += 1 if bracket in "[{" else -1

@@ -13,6 +13,7 @@ from shepherd.cli import main
 from shepherd.graph import GraphManager, Preset, PresetError
 from shepherd.loading import load_preset
 from shepherd.graph.preset import InvalidPreset
+from shepherd.loading import yaml_preset
 from shepherd.loading.yaml_preset import AGENT_KEYS, preset_data
 from shepherd.loading.presets import preset_entries, preset_path
 from tests.conftest import TEST_PRESETS
@@ -272,6 +273,17 @@ def test_deeply_nested_yaml_and_cp_values_are_one_line_not_a_traceback(tmp_path,
     assert "nest deeper than 32 levels" in found  # parsed, but deeper than any preset needs
     assert main(["check", str(path)]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_thousands_of_brackets_are_refused_before_pyyaml_reads_them(monkeypatch):
+    """PyYAML takes seconds over thousands of brackets before its depth is known: the text's bracket depth is
+    checked first. Brackets in quoted strings and comments are not nesting."""
+    monkeypatch.setattr(yaml_preset.yaml, "safe_load", lambda text: pytest.fail("PyYAML read the text"))
+    with pytest.raises(PresetError, match="nest deeper than 32 levels"):
+        yaml_preset.safe_load("a: " + "[" * 300 + "]" * 300)
+    monkeypatch.undo()
+    quoted = "a: '" + "[" * 300 + "'  # " + "{" * 300 + '\nb: "' + "[" * 300 + '"'
+    assert yaml_preset.safe_load(quoted) == {"a": "[" * 300, "b": "[" * 300}
 
 
 @pytest.mark.parametrize("override, problem", [
