@@ -34,7 +34,13 @@ Everything runs on 127.0.0.1 and stops by itself.
   requests/s with the same body at 16 connections (>= 10x), p99 per request;
 - learning (V3): `run.py -p cartpole_ppo --clients 1 --envs-per-client 8` until its target (evaluation
   return 475) against SB3's learn() with the same hyperparameters, 8 envs and the same evaluations;
-  wall times. `--acting client`: the clients act with the policy file and upload (issue 35).
+  wall times. `--acting client`: the clients act with the policy file and upload (issue 35; <= 1.0x
+  SB3's time, the median of the rounds' ratios);
+- acting (issue 35, benchmarks/acting.py's comparisons): PPO CartPole, one client of 8 envs acting at the
+  client against SB3's learn() with 8 envs (>= 1.0x SB3's speed), the same with 1 ms added each way by a
+  delaying proxy on loopback (>= 0.95x) beside the server-acting vector client, DQN 1 x 4 with
+  max_policy_lag 0 (>= 1.0x) and 1 (>= 1.2x), and the head's CPU per uploaded env step (<= 5 us; the
+  server's event-loop thread over the PPO runs): --acting-steps and --acting-dqn-steps a run.
 The vector parts run each comparison --rounds times (2; learning --learning-rounds, 4), alternating the
 order of the sides.
 
@@ -694,7 +700,7 @@ def chart(scaling: dict, echo: dict, path: Path) -> None:
     figure.savefig(path, dpi=100)
 
 
-PARTS = ("forward", "p1", "p2", "p3", "p4", "p5", "scaling", "vtrain", "vserve", "learning")
+PARTS = ("forward", "p1", "p2", "p3", "p4", "p5", "scaling", "vtrain", "vserve", "learning", "acting")
 #: the parts whose load generator is wrk
 WRK_PARTS = ("p1", "p2", "p5", "scaling", "vserve")
 
@@ -737,6 +743,14 @@ def run(args: argparse.Namespace) -> dict:
         print(f"learning: run.py -p cartpole_ppo --clients 1 --envs-per-client 8 --acting {args.acting} against "
               f"SB3 learn() ({args.learning_rounds} rounds) ...", flush=True)
         results["learning"] = learning_runs(args.learning_rounds, data / "learning", acting=args.acting)
+    if "acting" in args.only:
+        from benchmarks import acting
+
+        print(f"acting at the client: PPO 1 x 8 ({args.acting_steps} steps, also with +1 ms each way), DQN 1 x 4 "
+              f"({args.acting_dqn_steps} steps, lag 0 and 1) against SB3 learn() ({args.rounds} rounds) ...",
+              flush=True)
+        results["acting"] = acting.measure(["ppo", "latency", "dqn", "lag"], args.acting_steps,
+                                           args.acting_dqn_steps, args.rounds)
     if "scaling" in args.only:
         chart(results["shepherd"], results["echo"], ROOT / "docs" / "scaling.png")
     shutil.rmtree(data, ignore_errors=True)
@@ -785,6 +799,10 @@ def table(results: dict) -> list[tuple[str, str, str, str]]:
                      f"SB3 learn() {figures['sb3_steps_per_s']:,.0f} steps/s: {figures['ratio']:.2f}x",
                      "met" if figures["ratio"] >= 0.8 else "MISSED (target >= 0.8x)"))
     rows.extend(vector_rows(results))
+    if "acting" in results:
+        from benchmarks import acting
+
+        rows.extend(acting.rows(results["acting"]))
     p4 = results.get("p4")
     if p4:
         rows.append((f"P4 memory, {p4['sessions']:,} sessions", f"{p4['kb_per_session']:.1f} KB per session",
@@ -880,11 +898,13 @@ def vector_rows(results: dict) -> list[tuple[str, str, str, str]]:
         ratios = [run["shepherd"]["to_target_s"] / run["sb3"]["to_target_s"] for run in runs
                   if run["shepherd"]["reached"] and run["sb3"]["reached"]]
         reached = sum(run["shepherd"]["reached"] for run in runs)
+        verdict = "reached" if reached == len(runs) else f"reached in {reached} of {len(runs)} rounds"
+        if learning.get("acting") == "client" and ratios:  # issue 35: no slower to the target than SB3
+            verdict += ", met" if _median(ratios) <= 1.0 else f", MISSED (median {_median(ratios):.2f}x, target <= 1.0x)"
         rows.append((f"V3 learning: run.py -p {learning['preset']} --clients 1 --envs-per-client "
                      f"{learning['envs_per_client']} --acting {learning.get('acting', 'server')}", side("shepherd"),
                      f"SB3 learn(), {learning['envs_per_client']} envs, same evaluations: {side('sb3')}"
-                     + (f"; Shepherd/SB3 {_each(ratios, '{:.2f}x')}" if ratios else ""),
-                     "reached" if reached == len(runs) else f"reached in {reached} of {len(runs)} rounds"))
+                     + (f"; Shepherd/SB3 {_each(ratios, '{:.2f}x')}" if ratios else ""), verdict))
     return rows
 
 
@@ -913,6 +933,10 @@ def main() -> int:
     parser.add_argument("--acting", choices=["server", "client"], default="server",
                         help="learning: where the local clients' policy acts (run.py --acting; issue 35's "
                              "figure is --acting client, <= 1.0x SB3's wall time to the target)")
+    parser.add_argument("--acting-steps", type=int, default=20_000,
+                        help="acting: PPO env steps a run (default %(default)s)")
+    parser.add_argument("--acting-dqn-steps", type=int, default=8_000,
+                        help="acting: DQN env steps a run (default %(default)s)")
     parser.add_argument("--sessions", type=int, default=10_000, help="sessions for P4 (default %(default)s)")
     parser.add_argument("--json", type=Path, default=ROOT / "benchmarks" / "results" / "perf.json",
                         help="where to write the figures (default %(default)s)")
