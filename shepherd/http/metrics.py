@@ -108,6 +108,9 @@ class GraphCollector(Collector):
                                      "began (docs/levels.md); kept in its checkpoints", labels=["agent", "client", "skill"])
         option_steps = CounterMetricFamily("shepherd_option_steps", "Env steps its skill answered, by skill, since the "
                                            "selector began", labels=["agent", "client", "skill"])
+        lesson = GaugeMetricFamily("shepherd_agent_lesson", "1 for the lesson the agent is in now, by its name, with its "
+                                   "index (docs/lessons.md); absent for an agent without lessons",
+                                   labels=["agent", "client", "lesson", "index"])
         now = time.monotonic()
         for runtime in runtimes:
             name = [self._labels(graph, runtime.record.owner_id, runtime.record.name),  # type: ignore[arg-type]
@@ -135,6 +138,8 @@ class GraphCollector(Collector):
             age = runtime.checkpoint_age()
             if age is not None:
                 checkpoint_age.add_metric(name, age)
+            if runtime.lessons.active:
+                lesson.add_metric([*name, runtime.lessons.name or "", str(runtime.lessons.index)], 1)
             for skill, use in runtime.options_used().items():
                 chosen.add_metric([*name, skill], use["chosen"])
                 option_steps.add_metric([*name, skill], use["steps"])
@@ -149,7 +154,7 @@ class GraphCollector(Collector):
                 up.add_metric([self._labels(graph, record.owner_id, record.name), client], 0)
         self._rates = {k: v for k, v in self._rates.items() if k in {(r.record.id, r.client) for r in runtimes}}
         yield from (up, learned, steps, rates, episodes, sessions, timeouts, depth, version, latency, batches,
-                    updates, checkpoints, checkpoint_failures, checkpoint_age, chosen, option_steps)
+                    updates, checkpoints, checkpoint_failures, checkpoint_age, chosen, option_steps, lesson)
 
     def _rate(self, runtime: AgentRuntime, now: float, counts: dict[Phase, int]) -> dict[Phase, float]:
         key = (runtime.record.id, runtime.client)

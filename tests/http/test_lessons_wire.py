@@ -106,6 +106,7 @@ async def test_an_agent_without_lessons_speaks_the_protocol_as_before(aiohttp_cl
     assert set(line) == {"time", "value", "length", "phase"}
     vector = await login(client, n_envs=N)
     assert "next_episode_configs" not in vector
+    assert "shepherd_agent_lesson{" not in await (await client.get("/metrics")).text()
 
 
 def vector_body(key, t, ended=()):
@@ -156,6 +157,10 @@ async def test_the_agent_advances_after_k_evaluations_in_a_row_and_the_checkpoin
     assert [result.lesson for result in state.evaluations] == ["easy", "easy"]
     assert [result.final_lesson for result in state.evaluations] == [False, False]
     assert state.lessons.name == "varied" and state.metric_values()["shepherd/lesson"] == 1
+    exposed = [line for line in (await (await client.get("/metrics")).text()).splitlines()
+               if line.startswith("shepherd_agent_lesson{")]
+    assert len(exposed) == 1 and 'lesson="varied"' in exposed[0] and 'index="1"' in exposed[0]
+    assert exposed[0].endswith(" 1.0")
     first, *_ = await episode(client, key)  # the episode that ended the evaluation announced the new lesson's
     assert first["lesson"] == "varied" and 0.4 <= first["episode_config"]["length"] <= 0.8
     await asyncio.wrap_future(state.checkpoint())
