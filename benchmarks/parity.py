@@ -12,10 +12,17 @@ normalised to the env's random-to-solved range (0 = a random policy, measured he
     .venv/bin/python benchmarks/parity.py --algos SAC,TD3 --seeds 5
     .venv/bin/python benchmarks/parity.py --algos A2C --seeds 10 --first-seed 10   # seeds 10..19
     .venv/bin/python benchmarks/parity.py --algos DQN --acting client --max-policy-lag 1   # issue 35
+    .venv/bin/python benchmarks/parity.py --preset cartpole_ppo --steps 10240 --seeds 10 --acting client
 
 ``--acting client``: Shepherd's client acts with the policy file and uploads its experience
 (`shepherd.client.ActingClient`, one env); it uploads whole blocks (``n_steps`` or ``train_freq`` steps), so
 it learns from the budget rounded up to a whole block. ``--max-policy-lag N`` sets the agent's parameter.
+
+``--preset NAME --steps N``: a preset's agent instead of the cases below (its algorithm and parameters, its
+validation env), both ways with its ``n_envs`` envs: SB3 with a ``VecEnv`` of that many, Shepherd with one
+client of that many (`ActingClient` with ``--acting client``, else a `VectorClient`), each for ``N`` steps.
+That is the preset's learning at equal steps, where ``run.py``'s time to the target also counts the seeds'
+luck and the speed.
 """
 
 from __future__ import annotations
@@ -199,11 +206,32 @@ def _evaluate_client(url: str, key: str, env_id: str, seed: int, episodes: int) 
         client.close()
 
 
-def _train_acting_client(url: str, key: str, env_id: str, seed: int, steps: int) -> None:
+def _train_vector_client(url: str, key: str, env_id: str, seed: int, steps: int, n_envs: int) -> None:
+    """At least ``steps`` transitions through one vector session of ``n_envs`` envs, then log out."""
+    from shepherd.client import VectorClient, first_vector_step, gymnasium_vector_step, make_vector_env
+    from shepherd.client.loops import _actions
+
+    client = VectorClient(url, key, n_envs)
+    env = make_vector_env(env_id, n_envs)
+    try:
+        client.login()
+        obs, _ = env.reset(seed=seed)
+        body, space, done = first_vector_step(obs, n_envs), env.single_action_space, 0
+        while done < steps:
+            body = gymnasium_vector_step(*env.step(_actions(space, client.step(**body))))
+            done += n_envs
+        client.step(**body)  # the last steps' rewards reach the server
+        client.logout()
+    finally:
+        client.close()
+        env.close()
+
+
+def _train_acting_client(url: str, key: str, env_id: str, seed: int, steps: int, n_envs: int = 1) -> None:
     """At least ``steps`` transitions acted at the client and uploaded in blocks, then log out."""
     from shepherd.client.acting import ActingClient, run_acting_env
 
-    client = ActingClient(url, key, 1, seed=seed)
+    client = ActingClient(url, key, n_envs, seed=seed)
     try:
         run_acting_env(client, env_id, seed=seed, steps=steps)
         client.logout()
@@ -225,10 +253,14 @@ async def _shepherd(algorithm: str, case: Case, seed: int, episodes: int, data: 
     server = await RunningServer.start(ServerConfig(graph, data), "127.0.0.1", 0)
     try:
         key = server.created_keys["parity"]
-        train = _train_acting_client if acting == "client" else _train_client
+        n_envs = int(params.get("n_envs", 1))
+        if acting == "client":
+            train: Callable[..., None] = functools.partial(_train_acting_client, n_envs=n_envs)
+        else:
+            train = functools.partial(_train_vector_client, n_envs=n_envs) if n_envs > 1 else _train_client
         await asyncio.to_thread(train, server.url, key, case.env_id, seed, case.steps)
         learned = graph.runtime("parity").learner.steps
-        if learned != case.steps and not (acting == "client" and learned >= case.steps):
+        if learned != case.steps and not ((acting == "client" or n_envs > 1) and learned >= case.steps):
             raise RuntimeError(f"Shepherd learned from {learned} transitions, not {case.steps}")
         return await asyncio.to_thread(_evaluate_client, server.url, key, case.env_id, 10_000 + seed, episodes)
     finally:
@@ -267,7 +299,22 @@ def main(argv: list[str] | None = None) -> int:
                         help="where Shepherd's training client acts (default server; client: issue 35's uploads)")
     parser.add_argument("--max-policy-lag", type=int, default=0, metavar="N",
                         help="the Shepherd agent's max_policy_lag (off-policy, with --acting client)")
+    parser.add_argument("--preset", metavar="NAME",
+                        help="a preset's agent (its algorithm, parameters, n_envs and validation env) instead of "
+                             "--algos; needs --steps")
+    parser.add_argument("--steps", type=int, metavar="N", help="with --preset: env steps each way")
     args = parser.parse_args(argv)
+    if (args.preset is None) != (args.steps is None):
+        parser.error("--preset and --steps go together")
+    if args.preset is not None:
+        from shepherd.loading.presets import load_preset
+
+        preset = load_preset(args.preset)
+        if preset.validation is None:
+            parser.error(f"preset {args.preset} has no validation env to learn on")
+        spec = next((a for a in preset.agents if a.name == preset.validation.agent), preset.agents[0])
+        CASES[spec.algorithm] = Case(preset.validation.env_id, args.steps, dict(spec.parameters))
+        args.algos = spec.algorithm
     logging.basicConfig(level=logging.WARNING)
     th.set_num_threads(1)  # as the learner threads do
     by_upper = {name.upper(): name for name in CASES}  # names in any case: "crossq" is CrossQ
