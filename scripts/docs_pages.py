@@ -1,6 +1,7 @@
 """The documentation site's generated reference pages, built from the code at `mkdocs build` time.
 
-    command_line_page()   every parser and subcommand of `python run.py`, from its own argparse parsers
+    command_line_page()   every parser and subcommand of `python run.py`, then `python -m shepherd.client`,
+                          from their own argparse parsers
     algorithms_page()     the algorithm registry: algorithms, action spaces and typed parameters
     openapi_page()        shepherd/http/openapi.yaml: every path, operation, status and schema
 
@@ -46,21 +47,25 @@ def _walk(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
 def command_line_page() -> str:
     """`python run.py -h` and every `python run.py COMMAND [ACTION] -h`, as argparse prints them (100 columns)."""
     from shepherd.cli.main import build_parser
+    from shepherd.client.__main__ import build_parser as client_parser
 
     previous = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = "100"  # argparse wraps to $COLUMNS: the same page on every machine
     try:
-        parsers = list(_walk(build_parser()))
+        parsers = [*_walk(build_parser()), client_parser()]
         helps = [(p.prog, p.format_help()) for p in parsers]
     finally:
         if previous is None:
             del os.environ["COLUMNS"]
         else:
             os.environ["COLUMNS"] = previous
-    lines = ["# The command line", "", GENERATED.format(source="run.py's argparse parsers (shepherd/cli/)"),
+    source = "the argparse parsers of run.py (shepherd/cli/) and of shepherd/client/__main__.py"
+    lines = ["# The command line", "", GENERATED.format(source=source),
              "Every command of `python run.py`, with what `-h` prints for it. The exit status is 0 on success, "
              "1 when `--clients` did not reach the preset's target (or the server could not stop cleanly), "
-             "2 on bad usage or input.", "", "Commands:", ""]
+             "2 on bad usage or input. Last, the client that drives a gymnasium env against a server, "
+             "`python -m shepherd.client` (exit status 1 when the server refuses it or cannot be reached, 2 on "
+             "bad usage).", "", "Commands:", ""]
     lines += [f"- [`{prog}`](#{_anchor(prog)})" for prog, _ in helps]
     for prog, text in helps:
         lines += ["", f"## `{prog}`", "", "```text", text.rstrip(), "```"]

@@ -11,18 +11,17 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-logger = logging.getLogger(__name__)
-
-
-
 from shepherd.client.connection import Client, ShepherdError, VectorClient
 from shepherd.client.loops import make_vector_env, run_env, run_vector_env
 
 if TYPE_CHECKING:
     from shepherd.client.acting import ActingClient
 
+logger = logging.getLogger(__name__)
 
-def main(argv: list[str] | None = None) -> int:
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m shepherd.client`` (also on the documentation's command-line page)."""
     parser = argparse.ArgumentParser(
         prog="python -m shepherd.client",
         description="Drive a gymnasium environment through a Shepherd agent, or with --n-envs several copies "
@@ -60,6 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--retry-seconds", type=float, default=30.0, metavar="SECONDS",
                         help="how long a step answered 429 or 503, or whose connection was lost, is sent again (with "
                              "its seq) before the client gives up (default %(default)g)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.n_envs is not None and args.n_envs < 1:
         parser.error("--n-envs must be at least 1")

@@ -47,11 +47,12 @@ def test_every_page_of_docs_is_in_the_nav_once_and_every_nav_entry_exists_or_is_
                                     "unrecognized_links": "warn", "anchors": "warn"}  # --strict fails on each
 
 
-def test_the_command_line_page_has_every_command_and_option_of_run_py():
+def test_the_command_line_page_has_every_command_and_option_of_run_py_and_of_the_client():
     from shepherd.cli.main import build_parser
+    from shepherd.client.__main__ import build_parser as client_parser
 
     page = docs_pages().command_line_page()
-    parsers = [build_parser()]
+    parsers = [build_parser(), client_parser()]
     seen = 0
     while parsers:
         parser = parsers.pop()
