@@ -4,9 +4,10 @@
     .venv/bin/python benchmarks/upload_parse.py                  # a few seconds
     .venv/bin/python benchmarks/upload_parse.py --rounds 10 --envs 8 --steps 128
 
-Two uploads of ``--envs`` envs x ``--steps`` steps, as a client sends them (JSON bytes, floats written by
+Three uploads of ``--envs`` envs x ``--steps`` steps, as a client sends them (JSON bytes, floats written by
 Python's ``json``, episodes ending now and then with their ``final_obs``): CartPole (``Box(4)``
-observations, ``Discrete(2)`` samples) and an image-ish one (``Box(16, 16, 3)`` observations, ``Box(2)``
+observations, ``Discrete(2)`` samples), the same with ``Discrete(5)`` samples and every step's action mask
+(a MaskablePPO agent's), and an image-ish one (``Box(16, 16, 3)`` observations, ``Box(2)``
 samples, unbounded as an on-policy Gaussian's). For each, in one sitting, rounds alternating their order:
 
 - ``decode``: ``orjson.loads`` of the body (``parse_object``, what the route does first);
@@ -43,10 +44,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from shepherd.level.client import ClientActingLevel  # noqa: E402
 from shepherd.level.episodes import Phase  # noqa: E402
 from shepherd.wire.experience import ExperienceSpaces, checked_experience, parse_experience  # noqa: E402
+from shepherd.wire.spaces import check_action_mask  # noqa: E402
 
 
-def upload(obs_shape: tuple[int, ...], sample: spaces.Space, n: int, steps: int, seed: int = 0) -> bytes:
-    """An upload's body: T steps of N envs, an episode ending about every 40 steps of an env."""
+def upload(obs_shape: tuple[int, ...], sample: spaces.Space, n: int, steps: int, seed: int = 0,
+           masked: bool = False) -> bytes:
+    """An upload's body: T steps of N envs, an episode ending about every 40 steps of an env; with ``masked``
+    (a ``Discrete`` sample space), each step's action mask, half the actions allowed, the sample among them."""
     rng = np.random.default_rng(seed)
     obs = rng.normal(size=(steps + 1, n, *obs_shape)).astype(np.float32)
     ended = rng.random((steps, n)) < 1 / 40
@@ -58,6 +62,13 @@ def upload(obs_shape: tuple[int, ...], sample: spaces.Space, n: int, steps: int,
     body = {"session_key": "k" * 32, "seq": 3, "policy_version": 7, "obs": obs.tolist(), "sample": samples,
             "reward": rng.normal(size=(steps, n)).tolist(), "terminated": (ended & ~truncated).tolist(),
             "truncated": truncated.tolist(), "final_obs": finals}
+    if masked:
+        masks = rng.random((steps + 1, n, int(sample.n))) < 0.5
+        for t in range(steps):
+            for i in range(n):
+                masks[t, i, samples[t][i]] = True
+        masks[steps, :, 0] = True
+        body["action_mask"] = masks.tolist()
     return json.dumps(body).encode()
 
 
@@ -124,6 +135,10 @@ def main() -> int:
     cases = {
         "cartpole": (upload((4,), spaces.Discrete(2), n, steps),
                      ExperienceSpaces(spaces.Box(-np.inf, np.inf, (4,), np.float32), spaces.Discrete(2))),
+        "masked Discrete(5)": (upload((4,), spaces.Discrete(5), n, steps, masked=True),
+                               ExperienceSpaces(spaces.Box(-np.inf, np.inf, (4,), np.float32), spaces.Discrete(5),
+                                                spaces.Discrete(5), lambda value, space, where: check_action_mask(
+                                                    space, value, where))),
         "image 16x16x3": (upload((16, 16, 3), box, n, steps),
                           ExperienceSpaces(spaces.Box(-np.inf, np.inf, (16, 16, 3), np.float32), box)),
     }

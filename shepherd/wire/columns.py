@@ -1,6 +1,7 @@
 """An upload's columns checked whole with numpy (`shepherd.wire.experience.parse_experience`'s fast path); torch-free.
 
-Each column (``obs``, ``sample``, ``reward``, ``terminated``, ``truncated``) is checked at once: its nested
+Each column (``obs``, ``sample``, ``reward``, ``terminated``, ``truncated``, and ``action_mask``:
+`mask_column`) is checked at once: its nested
 lists flattened level by level (``chain``, every level's types and lengths by ``map``, in C), the Python
 types of its leaves, one ``np.array`` of the right dtype, then finiteness and ranges vectorised. The fast path accepts only what the per-value checker
 (`shepherd.wire.experience.checked_experience`) accepts, and builds the same arrays; anything it is not sure
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from shepherd.wire.spaces import mask_groups, mask_size
 from shepherd.wire.steps import max_reward
 
 _F32_MAX = float(np.finfo(np.float32).max)
@@ -105,3 +107,30 @@ def _flag_column(rows: Any, steps: int, n: int) -> np.ndarray | None:
         return np.array(found[0], dtype=bool).reshape(steps, n)
     flags = np.array(found[0], dtype=np.int64).reshape(steps, n)
     return flags.astype(bool) if ((flags == 0) | (flags == 1)).all() else None
+
+
+def mask_column(rows: Any, space: spaces.Space, count: int, n: int) -> np.ndarray | None:
+    """``count`` rows of ``n`` action masks of the action space ``space`` as one bool array (count, n, size),
+    by `shepherd.wire.spaces.check_action_mask`'s rule (booleans or 0/1, at least one choice of each
+    sub-action allowed); None when any may not pass it."""
+    size = mask_size(space)
+    if size is None:
+        return None
+    found = _leaves(rows, (count, n, size))
+    if found is None or not found[1] <= _FLAGS:
+        return None
+    try:
+        flags = np.array(found[0], dtype=bool if found[1] == {bool} else np.int64).reshape(count, n, size)
+    except OverflowError:  # an integer past int64: not a flag
+        return None
+    if flags.dtype != bool:
+        if not ((flags == 0) | (flags == 1)).all():
+            return None
+        flags = flags.astype(bool)
+    start = 0
+    for width in mask_groups(space):
+        if not flags[..., start:start + width].any(axis=-1).all():
+            return None
+        start += width
+    return flags
+

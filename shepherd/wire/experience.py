@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 from gymnasium import spaces
 
-from shepherd.wire.columns import columns
+from shepherd.wire.columns import columns, mask_column
 from shepherd.wire.parse import sequence_number
 from shepherd.wire.spaces import SpaceError, check_observation, check_observations
 from shepherd.wire.steps import BadRequest, MaskCheck, StepTaker, check_reward
@@ -220,7 +220,9 @@ def parse_experience(data: dict[str, Any], checks: ExperienceSpaces, n_envs: int
     try:
         seq = sequence_number(data)
         finals = _finals(data, checks.observation, n_envs, steps)
-        masks = _masks(data, checks, n_envs, steps)
+        masks = _mask_column(data, checks, n_envs, steps)
+        if masks is None:
+            masks = _masks(data, checks, n_envs, steps)
     except SpaceError as error:
         raise BadExperience(str(error)) from None
     if masks is not None and not _all_allowed(checks.sample, masks, fast["sample"]):
@@ -325,6 +327,15 @@ def _masks(data: dict[str, Any], checks: ExperienceSpaces, n: int, steps: int) -
     rows = _rows(data, "action_mask", steps + 1, n, steps)
     return np.asarray([[check(value, checks.mask, f"action_mask[{t}][{i}]") for i, value in enumerate(row)]
                        for t, row in enumerate(rows)], dtype=bool)
+
+
+def _mask_column(data: dict[str, Any], checks: ExperienceSpaces, n: int, steps: int) -> np.ndarray | None:
+    """The masks of an agent that takes them checked at once (`shepherd.wire.columns.mask_column`); None when
+    there are none or any may not pass (`_masks` then checks them one by one and names a bad one)."""
+    rows = data.get("action_mask")
+    if rows is None or checks.mask is None or checks.check_mask is None:
+        return None
+    return mask_column(rows, checks.mask, steps + 1, n)
 
 
 def _all_allowed(space: spaces.Space, masks: np.ndarray, samples: np.ndarray) -> bool:

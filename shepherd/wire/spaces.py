@@ -288,7 +288,7 @@ def mask_size(space: spaces.Space) -> int | None:
     return None
 
 
-def _mask_groups(space: spaces.Space) -> list[int]:
+def mask_groups(space: spaces.Space) -> list[int]:
     """The sizes of the mask's groups, each one sub-action's choices (at least one must stay allowed)."""
     if isinstance(space, spaces.MultiDiscrete):
         return [int(n) for n in np.asarray(space.nvec).reshape(-1)]
@@ -315,9 +315,9 @@ def check_action_mask(space: spaces.Space, value: Any, where: str = "action_mask
             raise SpaceError(f"{where}[{index}] must be true or false")
     mask = np.asarray(value, dtype=bool)
     start = 0
-    for group, width in enumerate(_mask_groups(space)):
+    for group, width in enumerate(mask_groups(space)):
         if not mask[start:start + width].any():
-            which = "every action" if len(_mask_groups(space)) == 1 else f"every choice of sub-action {group}"
+            which = "every action" if len(mask_groups(space)) == 1 else f"every choice of sub-action {group}"
             raise SpaceError(f"'{where}' masks out {which}: at least one must stay allowed")
         start += width
     return mask

@@ -12,7 +12,7 @@ from gymnasium import spaces
 
 from shepherd.wire import columns as column_path
 from shepherd.wire.experience import ExperienceSpaces, checked_experience, parse_experience
-from shepherd.wire.spaces import check_action_mask
+from shepherd.wire.spaces import check_action_mask, mask_size
 from shepherd.wire.steps import BadRequest
 
 N, T = 3, 4
@@ -27,6 +27,9 @@ CASES = {
     "discrete obs, multidiscrete samples": (spaces.Discrete(5), spaces.MultiDiscrete([2, 3]), False),
     "multibinary obs, multibinary samples": (spaces.MultiBinary(3), spaces.MultiBinary(2), False),
     "masked discrete samples": (spaces.Box(-np.inf, np.inf, (2,), np.float32), spaces.Discrete(3), True),
+    "masked multidiscrete samples": (spaces.Box(-np.inf, np.inf, (2,), np.float32), spaces.MultiDiscrete([2, 3]),
+                                     True),
+    "masked multibinary samples": (spaces.Box(-np.inf, np.inf, (2,), np.float32), spaces.MultiBinary(2), True),
     "dict obs": (spaces.Dict({"a": spaces.Box(-1, 1, (2,), np.float32), "b": spaces.Discrete(2)}),
                  spaces.Discrete(2), False),
 }
@@ -87,6 +90,12 @@ def altered(body: dict, rng: random.Random) -> dict:
         rows[t] = rows[t][:-1] if rng.random() < 0.5 else rows[t] + [rows[t][0]]
         return data
     i = rng.randrange(N)
+    if field == "action_mask" and kind < 0.3:  # choices masked out: a sub-action's, or the one sampled
+        mask = rows[t][i]
+        start = rng.randrange(len(mask))
+        width = rng.choice([1, 2, 3])
+        mask[start:start + width] = [False] * len(mask[start:start + width])
+        return data
     target, key = rows[t], i
     while isinstance(target[key], list) and target[key] and rng.random() < 0.6:  # sometimes deeper
         target, key = target[key], rng.randrange(len(target[key]))
@@ -105,7 +114,7 @@ def test_the_column_path_and_the_per_value_checker_agree_on_altered_uploads(case
     observations, samples = drawn(observation), drawn(sample)
     accepted = refused = 0
     for trial in range(300):
-        body = good_body(observations, samples, sample.n if masks else 0, np_rng)
+        body = good_body(observations, samples, mask_size(sample) if masks else 0, np_rng)
         data = body if trial % 10 == 0 else altered(body, rng)
         fast, slow = outcome(parse_experience, data, checks), outcome(checked_experience, data, checks)
         assert fast == slow, (trial, data)
@@ -125,3 +134,19 @@ def test_a_good_upload_takes_the_column_path(monkeypatch):
 
 def _never(*args):
     raise AssertionError("the per-value checker was called for a good upload")
+
+
+def test_good_masks_take_the_column_path():
+    observation, sample, _ = CASES["masked multidiscrete samples"]
+    body = good_body(drawn(observation), drawn(sample), mask_size(sample), np.random.default_rng(0))
+    body["action_mask"][1][2] = [0, 1, 1, 0, True]  # 0/1 pass as the per-value rule lets them
+    body["sample"][1][2] = [1, 0]  # one the mask allows
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr("shepherd.wire.experience.checked_experience", _never)
+    try:
+        experience = parse_experience(body, ExperienceSpaces(observation, sample, sample, _never), N, T)
+    finally:
+        monkeypatch.undo()
+    assert experience.action_mask is not None and experience.action_mask.shape == (T + 1, N, 5)
+    assert experience.action_mask.dtype == bool and experience.action_mask[1, 2].tolist() == [False, True, True, False, True]
+
