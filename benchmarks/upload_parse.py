@@ -4,11 +4,11 @@
     .venv/bin/python benchmarks/upload_parse.py                  # a few seconds
     .venv/bin/python benchmarks/upload_parse.py --rounds 10 --envs 8 --steps 128
 
-Three uploads of ``--envs`` envs x ``--steps`` steps, as a client sends them (JSON bytes, floats written by
+Four uploads of ``--envs`` envs x ``--steps`` steps, as a client sends them (JSON bytes, floats written by
 Python's ``json``, episodes ending now and then with their ``final_obs``): CartPole (``Box(4)``
 observations, ``Discrete(2)`` samples), the same with ``Discrete(5)`` samples and every step's action mask
-(a MaskablePPO agent's), and an image-ish one (``Box(16, 16, 3)`` observations, ``Box(2)``
-samples, unbounded as an on-policy Gaussian's). For each, in one sitting, rounds alternating their order:
+(a MaskablePPO agent's), the same with ``Dict`` observations, and an image-ish one (``Box(16, 16, 3)``
+observations, ``Box(2)`` samples, unbounded as an on-policy Gaussian's). For each, in one sitting, rounds alternating their order:
 
 - ``decode``: ``orjson.loads`` of the body (``parse_object``, what the route does first);
 - ``checked``: the per-value checker alone (`shepherd.wire.experience.checked_experience`: the whole parse
@@ -48,9 +48,10 @@ from shepherd.wire.spaces import check_action_mask  # noqa: E402
 
 
 def upload(obs_shape: tuple[int, ...], sample: spaces.Space, n: int, steps: int, seed: int = 0,
-           masked: bool = False) -> bytes:
+           masked: bool = False, keyed: bool = False) -> bytes:
     """An upload's body: T steps of N envs, an episode ending about every 40 steps of an env; with ``masked``
-    (a ``Discrete`` sample space), each step's action mask, half the actions allowed, the sample among them."""
+    (a ``Discrete`` sample space), each step's action mask, half the actions allowed, the sample among them;
+    with ``keyed``, each observation an object ``{"pos": the observation, "flag": 0 or 1}`` (a ``Dict`` space)."""
     rng = np.random.default_rng(seed)
     obs = rng.normal(size=(steps + 1, n, *obs_shape)).astype(np.float32)
     ended = rng.random((steps, n)) < 1 / 40
@@ -62,6 +63,10 @@ def upload(obs_shape: tuple[int, ...], sample: spaces.Space, n: int, steps: int,
     body = {"session_key": "k" * 32, "seq": 3, "policy_version": 7, "obs": obs.tolist(), "sample": samples,
             "reward": rng.normal(size=(steps, n)).tolist(), "terminated": (ended & ~truncated).tolist(),
             "truncated": truncated.tolist(), "final_obs": finals}
+    if keyed:
+        body["obs"] = [[{"pos": value, "flag": int(rng.integers(2))} for value in row] for row in body["obs"]]
+        body["final_obs"] = [[None if value is None else {"pos": value, "flag": 0} for value in row]
+                             for row in finals]
     if masked:
         masks = rng.random((steps + 1, n, int(sample.n))) < 0.5
         for t in range(steps):
@@ -139,6 +144,9 @@ def main() -> int:
                                ExperienceSpaces(spaces.Box(-np.inf, np.inf, (4,), np.float32), spaces.Discrete(5),
                                                 spaces.Discrete(5), lambda value, space, where: check_action_mask(
                                                     space, value, where))),
+        "Dict observations": (upload((4,), spaces.Discrete(2), n, steps, keyed=True),
+                              ExperienceSpaces(spaces.Dict({"pos": spaces.Box(-np.inf, np.inf, (4,), np.float32),
+                                                            "flag": spaces.Discrete(2)}), spaces.Discrete(2))),
         "image 16x16x3": (upload((16, 16, 3), box, n, steps),
                           ExperienceSpaces(spaces.Box(-np.inf, np.inf, (16, 16, 3), np.float32), box)),
     }

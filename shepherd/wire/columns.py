@@ -1,12 +1,13 @@
 """An upload's columns checked whole with numpy (`shepherd.wire.experience.parse_experience`'s fast path); torch-free.
 
-Each column (``obs``, ``sample``, ``reward``, ``terminated``, ``truncated``, and ``action_mask``:
-`mask_column`) is checked at once: its nested
-lists flattened level by level (``chain``, every level's types and lengths by ``map``, in C), the Python
-types of its leaves, one ``np.array`` of the right dtype, then finiteness and ranges vectorised. The fast path accepts only what the per-value checker
-(`shepherd.wire.experience.checked_experience`) accepts, and builds the same arrays; anything it is not sure
-of (a bad value, an unusual but valid one such as ``true`` in a ``Box`` observation, a ``Dict`` space) makes
-it give up (None), and the per-value checker decides and names the field and ``[t][i]``.
+Each column (``obs``, ``sample``, ``reward``, ``terminated``, ``truncated``, and ``action_mask``: `mask_column`)
+is checked at once: its nested lists flattened level by level (``chain``, every level's types and lengths by
+``map``, in C), the Python types of its leaves, one ``np.array`` of the right dtype, then finiteness and
+ranges vectorised; a ``Dict`` space's observations key by key, each key's values a column. The fast path
+accepts only what the per-value checker (`shepherd.wire.experience.checked_experience`) accepts, and builds
+the same arrays; anything it is not sure of (a bad value, an unusual but valid one such as ``true`` in a
+``Box`` observation) makes it give up (None), and the per-value checker decides and names the field and
+``[t][i]``.
 """
 
 from __future__ import annotations
@@ -62,10 +63,13 @@ def _leaves(rows: Any, dims: tuple[int, ...]) -> tuple[list[Any], set[type]] | N
     return items, {*map(type, items)}
 
 
-def _space_column(space: spaces.Space, rows: Any, count: int, n: int) -> np.ndarray | None:
-    """``count`` rows of ``n`` values of ``space`` as one array, or None."""
+def _space_column(space: spaces.Space, rows: Any, count: int, n: int) -> Any:
+    """``count`` rows of ``n`` values of ``space`` as one array (a ``Dict`` space's: a dict of them, in the
+    space's order of keys), or None."""
+    if isinstance(space, spaces.Dict):
+        return _dict_column(space, rows, count, n)
     if not isinstance(space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
-        return None  # a Dict space: the per-value checker
+        return None  # another kind: the per-value checker
     dims = (count, n, *(space.shape or ()))
     found = _leaves(rows, dims)
     if found is None:
@@ -85,6 +89,24 @@ def _space_column(space: spaces.Space, rows: Any, count: int, n: int) -> np.ndar
         return array if ((shifted >= 0) & (shifted < int(space.n))).all() else None
     upper = space.nvec if isinstance(space, spaces.MultiDiscrete) else np.full(space.shape, 2)
     return array.astype(space.dtype) if ((array >= 0) & (array < upper)).all() else None
+
+
+def _dict_column(space: spaces.Dict, rows: Any, count: int, n: int) -> dict[str, Any] | None:
+    """``count`` rows of ``n`` objects with exactly the keys of ``space``: each key's values as a column."""
+    found = _leaves(rows, (count, n))
+    if found is None or found[1] != {dict}:
+        return None
+    items, keys = found[0], set(space.spaces)
+    if any(item.keys() != keys for item in items):
+        return None
+    result = {}
+    for key, sub in space.spaces.items():
+        values = [item[key] for item in items]
+        column = _space_column(sub, [values[r * n:(r + 1) * n] for r in range(count)], count, n)
+        if column is None:
+            return None
+        result[key] = column
+    return result
 
 
 def _within(drawn: np.ndarray, space: spaces.Box) -> bool:

@@ -97,8 +97,9 @@ def altered(body: dict, rng: random.Random) -> dict:
         mask[start:start + width] = [False] * len(mask[start:start + width])
         return data
     target, key = rows[t], i
-    while isinstance(target[key], list) and target[key] and rng.random() < 0.6:  # sometimes deeper
-        target, key = target[key], rng.randrange(len(target[key]))
+    while isinstance(target[key], (list, dict)) and target[key] and rng.random() < 0.6:  # sometimes deeper
+        inner = target[key]
+        target, key = inner, rng.choice(list(inner)) if isinstance(inner, dict) else rng.randrange(len(inner))
     target[key] = rng.choice(ODD)
     return data
 
@@ -149,4 +150,18 @@ def test_good_masks_take_the_column_path():
         monkeypatch.undo()
     assert experience.action_mask is not None and experience.action_mask.shape == (T + 1, N, 5)
     assert experience.action_mask.dtype == bool and experience.action_mask[1, 2].tolist() == [False, True, True, False, True]
+
+
+def test_dict_observations_take_the_column_path():
+    observation, sample, _ = CASES["dict obs"]
+    body = good_body(drawn(observation), drawn(sample), 0, np.random.default_rng(0))
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr("shepherd.wire.experience.checked_experience", _never)
+    try:
+        experience = parse_experience(body, ExperienceSpaces(observation, sample), N, T)
+    finally:
+        monkeypatch.undo()
+    assert list(experience.obs) == ["a", "b"]
+    assert experience.obs["a"].shape == (T + 1, N, 2) and experience.obs["a"].dtype == np.float32
+    assert experience.obs["b"].shape == (T + 1, N) and experience.obs["b"].dtype == np.int64
 
