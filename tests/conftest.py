@@ -156,3 +156,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         folder = Path(item.fspath).parent.name
         if folder in E2E_FOLDERS or item.get_closest_marker("slow") is not None:
             item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture
+def data(tmp_path):
+    """A data folder's path (not created): what the admin commands' tests pass as ``--data``."""
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def frequent_rows(monkeypatch):
+    """The learners' metrics rows written at every chance (0.2 s apart), not once a second."""
+    from shepherd.agents.metrics import MetricsWriter
+
+    monkeypatch.setattr(MetricsWriter, "update_seconds", 0.0)
+    monkeypatch.setattr(MetricsWriter, "every_seconds", 0.2)
+

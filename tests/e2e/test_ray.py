@@ -13,7 +13,6 @@ import pytest
 
 from shepherd.client import Client, ShepherdError
 from tests.conftest import ROOT, TEST_PRESETS, ServerThread
-from tests.integration.test_training_metrics import frequent_rows  # noqa: F401  (the fixture)
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install -e .[ray])")
 

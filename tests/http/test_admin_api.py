@@ -12,7 +12,7 @@ import pytest
 from stable_baselines3 import PPO
 
 from shepherd.graph import AgentSpec, GraphManager, Schedule
-from shepherd.http import CREATED_KEYS, GRAPH, STORE, ServerConfig, create_app
+from shepherd.http import GRAPH, STORE, ServerConfig, create_app
 from shepherd.http.state import CREATED_ADMIN_TOKEN
 
 API = "/shepherd/admin/api"
@@ -54,16 +54,6 @@ class Api:
         body = {"owner": owner, "name": name, "algorithm": algorithm, "observation_space": BOX4,
                 "action_space": 2, "parameters": dict(SMALL_PPO) if parameters is None else parameters, **extra}
         return await self.post("/agents", body, status=status)
-
-
-@pytest.fixture
-async def api(aiohttp_client, tmp_path):
-    app = create_app(ServerConfig(graph_manager(), tmp_path / "data"))
-    client = await aiohttp_client(app)
-    api = Api(client, app[CREATED_ADMIN_TOKEN])
-    api.app = app
-    api.pole_key = app[CREATED_KEYS]["pole"]
-    return api
 
 
 async def play(client, apikey, episodes=1, steps=5):

@@ -10,7 +10,7 @@ import pytest
 from shepherd.storage import EpisodeReturn
 from shepherd.storage import returns as return_log
 from shepherd.http.state import STORE
-from tests.http.test_admin_api import API, api  # noqa: F401  (api: the fixture)
+from tests.http.test_admin_api import API
 
 RECORDS = 400  # about 60 bytes each: 24 KB, many pieces of 2 KB
 

@@ -6,7 +6,7 @@ import asyncio
 from shepherd.http import GRAPH, STORE
 from shepherd.storage import NotFound
 from shepherd.agents.sb3.on_policy import OnPolicyAdapter
-from tests.http.test_admin_api import API, OBS4, Api, api, play, step_status  # noqa: F401  (the fixture)
+from tests.http.test_admin_api import OBS4, play, step_status
 
 import pytest
 

@@ -7,7 +7,7 @@ import pytest
 
 from shepherd.agents.metrics import MetricsWriter
 from shepherd.http import GRAPH
-from tests.http.test_admin_api import API, api, play  # noqa: F401 - the fixture and helpers of the admin API
+from tests.http.test_admin_api import API, play
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,7 @@ import time
 
 from shepherd.graph import served
 from shepherd.http import GRAPH, STORE
-from tests.http.test_admin_api import Api, api, play  # noqa: F401  (api: the fixture)
+from tests.http.test_admin_api import play
 
 
 def model_of(api, agent_id=1):

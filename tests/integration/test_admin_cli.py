@@ -13,11 +13,6 @@ from shepherd.storage import DataFolderLock, EpisodeReturn, Store
 BOX4 = '[[4], "-inf", "inf"]'
 
 
-@pytest.fixture
-def data(tmp_path):
-    return tmp_path / "data"
-
-
 def run(capsys, *argv):
     """Run ``python run.py ARGV`` in-process; returns (exit status, stdout, stderr)."""
     try:

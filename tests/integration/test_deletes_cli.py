@@ -2,7 +2,7 @@
 what stays in trash/, and the refusal of a user who owns agents (one line, nothing changed)."""
 
 from shepherd.storage import Store
-from tests.integration.test_admin_cli import add_pole, data, fails, ok  # noqa: F401  (data: the fixture)
+from tests.integration.test_admin_cli import add_pole, fails, ok
 
 
 def test_deleting_an_agent_and_a_user_from_the_command_line(capsys, data):

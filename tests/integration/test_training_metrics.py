@@ -13,7 +13,7 @@ import gymnasium as gym
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from shepherd.agents.metrics import AppendingCSV, MetricsWriter
+from shepherd.agents.metrics import AppendingCSV
 from shepherd.graph import AgentSpec, GraphManager, Schedule
 from shepherd.graph.local import drive, serving_here
 from shepherd.storage import Store
@@ -62,12 +62,6 @@ async def serve_and_drive(data: Path, algorithm: str, steps: int, remote_learner
 def csv_rows(path: Path) -> list[dict[str, str]]:
     with open(path, newline="") as handle:
         return list(csv.DictReader(handle))
-
-
-@pytest.fixture
-def frequent_rows(monkeypatch):
-    monkeypatch.setattr(MetricsWriter, "update_seconds", 0.0)
-    monkeypatch.setattr(MetricsWriter, "every_seconds", 0.2)
 
 
 @pytest.mark.parametrize("algorithm", sorted(AGENTS))
