@@ -204,3 +204,18 @@ def test_the_architecture_s_hop_and_file_counts_agree_with_its_table():
     assert NUMBERS[hops.group(2).lower()] == crossings
     files = re.search(r"The hops belong to (\w+) files", section)
     assert files and NUMBERS[files.group(1).lower()] == len({path for _, path in rows})
+
+
+def test_the_monitoring_page_lists_every_metric_family_the_server_exposes():
+    """Every ``shepherd_*`` family `shepherd/http/metrics.py` declares is in the table of the how-to on
+    running for a long time (a counter with its ``_total``, as Prometheus' text format names it)."""
+    source = (ROOT / "shepherd" / "http" / "metrics.py").read_text()
+    declared = set(re.findall(r'(?:MetricFamily|Counter)\(\s*"(shepherd_[a-z_]+)"', source))
+    counters = set(re.findall(r'(?:CounterMetricFamily|Counter)\(\s*"(shepherd_[a-z_]+)"', source))
+    page = (DOCS / "how-to" / "long-running.md").read_text()
+    listed = set(re.findall(r"^\| `(shepherd_[a-z_]+)`", page, re.MULTILINE))
+    assert len(declared) >= 19
+    expected = {name + "_total" if name in counters else name for name in declared}
+    assert expected - listed == set(), "families missing from docs/how-to/long-running.md's table"
+    assert listed - expected == set(), "families in the table that the server does not expose"
+
