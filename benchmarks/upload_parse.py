@@ -8,7 +8,8 @@ Four uploads of ``--envs`` envs x ``--steps`` steps, as a client sends them (JSO
 Python's ``json``, episodes ending now and then with their ``final_obs``): CartPole (``Box(4)``
 observations, ``Discrete(2)`` samples), the same with ``Discrete(5)`` samples and every step's action mask
 (a MaskablePPO agent's), the same with ``Dict`` observations, and an image-ish one (``Box(16, 16, 3)``
-observations, ``Box(2)`` samples, unbounded as an on-policy Gaussian's). For each, in one sitting, rounds alternating their order:
+observations, ``Box(2)`` samples, unbounded as an on-policy Gaussian's). For each, in one sitting, rounds
+alternating their order:
 
 - ``decode``: ``orjson.loads`` of the body (``parse_object``, what the route does first);
 - ``checked``: the per-value checker alone (`shepherd.wire.experience.checked_experience`: the whole parse

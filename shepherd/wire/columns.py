@@ -122,12 +122,17 @@ def _reward_column(rows: Any, steps: int, n: int) -> np.ndarray | None:
 
 
 def _flag_column(rows: Any, steps: int, n: int) -> np.ndarray | None:
-    found = _leaves(rows, (steps, n))
+    return _flags(rows, (steps, n))
+
+
+def _flags(rows: Any, dims: tuple[int, ...]) -> np.ndarray | None:
+    """Nested lists of ``dims`` of booleans (or 0 and 1, as the per-value rules take them) as a bool array."""
+    found = _leaves(rows, dims)
     if found is None or not found[1] <= _FLAGS:
         return None
     if found[1] == {bool}:
-        return np.array(found[0], dtype=bool).reshape(steps, n)
-    flags = np.array(found[0], dtype=np.int64).reshape(steps, n)
+        return np.array(found[0], dtype=bool).reshape(dims)
+    flags = np.array(found[0], dtype=np.int64).reshape(dims)  # OverflowError past int64: the callers give up
     return flags.astype(bool) if ((flags == 0) | (flags == 1)).all() else None
 
 
@@ -138,21 +143,15 @@ def mask_column(rows: Any, space: spaces.Space, count: int, n: int) -> np.ndarra
     size = mask_size(space)
     if size is None:
         return None
-    found = _leaves(rows, (count, n, size))
-    if found is None or not found[1] <= _FLAGS:
-        return None
     try:
-        flags = np.array(found[0], dtype=bool if found[1] == {bool} else np.int64).reshape(count, n, size)
+        flags = _flags(rows, (count, n, size))
     except OverflowError:  # an integer past int64: not a flag
         return None
-    if flags.dtype != bool:
-        if not ((flags == 0) | (flags == 1)).all():
-            return None
-        flags = flags.astype(bool)
+    if flags is None:
+        return None
     start = 0
     for width in mask_groups(space):
         if not flags[..., start:start + width].any(axis=-1).all():
             return None
         start += width
     return flags
-

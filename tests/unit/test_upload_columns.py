@@ -137,30 +137,23 @@ def _never(*args):
     raise AssertionError("the per-value checker was called for a good upload")
 
 
-def test_good_masks_take_the_column_path():
+def test_good_masks_take_the_column_path(monkeypatch):
     observation, sample, _ = CASES["masked multidiscrete samples"]
     body = good_body(drawn(observation), drawn(sample), mask_size(sample), np.random.default_rng(0))
     body["action_mask"][1][2] = [0, 1, 1, 0, True]  # 0/1 pass as the per-value rule lets them
     body["sample"][1][2] = [1, 0]  # one the mask allows
-    monkeypatch = pytest.MonkeyPatch()
     monkeypatch.setattr("shepherd.wire.experience.checked_experience", _never)
-    try:
-        experience = parse_experience(body, ExperienceSpaces(observation, sample, sample, _never), N, T)
-    finally:
-        monkeypatch.undo()
-    assert experience.action_mask is not None and experience.action_mask.shape == (T + 1, N, 5)
-    assert experience.action_mask.dtype == bool and experience.action_mask[1, 2].tolist() == [False, True, True, False, True]
+    experience = parse_experience(body, ExperienceSpaces(observation, sample, sample, _never), N, T)
+    masks = experience.action_mask
+    assert masks is not None and masks.shape == (T + 1, N, 5)
+    assert masks.dtype == bool and masks[1, 2].tolist() == [False, True, True, False, True]
 
 
-def test_dict_observations_take_the_column_path():
+def test_dict_observations_take_the_column_path(monkeypatch):
     observation, sample, _ = CASES["dict obs"]
     body = good_body(drawn(observation), drawn(sample), 0, np.random.default_rng(0))
-    monkeypatch = pytest.MonkeyPatch()
     monkeypatch.setattr("shepherd.wire.experience.checked_experience", _never)
-    try:
-        experience = parse_experience(body, ExperienceSpaces(observation, sample), N, T)
-    finally:
-        monkeypatch.undo()
+    experience = parse_experience(body, ExperienceSpaces(observation, sample), N, T)
     assert list(experience.obs) == ["a", "b"]
     assert experience.obs["a"].shape == (T + 1, N, 2) and experience.obs["a"].dtype == np.float32
     assert experience.obs["b"].shape == (T + 1, N) and experience.obs["b"].dtype == np.int64
