@@ -149,6 +149,11 @@ async function main() {
   await post("/shepherd/logout/", { session_key });
 }
 
+// lessons: a reply's per-env list holds indices into its "configs", which has each distinct config once
+// (null: nothing for that env); null when the reply has no such list
+const configsOf = (reply, name) => Array.isArray(reply[name])
+  ? reply[name].map((ref) => (ref === null ? null : reply.configs[ref])) : null;
+
 // N CartPoles in one vector session: every request carries all of them, every reply all their actions.
 async function vectorMain(n) {
   const login = await post("/shepherd/login_user/", { apikey, client, n_envs: n });
@@ -157,7 +162,7 @@ async function vectorMain(n) {
               `${JSON.stringify(login.observation_space)}, actions ${JSON.stringify(login.action_space)}`);
   const envs = Array.from({ length: n }, () => new CartPole()), stepper = new Stepper(session_key);
   // lessons: the config each CartPole uses at its next reset (the login's first; a reply's null: unchanged)
-  const configs = login.next_episode_configs || new Array(n).fill(null);
+  const configs = configsOf(login, "next_episode_configs") || new Array(n).fill(null);
   const reset = (env, i) => {
     if (configs[i]) applyConfig(env, configs[i]);
     return env.reset();
@@ -172,7 +177,7 @@ async function vectorMain(n) {
     const body = { obs, reward, terminated, truncated };
     if (finalObs !== null) body.final_obs = finalObs;
     const reply = await stepper.step(body), actions = reply.actions;
-    (reply.next_episode_configs || []).forEach((config, i) => { if (config !== null) configs[i] = config; });
+    (configsOf(reply, "next_episode_configs") || []).forEach((config, i) => { if (config !== null) configs[i] = config; });
     for (let i = 0; i < n; i++) {  // the server has recorded this step: its ended episodes count now
       if (terminated[i] || truncated[i]) console.log(`episode ${++ended} (CartPole ${i}) return ${totals[i]}`);
     }
@@ -263,7 +268,7 @@ async function actingMain(n) {
   let policy = await fetchPolicy(ort, session_key, null);
   const envs = Array.from({ length: n }, () => new CartPole());
   // lessons: each CartPole's config for the episodes that start in it during the next block (none without)
-  let configs = login.next_episode_configs || null;
+  let configs = configsOf(login, "next_episode_configs");
   noteLesson(login.lesson);
   const reset = (env, i) => {
     if (configs && configs[i]) applyConfig(env, configs[i]);
@@ -319,7 +324,7 @@ async function actingMain(n) {
     }
     for (const [i, total] of finished) console.log(`episode ${++ended} (CartPole ${i}) return ${total}`);
     steps = reply.steps;
-    configs = reply.next_episode_configs || null;
+    configs = configsOf(reply, "next_episode_configs");
     noteLesson(reply.lesson);
     if (reply.policy_version !== policy.version || reply.phase !== policy.phase) {
       policy = await fetchPolicy(ort, session_key, policy);

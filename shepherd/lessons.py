@@ -14,6 +14,8 @@ plain data (`parse_lessons`, errors with their key path: ``lessons[1].config.len
 
 from __future__ import annotations
 
+import json
+
 import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Union
@@ -21,6 +23,8 @@ from typing import Any, Mapping, Union
 #: the samplers a config value may name, each with the form of its argument
 SAMPLERS = {"uniform": "[low, high]", "choice": "[value, ...]", "normal": "[mean, std]"}
 LESSON_KEYS = ("name", "config", "until")
+#: the most bytes a lesson's config may take as JSON: it travels to the client before every episode (issue 48)
+MAX_CONFIG_BYTES = 16 * 1024
 UNTIL_KEYS = ("evaluation_return", "evaluations")
 
 
@@ -196,6 +200,15 @@ class Lesson:
                 raise LessonError("config", f"names must be non-empty strings, not {key!r}")
             samplers[key] = parse_sampler(value, f"config.{key}")
         object.__setattr__(self, "config", samplers)
+        size = len(json.dumps({key: sampler.to_json() for key, sampler in samplers.items()}))
+        if size > MAX_CONFIG_BYTES:
+            raise LessonError("config", f"is {size:,} bytes as JSON; a lesson's config may take at most "
+                                        f"{MAX_CONFIG_BYTES:,} (it is sent to the client before every episode): keep "
+                                        "large data at the client and let the config name it")
+        #: a config of constants only is drawn as this one object (a reply sends it once for all its envs)
+        constant = {key: sampler.draw(None) for key, sampler in samplers.items()} if all(
+            isinstance(sampler, Constant) for sampler in samplers.values()) else None
+        object.__setattr__(self, "_constant", constant)
         until = self.until
         if isinstance(until, dict):
             unknown = sorted(set(until) - set(UNTIL_KEYS))
@@ -212,7 +225,11 @@ class Lesson:
         object.__setattr__(self, "until", until)
 
     def draw(self, rng: Any) -> dict[str, Any]:
-        """One episode's config: every value drawn from its sampler, in the config's order."""
+        """One episode's config: every value drawn from its sampler, in the config's order (a config of
+        constants: one object for every episode, never to be changed)."""
+        constant: dict[str, Any] | None = getattr(self, "_constant")
+        if constant is not None:
+            return constant
         return {key: sampler.draw(rng) for key, sampler in self.config.items()}
 
     def to_json(self) -> dict[str, Any]:

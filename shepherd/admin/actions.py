@@ -14,7 +14,7 @@ from shepherd.admin.records import ActionResult, AgentView, Principal
 from shepherd.definition import check_client_name
 from shepherd.agents import ParameterError, live
 from shepherd.agents.export.export import NotExportable
-from shepherd.graph.agent import kind_of
+from shepherd.graph.kinds import kind_of
 from shepherd.graph.served import SET_WAIT_SECONDS, STOP_WAIT_SECONDS
 from shepherd.wire.spaces import SpaceError
 from shepherd.storage import AgentRecord, NotFound

@@ -205,10 +205,6 @@ def serve_command(args: argparse.Namespace) -> int:
             if any(spec.name == target and spec.sharing is Sharing.ADVISED for spec in graph.agents):
                 raise PresetError(f"--clients {args.clients} would be {args.clients} client names of advised agent "
                                   f"{target}, more than --max-clients {args.max_clients}")
-        selectors = [spec.name for spec in graph.agents if spec.level is not None]
-        if args.ray is not None and selectors:
-            raise PresetError(f"agent {selectors[0]} is a selector with skills (level:), whose sessions are not served "
-                              "under --ray yet; serve this preset without --ray")
         if args.ray is not None:
             return serve_on_ray(graph, args, start_from)
         return asyncio.run(serve(graph, args, start_from))

@@ -120,8 +120,7 @@ class _Connection:
         self.session_key = self.info["session_key"]
         self.seq = 0
         self.next_episode_config = self.info.get("next_episode_config")
-        configs = self.info.get("next_episode_configs")
-        self.next_episode_configs = list(configs) if isinstance(configs, list) else None
+        self.next_episode_configs = configs_of(self.info, "next_episode_configs")
         return self.info
 
     def _send_step(self, payload: dict[str, Any], path: str = "/shepherd/env/") -> dict[str, Any]:
@@ -245,9 +244,19 @@ class VectorClient(_Connection):
             payload["action_mask"] = to_json(action_mask)
         reply = self._send_step(payload)
         self.policy_version = reply.get("policy_version")
-        announced = reply.get("next_episode_configs")
-        if isinstance(announced, list):  # null where unchanged: each env keeps the config it was told last
+        announced = configs_of(reply, "next_episode_configs")
+        if announced is not None:  # null where unchanged: each env keeps the config it was told last
             known = self.next_episode_configs or [None] * len(announced)
             self.next_episode_configs = [new if new is not None else old for new, old in zip(announced, known)]
-        self.episode_configs = reply.get("episode_configs")
+        self.episode_configs = configs_of(reply, "episode_configs")
         return reply["actions"]
+
+
+def configs_of(reply: dict[str, Any], name: str) -> list[dict[str, Any] | None] | None:
+    """Each env's config of a reply's ``name`` list (docs/lessons.md): its entries index the reply's
+    ``"configs"``, which holds each distinct config once (null: nothing for that env); None: no such list."""
+    refs = reply.get(name)
+    if not isinstance(refs, list):
+        return None
+    table = reply.get("configs") or []
+    return [None if ref is None else table[ref] for ref in refs]

@@ -1,8 +1,7 @@
 """Graph: the GraphManager built from a `Preset`, its schedule and phases, served agents, sessions and checkpoints
 (preset files are read by `shepherd.loading`)."""
 
-from shepherd.graph.agent import AgentKind, AgentStatus, BadClient, ServedAgent, register_kind
-# the kinds of agent, each registering itself for its sharing mode (graph/agent.py's table)
+from shepherd.graph.agent import AgentKind, AgentStatus, BadClient, ServedAgent
 from shepherd.graph.pooled import PooledAgent
 from shepherd.graph.advised import AdvisedAgent, TooManyClients
 from shepherd.graph.hierarchy.agent import HierarchyAgent
@@ -16,7 +15,7 @@ from shepherd.graph.sessions import (Acted, ActTimeout, Conflict, Gone, Session,
 from shepherd.level import WrongShape
 from shepherd.wire import StepInput, VectorStepInput
 
-__all__ = ["DEFAULT_SCHEDULE", "AdvisedAgent", "HierarchyAgent", "AgentKind", "AgentStatus", "PooledAgent", "ServedAgent", "register_kind", "BadClient", "ActTimeout", "Acted", "AgentRuntime", "AgentSpec", "AgentStats", "Conflict",
+__all__ = ["DEFAULT_SCHEDULE", "AdvisedAgent", "HierarchyAgent", "AgentKind", "AgentStatus", "PooledAgent", "ServedAgent", "BadClient", "ActTimeout", "Acted", "AgentRuntime", "AgentSpec", "AgentStats", "Conflict",
            "EvaluationResult", "Gone", "GraphManager", "PhaseTracker", "PresetError", "PresetValidation", "Schedule", "Serving",
            "Session", "SessionTable", "StepInput", "TooManyClients", "TooManyEnvs", "TooManySessions", "Unauthorized",
            "VectorStepInput", "check_mask", "WrongShape", "InvalidPreset", "Preset", "Problem", "programmed_selector"]

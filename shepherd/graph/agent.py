@@ -1,11 +1,9 @@
-"""A served agent, of any kind: the one interface the graph's lifecycle verbs call (`ServedAgent`), and the
-table of kinds by sharing mode (`AgentKind`, `register_kind`), which each kind's package fills when it is
-imported (`shepherd.graph.pooled`, `shepherd.graph.advised`; `shepherd.graph.hierarchy` for agents with a level,
-`LEVELED`).
+"""A served agent, of any kind: the one interface the graph's lifecycle verbs call (`ServedAgent`), and how a
+kind builds one (`AgentKind`).
 
-A kind of agent is one package: a `ServedAgent` (its learners' runtimes, its status, the runtime a login
-opens its session on, whose model an export gives) and an `AgentKind` (how it is built from its record,
-and what a folder no server serves says of it), registered for its `Sharing` value.
+A kind of agent is one package: a `ServedAgent` (its learners' runtimes, its status, the level of a login's
+session, whose model an export gives) and an `AgentKind` (how it is built from its record, and what a folder
+no server serves says of it), with one row in the table of kinds (`shepherd.graph.kinds`).
 """
 
 from __future__ import annotations
@@ -20,10 +18,10 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar, TypeVar
 
 from shepherd.agents import ServedLearner
-from shepherd.definition import Sharing
 from shepherd.graph.runtime import AgentRuntime, AgentStats, saved_client_names
 from shepherd.graph.schedule import EvaluationResult, Schedule
 from shepherd.level import Level
+from shepherd.level.shapes import flat_level
 from shepherd.storage import AgentRecord, Store
 
 logger = logging.getLogger(__name__)
@@ -103,10 +101,11 @@ class ServedAgent(ABC):
         """
 
     def session_level(self, runtime: AgentRuntime, evaluate_only: bool, n_envs: int | None,
-                      acting: str) -> Callable[[int], Level] | None:
-        """The level of a session of this agent from its actor id, when the agent has a level of its own (a
-        selector's); None: the flat levels (`SessionTable.open`). Raises what refuses the login (HTTP 400)."""
-        return None
+                      acting: str) -> Callable[[int], Level]:
+        """The level of a session of this agent (of ``n_envs`` envs, None: one; ``acting`` "server" or "client")
+        from its first actor id: the shape's (`shepherd.level.shapes`), on ``runtime``. Raises what refuses the
+        login (HTTP 400)."""
+        return flat_level(runtime, evaluate_only, n_envs, acting)
 
     async def prepare(self, client: str | None, lock: asyncio.Lock, serving: Callable[[], bool]) -> None:
         """Build off the event loop what a login with ``client`` will need, under the agent's ``lock``
@@ -235,26 +234,6 @@ class AgentKind(ABC):
         """
 
 
-#: the kinds by sharing mode, and `LEVELED` for agents with a level (selectors), whatever their sharing mode
-KINDS: dict[Sharing | str, AgentKind] = {}
-LEVELED = "level"
-
-
-def register_kind(sharing: Sharing | str, kind: AgentKind) -> None:
-    """Serve the agents of a sharing mode (or `LEVELED`) as ``kind`` builds them (called by the kind's package
-    on import)."""
-    KINDS[sharing] = kind
-
-
-def kind_of(record: AgentRecord) -> AgentKind:
-    """The kind of a stored agent: a selector's (`LEVELED`), or by its sharing mode."""
-    sharing = LEVELED if record.level is not None else record.definition.sharing
-    if sharing not in KINDS:
-        shown = sharing if isinstance(sharing, str) else sharing.value
-        raise ValueError(f"agent {record.name}: no kind of served agent is registered for sharing {shown!r}")
-    return KINDS[sharing]
-
-
 A = TypeVar("A", bound=ServedAgent)
 
 
@@ -298,5 +277,5 @@ def model_file(path: Path) -> dict[str, float] | None:
     return {"bytes": stat.st_size, "modified": stat.st_mtime}
 
 
-__all__ = ["AgentKind", "AgentStatus", "BadClient", "Building", "KINDS", "LEVELED", "MAX_CLIENTS", "NO_MODEL", "ServedAgent", "kind_of",
-           "model_file", "of_kind", "register_kind", "saved_client_names", "settle", "unlink"]
+__all__ = ["AgentKind", "AgentStatus", "BadClient", "Building", "MAX_CLIENTS", "NO_MODEL", "ServedAgent",
+           "model_file", "of_kind", "saved_client_names", "settle", "unlink"]

@@ -15,10 +15,11 @@ import logging
 from dataclasses import replace
 from typing import Any, Callable
 
-from shepherd.agents import (AgentClosed, AgentFailed, NotClientActing, ParameterError, ServedLearner,
+from shepherd.agents import (AgentClosed, AgentFailed, ParameterError, ServedLearner,
                              algorithm_info, check_parameters, learner_for, parameters, registry_records)
 from shepherd.agents.bounds import check_bounds
-from shepherd.graph.agent import Building, ServedAgent, kind_of, of_kind
+from shepherd.graph.agent import Building, ServedAgent, of_kind
+from shepherd.graph.kinds import kind_of
 from shepherd.graph.preset import AgentSpec, Preset, PresetError, PresetValidation, Problem
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.graph.schedule import EvaluationResult, Schedule
@@ -284,7 +285,7 @@ class GraphManager:
 
         Raises:
             BadClient: an advised agent's training login without a client name, or a bad or needless name.
-            NotClientActing: a selector's login acting at the client, or any session of one under --ray.
+            NotClientActing: a login acting at the client of an agent whose policy cannot act there (a selector's).
             TooManyClients: a new client name of an advised agent that has the most clients allowed.
             TooManyEnvs: ``n_envs`` is below 1 or above the server's limit per session.
             Unauthorized: the key is unknown or revoked, or its agent is not served here.
@@ -311,9 +312,7 @@ class GraphManager:
         if runtime.learner.failure is not None:
             raise AgentFailed(f"agent {runtime.label} failed ({runtime.learner.failure}); an admin can restart it")
         leveled = agent.session_level(runtime, evaluate_only, n_envs, acting)
-        if leveled is not None and self.remote_learners is not None:
-            raise NotClientActing("a selector's sessions are not served under --ray yet")
-        return self._sessions.open(runtime, evaluate_only, hash_key(apikey), n_envs, acting, leveled)
+        return self._sessions.open(runtime, leveled, n_envs or 1, hash_key(apikey))
 
     async def prepare_client(self, apikey: str, client: str | None) -> None:
         """Build a new client's learner off the event loop before `login` opens its session (nothing to
@@ -374,7 +373,11 @@ class GraphManager:
         self._sessions.end(self._sessions.get(key))
 
     def expire_sessions(self, idle_seconds: float) -> int:
-        """End sessions idle for longer than ``idle_seconds``; returns how many ended."""
+        """End sessions idle for longer than ``idle_seconds``; returns how many ended. Sessions idle for longer
+        than the serving's ``evaluation_hold_seconds`` hand back the evaluation episodes they hold."""
+        released = self._sessions.release_idle(self._serving.evaluation_hold_seconds)
+        if released:
+            logger.info("%d evaluation episode(s) of idle sessions handed back to their periods", released)
         return self._sessions.expire(idle_seconds)
 
     # -- lifecycle (the verbs on one agent are `served`'s) ---------------------------------------

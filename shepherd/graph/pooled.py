@@ -1,5 +1,4 @@
-"""The ``pooled`` sharing mode: one learner for every client of the agent (`PooledAgent`, one `AgentRuntime`).
-Registers itself as the kind of ``pooled`` agents when imported."""
+"""The ``pooled`` sharing mode: one learner for every client of the agent (`PooledAgent`, one `AgentRuntime`)."""
 
 from __future__ import annotations
 
@@ -8,8 +7,7 @@ from pathlib import Path
 from typing import Callable
 
 from shepherd.agents import checkpoint
-from shepherd.definition import Sharing
-from shepherd.graph.agent import AgentKind, AgentStatus, BadClient, Building, ServedAgent, register_kind
+from shepherd.graph.agent import AgentKind, AgentStatus, BadClient, Building, ServedAgent
 from shepherd.graph.runtime import AgentRuntime, AgentStats, saved_client_names
 from shepherd.storage import AgentRecord, Store
 
@@ -93,5 +91,3 @@ class Pooled(AgentKind):
         path = self.stored_model(store, record, None)
         return [path] if path.exists() else []
 
-
-register_kind(Sharing.POOLED, Pooled())

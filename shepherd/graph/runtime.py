@@ -209,8 +209,10 @@ class AgentRuntime:
             self.checkpoint()
 
     def current_phase(self) -> Phase:
-        """The phase an episode would start in now (a client-acting session's next block acts in it)."""
-        return self.tracker.phase
+        """The phase an episode would start in now (a client-acting session's next block acts in it): an
+        evaluation period whose episodes have all started, held by other sessions, no longer holds anyone else's
+        training (issue 48, M3)."""
+        return self.tracker.next_phase
 
     def begin_trial(self) -> Trial | None:
         """The next queued trial, taken in place of a training episode (never in heatup, an evaluation

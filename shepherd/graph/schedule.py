@@ -77,6 +77,16 @@ class PhaseTracker:
             return Phase.HEATUP
         return Phase.DEPLOY if self.budget_spent else Phase.TRAIN
 
+    @property
+    def next_phase(self) -> Phase:
+        """The phase `begin_episode` would start an episode in now, without starting one: evaluation only while
+        the open period has episodes still to start (`phase` says evaluation while any is still running)."""
+        if self.to_start:
+            return Phase.EVALUATE
+        if self.steps < self.schedule.heatup_steps:
+            return Phase.HEATUP
+        return Phase.DEPLOY if self.budget_spent else Phase.TRAIN
+
     def begin_episode(self) -> Phase:
         if self.to_start:
             self.to_start -= 1

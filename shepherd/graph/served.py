@@ -22,7 +22,8 @@ from typing import Any, Callable, TypeVar
 from shepherd.agents import algorithm_info, checkpoint
 from shepherd.agents.export.export import NotExportable, export_adapter
 from shepherd.agents.sb3.base import SB3Algorithm
-from shepherd.graph.agent import (NO_MODEL, AgentStatus, ServedAgent, kind_of, model_file, of_kind, settle,
+from shepherd.graph.kinds import kind_of
+from shepherd.graph.agent import (NO_MODEL, AgentStatus, ServedAgent, model_file, of_kind, settle,
                                   unlink)
 from shepherd.graph.lessons import stored_state as lesson_state
 from shepherd.graph.runtime import AgentRuntime, saved_client_names

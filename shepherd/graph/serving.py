@@ -27,3 +27,7 @@ class Serving:
     max_clients_per_agent: int | None = MAX_CLIENTS  # the most client names an agent takes (None: any)
     evaluate_only: bool = False
     start_from: StartingCheckpoints | None = None
+    #: how long a session may sit idle holding evaluation episodes before they are handed back to the period
+    #: (its episodes go on, greedy and unrecorded as evaluations): a client that vanished mid-evaluation must
+    #: not hold the agent's evaluation period open for every other client (issue 48, M3)
+    evaluation_hold_seconds: float = 30.0

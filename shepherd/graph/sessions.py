@@ -12,6 +12,7 @@ requests in flight, idleness and the wait for the learner's answer on the caller
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import itertools
 import threading
@@ -23,10 +24,11 @@ import numpy as np
 
 from shepherd.agents import ALGORITHMS, ActionFuture, LearnerUnavailable
 from shepherd.graph.runtime import AgentRuntime
-from shepherd.level import ClientActingLevel, Level, LevelManager, Reply, VectorLevel
+from shepherd.level import Level, Reply
 from shepherd.wire.spaces import SpaceError, check_action_mask
 from shepherd.storage import new_secret
-from shepherd.wire import GreedyStep, GreedyVectorStep, Step
+from shepherd.wire import GreedyStep, GreedyVectorStep, Step, StepInput, VectorStepInput
+from shepherd.wire.experience import Experience, ExperienceSpaces
 from shepherd.wire.sessions import Conflict, TooManySessions, Unauthorized, is_retry
 
 
@@ -175,20 +177,34 @@ class Session:
             self.in_request -= 1
             self.active()
 
-    @property
-    def acts_at_client(self) -> bool:
-        """A client-acting session: it fetches its policy file and uploads experience."""
-        return isinstance(self.level, ClientActingLevel)
+    @functools.cached_property
+    def checks(self) -> ExperienceSpaces:
+        """What its steps are checked against: the agent's spaces and the mask rule (`check_mask`)."""
+        return ExperienceSpaces(self.observation_space, self.action_space, self.mask_space, check_mask)
+
+    @functools.cached_property
+    def upload_checks(self) -> ExperienceSpaces:
+        """What its uploads are checked against: `checks`, with what its learner's policy draws (`sample_space`)."""
+        return dataclasses.replace(self.checks, sample=self.runtime.learner.sample_space)
+
+    def parse_step(self, data: dict[str, Any]) -> StepInput | VectorStepInput | None:
+        """A step body checked into the kind of step its level takes (None: ``"obs": null`` ends the session).
+        Raises BadRequest, or WrongShape from a level that takes no steps (it acts at the client)."""
+        return self.level.parse_step(data, self.checks)
+
+    def parse_upload(self, data: dict[str, Any]) -> Experience:
+        """An upload body checked into an `Experience`. Raises BadExperience, or WrongShape from a level that
+        takes no uploads (its policy acts at the server)."""
+        return self.level.parse_upload(data, self.upload_checks)
 
     async def opened(self, timeout: float) -> dict[str, Any]:
-        """A client-acting session's first block (its phase, policy version and steps), waited for as a step
-        is (the learner may first finish a rollout that other sessions fill); {} for other sessions.
+        """What the login reply adds (`Level.opening`): a client-acting session's first block (its phase,
+        policy version and steps) is waited for as a step is (the learner may first finish a rollout that
+        other sessions fill).
 
         Raises: ActTimeout, Unauthorized or Gone (as `step`), and what the learner refuses the session with
         (`NotClientActing`, AgentFailed).
         """
-        if not isinstance(self.level, ClientActingLevel):
-            return {}
         return await self._wait(self.level.opening(), timeout, None)
 
     async def _wait(self, future: Reply[Any], timeout: float, seq: int | None) -> Any:
@@ -200,12 +216,13 @@ class Session:
                 raise Gone(self.gone) from None
             raise
 
-    async def policy(self, timeout: float) -> tuple[int, bytes]:
+    async def policy(self, held: int | None, timeout: float) -> tuple[int, bytes | None]:
         """The behaviour policy file a client-acting session acts with now (its block's phase), and its
-        version. Raises NotActableAtClient, or ActTimeout when the learner does not build it in time."""
-        assert isinstance(self.level, ClientActingLevel), "a policy file of a session acting at the server"
+        version; None for the file when ``held`` is still the one to act with (`Level.policy_file`).
+        Raises WrongShape (a session acting at the server), NotActableAtClient, or ActTimeout when the learner
+        does not build it in time."""
         try:
-            return await self.runtime.behaviour(self.level.phase, timeout)
+            return await self.level.policy_file(held, timeout)
         except TimeoutError:
             raise ActTimeout("the agent did not build its policy file in time; ask again") from None
 
@@ -309,12 +326,10 @@ class SessionTable:
     def __iter__(self) -> Iterator[Session]:
         return iter(list(self._by_key.values()))
 
-    def open(self, runtime: AgentRuntime, evaluate_only: bool = False, client_id: str = "",
-             n_envs: int | None = None, acting: str = "server",
-             leveled: Callable[[int], Level] | None = None) -> Session:
-        """Open a session (of ``n_envs`` envs: a vector session; None: one env); ``acting`` "client": a
-        client-acting session of ``n_envs`` envs (None: one), which uploads experience instead of steps;
-        ``leveled``: the agent's own level from the session's actor id (a selector's, `ServedAgent.session_level`).
+    def open(self, runtime: AgentRuntime, leveled: Callable[[int], Level], actors: int = 1,
+             client_id: str = "") -> Session:
+        """Open a session on ``runtime`` whose level ``leveled`` makes from its first actor id (its ``actors``
+        envs take the ids from there: `ServedAgent.session_level`).
 
         Raises:
             TooManySessions: the agent has ``max_per_agent`` sessions already.
@@ -322,22 +337,9 @@ class SessionTable:
         if self.max_per_agent is not None and runtime.sessions >= self.max_per_agent:
             raise TooManySessions(f"agent {runtime.record.name} has its maximum of {self.max_per_agent} "
                                   "sessions; log out unused ones or retry later")
-        level: Level
-        if leveled is not None:  # its first actor id; a vector session's envs take the ids after it
-            first = next(self._actor_ids)
-            self._actor_ids = itertools.count(first + (n_envs or 1))
-            level = leveled(first)
-        elif acting == "client":
-            first = next(self._actor_ids)
-            self._actor_ids = itertools.count(first + (n_envs or 1))  # the learner's uploader and its envs
-            level = ClientActingLevel(first, n_envs or 1, runtime, evaluate_only)
-        elif n_envs is None:
-            level = LevelManager(next(self._actor_ids), runtime, evaluate_only)
-        else:
-            first = next(self._actor_ids)
-            self._actor_ids = itertools.count(first + n_envs)  # one actor per env
-            level = VectorLevel(first, n_envs, runtime, evaluate_only)
-        session = Session(new_secret(), level, runtime, client_id)
+        first = next(self._actor_ids)
+        self._actor_ids = itertools.count(first + actors)
+        session = Session(new_secret(), leveled(first), runtime, client_id)
         self._by_key[session.key] = session
         runtime.sessions += 1
         return session
@@ -393,6 +395,13 @@ class SessionTable:
         for session in stale:
             self.end(session)
         return len(stale)
+
+    def release_idle(self, hold_seconds: float) -> int:
+        """Sessions with no request for ``hold_seconds`` hand back the evaluation episodes they hold
+        (`Level.release_held`); returns how many episodes were handed back."""
+        deadline = time.monotonic() - hold_seconds
+        return sum(s.level.release_held() for s in self._by_key.values()
+                   if not s.in_request and s.last_active < deadline)
 
     def end_all(self) -> None:
         for session in list(self._by_key.values()):

@@ -13,15 +13,13 @@ import orjson
 from aiohttp import web
 
 from shepherd.front.frames import NOT_HERE, SnapshotNote
-from shepherd.graph import Acted, GraphManager, Session
-from shepherd.http.protocol import STEP_FIELDS, parse_login, parse_object, parse_step, parse_vector_step, session_key
+from shepherd.graph import Acted, Session
+from shepherd.http.protocol import STEP_FIELDS, parse_login, parse_object, session_key
 from shepherd.http.state import CONFIG, GRAPH, LOGIN_THROTTLE, RATE_LIMITER
 from shepherd.wire.spaces import action_to_json, space_to_json
 from shepherd.storage import hash_key
-from shepherd.graph.sessions import check_mask
-from shepherd.level import ClientActingLevel
 from shepherd.wire import BadRequest, parse_greedy_step
-from shepherd.wire.experience import EXPERIENCE_FIELDS, ExperienceSpaces, parse_experience
+from shepherd.wire.experience import EXPERIENCE_FIELDS
 
 #: the header of a policy file's version (``POST /shepherd/policy/``)
 POLICY_VERSION_HEADER = "Shepherd-Policy-Version"
@@ -75,16 +73,13 @@ async def login_reply(app: web.Application, body: bytes, address: str) -> web.Re
     reply = {"ok": True, "session_key": session.key, "agent": session.runtime.record.name,
              "observation_space": space_to_json(session.observation_space),
              "action_space": space_to_json(session.action_space)}
-    if session.acts_at_client:
-        try:
-            reply.update(acting="client", **await session.opened(graph.act_timeout))
-        except Exception:
-            graph.logout(session.key)  # a session the learner refused (or did not plan in time) holds nothing
-            raise
+    try:
+        reply.update(await session.opened(graph.act_timeout))
+    except Exception:
+        graph.logout(session.key)  # a session the learner refused (or did not plan in time) holds nothing
+        raise
     if session.n_envs is not None:
         reply["n_envs"] = session.n_envs
-    if not session.acts_at_client:  # a client-acting session's are in its plan (`ClientActingLevel.plan`)
-        reply.update(session.level.login_fields())
     if session.runtime.client is not None:
         reply["client"] = session.runtime.client
     if session.mask_space is not None:
@@ -113,12 +108,8 @@ async def step_reply(app: web.Application, body: bytes, address: str) -> web.Res
     data = await _parsed(body, parse_object, body, STEP_FIELDS)
     graph = app[GRAPH]
     session = graph.session(session_key(data))
-    if session.acts_at_client:  # its level refuses steps, saying where its uploads go
-        raise session.level.wrong_shape(None)
     _count_request(app, session)
-    n_envs = session.n_envs
-    step = await (_parsed(body, parse_step, data, session.observation_space, session.mask_space) if n_envs is None
-                  else _parsed(body, parse_vector_step, data, session.observation_space, n_envs, session.mask_space))
+    step = await _parsed(body, session.parse_step, data)
     if step is None:
         graph.logout(session.key)
         return _json({"ok": True})
@@ -138,25 +129,14 @@ def _acted(session: Session, acted: Acted) -> web.Response:
                   **acted.fields})
 
 
-def _client_acting(app: web.Application, data: dict, what: str) -> tuple[GraphManager, Session, ClientActingLevel]:
-    """The graph, the session a body names and its level, which must act at the client. Raises BadRequest."""
-    graph = app[GRAPH]
-    session = graph.session(session_key(data))
-    if not isinstance(session.level, ClientActingLevel):
-        raise BadRequest("this session's policy acts at the server: send steps to /shepherd/env/ (log in with "
-                         f"\"acting\": \"client\" to {what})")
-    return graph, session, session.level
-
-
 async def experience_reply(app: web.Application, body: bytes, address: str) -> web.Response:
     """One upload of a client-acting session (``POST /shepherd/experience/``): learned from (heatup, training)
     or recorded (evaluation, deployment), with what the client does next."""
     data = parse_object(body, EXPERIENCE_FIELDS)
-    graph, session, level = _client_acting(app, data, "upload experience")
+    graph = app[GRAPH]
+    session = graph.session(session_key(data))
+    experience = session.parse_upload(data)
     _count_request(app, session)
-    checks = ExperienceSpaces(session.observation_space, session.runtime.learner.sample_space, session.mask_space,
-                              check_mask if session.mask_space is not None else None)
-    experience = parse_experience(data, checks, level.n_envs, level.steps)
     acted = await graph.step(session, experience)
     return _json(acted.action)
 
@@ -165,14 +145,14 @@ async def policy_reply(app: web.Application, body: bytes, address: str) -> web.R
     """The behaviour policy a client-acting session acts with now (``POST /shepherd/policy/``): an ONNX file,
     or 304 when the client names the version it holds and that file is still the one to act with."""
     data = parse_object(body, {"session_key", "policy_version"})
-    graph, session, level = _client_acting(app, data, "fetch the policy")
+    graph = app[GRAPH]
+    session = graph.session(session_key(data))
     held = data.get("policy_version")
     if held is not None and (isinstance(held, bool) or not isinstance(held, int)):
         raise BadRequest("'policy_version' must be the whole number of the version the client holds")
-    if held is not None and held == level.policy_version and level.served_phase is level.phase:
+    version, onnx = await session.policy(held, graph.act_timeout)
+    if onnx is None:
         return web.Response(status=304, headers={POLICY_VERSION_HEADER: str(held)})
-    version, onnx = await session.policy(graph.act_timeout)
-    level.served_phase = level.phase
     return web.Response(body=onnx, content_type="application/octet-stream",
                         headers={POLICY_VERSION_HEADER: str(version)})
 

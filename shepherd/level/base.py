@@ -13,10 +13,13 @@ than one learner (a selector, then a skill).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Awaitable, Callable, Protocol, TypeVar
 
+from shepherd.level.lifecycle import Lifecycle
+from shepherd import wire
 from shepherd.wire import GreedyStep, GreedyVectorStep, StepInput, VectorStepInput
-from shepherd.wire.experience import Experience
+from shepherd.wire.experience import Experience, ExperienceSpaces
 
 T = TypeVar("T", covariant=True)
 
@@ -52,6 +55,8 @@ class Level:
     takes_masks: bool = True
     #: the store ids of other agents whose learners its steps consult (a selector's skills): their restart ends it
     consults: frozenset[int] = frozenset()
+    #: its envs' episodes (every shape keeps them in one `Lifecycle`)
+    lifecycle: Lifecycle
 
     @property
     def n_envs(self) -> int | None:
@@ -75,8 +80,33 @@ class Level:
 
     def take_upload(self, step: Experience) -> Reply[Any]:
         """A client-acting session's upload of T steps of its N envs: the reply with what to do next."""
-        raise WrongShape("this session's policy acts at the server: send steps to /shepherd/env/ (log in with "
-                         "\"acting\": \"client\" to act with the policy file and upload experience)")
+        raise self.acts_at_server("act with the policy file and upload experience")
+
+    # -- the session's verbs: what a login, a step body, an upload or a policy fetch means to this level ------
+    def parse_step(self, data: dict[str, Any], checks: ExperienceSpaces) -> StepInput | VectorStepInput | None:
+        """A step body (`shepherd.wire.parse_object`'s) checked into this level's kind of step (one env's or
+        ``n_envs``'); None for ``"obs": null`` (the session ends). Raises BadRequest, WrongShape."""
+        if self.n_envs is None:
+            return wire.parse_step(data, checks.observation, checks.mask, _mask_check(checks))
+        return wire.parse_vector_step(data, checks.observation, self.n_envs, checks.mask, _mask_check(checks))
+
+    def parse_upload(self, data: dict[str, Any], checks: ExperienceSpaces) -> Experience:
+        """An upload's body checked into its `Experience`: refused by a level whose policy acts at the server."""
+        raise self.acts_at_server("upload experience")
+
+    def opening(self) -> Reply[dict[str, Any]]:
+        """What the login reply adds, once ready: the first episodes' configs (docs/lessons.md; {} without
+        lessons), or a client-acting session's first block (which the learner may first have to plan)."""
+        return _done(self.login_fields())
+
+    async def policy_file(self, held: int | None, timeout: float) -> tuple[int, bytes | None]:
+        """The behaviour policy file a client acts with now, and its version; None for the file when ``held``
+        names that version still (HTTP 304). Refused by a level whose policy acts at the server."""
+        raise self.acts_at_server("fetch the policy")
+
+    def acts_at_server(self, what: str) -> WrongShape:
+        return WrongShape("this session's policy acts at the server: send steps to /shepherd/env/ (log in with "
+                          f"\"acting\": \"client\" to {what})")
 
     def login_fields(self) -> dict[str, Any]:
         """What the login reply adds about the first episodes' configs (docs/lessons.md; {} without lessons)."""
@@ -86,6 +116,11 @@ class Level:
         """What the reply to the last step taken adds about episodes' configs (docs/lessons.md; {} without
         lessons): read right after the step is handed over, and kept for its retries."""
         return {}
+
+    def release_held(self) -> int:
+        """The session went quiet: hand back what it holds that other sessions wait for (its evaluation
+        episodes, `Lifecycle.release_evaluations`). Returns how many episodes it handed back."""
+        return self.lifecycle.release_evaluations()
 
     def resend(self) -> Reply[Any]:
         """Hand the last step's learner call over again, without counting the step anew: its learner lost it
@@ -106,3 +141,14 @@ class Level:
                               "terminated, truncated)")
         return WrongShape(f"this session drives {self.n_envs} envs, the step has {envs}: "
                           "one item per env in every list")
+
+
+def _mask_check(checks: ExperienceSpaces) -> Any:
+    assert checks.check_mask is not None, "a session's checks without the mask rule"
+    return checks.check_mask
+
+
+def _done(value: Any) -> Reply[Any]:
+    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    future.set_result(value)
+    return future

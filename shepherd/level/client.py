@@ -17,16 +17,16 @@ from __future__ import annotations
 import asyncio
 import functools
 import operator
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from shepherd.agents import ExperienceLearner, ExperienceReply, NotClientActing, StalePolicy
 from shepherd.level.base import Level, Reply, WrongShape
-from shepherd.level.episodes import Episode, EpisodeHost, Phase, abandon
-from shepherd.lessons import EpisodeConfig
+from shepherd.level.episodes import Episode, EpisodeHost, Phase
+from shepherd.level.lifecycle import Announce, Lifecycle
 from shepherd.wire import StepInput, VectorStepInput
-from shepherd.wire.experience import Experience
+from shepherd.wire.experience import Experience, ExperienceSpaces, parse_experience
 
 #: the steps of every env a block of an evaluate-only session holds (no learner asks for a number)
 GREEDY_STEPS = 64
@@ -34,23 +34,35 @@ GREEDY_STEPS = 64
 LEARNED = (Phase.HEATUP, Phase.TRAIN)
 
 
+class ActingHost(EpisodeHost, Protocol):
+    """What a client-acting session needs of its agent besides episodes: the behaviour policy file."""
+
+    async def behaviour(self, phase: Phase, timeout: float) -> tuple[int, bytes]:
+        """The behaviour file of ``phase`` at the learner's current version, and that version.
+
+        Raises: NotActableAtClient; TimeoutError after ``timeout`` seconds."""
+        ...
+
+
 class ClientActingLevel(Level):
     """One client-acting session of one agent, of ``n_envs`` envs, known to the learner as ``uploader``."""
 
-    def __init__(self, uploader: int, n_envs: int, host: EpisodeHost, evaluate_only: bool = False) -> None:
+    snapshots = False  # its steps never reach a front end: it uploads
+
+    def __init__(self, uploader: int, n_envs: int, host: ActingHost, evaluate_only: bool = False) -> None:
         self.uploader = uploader
         self._n_envs = n_envs
         self.host = host
         self.evaluate_only = evaluate_only
-        self.episodes: list[Episode | None] = [None] * n_envs  # None: begun unseen (after a refused block)
+        #: its envs' episodes (None: begun unseen, after a refused block) and each env's config for the episodes
+        #: that start during the next block
+        self.lifecycle = Lifecycle(host, n_envs, evaluate_only, Announce.PER_BLOCK)
         self.phase = Phase.DEPLOY
         self.served_phase: Phase | None = None  # the phase of the last policy file sent (a 304 needs the same)
         self.policy_version = 0
         self.steps = GREEDY_STEPS
         self.closed = False
         self._opening: asyncio.Future[Any] | None = None
-        #: each env's config for the episodes that start during the next block (None: no lessons)
-        self.block: list[EpisodeConfig | None] = [host.next_config() for _ in range(n_envs)]
 
     @property
     def n_envs(self) -> int:
@@ -67,6 +79,22 @@ class ClientActingLevel(Level):
 
     def take_vector_step(self, step: VectorStepInput) -> Reply[Any]:
         raise self.wrong_shape(None)
+
+    def parse_step(self, data: dict[str, Any], checks: ExperienceSpaces) -> StepInput | VectorStepInput | None:
+        raise self.wrong_shape(None)  # before the body is checked: the refusal says where its uploads go
+
+    def parse_upload(self, data: dict[str, Any], checks: ExperienceSpaces) -> Experience:
+        return parse_experience(data, checks, self._n_envs, self.steps)
+
+    async def policy_file(self, held: int | None, timeout: float) -> tuple[int, bytes | None]:
+        """The file of the block's phase (built once per version and phase by the agent); None for the file
+        when ``held`` is still the version to act with, in the phase of the file last sent."""
+        if held is not None and held == self.policy_version and self.served_phase is self.phase:
+            return held, None
+        phase = self.phase
+        version, onnx = await self.host.behaviour(phase, timeout)
+        self.served_phase = phase
+        return version, onnx
 
     @property
     def learner(self) -> ExperienceLearner:
@@ -87,6 +115,9 @@ class ClientActingLevel(Level):
         return self._opening
 
     async def _open(self) -> dict[str, Any]:
+        return {"acting": "client", **await self._plan_first()}
+
+    async def _plan_first(self) -> dict[str, Any]:
         self.phase = Phase.DEPLOY if self.evaluate_only else self.host.current_phase()
         if self.evaluate_only:
             self.policy_version = self.learner.policy_version
@@ -95,17 +126,14 @@ class ClientActingLevel(Level):
                                                                                               self._n_envs))
             self.policy_version, self.steps = planned.policy_version, planned.steps
         for index in range(self._n_envs):
-            self.episodes[index] = self._new_episode(index)
+            self._new_episode(index)
         return self.plan()
 
     def plan(self) -> dict[str, Any]:
         """What the client does next: act with ``policy_version`` in ``phase`` for ``steps`` steps (with lessons:
         each env's config for the episodes that start in that block, and their lesson)."""
-        plan: dict[str, Any] = {"policy_version": self.policy_version, "phase": self.phase.value, "steps": self.steps}
-        if any(setup is not None for setup in self.block):
-            plan["next_episode_configs"] = [None if setup is None else setup.config for setup in self.block]
-            plan["lesson"] = next(setup.lesson for setup in self.block if setup is not None)
-        return plan
+        return {"policy_version": self.policy_version, "phase": self.phase.value, "steps": self.steps,
+                **self.lifecycle.block_fields()}
 
     # -- uploads -------------------------------------------------------------------------------------
     def take_upload(self, step: Experience) -> Reply[Any]:
@@ -124,7 +152,7 @@ class ClientActingLevel(Level):
                 raise
             self.policy_version, self.steps = learned.policy_version, learned.steps
         self._record(experience)
-        self.block = [self.host.next_config() for _ in range(self._n_envs)]  # the next block's
+        self.lifecycle.new_block()
         if self.phase not in LEARNED or self.evaluate_only:
             self.policy_version = self.learner.policy_version
         self.phase = Phase.DEPLOY if self.evaluate_only else self.host.current_phase()
@@ -134,7 +162,7 @@ class ClientActingLevel(Level):
         """Every env step of an accepted block counted with the agent (its schedule counts heatup and training
         steps), every episode that ended recorded with its return: in row order (t, then env), the steps
         between two ends counted at once."""
-        host, phase, n = self.host, self.phase, experience.n_envs
+        host, phase, n, episodes = self.host, self.phase, experience.n_envs, self.lifecycle.episodes
         counted, added = 0, [0] * n  # env steps counted; each env's rows added to its episode
         for t, index in zip(*np.nonzero(experience.ended)):
             t, index = int(t), int(index)
@@ -142,10 +170,9 @@ class ClientActingLevel(Level):
             added[index] = t + 1
             host.count_step(phase, t * n + index + 1 - counted)
             counted = t * n + index + 1
-            episode = self.episodes[index]
-            if episode is not None:
-                host.end_episode(episode, completed=True)
-            self.episodes[index] = self._new_episode(index)
+            if episodes[index] is not None:
+                self.lifecycle.end(index)
+            self._new_episode(index)
         for index in range(n):
             self._add(index, experience.reward, added[index], experience.steps)
         if experience.steps * n > counted:
@@ -153,7 +180,7 @@ class ClientActingLevel(Level):
 
     def _add(self, index: int, rewards: np.ndarray, start: int, stop: int) -> None:
         """Rows ``start:stop`` of env ``index`` added to its episode (its rewards one by one, as steps add them)."""
-        episode = self.episodes[index]
+        episode = self.lifecycle.episodes[index]
         if episode is not None and stop > start:
             episode.total = functools.reduce(operator.add, rewards[start:stop, index].tolist(), episode.total)
             episode.length += stop - start
@@ -162,15 +189,15 @@ class ClientActingLevel(Level):
         """An env's next episode: in an evaluation block the schedule's next (an evaluation episode while the
         period needs one); in a heatup or training block the block's phase, so that an evaluation period opened
         meanwhile is not taken by an episode that explores."""
-        setup = self.block[index]
-        if self.evaluate_only:
-            return Episode(Phase.DEPLOY, setup=setup)
-        if self.phase in LEARNED:
-            return Episode(self.phase, setup=setup)
-        return Episode(self.host.begin_episode(), setup=setup)
+        if self.phase in LEARNED or self.evaluate_only:
+            return self.lifecycle.begin(index, self.phase)
+        episode = self.lifecycle.begin(index)  # the period's next evaluation episode, while it needs one
+        if episode.phase is not Phase.EVALUATE:  # in a greedy block beyond what the period needs: not training
+            episode.phase = Phase.DEPLOY
+        return episode
 
     def _lose_episodes(self) -> None:
-        abandon(self.host, self.episodes)
+        self.lifecycle.abandon()
 
     def resend(self) -> Reply[Any]:
         raise WrongShape("an upload is not sent again by the server; send it again with the same seq")
@@ -180,5 +207,5 @@ class ClientActingLevel(Level):
         if self.closed:
             return
         self.closed = True
-        abandon(self.host, self.episodes)
+        self.lifecycle.abandon()
         self.host.learner.end_actor(self.uploader)

@@ -130,10 +130,3 @@ class EpisodeHost(Protocol):
 
     def end_episode(self, episode: Episode, completed: bool) -> None: ...
 
-
-def abandon(host: EpisodeHost, episodes: list[Episode | None]) -> None:
-    """End every unfinished episode of a session's envs as abandoned (not recorded as a return), in place."""
-    for index, episode in enumerate(episodes):
-        if episode is not None:
-            host.end_episode(episode, completed=False)
-            episodes[index] = None

@@ -20,7 +20,8 @@ from typing import Any, Callable, Protocol
 from shepherd.agents import ActionFuture, ActMode
 from shepherd.agents.core import Learner
 from shepherd.level.base import Level
-from shepherd.level.episodes import MODES, Episode, EpisodeHost, Phase
+from shepherd.level.episodes import MODES, EpisodeHost, Phase
+from shepherd.level.lifecycle import Announce, Lifecycle
 from shepherd.wire import StepInput
 
 
@@ -53,11 +54,19 @@ def skill_mode(skills_learn: bool, phase: Phase) -> ActMode:
 
 @dataclass
 class Option:
-    """The option under way: its skill (by index), the observation it started from, and what it has run."""
+    """The option under way: its skill (by index) and what it has run: its steps, the sum of their rewards (its
+    record) and their sum discounted per env step (``gamma^k r_k``: the selector's reward, as an SMDP's)."""
 
     skill: int
     reward: float = 0.0
     steps: int = 0
+    discounted: float = 0.0
+
+    def add(self, reward: float, gamma: float) -> None:
+        """One env step of the option, with the reward for its action."""
+        self.discounted += gamma ** self.steps * reward
+        self.reward += reward
+        self.steps += 1
 
 
 class OptionsLevel(Level):
@@ -68,22 +77,38 @@ class OptionsLevel(Level):
     takes_masks = False
 
     def __init__(self, host: OptionHost, skills: list[Skill], option_steps: int, skills_learn: bool,
-                 action_space: Any, evaluate_only: bool = False) -> None:
+                 action_space: Any, evaluate_only: bool = False, n_envs: int = 1,
+                 announce: Announce = Announce.AT_END, gamma: float = 1.0) -> None:
         self.host = host
+        #: the selector's discount, applied per env step within an option (its transition's reward, SMDP)
+        self.gamma = gamma
+        #: the env's episodes are the selector's (its phases, lessons and records)
+        self.lifecycle = Lifecycle(host, n_envs, evaluate_only, announce)
         self.skills = skills
         self.consults = frozenset(skill.agent_id for skill in skills)
         self.option_steps = option_steps
         self.skills_learn = skills_learn
         self.action_space = action_space
         self.evaluate_only = evaluate_only
-        self.steps = 0
         self.closed = False
         self._used: set[int] = set()  # the skills this session's actors were actors of
         self._fields: dict[str, Any] = {}
         self._chain: asyncio.Task[None] | None = None
 
+    @property
+    def steps(self) -> int:
+        return self.lifecycle.steps
+
+    def login_fields(self) -> dict[str, Any]:
+        return self.lifecycle.login_fields()
+
     def reply_fields(self) -> dict[str, Any]:
         return self._fields
+
+    def _note_configs(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """The step's options fields, with what it says about episodes' configs (`Lifecycle.close_step`)."""
+        fields.update(self.lifecycle.close_step())
+        return fields
 
     def skill_mode(self, phase: Phase) -> ActMode:
         return skill_mode(self.skills_learn, phase)
@@ -101,46 +126,49 @@ class HierarchyLevel(OptionsLevel):
     """
 
     def __init__(self, actor_id: int, host: OptionHost, skills: list[Skill], option_steps: int, skills_learn: bool,
-                 action_space: Any, evaluate_only: bool = False) -> None:
-        super().__init__(host, skills, option_steps, skills_learn, action_space, evaluate_only)
+                 action_space: Any, evaluate_only: bool = False, gamma: float = 1.0) -> None:
+        super().__init__(host, skills, option_steps, skills_learn, action_space, evaluate_only, gamma=gamma)
         self.actor_id = actor_id
-        self.episode: Episode | None = None
         self.option: Option | None = None
 
     def take_step(self, step: StepInput) -> ActionFuture | None:
         return self.step(step.obs, step.reward, step.done, step.truncated)
 
     def step(self, obs: Any, reward: float, done: bool, truncated: bool = False) -> ActionFuture | None:
-        host, actor = self.host, self.actor_id
-        episode = self.episode
-        if episode is None:
+        lifecycle = self.lifecycle
+        lifecycle.open_step()
+        try:
+            return self._step(obs, reward, done, truncated)
+        finally:
+            self._note_configs(self._fields)
+
+    def _step(self, obs: Any, reward: float, done: bool, truncated: bool) -> ActionFuture | None:
+        host, actor, lifecycle = self.host, self.actor_id, self.lifecycle
+        if lifecycle.episodes[0] is None:
             self._fields = {"option": None}
             if done:  # an episode that ended on its reset observation: nothing to learn or answer
+                lifecycle.announce_again(0)
                 return None
-            phase = Phase.DEPLOY if self.evaluate_only else host.begin_episode()
-            self.episode = Episode(phase)
+            phase = lifecycle.begin(0).phase
             return self._choose(host.learner.begin_episode(actor, obs, MODES[phase]), obs)
         option = self.option
         assert option is not None, "a step of an episode whose first option was never chosen"
-        episode.count(reward, host)
-        self.steps += 1
-        option.reward += reward
-        option.steps += 1
+        episode = lifecycle.count(0, reward)
+        option.add(reward, self.gamma)
         skill = self.skills[option.skill]
         mode, skill_mode = MODES[episode.phase], self.skill_mode(episode.phase)
         if done:
             skill.learner.end_episode(actor, reward, obs, truncated, skill_mode)
-            host.learner.end_episode(actor, option.reward, obs, truncated, mode)
+            host.learner.end_episode(actor, option.discounted, obs, truncated, mode)
             self._ended(option)
-            self.episode = None
-            host.end_episode(episode, completed=True)
+            lifecycle.end(0)
             self._fields = {"option": None}
             return None
         skill_ended = skill.ends is not None and bool(skill.ends(obs))
         if skill_ended or option.steps >= self.option_steps:
             skill.learner.end_episode(actor, reward, obs, not skill_ended, skill_mode)
             self._ended(option)
-            return self._choose(host.learner.step(actor, option.reward, obs, mode), obs)
+            return self._choose(host.learner.step(actor, option.discounted, obs, mode), obs)
         self._fields = {"option": skill.name}
         return skill.learner.step(actor, reward, obs, skill_mode)
 
@@ -162,7 +190,7 @@ class HierarchyLevel(OptionsLevel):
                 reply.cancel()
                 return
             skill = self.skills[index]
-            episode = self.episode
+            episode = self.lifecycle.episodes[0]
             assert episode is not None
             self.option = Option(index)
             self._used.add(index)
@@ -183,9 +211,7 @@ class HierarchyLevel(OptionsLevel):
         if self.closed:
             return
         self.closed = True
-        if self.episode is not None:
-            self.host.end_episode(self.episode, completed=False)
-            self.episode = None
+        self.lifecycle.abandon()
         self.host.learner.end_actor(self.actor_id)
         for index in sorted(self._used):
             self.skills[index].learner.end_actor(self.actor_id)

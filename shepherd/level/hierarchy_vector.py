@@ -14,8 +14,9 @@ import asyncio
 from typing import Any
 
 from shepherd.agents import ActionFuture, Kind, Request
-from shepherd.level.episodes import MODES, Episode, Phase, abandon
+from shepherd.level.episodes import MODES
 from shepherd.level.hierarchy import Option, OptionHost, OptionsLevel, Skill
+from shepherd.level.lifecycle import Announce
 from shepherd.wire import EnvSteps, VectorStepInput
 
 
@@ -24,11 +25,11 @@ class HierarchyVectorLevel(OptionsLevel):
     Its reply fields are ``{"options": [NAME, ...]}``, filled in before the reply is done."""
 
     def __init__(self, first_actor_id: int, n_envs: int, host: OptionHost, skills: list[Skill], option_steps: int,
-                 skills_learn: bool, action_space: Any, evaluate_only: bool = False) -> None:
-        super().__init__(host, skills, option_steps, skills_learn, action_space, evaluate_only)
+                 skills_learn: bool, action_space: Any, evaluate_only: bool = False, gamma: float = 1.0) -> None:
+        super().__init__(host, skills, option_steps, skills_learn, action_space, evaluate_only, n_envs,
+                         Announce.AT_BEGIN, gamma)
         self.actor_ids = range(first_actor_id, first_actor_id + n_envs)
         self.group = first_actor_id
-        self.episodes: list[Episode | None] = [None] * n_envs
         self.options: list[Option | None] = [None] * n_envs
 
     @property
@@ -45,44 +46,41 @@ class HierarchyVectorLevel(OptionsLevel):
 
     def step(self, envs: EnvSteps) -> ActionFuture:
         """The future of every env's action, a list in env order."""
-        host = self.host
+        host, lifecycle = self.host, self.lifecycle
+        lifecycle.open_step()
         choosing: list[int] = []  # the envs whose next option the selector chooses now, in its requests' order
         selector: list[Request] = []
         skills: dict[int, list[Request]] = {}
         for index in range(self.n_envs):
-            episode, option = self.episodes[index], self.options[index]
+            episode, option = lifecycle.episodes[index], self.options[index]
             if episode is not None and option is not None:
                 reward, obs = envs.reward[index], envs.obs[index]
-                episode.count(reward, host)
-                self.steps += 1
-                option.reward += reward
-                option.steps += 1
+                lifecycle.count(index, reward)
+                option.add(reward, self.gamma)
                 skill = self.skills[option.skill]
                 mode, acting = MODES[episode.phase], self.skill_mode(episode.phase)
                 asked = skills.setdefault(option.skill, [])
                 if envs.ended[index]:
                     final, truncated = envs.final_obs[index], envs.truncated[index]
                     asked.append(self._request(Kind.END, index, final, reward, truncated, acting))
-                    selector.append(self._request(Kind.END, index, final, option.reward, truncated, mode))
+                    selector.append(self._request(Kind.END, index, final, option.discounted, truncated, mode))
                     self._ended(index, option)
-                    host.end_episode(episode, completed=True)
-                    self.episodes[index] = None
+                    lifecycle.end(index)
                 else:
                     ended = skill.ends is not None and bool(skill.ends(obs))
                     if not ended and option.steps < self.option_steps:
                         asked.append(self._request(Kind.STEP, index, obs, reward, False, acting))
                         continue
                     asked.append(self._request(Kind.END, index, obs, reward, not ended, acting))
-                    selector.append(self._request(Kind.STEP, index, obs, option.reward, False, mode))
+                    selector.append(self._request(Kind.STEP, index, obs, option.discounted, False, mode))
                     self._ended(index, option)
                     choosing.append(index)
                     continue
-            phase = Phase.DEPLOY if self.evaluate_only else host.begin_episode()
-            self.episodes[index] = Episode(phase)
+            phase = lifecycle.begin(index).phase
             selector.append(self._request(Kind.BEGIN, index, envs.obs[index], 0.0, False, MODES[phase]))
             choosing.append(index)
+        fields = self._fields = self._note_configs({})
         choice = host.learner.submit(selector) if selector else None
-        fields = self._fields = {}
         reply = ActionFuture()
         self._chain = asyncio.ensure_future(self._answer(choice, choosing, skills, envs.obs, fields, reply))
         return reply
@@ -99,12 +97,16 @@ class HierarchyVectorLevel(OptionsLevel):
                 reply.cancel()
                 return
             for index, skill in zip(choosing, chosen):
-                episode = self.episodes[index]
+                episode = self.lifecycle.episodes[index]
                 assert episode is not None
                 self.options[index] = Option(skill)
                 self._used.add(skill)
                 skills.setdefault(skill, []).append(
                     self._request(Kind.BEGIN, index, obs[index], 0.0, False, self.skill_mode(episode.phase)))
+            # each skill's acting envs, in the order of its acts, read before the learner takes the requests (a
+            # learner in this process may rewrite a request's kind as it batches it)
+            acting = {skill: [self.actor_ids.index(r.actor) for r in requests if r.kind in (Kind.BEGIN, Kind.STEP)]
+                      for skill, requests in skills.items()}
             futures = {skill: self.skills[skill].learner.submit(requests) for skill, requests in skills.items()}
             answers = {skill: list(await future) for skill, future in futures.items()}
         except asyncio.CancelledError:  # a learner dropped the requests: the session ended while they waited
@@ -114,8 +116,7 @@ class HierarchyVectorLevel(OptionsLevel):
             reply.set_exception(error)
             return
         actions: list[Any] = [None] * self.n_envs
-        for skill, requests in skills.items():  # each skill's answers, in the order of its acts
-            acts = [self.actor_ids.index(r.actor) for r in requests if r.kind in (Kind.BEGIN, Kind.STEP)]
+        for skill, acts in acting.items():  # each skill's answers, in the order of its acts
             for index, action in zip(acts, answers[skill]):
                 actions[index] = action
         fields["options"] = [None if option is None else self.skills[option.skill].name for option in self.options]
@@ -127,7 +128,7 @@ class HierarchyVectorLevel(OptionsLevel):
         if self.closed:
             return
         self.closed = True
-        abandon(self.host, self.episodes)
+        self.lifecycle.abandon()
         drops = [Request(Kind.DROP, actor) for actor in self.actor_ids]
         self.host.learner.submit(drops)
         for skill in sorted(self._used):

@@ -1,18 +1,20 @@
 """The VectorLevel of a vector session: N environments stepped together, with SB3 ``VecEnv``'s automatic reset.
 
-It keeps N episodes, each env an actor of the learner, and hands every env's messages of one step to the
-learner as one unit (``Learner.submit``).
+It keeps N episodes (its `Lifecycle`), each env an actor of the learner, and hands every env's messages of one
+step to the learner as one unit (``Learner.submit``). An env in a trial episode (an advised agent's client
+trying another client's policy) is answered by the tried learner instead, and the step's reply waits for both.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from typing import Any
 
 from shepherd.agents import ActionFuture, Kind, Request
 from shepherd.level.base import Level
-from shepherd.level.episodes import MODES, Episode, EpisodeHost, Phase, abandon, answered
-from shepherd.lessons import EpisodeConfig
+from shepherd.level.episodes import MODES, EpisodeHost, Phase, answered
+from shepherd.level.lifecycle import Announce, Lifecycle
 from shepherd.wire import EnvSteps, GreedyVectorStep, VectorStepInput
 
 
@@ -29,34 +31,20 @@ class VectorLevel(Level):
         self.group = first_actor_id  # names the session to the learner: its envs never wait on each other
         self.host = host
         self.evaluate_only = evaluate_only
-        self.episodes: list[Episode | None] = [None] * n_envs
-        self.steps = 0
+        self.lifecycle = Lifecycle(host, n_envs, evaluate_only, Announce.AT_BEGIN, trials=True)
         self.closed = False
         self._sent: list[Request] = []  # the last step's requests, as made (`resend`)
-        #: each env's config for its next reset (announced at login, then whenever the env's episode started)
-        self.pending: list[EpisodeConfig | None] = [host.next_config() for _ in range(n_envs)]
-        self._fields: dict[str, Any] = {}
+        self._chain: asyncio.Future[None] | None = None
+
+    @property
+    def steps(self) -> int:
+        return self.lifecycle.steps
 
     def login_fields(self) -> dict[str, Any]:
-        if all(setup is None for setup in self.pending):
-            return {}
-        return {"next_episode_configs": [None if setup is None else setup.config for setup in self.pending]}
+        return self.lifecycle.login_fields()
 
     def reply_fields(self) -> dict[str, Any]:
-        return self._fields
-
-    def _begin(self, index: int, phase: Phase, started: list[Any], announced: list[Any]) -> Episode:
-        """Env ``index``'s new episode, set up with the config announced for its reset; the next one is drawn."""
-        setup = self.pending[index]
-        if setup is not None:
-            started[index] = setup.config
-            self.pending[index] = next_setup = self.host.next_config()
-            announced[index] = None if next_setup is None else next_setup.config
-        return Episode(phase, setup=setup)
-
-    def _note(self, started: list[Any], announced: list[Any]) -> None:
-        self._fields = ({} if all(setup is None for setup in self.pending) else
-                        {"next_episode_configs": announced, "episode_configs": started})
+        return self.lifecycle.reply_fields()
 
     def resend(self) -> ActionFuture:
         """Hand the last step's requests over again, without counting the step anew: its learner lost them
@@ -82,50 +70,86 @@ class VectorLevel(Level):
         """The learner's future of every env's action, a list in env order."""
         if len(envs.obs) != self.n_envs:
             raise ValueError(f"a step of this session has {self.n_envs} envs, not {len(envs.obs)}")
-        host, group = self.host, self.group
+        lifecycle, group = self.lifecycle, self.group
         masks = envs.masks or [None] * self.n_envs
-        started: list[Any] = [None] * self.n_envs
-        announced: list[Any] = [None] * self.n_envs
         requests: list[Request] = []
-        for index, actor in enumerate(self.actor_ids):
-            episode = self.episodes[index]
-            if episode is not None:
-                reward = envs.reward[index]
-                episode.count(reward, host)
-                self.steps += 1
-                mode = MODES[episode.phase]
-                if not envs.ended[index]:
-                    requests.append(Request(Kind.STEP, actor, envs.obs[index], reward, False, mode, group=group,
-                                            mask=masks[index]))
+        tried: dict[int, ActionFuture] = {}  # the envs in trial episodes: their tried learner's answers
+        lifecycle.open_step()
+        try:
+            for index, actor in enumerate(self.actor_ids):
+                episode = lifecycle.episodes[index]
+                if episode is not None:
+                    reward = envs.reward[index]
+                    lifecycle.count(index, reward)
+                    mode, trial = MODES[episode.phase], episode.trial
+                    if not envs.ended[index]:
+                        if trial is not None:
+                            tried[index] = trial.ask(actor, reward, envs.obs[index], masks[index])()
+                        else:
+                            requests.append(Request(Kind.STEP, actor, envs.obs[index], reward, False, mode, group=group,
+                                                    mask=masks[index]))
+                        continue
+                    if trial is not None:
+                        trial.end(actor, reward, envs.final_obs[index], envs.truncated[index])
+                    else:
+                        requests.append(Request(Kind.END, actor, envs.final_obs[index], reward, envs.truncated[index],
+                                                mode, group=group))
+                    lifecycle.end(index)
+                episode = lifecycle.begin(index)
+                if episode.trial is not None:
+                    tried[index] = episode.trial.ask(actor, 0.0, envs.obs[index], masks[index])()
                     continue
-                requests.append(Request(Kind.END, actor, envs.final_obs[index], reward, envs.truncated[index],
-                                        mode, group=group))
-                host.end_episode(episode, completed=True)
-            phase = Phase.DEPLOY if self.evaluate_only else host.begin_episode()
-            self.episodes[index] = self._begin(index, phase, started, announced)
-            requests.append(Request(Kind.BEGIN, actor, envs.obs[index], 0.0, False, MODES[phase], group=group,
-                                    mask=masks[index]))
-        self._note(started, announced)
+                requests.append(Request(Kind.BEGIN, actor, envs.obs[index], 0.0, False, MODES[episode.phase],
+                                        group=group, mask=masks[index]))
+        finally:
+            lifecycle.close_step()
         self._sent = [dataclasses.replace(r) for r in requests]
-        return host.learner.submit(requests)
+        if not tried:
+            return self.host.learner.submit(requests)
+        # the envs the learner answers, in order, read before it takes the requests (it may rewrite their kinds)
+        acting = [r.actor - self.group for r in requests if r.kind in (Kind.BEGIN, Kind.STEP)]
+        return self._merge(self.host.learner.submit(requests), tried, acting)
+
+    def _merge(self, own: ActionFuture, tried: dict[int, ActionFuture], acting: list[int]) -> ActionFuture:
+        """One reply of the learner's actions (for the envs ``acting``, in order) and the trials' (by env)."""
+        reply = ActionFuture()
+
+        async def merge() -> None:
+            try:
+                answers = list(await own)
+                actions: list[Any] = [None] * self.n_envs
+                for index, action in zip(acting, answers):
+                    actions[index] = action
+                for index, future in tried.items():
+                    actions[index] = await future
+            except asyncio.CancelledError:  # a learner dropped the requests: the session ended while they waited
+                reply.cancel()
+                return
+            except Exception as error:  # noqa: BLE001 - the step's waiter hears it (AgentFailed, say)
+                reply.set_exception(error)
+                return
+            reply.policy_version = getattr(own, "policy_version", 0)
+            reply.set_result(actions)
+        self._chain = asyncio.ensure_future(merge())
+        return reply
 
     def record(self, rewards: list[float], ended: list[bool], actions: list[Any], version: int) -> ActionFuture:
         """A greedy step of an evaluate-mode vector session that another process answered with ``actions``
         (a front end, from its snapshot of the policy that ``version`` names): counted and recorded as `step`
         would, without asking the learner; the future gives those actions."""
         assert self.evaluate_only, "only evaluate-mode sessions are answered elsewhere"
-        host = self.host
-        started: list[Any] = [None] * self.n_envs
-        announced: list[Any] = [None] * self.n_envs
-        for index, episode in enumerate(self.episodes):
-            if episode is not None:
-                episode.count(rewards[index], host)
-                self.steps += 1
-                if not ended[index]:
-                    continue
-                host.end_episode(episode, completed=True)
-            self.episodes[index] = self._begin(index, Phase.DEPLOY, started, announced)
-        self._note(started, announced)
+        lifecycle = self.lifecycle
+        lifecycle.open_step()
+        try:
+            for index, episode in enumerate(lifecycle.episodes):
+                if episode is not None:
+                    lifecycle.count(index, rewards[index])
+                    if not ended[index]:
+                        continue
+                    lifecycle.end(index)
+                lifecycle.begin(index, Phase.DEPLOY)
+        finally:
+            lifecycle.close_step()
         return answered(actions, version)
 
     def close(self) -> None:
@@ -133,5 +157,5 @@ class VectorLevel(Level):
         if self.closed:
             return
         self.closed = True
-        abandon(self.host, self.episodes)
+        self.lifecycle.abandon(self.actor_ids)
         self.host.learner.submit([Request(Kind.DROP, actor) for actor in self.actor_ids])

@@ -12,6 +12,7 @@ import json
 
 import pytest
 
+from shepherd.client.connection import configs_of
 from shepherd.graph import AgentSpec, GraphManager, Schedule
 from shepherd.graph.schedule import EvaluationResult
 from shepherd.graph.preset import PresetValidation
@@ -119,28 +120,46 @@ async def test_a_vector_session_gets_each_envs_next_config_and_the_configs_of_th
         aiohttp_client, tmp_path):
     client = await make_client(aiohttp_client, tmp_path, graph_manager(n_envs=N))
     opened = await login(client, n_envs=N)
-    pending = opened["next_episode_configs"]
+    pending = configs_of(opened, "next_episode_configs")
     assert len(pending) == N and all(config["length"] == 0.25 for config in pending)
     key = opened["session_key"]
     first = await post(client, "/shepherd/env/", vector_body(key, 0))
-    assert first["episode_configs"] == pending  # every env's first episode: the configs of the login reply
-    assert all(config is not None for config in first["next_episode_configs"])
-    pending = first["next_episode_configs"]
+    assert configs_of(first, "episode_configs") == pending  # every env's first episode: the login reply's configs
+    assert all(config is not None for config in configs_of(first, "next_episode_configs"))
+    pending = configs_of(first, "next_episode_configs")
     quiet = await post(client, "/shepherd/env/", vector_body(key, 1))
     assert quiet["episode_configs"] == [None] * N and quiet["next_episode_configs"] == [None] * N
+    assert quiet["configs"] == []
     ends = await post(client, "/shepherd/env/", vector_body(key, 2, ended=(1,)))
-    assert ends["episode_configs"] == [None, pending[1], None]  # env 1 reset with the config it was told
+    assert configs_of(ends, "episode_configs") == [None, pending[1], None]  # env 1 reset with the config it was told
     assert ends["next_episode_configs"][0] is None and ends["next_episode_configs"][2] is None
     assert ends["next_episode_configs"][1] is not None
     line = json.loads((tmp_path / "data" / "agents" / "1" / "returns.jsonl").read_text().splitlines()[0])
-    assert line["lesson"] == "easy" and line["config"] == opened["next_episode_configs"][1]
+    assert line["lesson"] == "easy" and line["config"] == configs_of(opened, "next_episode_configs")[1]
 
 
 async def test_a_client_acting_session_gets_each_envs_config_for_the_next_block(aiohttp_client, tmp_path):
     client = await make_client(aiohttp_client, tmp_path, graph_manager(n_envs=2))
     opened = await login(client, acting="client", n_envs=2)
-    assert opened["lesson"] == "easy" and len(opened["next_episode_configs"]) == 2
-    assert all(config["length"] == 0.25 for config in opened["next_episode_configs"])
+    configs = configs_of(opened, "next_episode_configs")
+    assert opened["lesson"] == "easy" and len(configs) == 2
+    assert all(config["length"] == 0.25 for config in configs)
+
+
+async def test_a_reply_sends_each_distinct_config_once_however_many_envs_it_has(aiohttp_client, tmp_path):
+    """Issue 48, H2: a lesson of constants near the size cap and a login of 256 envs: the reply carries the
+    config once (it repeated it per env: 256 times its size), every env's entry pointing to it."""
+    big = [{"name": "big", "config": {"table": ["x" * 60] * 200}}]
+    client = await make_client(aiohttp_client, tmp_path, graph_manager(lessons=big, n_envs=2))
+    response = await client.post("/shepherd/login_user/", json={"apikey": client.apikey, "n_envs": 256})
+    assert response.status == 200, await response.text()
+    opened = await response.json()
+    assert len(opened["configs"]) == 1 and opened["next_episode_configs"] == [0] * 256
+    assert len(await response.read()) < 2 * len(json.dumps(big[0]["config"]))
+    first = await post(client, "/shepherd/env/", {"session_key": opened["session_key"], "obs": [OBS] * 256,
+                                                  "reward": [0.0] * 256, "terminated": [False] * 256,
+                                                  "truncated": [False] * 256})
+    assert len(first["configs"]) == 1 and first["episode_configs"] == [0] * 256
 
 
 async def test_the_agent_advances_after_k_evaluations_in_a_row_and_the_checkpoint_keeps_its_lesson(
@@ -192,3 +211,11 @@ def test_the_validation_target_applies_to_the_last_lesson_only(final, mean, code
     steps = 1000 if code == 1 else 10
     result = EvaluationResult(1, steps, mean, (mean,), lesson="x", final_lesson=final)
     assert judge(validation, result).code == code
+
+
+async def test_the_admin_api_refuses_a_config_over_the_size_cap_and_stores_nothing(api):
+    """Issue 48, H2: the cap holds for agents created through the admin API too (400, nothing stored)."""
+    big = [{"name": "big", "config": {"table": ["x" * 100] * 200}}]
+    reply = await api.add_agent("tests", "huge", lessons=big, status=400)
+    assert "lessons[0].config" in reply["error"] and "16,384" in reply["error"]
+    assert "huge" not in [agent["name"] for agent in await api.get_json("/agents")]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from shepherd.graph import AgentSpec, GraphManager, HierarchyAgent, Schedule, programmed_selector
-from shepherd.graph.agent import kind_of
+from shepherd.graph.kinds import kind_of
 from shepherd.http import CREATED_KEYS, GRAPH, ServerConfig, create_app
 
 OBS = [[2], -1.0, 1.0]
@@ -178,3 +178,19 @@ async def test_an_off_policy_selector_learns_from_its_options(aiohttp_client, tm
     pilot = client.server.app[GRAPH].preset_agent("pilot", HierarchyAgent).selector
     await asyncio.wrap_future(pilot.learner.mark())  # the last option's end, queued after the last reply
     assert pilot.learner.failure is None and pilot.learner.steps == 9  # 3 options of 2 steps per episode
+
+
+async def test_a_selectors_first_vector_step_is_answered_while_a_single_env_session_of_it_is_open(
+        aiohttp_client, tmp_path):
+    """Issue 48, M8: with skills that learn and a single-env session of the selector open (mid-episode), the first
+    step of a vector session of the same selector was answered 500 (an env without an action)."""
+    client = await make_client(aiohttp_client, tmp_path, graph_manager(skills_learn=True))
+    single = await login(client, "pilot")
+    await run(client, single["session_key"], RIGHT, 2, done_at_end=False)
+    opened = await login(client, "pilot", n_envs=2)
+    body = {"session_key": opened["session_key"], "obs": [LEFT, RIGHT], "reward": [0.0, 0.0],
+            "terminated": [False, False], "truncated": [False, False]}
+    for _ in range(3):
+        reply = await post(client, "/shepherd/env/", body)
+        assert all(action in (0, 1) for action in reply["actions"]) and len(reply["options"]) == 2
+        body["reward"] = [1.0, 1.0]

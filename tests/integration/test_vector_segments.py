@@ -61,7 +61,7 @@ async def run(tmp_path, n_envs: int, segments: int, every: int | None, steps: in
             await graph.step(graph.session(session.key), step)
             since = [1 if ended[i] or t == 0 else since[i] + 1 for i in range(n_envs)]
             acting.append(sum(episode is not None and episode.phase is Phase.TRAIN
-                              for episode in session.level.episodes))
+                              for episode in session.level.lifecycle.episodes))
         runtime = graph.runtime()
         await asyncio.wrap_future(runtime.learner.mark())  # every step handed to the learner is processed
         adapter = runtime.learner.algorithm

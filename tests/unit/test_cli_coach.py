@@ -121,10 +121,12 @@ async def test_evaluate_with_local_clients_ends_once_every_client_exited():
     assert stop.is_set() and outcome.code == 1 and outcome.reason == "every local client exited (status 0, 1)"
 
 
-def test_a_preset_with_a_selector_is_refused_under_ray_at_start(tmp_path, capsys, monkeypatch):
-    """Refused in one line before Ray starts or anything is served (not one 400 per login afterwards)."""
+def test_a_preset_with_a_selector_is_served_under_ray(tmp_path, monkeypatch):
+    """Issue 45: selectors are served under --ray (they were refused at start); tests/e2e/test_composition_ray.py
+    serves every shape of a selector with its learners in Ray actors."""
     from shepherd.cli import serve
 
-    monkeypatch.setattr(serve, "serve_on_ray", lambda *args: 0)  # were it reached, the run would "succeed"
-    assert main(["-p", "corridor_levels", "--ray", "--data", str(tmp_path), "--port", "0"]) == 2
-    assert capsys.readouterr().err.startswith("error: agent guide is a selector with skills (level:)")
+    served = []
+    monkeypatch.setattr(serve, "serve_on_ray", lambda graph, *args: served.append(graph.name) or 0)
+    assert main(["-p", "corridor_levels", "--ray", "--data", str(tmp_path), "--port", "0"]) == 0
+    assert served == ["corridor_levels"]

@@ -46,6 +46,9 @@ class FakeHost:
     def begin_episode(self):
         return self.phases.pop(0)
 
+    def next_config(self):
+        return None  # no lessons
+
     def count_step(self, phase):
         self.counted.append(phase)
 
@@ -80,6 +83,19 @@ async def test_an_option_ends_after_option_steps_and_the_selector_gets_the_rewar
     assert right.learner.calls == [("begin", "o3", ActMode.GREEDY)]
     assert host.options == [("left", 3, 7.0)]
     assert host.counted == [Phase.TRAIN] * 3  # one schedule, counted in env steps
+
+
+async def test_the_selectors_reward_is_the_options_rewards_discounted_per_env_step():
+    """SMDP (issue 45): gamma^k r_k over the option's k-th step, for the selector's transition; the options'
+    record keeps the plain sum."""
+    host = FakeHost([0, 1])
+    skills = [Skill("left", FakeLearner("left", ["L"])), Skill("right", FakeLearner("right", ["R"]))]
+    level = HierarchyLevel(5, host, skills, 3, False, "space", gamma=0.5)
+    await _send(level, "o0", 9.0)
+    for obs, reward in (("o1", 1.0), ("o2", 2.0), ("o3", 4.0)):
+        await _send(level, obs, reward)
+    assert host.learner.calls[-1] == ("step", 1.0 + 0.5 * 2.0 + 0.25 * 4.0, "o3", ActMode.EXPLORE)
+    assert host.options == [("left", 3, 7.0)]
 
 
 async def test_the_env_episode_end_ends_the_option_and_the_selector_episode():

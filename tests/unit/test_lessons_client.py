@@ -64,17 +64,20 @@ class ScriptedVector(VectorClient):
         if path == "/shepherd/login_user/":
             self.pending = [self.fresh() for _ in range(n)]
             self.first = True
-            return {"ok": True, "session_key": "s", "n_envs": n, "next_episode_configs": list(self.pending)}
+            return {"ok": True, "session_key": "s", "n_envs": n, "next_episode_configs": list(range(n)),
+                    "configs": list(self.pending)}  # docs/lessons.md: indices into the reply's configs
         started = [self.first or t or u for t, u in zip(payload["terminated"], payload["truncated"])]
         self.first = False
-        announced = [None] * n
+        announced, configs = [None] * n, []
         for i, begun in enumerate(started):
             if begun:
                 assert self.env.envs[i].unwrapped.length == self.pending[i]["length"], i
                 self.checked += 1
-                self.pending[i] = announced[i] = self.fresh()
+                self.pending[i] = self.fresh()
+                announced[i] = len(configs)
+                configs.append(self.pending[i])
         return {"actions": [1 if obs[2] > 0 else 0 for obs in payload["obs"]], "policy_version": 0,
-                "next_episode_configs": announced, "episode_configs": [None] * n}
+                "next_episode_configs": announced, "episode_configs": [None] * n, "configs": configs}
 
 
 def test_run_vector_env_applies_each_envs_config_at_its_own_reset():

@@ -79,6 +79,8 @@ def test_samplers_draw_in_range_and_reproducibly_from_a_seeded_generator():
      "unknown key"),
     (lambda ls: ls[1].update(name="short pole"), "agents[0].lessons[1].name", "also named"),
     (lambda ls: ls.clear(), "agents[0].lessons", "empty list"),
+    (lambda ls: ls[1]["config"].update(table=["x" * 100] * 200), "agents[0].lessons[1].config",
+     "at most 16,384"),  # issue 48, H2: a config travels to the client before every episode
 ])
 def test_bad_lessons_are_refused_at_load_with_their_key_path(change, path, words):
     data = yaml_data()
@@ -87,6 +89,13 @@ def test_bad_lessons_are_refused_at_load_with_their_key_path(change, path, words
         preset_from_data(data)
     problems = caught.value.problems
     assert len(problems) == 1 and problems[0].path == path and words in problems[0].message, problems
+
+
+def test_a_lesson_of_constants_draws_one_object_and_a_sampled_one_draws_anew():
+    constant, sampled = Lesson("c", {"length": 0.25, "table": [1, 2]}), Lesson("s", {"length": {"uniform": [0, 1]}})
+    rng = np.random.default_rng(0)
+    assert constant.draw(rng) is constant.draw(rng) and constant.draw(rng) == {"length": 0.25, "table": [1, 2]}
+    assert sampled.draw(rng) is not sampled.draw(rng)
 
 
 def test_python_presets_refuse_bad_lessons_with_the_path_too():

@@ -2,7 +2,7 @@
 
 from concurrent.futures import Future
 
-from shepherd.agents import ActMode
+from shepherd.agents import ActionFuture, ActMode
 from shepherd.level import Episode, LevelManager, Phase, Trial
 
 
@@ -11,7 +11,7 @@ class FakeLearner:
         self.calls = []
 
     def _future(self, value):
-        future = Future()
+        future = ActionFuture()
         future.set_result(value)
         return future
 
@@ -237,3 +237,34 @@ def test_evaluate_sessions_never_run_trials():
     level = LevelManager(3, host, evaluate_only=True)
     level.step("o0", 0.0, False)
     assert host.learner.calls == [("begin", 3, "o0", ActMode.GREEDY)] and len(host.trials) == 1
+
+
+class FakeVectorLearner(FakeLearner):
+    def submit(self, requests):
+        self.calls.append(("submit", [(r.kind.name, r.actor) for r in requests]))
+        return self._future([f"own{r.actor}" for r in requests if r.kind.name in ("BEGIN", "STEP")])
+
+
+async def test_a_vector_sessions_env_plays_a_trial_while_the_others_play_the_hosts_policy():
+    """Issue 45: advised trials in vector sessions (they were served in single-env sessions only). The env whose
+    episode is a trial is answered by the tried learner, the others by the host's, in one reply."""
+    from shepherd.level import VectorLevel
+    from shepherd.wire import EnvSteps
+
+    host = FakeHost([Phase.TRAIN] * 4)
+    host.learner = FakeVectorLearner()
+    tried = FakeLearner()
+    host.trials.append(Trial("c0", tried))
+    level = VectorLevel(10, 2, host)
+
+    def step(obs, reward, ended=(False, False)):
+        return level.step(EnvSteps(list(obs), [reward] * 2, list(ended), [False, False],
+                                   [o if e else None for o, e in zip(obs, ended)], None))
+
+    assert await step(("a", "b"), 0.0) == ["a0", "own11"]  # env 0 took the queued trial
+    assert tried.calls == [("begin", 10, "a", ActMode.GREEDY)]
+    assert host.learner.calls == [("submit", [("BEGIN", 11)])]
+    assert await step(("c", "d"), 1.0) == ["a1", "own11"]
+    assert await step(("e", "f"), 1.0, ended=(True, False)) == ["own10", "own11"]
+    assert tried.calls[-2:] == [("end", 10, 1.0, "e", False, ActMode.GREEDY), ("drop", 10)]
+    assert host.ended == [(Phase.TRIAL, 2.0, 2, True)] and host.tried == "c0"

@@ -1,6 +1,6 @@
 """A selector served with its level (docs/levels.md): `HierarchyAgent`, one `SelectorRuntime` (the selector's
 learner, the hierarchy's one schedule counted in env steps, the use of its options) over skills that are other
-served agents, found by name when a session opens. Registers itself as the kind of agents with a level."""
+served agents, found by name when a session opens."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import zipfile
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from shepherd.agents import AgentFailed, NotClientActing, checkpoint
-from shepherd.graph.agent import LEVELED, AgentStatus, BadClient, Building, ServedAgent, register_kind
+from shepherd.agents import AgentFailed, NotClientActing, checkpoint, parameters
+from shepherd.graph.agent import AgentStatus, BadClient, Building, ServedAgent
 from shepherd.graph.pooled import Pooled, PooledAgent
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.hierarchy import LevelSpec, load_function
@@ -45,6 +45,16 @@ class SelectorRuntime(AgentRuntime):
         #: the runtimes of the skills that learn from the hierarchy's steps (set when a session finds them)
         self.learning_skills: list[AgentRuntime] = []
         super().__init__(record, *args, **kwargs)
+
+    @property
+    def gamma(self) -> float:
+        """The selector's discount (its ``gamma`` parameter, or its algorithm's default; 1 for one that has none,
+        a programmed selector): an option's rewards are discounted by it per env step (SMDP)."""
+        value = self.record.parameters.get("gamma")
+        if value is None:
+            known = parameters(self.record.algorithm).get("gamma")
+            value = None if known is None else known.default
+        return 1.0 if value is None else float(value)
 
     def record_option(self, skill: str, steps: int, reward: float) -> None:
         use = self.options.setdefault(skill, OptionUse())
@@ -115,8 +125,10 @@ class HierarchyAgent(PooledAgent):
                       acting: str) -> Callable[[int], Level]:
         name = self.record.name
         if acting == "client":
-            raise NotClientActing(f"agent {name} is a selector with skills: its sessions act at the server; log in "
-                                  "with \"acting\": \"server\" (or leave it out)")
+            raise NotClientActing(f"agent {name} is a selector with skills: its option state (which skill is active, "
+                                  "for how many steps, and the skills' end functions, which run on the server) cannot "
+                                  "travel with one policy file, so its sessions act at the server; log in with "
+                                  "\"acting\": \"server\" (or leave it out)")
         level = self.selector.level
         found = self.skills()
         self.selector.learning_skills = [runtime for _, runtime in found] if level.skills_learn else []
@@ -127,9 +139,9 @@ class HierarchyAgent(PooledAgent):
         def leveled(actor: int) -> Level:
             if n_envs is None:
                 return HierarchyLevel(actor, self.selector, skills, level.option_steps, level.skills_learn,
-                                      action_space, evaluate_only)
+                                      action_space, evaluate_only, self.selector.gamma)
             return HierarchyVectorLevel(actor, n_envs, self.selector, skills, level.option_steps, level.skills_learn,
-                                        action_space, evaluate_only)
+                                        action_space, evaluate_only, self.selector.gamma)
         return leveled
 
     def describe_level(self) -> dict[str, Any]:
@@ -171,5 +183,3 @@ class Hierarchy(Pooled):
             logger.info("selector %s resumes from %s", record.name, runtime.model_path)
         return HierarchyAgent(runtime, building.find)
 
-
-register_kind(LEVELED, Hierarchy())

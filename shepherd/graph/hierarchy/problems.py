@@ -69,8 +69,6 @@ def _selector_problems(where: str, spec: AgentDefinition, declared: dict[str, Ag
                                                   f"(action_space: {len(skills)}), not {spec.action_space!r}"))
     if spec.sharing is not Sharing.POOLED:
         problems.append((f"{where}.sharing", "a selector is pooled (one learner); advised selectors are not served"))
-    if spec.lessons:
-        problems.append((f"{where}.lessons", "a selector's lessons are not served yet; give lessons to flat agents"))
     if spec.algorithm.upper() == PROGRAMMED.upper() and spec.parameters.get("skills") != ",".join(skills):
         problems.append((f"{where}.parameters.skills", f"a programmed selector's skills parameter is its level's "
                                                        f"skills, {','.join(skills)!r} (selector: sets it)"))
