@@ -89,9 +89,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="open connections at once; more are answered 503 and closed (default: the "
                              "open-file limit less 128)")
     parser.add_argument("--max-connections-per-address", type=int, default=None, metavar="N",
-                        help="open connections one client address may hold at once; more from it are answered 429 "
-                             "and closed, so that one client cannot take every slot (default: half of "
-                             "--max-connections; 0: no cap; a --trusted-proxy has none)")
+                        help="open connections one client address (an IPv6 address's whole /64) may hold at once; "
+                             "more from it are answered 429 and closed, so that one client cannot take every slot, "
+                             "and the last tenth of --max-connections are kept for addresses that hold none "
+                             "(default: half of --max-connections; 0: no cap, nor kept slots; a --trusted-proxy has "
+                             "none)")
     parser.add_argument("--header-timeout", type=float, default=10.0, metavar="SECONDS",
                         help="close a new connection that sends no request headers within this time "
                              "(default %(default)s)")
