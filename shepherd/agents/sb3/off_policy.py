@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, cast
 
