@@ -174,8 +174,8 @@ async def health(request: web.Request) -> web.Response:
             continue
         failures[labels(graph, record.owner_id, record.name)] = reason
     state = await request.app[HEALTH_PROBE].state(store.folder)
-    trouble = failures or unsaved or restoring or long_updates
-    status = "unavailable" if state != "writable" else "degraded" if trouble else "ok"
+    troubled = bool(failures or unsaved or restoring or long_updates)
+    status = "unavailable" if state != "writable" else "degraded" if troubled else "ok"
     reply: dict[str, Any] = {"status": status, "store": state,
                              "agents": {"serving": serving, "failed": len(failures), "restoring": len(restoring),
                                         "long_updates": len(long_updates)},
