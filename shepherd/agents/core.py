@@ -298,10 +298,6 @@ class ServedLearner(Learner, Checkpointable, ExperienceLearner, Protocol):
         """Whether its process answers (always in process; a Ray actor's not while it is created again)."""
 
     @property
-    def update_seconds(self) -> float | None:
-        """How long the training update under way has run, in seconds (None: none is, or it is not known here)."""
-
-    @property
     def sample_space(self) -> Any:
         """What an uploaded sample is checked against (`shepherd.wire.experience.sample_space`)."""
 

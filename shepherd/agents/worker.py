@@ -88,12 +88,6 @@ class ThreadedLearner:
     def available(self) -> bool:  # its process answers: always here (a Ray actor's not while created again)
         return True
 
-    @property
-    def update_seconds(self) -> float | None:
-        """How long the update under way has run (None: none is); a learner that failed inside one has none."""
-        since = getattr(self.algorithm, "updating_since", None)
-        return None if since is None or self.failure is not None else max(0.0, time.monotonic() - since)
-
     def start(self, deliver: Deliver | None = None) -> None:
         self._deliver = deliver
         self._thread.start()

@@ -160,9 +160,9 @@ async def health(request: web.Request) -> web.Response:
             trouble = runtime.checkpoint_trouble()
             if trouble is not None:
                 unsaved[label] = trouble
-            updating = learner.update_seconds
-            if updating is not None and updating >= LONG_UPDATE_SECONDS:
-                long_updates[label] = f"in one update for {updating:.0f} s"
+            since = getattr(learner.algorithm, "updating_since", None)  # an SB3 learner's (a Ray actor's: unknown)
+            if since is not None and time.monotonic() - since >= LONG_UPDATE_SECONDS:
+                long_updates[label] = f"in one update for {time.monotonic() - since:.0f} s"
         else:
             failures[label] = reason
     for record, client, reason in graph.served.client_failures():

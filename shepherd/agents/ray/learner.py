@@ -123,11 +123,6 @@ class RayLearner(ActorRevival, RemoteUploads):
         """The actor answers (False while a lost one is created again, or its Ray started again)."""
         return self._available and self._link.current(self._generation)
 
-    @property
-    def update_seconds(self) -> float | None:
-        """Not known at the head: the actor's updates run in its own process (None)."""
-        return None
-
     def start_from(self, path: Path) -> None:
         """An advised client's learner starts from another client's weights (before `start`)."""
         with self._link.calls():
