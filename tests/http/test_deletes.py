@@ -120,3 +120,33 @@ async def session_ended(graph, key):
         except Gone:
             return
         await asyncio.sleep(0.01)
+
+
+async def test_a_policy_fetch_waiting_when_its_agent_is_deleted_gets_410_at_once(api, monkeypatch):
+    """Issue 48, L15, for a client-acting session's policy fetch: one queued behind the learner's work (here a
+    checkpoint being written) when the agent is deleted gets 410, not 503 "shut down"."""
+    import threading
+    learner = api.app[GRAPH].runtime().learner
+    inside, release = asyncio.Event(), threading.Event()
+    loop, real_write = asyncio.get_running_loop(), learner.algorithm.write_checkpoint
+
+    def held_write(*args, **kwargs):
+        loop.call_soon_threadsafe(inside.set)
+        assert release.wait(10)
+        return real_write(*args, **kwargs)
+
+    response = await api.client.post("/shepherd/login_user/", json={"apikey": api.pole_key, "acting": "client"})
+    assert response.status == 200, await response.text()
+    key = (await response.json())["session_key"]
+    monkeypatch.setattr(learner.algorithm, "write_checkpoint", held_write)
+    api.app[GRAPH].runtime().checkpoint()  # the learner's thread is held inside it
+    await asyncio.wait_for(inside.wait(), 10)
+    fetching = asyncio.ensure_future(api.client.post("/shepherd/policy/", json={"session_key": key}))
+    await asyncio.sleep(0.1)  # the fetch's build is queued behind the checkpoint (were it not yet, it would be 410 too)
+    deleting = asyncio.ensure_future(api.post("/agents/1/delete"))
+    await asyncio.wait_for(session_ended(api.app[GRAPH], key), 10)
+    release.set()
+    response = await fetching
+    await deleting
+    assert response.status == 410, await response.text()
+    assert "agent pole was deleted" in (await response.json())["error"]
