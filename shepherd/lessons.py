@@ -26,6 +26,9 @@ LESSON_KEYS = ("name", "config", "until")
 #: the most bytes a lesson's config may take as JSON: it travels to the client before every episode (issue 48)
 MAX_CONFIG_BYTES = 16 * 1024
 UNTIL_KEYS = ("evaluation_return", "evaluations")
+#: how deep a config value may nest (lists in lists, a sampler's mapping counting as one): JSON replies carry a
+#: bounded depth (orjson's is 254), and an agent whose config could not be shown would break every listing
+MAX_DEPTH = 32
 
 
 class LessonError(ValueError):
@@ -128,14 +131,28 @@ def _json_value(value: Any) -> bool:
     return False
 
 
+def _too_deep(value: Any, limit: int) -> bool:
+    """Whether lists or mappings nest more than ``limit`` deep in ``value`` (looked at no deeper than that)."""
+    level = [value]
+    for _ in range(limit):
+        level = [item for outer in level if isinstance(outer, (list, tuple, dict))
+                 for item in (outer.values() if isinstance(outer, dict) else outer)]
+        if not level:
+            return False
+    return any(isinstance(item, (list, tuple, dict)) for item in level)
+
+
 def parse_sampler(value: Any, path: str) -> Sampler:
     """A config value: a sampler (as one, or as its one-key mapping) or a constant.
 
     Raises:
-        LessonError: an unknown sampler, a bad range, an empty choice, a value JSON cannot carry.
+        LessonError: an unknown sampler, a bad range, an empty choice, a value JSON cannot carry, one nested
+            deeper than `MAX_DEPTH`.
     """
     if isinstance(value, (Constant, Uniform, Choice, Normal)):
         return value
+    if _too_deep(value, MAX_DEPTH):
+        raise LessonError(path, f"nests deeper than {MAX_DEPTH} levels; a config value may nest {MAX_DEPTH} deep at most")
     if isinstance(value, dict):
         if len(value) != 1 or next(iter(value)) not in SAMPLERS:
             raise LessonError(path, "a mapping must be one sampler: " +

@@ -9,6 +9,8 @@ import logging
 import zipfile
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from shepherd.admin.errors import Forbidden, Invalid
 from shepherd.admin.records import ActionResult, AgentView, Principal
 from shepherd.definition import check_client_name
@@ -88,6 +90,36 @@ class OperationsBase:
         return f"{self._owner_name(record)}/{record.name}"
 
     def _view(self, record: AgentRecord) -> AgentView:
+        """The agent's view; one whose stored record cannot be read or shown (written by other means, or by a
+        version that took what this one refuses) is shown as far as it can be, ``failed`` with why, so that it
+        never breaks the listing of the others (and can still be found and deleted)."""
+        try:
+            view = self._live_view(record)
+            orjson.dumps(view)  # what every admin surface does with it (the API's reply, the remote CLI's)
+            return view
+        except Exception as error:  # noqa: BLE001 - one bad record must not take every listing down
+            logger.warning("agent %s: its stored record cannot be shown: %s", record.id, error)
+            return self._unshowable_view(record, error)
+
+    def _unshowable_view(self, record: AgentRecord, error: Exception) -> AgentView:
+        def shown(value: Any, empty: Any) -> Any:
+            try:
+                orjson.dumps(value)
+                return value
+            except TypeError:  # orjson.JSONEncodeError: too deep, or not JSON
+                return empty
+
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        return AgentView(
+            id=record.id, owner=shown(self._owner_name(record), "?"), name=shown(record.name, "?"),
+            algorithm=shown(record.algorithm, "?"), observation_space=shown(record.observation_space, None),
+            action_space=shown(record.action_space, None), parameters=shown(dict(record.parameters), {}),
+            sharing=shown(record.sharing, "?"), filters=shown(dict(record.filters), {}),
+            created=shown(record.created, 0.0), last_active=shown(record.last_active, 0.0), model=None, served=False,
+            phase="failed", steps=0, steps_per_second=0.0, sessions=0, episodes=0, mean_train_return=None,
+            last_evaluation=None, failure=f"its stored record cannot be shown: {reason[:300]}")
+
+    def _live_view(self, record: AgentRecord) -> AgentView:
         status = self.graph.served.status(record)
         evaluation = status.last_evaluation
         return AgentView(

@@ -12,7 +12,9 @@ When a row is written (``MetricsWriter.tick``, after every batch and when the le
   ``log_interval=1``, but at most one a second (``update_seconds``): tiny rollouts would otherwise write
   rows faster than anyone reads them, and an update's values then wait for the next row;
 - otherwise (off-policy learners, which train every few steps, and any learner in heatup or evaluation)
-  a row every ``every_seconds`` (5 s) while steps are served, with the last update's values;
+  a row every ``every_seconds`` (5 s) while steps of training are served (heatup and training steps, or any
+  step during an evaluation period), with the last update's values; steps of evaluate-mode sessions alone
+  (phase ``deploy``: ``run.py --evaluate``, or clients logged in with ``"mode": "evaluate"``) write none;
 - a last row when the learner stops.
 
 The files are opened at the first row, so an agent that never learns writes none. The CSV is appended to
@@ -43,6 +45,9 @@ logger = logging.getLogger(__name__)
 GraphValues = Callable[[], dict[str, Any]]
 #: the graph's value that steps per second are counted from: steps served in every phase
 SERVED_STEPS = "shepherd/served_steps"
+#: the graph's steps counted toward its schedule (heatup and training), and its phase
+SCHEDULE_STEPS = "shepherd/steps"
+PHASE = "shepherd/phase"
 
 
 class _Learner(Protocol):
@@ -106,12 +111,14 @@ class MetricsWriter:
         self._last_row = -math.inf
         self._version = self._current_version()
         self._steps = self._served_steps(None)
+        self._schedule_steps = 0
         self._previous = self._totals()
 
     def follow(self, graph_values: GraphValues) -> None:
         """Add the graph's values to every row (before the learner starts)."""
         self._graph = graph_values
         self._steps = self._served_steps(None)
+        self._schedule_steps = int(graph_values().get(SCHEDULE_STEPS, 0))
 
     # -- on the learner's thread ---------------------------------------------------------------
     def tick(self) -> None:
@@ -178,6 +185,7 @@ class MetricsWriter:
             elif value is not None:
                 record(key, value)
         self._steps, self._version, self._last_row = steps, self._current_version(), now
+        self._schedule_steps = int(graph.get(SCHEDULE_STEPS, self._schedule_steps))
 
     def _totals(self) -> tuple[float, ...]:
         stats = self._stats
@@ -198,7 +206,15 @@ class MetricsWriter:
         return int(getattr(self._algorithm, "steps", 0))
 
     def _moved(self) -> bool:
-        return self._served_steps(None) != self._steps
+        """Whether steps of training were served since the last row: without the graph's values (a learner
+        alone), any step; with them, steps counted toward the schedule, or any step of an evaluation period, but
+        not steps of evaluate-mode sessions alone (an evaluate-only run writes no training metrics)."""
+        if self._graph is None:
+            return self._served_steps(None) != self._steps
+        graph = self._graph()
+        if int(graph.get(SCHEDULE_STEPS, 0)) != self._schedule_steps:
+            return True
+        return graph.get(PHASE) == "evaluate" and self._served_steps(graph) != self._steps
 
 
 def attach(learner: _Learner, folder: Path) -> MetricsWriter:

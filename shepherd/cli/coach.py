@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--evaluate", nargs="?", const=0, type=int, default=None, metavar="N",
                         help="serve every session greedily and learn nothing: every login is answered in evaluate "
                              "mode, whatever it asked (its reply says \"mode\": \"evaluate\", as the deploy server's "
-                             "does), no weight changes and no checkpoint is written; stop once N env steps were served "
+                             "does), no weight changes and no checkpoint or training metrics are written; stop once N env steps were served "
                              "(summed over every session and agent, looked at every 0.01 s: the steps answered "
                              "meanwhile and while it stops are served too, and counted in the lines it prints at the "
                              "end), or, with 0 or no N, when stopped (Ctrl-C). Exit status 0")

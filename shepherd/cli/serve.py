@@ -85,13 +85,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="largest request body; larger ones get 413 (default %(default)s)")
     parser.add_argument("--secure-cookies", action="store_true",
                         help="mark the dashboard's sign-in cookie Secure (serving behind a TLS proxy)")
-    parser.add_argument("--max-connections", type=int, default=None, metavar="N",
-                        help="open connections at once; more are answered 503 and closed (default: the "
-                             "open-file limit less 128)")
+    parser.add_argument("--max-connections", type=int, default=None, metavar="N", help="open connections at "
+                        "once; more are answered 503 and closed (default: the open-file limit less 128)")
     parser.add_argument("--max-connections-per-address", type=int, default=None, metavar="N",
-                        help="open connections one client address may hold at once; more from it are answered 429 "
-                             "and closed, so that one client cannot take every slot (default: half of "
-                             "--max-connections; 0: no cap; a --trusted-proxy has none)")
+                        help="open connections one address (an IPv6 /64) may hold at once; more get 429, and the last "
+                             "tenth of --max-connections are kept for addresses that hold none (default: half of "
+                             "--max-connections; 0: no cap, nor kept slots; a --trusted-proxy has none)")
     parser.add_argument("--header-timeout", type=float, default=10.0, metavar="SECONDS",
                         help="close a new connection that sends no request headers within this time "
                              "(default %(default)s)")
@@ -132,9 +131,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "400, so that one client's rewards cannot overflow a pooled agent's arithmetic for "
                              "every client (default %(default)g; inf: no bound)")
     parser.add_argument("--max-curve-reads", type=int, default=2, metavar="N",
-                        help="whole learning curves read at once (GET /agents/ID/returns.csv, or a JSON read of over "
-                             "1 MB of the curve), each streamed off disk; more get 429 with Retry-After (default "
-                             "%(default)s)")
+                        help="whole curves read at once per credential (the admin's, each agent's keys': returns.csv, "
+                             "or a JSON read of over 1 MB), streamed off disk; more get 429 (default %(default)s)")
+    parser.add_argument("--curve-read-stall-seconds", type=float, default=10.0, metavar="S", help="a whole-curve "
+                        "read whose client takes nothing for S s loses its slot and connection (default %(default)g)")
     parser.add_argument("--trusted-proxy", action="append", default=[], metavar="ADDR",
                         help="a reverse proxy (an address or network: 127.0.0.1, 10.0.0.0/8) in front of the server: "
                              "a request from it is the client's that its X-Forwarded-For names (the rightmost "
@@ -171,7 +171,7 @@ def serve_command(args: argparse.Namespace) -> int:
         if getattr(args, name) < 0:
             raise UsageError(f"--{name.replace('_', '-')} must be 0 or more")
     for name in ("session_timeout", "act_timeout", "max_body", "header_timeout", "body_timeout", "idle_timeout",
-                 "max_envs"):
+                 "max_envs", "curve_read_stall_seconds"):
         if getattr(args, name) <= 0:
             raise UsageError(f"--{name.replace('_', '-')} must be positive")
     if args.max_connections is not None and args.max_connections <= 0:
@@ -249,7 +249,7 @@ async def serve(graph: GraphManager, args: argparse.Namespace, start_from: Start
                           requests_per_second_per_key=args.rate_limit or None, max_body_bytes=args.max_body,
                           max_connections=args.max_connections, header_timeout_seconds=args.header_timeout,
                           max_connections_per_address=args.max_connections_per_address,
-                          max_curve_reads=args.max_curve_reads,
+                          max_curve_reads=args.max_curve_reads, curve_read_stall_seconds=args.curve_read_stall_seconds,
                           body_timeout_seconds=args.body_timeout, idle_timeout_seconds=args.idle_timeout,
                           secure_cookies=args.secure_cookies, only_preset=args.only_preset,
                           metrics=args.metrics, max_envs_per_session=args.max_envs,

@@ -37,8 +37,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="open public connections at most (more are answered 503 and closed; default: from "
                              "the open-file limit)")
     parser.add_argument("--max-connections-per-address", type=int, default=None, metavar="N",
-                        help="open public connections one client address may hold (more are answered 429 and "
-                             "closed; default: half of --max-connections; 0: no cap)")
+                        help="open public connections one client address (an IPv6 address's whole /64) may hold "
+                             "(more are answered 429 and closed; the last tenth of --max-connections are kept for "
+                             "addresses that hold none; default: half of --max-connections; 0: no cap)")
     parser.add_argument("--trusted-proxy", action="append", default=[], metavar="ADDR",
                         help="a reverse proxy (address or network): exempt from --max-connections-per-address, "
                              "and the client of a login, step or logout from it is the one its X-Forwarded-For "

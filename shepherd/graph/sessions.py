@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from shepherd.agents import ALGORITHMS, ActionFuture, LearnerUnavailable
+from shepherd.agents import ALGORITHMS, ActionFuture, AgentClosed, LearnerUnavailable
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.level import Level, Reply
 from shepherd.wire.spaces import SpaceError, check_action_mask
@@ -211,7 +211,7 @@ class Session:
         """`_wait`, but a session ended by its agent's deletion while it waited raises `Gone`."""
         try:
             return await _wait(future, timeout, seq)
-        except Unauthorized:
+        except (Unauthorized, AgentClosed):  # the learner stopping for the delete refuses it "shut down"
             if self.gone is not None:
                 raise Gone(self.gone) from None
             raise

@@ -22,6 +22,7 @@ from shepherd.definition import AgentDefinition, Filters, Sharing
 from shepherd.lessons import parse_lessons
 from shepherd.graph import Unauthorized
 from shepherd.http.errors import BadRequest
+from shepherd.http.limits import StalledReader
 from shepherd.http.protocol import parse_object
 from shepherd.http.signins import COOKIE, CSRF_HEADER, csrf_matches
 from shepherd.http.state import ADMIN, CURVE_READS, LOGIN_THROTTLE, SIGNINS
@@ -173,7 +174,7 @@ async def agent_returns(request: web.Request) -> web.StreamResponse:
     """The episode returns (an advised agent's ``client``'s only, if named), from ``offset`` on; a client polling with ``offset`` and ``first`` (the time of
     the first record it has) gets everything again, with ``"reset": true``, when the curve was deleted.
     Only the records sent are read, off the event loop; a long reply (more than one piece of the file: a whole
-    curve) takes one of the few curve-read slots and is streamed, each piece read as it is written."""
+    curve) takes one of the caller's few curve-read slots and is streamed, each piece read as it is written."""
     ops = operations(request)
     page = await ops.returns_json(agent_id(request), _query_number(request, "offset", int) or 0,
                                   _query_number(request, "first", float), request.query.get("client"))
@@ -183,20 +184,29 @@ async def agent_returns(request: web.Request) -> web.StreamResponse:
         if page.size <= return_log.SCAN_BYTES:  # at most one piece: a poll
             return web.Response(body=head + b"".join(await asyncio.to_thread(list, pieces)) + b"]}",
                                 content_type="application/json", headers=NO_STORE)
-        with request.app[CURVE_READS].slot("whole-curve reads"):
+        slots = request.app[CURVE_READS]
+        with slots.slot(_reader(ops), "whole-curve reads"):
             response = web.StreamResponse(headers={**NO_STORE, "Content-Type": "application/json"})
             response.enable_chunked_encoding()
             await response.prepare(request)
-            await response.write(head)
-            separator = b""
-            while (piece := await asyncio.to_thread(next, pieces, None)) is not None:
-                await response.write(separator + piece)
-                separator = b","
-            await response.write(b"]}")
+            try:
+                await slots.send(request, response, head)
+                separator = b""
+                while (piece := await asyncio.to_thread(next, pieces, None)) is not None:
+                    await slots.send(request, response, separator + piece)
+                    separator = b","
+                await slots.send(request, response, b"]}")
+            except StalledReader:
+                return response  # its connection is dropped already
             await response.write_eof()
             return response
     finally:
         await asyncio.to_thread(getattr(pieces, "close", lambda: None))  # the file, if not read to its end
+
+
+def _reader(ops: Operations) -> str:
+    """Whose curve-read slots a read takes: the admin's, or the holders' of one agent's keys."""
+    return "admin" if ops.principal.admin else f"agent {ops.principal.agent_id}"
 
 
 CSV_HEADER = "episode,time_unix,time_utc,return,length,phase"
@@ -224,7 +234,7 @@ async def returns_csv(request: web.Request) -> web.StreamResponse:
     ops = operations(request)
     view = await ops.agent(agent_id(request))
     client = request.query.get("client")
-    with request.app[CURVE_READS].slot("whole-curve reads"):
+    with request.app[CURVE_READS].slot(_reader(ops), "whole-curve reads"):
         return await _stream_csv(request, ops, view, client)
 
 
@@ -248,12 +258,15 @@ async def _stream_csv(request: web.Request, ops: Operations, view: Any, client: 
         "Content-Disposition": f'attachment; filename="{view.owner}-{view.name}{"-" + client if client else ""}-returns.csv"'})
     response.enable_chunked_encoding()
     await response.prepare(request)
-    await response.write((CSV_HEADER + (",client" if clients else "") + (",lesson,config" if lessons else "")
-                          + "\n").encode())
+    slots = request.app[CURVE_READS]
     try:
+        await slots.send(request, response, (CSV_HEADER + (",client" if clients else "")
+                                             + (",lesson,config" if lessons else "") + "\n").encode())
         while (rows := await asyncio.to_thread(next_rows)) is not None:
             if rows:
-                await response.write(rows)
+                await slots.send(request, response, rows)
+    except StalledReader:
+        return response  # its connection is dropped already
     finally:
         await asyncio.to_thread(chunks.close)  # type: ignore[attr-defined]
     await response.write_eof()

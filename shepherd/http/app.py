@@ -146,7 +146,7 @@ def create_app(config: ServerConfig) -> web.Application:
     app[CONFIG] = config
     app[METRICS] = Metrics(lambda: app.get(GRAPH))
     app[LOGIN_THROTTLE] = LoginThrottle()
-    app[CURVE_READS] = ReadSlots(config.max_curve_reads)
+    app[CURVE_READS] = ReadSlots(config.max_curve_reads, config.curve_read_stall_seconds)
     app[HEALTH_PROBE] = monitoring.StoreProbe()
     app[OPENAPI] = openapi_document()
     if config.requests_per_second_per_key:

@@ -129,6 +129,10 @@ class StoreProbe:
             self._running = None
 
 
+#: a learner inside one training update for this long makes health ``degraded`` (its clients wait meanwhile)
+LONG_UPDATE_SECONDS = 30.0
+
+
 def _label(agent: str, client: str | None) -> str:
     """``owner/name``, with ``/client`` for an advised agent's client."""
     return agent if client is None else f"{agent}/{client}"
@@ -142,6 +146,7 @@ async def health(request: web.Request) -> web.Response:
     failures: dict[str, str] = {}
     unsaved: dict[str, str] = {}  # learners that serve but whose checkpoints fail
     restoring: list[str] = []  # learners whose process is being created again (a Ray actor, a Ray node)
+    long_updates: dict[str, str] = {}  # serving learners inside one update for LONG_UPDATE_SECONDS or more
     serving = 0
     labels = request.app[METRICS].labels
     for runtime in graph.every_runtime():  # each pooled agent's learner, and each client's of an advised one
@@ -155,6 +160,9 @@ async def health(request: web.Request) -> web.Response:
             trouble = runtime.checkpoint_trouble()
             if trouble is not None:
                 unsaved[label] = trouble
+            since = getattr(learner.algorithm, "updating_since", None)  # an SB3 learner's (a Ray actor's: unknown)
+            if since is not None and time.monotonic() - since >= LONG_UPDATE_SECONDS:
+                long_updates[label] = f"in one update for {time.monotonic() - since:.0f} s"
         else:
             failures[label] = reason
     for record, client, reason in graph.served.client_failures():
@@ -166,14 +174,17 @@ async def health(request: web.Request) -> web.Response:
             continue
         failures[labels(graph, record.owner_id, record.name)] = reason
     state = await request.app[HEALTH_PROBE].state(store.folder)
-    status = "unavailable" if state != "writable" else "degraded" if failures or unsaved or restoring else "ok"
+    troubled = bool(failures or unsaved or restoring or long_updates)
+    status = "unavailable" if state != "writable" else "degraded" if troubled else "ok"
     reply: dict[str, Any] = {"status": status, "store": state,
-                             "agents": {"serving": serving, "failed": len(failures), "restoring": len(restoring)},
+                             "agents": {"serving": serving, "failed": len(failures), "restoring": len(restoring),
+                                        "long_updates": len(long_updates)},
                              "checkpoints": {"failing": len(unsaved)}}
     if _detailed(request):
         reply["failures"] = failures
         reply["checkpoint_failures"] = unsaved
         reply["restoring"] = sorted(restoring)
+        reply["long_updates"] = long_updates
     return _health_reply(503 if status == "unavailable" else 200, reply)
 
 

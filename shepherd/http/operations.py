@@ -12,8 +12,9 @@ from typing import Any, Awaitable, Callable
 import orjson
 from aiohttp import web
 
+from shepherd.agents import AgentClosed
 from shepherd.front.frames import NOT_HERE, SnapshotNote
-from shepherd.graph import Acted, Session
+from shepherd.graph import Acted, Gone, Session
 from shepherd.http.protocol import STEP_FIELDS, parse_login, parse_object, session_key
 from shepherd.http.state import CONFIG, GRAPH, LOGIN_THROTTLE, RATE_LIMITER
 from shepherd.wire.spaces import action_to_json, space_to_json
@@ -150,7 +151,12 @@ async def policy_reply(app: web.Application, body: bytes, address: str) -> web.R
     held = data.get("policy_version")
     if held is not None and (isinstance(held, bool) or not isinstance(held, int)):
         raise BadRequest("'policy_version' must be the whole number of the version the client holds")
-    version, onnx = await session.policy(held, graph.act_timeout)
+    try:
+        version, onnx = await session.policy(held, graph.act_timeout)
+    except AgentClosed:  # its learner stopped while it waited: for the agent's deletion, the session is gone
+        if session.gone is None:
+            raise
+        raise Gone(session.gone) from None
     if onnx is None:
         return web.Response(status=304, headers={POLICY_VERSION_HEADER: str(held)})
     return web.Response(body=onnx, content_type="application/octet-stream",

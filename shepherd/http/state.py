@@ -69,9 +69,11 @@ class ServerConfig:
     # reverse proxies (addresses or networks) whose X-Forwarded-For gives the client's address (run.py
     # --trusted-proxy, shepherd/http/proxies.py); empty: the header is never believed
     trusted_proxies: tuple[str, ...] = ()
-    # whole learning curves read at once (a CSV download, or a JSON read of over 1 MB of the log: each streamed off
-    # disk); more get 429 with Retry-After (run.py --max-curve-reads)
+    # whole learning curves read at once per credential (the admin's, each agent's keys'): a CSV download, or a JSON
+    # read of over 1 MB of the log, each streamed off disk; more get 429 with Retry-After (run.py --max-curve-reads);
+    # a read whose client takes nothing for curve_read_stall_seconds loses its slot and its connection (None: never)
     max_curve_reads: int = 2
+    curve_read_stall_seconds: float | None = 10.0
 
 
 #: the configuration the app was created with

@@ -1,6 +1,7 @@
 """IP addresses and networks named on the command line (``--trusted-proxy``): parsed once, matched per
 connection (`shepherd.wire.connections`) and per request (`shepherd.http.proxies`, the front ends); a trusted
-proxy's client from its ``X-Forwarded-For`` (`forwarded_client`). Plain Python."""
+proxy's client from its ``X-Forwarded-For`` (`forwarded_client`); the site an address belongs to (`site_of`:
+an IPv6 address's /64), which limits count as one client. Plain Python."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import ipaddress
 from typing import Iterable
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+#: the IPv6 prefix one site is given (RFC 6177: a /64 at least, 2^64 addresses), counted as one client
+IPV6_SITE_PREFIX = 64
 
 
 def parse_networks(values: Iterable[str]) -> tuple[Network, ...]:
@@ -53,3 +57,15 @@ def forwarded_client(headers: list[str], networks: tuple[Network, ...]) -> str |
         if not any(address in network for network in networks):
             return str(address)
     return None
+
+
+def site_of(text: str | None) -> str:
+    """Who an address is, for the limits that count clients: an IPv6 address's /64 (``2001:db8:1:2::/64``: every
+    address of one site's prefix, which a client may change at will), an IPv4 address (or an IPv4-mapped IPv6
+    one) as itself, anything that is no address as it is written."""
+    address = address_of(text)
+    if address is None:
+        return text or "?"
+    if isinstance(address, ipaddress.IPv6Address):
+        return str(ipaddress.IPv6Network((address, IPV6_SITE_PREFIX), strict=False))
+    return str(address)

@@ -1,6 +1,8 @@
 """The connection guard both servers put in front of aiohttp (the learning server and the front ends):
-at most so many open connections (more are answered 503 at once), and at most so many from one address (more
-from it are answered 429 at once: one client cannot hold every slot), a new connection must send its first
+at most so many open connections (more are answered 503 at once), and at most so many from one address (an IPv6
+address's whole /64 counting as one; more from it are answered 429 at once: one client cannot hold every slot),
+the last tenth of the slots kept for addresses that hold none yet (so that two or three clients holding their
+share cannot keep everyone else out), a refused connection counted nowhere, a new connection must send its first
 request's headers in time, and what aiohttp refuses itself (malformed HTTP) is answered in JSON. aiohttp and
 orjson only: torch-free, so `shepherd.front` uses it too."""
 
@@ -10,16 +12,21 @@ import asyncio
 import logging
 import resource
 import time
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import orjson
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
+from shepherd.wire.addresses import site_of
+
 logger = logging.getLogger(__name__)
 
 #: open files kept free for the store, models, logs and libraries when the connection limit is derived
 RESERVED_FILES = 128
+#: the share of the connection limit kept for addresses that hold no connection (at least one slot), when
+#: connections per address are capped
+KEPT_SHARE = 0.1
 
 
 def connection_limit(max_connections: int | None) -> int:
@@ -69,6 +76,13 @@ def _per_address_refusal(limit: int) -> bytes:
             b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
 
 
+_KEPT = orjson.dumps({"error": "the server's last free connections are kept for addresses that hold none; close "
+                              "some of this address's or retry later"})
+_KEPT_RESPONSE = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                  b"X-Content-Type-Options: nosniff\r\nRetry-After: 1\r\nConnection: close\r\n"
+                  b"Content-Length: " + str(len(_KEPT)).encode() + b"\r\n\r\n" + _KEPT)
+
+
 class _Refuse(asyncio.Protocol):
     """A connection over the limit: answered 503 at once and closed, before anything is read."""
 
@@ -94,9 +108,10 @@ class _JsonErrorHandler(RequestHandler):
     guard: ConnectionGuard  # set on the guard's own subclass
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if not self.guard.admit(self, transport):  # answered and closed by the guard: never served, nor counted
+            self._manager = None  # (as a handler whose connection ended: `connection_lost` does nothing)
+            return
         super().connection_made(transport)
-        if not self.guard.admit(self, transport):
-            self.force_close()
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self.guard.release(self)
@@ -120,22 +135,31 @@ class _JsonErrorHandler(RequestHandler):
 
 class ConnectionGuard:
     """The protocol factory in front of aiohttp's `web.Server`: at most ``limit`` open connections (more
-    are answered 503 and closed), at most ``per_address`` of them from one peer address (more from it are
-    answered 429 and closed, as soon as the connection is made; None: no cap; addresses for which ``exempt``
-    says so, the trusted proxies, have none), and a new connection that has not sent its first request's
-    headers within ``header_timeout`` seconds is closed. (aiohttp closes a connection waiting for its next
-    request after the idle timeout, its ``keepalive_timeout``; the body timeout is
-    `errors.error_middleware`'s.)"""
+    are answered 503 and closed), at most ``per_address`` of them from one peer address (an IPv6 address's /64
+    counting as one, `site_of`; more from it are answered 429 and closed, as soon as the connection is made;
+    None: no cap; addresses for which ``exempt`` says so, the trusted proxies, have none), the last `KEPT_SHARE`
+    of ``limit`` kept, while ``per_address`` caps, for addresses that hold none (503 for the others), and a new
+    connection that has not sent its first request's headers within ``header_timeout`` seconds is closed.
+    (aiohttp closes a connection waiting for its next request after the idle timeout, its ``keepalive_timeout``;
+    the body timeout is `errors.error_middleware`'s.)
+
+    Only connections let in count: one refused is answered and closed without becoming aiohttp's, so an address
+    re-opening its refused connections takes nothing from the others. Before its address is known (aiohttp
+    makes the handler first), a connection is refused only when open files would run out (``open_files``: the
+    derived limit, `connection_limit`, or ``limit`` if higher): a burst of refused connections never crowds out
+    a good one arriving with them."""
 
     def __init__(self, server: web.Server, limit: int, header_timeout: float, per_address: int | None = None,
                  exempt: Callable[[str], bool] | None = None) -> None:
         self.server = server
         self.limit = limit
+        self.open_files = max(limit, connection_limit(None))
         self.header_timeout = header_timeout
         self.per_address = per_address
+        self.kept = max(1, int(limit * KEPT_SHARE)) if per_address is not None else 0
         self._exempt = exempt
-        self._by_address: dict[str, int] = {}  # open connections per peer address (those under the cap)
-        self._addresses: dict[Any, str] = {}  # the handler of each connection counted there, and its address
+        self._by_address: dict[str, int] = {}  # open connections per peer address (its /64 for IPv6)
+        self._addresses: dict[Any, str | None] = {}  # each connection let in, and the address it counts under
         self._handler_class = type("_GuardedHandler", (_JsonErrorHandler,), {"__slots__": (), "guard": self})
         self._per_address_refused = FloodLog("refusing connections from %s: it has %d open, the limit "
                                              "(--max-connections-per-address)")
@@ -146,6 +170,8 @@ class ConnectionGuard:
         self._make_request = server.request_factory
         server.request_factory = self._request
         self._refused = FloodLog("refusing connections: %d are open, the limit (--max-connections)")
+        self._kept_refused = FloodLog("refusing connections: the last %d free ones are kept for addresses that hold "
+                                      "none, and %s holds some")
         self._slow = FloodLog("closed a connection that sent no request headers within %g s (--header-timeout)",
                               logging.INFO)
 
@@ -160,7 +186,7 @@ class ConnectionGuard:
         return len(self.server.connections) + len(self._unmade)
 
     def __call__(self) -> asyncio.BaseProtocol:
-        if self._open() >= self.limit:
+        if self._open() >= self.open_files:
             self._refused.note(self.limit)
             return _Refuse()
         handler = self.server()
@@ -180,28 +206,40 @@ class ConnectionGuard:
                 handler.force_close()
 
     def admit(self, handler: Any, transport: asyncio.BaseTransport) -> bool:
-        """A connection is made: count it under its peer's address, or refuse it (429, closed) if that address
-        has its maximum already."""
-        if self.per_address is None:
-            return True
-        peer = transport.get_extra_info("peername")
-        address = str(peer[0]) if isinstance(peer, tuple) and peer else None
-        if address is None or (self._exempt is not None and self._exempt(address)):
-            return True
-        count = self._by_address.get(address, 0)
-        if count >= self.per_address:
-            self._per_address_refused.note(address, count)
-            assert isinstance(transport, asyncio.Transport)
-            transport.write(_per_address_refusal(self.per_address))
-            transport.close()
-            return False
-        self._by_address[address] = count + 1
+        """A connection is made: let it in, counted under its peer's address, or refuse it (answered and closed,
+        counted nowhere): 503 when ``limit`` connections are in, or when only the kept slots are left and its
+        address holds one already; 429 when its address has its maximum."""
+        if len(self._addresses) >= self.limit:
+            self._refused.note(self.limit)
+            return self._refuse(handler, transport, _REFUSAL_RESPONSE)
+        address: str | None = None
+        if self.per_address is not None:
+            peer = transport.get_extra_info("peername")
+            peer_address = str(peer[0]) if isinstance(peer, tuple) and peer else None
+            if peer_address is not None and not (self._exempt is not None and self._exempt(peer_address)):
+                address = site_of(peer_address)
+                count = self._by_address.get(address, 0)
+                if count >= self.per_address:
+                    self._per_address_refused.note(address, count)
+                    return self._refuse(handler, transport, _per_address_refusal(self.per_address))
+                if count and len(self._addresses) >= self.limit - self.kept:
+                    self._kept_refused.note(self.kept, address)
+                    return self._refuse(handler, transport, _KEPT_RESPONSE)
+                self._by_address[address] = count + 1
         self._addresses[handler] = address
         return True
 
+    def _refuse(self, handler: Any, transport: asyncio.BaseTransport, reply: bytes) -> bool:
+        self._waiting.discard(handler)  # it waits for no request
+        cast(asyncio.Transport, transport).write(reply)
+        transport.close()
+        return False
+
     def release(self, handler: Any) -> None:
-        """A connection ended: no longer counted under its address."""
-        address = self._addresses.pop(handler, None)
+        """A connection ended: no longer counted (under its address)."""
+        if handler not in self._addresses:
+            return
+        address = self._addresses.pop(handler)
         if address is not None:
             left = self._by_address[address] - 1
             if left:

@@ -11,6 +11,8 @@ import collections
 import time
 from dataclasses import dataclass
 
+from shepherd.wire.addresses import site_of
+
 
 class TooManyRequests(RuntimeError):
     """The caller is over a rate limit; it may retry after ``retry_after`` seconds."""
@@ -87,7 +89,8 @@ class LoginThrottle:
     blocks the address for a delay that doubles, up to ``max_delay``. While blocked, an attempt is refused
     (`check` raises TooManyRequests) before its credential is even tried, so parallel requests gain
     nothing; a successful attempt forgives nothing (an attacker holding one valid key cannot reset the
-    count); the count starts again ``window`` seconds after its first failure."""
+    count); the count starts again ``window`` seconds after its first failure. An IPv6 address counts as its /64
+    (`site_of`): a client that holds a prefix gains nothing by changing addresses within it."""
 
     def __init__(self, free: int = 5, window: float = 300.0, base_delay: float = 0.25, max_delay: float = 5.0,
                  capacity: int = 10_000) -> None:
@@ -98,8 +101,8 @@ class LoginThrottle:
         self._failures = _LRU(capacity)
 
     def check(self, address: str, now: float | None = None) -> None:
-        """Raises TooManyRequests while the address is blocked by its failures."""
-        record = self._failures.get(address)
+        """Raises TooManyRequests while the address (its /64, for IPv6) is blocked by its failures."""
+        record = self._failures.get(site_of(address))
         if record is None:
             return
         now = time.monotonic() if now is None else now
@@ -111,7 +114,7 @@ class LoginThrottle:
         """Record a failed attempt; returns how long the address is now blocked (seconds), which is also
         how long to wait before answering it."""
         now = time.monotonic() if now is None else now
-        record = self._failures.touch(address, lambda: _Failures(0, now))
+        record = self._failures.touch(site_of(address), lambda: _Failures(0, now))
         if now - record.first > self.window:
             record.count, record.first = 0, now
         record.count += 1

@@ -136,7 +136,7 @@ async def test_metrics_and_health_count_advised_clients(http):
     assert 'shepherd_agent_steps_total{agent="tests/arms",client="arm-2",phase="train"} 6.0' in text
     assert 'shepherd_agent_episodes_total{agent="tests/arms",client="arm-1",phase="train"} 1.0' in text
     health = await (await http.get("/shepherd/health")).json()
-    assert health["agents"] == {"serving": 3, "failed": 0, "restoring": 0}  # pole, and arms' two clients
+    assert health["agents"] == {"serving": 3, "failed": 0, "restoring": 0, "long_updates": 0}  # pole, and arms' two clients
 
 
 async def test_the_progress_display_has_a_line_per_client_and_the_agents_sums(http):

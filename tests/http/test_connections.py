@@ -3,6 +3,8 @@ connections are closed, connections over the limit are refused at once, and a fl
 
 import asyncio
 import logging
+import socket
+from unittest import mock
 
 import aiohttp
 import pytest
@@ -196,3 +198,89 @@ async def test_every_reply_has_nosniff_and_malformed_http_gets_a_json_400(start,
         assert body.startswith(b'{"error":"the request is not valid HTTP/1.1')
         writer.close()
     assert not [record for record in caplog.records if record.levelno >= logging.WARNING or record.exc_info]
+
+
+def connect_now(port, source, count):
+    """``count`` connections from ``source``, made by the kernel before the server's loop runs again (blocking
+    connects: the server accepts them in one burst)."""
+    made = []
+    for _ in range(count):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind((source, 0))
+        sock.connect(("127.0.0.1", port))
+        made.append(sock)
+    return made
+
+
+async def health_status(sock):
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_sendall(sock, b"GET /shepherd/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    reply = b""
+    try:
+        while chunk := await asyncio.wait_for(loop.sock_recv(sock, 65536), WAIT):
+            reply += chunk
+    except ConnectionResetError:  # refused and closed before the request was read
+        pass
+    return int(reply.split(b" ", 2)[1]) if reply else None
+
+
+async def test_refused_connections_do_not_count_against_the_others(start):
+    """Issue 48, M7: connections an address re-opens after its refusal counted as open until closed, so a burst of
+    them filled the server and a good client's connection among them got 503. Refused ones count for nothing."""
+    server = await start(max_connections=8, header_timeout_seconds=WAIT)  # an address holds 4
+    port = int(server.url.rsplit(":", 1)[1])
+    held = await silent(port, count=4)
+    burst = connect_now(port, "127.0.0.1", 20)  # all refused (429): the address holds its 4
+    good, = connect_now(port, "127.0.0.2", 1)  # accepted in the same burst, after them
+    try:
+        assert await health_status(good) == 200
+    finally:
+        for sock in [*burst, good]:
+            sock.close()
+        for _, writer in held:
+            writer.close()
+
+
+async def test_the_last_slots_are_kept_for_addresses_that_hold_none(start):
+    """Issue 48, M7: two addresses holding their share each (half of --max-connections) took every slot; the last
+    tenth are kept for addresses that hold no connection yet."""
+    server = await start(max_connections=10, header_timeout_seconds=WAIT)  # an address holds 5; 1 slot kept
+    port = int(server.url.rsplit(":", 1)[1])
+    first = await silent(port, "127.0.0.1", 5)
+    second = await silent(port, "127.0.0.2", 4)
+    (reader, writer), = await silent(port, "127.0.0.2")  # its 5th would take the kept slot: refused
+    reply = await asyncio.wait_for(reader.read(), WAIT)
+    writer.close()
+    assert reply.startswith(b"HTTP/1.1 503 ") and b"kept for addresses" in reply, reply
+    good, = connect_now(port, "127.0.0.3", 1)
+    try:
+        assert await health_status(good) == 200
+    finally:
+        good.close()
+        for _, writer in first + second:
+            writer.close()
+
+
+class FakeTransport:
+    def __init__(self, address):
+        self.address, self.written, self.closed = address, b"", False
+
+    def get_extra_info(self, name, default=None):
+        return (self.address, 1234, 0, 0) if name == "peername" else default
+
+    def write(self, data):
+        self.written += data
+
+    def close(self):
+        self.closed = True
+
+
+def test_the_addresses_of_one_ipv6_64_share_its_cap():
+    """Issue 48, M7: the per-address cap counts an IPv6 /64 as one address (a client holding a prefix changes
+    addresses at will); the next /64 is another."""
+    from shepherd.wire.connections import ConnectionGuard
+    guard = ConnectionGuard(mock.Mock(connections={}, request_factory=None), 100, 10.0, per_address=3)
+    admitted = [guard.admit(object(), FakeTransport(f"2001:db8:1:2::{host:x}")) for host in range(1, 6)]
+    assert admitted == [True, True, True, False, False]
+    assert guard.admit(object(), FakeTransport("2001:db8:1:3::1"))

@@ -3,6 +3,7 @@ event loop as it is written (never the whole curve in memory first), and whole-c
 (``--max-curve-reads``): more get 429 with Retry-After."""
 
 import asyncio
+import socket
 import threading
 
 import pytest
@@ -92,3 +93,60 @@ async def test_whole_curve_reads_beyond_the_cap_get_429_with_retry_after(long_cu
     again = await long_curve.client.get(API + path, headers=headers)
     assert again.status == 200  # slots freed
     await again.read()
+
+
+async def test_each_credential_has_curve_read_slots_of_its_own(long_curve, monkeypatch):
+    """Issue 48, M6: one caller holding its reads open kept every other owner and the admin at 429; the slots
+    are per credential (the admin's, each agent's keys'), so another credential reads while the first waits."""
+    hold = HoldThirdPiece(monkeypatch, every_later=True)
+    slow = [await long_curve.client.get(API + "/agents/1/returns", headers=long_curve.headers(long_curve.pole_key))
+            for _ in range(2)]  # the agent's key holder takes its two slots
+    for response in slow:
+        assert response.status == 200
+        await response.content.readany()
+    over = await long_curve.client.get(API + "/agents/1/returns", headers=long_curve.headers(long_curve.pole_key))
+    assert over.status == 429  # its own third ...
+    admin = await long_curve.client.get(API + "/agents/1/returns", headers=long_curve.headers(None))
+    assert admin.status == 200  # ... but the admin reads (held as the others are, from its third piece on)
+    hold.release.set()
+    for response in [*slow, admin]:
+        await response.read()
+
+
+BIG_CONFIG = {"terrain": "x" * 20_000}  # ~20 kB a record: 800 of them (16 MB) are more than loopback buffers hold
+BIG_RECORDS = 800  # (the sender's socket buffer grows to 4 MB here, net.ipv4.tcp_wmem, and a piece waits in asyncio's)
+
+
+async def test_a_reader_that_stops_reading_loses_its_slot(api, monkeypatch):
+    """Issue 48, M6: a whole-curve read (JSON, 16 MB) whose client reads nothing held its slot for as long as the
+    connection lived. With the stall timeout (here 0.2 s, the default 10 s), it loses its slot and its connection; the
+    same credential then reads again."""
+    store = api.app[STORE]
+    for i in range(BIG_RECORDS):
+        store.append_return(1, EpisodeReturn(1000.0 + i, float(i), 5, "train", lesson="one", config=BIG_CONFIG))
+    slots = api.app[return_log_slots()]
+    slots.limit, slots.stall_seconds = 1, 0.2
+    host, port = api.client.server.host, api.client.server.port
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: a small window
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, (host, port))
+    request = (f"GET {API}/agents/1/returns HTTP/1.1\r\nHost: {host}\r\n"
+               f"Authorization: Bearer {api.token}\r\n\r\n").encode()
+    await asyncio.get_running_loop().sock_sendall(sock, request)  # ... and never reads its reply
+    try:
+        await asyncio.wait_for(status_becomes(api, 429), 10)  # the stalled read holds the admin's one slot ...
+        response = await asyncio.wait_for(status_becomes(api, 200), 10)  # ... until it loses it, reading nothing
+        assert len((await response.json())["returns"]) == BIG_RECORDS  # every record
+    finally:
+        sock.close()
+
+
+async def status_becomes(api, status):
+    """The first whole-curve read answered ``status`` (polled)."""
+    while True:
+        response = await api.client.get(API + "/agents/1/returns", headers=api.headers(None))
+        if response.status == status:
+            return response
+        response.close()
+        await asyncio.sleep(0.01)

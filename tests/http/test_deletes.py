@@ -78,3 +78,75 @@ async def test_a_step_waiting_when_its_agent_is_deleted_gets_410(api, monkeypatc
     response = await waiting
     assert response.status == 410, await response.text()
     assert "agent pole was deleted" in (await response.json())["error"]
+
+
+async def test_a_step_waiting_in_an_update_when_its_agent_is_deleted_gets_410_at_once(api, monkeypatch):
+    """Issue 48, L15: a step whose answer waited for the learner (here: the update its rollout started) when the
+    agent was deleted got 503 "shut down" (the learner's refusal as it stopped), and only its retry 410; it gets
+    410 at once."""
+    import threading
+    learner = api.app[GRAPH].runtime().learner
+    model, inside, release = learner.algorithm.model, asyncio.Event(), threading.Event()
+    loop, real_train = asyncio.get_running_loop(), model.train
+
+    def held_train(*args, **kwargs):
+        loop.call_soon_threadsafe(inside.set)
+        assert release.wait(10)
+        return real_train(*args, **kwargs)
+
+    monkeypatch.setattr(model, "train", held_train)
+    key = (await (await api.client.post("/shepherd/login_user/", json={"apikey": api.pole_key})).json())["session_key"]
+    statuses = []
+    for _ in range(8):  # the reset observation and 7 transitions; the 8th fills the rollout of 8 steps
+        statuses.append(await step_status(api.client, key))
+    assert statuses == [200] * 8
+    waiting = asyncio.ensure_future(api.client.post("/shepherd/env/", json={
+        "session_key": key, "obs": OBS4, "reward": 0.0, "done": False, "info": {}}))
+    await asyncio.wait_for(inside.wait(), 10)
+    deleting = asyncio.ensure_future(api.post("/agents/1/delete"))
+    await asyncio.wait_for(session_ended(api.app[GRAPH], key), 10)  # the delete waits for the learner to stop
+    release.set()
+    response = await waiting
+    await deleting
+    assert response.status == 410, await response.text()
+    assert "agent pole was deleted" in (await response.json())["error"]
+
+
+async def session_ended(graph, key):
+    from shepherd.graph import Gone
+    while True:
+        try:
+            graph.session(key)
+        except Gone:
+            return
+        await asyncio.sleep(0.01)
+
+
+async def test_a_policy_fetch_waiting_when_its_agent_is_deleted_gets_410_at_once(api, monkeypatch):
+    """Issue 48, L15, for a client-acting session's policy fetch: one queued behind the learner's work (here a
+    checkpoint being written) when the agent is deleted gets 410, not 503 "shut down"."""
+    import threading
+    learner = api.app[GRAPH].runtime().learner
+    inside, release = asyncio.Event(), threading.Event()
+    loop, real_write = asyncio.get_running_loop(), learner.algorithm.write_checkpoint
+
+    def held_write(*args, **kwargs):
+        loop.call_soon_threadsafe(inside.set)
+        assert release.wait(10)
+        return real_write(*args, **kwargs)
+
+    response = await api.client.post("/shepherd/login_user/", json={"apikey": api.pole_key, "acting": "client"})
+    assert response.status == 200, await response.text()
+    key = (await response.json())["session_key"]
+    monkeypatch.setattr(learner.algorithm, "write_checkpoint", held_write)
+    api.app[GRAPH].runtime().checkpoint()  # the learner's thread is held inside it
+    await asyncio.wait_for(inside.wait(), 10)
+    fetching = asyncio.ensure_future(api.client.post("/shepherd/policy/", json={"session_key": key}))
+    await asyncio.sleep(0.1)  # the fetch's build is queued behind the checkpoint (were it not yet, it would be 410 too)
+    deleting = asyncio.ensure_future(api.post("/agents/1/delete"))
+    await asyncio.wait_for(session_ended(api.app[GRAPH], key), 10)
+    release.set()
+    response = await fetching
+    await deleting
+    assert response.status == 410, await response.text()
+    assert "agent pole was deleted" in (await response.json())["error"]

@@ -112,3 +112,21 @@ async def test_without_n_it_serves_until_stopped(aiohttp_client, tmp_path):
     assert not stop.is_set() and outcome.code is None
     stop.set()
     await watcher
+
+
+@pytest.mark.parametrize("evaluate_only", [True, False])
+async def test_an_evaluate_only_run_writes_no_training_metrics(aiohttp_client, tmp_path, monkeypatch, evaluate_only):
+    """Issue 48, L12: ``--evaluate`` wrote progress.csv and a TensorBoard events file into the data folder; an
+    evaluate-only run learns nothing, so it writes no training metrics (a training run of the same steps does)."""
+    from shepherd.agents.metrics import MetricsWriter
+    from shepherd.storage.metrics import metrics_folder
+    monkeypatch.setattr(MetricsWriter, "update_seconds", 0.0)  # a row whenever one is due at all
+    monkeypatch.setattr(MetricsWriter, "every_seconds", 0.0)
+    client = await client_of(aiohttp_client, tmp_path / "data", evaluate_only)
+    app = client.server.app
+    folder = metrics_folder(app[STORE].agent_folder(app[GRAPH].runtime().record.id))
+    await play(client, 40)
+    app[GRAPH].runtime().checkpoint().result(30)  # the learner handled every step (and ticked its writer)
+    await client.close()  # the learner stops: its last row, if any was due
+    written = sorted(path.name.split(".")[0] for path in folder.glob("*")) if folder.exists() else []
+    assert written == ([] if evaluate_only else ["events", "progress"])

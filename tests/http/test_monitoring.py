@@ -169,9 +169,9 @@ async def test_health_is_ok_when_every_learner_serves(aiohttp_client, tmp_path):
     reply = await client.get("/shepherd/health")
     assert reply.status == 200
     assert await reply.json() == {"status": "ok", "store": "writable",
-                                  "agents": {"serving": 1, "failed": 0, "restoring": 0},
+                                  "agents": {"serving": 1, "failed": 0, "restoring": 0, "long_updates": 0},
                                   "checkpoints": {"failing": 0}, "failures": {}, "checkpoint_failures": {},
-                                  "restoring": []}
+                                  "restoring": [], "long_updates": {}}
     assert not list((tmp_path / "data").glob(".health.*"))  # the probe left nothing behind
 
 
@@ -182,9 +182,9 @@ async def test_health_shows_a_failed_learner_as_degraded_with_its_reason(aiohttp
     reply = await client.get("/shepherd/health")
     assert reply.status == 200  # alive: the other agents serve; an admin restarts the failed one
     assert await reply.json() == {"status": "degraded", "store": "writable",
-                                  "agents": {"serving": 0, "failed": 1, "restoring": 0},
+                                  "agents": {"serving": 0, "failed": 1, "restoring": 0, "long_updates": 0},
                                   "checkpoints": {"failing": 0}, "failures": {AGENT: runtime.learner.failure},
-                                  "checkpoint_failures": {}, "restoring": []}
+                                  "checkpoint_failures": {}, "restoring": [], "long_updates": {}}
     assert value((await scrape(client))["shepherd_agent_up"], agent=AGENT) == 0
 
 
@@ -194,7 +194,7 @@ async def test_health_names_failures_only_to_whoever_may_read_metrics(aiohttp_cl
     reply = await client.get("/shepherd/health", headers={"X-Forwarded-For": "203.0.113.9"})
     assert reply.status == 200
     assert await reply.json() == {"status": "degraded", "store": "writable",
-                                  "agents": {"serving": 0, "failed": 1, "restoring": 0}, "checkpoints": {"failing": 0}}
+                                  "agents": {"serving": 0, "failed": 1, "restoring": 0, "long_updates": 0}, "checkpoints": {"failing": 0}}
 
 
 async def test_health_is_degraded_while_a_learner_s_process_is_created_again(aiohttp_client, tmp_path, monkeypatch):
@@ -207,7 +207,7 @@ async def test_health_is_degraded_while_a_learner_s_process_is_created_again(aio
     assert reply.status == 200
     body = await reply.json()
     assert body["status"] == "degraded"
-    assert body["agents"] == {"serving": 0, "failed": 0, "restoring": 1}
+    assert body["agents"] == {"serving": 0, "failed": 0, "restoring": 1, "long_updates": 0}
     assert body["restoring"] == [AGENT] and body["failures"] == {}
 
 
@@ -227,7 +227,7 @@ async def test_failing_checkpoints_show_in_health_and_metrics_with_the_last_good
     await train(client, apikey, 120)  # a checkpoint comes due at 100 steps, and fails
     await asyncio.sleep(0.2)
     reply = await (await client.get("/shepherd/health")).json()
-    assert reply["status"] == "degraded" and reply["agents"] == {"serving": 1, "failed": 0, "restoring": 0}
+    assert reply["status"] == "degraded" and reply["agents"] == {"serving": 1, "failed": 0, "restoring": 0, "long_updates": 0}
     assert reply["checkpoints"] == {"failing": 1} and reply["failures"] == {}
     trouble = reply["checkpoint_failures"][AGENT]
     assert "1 checkpoint write(s) failed in a row" in trouble and "No space left on device" in trouble
@@ -298,3 +298,31 @@ def test_each_app_keeps_a_registry_of_its_own(tmp_path):
     first, second = (create_app(ServerConfig(graph_manager(), tmp_path / name)) for name in ("a", "b"))
     assert first[METRICS].registry is not second[METRICS].registry
     assert not any(name.startswith("shepherd_") for name in REGISTRY._names_to_collectors)
+
+
+async def test_health_is_degraded_while_a_learner_is_inside_one_long_update(aiohttp_client, tmp_path, monkeypatch):
+    """Issue 48, L14: health said ``ok`` while a learner had been inside one update for 30 s or more (its clients
+    waiting). Here every update is long (the bound set to 0) and one is held on the learner's thread: degraded,
+    counted and named with how long; ok again once it ends."""
+    app, client = await serve(aiohttp_client, tmp_path, metrics="open")
+    monkeypatch.setattr(monitoring, "LONG_UPDATE_SECONDS", 0.0)
+    learner = next(iter(app[GRAPH].runtimes.values())).learner
+    model, inside, release = learner.algorithm.model, asyncio.Event(), __import__("threading").Event()
+    loop, real_train = asyncio.get_running_loop(), learner.algorithm.model.train
+
+    def held_train(*args, **kwargs):
+        loop.call_soon_threadsafe(inside.set)
+        assert release.wait(10)
+        return real_train(*args, **kwargs)
+
+    monkeypatch.setattr(model, "train", held_train)
+    assert (await (await client.get("/shepherd/health")).json())["status"] == "ok"  # no update under way
+    stepping = asyncio.create_task(train(client, app[CREATED_KEYS]["pole"], 40))  # a rollout of 2 x 16 fills
+    await asyncio.wait_for(inside.wait(), 10)
+    body = await (await client.get("/shepherd/health")).json()
+    release.set()
+    assert body["status"] == "degraded" and body["agents"]["long_updates"] == 1 and body["agents"]["serving"] == 1
+    assert list(body["long_updates"]) == [AGENT] and body["long_updates"][AGENT].startswith("in one update for ")
+    await stepping
+    body = await (await client.get("/shepherd/health")).json()
+    assert body["status"] == "ok" and body["long_updates"] == {}

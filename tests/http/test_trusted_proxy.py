@@ -112,3 +112,22 @@ def test_a_front_end_batches_a_trusted_proxy_s_login_under_its_client_s_address(
     request = make_mocked_request("POST", "/shepherd/login_user/", app=application, transport=transport,
                                   headers={} if forwarded is None else {"X-Forwarded-For": forwarded})
     assert front._client_address(request) == address
+
+
+async def test_failed_logins_from_the_addresses_of_one_ipv6_64_count_as_one_client(make_client):
+    """Issue 48, L11: 12 bad keys from 12 addresses of one IPv6 /64 were never slowed; a /64 is one site's (it
+    holds 2^64 addresses), so its failures count together, and the block covers every address in it."""
+    client = await make_client(trusted_proxies=PROXY)
+    throttle = client.server.app[LOGIN_THROTTLE]
+    throttle.free, throttle.base_delay, throttle.max_delay = 2, 0.01, 0.01
+    for host in range(1, 13):
+        assert await fail_logins(client, 1, f"2001:db8:1:2::{host:x}") == [401]
+    assert {address: record.count for address, record in throttle._failures.items()} == {"2001:db8:1:2::/64": 12}
+    throttle.base_delay = throttle.max_delay = 600.0
+    throttle.failed("2001:db8:1:2::1")  # its next failure blocks the /64 for long
+    response = await client.post("/shepherd/login_user/", json={"apikey": client.apikey},
+                                 headers={"X-Forwarded-For": "2001:db8:1:2:ffff::99"})
+    assert response.status == 429  # another address of the same /64 is blocked too ...
+    response = await client.post("/shepherd/login_user/", json={"apikey": client.apikey},
+                                 headers={"X-Forwarded-For": "2001:db8:1:3::1"})
+    assert response.status == 200, await response.text()  # ... the next /64 is not

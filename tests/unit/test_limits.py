@@ -53,3 +53,21 @@ def test_a_blocked_address_is_refused_before_its_credential_is_tried_and_nothing
 
 def test_retry_after_is_whole_seconds_and_never_zero():
     assert retry_after_header(0.01) == "1" and retry_after_header(1.2) == "2" and retry_after_header(3) == "3"
+
+
+def test_the_login_throttle_counts_an_ipv6_64_as_one_address_and_ipv4_addresses_apart():
+    """Issue 48, L11: failures from many addresses of one IPv6 /64 add up (and block all of it); IPv4 addresses,
+    and an IPv4 address written IPv4-mapped, count as themselves."""
+    throttle = LoginThrottle(free=2, base_delay=10.0, max_delay=10.0)
+    for host in range(1, 4):
+        throttle.failed(f"2001:db8::{host}", now=0.0)
+    with pytest.raises(TooManyRequests):
+        throttle.check("2001:db8::ffff:1234", now=1.0)
+    throttle.check("2001:db8:0:1::1", now=1.0)  # the next /64
+    for host in range(1, 4):
+        throttle.failed(f"198.51.100.{host}", now=0.0)
+    throttle.check("198.51.100.4", now=1.0)
+    throttle.failed("::ffff:198.51.100.1", now=0.0)
+    throttle.failed("198.51.100.1", now=0.0)
+    with pytest.raises(TooManyRequests):
+        throttle.check("198.51.100.1", now=1.0)

@@ -81,6 +81,8 @@ class SB3Algorithm:
         self._behaviours: dict[str, tuple[int, bytes]] = {}
         self._behaviours_asked: dict[str, tuple[str, str]] = {}  # phase -> (agent, algorithm) to build them
         self.updates = Histogram(WORK_BUCKETS)  # each training update's duration (seconds)
+        #: when the update under way started (``time.monotonic()``; None: none is), read by other threads (health)
+        self.updating_since: float | None = None
 
     @property
     def steps(self) -> int:
@@ -258,9 +260,16 @@ class SB3Algorithm:
         self.model._n_updates = int(counters.get("n_updates", 0))
 
     # -- helpers for subclasses ------------------------------------------------------------------
+    def begin_update(self) -> float:
+        """Before an update of the weights: say that one is under way (`updating_since`); returns its start as
+        ``time.perf_counter()``, for `after_update`."""
+        self.updating_since = time.monotonic()
+        return time.perf_counter()
+
     def after_update(self, started: float | None = None) -> None:
         """After every update of the weights: note its duration (since ``started``, a
         ``time.perf_counter()``), check them, count a new version, and publish it if wanted."""
+        self.updating_since = None
         if started is not None:
             self.updates.observe(time.perf_counter() - started)
         self._check_finite()

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, cast
 
@@ -211,7 +210,7 @@ class OffPolicyAdapter(SB3Algorithm):
         if per_round <= 0 or self._replay.size() * self._n_envs < self._min_buffer:
             return
         self._min_buffer = 1
-        started = time.perf_counter()
+        started = self.begin_update()
         model.train(gradient_steps=rounds * per_round, batch_size=model.batch_size)
         self.after_update(started)
         model.policy.set_training_mode(False)

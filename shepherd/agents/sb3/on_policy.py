@@ -356,7 +356,7 @@ class OnPolicyAdapter(SB3Algorithm):
         buffer.pos, buffer.full = self.n_steps, True
         buffer.compute_returns_and_advantage(th.as_tensor(self._last_values), self._last_dones)
         self._progress_remaining()
-        started = time.perf_counter()
+        started = self.begin_update()
         self.model.train()
         self.after_update(started)
         self.model.policy.set_training_mode(False)
