@@ -166,8 +166,8 @@ class ServedAgent(ABC):
         checkpoint), after any checkpoint in flight; returns whether there was one."""
         deleted = False
         for runtime in self.runtimes:
-            if runtime.pending_checkpoint is not None:
-                await settle(runtime.pending_checkpoint, runtime.label)  # never delete under a write
+            if runtime.checkpoints.pending is not None:
+                await settle(runtime.checkpoints.pending, runtime.label)  # never delete under a write
             deleted = await asyncio.to_thread(unlink, runtime.model_path) or deleted
         return deleted
 

@@ -6,7 +6,6 @@ import asyncio
 
 import collections
 import logging
-import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
@@ -16,18 +15,18 @@ from typing import Any, Callable
 from shepherd.agents import ServedLearner, algorithm_info, checkpoint as checkpoint_format
 from shepherd.agents import metrics as training_metrics
 from shepherd.definition import check_client_name
+from shepherd.graph.checkpoints import Checkpoints
 from shepherd.graph.lessons import LessonState
+from shepherd.graph.records import Part, Records
 from shepherd.graph.schedule import EvaluationResult, PhaseTracker, Schedule
 from shepherd.lessons import EpisodeConfig
 from shepherd.level import Episode, Phase, Trial
 from shepherd.wire.spaces import parse_space
-from shepherd.storage import AgentRecord, EpisodeReturn, Store, StoreError
+from shepherd.storage import AgentRecord, Store, StoreError
 from shepherd.storage.metrics import metrics_folder
 
 logger = logging.getLogger(__name__)
 
-#: the longest wait between two tries of a checkpoint that keeps failing (the wait doubles from 2 s)
-CHECKPOINT_RETRY_MAX_SECONDS = 300.0
 
 
 #: the folder under an agent's folder that holds an advised agent's clients, one folder per client name
@@ -73,8 +72,17 @@ class AgentRuntime:
     """Hosts one agent for its LevelManagers (the `EpisodeHost` protocol) and keeps its records.
 
     All methods run on the event loop (or whichever single thread drives the graph); the learner does its
-    work on its own thread.
+    work on its own thread. Its records (`Records`) and checkpoints (`Checkpoints`) are parts of their own; the
+    attributes below read and set theirs.
     """
+
+    episodes = Part("records")
+    evaluations = Part("records")
+    train_returns = Part("records")
+    recent_return = Part("records")
+    phase_steps = Part("records")
+    phase_episodes = Part("records")
+    last_active = Part("checkpoints")
 
     def __init__(self, record: AgentRecord, learner: ServedLearner, schedule: Schedule, store: Store,
                  on_evaluation: Callable[[AgentRuntime, EvaluationResult], None] | None = None,
@@ -83,8 +91,6 @@ class AgentRuntime:
         self.record = record
         #: the client name of an advised agent's client learner (None: the agent's one learner)
         self.client = client
-        #: the mean return of its last evaluation (kept in its checkpoints): how advisors are chosen
-        self.recent_return: float | None = None
         self.observation_space = parse_space(record.observation_space)
         self.action_space = parse_space(record.action_space)
         self.takes_masks = algorithm_info(record.algorithm).masks  # a step may carry an action mask
@@ -95,33 +101,21 @@ class AgentRuntime:
         seed = record.parameters.get("seed")
         #: the agent's lessons: each episode's config, and when it advances (docs/lessons.md)
         self.lessons = LessonState(record.definition.lessons, seed if isinstance(seed, int) else None, self.label)
-        self._behaviours: dict[Phase, tuple[int, bytes]] = {}  # the last behaviour file of each phase
-        self._building: dict[Phase, asyncio.Future[tuple[int, bytes]]] = {}  # a build under way, by phase
+        #: one behaviour file build at a time per phase (the learner keeps the files built: `ServedLearner.behaviour`)
+        self._building: dict[Phase, asyncio.Future[tuple[int, bytes]]] = {}
         self.sessions = 0
-        self.episodes = 0
-        self.evaluations: list[EvaluationResult] = []
-        self.train_returns: collections.deque[float] = collections.deque(maxlen=100)
-        # counted since this runtime started, for monitoring: steps and completed episodes by phase, and
-        # steps whose action did not come within the act timeout
-        self.phase_steps: collections.Counter[Phase] = collections.Counter()
-        self.phase_episodes: collections.Counter[Phase] = collections.Counter()
-        self.act_timeouts = 0
+        #: the returns of its episodes, in the store's curve and in memory for displays and advice
+        self.records = Records(store, record.id, client)
+        #: when its checkpoints are due, the one pending, the last good one
+        self.checkpoints = Checkpoints(learner, lambda: self.model_path, schedule, self.label,
+                                       lambda active: store.update_agent(record.id, last_active=active),
+                                       record.last_active)
+        self.act_timeouts = 0  # steps whose action did not come within the act timeout, since it started
         self._on_evaluation = on_evaluation
         #: other clients' policies to try on this client's system, in place of training episodes (advised agents)
         self.trials: collections.deque[Trial] = collections.deque()
         self._on_trial = on_trial
         self._rate: collections.deque[tuple[float, int]] = collections.deque(maxlen=20)  # (time, steps) samples for steps/s
-        self._last_checkpoint = (time.monotonic(), 0)
-        self._pending_checkpoint: Future | None = None
-        self.checkpoint_failures = 0  # failed checkpoint writes in a row (a full disk, a read-only folder)
-        self.checkpoint_failures_total = 0  # failed checkpoint writes since this runtime started
-        self.checkpoint_error: str | None = None  # why the last write failed, while they fail
-        #: wall time of the last checkpoint written (the loaded one's file time after `resume`; None: none yet)
-        self.last_good_checkpoint: float | None = None
-        self._retry_at = 0.0
-        self.last_active = record.last_active  # wall time of the last step; stored at each checkpoint
-        self._stored_last_active = record.last_active
-        self._activity_lock = threading.Lock()
         # SB3's logger and Shepherd's values, written by the learner into <agent folder>/metrics/ (an advised
         # agent's clients: into <agent folder>/clients/<name>/metrics/)
         folder = store.agent_folder(record.id)
@@ -157,11 +151,7 @@ class AgentRuntime:
         recent = state.get("recent_return")
         self.recent_return = float(recent) if isinstance(recent, (int, float)) else None
         self.load_state(state)
-        self._last_checkpoint = (time.monotonic(), self.tracker.steps)
-        try:
-            self.last_good_checkpoint = self.model_path.stat().st_mtime
-        except OSError:
-            pass
+        self.checkpoints.resumed(self.tracker.steps)
         logger.info("agent %s resumed at %d steps", self.record.name, self.tracker.steps)
         return True
 
@@ -171,14 +161,12 @@ class AgentRuntime:
 
     async def behaviour(self, phase: Phase, timeout: float) -> tuple[int, bytes]:
         """The behaviour policy file of ``phase`` at the learner's current version, and that version: built on
-        the learner's thread once per version and phase, kept until the version moves on.
+        the learner's thread once per version and phase and kept there (`ServedLearner.behaviour`: at once when
+        built); one build at a time is asked for here.
 
         Raises:
             NotActableAtClient: the policy cannot act at the client; TimeoutError after ``timeout`` seconds.
         """
-        kept = self._behaviours.get(phase)
-        if kept is not None and kept[0] == self.learner.policy_version:
-            return kept
         building = self._building.get(phase)
         if building is None:  # one build at a time per phase; a request that timed out leaves it running
             building = self._building[phase] = asyncio.ensure_future(self._build(phase))
@@ -191,7 +179,6 @@ class AgentRuntime:
                 self.learner.behaviour(phase.value, self.record.name, self.record.algorithm))
         finally:
             del self._building[phase]
-        self._behaviours[phase] = built
         return built
 
     def next_config(self) -> EpisodeConfig | None:
@@ -227,27 +214,13 @@ class AgentRuntime:
         self.last_active = time.time()
         self.phase_steps[phase] += steps
         self.tracker.count_step(phase, steps)
-        steps = self.tracker.steps
-        last_time, last_steps = self._last_checkpoint
-        if self.checkpoint_failures:  # the last write failed: retry, less and less often, while learning goes on
-            due = steps > last_steps and time.monotonic() >= self._retry_at
-        else:
-            due = steps - last_steps >= self.schedule.checkpoint_every_steps or (
-                steps > last_steps and time.monotonic() - last_time >= self.schedule.checkpoint_every_seconds)
-        if due:
+        if self.checkpoints.due(self.tracker.steps):
             self.checkpoint()
 
     def end_episode(self, episode: Episode, completed: bool) -> None:
         if completed:
-            self.episodes += 1
-            self.phase_episodes[episode.phase] += 1
-            setup = episode.setup
-            self.store.append_return(self.record.id, EpisodeReturn(
-                time.time(), float(episode.total), episode.length, episode.phase.value, self.client,
-                None if setup is None else setup.lesson, None if setup is None else setup.config))
-            if episode.phase is Phase.TRAIN:
-                self.train_returns.append(float(episode.total))
-            elif episode.trial is not None:
+            self.records.episode(episode)
+            if episode.trial is not None:
                 trial = episode.trial
                 trial.returns.append(float(episode.total))
                 if not trial.done:
@@ -263,8 +236,7 @@ class AgentRuntime:
                 result = replace(result, lesson=lessons.name, final_lesson=lessons.at_last)
                 if lessons.observe(result.mean_return) is not None and self.learner.failure is None:
                     self.checkpoint()  # a restart resumes in the new lesson
-            self.evaluations.append(result)
-            self.recent_return = result.mean_return
+            self.records.evaluation(result)
             logger.info("agent %s evaluation %d at %d steps: mean return %.1f", self.record.name,
                         result.period, result.steps, result.mean_return)
             if self._on_evaluation is not None:
@@ -273,11 +245,7 @@ class AgentRuntime:
     # -- checkpoints ---------------------------------------------------------------------------
     def checkpoint(self) -> Future:
         """Queue a checkpoint on the learner's thread; it sees every step handed over before it."""
-        self._last_checkpoint = (time.monotonic(), self.tracker.steps)
-        future = self.learner.checkpoint(self.model_path, self.checkpoint_state())
-        future.add_done_callback(self._checkpoint_done)
-        self._pending_checkpoint = future
-        return future
+        return self.checkpoints.write(self.tracker.steps, self.checkpoint_state())
 
     def checkpoint_state(self) -> dict[str, Any]:
         """What its checkpoint holds besides the learner's own (`resume` reads it back: `load_state`)."""
@@ -286,59 +254,9 @@ class AgentRuntime:
     def load_state(self, state: dict[str, Any]) -> None:
         """Read back what a subclass added to `checkpoint_state` (nothing here)."""
 
-    def _checkpoint_done(self, future: Future) -> None:
-        error = future.exception()
-        if error is not None:
-            self.checkpoint_failures += 1
-            self.checkpoint_failures_total += 1
-            self.checkpoint_error = f"{type(error).__name__}: {error}"
-            delay = min(CHECKPOINT_RETRY_MAX_SECONDS, 2.0 ** self.checkpoint_failures)
-            self._retry_at = time.monotonic() + delay
-            logger.error("agent %s: checkpoint failed (%d in a row; retried in %g s): %s", self.record.name,
-                         self.checkpoint_failures, delay, error)
-            return
-        if self.checkpoint_failures:
-            logger.info("agent %s: checkpoint written again after %d failures", self.record.name,
-                        self.checkpoint_failures)
-        self.checkpoint_failures, self.checkpoint_error = 0, None
-        self.last_good_checkpoint = time.time()
-        self._store_last_active()  # on the learner's thread: the store's rewrite never blocks the event loop
-
-    def _store_last_active(self) -> None:
-        with self._activity_lock:
-            last_active = self.last_active
-            if last_active == self._stored_last_active:
-                return
-            try:
-                self.store.update_agent(self.record.id, last_active=last_active)
-                self._stored_last_active = last_active
-            except Exception as error:  # noqa: BLE001 - the checkpoint itself is written; report and go on
-                logger.error("agent %s: storing its last activity failed: %s", self.record.name, error)
-
-    def checkpoint_age(self) -> float | None:
-        """Seconds since the last checkpoint was written (None: none yet)."""
-        return None if self.last_good_checkpoint is None else max(0.0, time.time() - self.last_good_checkpoint)
-
-    def checkpoint_trouble(self) -> str | None:
-        """Why this runtime's checkpoints are failing, with the age of its last good one; None while they
-        are written."""
-        if not self.checkpoint_failures:
-            return None
-        age = self.checkpoint_age()
-        last = "no checkpoint written yet" if age is None else f"the last good one is {age:.0f} s old"
-        return (f"{self.checkpoint_failures} checkpoint write(s) failed in a row ({self.checkpoint_error}); "
-                f"{last}; learning goes on and the write is retried")
-
-    @property
-    def pending_checkpoint(self) -> Future | None:
-        """The last checkpoint queued, done or not (None before the first)."""
-        return self._pending_checkpoint
-
     def clear_curve_memory(self) -> None:
         """Forget the returns kept in memory for displays (the curve on disk is the store's)."""
-        self.train_returns.clear()
-        self.evaluations.clear()
-        self.episodes = 0
+        self.records.forget()
 
     def discard(self, timeout: float = 60.0) -> bool:
         """Stop the learner at once without checkpointing: an update in progress ends at its next optimiser
@@ -357,7 +275,7 @@ class AgentRuntime:
             except Exception as error:  # noqa: BLE001 - reported, and shutdown goes on
                 logger.error("agent %s: final checkpoint failed: %s", self.record.name, str(error) or type(error).__name__)
                 interrupt = isinstance(error, TimeoutError)
-        self._store_last_active()
+        self.checkpoints.store_last_active()
         return self.learner.close(timeout, interrupt=interrupt)
 
     # -- display -------------------------------------------------------------------------------

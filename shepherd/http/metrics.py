@@ -134,8 +134,8 @@ class GraphCollector(Collector):
             _add_histogram(batches, name, stats.batch_size)
             _add_histogram(updates, name, stats.updates)
             _add_histogram(checkpoints, name, stats.checkpoints)
-            checkpoint_failures.add_metric(name, runtime.checkpoint_failures_total)
-            age = runtime.checkpoint_age()
+            checkpoint_failures.add_metric(name, runtime.checkpoints.failures_total)
+            age = runtime.checkpoints.age()
             if age is not None:
                 checkpoint_age.add_metric(name, age)
             if runtime.lessons.active:

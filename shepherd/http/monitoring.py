@@ -157,7 +157,7 @@ async def health(request: web.Request) -> web.Response:
             restoring.append(label)
         elif reason is None:
             serving += 1
-            trouble = runtime.checkpoint_trouble()
+            trouble = runtime.checkpoints.trouble()
             if trouble is not None:
                 unsaved[label] = trouble
             since = getattr(learner.algorithm, "updating_since", None)  # an SB3 learner's (a Ray actor's: unknown)

@@ -37,7 +37,7 @@ async def test_s_sets_the_period_of_the_periodic_checkpoint(aiohttp_client, tmp_
     await step(client, key, 3)
     runtime = app[GRAPH].runtime()
     if option:
-        runtime.pending_checkpoint.result(30)
+        runtime.checkpoints.pending.result(30)
         assert runtime.model_path.exists()
     else:
-        assert runtime.pending_checkpoint is None and not runtime.model_path.exists()
+        assert runtime.checkpoints.pending is None and not runtime.model_path.exists()

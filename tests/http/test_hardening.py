@@ -303,16 +303,16 @@ async def test_failed_checkpoint_writes_are_retried_and_never_fail_the_agent(aio
     for seq in range(1, 40):  # several checkpoints come due and fail: the agent learns on
         assert (await step(client, key, seq)).status == 200
     await asyncio.sleep(0.2)
-    assert runtime.checkpoint_failures >= 1 and runtime.learner.failure is None
+    assert runtime.checkpoints.failures >= 1 and runtime.learner.failure is None
     assert runtime.learner.model._n_updates >= 1 and not runtime.model_path.exists()
-    runtime._retry_at = 0.0  # the retry is due (its back-off is seconds long)
+    runtime.checkpoints._retry_at = 0.0  # the retry is due (its back-off is seconds long)
     monkeypatch.setattr(checkpoint, "write", real_write)
     for seq in range(40, 44):
         assert (await step(client, key, seq)).status == 200
     deadline = time.monotonic() + 10
     while not runtime.model_path.exists() and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
-    assert runtime.model_path.exists() and runtime.checkpoint_failures == 0  # written again, counting reset
+    assert runtime.model_path.exists() and runtime.checkpoints.failures == 0  # written again, counting reset
     # and a learner's failure that quotes a server file reaches clients without the path
     runtime.learner.failure = f"OSError: [Errno 30] Read-only file system: '{folder}/agents/1/x'"
     refused = await client.post("/shepherd/login_user/", json={"apikey": client.apikey})

@@ -202,7 +202,7 @@ async def test_a_lesson_is_moved_by_hand_through_the_admin_api(aiohttp_client, t
     assert runtime(client).lessons.name == "varied"
     opened = await login(client)
     assert 0.4 <= opened["next_episode_config"]["length"] <= 0.8
-    await asyncio.wrap_future(runtime(client).pending_checkpoint)
+    await asyncio.wrap_future(runtime(client).checkpoints.pending)
 
 
 @pytest.mark.parametrize("final, mean, code", [(True, 500.0, 0), (False, 500.0, None), (False, 10.0, 1)])

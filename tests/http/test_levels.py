@@ -135,8 +135,8 @@ async def test_a_checkpoint_holds_every_level_and_the_options_use(aiohttp_client
     assert not any(skill.model_path.exists() for skill in skills)
     await asyncio.wrap_future(pilot.selector.checkpoint())
     for skill in skills:  # written with the selector's: the skills learned from the hierarchy's steps
-        if skill.pending_checkpoint is not None:
-            await asyncio.wrap_future(skill.pending_checkpoint)
+        if skill.checkpoints.pending is not None:
+            await asyncio.wrap_future(skill.checkpoints.pending)
     assert all(skill.model_path.exists() for skill in skills)
     stored = kind_of(pilot.record).stored_status(graph.store, pilot.record, "stopped", None, None)
     assert stored.level["options"] == used and stored.level["skills"] == ["left", "right"]  # read from the folder

@@ -236,9 +236,9 @@ async def test_failing_checkpoints_show_in_health_and_metrics_with_the_last_good
     assert value(families["shepherd_checkpoint_failures"], "_total", agent=AGENT) == 1
     assert not families["shepherd_checkpoint_age_seconds"].samples  # none written yet
     monkeypatch.setattr(checkpoint, "write", real_write)
-    runtime._retry_at = 0.0  # the retry is due (its back-off is seconds long)
+    runtime.checkpoints._retry_at = 0.0  # the retry is due (its back-off is seconds long)
     await train(client, apikey, 5)
-    await asyncio.wrap_future(runtime.pending_checkpoint)
+    await asyncio.wrap_future(runtime.checkpoints.pending)
     await asyncio.sleep(0.05)
     reply = await (await client.get("/shepherd/health")).json()
     assert reply["status"] == "ok" and reply["checkpoints"] == {"failing": 0}

@@ -51,5 +51,19 @@ class RemoteUploads:
         return self._ask([Upload(uploader, experience.n_envs, experience)])  # type: ignore[list-item]
 
     def behaviour(self, phase: str, agent: str, algorithm: str) -> Future:
-        """As `ThreadedLearner.behaviour`, built by the actor's learner between two of its batches."""
-        return self._control(("behaviour", (phase, agent, algorithm)), None)
+        """As `ThreadedLearner.behaviour`, built by the actor's learner between two of its batches; the file of
+        the actor's current version is kept here, on the head, so that a fetch of it costs no actor call (the
+        in-process learner keeps its own: `SB3Algorithm.published_behaviour`)."""
+        kept = getattr(self, "_kept_behaviours", {}).get(phase)
+        if kept is not None and kept[0] == self.policy_version:
+            future: Future = ActionFuture()
+            future.set_result(kept)
+            return future
+        built = self._control(("behaviour", (phase, agent, algorithm)), None)
+        built.add_done_callback(lambda done: self._keep_behaviour(phase, done))
+        return built
+
+    def _keep_behaviour(self, phase: str, done: Future) -> None:
+        if not done.cancelled() and done.exception() is None:
+            kept: dict[str, tuple[int, bytes]] = self.__dict__.setdefault("_kept_behaviours", {})
+            kept[phase] = done.result()
