@@ -280,18 +280,44 @@ def test_off_policy_training_follows_train_freq_gradient_steps_and_learning_star
         learner.close()
 
 
-def test_sac_checkpoint_keeps_its_entropy_coefficient(tmp_path):
-    learner = continuous("SAC", learning_starts=0, batch_size=4)
+@pytest.mark.parametrize("kept", [True, False])
+def test_sac_checkpoint_keeps_its_entropy_coefficient_and_its_replay_buffer_unless_left_out(tmp_path, kept):
+    learner = continuous("SAC", learning_starts=0, batch_size=4, buffer_size=500, checkpoint_replay_buffer=kept)
     try:
         learner.begin_episode(1, np.zeros(3, dtype=np.float32), EXPLORE).result(10)
         for i in range(30):
             learner.step(1, float(i), np.full(3, i / 30, dtype=np.float32), EXPLORE).result(10)
         learner.checkpoint(tmp_path / "sac.zip", {}).result(10)
-        fresh = build_learner("SAC", "copy", BOX_OBS, BOX_ACT, {"seed": 1, "policy_kwargs": {"net_arch": [8]}}, None)
+        fresh = build_learner("SAC", "copy", BOX_OBS, BOX_ACT, {"seed": 1, "policy_kwargs": {"net_arch": [8]},
+                                                               "buffer_size": 500}, None)
         fresh.restore(tmp_path / "sac.zip")
         assert learner.model.log_ent_coef.item() != 0.0
         assert fresh.model.log_ent_coef.item() == learner.model.log_ent_coef.item()
-        assert fresh.steps == 30 and fresh.algorithm._min_buffer == 256  # an empty buffer refills before training
+        assert (tmp_path / "replay_buffer.pkl").exists() == kept
+        if kept:  # the transitions learned from are back, and training goes on at once
+            assert fresh.steps == 30 and fresh.algorithm._min_buffer == 1 and fresh.model.replay_buffer.size() == 30
+            assert np.array_equal(fresh.model.replay_buffer.rewards, learner.model.replay_buffer.rewards)
+        else:  # an empty buffer refills before training
+            assert fresh.steps == 30 and fresh.algorithm._min_buffer == 256 and fresh.model.replay_buffer.size() == 0
+    finally:
+        learner.close()
+
+
+def test_a_replay_buffer_that_is_not_the_checkpoints_own_is_not_used(tmp_path):
+    learner = continuous("SAC", learning_starts=0, batch_size=4, buffer_size=500)
+    try:
+        learner.begin_episode(1, np.zeros(3, dtype=np.float32), EXPLORE).result(10)
+        for i in range(10):
+            learner.step(1, 1.0, np.full(3, i / 10, dtype=np.float32), EXPLORE).result(10)
+        learner.checkpoint(tmp_path / "first" / "sac.zip", {}).result(10)
+        learner.step(1, 1.0, np.zeros(3, dtype=np.float32), EXPLORE).result(10)
+        learner.checkpoint(tmp_path / "second" / "sac.zip", {}).result(10)
+        # the first zip with the second's buffer, as after a crash between the two writes: refilled (learning_starts)
+        (tmp_path / "second" / "replay_buffer.pkl").replace(tmp_path / "first" / "replay_buffer.pkl")
+        fresh = build_learner("SAC", "copy", BOX_OBS, BOX_ACT, {"seed": 0, "policy_kwargs": {"net_arch": [8]},
+                                                               "buffer_size": 500, "batch_size": 4}, None)
+        fresh.restore(tmp_path / "first" / "sac.zip")
+        assert fresh.steps == 10 and fresh.model.replay_buffer.size() == 0 and fresh.algorithm._min_buffer == 100
     finally:
         learner.close()
 

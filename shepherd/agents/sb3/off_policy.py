@@ -32,6 +32,7 @@ import copy
 import logging
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, cast
 
 import numpy as np
@@ -42,9 +43,10 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.type_aliases import TrainFreq, TrainFrequencyUnit
 
+from shepherd.agents import checkpoint
 from shepherd.agents.core import ActMode, Kind, Request, Upload
 from shepherd.agents.filters import Filtering
-from shepherd.agents.sb3 import uploads
+from shepherd.agents.sb3 import resume, uploads
 from shepherd.agents.sb3.base import SB3Algorithm, stack_observations
 
 logger = logging.getLogger(__name__)
@@ -82,6 +84,8 @@ class OffPolicyAdapter(SB3Algorithm):
         self._min_buffer = 1  # transitions needed before training; more after a restore (empty buffer)
         #: how many versions behind a client-acting session's samples may be (0: only the current one)
         self.max_policy_lag = 0
+        #: whether checkpoints hold the replay buffer (a file beside the zip): without it a restart refills it
+        self.checkpoint_replay_buffer = True
         model.policy.set_training_mode(False)
 
     # -- the worker's work -------------------------------------------------------------------------
@@ -225,7 +229,7 @@ class OffPolicyAdapter(SB3Algorithm):
     # -- checkpoints -------------------------------------------------------------------------------
     def _counters(self) -> dict[str, Any]:
         return {**super()._counters(), "n_calls": int(getattr(self.model, "_n_calls", 0)),
-                "since_train": self._since_train}
+                "since_train": self._since_train, "min_buffer": self._min_buffer}
 
     def _restore_counters(self, counters: dict[str, Any]) -> None:
         super()._restore_counters(counters)
@@ -237,11 +241,31 @@ class OffPolicyAdapter(SB3Algorithm):
         if hasattr(model, "exploration_schedule"):
             schedule: Any = getattr(model, "exploration_schedule")  # DQN's epsilon
             setattr(model, "exploration_rate", schedule(model._current_progress_remaining))
-        # SB3's zip holds no replay buffer: refill it before training again rather than overfit a few steps
+
+    def _write_beside(self, path: Path) -> dict[str, Any]:
+        """The replay buffer, beside the zip (`resume.write_replay_buffer`), unless it is left out."""
+        if not self.checkpoint_replay_buffer:
+            checkpoint.replay_buffer_path(path).unlink(missing_ok=True)  # never read with a later zip
+            return {"replay_buffer": None}
+        return {"replay_buffer": resume.write_replay_buffer(self, path)}
+
+    def _resume_state(self) -> dict[str, Any]:
+        return {**super()._resume_state(), "row": list(self._row)}  # transitions waiting for a row of n_envs
+
+    def _load_resume_state(self, path: Path, counters: dict[str, Any], extra: dict[str, Any]) -> None:
+        super()._load_resume_state(path, counters, extra)
+        model = self.model
+        if resume.load_replay_buffer(self, path, counters.get("replay_buffer")):
+            self._replay = cast(ReplayBuffer, model.replay_buffer)
+            self._row = list(extra.get("row", []))
+            self._min_buffer = int(counters.get("min_buffer", 1))
+            logger.info("agent %s: its replay buffer is back (%d transitions)", self.name,
+                        self._replay.size() * self._n_envs)
+            return
+        # no replay buffer: refill it before training again rather than overfit a few steps
         self._min_buffer = max(1, model.batch_size, model.learning_starts)
         logger.info("agent %s: training resumes once the replay buffer holds %d transitions", self.name,
                     self._min_buffer)
-
 
 
 def _sent(value: Any, raw: Any) -> Any:
