@@ -37,6 +37,36 @@ def replay_buffer_path(path: Path) -> Path:
     return path.with_name(REPLAY_BUFFER_FILE)
 
 
+def read_files(path: Path) -> dict[str, bytes]:
+    """The checkpoint ``path`` and the replay buffer beside it (if there is one) as bytes by file name: what a
+    checkpoint is when it crosses to another process (a learner's Ray actor and the head).
+
+    Raises:
+        OSError: the checkpoint cannot be read.
+    """
+    files = {MODEL_FILE: path.read_bytes()}
+    try:
+        files[REPLAY_BUFFER_FILE] = replay_buffer_path(path).read_bytes()
+    except FileNotFoundError:
+        pass
+    return files
+
+
+def write_files(path: Path, files: dict[str, bytes]) -> None:
+    """Write what `read_files` gave as the checkpoint ``path``: the replay buffer first (or, without one, the
+    old one removed), then the zip that names it, each atomically.
+
+    Raises:
+        OSError: a file cannot be written.
+    """
+    buffer = files.get(REPLAY_BUFFER_FILE)
+    if buffer is None:
+        replay_buffer_path(path).unlink(missing_ok=True)
+    else:
+        atomic_write_bytes(replay_buffer_path(path), buffer)
+    atomic_write_bytes(path, files[MODEL_FILE])
+
+
 def write(path: Path, model_zip: bytes, learner: dict[str, Any], state: dict[str, Any],
           members: dict[str, bytes] | None = None) -> None:
     """Add the counters, ``state`` and ``members`` (name -> bytes) to SB3's zip and write it atomically to

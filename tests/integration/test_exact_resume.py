@@ -12,6 +12,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+from stable_baselines3.common.save_util import load_from_zip_file
 
 from shepherd.agents import checkpoint
 from shepherd.graph import AgentSpec, GraphManager, Schedule
@@ -34,22 +35,24 @@ AGENTS = {
 FIRST, SECOND = 130, 110  # each half's env steps: neither a multiple of train_freq nor of n_steps
 
 
-def graph_of(algorithm: str) -> GraphManager:
+def graph_of(algorithm: str, remote: Any = None) -> GraphManager:
     _, observations, actions, parameters = AGENTS[algorithm]
     heatup = 0 if algorithm == "PPO" else 40  # on-policy agents have no heatup
-    return GraphManager(owner="tests", agents=[AgentSpec("agent", algorithm, observations, actions,
-                                                         {**parameters, "seed": 3})],
-                        schedule=Schedule(heatup_steps=heatup, steps_between_evaluation_periods=None,
-                                          checkpoint_every_steps=50, checkpoint_every_seconds=3600.0))
+    graph = GraphManager(owner="tests", agents=[AgentSpec("agent", algorithm, observations, actions,
+                                                          {**parameters, "seed": 3})],
+                         schedule=Schedule(heatup_steps=heatup, steps_between_evaluation_periods=None,
+                                           checkpoint_every_steps=50, checkpoint_every_seconds=3600.0))
+    graph.remote_learners = remote  # None: in this process; RayLearners: each learner in a Ray actor
+    return graph
 
 
 async def half(data: Path, algorithm: str, steps: int, seed: int, graph: GraphManager | None = None,
-               key: str | None = None) -> tuple[GraphManager, Store, str, list[float]]:
+               key: str | None = None, remote: Any = None) -> tuple[GraphManager, Store, str, list[float]]:
     """One half: ``steps`` env steps of one client (its env's first reset seeded ``seed``), on ``graph`` or on
     a new graph built on ``data``; then the client logs out (the episode under way is abandoned)."""
     store: Store | None = None
     if graph is None:
-        graph, store = graph_of(algorithm), Store(data)
+        graph, store = graph_of(algorithm, remote), Store(data)
         keys = graph.create_graph(store, serving_here())
         key = keys["agent"] if keys else store.add_api_key(store.agents()[0].id, "tests")[0]
     assert key is not None
@@ -64,34 +67,41 @@ async def stop(graph: GraphManager, store: Store) -> None:
     store.close()
 
 
-def learned(graph: GraphManager) -> dict[str, Any]:
-    model = graph.runtime().learner.model
-    weights = {name: value.detach().numpy().copy() for name, value in model.policy.state_dict().items()}
-    return {"weights": weights, "steps": int(model.num_timesteps), "updates": int(model._n_updates)}
+def learned(data: Path) -> dict[str, Any]:
+    """The weights and counters of the final checkpoint in ``data`` (the learner may be in another process)."""
+    path = checkpoint.model_path(data / "agents" / "1")
+    _, params, _ = load_from_zip_file(path, device="cpu")
+    weights = {name: value.numpy() for name, value in (params or {})["policy"].items()}
+    counters = checkpoint.read_state(path)["learner"]
+    return {"weights": weights, "steps": counters["num_timesteps"], "updates": counters["n_updates"]}
 
 
-async def run(data: Path, algorithm: str, restart: bool) -> tuple[dict[str, Any], list[float]]:
-    graph, store, key, returns = await half(data, algorithm, FIRST, seed=0)
+async def run(data: Path, algorithm: str, restart: bool, remote: Any = None) -> tuple[dict[str, Any], list[float]]:
+    """Both halves, with a stop and a start between them or not; the final checkpoint's weights and the returns."""
+    graph, store, key, returns = await half(data, algorithm, FIRST, seed=0, remote=remote)
     try:
         if restart:
             await stop(graph, store)
-            graph, store, key, more = await half(data, algorithm, SECOND, seed=1)
+            graph, store, key, more = await half(data, algorithm, SECOND, seed=1, remote=remote)
         else:
             graph, store, key, more = await half(data, algorithm, SECOND, seed=1, graph=graph, key=key)
-        return learned(graph), returns + more
     finally:
         await stop(graph, store)
+    return learned(data), returns + more
+
+
+def check_the_same(straight: tuple[dict[str, Any], list[float]], resumed: tuple[dict[str, Any], list[float]]) -> None:
+    (first, first_returns), (again, again_returns) = straight, resumed
+    assert first["updates"] > 0 and (first["steps"], first["updates"]) == (again["steps"], again["updates"])
+    assert again_returns == first_returns
+    assert first["weights"].keys() == again["weights"].keys()
+    assert [name for name in first["weights"] if not np.array_equal(first["weights"][name], again["weights"][name])] == []
 
 
 @pytest.mark.parametrize("algorithm", sorted(AGENTS))
 async def test_a_restart_between_two_halves_changes_nothing_a_seeded_agent_learns(tmp_path, algorithm):
-    straight, straight_returns = await run(tmp_path / "straight", algorithm, restart=False)
-    resumed, resumed_returns = await run(tmp_path / "resumed", algorithm, restart=True)
-    assert straight["updates"] > 0 and (straight["steps"], straight["updates"]) == (resumed["steps"], resumed["updates"])
-    assert resumed_returns == straight_returns
-    first, again = straight["weights"], resumed["weights"]
-    assert first.keys() == again.keys()
-    assert [name for name in first if not np.array_equal(first[name], again[name])] == []
+    check_the_same(await run(tmp_path / "straight", algorithm, restart=False),
+                   await run(tmp_path / "resumed", algorithm, restart=True))
 
 
 async def test_the_replay_buffer_is_written_beside_the_agents_checkpoint_which_names_it(tmp_path):
