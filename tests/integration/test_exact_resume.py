@@ -94,8 +94,9 @@ def check_the_same(straight: tuple[dict[str, Any], list[float]], resumed: tuple[
     (first, first_returns), (again, again_returns) = straight, resumed
     assert first["updates"] > 0 and (first["steps"], first["updates"]) == (again["steps"], again["updates"])
     assert again_returns == first_returns
-    assert first["weights"].keys() == again["weights"].keys()
-    assert [name for name in first["weights"] if not np.array_equal(first["weights"][name], again["weights"][name])] == []
+    weights, resumed_weights = first["weights"], again["weights"]
+    assert weights.keys() == resumed_weights.keys()
+    assert [name for name in weights if not np.array_equal(weights[name], resumed_weights[name])] == []
 
 
 @pytest.mark.parametrize("algorithm", sorted(AGENTS))

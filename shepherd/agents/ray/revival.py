@@ -90,7 +90,8 @@ class ActorRevival:
             if not target.done():
                 target.set_exception(error)
 
-    def spawn(self, checkpoint: dict[str, bytes] | None = None, start: bool = False, patient: bool = False) -> dict[str, Any]:
+    def spawn(self, checkpoint: dict[str, bytes] | None = None, start: bool = False,
+              patient: bool = False) -> dict[str, Any]:
         """Create the actor (under its name; waiting for a dead one's name to be free, and for the cluster to
         place it: ``patient``, until it can or the learner closes, else up to BUILD_SECONDS) and build the
         learner in it. Blocks.
