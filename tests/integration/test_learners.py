@@ -522,3 +522,24 @@ def test_envs_beyond_the_segments_act_unlearned_and_are_counted_with_one_warning
     assert learner.algorithm.unlearned_steps == 2  # env 3, twice: no segment was free for it
     warnings = [r for r in caplog.records if "not learned from" in r.getMessage()]
     assert len(warnings) == 1 and "n_envs" in warnings[0].getMessage()
+
+
+def test_a_checkpoint_holds_the_rollout_as_every_sessions_logout_would_leave_it(learners, tmp_path):
+    learner = learners("PPO", n_envs=2, n_steps=16, batch_size=8, n_epochs=1)
+    for actor, steps in ((1, 5), (2, 3)):  # both mid-segment, each with a row waiting for its reward
+        learner.begin_episode(actor, obs(0), EXPLORE).result(10)
+        for i in range(steps):
+            learner.step(actor, 1.0, obs(i + 1), EXPLORE).result(10)
+    learner.checkpoint(tmp_path / "model.zip", {}).result(10)
+    fresh = build_learner("PPO", "copy", OBS, ACT, {"seed": 1, "n_envs": 2, "n_steps": 16, "batch_size": 8,
+                                                     "n_epochs": 1}, None)
+    fresh.restore(tmp_path / "model.zip")
+    learner.end_actor(1)
+    learner.end_actor(2)
+    learner.checkpoint(tmp_path / "later.zip", {}).result(10)  # queued behind the logouts: they are handled
+    old, new = learner.algorithm, fresh.algorithm
+    assert new._position == old._position == [5, 3] and new._rows_left == old._rows_left == 32 - 8
+    assert new._owner == old._owner == [None, None]
+    for name in ("observations", "actions", "rewards", "values", "log_probs", "episode_starts"):
+        assert np.array_equal(getattr(new.buffer, name), getattr(old.buffer, name)), name
+    assert new.buffer.rewards[4, 0] != 1.0  # the row before the dropped one is bootstrapped with its value

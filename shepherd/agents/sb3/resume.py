@@ -162,6 +162,9 @@ def load_replay_buffer(adapter: OffPolicyAdapter, path: Path, saved: Any) -> boo
         with open(target, "rb") as handle:
             while chunk := handle.read(1 << 22):
                 crc, size = zlib.crc32(chunk, crc), size + len(chunk)
+    except FileNotFoundError:  # deleted, or a checkpoint copied alone (run.py -crd, -crf)
+        logger.info("agent %s: no replay buffer beside its checkpoint (%s)", adapter.name, target)
+        return False
     except OSError as error:
         logger.warning("agent %s: its replay buffer %s cannot be read (%s)", adapter.name, target, error)
         return False
