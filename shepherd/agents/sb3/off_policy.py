@@ -24,6 +24,9 @@ with ``n_envs`` envs therefore learns exactly as SB3's ``learn()`` with ``n_envs
 Within one worker iteration the transitions that arrived are stored first (and trained on, when due), then
 every pending act request is answered by one batched forward pass: an action is chosen with the weights
 and the step count SB3 would have at that point.
+
+A checkpoint holds the replay buffer (a file beside the zip, unless ``checkpoint_replay_buffer`` is false) and
+the transitions waiting for a row, so a restart goes on as if there had been none (``resume.py``).
 """
 
 from __future__ import annotations
