@@ -28,6 +28,8 @@ AGENTS = {
         "exploration_fraction": 0.5, "policy_kwargs": NET}),
     "PPO": ("CartPole-v1", [[4], "-inf", "inf"], 2, {
         "n_steps": 48, "batch_size": 16, "n_epochs": 2, "policy_kwargs": NET}),
+    "RecurrentPPO": ("CartPole-v1", [[4], "-inf", "inf"], 2, {  # its rollout rows hold LSTM states too
+        "n_steps": 48, "batch_size": 16, "n_epochs": 2, "policy_kwargs": {"net_arch": [16], "lstm_hidden_size": 8}}),
     "SAC": ("Pendulum-v1", [[3], "-inf", "inf"], [[1], -2, 2], {
         "buffer_size": 1000, "batch_size": 16, "train_freq": 3, "gradient_steps": 2, "policy_kwargs": NET,
         "action_noise": "ornstein-uhlenbeck"}),
@@ -37,7 +39,7 @@ FIRST, SECOND = 130, 110  # each half's env steps: neither a multiple of train_f
 
 def graph_of(algorithm: str, remote: Any = None) -> GraphManager:
     _, observations, actions, parameters = AGENTS[algorithm]
-    heatup = 0 if algorithm == "PPO" else 40  # on-policy agents have no heatup
+    heatup = 0 if algorithm.endswith("PPO") else 40  # on-policy agents have no heatup
     graph = GraphManager(owner="tests", agents=[AgentSpec("agent", algorithm, observations, actions,
                                                           {**parameters, "seed": 3})],
                          schedule=Schedule(heatup_steps=heatup, steps_between_evaluation_periods=None,

@@ -76,7 +76,10 @@ def rollout_state(adapter: OnPolicyAdapter) -> dict[str, Any] | None:
     if adapter._rows_left == adapter.n_segments * adapter.n_steps:
         return None
     buffer = adapter.buffer
-    arrays: dict[str, Any] = {name: value for name, value in vars(buffer).items() if isinstance(value, np.ndarray)}
+    # the rows' arrays, (n_steps, n_envs, ...) or (n_steps, layers, n_envs, hidden): a subclass's too (masks, LSTM
+    # states, advice), not what get() derives from them for training (RecurrentPPO's sequence indices)
+    arrays: dict[str, Any] = {name: value for name, value in vars(buffer).items()
+                              if isinstance(value, np.ndarray) and value.ndim >= 2 and len(value) == buffer.buffer_size}
     if isinstance(buffer.observations, dict):
         arrays["observations"] = dict(buffer.observations)
     rewards = arrays["rewards"] = buffer.rewards.copy()
