@@ -543,3 +543,15 @@ def test_a_checkpoint_holds_the_rollout_as_every_sessions_logout_would_leave_it(
     for name in ("observations", "actions", "rewards", "values", "log_probs", "episode_starts"):
         assert np.array_equal(getattr(new.buffer, name), getattr(old.buffer, name)), name
     assert new.buffer.rewards[4, 0] != 1.0  # the row before the dropped one is bootstrapped with its value
+
+
+def test_a_checkpoint_keeps_the_transitions_waiting_for_a_row_of_n_envs(learners, tmp_path):
+    learner = learners("DQN", n_envs=2, learning_starts=0, buffer_size=100, batch_size=4)
+    learner.begin_episode(1, obs(0), EXPLORE).result(10)
+    for i in range(5):  # five transitions: two rows, and one waiting for its row-mate
+        learner.step(1, 1.0, obs(i + 1), EXPLORE).result(10)
+    learner.checkpoint(tmp_path / "model.zip", {}).result(10)
+    fresh = build_learner("DQN", "copy", OBS, ACT, {"seed": 1, "n_envs": 2, "buffer_size": 100, "batch_size": 4}, None)
+    fresh.restore(tmp_path / "model.zip")
+    assert fresh.model.replay_buffer.size() == 2 and len(fresh.algorithm._row) == 1
+    assert np.array_equal(fresh.algorithm._row[0][1], learner.algorithm._row[0][1])  # its next observation
