@@ -555,3 +555,16 @@ def test_a_checkpoint_keeps_the_transitions_waiting_for_a_row_of_n_envs(learners
     fresh.restore(tmp_path / "model.zip")
     assert fresh.model.replay_buffer.size() == 2 and len(fresh.algorithm._row) == 1
     assert np.array_equal(fresh.algorithm._row[0][1], learner.algorithm._row[0][1])  # its next observation
+
+
+def test_a_saved_rollout_that_no_longer_fits_the_buffer_is_dropped_with_a_warning(learners, tmp_path, caplog):
+    learner = learners("PPO", n_envs=2, n_steps=16, batch_size=8, n_epochs=1)
+    learner.begin_episode(1, obs(0), EXPLORE).result(10)
+    for i in range(4):
+        learner.step(1, 1.0, obs(i + 1), EXPLORE).result(10)
+    learner.end_actor(1)
+    learner.checkpoint(tmp_path / "model.zip", {}).result(10)
+    other = build_learner("PPO", "copy", OBS, ACT, {"seed": 0, "n_envs": 2, "n_steps": 8, "batch_size": 8}, None)
+    other.restore(tmp_path / "model.zip")  # n_steps changed: the same network, another rollout
+    assert other.algorithm._position == [0, 0] and other.steps == 4
+    assert "does not fit its buffer now" in caplog.text and "its 4 steps are not learned from" in caplog.text

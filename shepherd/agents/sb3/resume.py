@@ -104,7 +104,7 @@ def load_rollout(adapter: OnPolicyAdapter, state: dict[str, Any] | None) -> None
     if not fits:
         logger.warning("agent %s: the rollout saved with its checkpoint does not fit its buffer now (n_steps or "
                        "n_envs changed); its %d steps are not learned from", adapter.name,
-                       adapter.n_segments * adapter.n_steps - state["rows_left"])
+                       arrays["rewards"].size - state["rows_left"])
         return
     for name, value in arrays.items():
         if isinstance(value, dict):
