@@ -82,6 +82,7 @@ def sb3_arguments(algorithm: str, action_space: spaces.Space, values: dict[str, 
             raise ParameterError(f"{info.name} parameter {name!r} must be 0 or more")
     if kwargs.pop("max_policy_lag", 0) < 0:  # the adapter's (`build_learner`), not SB3's
         raise ParameterError(f"{info.name} parameter 'max_policy_lag' must be 0 or more")
+    kwargs.pop("checkpoint_replay_buffer", None)  # the adapter's too
     n_envs = kwargs.pop("n_envs", 1)
     if n_envs < 1:
         raise ParameterError(f"{info.name} parameter 'n_envs' must be at least 1")
@@ -131,7 +132,9 @@ def build_learner(algorithm: str, name: str, observation_space: spaces.Space, ac
         model.set_logger(Logger(folder=None, output_formats=[]))
         adapter = info.family(model, name, total_steps)
         if isinstance(adapter, OffPolicyAdapter):
-            adapter.max_policy_lag = check_parameters(algorithm, values).get("max_policy_lag", 0)
+            checked = check_parameters(algorithm, values)
+            adapter.max_policy_lag = checked.get("max_policy_lag", 0)
+            adapter.checkpoint_replay_buffer = bool(checked.get("checkpoint_replay_buffer", True))
     except (ValueError, AssertionError, TypeError, KeyError, MemoryError) as error:
         raise ParameterError(f"{info.name} rejected its parameters: {error}") from None
     return _threaded(adapter, filters, observation_space, seen)

@@ -82,14 +82,16 @@ class ProgrammedSelector(PlainAlgorithm):
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_suffix(".tmp")
         with zipfile.ZipFile(temporary, "w") as archive:
-            archive.writestr("shepherd.json", json.dumps({**state, "steps": self._steps,
-                                                          "function": self.function_name}))
+            archive.writestr("shepherd.json", json.dumps({**state, "steps": self._steps, "function": self.function_name,
+                                                          "generator": self.rng.bit_generator.state}))
         temporary.replace(path)
 
     def restore(self, path: Path) -> dict[str, Any]:
         with zipfile.ZipFile(path) as archive:
             state: dict[str, Any] = json.loads(archive.read("shepherd.json"))
         self._steps = int(state.get("steps", 0))
+        if isinstance(state.get("generator"), dict):  # heatup's random options go on as they would have
+            self.rng.bit_generator.state = state["generator"]
         return state
 
 

@@ -168,10 +168,14 @@ def _shepherd_parameters(info: Algorithm) -> list[Parameter]:
         "client-acting sessions: how many policy versions behind an upload's samples may be (0: only the "
         "current one, SB3's schedule; more: the reply goes out before the training, so clients act while it "
         "trains)"))
+    kept = Parameter(info.name, "checkpoint_replay_buffer", ParamType.BOOL, True, doc=(
+        "checkpoints hold the replay buffer (replay_buffer.pkl beside model.zip, SB3's save_replay_buffer "
+        "format), so a restart goes on learning exactly; false: smaller, faster checkpoints, and a restart "
+        "forgets the transitions learned from and collects batch_size and learning_starts anew before training"))
     if not info.continuous:
-        return [replay_columns, lag]
+        return [replay_columns, lag, kept]
     return [
-        replay_columns, lag,
+        replay_columns, lag, kept,
         Parameter(info.name, "action_noise", ParamType.STR, None, nullable=True, choices=NOISES, doc=(
             "exploration noise added to the policy's action (scaled to [-1, 1]), one process per client: "
             "normal or ornstein-uhlenbeck; none by default, as in SB3")),

@@ -107,14 +107,23 @@ class LessonState:
         self.changes += 1
 
     def state(self) -> dict[str, Any] | None:
-        """What a checkpoint keeps (None without lessons)."""
-        return None if not self.lessons else stored_state(self.name, self.streak)
+        """What a checkpoint keeps (None without lessons): the lesson, the streak, and the generator's state (a
+        restart draws the configs it would have drawn)."""
+        if not self.lessons:
+            return None
+        return {**stored_state(self.name, self.streak), "generator": self._rng.bit_generator.state}
 
     def load(self, state: Any) -> None:
         """Take a checkpoint's state: its lesson by name (a lesson the agent no longer has: the first, with
-        a warning), and its streak."""
+        a warning), its streak, and its generator's state (when the checkpoint has one)."""
         if not self.lessons or not isinstance(state, dict) or not isinstance(state.get("lesson"), str):
             return
+        generator = state.get("generator")
+        if isinstance(generator, dict) and generator.get("bit_generator") == type(self._rng.bit_generator).__name__:
+            try:
+                self._rng.bit_generator.state = generator
+            except (TypeError, ValueError, KeyError):
+                logger.warning("agent %s: its checkpoint's lesson generator cannot be read; it draws anew", self.label)
         try:
             index = self.find(state["lesson"])
         except UnknownLesson:

@@ -7,6 +7,7 @@ import logging
 import os
 import tempfile
 from pathlib import Path
+from typing import BinaryIO, Callable
 
 logger = logging.getLogger(__name__)
 
@@ -59,11 +60,17 @@ def make_private(path: Path, mode: int) -> None:
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a fsynced temporary file and an atomic rename. The file is readable
     by its owner only (0600), and so are the folders created for it (0700)."""
+    atomic_write(path, lambda handle: handle.write(data))
+
+
+def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """`atomic_write_bytes` for a file written piece by piece: ``write`` writes it into the open handle (a
+    large file is never held in memory whole)."""
     private_folder(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)

@@ -102,3 +102,60 @@ def test_the_agent_resumes_after_a_restart(server_factory, tmp_path):
     second = checkpoint_state(data)
     assert second["schedule"]["steps"] > steps
     assert second["learner"]["n_updates"] > first["learner"]["n_updates"]
+
+
+DQN_YAML = """\
+owner: tests
+agents:
+  - name: dqn
+    algorithm: DQN
+    observation_space: [[4], -inf, inf]
+    action_space: 2
+    parameters: {buffer_size: 2000, batch_size: 16, train_freq: 4, target_update_interval: 40,
+                 exploration_fraction: 0.5, policy_kwargs: {net_arch: [16]}}
+schedule:
+  heatup_steps: 40
+  steps_between_evaluation_periods: null
+  checkpoint_every_steps: 50
+  checkpoint_every_seconds: 3600
+"""
+
+
+def test_a_seeded_dqn_agent_learns_the_same_whether_or_not_its_server_was_stopped_and_started(server_factory,
+                                                                                             tmp_path):
+    """Issue 48's test over real processes: run.py serving a DQN agent with --seed, one client (its env seeded)
+    playing 6 episodes then 5; SIGTERM and a new server between the halves, or not: the final checkpoints hold the
+    same weights and counters."""
+    import torch as th
+
+    preset = tmp_path / "dqn.yaml"
+    preset.write_text(DQN_YAML)
+
+    def half(url: str, key: str, episodes: int, seed: int) -> list[float]:
+        client = Client(url, key, timeout=60)
+        try:
+            return run_env(client, "CartPole-v1", seed=seed, episodes=episodes)
+        finally:
+            client.logout()
+            client.close()
+
+    finals = []
+    for restart in (False, True):
+        data = tmp_path / f"data-{restart}"
+        server = server_factory(str(preset), "--seed", "3", data=data)
+        key = server.api_key
+        returns = half(server.url, key, 6, seed=0)
+        if restart:
+            assert server.stop(signal.SIGTERM) == 0
+            server = server_factory(str(preset), "--seed", "3", data=data)
+            assert (data / "agents" / "1" / "replay_buffer.pkl").exists()
+        returns += half(server.url, key, 5, seed=1)
+        assert server.stop(signal.SIGTERM) == 0
+        with zipfile.ZipFile(data / "agents" / "1" / "model.zip") as archive:
+            weights = th.load(archive.open("policy.pth"), map_location="cpu")
+        finals.append((returns, checkpoint_state(data)["learner"], weights))
+    (returns, counters, weights), (again_returns, again_counters, again_weights) = finals
+    assert counters["n_updates"] > 0 and returns == again_returns
+    assert [counters[name] for name in ("num_timesteps", "n_updates")] == [
+        again_counters[name] for name in ("num_timesteps", "n_updates")]
+    assert [name for name in weights if not th.equal(weights[name], again_weights[name])] == []

@@ -280,6 +280,18 @@ async def test_sb3s_training_values_reach_the_heads_metrics_files(cluster, tmp_p
     check_metrics(await serve_and_drive(tmp_path / "data", algorithm, 400, RayLearners()), algorithm)
 
 
+@pytest.mark.parametrize("algorithm", ["DQN", "PPO"])
+async def test_a_restart_changes_nothing_a_seeded_agent_learns_in_a_ray_actor(cluster, tmp_path, algorithm):
+    """The in-process exact-resume test's agents, each learner in a Ray actor: the checkpoint's files (the zip
+    and DQN's replay buffer) cross from the actor to the head's data folder and back to a new actor."""
+    from shepherd.agents.ray.cluster import RayLearners
+    from tests.integration.test_exact_resume import check_the_same, run
+
+    check_the_same(await run(tmp_path / "straight", algorithm, False, RayLearners()),
+                   await run(tmp_path / "resumed", algorithm, True, RayLearners()))
+    assert (tmp_path / "resumed" / "agents" / "1" / "replay_buffer.pkl").exists() == (algorithm == "DQN")
+
+
 def test_without_ray_it_is_never_imported(tmp_path):
     code = f"""
 import sys

@@ -280,18 +280,44 @@ def test_off_policy_training_follows_train_freq_gradient_steps_and_learning_star
         learner.close()
 
 
-def test_sac_checkpoint_keeps_its_entropy_coefficient(tmp_path):
-    learner = continuous("SAC", learning_starts=0, batch_size=4)
+@pytest.mark.parametrize("kept", [True, False])
+def test_sac_checkpoint_keeps_its_entropy_coefficient_and_its_replay_buffer_unless_left_out(tmp_path, kept):
+    learner = continuous("SAC", learning_starts=0, batch_size=4, buffer_size=500, checkpoint_replay_buffer=kept)
     try:
         learner.begin_episode(1, np.zeros(3, dtype=np.float32), EXPLORE).result(10)
         for i in range(30):
             learner.step(1, float(i), np.full(3, i / 30, dtype=np.float32), EXPLORE).result(10)
         learner.checkpoint(tmp_path / "sac.zip", {}).result(10)
-        fresh = build_learner("SAC", "copy", BOX_OBS, BOX_ACT, {"seed": 1, "policy_kwargs": {"net_arch": [8]}}, None)
+        fresh = build_learner("SAC", "copy", BOX_OBS, BOX_ACT, {"seed": 1, "policy_kwargs": {"net_arch": [8]},
+                                                               "buffer_size": 500}, None)
         fresh.restore(tmp_path / "sac.zip")
         assert learner.model.log_ent_coef.item() != 0.0
         assert fresh.model.log_ent_coef.item() == learner.model.log_ent_coef.item()
-        assert fresh.steps == 30 and fresh.algorithm._min_buffer == 256  # an empty buffer refills before training
+        assert (tmp_path / "replay_buffer.pkl").exists() == kept
+        if kept:  # the transitions learned from are back, and training goes on at once
+            assert fresh.steps == 30 and fresh.algorithm._min_buffer == 1 and fresh.model.replay_buffer.size() == 30
+            assert np.array_equal(fresh.model.replay_buffer.rewards, learner.model.replay_buffer.rewards)
+        else:  # an empty buffer refills before training
+            assert fresh.steps == 30 and fresh.algorithm._min_buffer == 256 and fresh.model.replay_buffer.size() == 0
+    finally:
+        learner.close()
+
+
+def test_a_replay_buffer_that_is_not_the_checkpoints_own_is_not_used(tmp_path):
+    learner = continuous("SAC", learning_starts=0, batch_size=4, buffer_size=500)
+    try:
+        learner.begin_episode(1, np.zeros(3, dtype=np.float32), EXPLORE).result(10)
+        for i in range(10):
+            learner.step(1, 1.0, np.full(3, i / 10, dtype=np.float32), EXPLORE).result(10)
+        learner.checkpoint(tmp_path / "first" / "sac.zip", {}).result(10)
+        learner.step(1, 1.0, np.zeros(3, dtype=np.float32), EXPLORE).result(10)
+        learner.checkpoint(tmp_path / "second" / "sac.zip", {}).result(10)
+        # the first zip with the second's buffer, as after a crash between the two writes: refilled (learning_starts)
+        (tmp_path / "second" / "replay_buffer.pkl").replace(tmp_path / "first" / "replay_buffer.pkl")
+        fresh = build_learner("SAC", "copy", BOX_OBS, BOX_ACT, {"seed": 0, "policy_kwargs": {"net_arch": [8]},
+                                                               "buffer_size": 500, "batch_size": 4}, None)
+        fresh.restore(tmp_path / "first" / "sac.zip")
+        assert fresh.steps == 10 and fresh.model.replay_buffer.size() == 0 and fresh.algorithm._min_buffer == 100
     finally:
         learner.close()
 
@@ -496,3 +522,49 @@ def test_envs_beyond_the_segments_act_unlearned_and_are_counted_with_one_warning
     assert learner.algorithm.unlearned_steps == 2  # env 3, twice: no segment was free for it
     warnings = [r for r in caplog.records if "not learned from" in r.getMessage()]
     assert len(warnings) == 1 and "n_envs" in warnings[0].getMessage()
+
+
+def test_a_checkpoint_holds_the_rollout_as_every_sessions_logout_would_leave_it(learners, tmp_path):
+    learner = learners("PPO", n_envs=2, n_steps=16, batch_size=8, n_epochs=1)
+    for actor, steps in ((1, 5), (2, 3)):  # both mid-segment, each with a row waiting for its reward
+        learner.begin_episode(actor, obs(0), EXPLORE).result(10)
+        for i in range(steps):
+            learner.step(actor, 1.0, obs(i + 1), EXPLORE).result(10)
+    learner.checkpoint(tmp_path / "model.zip", {}).result(10)
+    fresh = build_learner("PPO", "copy", OBS, ACT, {"seed": 1, "n_envs": 2, "n_steps": 16, "batch_size": 8,
+                                                     "n_epochs": 1}, None)
+    fresh.restore(tmp_path / "model.zip")
+    learner.end_actor(1)
+    learner.end_actor(2)
+    learner.checkpoint(tmp_path / "later.zip", {}).result(10)  # queued behind the logouts: they are handled
+    old, new = learner.algorithm, fresh.algorithm
+    assert new._position == old._position == [5, 3] and new._rows_left == old._rows_left == 32 - 8
+    assert new._owner == old._owner == [None, None]
+    for name in ("observations", "actions", "rewards", "values", "log_probs", "episode_starts"):
+        assert np.array_equal(getattr(new.buffer, name), getattr(old.buffer, name)), name
+    assert new.buffer.rewards[4, 0] != 1.0  # the row before the dropped one is bootstrapped with its value
+
+
+def test_a_checkpoint_keeps_the_transitions_waiting_for_a_row_of_n_envs(learners, tmp_path):
+    learner = learners("DQN", n_envs=2, learning_starts=0, buffer_size=100, batch_size=4)
+    learner.begin_episode(1, obs(0), EXPLORE).result(10)
+    for i in range(5):  # five transitions: two rows, and one waiting for its row-mate
+        learner.step(1, 1.0, obs(i + 1), EXPLORE).result(10)
+    learner.checkpoint(tmp_path / "model.zip", {}).result(10)
+    fresh = build_learner("DQN", "copy", OBS, ACT, {"seed": 1, "n_envs": 2, "buffer_size": 100, "batch_size": 4}, None)
+    fresh.restore(tmp_path / "model.zip")
+    assert fresh.model.replay_buffer.size() == 2 and len(fresh.algorithm._row) == 1
+    assert np.array_equal(fresh.algorithm._row[0][1], learner.algorithm._row[0][1])  # its next observation
+
+
+def test_a_saved_rollout_that_no_longer_fits_the_buffer_is_dropped_with_a_warning(learners, tmp_path, caplog):
+    learner = learners("PPO", n_envs=2, n_steps=16, batch_size=8, n_epochs=1)
+    learner.begin_episode(1, obs(0), EXPLORE).result(10)
+    for i in range(4):
+        learner.step(1, 1.0, obs(i + 1), EXPLORE).result(10)
+    learner.end_actor(1)
+    learner.checkpoint(tmp_path / "model.zip", {}).result(10)
+    other = build_learner("PPO", "copy", OBS, ACT, {"seed": 0, "n_envs": 2, "n_steps": 8, "batch_size": 8}, None)
+    other.restore(tmp_path / "model.zip")  # n_steps changed: the same network, another rollout
+    assert other.algorithm._position == [0, 0] and other.steps == 4
+    assert "does not fit its buffer now" in caplog.text and "its 4 steps are not learned from" in caplog.text

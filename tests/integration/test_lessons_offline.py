@@ -35,7 +35,8 @@ async def test_a_lesson_moved_with_no_server_running_is_where_the_next_serve_sta
     finally:
         await stop(graph, store)
     model = checkpoint.model_path(data / "agents" / "1")
-    assert checkpoint.read_state(model)["lessons"] == {"lesson": "short", "streak": 0}
+    saved = checkpoint.read_state(model)["lessons"]
+    assert saved["lesson"] == "short" and saved["streak"] == 0 and "generator" in saved  # the configs' generator too
 
     assert "has no lesson 'middle'; its lessons: short, long" in await asyncio.to_thread(
         fails, capsys, "agents", "lesson", "tests/pole", "middle", "--data", str(data))

@@ -1,5 +1,7 @@
 """An agent's lesson state (shepherd/graph/lessons.py): K evaluations *in a row*, moves by hand, checkpoint state."""
 
+import json
+
 import pytest
 
 from shepherd.graph.lessons import LessonState, UnknownLesson
@@ -21,7 +23,7 @@ def test_k_evaluations_in_a_row_advance_and_a_miss_starts_the_count_again():
 def test_moves_by_hand_and_the_checkpoint_state():
     state = LessonState(LESSONS)
     state.observe(10)
-    assert state.state() == {"lesson": "a", "streak": 1}
+    assert {key: state.state()[key] for key in ("lesson", "streak")} == {"lesson": "a", "streak": 1}
     restored = LessonState(LESSONS)
     restored.load(state.state())
     assert (restored.name, restored.streak) == ("a", 1)
@@ -33,3 +35,16 @@ def test_moves_by_hand_and_the_checkpoint_state():
     stale.load({"lesson": "gone", "streak": 3})  # a lesson the agent no longer has: it starts in the first
     assert (stale.name, stale.streak) == ("a", 0)
     assert LessonState(()).draw() is None and LessonState(()).state() is None
+
+
+def test_a_restored_state_draws_the_configs_the_old_one_would_have_drawn():
+    state = LessonState(LESSONS, seed=4)
+    state.move("b")
+    [state.draw() for _ in range(3)]
+    saved = json.loads(json.dumps(state.state()))  # as the checkpoint's shepherd.json holds it
+    restored = LessonState(LESSONS, seed=9)
+    restored.load(saved)
+    assert [restored.draw() for _ in range(5)] == [state.draw() for _ in range(5)]
+    older = LessonState(LESSONS, seed=9)
+    older.load({"lesson": "b", "streak": 0})  # a checkpoint written before generators were saved
+    assert older.name == "b"

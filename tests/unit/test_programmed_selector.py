@@ -45,3 +45,13 @@ def test_it_is_checkpointed_and_read_back(tmp_path):
     selector.write_checkpoint(tmp_path / "model.zip", {"schedule": {"steps": 7}})
     restored = build()
     assert restored.restore(tmp_path / "model.zip")["schedule"] == {"steps": 7} and restored.steps == 1
+
+
+def test_its_random_options_go_on_after_a_restore_as_they_would_have(tmp_path):
+    selector = build()
+    heatup = [Request(Kind.BEGIN, actor, [0.0, -1.0, 1.0], mode=ActMode.RANDOM, ticket=actor) for actor in range(20)]
+    acts(selector, *heatup)
+    selector.write_checkpoint(tmp_path / "model.zip", {})
+    restored = build()
+    restored.restore(tmp_path / "model.zip")
+    assert acts(restored, *heatup) == acts(selector, *heatup)

@@ -5,7 +5,7 @@ The actor builds the ordinary learner with the registry's factory (`learner_for`
 relayed back (`ThreadedLearner.relay`) instead of set on futures, and returns plain data only: answers,
 counters, measurements, what its SB3 logger recorded (`shepherd.agents.ray.metrics`), checkpoint bytes and,
 when asked, its published weights with its observation statistics. It writes no files of the agent's:
-checkpoints go to the head as bytes, where the store is.
+checkpoints (the zip and its replay buffer) go to the head as bytes, where the store is.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 
 import ray
 
+from shepherd.agents import checkpoint as checkpoint_format
 from shepherd.agents.core import Answer, VersionedWeights
 from shepherd.agents.ray.advice import advice_status, apply_advice
 from shepherd.agents.ray.metrics import Recorded, RecordingLogger, record_in
@@ -45,7 +46,8 @@ class Reply:
     steps: int
     failure: str | None
     stats: LearnerStats
-    #: per control of the call, in order: checkpoint bytes, a behaviour file's ``(version, bytes)``, None (done),
+    #: per control of the call, in order: a checkpoint's files (`checkpoint.read_files`), a behaviour file's
+    #: ``(version, bytes)``, None (done),
     #: or an error's text (a `NotActableAtClient` itself)
     controls: list[Any] = field(default_factory=list)
     weights: VersionedWeights | None = None
@@ -68,7 +70,7 @@ class LearnerActor:
         self._written = 0
 
     def build(self, definition: AgentDefinition, values: dict[str, Any], total_steps: int | None,
-              checkpoint: bytes | None, start: bool) -> dict[str, Any]:
+              checkpoint: dict[str, bytes] | None, start: bool) -> dict[str, Any]:
         """Build the learner (the registry's factory), restore ``checkpoint`` if given, start it if asked;
         returns the state saved with the checkpoint (empty without one).
 
@@ -85,13 +87,14 @@ class LearnerActor:
             self.start()
         return state
 
-    def restore(self, checkpoint: bytes) -> dict[str, Any]:
-        path = self._folder / "restore.zip"
-        path.write_bytes(checkpoint)
+    def restore(self, files: dict[str, bytes]) -> dict[str, Any]:
+        """Restore the checkpoint the head sent (`checkpoint.read_files`: the zip and its replay buffer)."""
+        path = self._folder / "restore" / checkpoint_format.MODEL_FILE
+        checkpoint_format.write_files(path, files)
         try:
             return self._built.restore(path)
         finally:
-            path.unlink()
+            shutil.rmtree(path.parent, ignore_errors=True)
 
     def start(self) -> None:
         self._built.start(None)
@@ -146,7 +149,7 @@ class LearnerActor:
                 learner.relay_requests(unit)
             elif unit[0] == "checkpoint":
                 self._written += 1
-                path = self._folder / f"checkpoint-{self._written}.zip"
+                path = self._folder / f"checkpoint-{self._written}" / checkpoint_format.MODEL_FILE
                 controls.append(("checkpoint", learner.checkpoint(path, unit[1]), path))
             elif unit[0] == "set":
                 controls.append(("set", learner.set_parameters(unit[1]), None))
@@ -173,8 +176,8 @@ class LearnerActor:
                 elif written is None:
                     results.append(None)
                 else:
-                    results.append(written.read_bytes())
-                    written.unlink()
+                    results.append(checkpoint_format.read_files(written))  # the zip and its replay buffer
+                    shutil.rmtree(written.parent, ignore_errors=True)
             except NotActableAtClient as error:  # its type is the head's caller's answer (400, not 500)
                 results.append(error)
             except Exception as error:  # noqa: BLE001 - the head's caller hears it

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import ray
 
+from shepherd.agents import checkpoint as checkpoint_format
 from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFailed, Answer, Deliver, Kind,
                                   LearnerUnavailable, Observation, Request)
 from shepherd.agents.greedy_policy import GreedyPolicy
@@ -32,7 +33,6 @@ from shepherd.agents.timing import LearnerStats
 from shepherd.agents.futures import _Part, _Vector, answer_greedy_acts, settle
 from shepherd.agents.core import ServedLearner
 from shepherd.definition import AgentDefinition, Sharing
-from shepherd.storage.files import atomic_write_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -180,8 +180,9 @@ class RayLearner(ActorRevival, RemoteUploads):
         return future
 
     def checkpoint(self, path: Path, state: dict[str, Any]) -> Future:
-        """The actor makes the checkpoint's bytes, in order with the steps sent before; the head writes
-        them to ``path`` atomically. The future gives ``path`` when written."""
+        """The actor makes the checkpoint's files (the zip and an off-policy learner's replay buffer), in order
+        with the steps sent before; the head writes them beside ``path``, each atomically, the zip last. The
+        future gives ``path`` when written."""
         return self._control(("checkpoint", state), path)
 
     def set_parameters(self, values: dict[str, Any]) -> Future:
@@ -193,7 +194,7 @@ class RayLearner(ActorRevival, RemoteUploads):
     def restore(self, path: Path) -> dict[str, Any]:
         """Send the checkpoint's bytes to the actor (before `start`); a lost actor restores it too."""
         with self._link.calls():
-            state = ray.get(self._handle.restore.remote(path.read_bytes()), timeout=BUILD_SECONDS)
+            state = ray.get(self._handle.restore.remote(checkpoint_format.read_files(path)), timeout=BUILD_SECONDS)
         self._checkpoint_path = path
         if self.greedy is not None:
             self.greedy.forget()
@@ -359,7 +360,7 @@ class RayLearner(ActorRevival, RemoteUploads):
                 future.set_exception(result)
             elif kind == "checkpoint":
                 try:
-                    atomic_write_bytes(path, result)
+                    checkpoint_format.write_files(path, result)  # the replay buffer first, then the zip
                 except OSError as error:
                     future.set_exception(error)
                     continue

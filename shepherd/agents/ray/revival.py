@@ -18,6 +18,7 @@ from typing import Any, Callable
 import ray
 from ray import exceptions as ray_errors
 
+from shepherd.agents.checkpoint import read_files
 from shepherd.agents.core import LearnerUnavailable
 from shepherd.agents.futures import _Part
 from shepherd.agents.greedy_policy import GreedyPolicy
@@ -89,7 +90,8 @@ class ActorRevival:
             if not target.done():
                 target.set_exception(error)
 
-    def spawn(self, checkpoint: bytes | None = None, start: bool = False, patient: bool = False) -> dict[str, Any]:
+    def spawn(self, checkpoint: dict[str, bytes] | None = None, start: bool = False,
+              patient: bool = False) -> dict[str, Any]:
         """Create the actor (under its name; waiting for a dead one's name to be free, and for the cluster to
         place it: ``patient``, until it can or the learner closes, else up to BUILD_SECONDS) and build the
         learner in it. Blocks.
@@ -168,7 +170,7 @@ class ActorRevival:
         while not self._closed:
             path = self._checkpoint_path
             try:
-                data = path.read_bytes() if path is not None and path.exists() else None
+                data = read_files(path) if path is not None and path.exists() else None
                 self.spawn(data, start=True, patient=True)
             except LOST + (ray_errors.GetTimeoutError, NameTaken, RayDown) as error:  # Ray has not caught up yet
                 logger.warning("learner %s: its Ray actor could not be started again yet: %s", self.name, error)

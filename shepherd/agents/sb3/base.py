@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import logging
+import pickle
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -24,6 +25,7 @@ from shepherd.agents.core import Answer, ExperienceReply, NotClientActing, Outco
 from shepherd.agents.greedy_policy import weights_of
 from shepherd.agents.timing import WORK_BUCKETS, Histogram
 from shepherd.agents.filters import Filtering
+from shepherd.agents.sb3 import resume
 from shepherd.policies.transforms import ActionTransform
 from shepherd.wire.experience import sample_space
 
@@ -212,12 +214,16 @@ class SB3Algorithm:
 
     # -- checkpoints -----------------------------------------------------------------------------
     def write_checkpoint(self, path: Path, state: dict[str, Any]) -> None:
+        """SB3's zip with the counters and what the learner needs to go on exactly (`shepherd.agents.sb3.resume`),
+        the files beside it (a replay buffer) written first: the zip names them."""
+        beside = self._write_beside(path)
         buffer = io.BytesIO()
         self.model.save(buffer)
-        counters = {**self._counters(), "version": self._version}
+        counters = {**self._counters(), "version": self._version, **beside}
         if self.filtering is not None:
             counters["filters"] = self.filtering.state()
-        checkpoint.write(path, buffer.getvalue(), counters, state)
+        extra = pickle.dumps(self._resume_state(), protocol=pickle.HIGHEST_PROTOCOL)
+        checkpoint.write(path, buffer.getvalue(), counters, state, {checkpoint.RESUME_MEMBER: extra})
         logger.info("agent %s checkpointed at %d steps", self.name, self.steps)
 
     def restore(self, path: Path) -> dict[str, Any]:
@@ -233,7 +239,22 @@ class SB3Algorithm:
             self.filtering.load(counters.get("filters", {}))
             self.version_filtering = self.filtering.frozen()
         self._published = None
+        extra = checkpoint.read_member(path, checkpoint.RESUME_MEMBER)  # None: a checkpoint written before it
+        self._load_resume_state(path, counters, {} if extra is None else pickle.loads(extra))
         return state
+
+    def _write_beside(self, path: Path) -> dict[str, Any]:
+        """Write the files that go beside the checkpoint ``path``; what its counters say of them."""
+        return {}
+
+    def _resume_state(self) -> dict[str, Any]:
+        """What the learner needs besides SB3's zip and its counters to go on exactly (pickled into the zip)."""
+        return {"generators": resume.generators(self.model)}
+
+    def _load_resume_state(self, path: Path, counters: dict[str, Any], extra: dict[str, Any]) -> None:
+        """Take back what `_resume_state` gave (empty: the checkpoint has none) and the files beside ``path``."""
+        if "generators" in extra:
+            resume.set_generators(self.model, extra["generators"])
 
     def checkpoint_mismatch(self, path: Path) -> list[str]:
         """How the spaces and policy weights saved at ``path`` differ from this model's, the weights by name and

@@ -24,6 +24,9 @@ with ``n_envs`` envs therefore learns exactly as SB3's ``learn()`` with ``n_envs
 Within one worker iteration the transitions that arrived are stored first (and trained on, when due), then
 every pending act request is answered by one batched forward pass: an action is chosen with the weights
 and the step count SB3 would have at that point.
+
+A checkpoint holds the replay buffer (a file beside the zip, unless ``checkpoint_replay_buffer`` is false) and
+the transitions waiting for a row, so a restart goes on as if there had been none (``resume.py``).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from __future__ import annotations
 import copy
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, cast
 
 import numpy as np
@@ -41,9 +45,10 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.type_aliases import TrainFreq, TrainFrequencyUnit
 
+from shepherd.agents import checkpoint
 from shepherd.agents.core import ActMode, Kind, Request, Upload
 from shepherd.agents.filters import Filtering
-from shepherd.agents.sb3 import uploads
+from shepherd.agents.sb3 import resume, uploads
 from shepherd.agents.sb3.base import SB3Algorithm, stack_observations
 
 logger = logging.getLogger(__name__)
@@ -81,6 +86,8 @@ class OffPolicyAdapter(SB3Algorithm):
         self._min_buffer = 1  # transitions needed before training; more after a restore (empty buffer)
         #: how many versions behind a client-acting session's samples may be (0: only the current one)
         self.max_policy_lag = 0
+        #: whether checkpoints hold the replay buffer (a file beside the zip): without it a restart refills it
+        self.checkpoint_replay_buffer = True
         model.policy.set_training_mode(False)
 
     # -- the worker's work -------------------------------------------------------------------------
@@ -224,7 +231,7 @@ class OffPolicyAdapter(SB3Algorithm):
     # -- checkpoints -------------------------------------------------------------------------------
     def _counters(self) -> dict[str, Any]:
         return {**super()._counters(), "n_calls": int(getattr(self.model, "_n_calls", 0)),
-                "since_train": self._since_train}
+                "since_train": self._since_train, "min_buffer": self._min_buffer}
 
     def _restore_counters(self, counters: dict[str, Any]) -> None:
         super()._restore_counters(counters)
@@ -236,11 +243,31 @@ class OffPolicyAdapter(SB3Algorithm):
         if hasattr(model, "exploration_schedule"):
             schedule: Any = getattr(model, "exploration_schedule")  # DQN's epsilon
             setattr(model, "exploration_rate", schedule(model._current_progress_remaining))
-        # SB3's zip holds no replay buffer: refill it before training again rather than overfit a few steps
+
+    def _write_beside(self, path: Path) -> dict[str, Any]:
+        """The replay buffer, beside the zip (`resume.write_replay_buffer`), unless it is left out."""
+        if not self.checkpoint_replay_buffer:
+            checkpoint.replay_buffer_path(path).unlink(missing_ok=True)  # never read with a later zip
+            return {"replay_buffer": None}
+        return {"replay_buffer": resume.write_replay_buffer(self, path)}
+
+    def _resume_state(self) -> dict[str, Any]:
+        return {**super()._resume_state(), "row": list(self._row)}  # transitions waiting for a row of n_envs
+
+    def _load_resume_state(self, path: Path, counters: dict[str, Any], extra: dict[str, Any]) -> None:
+        super()._load_resume_state(path, counters, extra)
+        model = self.model
+        if resume.load_replay_buffer(self, path, counters.get("replay_buffer")):
+            self._replay = cast(ReplayBuffer, model.replay_buffer)
+            self._row = list(extra.get("row", []))
+            self._min_buffer = int(counters.get("min_buffer", 1))
+            logger.info("agent %s: its replay buffer is back (%d transitions)", self.name,
+                        self._replay.size() * self._n_envs)
+            return
+        # no replay buffer: refill it before training again rather than overfit a few steps
         self._min_buffer = max(1, model.batch_size, model.learning_starts)
         logger.info("agent %s: training resumes once the replay buffer holds %d transitions", self.name,
                     self._min_buffer)
-
 
 
 def _sent(value: Any, raw: Any) -> Any:

@@ -1,6 +1,5 @@
-"""Pooled on-policy learning (PPO, A2C, sb3-contrib's TRPO; MaskablePPO and RecurrentPPO through the
-subclasses in ``masks.py`` and ``recurrent.py``): rollouts made of fixed-length segments, each filled by one
-client.
+"""Pooled on-policy learning (PPO, A2C, sb3-contrib's TRPO; MaskablePPO and RecurrentPPO through the subclasses
+in ``masks.py`` and ``recurrent.py``): rollouts made of fixed-length segments, each filled by one client.
 
 SB3's ``RolloutBuffer`` has ``n_envs`` columns of ``n_steps`` rows. Here a column is a *segment*: a
 client session claims a free one when it needs to act, writes its transitions down it, and releases it
@@ -13,15 +12,17 @@ transition is bootstrapped with the value of its next observation, as SB3 bootst
 the next writer starts with ``episode_start`` set, so GAE never crosses from one client to another.
 
 A vector session's envs cannot wait for each other: one that finds no free segment splits a group-mate's
-(``_split``), and acts unlearned (``unlearned_steps``) only when no rollout has room for it.
+(``_split``), and acts unlearned (``unlearned_steps``) only when no rollout has room for it. A checkpoint keeps
+the rollout collected so far, as every session's logout would leave it (``resume.py``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -31,6 +32,7 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.torch_layers import FlattenExtractor
 
 from shepherd.agents.core import ActMode, Kind, Outcome, Request, Upload
+from shepherd.agents.sb3 import resume
 from shepherd.agents.sb3.base import SB3Algorithm, stack_observations
 from shepherd.agents.sb3.greedy import greedy_actions
 from shepherd.agents.sb3.uploads import OnPolicyUploads
@@ -64,8 +66,7 @@ class OnPolicyAdapter(SB3Algorithm):
         # SB3 clips a Gaussian policy's actions to the box, and unscales squashed (gSDE) ones
         super().__init__(model, name, total_steps, scaled_actions=bool(getattr(model.policy, "squash_output", False)))
         self.buffer: RolloutBuffer | DictRolloutBuffer = model.rollout_buffer
-        self.n_steps = model.n_steps
-        self.n_segments = model.n_envs
+        self.n_steps, self.n_segments = model.n_steps, model.n_envs  # a segment per buffer column, n_steps rows
         self._actors: dict[int, _Actor] = {}
         self._waiting: list[Request] = []
         #: exploring acts answered without a segment (a vector session with more envs than segments): not learned from
@@ -138,10 +139,7 @@ class OnPolicyAdapter(SB3Algorithm):
         if self._rollout_full():
             self._train()
         elif (self._waiting or self.uploads.held) and self._free_segment():  # a segment was left: free again
-            self.uploads.serve_held()
-            waiting, self._waiting = self._waiting, []
-            if waiting:
-                self.process(waiting)
+            self._serve_waiting()
 
     def learn_upload(self, upload: Upload) -> None:
         """A client-acting session's upload, written into the segments it reserved (``uploads.py``)."""
@@ -215,15 +213,14 @@ class OnPolicyAdapter(SB3Algorithm):
                 self.answer(message, greedy[row_of[id(message)]])
 
     def _group_fills(self, group: int) -> bool:
-        """Whether an actor of this vector session still has rows to fill in its segment. Its other envs
-        then act without a segment (their transitions are not learned from) instead of waiting: the
-        session steps all its envs together, so a wait would stall the segments it holds, and with them
-        the rollout. That happens when nothing was left to split (``_split``): at the step that fills a
-        rollout, or to the envs of a session with more envs than the agent has segments (``n_envs``)."""
-        if not group:
-            return False
-        return any(owner is not None and position < end and getattr(self._actors.get(owner), "group", 0) == group
-                   for owner, position, end in zip(self._owner, self._position, self._end))
+        """Whether an actor of this vector session still has rows to fill in its segment. Its other envs then act
+        without a segment (their transitions are not learned from) instead of waiting: the session steps all its
+        envs together, so a wait would stall the segments it holds, and with them the rollout. That happens when
+        nothing was left to split (``_split``): at the step that fills a rollout, or to the envs of a session
+        with more envs than the agent has segments (``n_envs``)."""
+        return bool(group) and any(
+            owner is not None and position < end and getattr(self._actors.get(owner), "group", 0) == group
+            for owner, position, end in zip(self._owner, self._position, self._end))
 
     def _free_segment(self) -> bool:
         return any(o is None and p < e for o, p, e in zip(self._owner, self._position, self._end))
@@ -352,19 +349,15 @@ class OnPolicyAdapter(SB3Algorithm):
         return self._rows_left == 0
 
     def _train(self) -> None:
-        buffer = self.buffer
-        buffer.pos, buffer.full = self.n_steps, True
-        buffer.compute_returns_and_advantage(th.as_tensor(self._last_values), self._last_dones)
+        self.buffer.pos, self.buffer.full = self.n_steps, True
+        self.buffer.compute_returns_and_advantage(th.as_tensor(self._last_values), self._last_dones)
         self._progress_remaining()
         started = self.begin_update()
         self.model.train()
         self.after_update(started)
         self.model.policy.set_training_mode(False)
         self._reset_rollout()
-        self.uploads.serve_held()  # the sessions that waited for this update reserve first
-        waiting, self._waiting = self._waiting, []
-        if waiting:
-            self.process(waiting)
+        self._serve_waiting()  # the sessions that waited for this update reserve first
 
     def idle(self) -> None:
         """Hand segments of stalled sessions over when others are waiting for one: a server-acting session's
@@ -381,12 +374,13 @@ class OnPolicyAdapter(SB3Algorithm):
             logger.info("agent %s: a client-acting session that did not upload hands its reserved rows over", self.name)
         elif not stalled:
             return
-        self.uploads.serve_held()
-        waiting, self._waiting = self._waiting, []
-        if waiting:
-            self.process(waiting)
+        self._serve_waiting()
 
     def drain(self) -> None:
+        self._serve_waiting()
+
+    def _serve_waiting(self) -> None:
+        """Serve the held replies of client-acting sessions, then the acts that waited for a segment (in order)."""
         self.uploads.serve_held()
         waiting, self._waiting = self._waiting, []
         if waiting:
@@ -398,3 +392,9 @@ class OnPolicyAdapter(SB3Algorithm):
         for message in waiting:
             self.refuse(message, outcome, detail)
 
+    def _resume_state(self) -> dict[str, Any]:  # the rollout collected so far (`shepherd.agents.sb3.resume`)
+        return {**super()._resume_state(), "rollout": resume.rollout_state(self)}
+
+    def _load_resume_state(self, path: Path, counters: dict[str, Any], extra: dict[str, Any]) -> None:
+        super()._load_resume_state(path, counters, extra)
+        resume.load_rollout(self, extra.get("rollout"))
