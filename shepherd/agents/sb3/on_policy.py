@@ -88,6 +88,7 @@ class OnPolicyAdapter(SB3Algorithm):
         self._owner: list[int | None] = [None] * self.n_segments
         self._last_values = np.zeros(self.n_segments, dtype=np.float32)
         self._last_dones = np.zeros(self.n_segments, dtype=np.float32)
+        self.uploaded = False  # whether a client-acting session's upload wrote rows into this rollout
 
     # -- the batched forward pass ------------------------------------------------------------------
     # The four hooks an adapter subclass overrides when its algorithm needs more than observations (masks,
@@ -351,20 +352,28 @@ class OnPolicyAdapter(SB3Algorithm):
     def _rollout_full(self) -> bool:
         return self._rows_left == 0
 
-    def _train(self) -> None:
+    def _train(self) -> str | None:
+        """Update from the full rollout and start the next; None, or why the update was refused (a rollout
+        that holds uploaded rows is guarded, `SB3Algorithm.guarded_update`: an update it makes NaN is undone
+        and the rollout discarded, so no upload fails the agent)."""
         buffer = self.buffer
         buffer.pos, buffer.full = self.n_steps, True
         buffer.compute_returns_and_advantage(th.as_tensor(self._last_values), self._last_dones)
         self._progress_remaining()
         started = time.perf_counter()
-        self.model.train()
-        self.after_update(started)
+        refused = None
+        if self.uploaded:
+            refused = self.guarded_update(self.model.train, started)
+        else:
+            self.model.train()
+            self.after_update(started)
         self.model.policy.set_training_mode(False)
         self._reset_rollout()
         self.uploads.serve_held()  # the sessions that waited for this update reserve first
         waiting, self._waiting = self._waiting, []
         if waiting:
             self.process(waiting)
+        return refused
 
     def idle(self) -> None:
         """Hand segments of stalled sessions over when others are waiting for one: a server-acting session's

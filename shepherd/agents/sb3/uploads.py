@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import torch as th
 from gymnasium import spaces
+from stable_baselines3.common.distributions import DiagGaussianDistribution
 
 from shepherd.agents.core import Outcome, StalePolicy, Upload
 from shepherd.wire.experience import BadExperience, Experience
@@ -96,10 +97,20 @@ class OnPolicyUploads:
             adapter.refuse_upload(upload, BadExperience(
                 f"'sample' has {experience.steps} rows of {experience.n_envs}; {asked} were asked of this session"))
             return
+        try:  # before anything is recorded: what the policy could not have drawn, or cannot evaluate
+            evaluated = self._evaluate(experience)
+        except BadExperience as error:
+            adapter.refuse_upload(upload, error)  # the reservation stays: the client may upload again
+            return
         del self.reservations[upload.uploader]
-        self._write(upload.uploader, experience, reservation)
+        self._write(upload.uploader, experience, reservation, evaluated)
         if adapter._rollout_full():
-            adapter._train()
+            refused = adapter._train()
+            if refused is not None:  # undone, the rollout discarded: as a stale block, collect anew
+                adapter.refuse_upload(upload, StalePolicy(adapter.version, (
+                    f"{refused}; the rollout this upload completed was discarded, nothing of it learned: fetch the "
+                    "policy and collect anew")))
+                return
         self.reply(upload, experience.steps * experience.n_envs)
 
     def reply(self, upload: Upload, accepted: int) -> None:
@@ -185,12 +196,14 @@ class OnPolicyUploads:
         return steps
 
     # -- writing an upload -------------------------------------------------------------------------
-    def _write(self, uploader: int, experience: Experience, reservation: _Reservation) -> None:
+    def _write(self, uploader: int, experience: Experience, reservation: _Reservation,
+               evaluated: tuple[Any, np.ndarray, np.ndarray, np.ndarray]) -> None:
         adapter = self.adapter
+        adapter.uploaded = True  # its update is guarded (`OnPolicyAdapter._train`)
         rewards = experience.reward
         if adapter.filtering is not None:
             rewards = adapter.filtering.count_upload(uploader, experience)
-        seen, values, log_probs, final_values = self._evaluate(experience)
+        seen, values, log_probs, final_values = evaluated
         rewards = rewards.astype(np.float32)
         gamma = np.float32(adapter.model.gamma)
         for (t, i, _), value in zip(experience.finals(), final_values):
@@ -248,7 +261,12 @@ class OnPolicyUploads:
     def _evaluate(self, experience: Experience) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
         """What the policy saw (normalised with the version's statistics), the values of every observation
         row (T+1 x N), the log-probabilities of the samples (T x N) and the values of the ended episodes'
-        last observations (in `Experience.finals`' order), from SB3's ``evaluate_actions``."""
+        last observations (in `Experience.finals`' order), from SB3's ``evaluate_actions``.
+
+        Raises:
+            BadExperience: a Gaussian policy's sample its file could not have drawn (`outside_draws`), or an
+                observation whose value or sample's probability is not finite, naming the field and [t][i].
+        """
         adapter = self.adapter
         policy, steps, n = adapter.model.policy, experience.steps, experience.n_envs
         normalise = adapter.version_filtering.normalize_obs if adapter.version_filtering is not None else _same
@@ -263,7 +281,51 @@ class OnPolicyUploads:
         extra, _ = policy.obs_to_tensor(_flat(_rows(seen, steps, steps + 1), [normalise(last) for last in finals]))
         more = policy.predict_values(extra).flatten().numpy()
         all_values = np.concatenate([values.numpy(), more[:n]]).reshape(steps + 1, n)
-        return seen, all_values, log_probs.numpy().reshape(steps, n), more[n:]
+        drawn = log_probs.numpy().reshape(steps, n)
+        if isinstance(policy.action_dist, DiagGaussianDistribution):
+            gaussian = policy.get_distribution(obs_tensor).distribution
+            shape = experience.sample.shape
+            outside = outside_draws(experience.sample, gaussian.mean.numpy().reshape(shape),
+                                    gaussian.stddev.numpy().reshape(shape))
+            if outside is not None:
+                t, i = outside
+                raise BadExperience(f"sample[{t}][{i}] is not a draw of the policy version {adapter.version}: "
+                                    f"{experience.sample[t, i].tolist()} lies more than {GAUSSIAN_DRAW_LIMIT:g} "
+                                    "standard deviations from its mean (the policy file's Gaussian draws lie "
+                                    "within 5.77)")
+        _check_finite(all_values, "obs")
+        _check_finite(drawn, "sample")
+        bad = np.flatnonzero(~np.isfinite(more[n:]))
+        if len(bad):
+            t, i, _ = experience.finals()[int(bad[0])]
+            raise BadExperience(f"final_obs[{t}][{i}] makes the policy's value not finite")
+        return seen, all_values, drawn, more[n:]
+
+
+#: how far (in standard deviations, per dimension) from its mean a Gaussian policy's uploaded sample may lie:
+#: the behaviour file draws by Box-Muller from float32 uniforms in [0, 1), at most sqrt(-2 ln 2^-24) = 5.77
+#: (docs/acting.md); the rest is room for onnxruntime's and torch's rounding of the mean
+GAUSSIAN_DRAW_LIMIT = 6.0
+
+
+def outside_draws(sample: np.ndarray, mean: np.ndarray, std: np.ndarray) -> tuple[int, int] | None:
+    """The first ``(t, i)`` of samples (T, N, *shape) that the policy file's Gaussian of this ``mean`` and
+    ``std`` could not have drawn: a dimension more than `GAUSSIAN_DRAW_LIMIT` standard deviations (and a
+    millionth of its mean, for rounding) from its mean, or a mean or deviation not finite. None: all could."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        reach = GAUSSIAN_DRAW_LIMIT * std.astype(np.float64) + 1e-6 * np.abs(mean.astype(np.float64))
+        within = np.abs(sample.astype(np.float64) - mean) <= reach  # NaN compares False
+    ok = within.reshape(*within.shape[:2], -1).all(axis=2)
+    bad = np.argwhere(~ok)
+    return None if not len(bad) else (int(bad[0][0]), int(bad[0][1]))
+
+
+def _check_finite(rows: np.ndarray, field: str) -> None:
+    bad = np.argwhere(~np.isfinite(rows))
+    if len(bad):
+        t, i = bad[0]
+        what = "value" if field == "obs" else "probability"
+        raise BadExperience(f"{field}[{t}][{i}] makes the policy's {what} not finite")
 
 
 def _same(obs: Any) -> Any:
