@@ -93,3 +93,73 @@ async def test_an_update_an_upload_makes_nan_is_undone_and_the_upload_refused_40
                                  json={"session_key": key, **block(opened["steps"], version, seq + 1, 0.5, rng)})
     assert response.status == 200, await response.text()
     assert (await response.json())["policy_version"] == version + 1 and learner.failure is None
+
+
+@pytest.mark.parametrize("algorithm, actions", [("DQN", 2), ("SAC", [[1], -2, 2]), ("TD3", [[1], -2, 2])])
+async def test_observations_that_overflow_the_networks_are_refused_and_the_agent_stays_healthy(
+        aiohttp_client, tmp_path, algorithm, actions):
+    """An unbounded Box observation of 3e38 (finite, so the wire takes it) makes the networks' outputs NaN: one
+    such upload failed a DQN or SAC agent at its first update. Refused 400 naming it, before it enters the
+    replay buffer; then an honest block is learned. (PPO's tanh layers saturate: it learns from such a block.)"""
+    parameters = {"learning_starts": 0, "train_freq": 4, "batch_size": 4, "buffer_size": 1000, "seed": 0}
+    graph = GraphManager(owner="tests", agents=[AgentSpec("pend", algorithm, [[3], "-inf", "inf"], actions,
+                                                          parameters)],
+                         schedule=Schedule(steps_between_evaluation_periods=10 ** 6, evaluation_episodes=5))
+    client, opened = await open_session(aiohttp_client, tmp_path, graph)
+    key, version, steps = opened["session_key"], opened["policy_version"], opened["steps"]
+    rng = np.random.default_rng(0)
+    learner = client.app[GRAPH].runtime().learner
+
+    def honest(seq: int) -> dict:
+        body = block(steps, version, seq, 0.0, rng)
+        if algorithm == "DQN":
+            body["sample"] = [[1]] * steps
+        return body
+
+    for seq in range(1, 4):
+        body = honest(seq)
+        body["obs"][1][0] = [3e38, -3e38, 3e38]
+        response = await client.post("/shepherd/experience/", json={"session_key": key, **body})
+        assert response.status == 400, await response.text()
+        assert "obs[1][0]" in (await response.json())["error"]
+    assert learner.failure is None and (await health(client))["agents"]["failed"] == 0
+    response = await client.post("/shepherd/experience/", json={"session_key": key, **honest(4)})
+    assert response.status == 200, await response.text()
+    assert (await response.json())["policy_version"] == version + 1 and learner.failure is None
+
+
+@pytest.mark.parametrize("algorithm, actions", [("DQN", 2), ("SAC", [[1], -2, 2])])
+async def test_an_off_policy_update_an_upload_makes_nan_is_undone_and_its_transitions_leave_the_buffer(
+        aiohttp_client, tmp_path, monkeypatch, algorithm, actions):
+    """With the check of observations lifted, the 3e38 observation enters the replay buffer and the update it
+    makes due goes NaN: undone, the upload refused 409 and its transitions taken out of the buffer."""
+    from shepherd.agents.sb3 import replay_uploads
+
+    monkeypatch.setattr(replay_uploads, "_check_outputs", lambda adapter, experience: None)
+    parameters = {"learning_starts": 0, "train_freq": 4, "batch_size": 4, "buffer_size": 1000, "seed": 0}
+    graph = GraphManager(owner="tests", agents=[AgentSpec("pend", algorithm, [[3], "-inf", "inf"], actions,
+                                                          parameters)],
+                         schedule=Schedule(steps_between_evaluation_periods=10 ** 6, evaluation_episodes=5))
+    client, opened = await open_session(aiohttp_client, tmp_path, graph)
+    key, version, steps = opened["session_key"], opened["policy_version"], opened["steps"]
+    rng = np.random.default_rng(0)
+    learner = client.app[GRAPH].runtime().learner
+    adapter = learner.algorithm
+    before = {k: v.clone() for k, v in adapter.model.policy.state_dict().items()}
+    body = block(steps, version, 1, 0.0, rng)
+    if algorithm == "DQN":
+        body["sample"] = [[1]] * steps
+    body["obs"][1][0] = [3e38, -3e38, 3e38]
+    response = await client.post("/shepherd/experience/", json={"session_key": key, **body})
+    assert response.status == 409, await response.text()
+    assert "undone" in (await response.json())["error"] and (await response.json())["policy_version"] == version
+    assert adapter._replay.size() == 0 and adapter._replay.pos == 0 and not adapter._replay.full
+    after = adapter.model.policy.state_dict()
+    assert all(bool((after[k] == v).all()) for k, v in before.items())
+    assert learner.failure is None and (await health(client))["agents"]["failed"] == 0
+    body = block(steps, version, 2, 0.0, rng)
+    if algorithm == "DQN":
+        body["sample"] = [[1]] * steps
+    response = await client.post("/shepherd/experience/", json={"session_key": key, **body})
+    assert response.status == 200, await response.text()
+    assert (await response.json())["policy_version"] == version + 1 and adapter._replay.size() == steps

@@ -26,18 +26,18 @@ learner (a lost Ray actor, restored from its checkpoint) never saw open. Observa
 policy's input is normalised with `SB3Algorithm.version_filtering` (the statistics of the version the
 client acted with), and the upload is counted by `Filtering.count_upload` (docs/filters.md).
 
-**Off-policy** (DQN, SAC, TD3, DDPG, ...): T = ``train_freq`` rows of ``n_envs`` (per N envs); each
-transition is stored as SB3's ``_store_transition`` stores it (raw observations, ``final_obs`` as the next
-observation of an ended episode, ``TimeLimit.truncated`` for time limits, ``sample`` as the buffer
-action), rows make ``_on_step``, then the gradient steps that are due. ``max_policy_lag`` (default 0) lets
-an agent accept samples of versions that many behind; then the reply goes out before the training.
+A Gaussian policy's sample further than `GAUSSIAN_DRAW_LIMIT` standard deviations from its mean, or an
+observation the policy cannot evaluate finitely, is refused (400) before anything is recorded; an update
+the uploads fed that goes NaN is undone (`SB3Algorithm.guarded_update`, issue 48).
+
+**Off-policy** (DQN, SAC, TD3, DDPG, ...): ``replay_uploads.py``.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch as th
@@ -48,7 +48,6 @@ from shepherd.agents.core import Outcome, StalePolicy, Upload
 from shepherd.wire.experience import BadExperience, Experience
 
 if TYPE_CHECKING:
-    from shepherd.agents.sb3.off_policy import OffPolicyAdapter
     from shepherd.agents.sb3.on_policy import OnPolicyAdapter
 
 
@@ -269,16 +268,16 @@ class OnPolicyUploads:
         """
         adapter = self.adapter
         policy, steps, n = adapter.model.policy, experience.steps, experience.n_envs
-        normalise = adapter.version_filtering.normalize_obs if adapter.version_filtering is not None else _same
+        normalise = adapter.version_filtering.normalize_obs if adapter.version_filtering is not None else as_is
         seen = normalise(experience.obs)
         finals = [last for _, _, last in experience.finals()]
-        obs_tensor, _ = policy.obs_to_tensor(_flat(_rows(seen, 0, steps)))
+        obs_tensor, _ = policy.obs_to_tensor(flat_batch(_rows(seen, 0, steps)))
         actions = th.as_tensor(experience.sample.reshape(steps * n, adapter.buffer.action_dim), dtype=th.float32)
         if isinstance(adapter.action_space, spaces.Discrete):
             actions = actions.long().flatten()  # as train() hands the buffer's actions over
         masks = None if experience.action_mask is None else experience.action_mask[:steps].reshape(steps * n, -1)
         values, log_probs = adapter._evaluate_uploaded(obs_tensor, actions, masks)
-        extra, _ = policy.obs_to_tensor(_flat(_rows(seen, steps, steps + 1), [normalise(last) for last in finals]))
+        extra, _ = policy.obs_to_tensor(flat_batch(_rows(seen, steps, steps + 1), [normalise(last) for last in finals]))
         more = policy.predict_values(extra).flatten().numpy()
         all_values = np.concatenate([values.numpy(), more[:n]]).reshape(steps + 1, n)
         drawn = log_probs.numpy().reshape(steps, n)
@@ -328,7 +327,8 @@ def _check_finite(rows: np.ndarray, field: str) -> None:
         raise BadExperience(f"{field}[{t}][{i}] makes the policy's {what} not finite")
 
 
-def _same(obs: Any) -> Any:
+def as_is(obs: Any) -> Any:
+    """The observation unchanged (no filters)."""
     return obs
 
 
@@ -338,7 +338,7 @@ def _rows(obs: Any, start: int, stop: int) -> Any:
     return obs[start:stop]
 
 
-def _flat(rows: Any, more: list[Any] | None = None) -> Any:
+def flat_batch(rows: Any, more: list[Any] | None = None) -> Any:
     """Rows of N observations as one batch, with single observations ``more`` after them."""
     more = more or []
     if isinstance(rows, dict):
@@ -346,53 +346,3 @@ def _flat(rows: Any, more: list[Any] | None = None) -> Any:
                 for key, value in rows.items()}
     flat = np.asarray(rows).reshape(-1, *np.asarray(rows).shape[2:])
     return np.concatenate([flat, *(np.asarray(m, dtype=flat.dtype)[None] for m in more)]) if more else flat
-
-
-# -- off-policy --------------------------------------------------------------------------------------
-def upload_steps(adapter: OffPolicyAdapter, n_envs: int) -> int:
-    """The steps a client-acting session of ``n_envs`` envs collects per upload: ``train_freq`` rows."""
-    rows = adapter._train_freq.frequency * adapter._n_envs
-    return max(1, -(-rows // n_envs))
-
-
-def learn_off_policy(adapter: OffPolicyAdapter, upload: Upload) -> Callable[[], None] | None:
-    """Store an upload's transitions as SB3 would and train as due; the reply waits for the training only
-    at lag 0 (else the training is returned, to run after the reply)."""
-    experience = upload.experience
-    if experience is None:
-        adapter.answer_upload(upload, upload_steps(adapter, upload.n_envs), 0)
-        return None
-    behind = adapter.version - experience.policy_version
-    if not 0 <= behind <= adapter.max_policy_lag:
-        adapter.refuse_upload(upload, StalePolicy(adapter.version, (
-            f"the samples were drawn with policy version {experience.policy_version}; this agent learns from "
-            f"versions {adapter.version - adapter.max_policy_lag} to {adapter.version} (max_policy_lag "
-            f"{adapter.max_policy_lag}): fetch the policy and collect anew")))
-        return None
-    steps = upload_steps(adapter, experience.n_envs)
-    if experience.steps != steps:
-        adapter.refuse_upload(upload, BadExperience(
-            f"'sample' has {experience.steps} rows; {steps} steps of every env were asked of this session"))
-        return None
-    if adapter.filtering is not None:
-        adapter.filtering.count_upload(upload.uploader, experience)
-    ended, limits = experience.ended, experience.time_limits
-    for t in range(experience.steps):
-        for i in range(experience.n_envs):
-            last = experience.final_obs[t][i]
-            adapter.add_transition(_obs_at(experience.obs, t, i), _obs_at(experience.obs, t + 1, i) if last is None
-                                   else last, experience.sample[t, i], float(experience.reward[t, i]),
-                                   bool(ended[t, i]), bool(limits[t, i]))
-    accepted = experience.steps * experience.n_envs
-    if adapter.max_policy_lag:
-        adapter.answer_upload(upload, steps, accepted)
-        return adapter._train_if_due
-    adapter._train_if_due()
-    adapter.answer_upload(upload, steps, accepted)
-    return None
-
-
-def _obs_at(obs: Any, t: int, i: int) -> Any:
-    if isinstance(obs, dict):
-        return {key: value[t, i] for key, value in obs.items()}
-    return obs[t, i]
