@@ -1,6 +1,7 @@
 """Uploads that must not fail a pooled agent for its other clients (issue 48, H1): samples no policy file could
 have drawn are refused (400 naming ``sample[t][i]``), and an update an upload would make NaN is refused with it,
-the agent's parameters as before and its learner healthy."""
+the agent's parameters as before and its learner healthy; and a reward over the bound is refused with its exact
+value (L13)."""
 
 from __future__ import annotations
 
@@ -163,3 +164,18 @@ async def test_an_off_policy_update_an_upload_makes_nan_is_undone_and_its_transi
     response = await client.post("/shepherd/experience/", json={"session_key": key, **body})
     assert response.status == 200, await response.text()
     assert (await response.json())["policy_version"] == version + 1 and adapter._replay.size() == steps
+
+
+async def test_a_reward_just_over_the_bound_is_refused_with_its_exact_value_and_the_bound(aiohttp_client, tmp_path):
+    """Issue 48, L13: 1000001 was refused as "1e+06 ... beyond ... 1e+06"."""
+    client, opened = await open_session(aiohttp_client, tmp_path)
+    body = block(opened["steps"], opened["policy_version"], 1, 0.5, np.random.default_rng(0))
+    body["reward"][3][0] = 1000001
+    response = await client.post("/shepherd/experience/", json={"session_key": opened["session_key"], **body})
+    assert response.status == 400
+    error = (await response.json())["error"]
+    assert "reward[3][0] is 1000001, beyond this server's bound of 1000000 " in error, error
+    other = await client.post("/shepherd/login_user/", json={"apikey": client.apikey})
+    key = (await other.json())["session_key"]
+    step = await client.post("/shepherd/env/", json={"session_key": key, "obs": [0.0] * 3, "reward": -1000000.5})
+    assert step.status == 400 and "is -1000000.5, beyond this server's bound of 1000000 " in (await step.json())["error"]
