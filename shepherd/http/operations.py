@@ -52,10 +52,19 @@ def _json(data: object) -> web.Response:
     return web.Response(body=orjson.dumps(data), content_type="application/json")
 
 
-def _count_request(app: web.Application, session: Session) -> None:
+def _count_request(app: web.Application, session: Session, cost: int | None = None) -> None:
+    """Charge the session's key ``cost`` environment steps (default: one per env, a step of each)."""
     limiter = app.get(RATE_LIMITER)
     if limiter is not None:  # environment steps: a vector session's request is one per env
-        limiter.take(session.client_id, cost=session.n_envs or 1)
+        limiter.take(session.client_id, cost=cost if cost is not None else session.n_envs or 1)
+
+
+def _upload_cost(level: ClientActingLevel) -> int:
+    """What a client-acting session's upload is charged: the T x N environment steps it carries (issue 48, M5:
+    charged N, 3,302 steps/s got through --rate-limit 100). A policy fetch answered with the file is charged as
+    much: it carries no steps, but a file can be megabytes, and a client acting as the replies say fetches once
+    per new version or phase."""
+    return level.steps * level.n_envs
 
 
 async def login_reply(app: web.Application, body: bytes, address: str) -> web.Response:
@@ -153,7 +162,7 @@ async def experience_reply(app: web.Application, body: bytes, address: str) -> w
     or recorded (evaluation, deployment), with what the client does next."""
     data = parse_object(body, EXPERIENCE_FIELDS)
     graph, session, level = _client_acting(app, data, "upload experience")
-    _count_request(app, session)
+    _count_request(app, session, _upload_cost(level))  # before the parse: a refused upload costs no work
     checks = ExperienceSpaces(session.observation_space, session.runtime.learner.sample_space, session.mask_space,
                               check_mask if session.mask_space is not None else None)
     experience = parse_experience(data, checks, level.n_envs, level.steps)
@@ -171,6 +180,7 @@ async def policy_reply(app: web.Application, body: bytes, address: str) -> web.R
         raise BadRequest("'policy_version' must be the whole number of the version the client holds")
     if held is not None and held == level.policy_version and level.served_phase is level.phase:
         return web.Response(status=304, headers={POLICY_VERSION_HEADER: str(held)})
+    _count_request(app, session, _upload_cost(level))  # a 304 (the cheap check of the file held) costs nothing
     version, onnx = await session.policy(graph.act_timeout)
     level.served_phase = level.phase
     return web.Response(body=onnx, content_type="application/octet-stream",
