@@ -29,8 +29,8 @@ POLICY_VERSION_HEADER = "Shepherd-Policy-Version"
 #: where a reply keeps the note that its session's steps may be answered from a snapshot (`SnapshotNote`),
 #: for the front ends' batch endpoint; the public routes ignore it
 SNAPSHOT_NOTE = web.ResponseKey("snapshot_note", SnapshotNote)
-#: a step body larger than this is parsed and checked on a worker thread, not on the event loop: one key's
-#: large observations must not hold up every other agent's steps (issue 39, M2)
+#: a step or upload body larger than this is parsed and checked on a worker thread, not on the event loop: one
+#: key's large observations must not hold up every other agent's steps (issue 39, M2; uploads: issue 48, M4)
 INLINE_BODY_BYTES = 64 << 10
 #: the worker threads that parse those bodies (shared by every key; more large bodies wait for them)
 PARSE_WORKERS = 2
@@ -160,12 +160,12 @@ def _client_acting(app: web.Application, data: dict, what: str) -> tuple[GraphMa
 async def experience_reply(app: web.Application, body: bytes, address: str) -> web.Response:
     """One upload of a client-acting session (``POST /shepherd/experience/``): learned from (heatup, training)
     or recorded (evaluation, deployment), with what the client does next."""
-    data = parse_object(body, EXPERIENCE_FIELDS)
+    data = await _parsed(body, parse_object, body, EXPERIENCE_FIELDS)  # a large upload off the loop, as a step
     graph, session, level = _client_acting(app, data, "upload experience")
-    _count_request(app, session, _upload_cost(level))  # before the parse: a refused upload costs no work
+    _count_request(app, session, _upload_cost(level))  # before the check: a refused upload costs no work
     checks = ExperienceSpaces(session.observation_space, session.runtime.learner.sample_space, session.mask_space,
                               check_mask if session.mask_space is not None else None)
-    experience = parse_experience(data, checks, level.n_envs, level.steps)
+    experience = await _parsed(body, parse_experience, data, checks, level.n_envs, level.steps)
     acted = await graph.step(session, experience)
     return _json(acted.action)
 
