@@ -96,7 +96,8 @@ async def test_an_update_an_upload_makes_nan_is_undone_and_the_upload_refused_40
     assert (await response.json())["policy_version"] == version + 1 and learner.failure is None
 
 
-@pytest.mark.parametrize("algorithm, actions", [("DQN", 2), ("SAC", [[1], -2, 2]), ("TD3", [[1], -2, 2])])
+@pytest.mark.parametrize("algorithm, actions", [("DQN", 2), ("QRDQN", 2), ("SAC", [[1], -2, 2]), ("TD3", [[1], -2, 2]),
+                                                ("DDPG", [[1], -2, 2]), ("TQC", [[1], -2, 2]), ("CrossQ", [[1], -2, 2])])
 async def test_observations_that_overflow_the_networks_are_refused_and_the_agent_stays_healthy(
         aiohttp_client, tmp_path, algorithm, actions):
     """An unbounded Box observation of 3e38 (finite, so the wire takes it) makes the networks' outputs NaN: one
@@ -113,7 +114,7 @@ async def test_observations_that_overflow_the_networks_are_refused_and_the_agent
 
     def honest(seq: int) -> dict:
         body = block(steps, version, seq, 0.0, rng)
-        if algorithm == "DQN":
+        if algorithm in ("DQN", "QRDQN"):
             body["sample"] = [[1]] * steps
         return body
 

@@ -282,7 +282,7 @@ class OnPolicyUploads:
         all_values = np.concatenate([values.numpy(), more[:n]]).reshape(steps + 1, n)
         drawn = log_probs.numpy().reshape(steps, n)
         if isinstance(policy.action_dist, DiagGaussianDistribution):
-            gaussian = policy.get_distribution(obs_tensor).distribution
+            gaussian: Any = policy.get_distribution(obs_tensor).distribution  # a torch Normal
             shape = experience.sample.shape
             outside = outside_draws(experience.sample, gaussian.mean.numpy().reshape(shape),
                                     gaussian.stddev.numpy().reshape(shape))
