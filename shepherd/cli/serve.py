@@ -79,8 +79,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "%(default)s; 0: no limit)")
     parser.add_argument("--rate-limit", type=float, default=20000.0, metavar="PER_SECOND",
                         help="environment steps per second per API key, summed over its sessions (a request "
-                             "counts one, a vector step one per env); more get 429 (default %(default)g; 0: no "
-                             "limit)")
+                             "counts one, a vector step one per env, a client-acting upload its T x N, a policy "
+                             "file sent (not 304) as much); more get 429 (default %(default)g; 0: no limit)")
     parser.add_argument("--max-body", type=int, default=1 << 20, metavar="BYTES",
                         help="largest request body; larger ones get 413 (default %(default)s)")
     parser.add_argument("--secure-cookies", action="store_true",

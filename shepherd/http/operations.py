@@ -28,8 +28,8 @@ POLICY_VERSION_HEADER = "Shepherd-Policy-Version"
 #: where a reply keeps the note that its session's steps may be answered from a snapshot (`SnapshotNote`),
 #: for the front ends' batch endpoint; the public routes ignore it
 SNAPSHOT_NOTE = web.ResponseKey("snapshot_note", SnapshotNote)
-#: a step body larger than this is parsed and checked on a worker thread, not on the event loop: one key's
-#: large observations must not hold up every other agent's steps (issue 39, M2)
+#: a step or upload body larger than this is parsed and checked on a worker thread, not on the event loop: one
+#: key's large observations must not hold up every other agent's steps (issue 39, M2; uploads: issue 48, M4)
 INLINE_BODY_BYTES = 64 << 10
 #: the worker threads that parse those bodies (shared by every key; more large bodies wait for them)
 PARSE_WORKERS = 2
@@ -51,10 +51,11 @@ def _json(data: object) -> web.Response:
     return web.Response(body=orjson.dumps(data), content_type="application/json")
 
 
-def _count_request(app: web.Application, session: Session) -> None:
+def _count_request(app: web.Application, session: Session, cost: int | None = None) -> None:
+    """Charge the session's key ``cost`` environment steps (default: one per env, a step of each)."""
     limiter = app.get(RATE_LIMITER)
     if limiter is not None:  # environment steps: a vector session's request is one per env
-        limiter.take(session.client_id, cost=session.n_envs or 1)
+        limiter.take(session.client_id, cost=cost if cost is not None else session.n_envs or 1)
 
 
 async def login_reply(app: web.Application, body: bytes, address: str) -> web.Response:
@@ -133,11 +134,11 @@ def _acted(session: Session, acted: Acted) -> web.Response:
 async def experience_reply(app: web.Application, body: bytes, address: str) -> web.Response:
     """One upload of a client-acting session (``POST /shepherd/experience/``): learned from (heatup, training)
     or recorded (evaluation, deployment), with what the client does next."""
-    data = parse_object(body, EXPERIENCE_FIELDS)
+    data = await _parsed(body, parse_object, body, EXPERIENCE_FIELDS)  # a large upload off the loop, as a step
     graph = app[GRAPH]
     session = graph.session(session_key(data))
-    experience = session.parse_upload(data)
-    _count_request(app, session)
+    _count_request(app, session, session.level.upload_steps())  # before the check: a refused upload costs no work
+    experience = await _parsed(body, session.parse_upload, data)
     acted = await graph.step(session, experience)
     return _json(acted.action)
 
@@ -159,6 +160,7 @@ async def policy_reply(app: web.Application, body: bytes, address: str) -> web.R
         raise Gone(session.gone) from None
     if onnx is None:
         return web.Response(status=304, headers={POLICY_VERSION_HEADER: str(held)})
+    _count_request(app, session, session.level.upload_steps())  # a 304 (the cheap check of the file held) costs nothing
     return web.Response(body=onnx, content_type="application/octet-stream",
                         headers={POLICY_VERSION_HEADER: str(version)})
 

@@ -104,6 +104,11 @@ class Level:
         names that version still (HTTP 304). Refused by a level whose policy acts at the server."""
         raise self.acts_at_server("fetch the policy")
 
+    def upload_steps(self) -> int:
+        """The env steps one upload of this session carries: what the rate limit charges an upload, and a policy
+        file fetched (issue 48, M5: a file can be megabytes; a client fetches once per new version or phase)."""
+        return self.n_envs or 1
+
     def acts_at_server(self, what: str) -> WrongShape:
         return WrongShape("this session's policy acts at the server: send steps to /shepherd/env/ (log in with "
                           f"\"acting\": \"client\" to {what})")

@@ -83,6 +83,9 @@ class ClientActingLevel(Level):
     def parse_step(self, data: dict[str, Any], checks: ExperienceSpaces) -> StepInput | VectorStepInput | None:
         raise self.wrong_shape(None)  # before the body is checked: the refusal says where its uploads go
 
+    def upload_steps(self) -> int:
+        return self.steps * self._n_envs  # T x N
+
     def parse_upload(self, data: dict[str, Any], checks: ExperienceSpaces) -> Experience:
         return parse_experience(data, checks, self._n_envs, self.steps)
 

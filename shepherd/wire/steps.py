@@ -47,9 +47,17 @@ def check_reward(value: float, where: str = "reward") -> float:
     """``value`` when its magnitude is within the bound. Raises ValueError naming the bound and the option."""
     limit = _max_reward[0]
     if abs(value) > limit:
-        raise ValueError(f"{where} is {value:g}, beyond this server's bound of {limit:g} in magnitude (its "
+        raise ValueError(f"{where} is {exact(value)}, beyond this server's bound of {exact(limit)} in magnitude (its "
                          "operator sets it with run.py --max-reward R); scale the rewards down")
     return value
+
+
+def exact(value: float) -> str:
+    """A number as a message shows it without rounding (issue 48: ``:g`` showed 1000001 as 1e+06): a whole
+    number as one, any other as Python's shortest repr that reads back as the same float."""
+    if math.isfinite(value) and float(value).is_integer() and abs(value) < 2 ** 53:
+        return str(int(value))
+    return repr(float(value))
 
 
 class StepTaker(Protocol):

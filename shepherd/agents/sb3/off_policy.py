@@ -48,7 +48,7 @@ from stable_baselines3.common.type_aliases import TrainFreq, TrainFrequencyUnit
 from shepherd.agents import checkpoint
 from shepherd.agents.core import ActMode, Kind, Request, Upload
 from shepherd.agents.filters import Filtering
-from shepherd.agents.sb3 import resume, uploads
+from shepherd.agents.sb3 import replay_uploads, resume
 from shepherd.agents.sb3.base import SB3Algorithm, stack_observations
 
 logger = logging.getLogger(__name__)
@@ -88,6 +88,7 @@ class OffPolicyAdapter(SB3Algorithm):
         self.max_policy_lag = 0
         #: whether checkpoints hold the replay buffer (a file beside the zip): without it a restart refills it
         self.checkpoint_replay_buffer = True
+        self.uploaded = False  # whether the replay buffer ever took an upload's transitions (`_train_if_due`)
         model.policy.set_training_mode(False)
 
     # -- the worker's work -------------------------------------------------------------------------
@@ -177,8 +178,8 @@ class OffPolicyAdapter(SB3Algorithm):
         return explore.numpy().reshape(shape), greedy.numpy().reshape(shape)
 
     def learn_upload(self, upload: Upload) -> Callable[[], None] | None:
-        """A client-acting session's upload, stored as SB3 stores transitions (``uploads.py``)."""
-        return uploads.learn_off_policy(self, upload)
+        """A client-acting session's upload, stored as SB3 stores transitions (``replay_uploads.py``)."""
+        return replay_uploads.learn_off_policy(self, upload)
 
     def _store(self, actor: _Actor, message: Request) -> None:
         done = message.kind is Kind.END
@@ -205,22 +206,30 @@ class OffPolicyAdapter(SB3Algorithm):
         model._on_step()
         self._since_train += 1
 
-    def _train_if_due(self) -> None:
+    def _train_if_due(self) -> str | None:
+        """The gradient steps that are due; None, or why the update was refused: once the replay buffer holds
+        uploaded transitions every update is guarded (`SB3Algorithm.guarded_update`), so none fails the agent."""
         model = self.model
         frequency = self._train_freq.frequency
         if self._since_train < frequency:
-            return
+            return None
         rounds, self._since_train = divmod(self._since_train, frequency)
         if model.num_timesteps <= model.learning_starts:  # as SB3: collected, but no update yet
-            return
+            return None
         per_round = model.gradient_steps if model.gradient_steps >= 0 else frequency * self._n_envs
         if per_round <= 0 or self._replay.size() * self._n_envs < self._min_buffer:
-            return
+            return None
         self._min_buffer = 1
         started = self.begin_update()
-        model.train(gradient_steps=rounds * per_round, batch_size=model.batch_size)
-        self.after_update(started)
+        refused = None
+        if self.uploaded:
+            refused = self.guarded_update(lambda: model.train(gradient_steps=rounds * per_round,
+                                                              batch_size=model.batch_size), started)
+        else:
+            model.train(gradient_steps=rounds * per_round, batch_size=model.batch_size)
+            self.after_update(started)
         model.policy.set_training_mode(False)
+        return refused
 
     def use_filters(self, filtering: Filtering) -> None:
         """SB3's replay buffer keeps what the client sent and normalises each sampled batch through

@@ -89,6 +89,7 @@ class OnPolicyAdapter(SB3Algorithm):
         self._owner: list[int | None] = [None] * self.n_segments
         self._last_values = np.zeros(self.n_segments, dtype=np.float32)
         self._last_dones = np.zeros(self.n_segments, dtype=np.float32)
+        self.uploaded = False  # whether a client-acting session's upload wrote rows into this rollout
 
     # -- the batched forward pass ------------------------------------------------------------------
     # The four hooks an adapter subclass overrides when its algorithm needs more than observations (masks,
@@ -348,16 +349,25 @@ class OnPolicyAdapter(SB3Algorithm):
     def _rollout_full(self) -> bool:
         return self._rows_left == 0
 
-    def _train(self) -> None:
-        self.buffer.pos, self.buffer.full = self.n_steps, True
-        self.buffer.compute_returns_and_advantage(th.as_tensor(self._last_values), self._last_dones)
+    def _train(self) -> str | None:
+        """Update from the full rollout and start the next; None, or why the update was refused (a rollout
+        that holds uploaded rows is guarded, `SB3Algorithm.guarded_update`: an update it makes NaN is undone
+        and the rollout discarded, so no upload fails the agent)."""
+        buffer = self.buffer
+        buffer.pos, buffer.full = self.n_steps, True
+        buffer.compute_returns_and_advantage(th.as_tensor(self._last_values), self._last_dones)
         self._progress_remaining()
         started = self.begin_update()
-        self.model.train()
-        self.after_update(started)
+        refused = None
+        if self.uploaded:
+            refused = self.guarded_update(self.model.train, started)
+        else:
+            self.model.train()
+            self.after_update(started)
         self.model.policy.set_training_mode(False)
         self._reset_rollout()
         self._serve_waiting()  # the sessions that waited for this update reserve first
+        return refused
 
     def idle(self) -> None:
         """Hand segments of stalled sessions over when others are waiting for one: a server-acting session's

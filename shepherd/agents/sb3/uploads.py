@@ -26,28 +26,28 @@ learner (a lost Ray actor, restored from its checkpoint) never saw open. Observa
 policy's input is normalised with `SB3Algorithm.version_filtering` (the statistics of the version the
 client acted with), and the upload is counted by `Filtering.count_upload` (docs/filters.md).
 
-**Off-policy** (DQN, SAC, TD3, DDPG, ...): T = ``train_freq`` rows of ``n_envs`` (per N envs); each
-transition is stored as SB3's ``_store_transition`` stores it (raw observations, ``final_obs`` as the next
-observation of an ended episode, ``TimeLimit.truncated`` for time limits, ``sample`` as the buffer
-action), rows make ``_on_step``, then the gradient steps that are due. ``max_policy_lag`` (default 0) lets
-an agent accept samples of versions that many behind; then the reply goes out before the training.
+A Gaussian policy's sample further than `GAUSSIAN_DRAW_LIMIT` standard deviations from its mean, or an
+observation the policy cannot evaluate finitely, is refused (400) before anything is recorded; an update
+the uploads fed that goes NaN is undone (`SB3Algorithm.guarded_update`, issue 48).
+
+**Off-policy** (DQN, SAC, TD3, DDPG, ...): ``replay_uploads.py``.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch as th
 from gymnasium import spaces
+from stable_baselines3.common.distributions import DiagGaussianDistribution
 
 from shepherd.agents.core import Outcome, StalePolicy, Upload
 from shepherd.wire.experience import BadExperience, Experience
 
 if TYPE_CHECKING:
-    from shepherd.agents.sb3.off_policy import OffPolicyAdapter
     from shepherd.agents.sb3.on_policy import OnPolicyAdapter
 
 
@@ -96,10 +96,20 @@ class OnPolicyUploads:
             adapter.refuse_upload(upload, BadExperience(
                 f"'sample' has {experience.steps} rows of {experience.n_envs}; {asked} were asked of this session"))
             return
+        try:  # before anything is recorded: what the policy could not have drawn, or cannot evaluate
+            evaluated = self._evaluate(experience)
+        except BadExperience as error:
+            adapter.refuse_upload(upload, error)  # the reservation stays: the client may upload again
+            return
         del self.reservations[upload.uploader]
-        self._write(upload.uploader, experience, reservation)
+        self._write(upload.uploader, experience, reservation, evaluated)
         if adapter._rollout_full():
-            adapter._train()
+            refused = adapter._train()
+            if refused is not None:  # undone, the rollout discarded: as a stale block, collect anew
+                adapter.refuse_upload(upload, StalePolicy(adapter.version, (
+                    f"{refused}; the rollout this upload completed was discarded, nothing of it learned: fetch the "
+                    "policy and collect anew")))
+                return
         self.reply(upload, experience.steps * experience.n_envs)
 
     def reply(self, upload: Upload, accepted: int) -> None:
@@ -185,12 +195,14 @@ class OnPolicyUploads:
         return steps
 
     # -- writing an upload -------------------------------------------------------------------------
-    def _write(self, uploader: int, experience: Experience, reservation: _Reservation) -> None:
+    def _write(self, uploader: int, experience: Experience, reservation: _Reservation,
+               evaluated: tuple[Any, np.ndarray, np.ndarray, np.ndarray]) -> None:
         adapter = self.adapter
+        adapter.uploaded = True  # its update is guarded (`OnPolicyAdapter._train`)
         rewards = experience.reward
         if adapter.filtering is not None:
             rewards = adapter.filtering.count_upload(uploader, experience)
-        seen, values, log_probs, final_values = self._evaluate(experience)
+        seen, values, log_probs, final_values = evaluated
         rewards = rewards.astype(np.float32)
         gamma = np.float32(adapter.model.gamma)
         for (t, i, _), value in zip(experience.finals(), final_values):
@@ -248,25 +260,75 @@ class OnPolicyUploads:
     def _evaluate(self, experience: Experience) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
         """What the policy saw (normalised with the version's statistics), the values of every observation
         row (T+1 x N), the log-probabilities of the samples (T x N) and the values of the ended episodes'
-        last observations (in `Experience.finals`' order), from SB3's ``evaluate_actions``."""
+        last observations (in `Experience.finals`' order), from SB3's ``evaluate_actions``.
+
+        Raises:
+            BadExperience: a Gaussian policy's sample its file could not have drawn (`outside_draws`), or an
+                observation whose value or sample's probability is not finite, naming the field and [t][i].
+        """
         adapter = self.adapter
         policy, steps, n = adapter.model.policy, experience.steps, experience.n_envs
-        normalise = adapter.version_filtering.normalize_obs if adapter.version_filtering is not None else _same
+        normalise = adapter.version_filtering.normalize_obs if adapter.version_filtering is not None else as_is
         seen = normalise(experience.obs)
         finals = [last for _, _, last in experience.finals()]
-        obs_tensor, _ = policy.obs_to_tensor(_flat(_rows(seen, 0, steps)))
+        obs_tensor, _ = policy.obs_to_tensor(flat_batch(_rows(seen, 0, steps)))
         actions = th.as_tensor(experience.sample.reshape(steps * n, adapter.buffer.action_dim), dtype=th.float32)
         if isinstance(adapter.action_space, spaces.Discrete):
             actions = actions.long().flatten()  # as train() hands the buffer's actions over
         masks = None if experience.action_mask is None else experience.action_mask[:steps].reshape(steps * n, -1)
         values, log_probs = adapter._evaluate_uploaded(obs_tensor, actions, masks)
-        extra, _ = policy.obs_to_tensor(_flat(_rows(seen, steps, steps + 1), [normalise(last) for last in finals]))
+        extra, _ = policy.obs_to_tensor(flat_batch(_rows(seen, steps, steps + 1), [normalise(last) for last in finals]))
         more = policy.predict_values(extra).flatten().numpy()
         all_values = np.concatenate([values.numpy(), more[:n]]).reshape(steps + 1, n)
-        return seen, all_values, log_probs.numpy().reshape(steps, n), more[n:]
+        drawn = log_probs.numpy().reshape(steps, n)
+        if isinstance(policy.action_dist, DiagGaussianDistribution):
+            gaussian: Any = policy.get_distribution(obs_tensor).distribution  # a torch Normal
+            shape = experience.sample.shape
+            outside = outside_draws(experience.sample, gaussian.mean.numpy().reshape(shape),
+                                    gaussian.stddev.numpy().reshape(shape))
+            if outside is not None:
+                t, i = outside
+                raise BadExperience(f"sample[{t}][{i}] is not a draw of the policy version {adapter.version}: "
+                                    f"{experience.sample[t, i].tolist()} lies more than {GAUSSIAN_DRAW_LIMIT:g} "
+                                    "standard deviations from its mean (the policy file's Gaussian draws lie "
+                                    "within 5.77)")
+        _check_finite(all_values, "obs")
+        _check_finite(drawn, "sample")
+        bad = np.flatnonzero(~np.isfinite(more[n:]))
+        if len(bad):
+            t, i, _ = experience.finals()[int(bad[0])]
+            raise BadExperience(f"final_obs[{t}][{i}] makes the policy's value not finite")
+        return seen, all_values, drawn, more[n:]
 
 
-def _same(obs: Any) -> Any:
+#: how far (in standard deviations, per dimension) from its mean a Gaussian policy's uploaded sample may lie:
+#: the behaviour file draws by Box-Muller from float32 uniforms in [0, 1), at most sqrt(-2 ln 2^-24) = 5.77
+#: (docs/acting.md); the rest is room for onnxruntime's and torch's rounding of the mean
+GAUSSIAN_DRAW_LIMIT = 6.0
+
+
+def outside_draws(sample: np.ndarray, mean: np.ndarray, std: np.ndarray) -> tuple[int, int] | None:
+    """The first ``(t, i)`` of samples (T, N, *shape) that the policy file's Gaussian of this ``mean`` and
+    ``std`` could not have drawn: a dimension more than `GAUSSIAN_DRAW_LIMIT` standard deviations (and a
+    millionth of its mean, for rounding) from its mean, or a mean or deviation not finite. None: all could."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        reach = GAUSSIAN_DRAW_LIMIT * std.astype(np.float64) + 1e-6 * np.abs(mean.astype(np.float64))
+        within = np.abs(sample.astype(np.float64) - mean) <= reach  # NaN compares False
+    ok = within.reshape(*within.shape[:2], -1).all(axis=2)
+    bad = np.argwhere(~ok)
+    return None if not len(bad) else (int(bad[0][0]), int(bad[0][1]))
+
+
+def _check_finite(rows: np.ndarray, field: str) -> None:
+    bad = np.argwhere(~np.isfinite(rows))
+    if len(bad):
+        t, i = bad[0]
+        what = "value" if field == "obs" else "probability"
+        raise BadExperience(f"{field}[{t}][{i}] makes the policy's {what} not finite")
+
+
+def as_is(obs: Any) -> Any:
+    """The observation unchanged (no filters)."""
     return obs
 
 
@@ -276,7 +338,7 @@ def _rows(obs: Any, start: int, stop: int) -> Any:
     return obs[start:stop]
 
 
-def _flat(rows: Any, more: list[Any] | None = None) -> Any:
+def flat_batch(rows: Any, more: list[Any] | None = None) -> Any:
     """Rows of N observations as one batch, with single observations ``more`` after them."""
     more = more or []
     if isinstance(rows, dict):
@@ -284,53 +346,3 @@ def _flat(rows: Any, more: list[Any] | None = None) -> Any:
                 for key, value in rows.items()}
     flat = np.asarray(rows).reshape(-1, *np.asarray(rows).shape[2:])
     return np.concatenate([flat, *(np.asarray(m, dtype=flat.dtype)[None] for m in more)]) if more else flat
-
-
-# -- off-policy --------------------------------------------------------------------------------------
-def upload_steps(adapter: OffPolicyAdapter, n_envs: int) -> int:
-    """The steps a client-acting session of ``n_envs`` envs collects per upload: ``train_freq`` rows."""
-    rows = adapter._train_freq.frequency * adapter._n_envs
-    return max(1, -(-rows // n_envs))
-
-
-def learn_off_policy(adapter: OffPolicyAdapter, upload: Upload) -> Callable[[], None] | None:
-    """Store an upload's transitions as SB3 would and train as due; the reply waits for the training only
-    at lag 0 (else the training is returned, to run after the reply)."""
-    experience = upload.experience
-    if experience is None:
-        adapter.answer_upload(upload, upload_steps(adapter, upload.n_envs), 0)
-        return None
-    behind = adapter.version - experience.policy_version
-    if not 0 <= behind <= adapter.max_policy_lag:
-        adapter.refuse_upload(upload, StalePolicy(adapter.version, (
-            f"the samples were drawn with policy version {experience.policy_version}; this agent learns from "
-            f"versions {adapter.version - adapter.max_policy_lag} to {adapter.version} (max_policy_lag "
-            f"{adapter.max_policy_lag}): fetch the policy and collect anew")))
-        return None
-    steps = upload_steps(adapter, experience.n_envs)
-    if experience.steps != steps:
-        adapter.refuse_upload(upload, BadExperience(
-            f"'sample' has {experience.steps} rows; {steps} steps of every env were asked of this session"))
-        return None
-    if adapter.filtering is not None:
-        adapter.filtering.count_upload(upload.uploader, experience)
-    ended, limits = experience.ended, experience.time_limits
-    for t in range(experience.steps):
-        for i in range(experience.n_envs):
-            last = experience.final_obs[t][i]
-            adapter.add_transition(_obs_at(experience.obs, t, i), _obs_at(experience.obs, t + 1, i) if last is None
-                                   else last, experience.sample[t, i], float(experience.reward[t, i]),
-                                   bool(ended[t, i]), bool(limits[t, i]))
-    accepted = experience.steps * experience.n_envs
-    if adapter.max_policy_lag:
-        adapter.answer_upload(upload, steps, accepted)
-        return adapter._train_if_due
-    adapter._train_if_due()
-    adapter.answer_upload(upload, steps, accepted)
-    return None
-
-
-def _obs_at(obs: Any, t: int, i: int) -> Any:
-    if isinstance(obs, dict):
-        return {key: value[t, i] for key, value in obs.items()}
-    return obs[t, i]
