@@ -357,6 +357,29 @@ def test_a_vanished_sessions_reservation_is_handed_over_and_its_late_upload_foll
         learner.close()
 
 
+def test_a_session_that_never_uploaded_hands_its_rows_over_sooner_than_one_between_blocks():
+    """Issue 48, L10: a client-acting session that crashed right after its login held every segment for the
+    whole `reservation_timeout` (60 s), refusing other sessions' openings (503) and learning meanwhile. Its first
+    block's rows lapse after `first_block_timeout`; a session that has uploaded keeps the longer time."""
+    learner = ppo(2, 8)
+    learner.algorithm.reservation_timeout = 30.0
+    learner.algorithm.first_block_timeout = 0.3
+    rng = np.random.default_rng(5)
+    try:
+        assert learner.begin_uploads(1, 2).result(30).steps == 8  # both segments reserved, then the crash
+        assert learner.begin_uploads(2, 2).result(30).steps == 8  # handed over after 0.3 s, not 30
+        assert learner.algorithm.uploads.lapsed == {1}
+        learner.end_actor(1)
+        learner.learn_experience(2, random_experience(rng, 8, 2, 0)).result(30)  # session 2 uploads a block
+        opening = learner.begin_uploads(3, 2)  # every row is session 2's again, for its next block
+        time.sleep(1.0)
+        assert not opening.done()  # a session between blocks keeps its rows for reservation_timeout
+        learner.end_actor(2)
+        assert opening.result(30).steps == 8
+    finally:
+        learner.close()
+
+
 def test_an_upload_of_a_session_the_learner_never_saw_open_is_learned_while_its_version_is_current():
     """A learner restarted from its checkpoint (a lost Ray actor) knows no reservation of the sessions already
     open: their next upload of the current version is written down rows reserved then."""

@@ -61,6 +61,8 @@ class OnPolicyAdapter(SB3Algorithm):
     handover_timeout = 5.0
     #: seconds a client-acting session's reserved rows stay its own, unwritten, while others wait for rows
     reservation_timeout = 60.0
+    #: ... and of a session's first block (one that crashed right after its login holds nothing for long)
+    first_block_timeout = 10.0
 
     def __init__(self, model: OnPolicyAlgorithm, name: str, total_steps: int | None) -> None:
         # SB3 clips a Gaussian policy's actions to the box, and unscales squashed (gSDE) ones
@@ -380,7 +382,7 @@ class OnPolicyAdapter(SB3Algorithm):
         for actor in stalled:
             logger.info("agent %s: a stalled session hands its segment over", self.name)
             self._leave_segment(actor, bootstrap=True)
-        if self.uploads.lapse(now - self.reservation_timeout):
+        if self.uploads.lapse(now - self.reservation_timeout, now - self.first_block_timeout):
             logger.info("agent %s: a client-acting session that did not upload hands its reserved rows over", self.name)
         elif not stalled:
             return

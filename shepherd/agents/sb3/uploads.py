@@ -53,13 +53,14 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class _Reservation:
-    """The segments a client-acting session may write its next upload into, the steps it was asked, and when
-    (`time.monotonic`) it was made."""
+    """The segments a client-acting session may write its next upload into, the steps it was asked, when
+    (`time.monotonic`) it was made, and whether it is for the session's first block (its opening's)."""
 
     segments: tuple[int, ...]
     steps: int
     n_envs: int
     made: float = 0.0
+    first: bool = False
 
 
 class OnPolicyUploads:
@@ -68,6 +69,7 @@ class OnPolicyUploads:
     def __init__(self, adapter: OnPolicyAdapter) -> None:
         self.adapter = adapter
         self.reservations: dict[int, _Reservation] = {}
+        self.uploaded: set[int] = set()  # the sessions that uploaded a block (their reservations lapse later)
         self.held: list[tuple[Upload, int]] = []  # replies waiting for free rows, with the steps accepted
         self.lapsed: set[int] = set()  # sessions whose reservation was handed over (`lapse`)
 
@@ -102,6 +104,7 @@ class OnPolicyUploads:
             adapter.refuse_upload(upload, error)  # the reservation stays: the client may upload again
             return
         del self.reservations[upload.uploader]
+        self.uploaded.add(upload.uploader)
         self._write(upload.uploader, experience, reservation, evaluated)
         if adapter._rollout_full():
             refused = adapter._train()
@@ -128,12 +131,16 @@ class OnPolicyUploads:
         for upload, accepted in held:
             self.reply(upload, accepted)
 
-    def lapse(self, before: float) -> bool:
+    def lapse(self, before: float, first_before: float | None = None) -> bool:
         """Hand over the segments of reservations made before ``before`` and not written yet (their sessions
-        stalled or vanished while others wait for rows); whether there were any. Such a session's next upload
-        is learned if its samples are still of the current version and rows are free (`_reserve_late`), and
-        refused as stale otherwise, nothing recorded, as any stale upload is."""
-        stalled = [uploader for uploader, reservation in self.reservations.items() if reservation.made < before]
+        stalled or vanished while others wait for rows), and of a session's first block before ``first_before``
+        (a session that crashed right after its login must not hold the rollout for long: issue 48, L10);
+        whether there were any. Such a session's next upload is learned if its samples are still of the current
+        version and rows are free (`_reserve_late`), and refused as stale otherwise, nothing recorded, as any
+        stale upload is."""
+        first_before = before if first_before is None else first_before
+        stalled = [uploader for uploader, reservation in self.reservations.items()
+                   if reservation.made < (first_before if reservation.first else before)]
         for uploader in stalled:
             self._release(uploader)
             self.lapsed.add(uploader)
@@ -161,6 +168,7 @@ class OnPolicyUploads:
     def drop(self, uploader: int) -> None:
         """The session is gone: its reserved segments are free again, a held reply is dropped."""
         self.lapsed.discard(uploader)
+        self.uploaded.discard(uploader)
         self._release(uploader)
         for upload, _ in [item for item in self.held if item[0].uploader == uploader]:
             self.held.remove((upload, _))
@@ -191,7 +199,8 @@ class OnPolicyUploads:
         for segment in chosen:
             adapter._owner[segment] = uploader
         steps = -(-capacity // n_envs)
-        self.reservations[uploader] = _Reservation(chosen, steps, n_envs, time.monotonic())
+        self.reservations[uploader] = _Reservation(chosen, steps, n_envs, time.monotonic(),
+                                                   first=uploader not in self.uploaded)
         return steps
 
     # -- writing an upload -------------------------------------------------------------------------
