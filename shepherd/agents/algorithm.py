@@ -39,7 +39,16 @@ def _interrupt_at_step(optimizer: Any, args: Any, kwargs: Any) -> None:
         raise UpdateInterrupted("the learner is being stopped")
 
 
-register_optimizer_step_pre_hook(_interrupt_at_step)
+_hooked = threading.Lock()
+_hook: list[Any] = []  # the handle of the hook, once installed
+
+
+def install_interrupt_hook() -> None:
+    """Install `_interrupt_at_step` as torch's global optimiser pre-step hook, once per process: when the first
+    learner starts (`ThreadedLearner.start`), not when the module is imported."""
+    with _hooked:
+        if not _hook:
+            _hook.append(register_optimizer_step_pre_hook(_interrupt_at_step))
 
 
 class Algorithm(Protocol):

@@ -26,7 +26,8 @@ import torch as th
 
 from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFailed, Answer, Deliver, Kind,
                                   NotClientActing, Observation, Outcome, Request, Upload)
-from shepherd.agents.algorithm import CONTROLS, WORKER, Algorithm, Control, UpdateInterrupted, refuse, take_queued
+from shepherd.agents.algorithm import (CONTROLS, WORKER, Algorithm, Control, UpdateInterrupted, install_interrupt_hook,
+                                      refuse, take_queued)
 from shepherd.wire.experience import Experience
 from shepherd.agents.futures import _Part, _Vector, answer_greedy_acts, settle
 from shepherd.agents.greedy_policy import GreedyPolicy
@@ -89,6 +90,7 @@ class ThreadedLearner:
         return True
 
     def start(self, deliver: Deliver | None = None) -> None:
+        install_interrupt_hook()  # its updates end at an optimiser step once it is discarded (`close`)
         self._deliver = deliver
         self._thread.start()
 
