@@ -150,6 +150,9 @@ class _JsonPieces:
     def close(self) -> None:
         self._reader.close()
 
+    def __del__(self) -> None:  # a read given up before it began (a cancelled request): the file still closes
+        self._reader.close()
+
 
 def _json_objects(data: bytes, name: str) -> bytes:
     """The records of whole lines of a log as JSON objects separated by commas; other lines are skipped."""
