@@ -32,7 +32,7 @@ from shepherd.agents.parameters import (Parameter, ParameterError, ParamType, co
 from shepherd.agents.sb3.base import SB3Algorithm
 from shepherd.agents.worker import ThreadedLearner
 from shepherd.definition import AgentDefinition, Sharing
-from shepherd.wire.spaces import parse_space
+from shepherd.wire.spaces import is_image, parse_space
 
 EVERY_ACTION_SPACE = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
 _GSDE = "gSDE's exploration matrix would be shared by every client of the agent; use the default noise"
@@ -238,6 +238,8 @@ def check_parameters(algorithm: str, values: dict[str, Any]) -> dict[str, Any]:
 def check_spaces(algorithm: str, observation_space: spaces.Space, action_space: spaces.Space) -> None:
     """Raises ParameterError if the algorithm cannot act in ``action_space``, naming those that can."""
     info = algorithm_info(algorithm)
+    if is_image(action_space):
+        raise ParameterError("an image is an observation space, not an action space")
     if not isinstance(action_space, info.action_spaces):
         able = [a.name for a in ALGORITHMS.values() if isinstance(action_space, a.action_spaces)]
         raise ParameterError(f"{info.name} cannot handle {type(action_space).__name__} actions; "

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from shepherd.wire.spaces import mask_groups, mask_size
+from shepherd.wire.spaces import is_image, mask_groups, mask_size
 from shepherd.wire.steps import max_reward
 
 _F32_MAX = float(np.finfo(np.float32).max)
@@ -75,6 +75,9 @@ def _space_column(space: spaces.Space, rows: Any, count: int, n: int) -> Any:
     if found is None:
         return None
     leaves, types = found
+    if is_image(space):  # integers 0-255 only (the per-value checker names a bad one)
+        pixels = np.array(leaves, dtype=np.int64).reshape(dims) if types == {int} else None
+        return pixels.astype(np.uint8) if pixels is not None and ((pixels >= 0) & (pixels <= 255)).all() else None
     if isinstance(space, spaces.Box):
         if not types <= _NUMBERS:
             return None
