@@ -201,6 +201,10 @@ def space_to_json(space: spaces.Space) -> SpaceSpec:
     if isinstance(space, ImageBox):
         shape = [space.height, space.width, space.channels]
         return ["Image", shape, "channels_first"] if space.channels_first else ["Image", shape]
+    if isinstance(space, spaces.Box) and _uint8_image(space):  # an env's image (a zoo env's): SB3's reading
+        first = int(np.argmin(space.shape)) == 0  # SB3's is_image_space_channels_first: the smallest dimension
+        height, width, channels = (space.shape[1], space.shape[2], space.shape[0]) if first else space.shape
+        return space_to_json(ImageBox(height, width, channels, first))
     if isinstance(space, spaces.Box):
         return [list(space.shape), _json_bound(space.low), _json_bound(space.high)]
     if isinstance(space, spaces.MultiDiscrete) and space.nvec.ndim == 1 and not np.any(space.start):
@@ -211,6 +215,12 @@ def space_to_json(space: spaces.Space) -> SpaceSpec:
     if isinstance(space, spaces.Dict):
         return {key: space_to_json(sub) for key, sub in space.spaces.items()}
     raise SpaceError(f"space {space} has no JSON form")
+
+
+def _uint8_image(space: spaces.Box) -> bool:
+    """SB3's ``is_image_space``: three dimensions of uint8 from 0 to 255."""
+    return (len(space.shape) == 3 and space.dtype == np.uint8 and bool(np.all(space.low == 0))
+            and bool(np.all(space.high == 255)))
 
 
 def check_observation(space: spaces.Space, value: Any, where: str = "obs") -> Observation:

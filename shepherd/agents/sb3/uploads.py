@@ -251,7 +251,11 @@ class OnPolicyUploads:
         last observations (in `Experience.finals`' order), from SB3's ``evaluate_actions``."""
         adapter = self.adapter
         policy, steps, n = adapter.model.policy, experience.steps, experience.n_envs
-        normalise = adapter.version_filtering.normalize_obs if adapter.version_filtering is not None else _same
+        normalized = adapter.version_filtering.normalize_obs if adapter.version_filtering is not None else _same
+
+        def normalise(obs: Any) -> Any:
+            return adapter.to_policy(normalized(obs))
+
         seen = normalise(experience.obs)
         finals = [last for _, _, last in experience.finals()]
         obs_tensor, _ = policy.obs_to_tensor(_flat(_rows(seen, 0, steps)))
@@ -315,11 +319,12 @@ def learn_off_policy(adapter: OffPolicyAdapter, upload: Upload) -> Callable[[], 
     if adapter.filtering is not None:
         adapter.filtering.count_upload(upload.uploader, experience)
     ended, limits = experience.ended, experience.time_limits
+    obs = adapter.to_policy(experience.obs)
     for t in range(experience.steps):
         for i in range(experience.n_envs):
             last = experience.final_obs[t][i]
-            adapter.add_transition(_obs_at(experience.obs, t, i), _obs_at(experience.obs, t + 1, i) if last is None
-                                   else last, experience.sample[t, i], float(experience.reward[t, i]),
+            adapter.add_transition(_obs_at(obs, t, i), _obs_at(obs, t + 1, i) if last is None
+                                   else adapter.to_policy(last), experience.sample[t, i], float(experience.reward[t, i]),
                                    bool(ended[t, i]), bool(limits[t, i]))
     accepted = experience.steps * experience.n_envs
     if adapter.max_policy_lag:
