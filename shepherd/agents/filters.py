@@ -147,7 +147,8 @@ class ImageLayout:
 
     def __init__(self, space: spaces.Space) -> None:
         self.client = space  # the clients' space (frames stacked)
-        subs = space.spaces if isinstance(space, spaces.Dict) else {None: space}
+        subs: dict[str | None, spaces.Space] = ({key: sub for key, sub in space.spaces.items()}
+                                                if isinstance(space, spaces.Dict) else {None: space})
         self.keys = [key for key, sub in subs.items() if isinstance(sub, ImageBox) and not sub.channels_first]
         for key, sub in subs.items():
             if isinstance(sub, ImageBox) and sub.channels > min(sub.height, sub.width):
@@ -155,8 +156,8 @@ class ImageLayout:
                 raise ValueError(f"{where} has {sub.channels} channels (stacked frames included), more than its "
                                  f"{min(sub.height, sub.width)} rows or columns: SB3 takes an image's smallest "
                                  f"dimension for its channels")
-        turned = {key: self._plain(sub) for key, sub in subs.items()}
-        self.space: spaces.Space = spaces.Dict(turned) if isinstance(space, spaces.Dict) else turned[None]
+        self.space: spaces.Space = (spaces.Dict({key: self._plain(sub) for key, sub in space.spaces.items()})
+                                    if isinstance(space, spaces.Dict) else self._plain(space))
 
     @staticmethod
     def _plain(sub: spaces.Space) -> spaces.Space:
