@@ -68,7 +68,8 @@ def cases() -> list:
               pytest.param("DQN", ["Image", [36, 40, 2], "channels_first"], 3, id="DQN-Image-channels-first-obs"),
               pytest.param("SAC", {"eye": ["Image", [36, 36, 1]], "speed": [[2], -1, 1]}, [[2], -2, 3],
                            id="SAC-Dict-Image-obs"),
-              pytest.param("MaskablePPO", ["Image", [40, 36, 1]], ["MultiDiscrete", [3, 2]], id="MaskablePPO-Image-obs")]
+              pytest.param("MaskablePPO", ["Image", [40, 36, 1]], ["MultiDiscrete", [3, 2]],
+                           id="MaskablePPO-Image-obs")]
     return found
 
 

@@ -323,9 +323,9 @@ def learn_off_policy(adapter: OffPolicyAdapter, upload: Upload) -> Callable[[], 
     for t in range(experience.steps):
         for i in range(experience.n_envs):
             last = experience.final_obs[t][i]
-            adapter.add_transition(_obs_at(obs, t, i), _obs_at(obs, t + 1, i) if last is None
-                                   else adapter.to_policy(last), experience.sample[t, i], float(experience.reward[t, i]),
-                                   bool(ended[t, i]), bool(limits[t, i]))
+            following = _obs_at(obs, t + 1, i) if last is None else adapter.to_policy(last)
+            adapter.add_transition(_obs_at(obs, t, i), following, experience.sample[t, i],
+                                   float(experience.reward[t, i]), bool(ended[t, i]), bool(limits[t, i]))
     accepted = experience.steps * experience.n_envs
     if adapter.max_policy_lag:
         adapter.answer_upload(upload, steps, accepted)
