@@ -21,6 +21,8 @@ from shepherd.agents.parameters import ParameterError
 _BYTES_PER_WEIGHT = 16
 #: the features an image (CNN) extractor hands the network (SB3's NatureCNN)
 _CNN_FEATURES = 512
+#: the features of each image of a Dict observation (SB3's CombinedExtractor)
+_DICT_CNN_FEATURES = 256
 
 
 def machine_memory() -> int | None:
@@ -49,6 +51,15 @@ def _space_bytes(space: spaces.Space, float32: bool = False) -> tuple[int, int]:
     size = int(np.prod(shape, dtype=np.float64))
     itemsize = 4 if float32 or space.dtype is None else np.dtype(space.dtype).itemsize
     return size, size * itemsize
+
+
+def _features(space: spaces.Space) -> int:
+    """What the features extractor hands the network: NatureCNN's 512 for an image, 256 per image of a Dict
+    (CombinedExtractor's ``cnn_output_dim``), each other value as it is."""
+    if isinstance(space, spaces.Dict):
+        return sum(_DICT_CNN_FEATURES if isinstance(sub, spaces.Box) and is_image_space(sub) else _space_bytes(sub)[0]
+                   for sub in space.spaces.values())
+    return _CNN_FEATURES if isinstance(space, spaces.Box) and is_image_space(space) else _space_bytes(space)[0]
 
 
 def _conv_out(size: int, kernel: int, stride: int) -> int:
@@ -136,8 +147,7 @@ def check_memory(algorithm: str, on_policy: bool, observation_space: spaces.Spac
     policy_kwargs = kwargs.get("policy_kwargs") or {}
     net_arch = policy_kwargs.get("net_arch") if isinstance(policy_kwargs, dict) else None
     if net_arch is not None:
-        image = isinstance(observation_space, spaces.Box) and is_image_space(observation_space)
-        weights = _network_weights(net_arch, _CNN_FEATURES if image else observed, max(actions, 1))
+        weights = _network_weights(net_arch, _features(observation_space), max(actions, 1))
         needed = weights * _BYTES_PER_WEIGHT
         if needed > memory:
             raise ParameterError(

@@ -25,3 +25,13 @@ def test_the_nature_cnn_of_a_large_image_is_refused_with_its_size():
                                              r"least 4.8e\+08 weights"):
         check_memory("PPO", True, big, spaces.Discrete(4), {"n_steps": 8}, 1, memory=1024 * MiB)
     check_memory("PPO", True, FRAMES, spaces.Discrete(4), {"n_steps": 8}, 1, memory=1024 * MiB)
+
+
+def test_a_dicts_images_count_as_their_cnn_features_in_the_networks_size():
+    # CombinedExtractor hands 256 features per image: 256 + 1 inputs to a layer of 10^7, not 1,000,000 + 1
+    camera = spaces.Dict({"camera": spaces.Box(0, 255, (1, 1000, 1000), np.uint8),
+                          "speed": spaces.Box(-1, 1, (1,), np.float32)})
+    kwargs = {"n_steps": 1, "policy_kwargs": {"net_arch": [10_000_000]}}
+    check_memory("PPO", True, camera, spaces.Discrete(2), kwargs, 1, memory=80_000 * MiB)  # NatureCNN's 7.7 GB too
+    with pytest.raises(ParameterError, match="network of net_arch"):
+        check_memory("PPO", True, camera, spaces.Discrete(2), kwargs, 1, memory=30_000 * MiB)  # 2.6e9 x 16 B
