@@ -40,7 +40,7 @@ from shepherd.agents.core import Kind, Request
 from shepherd.definition import Filters
 from shepherd.policies.transforms import normalized
 from shepherd.wire.experience import Experience
-from shepherd.wire.spaces import ImageBox, is_image
+from shepherd.wire.images import ImageBox, is_image
 
 
 class RunningMeanStd:

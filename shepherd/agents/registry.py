@@ -32,7 +32,8 @@ from shepherd.agents.parameters import (Parameter, ParameterError, ParamType, co
 from shepherd.agents.sb3.base import SB3Algorithm
 from shepherd.agents.worker import ThreadedLearner
 from shepherd.definition import AgentDefinition, Sharing
-from shepherd.wire.spaces import is_image, parse_space
+from shepherd.wire.images import is_image
+from shepherd.wire.spaces import parse_space
 
 EVERY_ACTION_SPACE = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
 _GSDE = "gSDE's exploration matrix would be shared by every client of the agent; use the default noise"

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from shepherd.wire.spaces import is_image, mask_groups, mask_size
+from shepherd.wire.images import is_image
+from shepherd.wire.spaces import mask_groups, mask_size
 from shepherd.wire.steps import max_reward
 
 _F32_MAX = float(np.finfo(np.float32).max)

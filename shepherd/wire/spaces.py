@@ -7,8 +7,8 @@ Syntax (as in the original Shepherd):
   nested lists in the box's shape;
 - ``["MultiDiscrete", [n1, n2, ...]]`` is ``MultiDiscrete([n1, n2, ...])``;
 - ``["MultiBinary", n]`` (or ``["MultiBinary", [n1, n2]]``) is ``MultiBinary``;
-- ``["Image", [H, W, C]]`` is a uint8 image, 0-255, channels last (an `ImageBox`, ``Box(0, 255, (H, W, C),
-  uint8)``); ``["Image", [H, W, C], "channels_first"]`` the same image sent channels first (``(C, H, W)``);
+- ``["Image", [H, W, C]]`` is a uint8 image, 0-255, channels last (a `shepherd.wire.images.ImageBox`,
+  ``Box(0, 255, (H, W, C), uint8)``); ``["Image", [H, W, C], "channels_first"]`` the same image sent channels first (``(C, H, W)``);
   observations only;
 - an object maps names to such specs and is a ``Dict`` space (observations only).
 """
@@ -20,6 +20,8 @@ from typing import Any, Union
 
 import numpy as np
 from gymnasium import spaces
+
+from shepherd.wire.images import ImageBox, uint8_image
 
 SpaceSpec = Union[int, list, dict]
 Observation = Union[int, np.ndarray, dict[str, Any]]
@@ -33,30 +35,6 @@ MAX_CHOICES = 1 << 16
 
 class SpaceError(ValueError):
     """A space spec, an observation or an action does not fit; the message says what and where."""
-
-
-class ImageBox(spaces.Box):
-    """An image observation: ``Box(0, 255, shape, uint8)``, as SB3's ``is_image_space`` wants it, that also
-    knows its declared channel order (SB3 guesses it from the smallest dimension; the spec says it).
-
-    ``height``, ``width`` and ``channels`` are the image's, whatever the order of ``shape``.
-    """
-
-    def __init__(self, height: int, width: int, channels: int, channels_first: bool = False) -> None:
-        shape = (channels, height, width) if channels_first else (height, width, channels)
-        super().__init__(low=0, high=255, shape=shape, dtype=np.uint8)
-        self.height, self.width, self.channels, self.channels_first = height, width, channels, channels_first
-
-    def __eq__(self, other: Any) -> bool:
-        return (isinstance(other, ImageBox) and other.channels_first == self.channels_first
-                and super().__eq__(other))
-
-    def __hash__(self) -> int:  # Box's own __eq__ without a __hash__ leaves it unhashable; keep that
-        raise TypeError("unhashable type: 'ImageBox'")
-
-    def __repr__(self) -> str:
-        order = ", channels_first" if self.channels_first else ""
-        return f"ImageBox({self.height}, {self.width}, {self.channels}{order})"
 
 
 def _bound(value: Any, where: str) -> float | np.ndarray:
@@ -144,11 +122,6 @@ def _parse_image(spec: list, where: str) -> ImageBox:
     return ImageBox(height, width, channels, channels_first=order == "channels_first")
 
 
-def is_image(space: spaces.Space) -> bool:
-    """An image observation space (`ImageBox`, from an ``["Image", ...]`` spec)."""
-    return isinstance(space, ImageBox)
-
-
 def _at_most(count: int, limit: int, where: str, what: str) -> None:
     if count > limit:
         raise SpaceError(f"{where}: {count:,} {what} is more than Shepherd serves ({limit:,} at most)")
@@ -201,7 +174,7 @@ def space_to_json(space: spaces.Space) -> SpaceSpec:
     if isinstance(space, ImageBox):
         shape = [space.height, space.width, space.channels]
         return ["Image", shape, "channels_first"] if space.channels_first else ["Image", shape]
-    if isinstance(space, spaces.Box) and _uint8_image(space):  # an env's image (a zoo env's): SB3's reading
+    if isinstance(space, spaces.Box) and uint8_image(space):  # an env's image (a zoo env's): SB3's reading
         first = int(np.argmin(space.shape)) == 0  # SB3's is_image_space_channels_first: the smallest dimension
         height, width, channels = (space.shape[1], space.shape[2], space.shape[0]) if first else space.shape
         return space_to_json(ImageBox(height, width, channels, first))
@@ -215,12 +188,6 @@ def space_to_json(space: spaces.Space) -> SpaceSpec:
     if isinstance(space, spaces.Dict):
         return {key: space_to_json(sub) for key, sub in space.spaces.items()}
     raise SpaceError(f"space {space} has no JSON form")
-
-
-def _uint8_image(space: spaces.Box) -> bool:
-    """SB3's ``is_image_space``: three dimensions of uint8 from 0 to 255."""
-    return (len(space.shape) == 3 and space.dtype == np.uint8 and bool(np.all(space.low == 0))
-            and bool(np.all(space.high == 255)))
 
 
 def check_observation(space: spaces.Space, value: Any, where: str = "obs") -> Observation:

@@ -380,7 +380,7 @@ def _image_agent(algorithm: str, obs_spec, action_spec):
 def _images(space, rng: np.random.Generator, count: int):
     """Client observations (uint8 images in their declared layout) and SB3's (channels first, as after
     VecTransposeImage)."""
-    from shepherd.wire.spaces import ImageBox
+    from shepherd.wire.images import ImageBox
 
     def one(sub):
         if not isinstance(sub, ImageBox):

@@ -23,7 +23,7 @@ from sb3_contrib.common.torch_layers import BatchRenorm
 from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.torch_layers import CombinedExtractor, FlattenExtractor, NatureCNN
 
-from shepherd.wire.spaces import ImageBox
+from shepherd.wire.images import ImageBox
 
 OPSET = 17
 IR_VERSION = 8  # opset 17's, which every onnxruntime since 1.12 loads
