@@ -93,12 +93,14 @@ def algorithms_page() -> str:
              "checked against these types when a preset loads or an agent is added; types are numbered as in "
              "the original Shepherd (1 int, 2 float, 3 bool, 4 str, 5 JSON). A float parameter marked "
              "*schedule* also takes `lin_<start>`, a linear schedule as RL Zoo writes it.", "",
-             "| algorithm | package | learner | action masks | Dict observations | action spaces |",
-             "| --- | --- | --- | --- | --- | --- |"]
+             "| algorithm | package | learner | action masks | Dict observations | image observations "
+             "| action spaces |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for info in ALGORITHMS.values():
         lines.append(f"| [{info.name}](#{info.name.lower()}) | {info.package} | "
                      f"{'on-policy' if info.on_policy else 'off-policy'} | {'yes' if info.masks else 'no'} | "
                      f"{'yes' if info.dict_observations else 'no'} | "
+                     f"{f'`{info.image_policy}`' if info.image_policy else 'no'} | "
                      f"{', '.join(f'`{s.__name__}`' for s in info.action_spaces)} |")
     if NOT_SERVED:
         lines += ["", "Not served:", ""] + [f"- **{name}**: {_cell(reason)}." for name, reason in NOT_SERVED.items()]

@@ -15,13 +15,14 @@ import numpy as np
 import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.logger import Logger
+from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.noise import ActionNoise, NormalActionNoise, OrnsteinUhlenbeckActionNoise
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from shepherd.agents import greedy_policy
 from shepherd.agents.advice import Advice
 from shepherd.agents.sb3.advised import AdvisedRolloutBuffer, advice_width
-from shepherd.agents.filters import Filtering, check_filters, policy_space
+from shepherd.agents.filters import Filtering, ImageLayout, check_filters, policy_space, stacked_space
 from shepherd.agents.parameters import LinearSchedule, ParameterError
 from shepherd.agents.registry import (ADVICE_PARAMETERS, LEARNER_FACTORIES, algorithm_info, check_advisable, check_agent,
                                       check_parameters, check_spaces, parameters)
@@ -97,9 +98,16 @@ def sb3_arguments(algorithm: str, action_space: spaces.Space, values: dict[str, 
 
 
 def policy_name(observation_space: spaces.Space, algorithm: str = "PPO") -> str:
-    """The SB3 policy an algorithm's model is built with for this observation space."""
-    vector, dictionary = algorithm_info(algorithm).policies
-    return dictionary if isinstance(observation_space, spaces.Dict) else vector
+    """The SB3 policy an algorithm's model is built with for the observation space the policy sees
+    (`policy_space`'s): ``MultiInputPolicy`` for a Dict (whose images SB3's CombinedExtractor gives a
+    NatureCNN each), ``CnnPolicy`` for an image (as SB3's ``is_image_space`` finds one), else ``MlpPolicy``."""
+    info = algorithm_info(algorithm)
+    vector, dictionary = info.policies
+    if isinstance(observation_space, spaces.Dict):
+        return dictionary
+    if is_image_space(observation_space) and info.image_policy is not None:
+        return info.image_policy
+    return vector
 
 
 def build_learner(algorithm: str, name: str, observation_space: spaces.Space, action_space: spaces.Space,
@@ -143,6 +151,7 @@ def build_learner(algorithm: str, name: str, observation_space: spaces.Space, ac
 def _threaded(adapter: Any, filters: Filters, observation_space: spaces.Space, seen: spaces.Space) -> ThreadedLearner:
     """The adapter behind its filters on a worker, with a numpy greedy snapshot of its policy if it has one."""
     model = adapter.model
+    adapter.use_layout(ImageLayout(stacked_space(filters, observation_space)))
     filtering = None
     if filters.active:
         filtering = Filtering(filters, observation_space, float(getattr(model, "gamma", 0.99)))

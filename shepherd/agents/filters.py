@@ -11,8 +11,12 @@ every client of an agent taken as one env of a ``VecEnv``:
 - **Reward scaling**: a discounted return per client (``return = return * gamma + reward``, zero at a new
   episode); the running variance of those returns is pooled; each reward is divided by its deviation and
   clipped.
-- **Frame stacking**: each actor's last ``frame_stack`` observations, concatenated along the last axis,
-  zeros before its episode's first (``VecFrameStack``'s ``channels_last``).
+- **Frame stacking**: each actor's last ``frame_stack`` observations, concatenated along the last axis
+  (an image's channel axis: its first for a ``channels_first`` image), zeros before its episode's first
+  (``VecFrameStack``'s ``channels_order``).
+- **Images** (`ImageLayout`): never normalised (the policy scales them to [0, 1]; ``VecNormalize``'s
+  ``norm_obs_keys`` left out of a ``Dict``), and a channels-last image, stacked or not, is turned channels
+  first after every filter, as SB3 wraps a ``VecEnv`` of such images in ``VecTransposeImage``.
 
 Statistics are merged exactly (Chan et al.'s parallel formula, in float64 from the first batch moment on),
 so what four clients feed equals what one stream of their observations would give, to float64 rounding;
@@ -36,6 +40,7 @@ from shepherd.agents.core import Kind, Request
 from shepherd.definition import Filters
 from shepherd.policies.transforms import normalized
 from shepherd.wire.experience import Experience
+from shepherd.wire.images import ImageBox, is_image
 
 
 class RunningMeanStd:
@@ -85,6 +90,9 @@ class RunningMeanStd:
 def check_filters(filters: Filters, observation_space: spaces.Space, on_policy: bool) -> None:
     """Raises ValueError (one line) for filters these spaces or this algorithm family cannot take."""
     if filters.normalize_observations and not _normalised_keys(observation_space):
+        if is_image(observation_space):
+            raise ValueError("normalize_observations does not apply to images: the policy scales their 0-255 "
+                             "values to [0, 1] itself (a Dict's Box entries are normalised, its images not)")
         raise ValueError(f"normalize_observations needs Box observations (or a Dict with Box entries), not "
                          f"{type(observation_space).__name__}")
     if filters.frame_stack > 1:
@@ -94,25 +102,83 @@ def check_filters(filters: Filters, observation_space: spaces.Space, on_policy: 
             raise ValueError("frame_stack with normalize_observations is refused for off-policy algorithms: their "
                              "replay buffer keeps observations before normalisation, and stacks of them would be "
                              "normalised with the wrong zero padding; use one of the two")
+    ImageLayout(stacked_space(filters, observation_space))  # images SB3 would read in another order: refused
 
 
 def _normalised_keys(space: spaces.Space) -> list[str | None]:
-    """What observation normalisation applies to: [None] for a Box, the Box keys of a Dict, else []."""
-    if isinstance(space, spaces.Box):
+    """What observation normalisation applies to: [None] for a Box, the Box keys of a Dict, else []; never an
+    image (as RL Zoo leaves images out of ``VecNormalize``'s ``norm_obs_keys``)."""
+    if isinstance(space, spaces.Box) and not is_image(space):
         return [None]
     if isinstance(space, spaces.Dict):
-        return [key for key, sub in space.spaces.items() if isinstance(sub, spaces.Box)]
+        return [key for key, sub in space.spaces.items() if isinstance(sub, spaces.Box) and not is_image(sub)]
     return []
 
 
-def policy_space(filters: Filters, observation_space: spaces.Space) -> spaces.Space:
-    """The observation space the policy sees: stacked ``frame_stack`` times along the last axis."""
+def _stack_axis(space: spaces.Space) -> int:
+    """The axis frames are stacked along: an image's channels, else the last."""
+    return -3 if isinstance(space, ImageBox) and space.channels_first else -1
+
+
+def stacked_space(filters: Filters, observation_space: spaces.Space) -> spaces.Space:
+    """The observation space after frame stacking, in the client's layout (an image stays an `ImageBox`)."""
     if filters.frame_stack <= 1:
         return observation_space
     assert isinstance(observation_space, spaces.Box)
     n = filters.frame_stack
+    if isinstance(observation_space, ImageBox):
+        space = observation_space
+        return ImageBox(space.height, space.width, space.channels * n, space.channels_first)
     return spaces.Box(np.repeat(observation_space.low, n, axis=-1), np.repeat(observation_space.high, n, axis=-1),
                       dtype=observation_space.dtype)
+
+
+def policy_space(filters: Filters, observation_space: spaces.Space) -> spaces.Space:
+    """The observation space the policy sees: stacked ``frame_stack`` times along the channel (or last) axis,
+    images channels first (`ImageLayout`)."""
+    return ImageLayout(stacked_space(filters, observation_space)).space
+
+
+class ImageLayout:
+    """The images of an observation space as SB3's image policies take them: channels first, as SB3's
+    ``VecTransposeImage`` turns a channels-last image (a plain ``Box(0, 255, (C, H, W), uint8)``, which SB3's
+    ``is_image_space_channels_first`` reads as channels first: hence at most as many channels as rows or
+    columns)."""
+
+    def __init__(self, space: spaces.Space) -> None:
+        self.client = space  # the clients' space (frames stacked)
+        subs: dict[str | None, spaces.Space] = ({key: sub for key, sub in space.spaces.items()}
+                                                if isinstance(space, spaces.Dict) else {None: space})
+        self.keys = [key for key, sub in subs.items() if isinstance(sub, ImageBox) and not sub.channels_first]
+        for key, sub in subs.items():
+            if isinstance(sub, ImageBox) and sub.channels > min(sub.height, sub.width):
+                where = "the image" if key is None else f"image {key!r}"
+                raise ValueError(f"{where} has {sub.channels} channels (stacked frames included), more than its "
+                                 f"{min(sub.height, sub.width)} rows or columns: SB3 takes an image's smallest "
+                                 f"dimension for its channels")
+        self.space: spaces.Space = (spaces.Dict({key: self._plain(sub) for key, sub in space.spaces.items()})
+                                    if isinstance(space, spaces.Dict) else self._plain(space))
+
+    @staticmethod
+    def _plain(sub: spaces.Space) -> spaces.Space:
+        if not isinstance(sub, ImageBox):
+            return sub
+        return spaces.Box(0, 255, (sub.channels, sub.height, sub.width), np.uint8)
+
+    @property
+    def transposes(self) -> bool:
+        return bool(self.keys)
+
+    def __call__(self, obs: Any) -> Any:
+        """An observation, or a batch of them (any leading dimensions), in the policy's layout."""
+        if not self.keys or obs is None:
+            return obs
+        if isinstance(obs, dict):
+            turned = dict(obs)
+            for key in self.keys:
+                turned[key] = np.moveaxis(np.asarray(obs[key]), -1, -3)
+            return turned
+        return np.moveaxis(np.asarray(obs), -1, -3)
 
 
 class Filtering:
@@ -120,6 +186,7 @@ class Filtering:
 
     def __init__(self, filters: Filters, observation_space: spaces.Space, gamma: float) -> None:
         self.filters = filters
+        self.stack_axis = _stack_axis(observation_space)
         self.gamma = gamma if filters.gamma is None else filters.gamma
         self.keys = _normalised_keys(observation_space) if filters.normalize_observations else []
         self.observations = {key: RunningMeanStd(_shape(observation_space, key)) for key in self.keys}
@@ -205,7 +272,7 @@ class Filtering:
         if request.kind is Kind.DROP:
             self._stacks.pop(request.actor, None)
             return
-        obs = np.asarray(request.obs)
+        obs = np.moveaxis(np.asarray(request.obs), self.stack_axis, -1)  # the stacked axis last, a view
         stack = self._stacks.get(request.actor)
         if request.kind is Kind.BEGIN or stack is None:
             stack = np.zeros((*obs.shape[:-1], obs.shape[-1] * self.filters.frame_stack), obs.dtype)
@@ -215,13 +282,14 @@ class Filtering:
             self._stacks.pop(request.actor, None)
         else:
             self._stacks[request.actor] = stack
-        request.obs = stack
+        request.obs = np.moveaxis(stack, -1, self.stack_axis)
 
     def frozen(self) -> Filtering:
         """A copy that normalises observations with the statistics as they are now, whatever later batches
         count (a frozen greedy policy's, `GreedyPolicy.frozen`); it keeps no actor's rewards or frames."""
         clone = Filtering.__new__(Filtering)
         clone.filters, clone.gamma, clone.keys = self.filters, self.gamma, list(self.keys)
+        clone.stack_axis = self.stack_axis
         clone.observations = {}
         for key, stats in self.observations.items():
             copied = RunningMeanStd(stats.mean.shape)

@@ -32,6 +32,7 @@ from shepherd.agents.parameters import (Parameter, ParameterError, ParamType, co
 from shepherd.agents.sb3.base import SB3Algorithm
 from shepherd.agents.worker import ThreadedLearner
 from shepherd.definition import AgentDefinition, Sharing
+from shepherd.wire.images import is_image
 from shepherd.wire.spaces import parse_space
 
 EVERY_ACTION_SPACE = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
@@ -65,6 +66,8 @@ class Algorithm:
     package: str = "stable-baselines3"
     #: its SB3 policy names for vector observations and for Dict ones (RecurrentPPO's are LSTM policies)
     policies: tuple[str, str] = ("MlpPolicy", "MultiInputPolicy")
+    #: its SB3 policy for image observations (NatureCNN's; None: it has none, and refuses images)
+    image_policy: str | None = "CnnPolicy"
     #: the adapter of an ``advised`` agent's client learners (None: the algorithm cannot be advised)
     advised: Callable[..., SB3Algorithm] | None = None
     #: a learner that is not SB3: (agent name, observation space, action space, values, total steps) -> the
@@ -242,10 +245,18 @@ def check_parameters(algorithm: str, values: dict[str, Any]) -> dict[str, Any]:
 def check_spaces(algorithm: str, observation_space: spaces.Space, action_space: spaces.Space) -> None:
     """Raises ParameterError if the algorithm cannot act in ``action_space``, naming those that can."""
     info = algorithm_info(algorithm)
+    if is_image(action_space):
+        raise ParameterError("an image is an observation space, not an action space")
     if not isinstance(action_space, info.action_spaces):
         able = [a.name for a in ALGORITHMS.values() if isinstance(action_space, a.action_spaces)]
         raise ParameterError(f"{info.name} cannot handle {type(action_space).__name__} actions; "
                              f"algorithms that can: {', '.join(able) or 'none'}")
+    images = [sub for sub in (observation_space.spaces.values() if isinstance(observation_space, spaces.Dict)
+                              else [observation_space]) if is_image(sub)]
+    if images and info.image_policy is None:
+        able = [a.name for a in ALGORITHMS.values() if a.image_policy and isinstance(action_space, a.action_spaces)]
+        raise ParameterError(f"{info.name} has no policy for image observations; algorithms that have one for "
+                             f"{type(action_space).__name__} actions: {', '.join(able) or 'none'}")
     if isinstance(observation_space, spaces.Dict) and not info.dict_observations:
         able = [a.name for a in ALGORITHMS.values() if a.dict_observations and isinstance(action_space, a.action_spaces)]
         raise ParameterError(f"{info.name} has no policy for Dict observations; algorithms that have one for "

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
+from stable_baselines3.common.preprocessing import is_image_space
 
 from shepherd.agents.parameters import ParameterError
 
@@ -20,6 +21,8 @@ from shepherd.agents.parameters import ParameterError
 _BYTES_PER_WEIGHT = 16
 #: the features an image (CNN) extractor hands the network (SB3's NatureCNN)
 _CNN_FEATURES = 512
+#: the features of each image of a Dict observation (SB3's CombinedExtractor)
+_DICT_CNN_FEATURES = 256
 
 
 def machine_memory() -> int | None:
@@ -38,15 +41,44 @@ def _bytes(number: float) -> str:
     return f"{number:.1f} PiB"  # pragma: no cover
 
 
-def _space_bytes(space: spaces.Space) -> tuple[int, int]:
-    """One observation's or action's values and bytes, as SB3's buffers store them."""
+def _space_bytes(space: spaces.Space, float32: bool = False) -> tuple[int, int]:
+    """One observation's or action's values and bytes, as SB3's buffers store them: in its own dtype (a
+    replay buffer's), or as float32 (``float32``: a rollout buffer's, uint8 images included)."""
     if isinstance(space, spaces.Dict):
-        parts = [_space_bytes(sub) for sub in space.spaces.values()]
+        parts = [_space_bytes(sub, float32) for sub in space.spaces.values()]
         return sum(p[0] for p in parts), sum(p[1] for p in parts)
     shape = space.shape or (1,)
     size = int(np.prod(shape, dtype=np.float64))
-    itemsize = np.dtype(space.dtype).itemsize if space.dtype is not None else 4
+    itemsize = 4 if float32 or space.dtype is None else np.dtype(space.dtype).itemsize
     return size, size * itemsize
+
+
+def _features(space: spaces.Space) -> int:
+    """What the features extractor hands the network: NatureCNN's 512 for an image, 256 per image of a Dict
+    (CombinedExtractor's ``cnn_output_dim``), each other value as it is."""
+    if isinstance(space, spaces.Dict):
+        return sum(_DICT_CNN_FEATURES if isinstance(sub, spaces.Box) and is_image_space(sub) else _space_bytes(sub)[0]
+                   for sub in space.spaces.values())
+    return _CNN_FEATURES if isinstance(space, spaces.Box) and is_image_space(space) else _space_bytes(space)[0]
+
+
+def _conv_out(size: int, kernel: int, stride: int) -> int:
+    return (size - kernel) // stride + 1
+
+
+def _cnn_weights(space: spaces.Space) -> float:
+    """The weights of SB3's NatureCNN on each image the policy sees (channels first): three convolutions
+    and the linear layer of 512 features, whose input is what makes a large image's network large."""
+    subs = space.spaces.values() if isinstance(space, spaces.Dict) else [space]
+    total = 0.0
+    for sub in subs:
+        if isinstance(sub, spaces.Box) and is_image_space(sub):
+            channels, height, width = sub.shape
+            for kernel, stride in ((8, 4), (4, 2), (3, 1)):
+                height, width = _conv_out(height, kernel, stride), _conv_out(width, kernel, stride)
+            convolutions = channels * 32 * 64 + 32 + 32 * 64 * 16 + 64 + 64 * 64 * 9 + 64
+            total += convolutions + 64.0 * max(height, 0) * max(width, 0) * _CNN_FEATURES + _CNN_FEATURES
+    return total
 
 
 def _layers(net_arch: Any) -> list[list[int]]:
@@ -85,8 +117,15 @@ def check_memory(algorithm: str, on_policy: bool, observation_space: spaces.Spac
     memory = machine_memory() if memory is None else memory
     if not memory:
         return
-    observed, observation_bytes = _space_bytes(observation_space)
+    observed, observation_bytes = _space_bytes(observation_space, float32=on_policy)
     actions, action_bytes = _space_bytes(action_space)
+    cnn = _cnn_weights(observation_space)  # the policy's (one features extractor; SB3 shares it by default)
+    if cnn * _BYTES_PER_WEIGHT > memory:
+        raise ParameterError(
+            f"{algorithm}'s image network (SB3's NatureCNN) on {list(observation_space.shape or ())} images has "
+            f"at least {cnn:.3g} weights, which with their gradients and optimiser state take "
+            f"{_bytes(cnn * _BYTES_PER_WEIGHT)}, more than this machine's {_bytes(memory)} of memory; send "
+            f"smaller images")
     if on_policy:
         n_steps = kwargs.get("n_steps")
         if isinstance(n_steps, int):
@@ -108,8 +147,7 @@ def check_memory(algorithm: str, on_policy: bool, observation_space: spaces.Spac
     policy_kwargs = kwargs.get("policy_kwargs") or {}
     net_arch = policy_kwargs.get("net_arch") if isinstance(policy_kwargs, dict) else None
     if net_arch is not None:
-        image = isinstance(observation_space, spaces.Box) and len(observation_space.shape or ()) == 3
-        weights = _network_weights(net_arch, _CNN_FEATURES if image else observed, max(actions, 1))
+        weights = _network_weights(net_arch, _features(observation_space), max(actions, 1))
         needed = weights * _BYTES_PER_WEIGHT
         if needed > memory:
             raise ParameterError(

@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 POLICY_VERSION_HEADER = "Shepherd-Policy-Version"
 #: onnxruntime's input types, as numpy's
 _DTYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(int64)": np.int64,
-           "tensor(int32)": np.int32, "tensor(bool)": np.bool_}
+           "tensor(int32)": np.int32, "tensor(bool)": np.bool_, "tensor(uint8)": np.uint8}
 
 
 class StaleUpload(Exception):

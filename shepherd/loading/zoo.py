@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-from gymnasium import spaces
 
 from shepherd.agents import ParameterError, algorithm_info, parameters
 from shepherd.graph.preset import InvalidPreset, Preset, PresetError, Problem
@@ -265,9 +264,10 @@ def map_entry(entry: dict[str, Any], source: ZooSource, default: bool = False) -
             entry.pop(key)
             problems.append(_problem(key, reason + _HOW_TO_DROP.format(key=key)))
     policy = entry.pop("policy", None)
-    if policy is not None and policy not in info.policies:
-        image = isinstance(observation_space, spaces.Box) and len(observation_space.shape) == 3
-        why = ("" if image else f" (and {source.env_id}'s observations are not images)")
+    image = isinstance(observations, list) and bool(observations) and observations[0] == "Image"
+    if policy is not None and policy not in info.policies and not (image and policy == info.image_policy):
+        why = ("" if image else f" (and {source.env_id}'s observations are not images, which take "
+                                f"{info.image_policy})" if info.image_policy else "")
         problems.append(_problem("policy", f"{policy}: Shepherd builds {info.name} with {' or '.join(info.policies)} "
                                            f"(for Dict observations){why}" + _HOW_TO_DROP.format(key="policy")))
     filters = _filters(entry, problems)

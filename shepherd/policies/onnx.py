@@ -19,6 +19,7 @@ import numpy as np
 import onnxruntime as ort
 from gymnasium import spaces
 
+from shepherd.wire.images import is_image
 from shepherd.wire.spaces import (Observation, SpaceError, action_to_json, check_action_mask, check_observation,
                              check_observations, mask_size, parse_space, space_to_json)
 
@@ -28,7 +29,8 @@ METADATA_KEY = "shepherd"
 MASK_INPUT = "action_mask"
 ACTION_OUTPUT = "action"
 
-_ORT_TYPES = {np.float32: "tensor(float)", np.int64: "tensor(int64)", np.bool_: "tensor(bool)"}
+_ORT_TYPES = {np.float32: "tensor(float)", np.int64: "tensor(int64)", np.bool_: "tensor(bool)",
+              np.uint8: "tensor(uint8)"}
 
 
 class PolicyError(ValueError):
@@ -37,8 +39,10 @@ class PolicyError(ValueError):
 
 
 def _input_dtype(space: spaces.Space) -> type:
-    """The input's element type the format gives a space: int64 for Discrete and MultiDiscrete, float32
-    for Box and MultiBinary."""
+    """The input's element type the format gives a space: int64 for Discrete and MultiDiscrete, uint8 for
+    an image, float32 for Box and MultiBinary."""
+    if is_image(space):
+        return np.uint8
     return np.int64 if isinstance(space, (spaces.Discrete, spaces.MultiDiscrete)) else np.float32
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from shepherd.wire.images import is_image
 from shepherd.wire.spaces import mask_groups, mask_size
 from shepherd.wire.steps import max_reward
 
@@ -75,6 +76,9 @@ def _space_column(space: spaces.Space, rows: Any, count: int, n: int) -> Any:
     if found is None:
         return None
     leaves, types = found
+    if is_image(space):  # integers 0-255 only (the per-value checker names a bad one)
+        pixels = np.array(leaves, dtype=np.int64).reshape(dims) if types == {int} else None
+        return pixels.astype(np.uint8) if pixels is not None and ((pixels >= 0) & (pixels <= 255)).all() else None
     if isinstance(space, spaces.Box):
         if not types <= _NUMBERS:
             return None

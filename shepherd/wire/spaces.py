@@ -7,6 +7,9 @@ Syntax (as in the original Shepherd):
   nested lists in the box's shape;
 - ``["MultiDiscrete", [n1, n2, ...]]`` is ``MultiDiscrete([n1, n2, ...])``;
 - ``["MultiBinary", n]`` (or ``["MultiBinary", [n1, n2]]``) is ``MultiBinary``;
+- ``["Image", [H, W, C]]`` is a uint8 image, 0-255, channels last (a `shepherd.wire.images.ImageBox`,
+  ``Box(0, 255, (H, W, C), uint8)``); ``["Image", [H, W, C], "channels_first"]`` the same image sent channels first (``(C, H, W)``);
+  observations only;
 - an object maps names to such specs and is a ``Dict`` space (observations only).
 """
 
@@ -17,6 +20,8 @@ from typing import Any, Union
 
 import numpy as np
 from gymnasium import spaces
+
+from shepherd.wire.images import ImageBox, uint8_image
 
 SpaceSpec = Union[int, list, dict]
 Observation = Union[int, np.ndarray, dict[str, Any]]
@@ -60,6 +65,8 @@ def parse_space(spec: Any, where: str = "space") -> spaces.Space:
             raise SpaceError(f"{where}: a discrete space needs at least 1 value, got {spec}")
         _at_most(spec, MAX_CHOICES, where, "discrete values")
         return spaces.Discrete(spec)
+    if isinstance(spec, list) and spec and spec[0] == "Image":
+        return _parse_image(spec, where)
     if isinstance(spec, list) and len(spec) == 2 and isinstance(spec[0], str):
         return _parse_multi(spec[0], spec[1], where)
     if isinstance(spec, list):
@@ -97,7 +104,22 @@ def parse_space(spec: Any, where: str = "space") -> spaces.Space:
             items[str(key)] = sub_space
         return spaces.Dict(items)
     raise SpaceError(f"{where}: expected an integer, [shape, low, high], [\"MultiDiscrete\", [n, ...]], "
-                     f"[\"MultiBinary\", n] or an object, got {type(spec).__name__}")
+                     f"[\"MultiBinary\", n], [\"Image\", [H, W, C]] or an object, got {type(spec).__name__}")
+
+
+def _parse_image(spec: list, where: str) -> ImageBox:
+    usage = "[\"Image\", [H, W, C]] (channels last) or [\"Image\", [H, W, C], \"channels_first\"]"
+    if len(spec) not in (2, 3):
+        raise SpaceError(f"{where}: an image is {usage}, got a list of {len(spec)} items")
+    shape = spec[1]
+    if not isinstance(shape, list) or len(shape) != 3 or not all(_positive_int(d) for d in shape):
+        raise SpaceError(f"{where}: an image's shape is [H, W, C], three positive integers, got {shape!r}")
+    order = spec[2] if len(spec) == 3 else "channels_last"
+    if order not in ("channels_last", "channels_first"):
+        raise SpaceError(f"{where}: an image's channel order is \"channels_last\" or \"channels_first\", got {order!r}")
+    _at_most(math.prod(shape), MAX_BOX_ELEMENTS, where, "numbers in an image")
+    height, width, channels = shape
+    return ImageBox(height, width, channels, channels_first=order == "channels_first")
 
 
 def _at_most(count: int, limit: int, where: str, what: str) -> None:
@@ -116,6 +138,9 @@ def _parse_multi(kind: str, arg: Any, where: str) -> spaces.Space:
                              f"dimension), got {arg!r}")
         _at_most(sum(arg), MAX_CHOICES, where, "discrete values in all")
         return spaces.MultiDiscrete(arg)
+    if kind == "Image":
+        raise SpaceError(f"{where}: an image is [\"Image\", [H, W, C]] or [\"Image\", [H, W, C], \"channels_first\"], "
+                         f"got [\"Image\", {arg!r}]")  # its 3-item form is `_parse_image`
     if kind == "MultiBinary":
         if _positive_int(arg) or (isinstance(arg, list) and arg and all(_positive_int(n) for n in arg)):
             _at_most(math.prod(arg) if isinstance(arg, list) else arg, MAX_CHOICES, where, "binary values")
@@ -146,6 +171,13 @@ def space_to_json(space: spaces.Space) -> SpaceSpec:
     """The JSON spec of a space built by `parse_space` (infinite bounds as ``"inf"`` strings)."""
     if isinstance(space, spaces.Discrete):
         return int(space.n)
+    if isinstance(space, ImageBox):
+        shape = [space.height, space.width, space.channels]
+        return ["Image", shape, "channels_first"] if space.channels_first else ["Image", shape]
+    if isinstance(space, spaces.Box) and uint8_image(space):  # an env's image (a zoo env's): SB3's reading
+        first = int(np.argmin(space.shape)) == 0  # SB3's is_image_space_channels_first: the smallest dimension
+        height, width, channels = (space.shape[1], space.shape[2], space.shape[0]) if first else space.shape
+        return space_to_json(ImageBox(height, width, channels, first))
     if isinstance(space, spaces.Box):
         return [list(space.shape), _json_bound(space.low), _json_bound(space.high)]
     if isinstance(space, spaces.MultiDiscrete) and space.nvec.ndim == 1 and not np.any(space.start):
@@ -167,6 +199,8 @@ def check_observation(space: spaces.Space, value: Any, where: str = "obs") -> Ob
     Raises:
         SpaceError: the observation does not fit the space.
     """
+    if isinstance(space, ImageBox):
+        return _check_image(space, value, where)
     if isinstance(space, spaces.Box):
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             value = [value]
@@ -221,6 +255,30 @@ def check_observations(space: spaces.Space, values: Any, where: str = "obs") -> 
         if all(type(value) is list and len(value) == size and _flat_numbers(value) for value in values):
             return list(np.array(values, dtype=np.float32).reshape(len(values), size))  # one array, its rows
     return [check_observation(space, value, f"{where}[{i}]") for i, value in enumerate(values)]
+
+
+def _check_image(space: ImageBox, value: Any, where: str) -> np.ndarray:
+    shape = list(space.shape)
+    order = "channels first" if space.channels_first else "channels last"
+    if isinstance(value, np.ndarray):  # a tensor already decoded (not JSON): its dtype says what it holds
+        raw = value
+    else:
+        if not isinstance(value, list):
+            raise SpaceError(f"{where} must be an image: nested lists of integers 0-255 of shape {shape} ({order})")
+        try:
+            raw = np.array(value)
+        except ValueError:
+            raise SpaceError(f"{where} is a ragged list; expected an image of shape {shape} ({order})") from None
+    if raw.shape != space.shape:
+        raise SpaceError(f"{where} has shape {list(raw.shape)}, expected an image of shape {shape} ({order})")
+    if raw.dtype == np.uint8:
+        return raw
+    if raw.dtype.kind not in "iu":
+        raise SpaceError(f"{where} must contain only integers 0-255 (an image of shape {shape})")
+    if raw.size and (raw.min() < 0 or raw.max() > 255):
+        bad = np.argwhere((raw < 0) | (raw > 255))[0]
+        raise SpaceError(f"{where}{''.join(f'[{int(i)}]' for i in bad)} is {int(raw[tuple(bad)])}, outside 0-255")
+    return raw.astype(np.uint8)
 
 
 def _check_integers(space: spaces.MultiDiscrete | spaces.MultiBinary, value: Any, where: str) -> np.ndarray:

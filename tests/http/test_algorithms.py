@@ -19,7 +19,8 @@ from shepherd.wire.spaces import parse_space
 
 ACTIONS = {"Discrete": 3, "Box": [[2], [-1.0, 0.0], [1.0, 10.0]], "MultiDiscrete": ["MultiDiscrete", [3, 2]],
            "MultiBinary": ["MultiBinary", 3]}
-OBSERVATIONS = {"Box": [[3], "-inf", "inf"], "Dict": {"position": [[2], -1, 1], "mode": 3}}
+OBSERVATIONS = {"Box": [[3], "-inf", "inf"], "Dict": {"position": [[2], -1, 1], "mode": 3},
+                "Image": ["Image", [36, 36, 2]]}
 TINY = {
     "PPO": {"n_envs": 2, "n_steps": 16, "batch_size": 16, "n_epochs": 1},
     "A2C": {"n_envs": 2, "n_steps": 8},
@@ -37,6 +38,9 @@ TINY = {
                      "policy_kwargs": {"lstm_hidden_size": 8}},
 }
 HEATUP = 40
+#: one algorithm per buffer kind on images (each case took 5-15 s here: a NatureCNN's updates); tests/integration's
+#: test_onnx_export.py and test_behaviour_policy.py build image policies of PPO, A2C, DQN, SAC and MaskablePPO too
+IMAGE_ALGORITHMS = ("PPO", "DQN", "RECURRENTPPO")
 
 
 def cases() -> list:
@@ -48,6 +52,8 @@ def cases() -> list:
         first = next(k for k in ACTIONS if any(s.__name__ == k for s in info.action_spaces))
         if info.dict_observations:
             found.append(pytest.param(name, "Dict", first, id=f"{name}-Dict-obs-{first}"))
+        if name in IMAGE_ALGORITHMS:  # CnnPolicy's rollout, replay buffer and CnnLstmPolicy, saved and reloaded
+            found.append(pytest.param(name, "Image", first, id=f"{name}-Image-obs-{first}"))
     return found
 
 
@@ -66,6 +72,8 @@ def random_obs(spec, rng: np.random.Generator):
         return {key: random_obs(sub, rng) for key, sub in spec.items()}
     if isinstance(spec, int):
         return int(rng.integers(spec))
+    if spec[0] == "Image":
+        return rng.integers(0, 256, size=spec[1]).tolist()
     return rng.uniform(-1, 1, size=spec[0]).tolist()
 
 

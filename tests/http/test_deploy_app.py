@@ -204,3 +204,28 @@ def test_idle_sessions_expire():
     old.last_used -= 1000
     assert table.expire(600) == 1 and len(table) == 1
     assert table.get(new.key) is new
+
+
+async def test_an_image_agents_exported_policy_is_served_from_json_images(aiohttp_client):
+    """A CnnPolicy exported by the learning server (uint8 input, channels last): the deploy server answers JSON
+    images with SB3's deterministic actions on them, and a pixel out of range gets the learning server's 400."""
+    from shepherd.agents import build_learner
+    from shepherd.agents.export.export import export_onnx
+    from shepherd.wire.spaces import parse_space
+
+    learner = build_learner("PPO", "eyes", parse_space(["Image", [36, 36, 3]]), parse_space(4), {"seed": 0}, None)
+    policy = Policy.from_bytes(export_onnx(learner.algorithm, "eyes", "PPO"))
+    client = await _client(aiohttp_client, policy)
+    login = await _login(client)
+    assert login["observation_space"] == ["Image", [36, 36, 3]]
+    images = RNG.integers(0, 256, (8, 36, 36, 3)).astype(np.uint8)
+    expected = learner.algorithm.model.predict(np.moveaxis(images, -1, -3), deterministic=True)[0]
+    for image, action in zip(images, expected):
+        reply = await _post(client, "/shepherd/env/", {"session_key": login["session_key"], "obs": image.tolist(),
+                                                       "reward": 0.0, "done": False})
+        assert reply["action"] == int(action)
+    bad = images[0].tolist()
+    bad[1][2][0] = 300
+    reply = await _post(client, "/shepherd/env/", {"session_key": login["session_key"], "obs": bad, "reward": 0.0,
+                                                   "done": False}, 400)
+    assert reply == {"error": "obs[1][2][0] is 300, outside 0-255"}

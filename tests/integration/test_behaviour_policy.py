@@ -359,3 +359,77 @@ def test_dict_observations_come_in_as_obs_dot_key(algorithm, action_spec):
     action = session.run(["action"], {"obs.position": obs["position"], "obs.room": obs["room"],
                                       "noise": np.zeros((200, 0), dtype=np.float32)})[0]
     np.testing.assert_allclose(action, agent.model.predict(obs, deterministic=True)[0], atol=1e-5)
+
+
+IMAGE_CASES = [("PPO", ["Image", [36, 36, 3]], 3), ("A2C", ["Image", [36, 40, 1], "channels_first"], BOX),
+               ("DQN", ["Image", [40, 36, 2]], 4), ("SAC", ["Image", [36, 36, 1]], BOX),
+               ("PPO", {"eye": ["Image", [36, 36, 3]], "speed": [[2], -1, 1]}, 3)]
+
+
+def _image_agent(algorithm: str, obs_spec, action_spec):
+    """A fresh image agent's adapter, its weights drawn from N(0, 0.2^2) so that images' actions differ."""
+    values = {**SMALL, **({"learning_starts": 0} if algorithm in ("DQN", "SAC") else {})}
+    agent = build_learner(algorithm, "tester", parse_space(obs_spec), parse_space(action_spec), values, None).algorithm
+    generator = th.Generator().manual_seed(3)
+    with th.no_grad():
+        for parameter in agent.model.policy.parameters():
+            parameter.copy_(th.normal(0.0, 0.2, parameter.shape, generator=generator))
+    return agent
+
+
+def _images(space, rng: np.random.Generator, count: int):
+    """Client observations (uint8 images in their declared layout) and SB3's (channels first, as after
+    VecTransposeImage)."""
+    from shepherd.wire.images import ImageBox
+
+    def one(sub):
+        if not isinstance(sub, ImageBox):
+            return rng.uniform(-1, 1, (count, *sub.shape)).astype(np.float32), None
+        coarse = rng.integers(0, 256, (count, *(-(-n // 9) for n in sub.shape)))  # blocks of 9: images far apart
+        for axis in range(1, 4):
+            coarse = np.repeat(coarse, 9, axis=axis)
+        images = coarse[:, :sub.shape[0], :sub.shape[1], :sub.shape[2]].astype(np.uint8)
+        return images, (images if sub.channels_first else np.moveaxis(images, -1, -3))
+
+    if hasattr(space, "spaces"):
+        parts = {key: one(sub) for key, sub in space.spaces.items()}
+        return ({key: client for key, (client, _) in parts.items()},
+                {key: client if sb3 is None else sb3 for key, (client, sb3) in parts.items()})
+    return one(space)
+
+
+@pytest.mark.parametrize("algorithm, obs_spec, action_spec", IMAGE_CASES,
+                         ids=[f"{a}-{json.dumps(o)}" for a, o, _ in IMAGE_CASES])
+def test_an_image_agents_evaluate_file_is_sb3s_deterministic_predict(algorithm, obs_spec, action_spec):
+    """Images come in as uint8 in the client's layout; the file transposes a channels-last one and scales it
+    by 1/255 before its NatureCNN: its actions on 64 random images equal SB3's ``predict`` on the same images
+    channels first (continuous within 1e-5)."""
+    agent = _image_agent(algorithm, obs_spec, action_spec)
+    space = parse_space(obs_spec)
+    client, sb3 = _images(space, np.random.default_rng(2), 64)
+    data = behaviour_adapter(agent, "tester", algorithm, "evaluate")
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    feeds = ({f"obs.{key}": value for key, value in client.items()} if isinstance(client, dict) else {"obs": client})
+    assert all(i.type == "tensor(uint8)" for i in session.get_inputs() if i.name in ("obs", "obs.eye"))
+    action = session.run(["action"], {**feeds, "noise": np.zeros((64, 0), dtype=np.float32)})[0]
+    expected = agent.model.predict(sb3, deterministic=True)[0]
+    assert metadata(onnx.load_from_string(data))["observation_space"] == obs_spec
+    if np.issubdtype(action.dtype, np.integer):
+        np.testing.assert_array_equal(action, np.asarray(expected).reshape(action.shape))
+        assert len(np.unique(action)) > 1, "the actions differ between images: the test can tell layouts apart"
+    else:
+        np.testing.assert_allclose(action, expected, atol=1e-5)
+
+
+def test_an_image_agents_train_draw_is_sb3s_categorical():
+    """Chi-square against SB3's softmax probabilities for one channels-last image (transposed for SB3)."""
+    agent = _image_agent("PPO", ["Image", [36, 36, 3]], 4)
+    client, sb3 = _images(parse_space(["Image", [36, 36, 3]]), np.random.default_rng(8), 1)
+    data = behaviour_adapter(agent, "tester", "PPO", "train")
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    noise = np.random.default_rng(0).random((DRAWS, 1), dtype=np.float32)
+    sample = session.run(["sample"], {"obs": np.repeat(client, DRAWS, axis=0), "noise": noise})[0]
+    policy = agent.model.policy
+    with th.no_grad():
+        probs = policy.get_distribution(policy.obs_to_tensor(sb3)[0]).distribution.probs.numpy()[0]
+    assert_categorical(sample, probs, "PPO on an image")

@@ -623,3 +623,25 @@ def test_an_agent_whose_policy_cannot_act_at_the_client_refuses_its_sessions(alg
             learner.begin_uploads(1, 1)
     finally:
         learner.close()
+
+
+if "PixelDotRGB-v0" not in gym.registry:  # three channels: a transpose is not a reshape
+    gym.register("PixelDotRGB-v0", entry_point="shepherd.envs.pixels:PixelDotEnv", kwargs={"channels": 3})
+
+IMAGE_CASES = {  # a 36x36 picture (NatureCNN's smallest), uploaded channels last: SB3 learns it transposed
+    "PPO": ("PixelDotRGB-v0", 20, 128, {"n_steps": 16, "batch_size": 32, "n_epochs": 2}),
+    "DQN": ("PixelDotRGB-v0", 12, 96, {"learning_starts": 20, "batch_size": 8, "buffer_size": 500,
+                                             "train_freq": 4, "target_update_interval": 20}),
+}
+
+
+@pytest.mark.parametrize("algorithm", list(IMAGE_CASES))
+def test_a_client_uploading_images_ends_with_sb3_learns_weights(algorithm):
+    env_id, limit, steps, params = IMAGE_CASES[algorithm]
+    params = {**params, "seed": 5, "n_envs": N_ENVS, "policy_kwargs": {"net_arch": [16]}}
+    model, recorded, actions, states = record_learn(algorithm, env_id, limit, steps, params)
+    assert recorded.obs[0].shape == (N_ENVS, 36, 36, 3) and model.observation_space.shape == (3, 36, 36)
+    expected = model.policy.state_dict()
+    got = replay(algorithm, env_id, steps, params, recorded, actions, states).model.policy.state_dict()
+    for name in expected:
+        assert th.allclose(expected[name], got[name], rtol=1e-4, atol=1e-5), f"{algorithm}: {name} differs"

@@ -46,6 +46,32 @@ def test_filters_learn_exactly_as_sb3_learn_under_vecnormalize(case):
         "the filters changed nothing: the case proves nothing"
 
 
+PIXELS = {"n_steps": 16, "batch_size": 32, "n_epochs": 2}
+
+IMAGE_FILTER_CASES = {  # images: stacked along their channels (then SB3 transposes them), never normalised
+    "channels last, 4 frames": ({}, Filters(frame_stack=4), lambda env: VecFrameStack(env, 4)),
+    "channels first, 3 frames": ({"channels_first": True}, Filters(frame_stack=3), lambda env: VecFrameStack(env, 3)),
+    "a Dict's image left out of normalisation": (
+        {"dict_obs": True}, BOTH, lambda env: VecNormalize(env, gamma=0.99, norm_obs_keys=["step"])),
+}
+
+
+@pytest.mark.parametrize("case", list(IMAGE_FILTER_CASES))
+def test_image_filters_learn_exactly_as_sb3_learn_under_vecframestack_and_vecnormalize(case):
+    env_kwargs, filters, wrap = IMAGE_FILTER_CASES[case]
+    params = {**PIXELS, "seed": 5, "n_envs": 2, "policy_kwargs": {"net_arch": [16]}}
+    env_id = "shepherd/PixelDot-v0"
+    expected = sb3_weights("PPO", env_id, 64, params, 2, wrap=wrap, env_kwargs=env_kwargs)
+    got = shepherd_vector_weights("PPO", env_id, 2, 64, params, filters, env_kwargs=env_kwargs)
+    unfiltered = shepherd_vector_weights("PPO", env_id, 2, 64, params, env_kwargs=env_kwargs)
+    assert expected.keys() == got.keys()
+    for name in expected:
+        assert th.allclose(expected[name], got[name], rtol=1e-4, atol=1e-5), f"{case}: {name} differs"
+    assert any(expected[n].shape != unfiltered[n].shape
+               or not th.allclose(expected[n], unfiltered[n], rtol=1e-4, atol=1e-5) for n in expected), \
+        "the filters changed nothing: the case proves nothing"
+
+
 def drive(learner, episodes: list[list[np.ndarray]], actors: int, mode=ActMode.EXPLORE) -> None:
     """Actor i plays episodes[i::actors], waiting for each action as a client does; reward 1 a step."""
     for actor in range(actors):
@@ -191,12 +217,24 @@ def test_frame_stacking_shows_the_policy_the_last_frames():
     ({"normalize_observations": True}, 5, "PPO", "needs Box observations"),
     ({"frame_stack": 2}, {"a": [[2], 0, 1]}, "PPO", "frame_stack needs Box"),
     ({"frame_stack": 2, "normalize_observations": True}, [[2], 0, 1], "DQN", "refused for off-policy"),
+    ({"normalize_observations": True}, ["Image", [36, 36, 3]], "PPO", "does not apply to images"),
+    ({"normalize_observations": True}, {"eye": ["Image", [36, 36, 3]]}, "PPO", "needs Box observations"),
+    ({"frame_stack": 16}, ["Image", [36, 12, 1]], "PPO", "16 channels .* more than its 12 rows or columns"),
 ])
 def test_filters_a_space_or_family_cannot_take_are_refused(filters, observation_space, algorithm, says):
     from shepherd.agents import ParameterError, check_agent
 
     with pytest.raises(ParameterError, match=says):
         check_agent(AgentDefinition("x", algorithm, observation_space, 2, filters=filters))
+
+
+def test_images_are_refused_by_an_algorithm_without_an_image_policy_and_as_actions():
+    from shepherd.agents import ParameterError, check_agent
+
+    with pytest.raises(ParameterError, match="CrossQ has no policy for image observations; .* SAC"):
+        check_agent(AgentDefinition("x", "CrossQ", ["Image", [36, 36, 1]], [[1], -1, 1]))
+    with pytest.raises(ParameterError, match="an image is an observation space, not an action space"):
+        check_agent(AgentDefinition("x", "SAC", [[2], -1, 1], ["Image", [36, 36, 1]]))
 
 
 def test_bad_filter_fields_get_one_line():

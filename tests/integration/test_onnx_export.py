@@ -24,6 +24,7 @@ from shepherd.client import to_json
 from shepherd.graph import AgentSpec, GraphManager, Schedule
 from shepherd.graph.local import serving_here
 from shepherd.wire import VectorStepInput
+from shepherd.wire.images import is_image
 from shepherd.wire.spaces import check_action_mask, check_observation, mask_size, parse_space
 from shepherd.storage import NotFound, Store
 from gymnasium import spaces
@@ -63,6 +64,13 @@ def cases() -> list:
               pytest.param("DQN", 5, 3, id="DQN-Discrete-obs"), pytest.param("TD3", 5, [[2], -2, 3], id="TD3-Discrete-obs"),
               pytest.param("A2C", ["MultiDiscrete", [3, 4]], ["MultiBinary", 3], id="A2C-MultiDiscrete-obs"),
               pytest.param("PPO", ["MultiBinary", 4], [[2], -2, 3], id="PPO-MultiBinary-obs")]
+    # images (CnnPolicy, NatureCNN): the graph transposes channels-last ones and scales them by 1/255 as SB3 does
+    found += [pytest.param("PPO", ["Image", [36, 36, 3]], 3, id="PPO-Image-obs"),
+              pytest.param("DQN", ["Image", [36, 40, 2], "channels_first"], 3, id="DQN-Image-channels-first-obs"),
+              pytest.param("SAC", {"eye": ["Image", [36, 36, 1]], "speed": [[2], -1, 1]}, [[2], -2, 3],
+                           id="SAC-Dict-Image-obs"),
+              pytest.param("MaskablePPO", ["Image", [40, 36, 1]], ["MultiDiscrete", [3, 2]],
+                           id="MaskablePPO-Image-obs")]
     return found
 
 
@@ -71,6 +79,8 @@ def observations(space: spaces.Space, rng: np.random.Generator, count: int) -> l
     if isinstance(space, spaces.Dict):
         parts = {key: observations(sub, rng, count) for key, sub in space.spaces.items()}
         return [{key: parts[key][i] for key in parts} for i in range(count)]
+    if is_image(space):
+        return list(rng.integers(0, 256, size=(count, *space.shape)).astype(np.uint8))
     if isinstance(space, spaces.Box):
         return list(rng.normal(0.5, 3.0, size=(count, *space.shape)).astype(np.float32))
     if isinstance(space, spaces.Discrete):
@@ -98,7 +108,8 @@ def masks(space: spaces.Space, rng: np.random.Generator, count: int) -> list[np.
 def feeds(space: spaces.Space, batch: list, mask: list | None) -> dict[str, np.ndarray]:
     """The ONNX inputs of a batch of observations, typed as the contract says."""
     def typed(sub: spaces.Space, values: list) -> np.ndarray:
-        dtype = np.int64 if isinstance(sub, (spaces.Discrete, spaces.MultiDiscrete)) else np.float32
+        dtype = (np.int64 if isinstance(sub, (spaces.Discrete, spaces.MultiDiscrete)) else
+                 np.uint8 if is_image(sub) else np.float32)
         return np.asarray(values, dtype=dtype)
 
     if isinstance(space, spaces.Dict):
@@ -170,7 +181,7 @@ def synthetic_statistics(space: spaces.Space, rng: np.random.Generator) -> dict[
     """Statistics for every Box observation (key "" of a non-Dict space), clipping some values at 2."""
     boxes = dict(space.spaces) if isinstance(space, spaces.Dict) else {"": space}
     return {key: Normalization(rng.normal(0.5, 1.0, sub.shape), rng.uniform(0.5, 4.0, sub.shape), 1e-8, 2.0)
-            for key, sub in boxes.items() if isinstance(sub, spaces.Box)}
+            for key, sub in boxes.items() if isinstance(sub, spaces.Box) and not is_image(sub)}
 
 
 def normalized(space: spaces.Space, stats: dict[str, Normalization], obs):
@@ -356,3 +367,24 @@ async def test_frame_stacking_is_refused_with_its_reason(tmp_path):
     finally:
         await asyncio.to_thread(graph.close)
         store.close()
+
+
+@pytest.mark.parametrize("obs_spec", [["Image", [36, 36, 3]], ["Image", [36, 36, 2], "channels_first"]])
+def test_the_deploy_servers_policy_reads_an_image_agents_file_and_acts_as_sb3_predicts(obs_spec):
+    """`shepherd.policies.onnx.Policy` (the deploy server's, the client's greedy acting) takes an image agent's
+    file: uint8 input in the client's layout, its observations checked as the server checks them, and its
+    actions on images sent as JSON lists equal SB3's ``predict`` on the same images channels first."""
+    from shepherd.policies.onnx import Policy
+
+    learner = build_learner("PPO", "eyes", parse_space(obs_spec), parse_space(4), params("PPO"), None)
+    adapter = learner.algorithm
+    data = export_onnx(adapter, "eyes", "PPO")
+    policy = Policy.from_bytes(data)
+    assert policy.observation_space == parse_space(obs_spec)
+    rng = np.random.default_rng(3)
+    images = rng.integers(0, 256, (32, *parse_space(obs_spec).shape)).astype(np.uint8)
+    sb3 = images if len(obs_spec) == 3 else np.moveaxis(images, -1, -3)
+    expected = adapter.model.predict(sb3, deterministic=True)[0]
+    assert policy.act_batch([image.tolist() for image in images]) == np.asarray(expected).tolist()
+    with pytest.raises(ValueError, match=r"is 256, outside 0-255"):
+        policy.act(np.full(images.shape[1:], 256).tolist())

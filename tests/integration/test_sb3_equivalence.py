@@ -24,6 +24,8 @@ from shepherd.agents import ActMode, algorithm_info, build_learner, sb3_argument
 from shepherd.agents.factories import policy_name
 from shepherd.wire.spaces import parse_space, space_to_json
 
+import shepherd.envs  # noqa: F401  (registers shepherd/PixelDot-v0)
+
 CASES = {
     "PPO": ("CartPole-v1", 256, {"n_steps": 64, "batch_size": 32, "n_epochs": 2, "learning_rate": "lin_0.001"}),
     "A2C": ("CartPole-v1", 200, {"n_steps": 8, "learning_rate": "lin_0.001"}),
@@ -44,11 +46,12 @@ CASES = {
 
 
 def sb3_weights(algorithm: str, env_id: str, steps: int, params: dict, n_envs: int = 1,
-                wrap=None) -> dict[str, th.Tensor]:
-    """SB3's own learn(); ``wrap`` wraps its VecEnv (VecNormalize, VecFrameStack), as RL Zoo does."""
+                wrap=None, env_kwargs: dict | None = None) -> dict[str, th.Tensor]:
+    """SB3's own learn(); ``wrap`` wraps its VecEnv (VecNormalize, VecFrameStack), as RL Zoo does (SB3 wraps
+    images that are channels last in VecTransposeImage itself)."""
     from stable_baselines3.common.env_util import make_vec_env
 
-    env = make_vec_env(env_id, n_envs=n_envs)
+    env = make_vec_env(env_id, n_envs=n_envs, env_kwargs=env_kwargs)
     if wrap is not None:
         env = wrap(env)
     kwargs, _ = sb3_arguments(algorithm, env.action_space, params)
@@ -58,8 +61,9 @@ def sb3_weights(algorithm: str, env_id: str, steps: int, params: dict, n_envs: i
     return model.policy.state_dict()
 
 
-def shepherd_weights(algorithm: str, env_id: str, steps: int, params: dict) -> dict[str, th.Tensor]:
-    env = gym.make(env_id)
+def shepherd_weights(algorithm: str, env_id: str, steps: int, params: dict,
+                     env_kwargs: dict | None = None) -> dict[str, th.Tensor]:
+    env = gym.make(env_id, **(env_kwargs or {}))
     learner = build_learner(algorithm, "same", parse_space(space_to_json(env.observation_space)),
                             parse_space(space_to_json(env.action_space)), params, steps)
     learner.start()
@@ -116,21 +120,22 @@ def sb3_vector_weights(algorithm: str, env_id: str, n_envs: int, steps: int, par
     return sb3_weights(algorithm, env_id, steps, params, n_envs)
 
 
-def shepherd_vector_weights(algorithm: str, env_id: str, n_envs: int, steps: int, params: dict, filters=None):
+def shepherd_vector_weights(algorithm: str, env_id: str, n_envs: int, steps: int, params: dict, filters=None,
+                            env_kwargs: dict | None = None):
     """One vector session of ``n_envs`` envs, stepped as SB3 steps a DummyVecEnv (automatic resets), through
     the agent's ``filters`` (a `shepherd.definition.Filters`)."""
     from stable_baselines3.common.env_util import make_vec_env
 
     from shepherd.agents import Kind, Request
 
-    env = make_vec_env(env_id, n_envs=n_envs)
+    env = make_vec_env(env_id, n_envs=n_envs, env_kwargs=env_kwargs)
     env.seed(params["seed"])  # as SB3 seeds its env with the model's seed: env i with seed + i
     learner = build_learner(algorithm, "same", parse_space(space_to_json(env.observation_space)),
                             parse_space(space_to_json(env.action_space)), params, steps, filters)
     learner.start()
     try:
         obs = env.reset()
-        future = learner.submit([Request(Kind.BEGIN, i + 1, obs[i], mode=ActMode.EXPLORE, group=1)
+        future = learner.submit([Request(Kind.BEGIN, i + 1, _row(obs, i), mode=ActMode.EXPLORE, group=1)
                                  for i in range(n_envs)])
         for _ in range(steps // n_envs):
             actions = np.array(future.result(30))
@@ -141,16 +146,21 @@ def shepherd_vector_weights(algorithm: str, env_id: str, n_envs: int, steps: int
                     truncated = bool(infos[i].get("TimeLimit.truncated", False))
                     requests += [Request(Kind.END, i + 1, infos[i]["terminal_observation"], float(rewards[i]),
                                          truncated, ActMode.EXPLORE, group=1),
-                                 Request(Kind.BEGIN, i + 1, obs[i], mode=ActMode.EXPLORE, group=1)]
+                                 Request(Kind.BEGIN, i + 1, _row(obs, i), mode=ActMode.EXPLORE, group=1)]
                 else:
-                    requests.append(Request(Kind.STEP, i + 1, obs[i], float(rewards[i]), mode=ActMode.EXPLORE,
+                    requests.append(Request(Kind.STEP, i + 1, _row(obs, i), float(rewards[i]), mode=ActMode.EXPLORE,
                                             group=1))
             future = learner.submit(requests)
-        learner.begin_episode(n_envs + 1, obs[0], ActMode.GREEDY).result(30)  # a round trip: all is learned
+        learner.begin_episode(n_envs + 1, _row(obs, 0), ActMode.GREEDY).result(30)  # a round trip: all is learned
         assert learner.failure is None and learner.steps == steps
         return learner.model.policy.state_dict()
     finally:
         learner.close()
+
+
+def _row(obs, i: int):
+    """Env ``i``'s observation of a VecEnv's batch (a Dict space's: a dict of its rows)."""
+    return {key: value[i] for key, value in obs.items()} if isinstance(obs, dict) else obs[i]
 
 
 @pytest.mark.parametrize("algorithm", list(VECTOR_CASES))
@@ -163,3 +173,27 @@ def test_one_vector_session_learns_exactly_as_sb3_learn_with_as_many_envs(algori
     assert expected.keys() == got.keys()
     for name in expected:
         assert th.allclose(expected[name], got[name], rtol=1e-4, atol=1e-5), f"{algorithm}: {name} differs"
+
+
+#: image agents (a 36x36 picture, NatureCNN's smallest): channels last (SB3 transposes them, VecTransposeImage),
+#: channels first, a Dict with an image (MultiInputPolicy), and DQN's uint8 replay buffer
+IMAGE_CASES = {
+    "PPO channels last": ("PPO", {}, {"n_steps": 32, "batch_size": 16, "n_epochs": 2}),
+    "PPO channels first, 2 channels": ("PPO", {"channels_first": True, "channels": 2},
+                                       {"n_steps": 32, "batch_size": 16, "n_epochs": 2}),
+    "PPO Dict with an image": ("PPO", {"dict_obs": True}, {"n_steps": 32, "batch_size": 16, "n_epochs": 2}),
+    "DQN channels last": ("DQN", {"channels": 3}, {"learning_starts": 20, "batch_size": 8, "buffer_size": 500,
+                                                   "train_freq": 4, "target_update_interval": 20}),
+}
+
+
+@pytest.mark.parametrize("case", list(IMAGE_CASES))
+def test_an_image_agent_learns_exactly_as_sb3_learn(case):
+    algorithm, env_kwargs, params = IMAGE_CASES[case]
+    params = {**params, "seed": 4, "policy_kwargs": {"net_arch": [16]}}
+    expected = sb3_weights(algorithm, "shepherd/PixelDot-v0", 64, params, env_kwargs=env_kwargs)
+    got = shepherd_weights(algorithm, "shepherd/PixelDot-v0", 64, params, env_kwargs)
+    assert expected.keys() == got.keys()
+    assert any(".cnn." in name for name in got), "a NatureCNN"
+    for name in expected:
+        assert th.allclose(expected[name], got[name], rtol=1e-4, atol=1e-5), f"{case}: {name} differs"

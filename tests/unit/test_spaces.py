@@ -133,3 +133,49 @@ def test_multi_discrete_and_multi_binary_observations_and_actions():
 def test_spaces_too_large_to_serve_are_refused_before_anything_is_allocated(spec, words):
     with pytest.raises(SpaceError, match=words):
         parse_space(spec)
+
+
+def test_an_image_is_a_uint8_box_that_round_trips_with_its_channel_order():
+    last, first = parse_space(["Image", [6, 5, 3]]), parse_space(["Image", [6, 5, 3], "channels_first"])
+    assert last.shape == (6, 5, 3) and first.shape == (3, 6, 5)
+    assert last.dtype == first.dtype == np.uint8 and last.low.min() == 0 and last.high.max() == 255
+    assert space_to_json(last) == ["Image", [6, 5, 3]]
+    assert space_to_json(first) == ["Image", [6, 5, 3], "channels_first"]
+    assert parse_space(["Image", [6, 5, 3], "channels_last"]) == last != first
+    assert space_to_json(parse_space({"eye": ["Image", [6, 5, 3]], "v": 2})) == {"eye": ["Image", [6, 5, 3]], "v": 2}
+
+
+def test_an_image_observation_is_integers_0_to_255_in_its_layout():
+    first = parse_space(["Image", [2, 3, 1], "channels_first"])
+    value = [[[0, 255, 7], [1, 2, 3]]]  # [C][H][W]
+    checked = check_observation(first, value)
+    assert checked.dtype == np.uint8 and checked.tolist() == value
+    camera = parse_space({"camera": ["Image", [2, 3, 1]], "speed": [[1], -1, 1]})
+    found = check_observation(camera, {"camera": [[[1], [2], [3]], [[4], [5], [6]]], "speed": [0.5]})
+    assert found["camera"].dtype == np.uint8 and found["camera"].shape == (2, 3, 1)
+
+
+@pytest.mark.parametrize("value, words", [
+    ([[[0, 256, 7], [1, 2, 3]]], "obs[0][0][1] is 256, outside 0-255"),
+    ([[[0, -1, 7], [1, 2, 3]]], "obs[0][0][1] is -1, outside 0-255"),
+    ([[[0, 1.5, 7], [1, 2, 3]]], "only integers 0-255"),
+    ([[[False, True, True], [True, True, True]]], "only integers 0-255"),
+    ([[[0, 1, 7]], [[1, 2, 3]]], "shape [2, 1, 3], expected an image of shape [1, 2, 3] (channels first)"),
+    ([[[0, 1, 7], [1, 2]]], "ragged"),
+    (5, "must be an image"),
+])
+def test_a_bad_image_observation_is_named(value, words):
+    with pytest.raises(SpaceError) as error:
+        check_observation(parse_space(["Image", [2, 3, 1], "channels_first"]), value)
+    assert words in str(error.value)
+
+
+@pytest.mark.parametrize("spec, words", [
+    (["Image", [4, 4]], "three positive integers"), (["Image", [4, 0, 3]], "three positive integers"),
+    (["Image", [4, 4, 3], "sideways"], "channel order"), (["Image"], "an image is"),
+    (["Image", [1024, 1024, 3]], "more than Shepherd serves"),
+])
+def test_bad_image_specs_are_refused(spec, words):
+    with pytest.raises(SpaceError) as error:
+        parse_space(spec)
+    assert words in str(error.value)

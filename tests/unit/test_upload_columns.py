@@ -12,7 +12,7 @@ from gymnasium import spaces
 
 from shepherd.wire import columns as column_path
 from shepherd.wire.experience import ExperienceSpaces, checked_experience, parse_experience
-from shepherd.wire.spaces import check_action_mask, mask_size
+from shepherd.wire.spaces import check_action_mask, mask_size, parse_space
 from shepherd.wire.steps import BadRequest
 
 N, T = 3, 4
@@ -30,6 +30,9 @@ CASES = {
     "masked multidiscrete samples": (spaces.Box(-np.inf, np.inf, (2,), np.float32), spaces.MultiDiscrete([2, 3]),
                                      True),
     "masked multibinary samples": (spaces.Box(-np.inf, np.inf, (2,), np.float32), spaces.MultiBinary(2), True),
+    "pixel obs": (parse_space(["Image", [2, 3, 2]]), spaces.Discrete(2), False),
+    "dict obs with pixels": (parse_space({"eye": ["Image", [2, 2, 1], "channels_first"], "v": [[1], -1, 1]}),
+                             spaces.Discrete(2), False),
     "dict obs": (spaces.Dict({"a": spaces.Box(-1, 1, (2,), np.float32), "b": spaces.Discrete(2)}),
                  spaces.Discrete(2), False),
 }
@@ -158,3 +161,12 @@ def test_dict_observations_take_the_column_path(monkeypatch):
     assert experience.obs["a"].shape == (T + 1, N, 2) and experience.obs["a"].dtype == np.float32
     assert experience.obs["b"].shape == (T + 1, N) and experience.obs["b"].dtype == np.int64
 
+
+
+def test_image_observations_take_the_column_path_as_uint8(monkeypatch):
+    observation, sample, _ = CASES["pixel obs"]
+    body = good_body(drawn(observation), drawn(sample), 0, np.random.default_rng(0))
+    monkeypatch.setattr("shepherd.wire.experience.checked_experience", _never)
+    experience = parse_experience(body, ExperienceSpaces(observation, sample), N, T)
+    assert experience.obs.shape == (T + 1, N, 2, 3, 2) and experience.obs.dtype == np.uint8
+    assert experience.obs[2, 1].tolist() == body["obs"][2][1]

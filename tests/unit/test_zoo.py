@@ -190,3 +190,12 @@ def test_a_normalized_entry_builds_an_agent_with_filters_that_cp_can_turn_off():
         "zoo.use_sde=null", "agents.ppo-MountainCarContinuous-v0.filters.normalize_observations=false"]).agents[0].filters
     assert (filters.normalize_observations, filters.normalize_rewards) == (False, True)
     assert not load_preset(name, overrides=["zoo.use_sde=null", "zoo.normalize=null"]).agents[0].filters.active
+
+
+def test_an_image_env_is_served_with_an_image_space_and_its_cnn_policy_accepted(tmp_path):
+    import shepherd.envs  # noqa: F401  (registers shepherd/PixelDot-v0, uint8 36x36x1 observations)
+
+    path = tmp_path / "ppo.yml"
+    path.write_text("default:\n  n_timesteps: !!float 1e4\n  policy: 'CnnPolicy'\n  frame_stack: 2\n")
+    agent = load_preset(f"zoo:{path}#shepherd/PixelDot-v0").agents[0]
+    assert agent.observation_space == ["Image", [36, 36, 1]] and agent.filters.frame_stack == 2

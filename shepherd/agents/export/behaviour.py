@@ -187,7 +187,7 @@ def _build(adapter: SB3Algorithm, phase: str, normalization: dict[str, Normaliza
     takes_masks = isinstance(policy, MaskableActorCriticPolicy)
     off_policy = isinstance(model, OffPolicyAlgorithm)
     graph = GraphBuilder()
-    inputs = _observation_inputs(graph, observation_space, normalization, obs_input)
+    inputs = _observation_inputs(graph, adapter.client_space, normalization, obs_input)
     noise = _Noise(graph)
     noise_index = len(graph.inputs)
     graph.input(NOISE_INPUT, TensorProto.FLOAT, (0,))  # its width is set once the graph has taken its columns
@@ -295,7 +295,7 @@ def _explore(graph: GraphBuilder, noise: _Noise, model: Any, observation_space: 
     """The policy's exploring draw (before action noise): an off-policy Box's scaled into [-1, 1]."""
     policy: Any = model.policy
     if isinstance(policy, (ActorCriticPolicy, MaskableActorCriticPolicy)):  # PPO, A2C, TRPO, MaskablePPO
-        x = features(graph, policy.pi_features_extractor, observation_space, inputs)
+        x = features(graph, policy.pi_features_extractor, observation_space, inputs, policy.normalize_images)
         logits = module(graph, policy.action_net, module(graph, policy.mlp_extractor.policy_net, x))
         if mask is not None:
             logits = graph.op("Where", mask, logits, graph.const(-np.inf, "masked"))
@@ -320,7 +320,8 @@ def _explore(graph: GraphBuilder, noise: _Noise, model: Any, observation_space: 
                         greedy), TensorProto.INT64
     actor = getattr(policy, "actor", None)
     if actor is not None and hasattr(actor, "latent_pi"):  # SAC, TQC, CrossQ: tanh(mean + std * z)
-        latent = module(graph, actor.latent_pi, features(graph, actor.features_extractor, observation_space, inputs))
+        x = features(graph, actor.features_extractor, observation_space, inputs, policy.normalize_images)
+        latent = module(graph, actor.latent_pi, x)
         log_std = graph.op("Clip", module(graph, actor.log_std, latent), graph.const(float(LOG_STD_MIN), "log_std_min"),
                            graph.const(float(LOG_STD_MAX), "log_std_max"))
         z = noise.normals(int(np.prod(action_space.shape or (1,))))

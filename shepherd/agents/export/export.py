@@ -2,7 +2,8 @@
 
 The graph holds everything between a client's observation and the action the learning server answers to
 a greedy (evaluate-mode) step: the observation filters (normalisation with saved statistics, clipping),
-SB3's observation preprocessing (one-hot, flatten, a Dict's keys concatenated), the policy's deterministic
+SB3's observation preprocessing (one-hot, flatten, a Dict's keys concatenated; an image transposed to channels
+first as ``VecTransposeImage`` does, scaled by 1/255 and run through its convolutions), the policy's deterministic
 action (the argmax of the logits, masked ones first set to -inf for MaskablePPO; the Gaussian's mean; the
 argmax of the Q-values or of the quantiles' mean; the squashed Gaussian's mode; TD3's and DDPG's actor)
 and the action transform (`ActionTransform`: unscaling into the Box, or clipping to it). Its metadata
@@ -34,7 +35,7 @@ from stable_baselines3.common.distributions import (BernoulliDistribution, Categ
 from stable_baselines3.common.policies import ActorCriticPolicy
 
 import shepherd
-from shepherd.agents.export.onnx_graph import GraphBuilder, NotExportable, features, input_type, module
+from shepherd.agents.export.onnx_graph import GraphBuilder, NotExportable, features, image_input, input_type, module
 from shepherd.agents.filters import Filtering
 from shepherd.agents.sb3.base import SB3Algorithm
 from shepherd.wire.spaces import mask_size, space_to_json
@@ -105,7 +106,7 @@ def export_onnx(adapter: SB3Algorithm, agent: str, algorithm: str,
     observation_space, action_space = adapter.observation_space, adapter.action_space
     takes_masks = isinstance(policy, MaskableActorCriticPolicy)
     graph = GraphBuilder()
-    inputs = _observation_inputs(graph, observation_space, dict(normalization or {}))
+    inputs = _observation_inputs(graph, adapter.client_space, dict(normalization or {}))
     mask = graph.input("action_mask", TensorProto.BOOL, (mask_size(action_space) or 0,)) if takes_masks else None
     action, elem_type = _greedy(graph, policy, observation_space, action_space, inputs, mask)
     action = _to_env(graph, adapter, action)
@@ -162,7 +163,7 @@ def file_metadata(adapter: SB3Algorithm, agent: str, algorithm: str, takes_masks
     action_space = adapter.action_space
     return {
         "format": FORMAT, "agent": agent, "algorithm": algorithm,
-        "observation_space": space_to_json(adapter.observation_space), "action_space": space_to_json(action_space),
+        "observation_space": space_to_json(adapter.client_space), "action_space": space_to_json(action_space),
         "policy_version": int(adapter.version), "takes_masks": takes_masks,
         "mask_size": mask_size(action_space) if takes_masks else None, "filters": filters,
         "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -172,8 +173,9 @@ def file_metadata(adapter: SB3Algorithm, agent: str, algorithm: str, takes_masks
 
 def _observation_inputs(graph: GraphBuilder, space: spaces.Space, normalization: dict[str, Normalization],
                         name: Callable[[str], str] = input_name) -> dict[str, str]:
-    """The observation inputs by key ("" for a non-Dict space), each normalised if it has statistics;
-    ``name`` gives each key's ONNX input."""
+    """The observation inputs by key ("" for a non-Dict space) of the clients' observation ``space``, each
+    normalised if it has statistics, in the policy's layout (images channels first, `image_input`); ``name``
+    gives each key's ONNX input."""
     subspaces = dict(space.spaces) if isinstance(space, spaces.Dict) else {"": space}
     unknown = sorted(set(normalization) - set(subspaces))
     if unknown:
@@ -186,7 +188,7 @@ def _observation_inputs(graph: GraphBuilder, space: spaces.Space, normalization:
         stats = normalization.get(key)
         if stats is not None:
             x = _normalize(graph, subspace, stats, x, name(key))
-        inputs[key] = x
+        inputs[key] = image_input(graph, subspace, x)
     return inputs
 
 
@@ -216,19 +218,20 @@ def _greedy(graph: GraphBuilder, policy: Any, observation_space: spaces.Space, a
             inputs: dict[str, str], mask: str | None) -> tuple[str, int]:
     """The policy's deterministic action (before the action transform) and its ONNX element type."""
     if isinstance(policy, (ActorCriticPolicy, MaskableActorCriticPolicy)):  # PPO, A2C, TRPO, MaskablePPO
-        x = features(graph, policy.pi_features_extractor, observation_space, inputs)
+        x = features(graph, policy.pi_features_extractor, observation_space, inputs, policy.normalize_images)
         logits = module(graph, policy.action_net, module(graph, policy.mlp_extractor.policy_net, x))
         if mask is not None:  # masked-out logits can never be the argmax (sb3-contrib's masked distributions)
             logits = graph.op("Where", mask, logits, graph.const(-np.inf, "masked"))
         return _distribution_mode(graph, policy.action_dist, logits)
     q_net = getattr(policy, "q_net", None)
     if q_net is not None and hasattr(q_net, "q_net"):  # DQN: the argmax of the Q-values
-        q_values = module(graph, q_net.q_net, features(graph, q_net.features_extractor, observation_space, inputs))
+        x = features(graph, q_net.features_extractor, observation_space, inputs, policy.normalize_images)
+        q_values = module(graph, q_net.q_net, x)
         return graph.op("ArgMax", q_values, axis=-1, keepdims=0), TensorProto.INT64
     quantile_net = getattr(policy, "quantile_net", None)
     if quantile_net is not None and hasattr(quantile_net, "quantile_net"):  # QR-DQN: argmax of the quantiles' mean
         out = module(graph, quantile_net.quantile_net,
-                     features(graph, quantile_net.features_extractor, observation_space, inputs))
+                     features(graph, quantile_net.features_extractor, observation_space, inputs, policy.normalize_images))
         shape = graph.const([-1, int(quantile_net.n_quantiles), int(quantile_net.action_space.n)], "shape", np.int64)
         means = graph.op("ReduceMean", graph.op("Reshape", out, shape), axes=[1], keepdims=0)
         return graph.op("ArgMax", means, axis=-1, keepdims=0), TensorProto.INT64
@@ -236,10 +239,10 @@ def _greedy(graph: GraphBuilder, policy: Any, observation_space: spaces.Space, a
     if actor is not None and hasattr(actor, "latent_pi"):  # SAC, TQC, CrossQ: the squashed Gaussian's mode
         if getattr(actor, "use_sde", False):
             raise NotExportable("gSDE actors are not exported")
-        x = features(graph, actor.features_extractor, observation_space, inputs)
+        x = features(graph, actor.features_extractor, observation_space, inputs, policy.normalize_images)
         return graph.op("Tanh", module(graph, actor.mu, module(graph, actor.latent_pi, x))), TensorProto.FLOAT
     if actor is not None and hasattr(actor, "mu"):  # TD3, DDPG: the deterministic actor (ends in tanh)
-        x = features(graph, actor.features_extractor, observation_space, inputs)
+        x = features(graph, actor.features_extractor, observation_space, inputs, policy.normalize_images)
         return module(graph, actor.mu, x), TensorProto.FLOAT
     raise NotExportable(f"the policy {type(policy).__name__} has no ONNX form in Shepherd's exporter")
 

@@ -2,8 +2,9 @@
 policy from.
 
 The graph is written node by node with ``onnx.helper`` from the modules' own weights, not traced: every
-layer a served policy can have (linear layers, the activations of ``policy_kwargs``, CrossQ's
-BatchRenorm in evaluation mode, SB3's flatten and combined extractors and its observation preprocessing)
+layer a served policy can have (linear layers, convolutions, the activations of ``policy_kwargs``, CrossQ's
+BatchRenorm in evaluation mode, SB3's flatten, NatureCNN and combined extractors and its observation
+preprocessing, images scaled by 1/255)
 has its ONNX form here, and anything else is refused with `NotExportable` naming it, so an exported file
 never holds an approximation. The arithmetic is the modules' own, in float32, in the same order.
 """
@@ -19,7 +20,10 @@ import torch as th
 from gymnasium import spaces
 from onnx import TensorProto, helper, numpy_helper
 from sb3_contrib.common.torch_layers import BatchRenorm
-from stable_baselines3.common.torch_layers import CombinedExtractor, FlattenExtractor
+from stable_baselines3.common.preprocessing import is_image_space
+from stable_baselines3.common.torch_layers import CombinedExtractor, FlattenExtractor, NatureCNN
+
+from shepherd.wire.images import ImageBox
 
 OPSET = 17
 IR_VERSION = 8  # opset 17's, which every onnxruntime since 1.12 loads
@@ -88,6 +92,10 @@ def module(graph: GraphBuilder, layer: th.nn.Module, x: str) -> str:
         if layer.bias is None:
             return graph.op("Gemm", x, weight, transB=1)
         return graph.op("Gemm", x, weight, graph.const(_array(layer.bias), "bias"), transB=1)
+    if isinstance(layer, th.nn.Conv2d):
+        return _conv(graph, layer, x)
+    if isinstance(layer, NatureCNN):  # its convolutions (ending in a flatten), then its linear layer
+        return module(graph, layer.linear, module(graph, layer.cnn, x))
     if isinstance(layer, (th.nn.Identity, th.nn.Dropout)):  # dropout: the policy acts in evaluation mode
         return x
     if isinstance(layer, th.nn.Flatten):
@@ -112,6 +120,20 @@ def module(graph: GraphBuilder, layer: th.nn.Module, x: str) -> str:
     raise NotExportable(f"the layer {type(layer).__name__} has no ONNX form in Shepherd's exporter")
 
 
+def _conv(graph: GraphBuilder, layer: th.nn.Conv2d, x: str) -> str:
+    """A 2-d convolution of an NCHW tensor, zero-padded as torch pads it."""
+    if isinstance(layer.padding, str) or layer.padding_mode != "zeros":
+        raise NotExportable(f"a Conv2d with padding {layer.padding!r} ({layer.padding_mode}); Shepherd's exporter "
+                            "writes numeric zero padding")
+    pad_h, pad_w = (int(p) for p in layer.padding)
+    inputs = [x, graph.const(_array(layer.weight), "conv_weight")]
+    if layer.bias is not None:
+        inputs.append(graph.const(_array(layer.bias), "conv_bias"))
+    return graph.op("Conv", *inputs, kernel_shape=[int(k) for k in layer.kernel_size],
+                    strides=[int(s) for s in layer.stride], dilations=[int(d) for d in layer.dilation],
+                    pads=[pad_h, pad_w, pad_h, pad_w], group=int(layer.groups))
+
+
 def _batch_renorm(graph: GraphBuilder, layer: BatchRenorm, x: str) -> str:
     """CrossQ's BatchRenorm as it acts in evaluation mode: the running statistics, then the affine map."""
     if layer.training:
@@ -125,30 +147,45 @@ def _batch_renorm(graph: GraphBuilder, layer: BatchRenorm, x: str) -> str:
     return x
 
 
-def features(graph: GraphBuilder, extractor: th.nn.Module, space: spaces.Space, inputs: dict[str, str]) -> str:
-    """SB3's ``extract_features``: each observation preprocessed (``preprocess_obs``) and run through the
-    features extractor, for the observations in ``inputs`` (by Dict key; the key "" for a non-Dict
-    space). Returns the [batch, features] float tensor.
+def features(graph: GraphBuilder, extractor: th.nn.Module, space: spaces.Space, inputs: dict[str, str],
+             normalize_images: bool = True) -> str:
+    """SB3's ``extract_features``: each observation preprocessed (``preprocess_obs``, images scaled by 1/255
+    when ``normalize_images``, the policy's) and run through the features extractor, for the observations in
+    ``inputs`` (by Dict key; the key "" for a non-Dict space), in the policy's layout (images channels first,
+    `image_input`). Returns the [batch, features] float tensor.
 
     Raises:
-        NotExportable: an extractor other than SB3's flatten and combined ones (for Dict observations).
+        NotExportable: an extractor other than SB3's flatten, NatureCNN and combined ones.
     """
-    if isinstance(extractor, FlattenExtractor):
+    if isinstance(extractor, (FlattenExtractor, NatureCNN)):
         if isinstance(space, spaces.Dict):
-            raise NotExportable("a FlattenExtractor on Dict observations")
-        return module(graph, extractor.flatten, preprocess(graph, space, inputs[""]))
+            raise NotExportable(f"a {type(extractor).__name__} on Dict observations")
+        layer = extractor.flatten if isinstance(extractor, FlattenExtractor) else extractor
+        return module(graph, layer, preprocess(graph, space, inputs[""], normalize_images))
     if isinstance(extractor, CombinedExtractor) and isinstance(space, spaces.Dict):
-        parts = [module(graph, sub, preprocess(graph, space.spaces[key], inputs[key]))
+        parts = [module(graph, sub, preprocess(graph, space.spaces[key], inputs[key], normalize_images))
                  for key, sub in extractor.extractors.items()]  # the order CombinedExtractor concatenates in
         return parts[0] if len(parts) == 1 else graph.op("Concat", *parts, axis=1)
     raise NotExportable(f"the features extractor {type(extractor).__name__} has no ONNX form in Shepherd's "
-                        "exporter (it exports SB3's FlattenExtractor and CombinedExtractor)")
+                        "exporter (it exports SB3's FlattenExtractor, NatureCNN and CombinedExtractor)")
 
 
-def preprocess(graph: GraphBuilder, space: spaces.Space, x: str) -> str:
-    """SB3's ``preprocess_obs`` for one observation space: one-hot for discrete ones, float otherwise."""
+def image_input(graph: GraphBuilder, space: spaces.Space, x: str) -> str:
+    """An observation input in the policy's layout: a channels-last image transposed to channels first (SB3's
+    ``VecTransposeImage``, still uint8); anything else as it is."""
+    if isinstance(space, ImageBox) and not space.channels_first:
+        return graph.op("Transpose", x, perm=[0, 3, 1, 2])
+    return x
+
+
+def preprocess(graph: GraphBuilder, space: spaces.Space, x: str, normalize_images: bool = True) -> str:
+    """SB3's ``preprocess_obs`` for one observation space: one-hot for discrete ones, ``obs.float() / 255``
+    for images (when ``normalize_images``), float otherwise."""
+    if isinstance(space, spaces.Box) and is_image_space(space):  # uint8: the policy's own scaling
+        x = graph.op("Cast", x, to=TensorProto.FLOAT)
+        return graph.op("Div", x, graph.const(255.0, "pixel_scale")) if normalize_images else x
     if isinstance(space, spaces.Box):
-        return x  # float32 already; Shepherd's Box spaces are never images
+        return x  # float32 already
     if isinstance(space, spaces.Discrete):  # F.one_hot(obs, n).float(); the input holds indices from 0
         return graph.op("OneHot", x, graph.const(int(space.n), "depth", np.int64), graph.const([0.0, 1.0], "values"),
                         axis=-1)
@@ -169,6 +206,8 @@ def input_type(space: spaces.Space) -> tuple[int, tuple[int, ...]]:
         return TensorProto.INT64, ()
     if isinstance(space, spaces.MultiDiscrete):
         return TensorProto.INT64, tuple(int(n) for n in space.shape)
+    if isinstance(space, ImageBox):  # the image as the client sends it: uint8, in its own layout
+        return TensorProto.UINT8, tuple(int(n) for n in space.shape)
     if isinstance(space, (spaces.Box, spaces.MultiBinary)):
         return TensorProto.FLOAT, tuple(int(n) for n in space.shape)
     raise NotExportable(f"observations of {type(space).__name__} have no ONNX form in Shepherd's exporter")

@@ -24,7 +24,7 @@ from shepherd.agents import checkpoint
 from shepherd.agents.core import Answer, ExperienceReply, NotClientActing, Outcome, Request, Upload, VersionedWeights
 from shepherd.agents.greedy_policy import weights_of
 from shepherd.agents.timing import WORK_BUCKETS, Histogram
-from shepherd.agents.filters import Filtering
+from shepherd.agents.filters import Filtering, ImageLayout
 from shepherd.agents.sb3 import resume
 from shepherd.policies.transforms import ActionTransform
 from shepherd.wire.experience import sample_space
@@ -80,6 +80,10 @@ class SB3Algorithm:
         self.action_space = model.action_space
         self.draining = False
         self.filtering: Filtering | None = None  # the agent's filters, if any (`use_filters`)
+        #: the clients' images turned channels first after the filters (`use_layout`; SB3's VecTransposeImage)
+        self.layout: ImageLayout | None = None
+        #: the observation space the clients send (an image in its declared layout): an exported file's input
+        self.client_space: gym.Space = model.observation_space
         self.actions = ActionTransform(model.action_space, scaled_actions)
         #: the support of what the policy draws, as the buffers store it (an upload's ``sample``)
         self.sample_space = sample_space(model.action_space, bounded=scaled_actions)
@@ -158,6 +162,16 @@ class SB3Algorithm:
         self.filtering = filtering
         self.version_filtering = filtering.frozen()
 
+    def use_layout(self, layout: ImageLayout) -> None:
+        """Turn the clients' channels-last images channels first after the filters, from now on (before
+        `start`), as the policy takes them."""
+        self.layout = layout if layout.transposes else None
+        self.client_space = layout.client
+
+    def to_policy(self, obs: Any) -> Any:
+        """Filtered observations (one, or a batch with any leading dimensions) in the policy's layout."""
+        return obs if self.layout is None else self.layout(obs)
+
     def behaviour_file(self, phase: str, agent: str, algorithm: str) -> tuple[int, bytes]:
         """The current policy version and its behaviour policy file of ``phase``, on the learner's thread
         (`shepherd.agents.export.behaviour.behaviour_of_version`); built again at every new version from now
@@ -207,6 +221,9 @@ class SB3Algorithm:
         """Apply the agent's filters to a batch before `process` (in place)."""
         if self.filtering is not None:
             self.filtering.apply(requests)
+        if self.layout is not None:
+            for request in requests:
+                request.obs, request.raw_obs = self.layout(request.obs), self.layout(request.raw_obs)
 
     def process(self, requests: list[Request]) -> None:
         raise NotImplementedError

@@ -37,7 +37,8 @@ def _contrib(name: str, cls: type, family: type, action_spaces: tuple[type[space
 
 _contrib("QRDQN", QRDQN, OffPolicyAdapter, (spaces.Discrete,), OFF_POLICY_EXCLUDED)
 _contrib("TQC", TQC, OffPolicyAdapter, (spaces.Box,), SAC_EXCLUDED)
-_contrib("CrossQ", CrossQ, OffPolicyAdapter, (spaces.Box,), SAC_EXCLUDED, dict_observations=False)
+_contrib("CrossQ", CrossQ, OffPolicyAdapter, (spaces.Box,), SAC_EXCLUDED, dict_observations=False,
+         image_policy=None)
 _contrib("TRPO", TRPO, OnPolicyAdapter, EVERY_ACTION_SPACE, ON_POLICY_EXCLUDED)
 _contrib("MaskablePPO", MaskablePPO, MaskableOnPolicyAdapter, (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary),
          ON_POLICY_EXCLUDED, masks=True)
@@ -45,7 +46,7 @@ _contrib("MaskablePPO", MaskablePPO, MaskableOnPolicyAdapter, (spaces.Discrete, 
 # the Bernoulli log-probability refuses (RecurrentPPO.learn fails the same way on a MultiBinary env)
 _contrib("RecurrentPPO", RecurrentPPO, RecurrentOnPolicyAdapter,
          (spaces.Discrete, spaces.Box, spaces.MultiDiscrete), ON_POLICY_EXCLUDED,
-         policies=("MlpLstmPolicy", "MultiInputLstmPolicy"))
+         policies=("MlpLstmPolicy", "MultiInputLstmPolicy"), image_policy="CnnLstmPolicy")
 
 NOT_SERVED["ARS"] = (
     "ARS learns from the returns of whole episodes played by perturbed copies of its policy, in rounds its "

@@ -62,12 +62,13 @@ def learn_off_policy(adapter: OffPolicyAdapter, upload: Upload) -> Callable[[], 
     adapter.uploaded = True
     mark = _ReplayMark.of(adapter, experience.steps * experience.n_envs)
     ended, limits = experience.ended, experience.time_limits
+    obs = adapter.to_policy(experience.obs)  # images channels first, as SB3's VecTransposeImage gives them
     for t in range(experience.steps):
         for i in range(experience.n_envs):
             last = experience.final_obs[t][i]
-            adapter.add_transition(_obs_at(experience.obs, t, i), _obs_at(experience.obs, t + 1, i) if last is None
-                                   else last, experience.sample[t, i], float(experience.reward[t, i]),
-                                   bool(ended[t, i]), bool(limits[t, i]))
+            adapter.add_transition(_obs_at(obs, t, i), _obs_at(obs, t + 1, i) if last is None
+                                   else adapter.to_policy(last), experience.sample[t, i],
+                                   float(experience.reward[t, i]), bool(ended[t, i]), bool(limits[t, i]))
     accepted = experience.steps * experience.n_envs
     if adapter.max_policy_lag:
         adapter.answer_upload(upload, steps, accepted)
@@ -94,7 +95,11 @@ def _check_outputs(adapter: OffPolicyAdapter, experience: Experience) -> None:
         BadExperience: naming the first such ``obs[t][i]`` or ``final_obs[t][i]``.
     """
     policy: Any = adapter.model.policy
-    normalise = adapter.filtering.normalize_obs if adapter.filtering is not None else as_is
+    normalized = adapter.filtering.normalize_obs if adapter.filtering is not None else as_is
+
+    def normalise(obs: Any) -> Any:  # as a training batch sees it: filtered, then in the policy's layout
+        return adapter.to_policy(normalized(obs))
+
     finals = experience.finals()
     batch = flat_batch(normalise(experience.obs), [normalise(last) for _, _, last in finals])
     obs_tensor, _ = policy.obs_to_tensor(batch)

@@ -277,7 +277,11 @@ class OnPolicyUploads:
         """
         adapter = self.adapter
         policy, steps, n = adapter.model.policy, experience.steps, experience.n_envs
-        normalise = adapter.version_filtering.normalize_obs if adapter.version_filtering is not None else as_is
+        normalized = adapter.version_filtering.normalize_obs if adapter.version_filtering is not None else as_is
+
+        def normalise(obs: Any) -> Any:
+            return adapter.to_policy(normalized(obs))
+
         seen = normalise(experience.obs)
         finals = [last for _, _, last in experience.finals()]
         obs_tensor, _ = policy.obs_to_tensor(flat_batch(_rows(seen, 0, steps)))
