@@ -10,6 +10,7 @@ import onnxruntime as ort
 import pytest
 
 from shepherd.client.tensors import HEADER, decode_reply, encode
+from shepherd.front.frames import INTERNAL_PATH, TOKEN_HEADER, Item, answer_header, decode_items, encode_items
 from shepherd.graph import AgentSpec, GraphManager, Schedule
 from shepherd.http import CREATED_KEYS, GRAPH, ServerConfig, create_app
 from shepherd.http.operations import INLINE_BODY_BYTES
@@ -170,3 +171,25 @@ async def test_a_reply_after_which_the_file_is_the_same_is_json_and_the_option_n
         refused = await client.post("/shepherd/login_user/", json={"apikey": client.apikey, **extra,
                                                                    "policy_in_reply": 1 if extra else True})
         assert refused.status == 400 and words in (await refused.json())["error"]
+
+
+# -- the front ends' batch endpoint ------------------------------------------------------------------------------
+
+def test_a_frame_carries_its_bodys_json_length():
+    items = [Item("step", "198.51.100.7", b'{"a": 1}\x00\x01', 8), Item("login", "198.51.100.8", b"{}")]
+    assert decode_items(encode_items(items)) == items
+
+
+async def test_the_batch_endpoint_answers_a_binary_step_as_the_public_route(aiohttp_client, tmp_path):
+    client = await make_client(aiohttp_client, tmp_path, max_body_bytes=1 << 20, front_end_token="t" * 32)
+    key = (await login(client))["session_key"]
+    data, length = encode({"session_key": key, "obs": frame(0), "reward": 0.0, "done": False, "seq": 1})
+    batch = encode_items([Item("step", "198.51.100.7", data, length), Item("step", "198.51.100.7", data[:-1], length)])
+    response = await client.post(INTERNAL_PATH, data=batch, headers={TOKEN_HEADER: "t" * 32})
+    assert response.status == 200
+    answers = {}
+    for _ in range(2):
+        index, status, _, size, _ = answer_header(await response.content.readline())
+        answers[index] = (status, json.loads(await response.content.readexactly(size)))
+    assert answers[0][0] == 200 and answers[0][1]["action"] in (0, 1)
+    assert answers[1][0] == 400 and "bytes before its tensors" in answers[1][1]["error"]
