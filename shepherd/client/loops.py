@@ -165,8 +165,7 @@ def _observation(value: Any, n: int = 1) -> Any:
     """An observation (or a batch of ``n``) as JSON values, or kept as the numpy array it is when one observation
     holds more than `BINARY_NUMBERS` numbers: a client sends those as binary tensors (and converts them to JSON
     itself when it does not)."""
-    size = getattr(value, "size", None)
-    if size is not None and getattr(value, "ndim", 0) and size > BINARY_NUMBERS * n:
+    if is_array(value) and value.size > BINARY_NUMBERS * n:
         return value
     return to_json(value)
 

@@ -132,6 +132,8 @@ def _space_array(space: spaces.Space, array: np.ndarray) -> np.ndarray | None:
     if isinstance(space, spaces.Discrete):
         shifted = values - int(space.start)
         return values if ((shifted >= 0) & (shifted < int(space.n))).all() else None
+    if not isinstance(space, (spaces.MultiDiscrete, spaces.MultiBinary)):
+        return None
     upper = space.nvec if isinstance(space, spaces.MultiDiscrete) else np.full(space.shape, 2)
     return values.astype(space.dtype) if ((values >= 0) & (values < upper)).all() else None
 
