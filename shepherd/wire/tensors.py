@@ -119,7 +119,3 @@ def plain(value: Any) -> Any:
     if type(value) is list:
         return [plain(item) for item in value]
     return value
-
-
-def is_array(value: Any) -> bool:
-    return isinstance(value, np.ndarray)
