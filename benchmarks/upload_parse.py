@@ -100,6 +100,8 @@ def binary(body: bytes, frames: bool = False) -> tuple[bytes, int]:
                              for row in data["final_obs"]]
     if "action_mask" in data:
         data["action_mask"] = np.asarray(data["action_mask"], bool)
+    if keyed:  # as ActingClient sends them: the JSON objects after the tensors (the decoder stops before them)
+        data["obs"], data["final_obs"] = data.pop("obs"), data.pop("final_obs")
     return encode(data)
 
 

@@ -204,6 +204,8 @@ class ActingClient(_Connection):
         """
         assert self.held is not None, "log in first"
         columns = block.columns() if self.binary else to_json(block.body())
+        if self.binary and isinstance(columns["obs"], list):  # a Dict space's objects stay JSON: after the
+            columns["obs"] = columns.pop("obs")  # tensors (last in the JSON), so the server's decoder stops before
         payload = {"session_key": self.session_key, "policy_version": self.held[0], **columns}
         self.seq += 1
         payload["seq"] = self.seq
