@@ -10,13 +10,15 @@ Every comparison runs its sides in one sitting, alternating their order from rou
   client of 8 envs acting at the client (`ActingClient`, in this process) against SB3's ``learn()`` with 8
   envs (a process of its own, one torch thread as Shepherd's learner has);
 - the same with LATENCY ms added each way by a delaying TCP proxy on loopback (a process this benchmark
-  starts: every chunk read is written on after LATENCY ms, in each direction, order kept), beside today's
+  starts: every chunk read is written on after LATENCY ms, in each direction, order kept), the policy file in
+  the upload's reply (``policy_in_reply``, issue 47) and fetched after each upload, beside today's
   server-acting vector client of 8 (`VectorClient`) through the same proxy;
 - DQN CartPole (benchmarks/presets/perf_dqn_vec.py), one client of 4 envs, ``max_policy_lag`` 0 and 1,
   against SB3 with 4 envs;
 - the head's CPU per uploaded env step: the server process's CPU time (all of it, and its event loop's
-  thread alone) over a client-acting run, divided by the env steps uploaded; ``--only head`` runs only this
-  (PPO 1 x 8), with ``--against CHECKOUT`` alternating with a server run from another checkout:
+  thread alone) over a client-acting run, divided by the env steps uploaded, with JSON uploads and with binary
+  ones (issue 47); ``--only head`` runs only this (PPO 1 x 8), with ``--against CHECKOUT`` alternating with a
+  server run from another checkout:
 
     .venv/bin/python benchmarks/acting.py --only head --steps 20000 --rounds 2 --against ../wt-measure
     .venv/bin/python benchmarks/acting.py --only head --steps 20000 --rounds 1 --ray   # the learner in Ray
@@ -156,16 +158,18 @@ def round_trip_ms(url: str, count: int = 200) -> float:
 # --- the Shepherd sides ---------------------------------------------------------------------------------
 
 def acting_run(preset: Path, n_envs: int, steps: int, data: Path, delay_ms: float = 0.0, extra: tuple = (),
-               root: Path = ROOT) -> dict:
+               root: Path = ROOT, binary: bool | None = None, in_reply: bool = True) -> dict:
     """One client of ``n_envs`` envs acting at the client until ``steps`` env steps are uploaded (the server
-    run from the checkout ``root``)."""
+    run from the checkout ``root``); ``binary``: its uploads as binary tensors (None: the client's rule, JSON for
+    CartPole); ``in_reply``: its login asks for the policy in the upload's reply (False: it fetches each file)."""
     from shepherd.client.acting import ActingClient, run_acting_env
 
     server = Shepherd(preset, data, "--rate-limit", "0", *extra, root=root)
     proxy_server = Proxy(server.url, delay_ms) if delay_ms else None
     try:
         url = proxy_server.url if proxy_server else server.url
-        client = ActingClient(url, next(iter(server.keys.values())), n_envs, seed=0)
+        client = ActingClient(url, next(iter(server.keys.values())), n_envs, seed=0, binary=binary,
+                              policy_in_reply=in_reply)
         threads0, cpu0 = server.thread_cpu_seconds(), server.cpu_seconds()
         started, client_cpu = time.monotonic(), time.process_time()
         run_acting_env(client, "CartPole-v1", seed=0, steps=steps)
@@ -185,7 +189,7 @@ def acting_run(preset: Path, n_envs: int, steps: int, data: Path, delay_ms: floa
     learner = max(others.values(), default=0.0)
     updates = figures.get("shepherd_training_update_duration_seconds_sum", 0.0)
     return {"wall_s": wall, "steps": steps, "learned_steps": learned, "uploads": client.seq,
-            "policy_files": client.fetches, "client_cpu_s": client_cpu, "server_cpu_s": cpu1 - cpu0,
+            "policy_files": client.fetches, "policy_files_in_replies": client.in_reply, "client_cpu_s": client_cpu, "server_cpu_s": cpu1 - cpu0,
             "loop_cpu_s": loop_cpu, "learner_cpu_s": learner, "update_s": updates,
             "server_cpu_us_per_step": (cpu1 - cpu0) / steps * 1e6,
             "loop_cpu_us_per_step": loop_cpu / steps * 1e6,
@@ -281,7 +285,9 @@ def measure(parts: list[str], steps: int = 50_000, dqn_steps: int = 20_000, roun
             overrides = tuple(item for value in cp for item in ("-cp", value))
             if ray:
                 overrides += ("--ray", local_ray_cluster().address)
-            sides = {"here": lambda i: acting_run(PPO_PRESET, 8, steps, fresh("head"), extra=overrides)}
+            sides = {"here": lambda i: acting_run(PPO_PRESET, 8, steps, fresh("head"), extra=overrides),
+                     "binary": lambda i: acting_run(PPO_PRESET, 8, steps, fresh("head-binary"), extra=overrides,
+                                                    binary=True)}
             if against is not None:
                 sides["against"] = lambda i: acting_run(PPO_PRESET, 8, steps, fresh("head-against"),
                                                         extra=overrides, root=against.resolve())
@@ -300,6 +306,8 @@ def measure(parts: list[str], steps: int = 50_000, dqn_steps: int = 20_000, roun
                 server.stop()
             results["latency"] = compare(f"PPO 1 x 8, +{latency_ms:g} ms each way", {
                 "acting": lambda i: acting_run(PPO_PRESET, 8, steps, fresh("ppo-lat"), latency_ms),
+                "acting_fetching": lambda i: acting_run(PPO_PRESET, 8, steps, fresh("ppo-lat-fetch"), latency_ms,
+                                                        in_reply=False),
                 "vector": lambda i: vector_run(PPO_PRESET, 8, steps, fresh("vec-lat"), latency_ms),
                 "sb3": lambda i: sb3_run(PPO_PRESET, steps)}, rounds)
         if "dqn" in parts or "lag" in parts:
@@ -319,7 +327,10 @@ def rows(results: dict) -> list[tuple[str, str, str, str]]:
     Shepherd's) with every round's, and the head's CPU per uploaded env step, against the issue's targets."""
     table = []
     names = {("ppo", "acting"): "PPO 1 x 8 acting at the client",
-             ("latency", "acting"): f"PPO 1 x 8 acting at the client, +{results.get('latency_ms', 0):g} ms each way",
+             ("latency", "acting"): f"PPO 1 x 8 acting at the client, the policy in the reply, "
+                                    f"+{results.get('latency_ms', 0):g} ms each way",
+             ("latency", "acting_fetching"): f"PPO 1 x 8 acting at the client, fetching each policy file, "
+                                             f"+{results.get('latency_ms', 0):g} ms each way",
              ("latency", "vector"): f"PPO 1 x 8 server-acting vector client, +{results.get('latency_ms', 0):g} ms "
                                     "each way",
              ("dqn", "acting"): "DQN 1 x 4 acting at the client, lag 0",
@@ -329,7 +340,7 @@ def rows(results: dict) -> list[tuple[str, str, str, str]]:
         if not runs or side not in runs[0]:
             continue
         ratios = [run["sb3"]["wall_s"] / run[side]["wall_s"] for run in runs]
-        target = None if side == "vector" else TARGETS["latency" if part == "latency" else side if part == "dqn"
+        target = None if side in ("vector", "acting_fetching") else TARGETS["latency" if part == "latency" else side if part == "dqn"
                                                         else "ppo"]
         verdict = "" if target is None else "met" if _median(ratios) >= target else f"MISSED (target >= {target}x)"
         table.append((f"A {name} vs SB3 learn()", f"{_median(ratios):.2f}x SB3's speed",
@@ -347,6 +358,13 @@ def rows(results: dict) -> list[tuple[str, str, str, str]]:
                       + "; whole server process " + ", ".join(f"{f['server_cpu_us_per_step']:.0f}" for f in figures)
                       + " us (the learner's updates included)",
                       "met" if _median(loop) <= TARGETS["head_us"] else f"MISSED (target <= {TARGETS['head_us']:g} us)"))
+    binary = [run["binary"]["loop_cpu_us_per_step"] for run in results.get("head", []) if "binary" in run]
+    if binary:
+        json_loop = [run["here"]["loop_cpu_us_per_step"] for run in results["head"]]
+        table.append(("A head CPU per uploaded env step, binary uploads (issue 47)", f"{_median(binary):.1f} us event loop",
+                      "rounds " + ", ".join(f"{value:.1f}" for value in binary) + "; JSON uploads in the same rounds "
+                      + ", ".join(f"{value:.1f}" for value in json_loop),
+                      "met" if _median(binary) <= TARGETS["head_us"] else f"MISSED (target <= {TARGETS['head_us']:g} us)"))
     return table
 
 

@@ -8,12 +8,15 @@ Four uploads of ``--envs`` envs x ``--steps`` steps, as a client sends them (JSO
 Python's ``json``, episodes ending now and then with their ``final_obs``): CartPole (``Box(4)``
 observations, ``Discrete(2)`` samples), the same with ``Discrete(5)`` samples and every step's action mask
 (a MaskablePPO agent's), the same with ``Dict`` observations, and an image-ish one (``Box(16, 16, 3)``
-observations, ``Box(2)`` samples, unbounded as an on-policy Gaussian's). For each, in one sitting, rounds
-alternating their order:
+observations, ``Box(2)`` samples, unbounded as an on-policy Gaussian's); then each again as a binary body (issue
+47: the JSON header and raw tensors, every column one tensor, docs/protocol.md "Binary tensors"), and an
+Atari-sized one (84x84x4 uint8 frames, 16 steps a block) both ways. For each, in one sitting, rounds alternating
+their order:
 
-- ``decode``: ``orjson.loads`` of the body (``parse_object``, what the route does first);
+- ``decode``: ``orjson.loads`` of the body (``parse_object``, what the route does first; a binary body's
+  ``parse_object`` with its header length, `shepherd.wire.tensors.decode`);
 - ``checked``: the per-value checker alone (`shepherd.wire.experience.checked_experience`: the whole parse
-  before numpy columns, kept to name the bad value of a refused upload);
+  before numpy columns, kept to name the bad value of a refused upload; left out for the frames);
 - ``parse``: `parse_experience` (numpy columns, the checker only for a refused upload);
 - ``digest``: `Experience.digest` (a retry's content check, once per upload);
 - ``record``: the level's accounting of an accepted block (`ClientActingLevel._record`: every env step
@@ -21,7 +24,7 @@ alternating their order:
   `AgentRuntime.count_step` does per step.
 
 Prints microseconds per env step (median over rounds) and, per upload, the head's total without and with
-the per-value checker. The route's other work (aiohttp, the session's seq rules, the learner's queue, the
+the per-value checker, and each binary case's total as a ratio of its JSON case's, measured in the same run. The route's other work (aiohttp, the session's seq rules, the learner's queue, the
 reply) is per upload, not per env step; ``benchmarks/acting.py --only head`` measures the head's thread
 over a served run.
 """
@@ -42,7 +45,11 @@ from gymnasium import spaces
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from shepherd.client.tensors import encode  # noqa: E402
 from shepherd.level.client import ClientActingLevel  # noqa: E402
+from shepherd.wire import parse_object  # noqa: E402
+from shepherd.wire.experience import EXPERIENCE_FIELDS  # noqa: E402
+from shepherd.wire.tensors import plain  # noqa: E402
 from shepherd.level.episodes import Phase  # noqa: E402
 from shepherd.wire.experience import ExperienceSpaces, checked_experience, parse_experience  # noqa: E402
 from shepherd.wire.spaces import check_action_mask  # noqa: E402
@@ -75,6 +82,40 @@ def upload(obs_shape: tuple[int, ...], sample: spaces.Space, n: int, steps: int,
                 masks[t, i, samples[t][i]] = True
         masks[steps, :, 0] = True
         body["action_mask"] = masks.tolist()
+    return json.dumps(body).encode()
+
+
+def binary(body: bytes, frames: bool = False) -> tuple[bytes, int]:
+    """``body`` (an `upload`'s JSON) as a binary body: every column one tensor (observations float32, or uint8 for
+    ``frames``; rewards float64; flags and masks booleans), each ``final_obs`` its own; a ``Dict`` space's
+    observations stay JSON. Returns the body and its JSON's length."""
+    data = json.loads(body)
+    kind = np.uint8 if frames else np.float32
+    keyed = isinstance(data["obs"][0][0], dict)
+    data.update(sample=np.asarray(data["sample"]), reward=np.asarray(data["reward"], np.float64),
+                terminated=np.asarray(data["terminated"], bool), truncated=np.asarray(data["truncated"], bool))
+    if not keyed:
+        data["obs"] = np.asarray(data["obs"], kind)
+        data["final_obs"] = [[None if last is None else np.asarray(last, kind) for last in row]
+                             for row in data["final_obs"]]
+    if "action_mask" in data:
+        data["action_mask"] = np.asarray(data["action_mask"], bool)
+    if keyed:  # as ActingClient sends them: the JSON objects after the tensors (the decoder stops before them)
+        data["obs"], data["final_obs"] = data.pop("obs"), data.pop("final_obs")
+    return encode(data)
+
+
+def frames_upload(n: int, steps: int, seed: int = 0) -> bytes:
+    """An upload's JSON body of 84x84x4 uint8 frames (integers), ``Discrete(6)`` samples."""
+    rng = np.random.default_rng(seed)
+    shape = (84, 84, 4)
+    ended = rng.random((steps, n)) < 1 / 40
+    body = {"session_key": "k" * 32, "seq": 3, "policy_version": 7,
+            "obs": rng.integers(0, 256, (steps + 1, n, *shape)).tolist(),
+            "sample": rng.integers(0, 6, (steps, n)).tolist(), "reward": rng.normal(size=(steps, n)).tolist(),
+            "terminated": ended.tolist(), "truncated": np.zeros((steps, n), bool).tolist(),
+            "final_obs": [[rng.integers(0, 256, shape).tolist() if ended[t, i] else None for i in range(n)]
+                          for t in range(steps)]}
     return json.dumps(body).encode()
 
 
@@ -111,20 +152,24 @@ def per_step(work: Callable[[], Any], env_steps: int, repeat: int) -> float:
     return min(times) / env_steps * 1e6
 
 
-def measure(name: str, body: bytes, checks: ExperienceSpaces, n: int, steps: int, repeat: int) -> dict[str, float]:
-    data = orjson.loads(body)
+def measure(name: str, body: bytes, checks: ExperienceSpaces, n: int, steps: int, repeat: int,
+            length: int | None = None) -> dict[str, float]:
+    data = orjson.loads(body) if length is None else parse_object(body, EXPERIENCE_FIELDS, length)
     experience = parse_experience(data, checks, n, steps)
     level = ClientActingLevel(1, n, Host())  # type: ignore[arg-type]
     level.phase = Phase.TRAIN
     level.episodes = [level._new_episode(i) for i in range(n)]
     env_steps = n * steps
     parts = {
-        "decode": lambda: orjson.loads(body),
-        "checked": lambda: checked_experience(data, checks, n, steps),
+        "decode": (lambda: orjson.loads(body)) if length is None else (
+            lambda: parse_object(body, EXPERIENCE_FIELDS, length)),
+        "checked": lambda: checked_experience(data if length is None else plain(data), checks, n, steps),
         "parse": lambda: parse_experience(data, checks, n, steps),
         "digest": experience.digest,
         "record": lambda: level._record(experience),
     }
+    if name.startswith("frames"):
+        del parts["checked"]  # seconds a block: it only words a refused upload
     return {part: per_step(work, env_steps, repeat) for part, work in parts.items()}
 
 
@@ -151,20 +196,39 @@ def main() -> int:
         "image 16x16x3": (upload((16, 16, 3), box, n, steps),
                           ExperienceSpaces(spaces.Box(-np.inf, np.inf, (16, 16, 3), np.float32), box)),
     }
+    lengths: dict[str, int | None] = {name: None for name in cases}
+    for name in list(cases):
+        body, checks = cases[name]
+        cases[f"{name}, binary"] = (binary(body)[0], checks)
+        lengths[f"{name}, binary"] = binary(body)[1]
+    frame_steps = max(1, steps // 8)
+    frames = frames_upload(n, frame_steps)
+    frame_checks = ExperienceSpaces(spaces.Box(0, 255, (84, 84, 4), np.float32), spaces.Discrete(6))
+    cases["frames 84x84x4"], lengths["frames 84x84x4"] = (frames, frame_checks), None
+    cases["frames 84x84x4, binary"] = (binary(frames, frames=True)[0], frame_checks)
+    lengths["frames 84x84x4, binary"] = binary(frames, frames=True)[1]
+    blocks = {name: frame_steps if name.startswith("frames") else steps for name in cases}
     results: dict[str, list[dict[str, float]]] = {name: [] for name in cases}
     for index in range(args.rounds):
         for name in (list(cases) if index % 2 == 0 else list(reversed(cases))):
             body, checks = cases[name]
-            results[name].append(measure(name, body, checks, n, steps, args.repeat))
+            results[name].append(measure(name, body, checks, n, blocks[name], args.repeat, lengths[name]))
     print(f"us per env step, median of {args.rounds} rounds (best of {args.repeat} calls each); "
-          f"uploads of {n} envs x {steps} steps")
+          f"uploads of {n} envs x {steps} steps (the frames: x {frame_steps} steps)")
+    totals: dict[str, float] = {}
     for name, rounds in results.items():
         median = {part: statistics.median(r[part] for r in rounds) for part in rounds[0]}
-        size = len(cases[name][0]) / (n * steps)
+        size = len(cases[name][0]) / (n * blocks[name])
         print(f"{name:14} ({size:.0f} bytes/env step): " + ", ".join(f"{p} {v:.2f}" for p, v in median.items()))
-        fast = median["decode"] + median["parse"] + median["digest"] + median["record"]
-        slow = median["decode"] + median["checked"] + median["digest"] + median["record"]
-        print(f"{'':14} decode + parse + digest + record: {fast:.2f} us (with the per-value checker: {slow:.2f} us)")
+        fast = totals[name] = median["decode"] + median["parse"] + median["digest"] + median["record"]
+        slow = f" (with the per-value checker: {median['decode'] + median['checked'] + median['digest'] + median['record']:.2f} us)" if "checked" in median else ""
+        print(f"{'':14} decode + parse + digest + record: {fast:.2f} us{slow}")
+    print("binary body / JSON body, head CPU per env step (same run):")
+    for name in results:
+        if name.endswith(", binary"):
+            json_name = name.removesuffix(", binary")
+            print(f"  {json_name:20} {totals[name]:8.2f} / {totals[json_name]:8.2f} us = "
+                  f"{totals[name] / totals[json_name]:.3f}x")
     return 0
 
 

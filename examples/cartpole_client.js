@@ -39,6 +39,14 @@
 // server, nor printed here. An episode is printed once the upload it ended in was accepted.
 //
 //   SHEPHERD_API_KEY=... node examples/cartpole_client.js [episodes] --acting client --envs 8
+//
+// With --pixels the client observes its CartPoles as frames: each observation is a picture of the cart and
+// the pole (H x W x C, channels last, 0 or 255, as the agent's observation space [[H, W, C], 0, 255] says),
+// sent as a binary UINT8 tensor after the step's JSON (docs/protocol.md, "Binary tensors": the header
+// Inference-Header-Content-Length says where the JSON ends; a vector step's N frames are one [N, H, W, C]
+// tensor, each final_obs its own); --pixels fp32 sends them as FP32 tensors. Steps only (not --acting client).
+//
+//   SHEPHERD_API_KEY=... node examples/cartpole_client.js [episodes] --pixels [uint8|fp32] [--envs 8]
 "use strict";
 
 const url = (process.env.SHEPHERD_URL || "http://127.0.0.1:8000").replace(/\/+$/, "");
@@ -49,6 +57,9 @@ const envsFlag = args.indexOf("--envs");
 const nEnvs = envsFlag === -1 ? null : Number(args.splice(envsFlag, 2)[1]);
 const actingFlag = args.indexOf("--acting");
 const acting = actingFlag === -1 ? "server" : args.splice(actingFlag, 2)[1];
+const pixelsFlag = args.indexOf("--pixels");
+const pixels = pixelsFlag === -1 ? null
+  : ["uint8", "fp32"].includes(args[pixelsFlag + 1]) ? args.splice(pixelsFlag, 2)[1] : (args.splice(pixelsFlag, 1), "uint8");
 const episodes = Number(args[0] || Infinity);
 const retrySeconds = Number(process.env.SHEPHERD_RETRY_SECONDS || 60);
 
@@ -64,11 +75,35 @@ class HttpError extends Error {
   }
 }
 
-// A POST of a JSON body; the raw response (200, or 304 from /shepherd/policy/), or HttpError.
+// A frame (or N frames) to send as a binary tensor: `data` a Uint8Array or Float32Array, row-major.
+const tensor = (data, shape) => ({ tensor: data, shape });
+
+// The body of `body` in the binary tensor layout (docs/protocol.md, "Binary tensors"): its JSON with every
+// `tensor(...)` replaced by {"datatype", "shape", "binary_data_size"}, the tensors' bytes after it in the order
+// they appear in the JSON (JSON.stringify visits values in that order), and the JSON's length in bytes. Typed
+// arrays are little-endian on every platform Node runs on.
+function binaryBody(body) {
+  const chunks = [];
+  const json = Buffer.from(JSON.stringify(body, (key, value) => {
+    if (value === null || typeof value !== "object" || !("tensor" in value)) return value;
+    const data = value.tensor;
+    chunks.push(Buffer.from(data.buffer, data.byteOffset, data.byteLength));
+    return { datatype: data instanceof Float32Array ? "FP32" : "UINT8", shape: value.shape,
+             binary_data_size: data.byteLength };
+  }));
+  return { bytes: Buffer.concat([json, ...chunks]), jsonLength: json.length };
+}
+
+// A POST of a JSON body (with --pixels, in the binary tensor layout); the raw response (200, or 304 from
+// /shepherd/policy/), or HttpError.
 async function send(path, body) {
-  const response = await fetch(url + path, {
-    method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
-  });
+  let init = { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) };
+  if (pixels !== null && path === "/shepherd/env/") {
+    const { bytes, jsonLength } = binaryBody(body);
+    init = { method: "POST", body: bytes, headers: { "Content-Type": "application/octet-stream",
+                                                     "Inference-Header-Content-Length": String(jsonLength) } };
+  }
+  const response = await fetch(url + path, init);
   if (!response.ok && response.status !== 304) {
     const reply = await response.json();
     const retryAfter = response.headers.get("Retry-After");
@@ -121,6 +156,7 @@ async function main() {
   if (nEnvs !== null && (!Number.isInteger(nEnvs) || nEnvs < 1)) {
     throw new Error("--envs takes a whole number of CartPoles, 1 or more");
   }
+  if (acting === "client" && pixels !== null) throw new Error("--pixels sends steps: leave out --acting client");
   if (acting === "client") return actingMain(nEnvs);
   if (acting !== "server") throw new Error(`--acting takes "client" or "server", not ${JSON.stringify(acting)}`);
   if (nEnvs !== null) return vectorMain(nEnvs);
@@ -128,18 +164,19 @@ async function main() {
   const session_key = login.session_key;
   console.log(`logged in to agent ${login.agent}: observations ${JSON.stringify(login.observation_space)}, ` +
               `actions ${JSON.stringify(login.action_space)}`);
+  const see = observer(login.observation_space);
   const env = new CartPole(), stepper = new Stepper(session_key);
   let config = login.next_episode_config;  // the first episode's, if the agent has lessons
   for (let episode = 1; episode <= episodes; episode++) {
     if (config) applyConfig(env, config);
     let obs = env.reset(), total = 0;
-    let reply = await stepper.step({ obs, reward: 0.0, done: false, info: {} });
+    let reply = await stepper.step({ obs: see([env]), reward: 0.0, done: false, info: {} });
     noteLesson(reply.lesson);
     while (reply.action !== null) {
       const step = env.step(reply.action);
       total += step.reward;
       reply = await stepper.step({
-        obs: step.obs, reward: step.reward, done: step.terminated || step.truncated, truncated: step.truncated,
+        obs: see([env]), reward: step.reward, done: step.terminated || step.truncated, truncated: step.truncated,
         info: {},
       });
     }
@@ -161,6 +198,7 @@ async function vectorMain(n) {
   console.log(`logged in to agent ${login.agent} with ${login.n_envs} CartPoles: observations ` +
               `${JSON.stringify(login.observation_space)}, actions ${JSON.stringify(login.action_space)}`);
   const envs = Array.from({ length: n }, () => new CartPole()), stepper = new Stepper(session_key);
+  const see = observer(login.observation_space);
   // lessons: the config each CartPole uses at its next reset (the login's first; a reply's null: unchanged)
   const configs = configsOf(login, "next_episode_configs") || new Array(n).fill(null);
   const reset = (env, i) => {
@@ -174,7 +212,7 @@ async function vectorMain(n) {
   const totals = new Array(n).fill(0.0);
   let ended = 0;
   while (true) {
-    const body = { obs, reward, terminated, truncated };
+    const body = { obs: pixels === null ? obs : see(envs), reward, terminated, truncated };
     if (finalObs !== null) body.final_obs = finalObs;
     const reply = await stepper.step(body), actions = reply.actions;
     (configsOf(reply, "next_episode_configs") || []).forEach((config, i) => { if (config !== null) configs[i] = config; });
@@ -193,7 +231,7 @@ async function vectorMain(n) {
       next.truncated.push(step.truncated);
       if (step.terminated || step.truncated) {
         if (finalObs === null) finalObs = new Array(n).fill(null);
-        finalObs[i] = step.obs;        // the ended episode's last observation ...
+        finalObs[i] = pixels === null ? step.obs : see([env], false);  // the ended episode's last observation ...
         next.obs.push(reset(env, i));  // ... and already the next episode's first
       } else {
         next.obs.push(step.obs);
@@ -202,6 +240,47 @@ async function vectorMain(n) {
     ({ obs, reward, terminated, truncated } = next);
   }
   await post("/shepherd/logout/", { session_key });
+}
+
+// -- pixels ----------------------------------------------------------------------------------------------
+
+// How the client observes its CartPoles: their 4 numbers, or with --pixels a frame each ([H, W, C] of the agent's
+// observation space). `see(envs, batch)` gives one observation of envs[0] (batch false, or one env and no
+// vector session) or the batch of every env's, as the body carries it.
+function observer(space) {
+  if (pixels === null) return (envs) => [...envs[0].state];
+  const shape = Array.isArray(space) && space.length === 3 ? [].concat(space[0]) : [];
+  if (shape.length !== 3) {
+    throw new Error(`--pixels draws frames [H, W, C]: the agent's observations are ${JSON.stringify(space)}; ` +
+                    "give it an observation space [[H, W, C], 0, 255]");
+  }
+  const [h, w, c] = shape, size = h * w * c;
+  return (envs, batch = nEnvs !== null) => {
+    const data = pixels === "fp32" ? new Float32Array(size * envs.length) : new Uint8Array(size * envs.length);
+    envs.forEach((env, i) => draw(env, data.subarray(i * size, (i + 1) * size), h, w, c));
+    return tensor(data, batch ? [envs.length, h, w, c] : [h, w, c]);
+  };
+}
+
+// The CartPole as a picture: the rail's middle row, the cart (a box on it) and the pole (a line from the cart's
+// top at its angle), 255 on 0, in every channel; the view spans the rail's 2 x 2.4 m.
+function draw(env, into, h, w, c) {
+  const [x, , theta] = env.state;
+  const scale = w / (2 * env.x_threshold * 1.2), rail = Math.floor(h * 0.75);
+  const cartX = w / 2 + x * scale, cartW = Math.max(2, w / 10), cartH = Math.max(1, h / 12);
+  const poleLength = 2 * env.length * scale;
+  const tipX = cartX + Math.sin(theta) * poleLength, tipY = rail - cartH - Math.cos(theta) * poleLength;
+  for (let row = 0; row < h; row++) {
+    for (let col = 0; col < w; col++) {
+      const inCart = Math.abs(col + 0.5 - cartX) <= cartW / 2 && row <= rail && row >= rail - cartH;
+      // the pole: within a pixel of the segment from the cart's top to its tip
+      const ax = cartX, ay = rail - cartH, dx = tipX - ax, dy = tipY - ay;
+      const t = Math.max(0, Math.min(1, ((col + 0.5 - ax) * dx + (row + 0.5 - ay) * dy) / (dx * dx + dy * dy)));
+      const onPole = Math.hypot(col + 0.5 - ax - t * dx, row + 0.5 - ay - t * dy) <= 0.75;
+      const value = inCart || onPole || row === rail ? 255 : 0;
+      for (let k = 0; k < c; k++) into[(row * w + col) * c + k] = value;
+    }
+  }
 }
 
 // -- acting at the client --------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import numpy as np
 import onnxruntime as ort
 
 from shepherd.client.connection import ShepherdError, _Connection, to_json
+from shepherd.client.tensors import HEADER, decode_reply
 from shepherd.client.loops import _login, _rows, gymnasium_vector_step, make_vector_env, sb3_vec_env_step
 
 logger = logging.getLogger(__name__)
@@ -70,6 +71,19 @@ class Block:
         if self.action_mask is not None and mask is not None:
             self.action_mask.append(mask)
 
+    def columns(self) -> dict[str, Any]:
+        """`body` as numpy columns, sent as binary tensors: ``obs`` (T+1, N, ...) float32 (a ``Dict`` space's rows as
+        they are), ``sample``, ``reward`` float64, the flags and masks as booleans; ``final_obs`` item by item."""
+        columns: dict[str, Any] = {
+            "obs": self.obs if self.obs and isinstance(self.obs[0][0], dict) else _stacked(self.obs, np.float32),
+            "sample": np.asarray(self.sample), "reward": np.asarray(self.reward, np.float64),
+            "terminated": np.asarray(self.terminated, bool), "truncated": np.asarray(self.truncated, bool),
+            "final_obs": [[None if last is None else last if isinstance(last, dict) else np.asarray(last, np.float32)
+                           for last in row] for row in self.final_obs]}
+        if self.action_mask is not None:
+            columns["action_mask"] = np.asarray(self.action_mask, bool)
+        return columns
+
     def body(self) -> dict[str, Any]:
         columns = {"obs": self.obs, "sample": self.sample, "reward": self.reward, "terminated": self.terminated,
                    "truncated": self.truncated, "final_obs": self.final_obs}
@@ -85,14 +99,19 @@ class ActingClient(_Connection):
 
     `act` draws the actions of a batch of observations with uniform noise from ``seed``; `upload` sends a
     block of ``steps`` rows with the next ``seq`` (sent again after 429, 503 or a lost connection, answered
-    once) and fetches the policy again when the reply names another version or phase.
+    once). With ``policy_in_reply`` (the default) the login asks for the next policy file in the upload's reply
+    when it changes (docs/acting.md): one round trip a block; without it, or when a reply has none, the policy
+    is fetched again when the reply names another version or phase. ``binary`` as `Client`'s: None sends
+    uploads as binary tensors when one observation holds more than 1,024 numbers.
     """
 
     def __init__(self, url: str, apikey: str, n_envs: int = 1, timeout: float = 120.0,
-                 retry_seconds: float = 30.0, client: str | None = None, seed: int | None = None) -> None:
+                 retry_seconds: float = 30.0, client: str | None = None, seed: int | None = None,
+                 policy_in_reply: bool = True, binary: bool | None = None) -> None:
         if n_envs < 1:
             raise ValueError(f"n_envs must be at least 1, not {n_envs}")
-        super().__init__(url, apikey, timeout, retry_seconds, client)
+        super().__init__(url, apikey, timeout, retry_seconds, client, binary)
+        self.policy_in_reply = policy_in_reply
         self.n_envs = n_envs
         self.rng = np.random.default_rng(seed)
         self.phase: str | None = None  # of the block being collected
@@ -100,7 +119,8 @@ class ActingClient(_Connection):
         self.session: ort.InferenceSession | None = None
         self.metadata: dict[str, Any] = {}  # the policy file's ``shepherd`` metadata
         self.held: tuple[int, str] | None = None  # the version and phase of the policy file held
-        self.fetches = 0  # policy files received (304s not counted)
+        self.fetches = 0  # policy files received (304s not counted), fetched or in upload replies
+        self.in_reply = 0  # of them, those that came in upload replies (no fetch)
         self._inputs: list[tuple[str, Any]] = []  # the file's inputs and their numpy types
         self._options = ort.SessionOptions()
         self._options.intra_op_num_threads = 1  # a small network: threads cost more than they give
@@ -114,6 +134,8 @@ class ActingClient(_Connection):
             ShepherdError: the server refused (400: the agent cannot act at the client, saying why).
         """
         body = {**self._login_body(mode), "acting": "client"}
+        if self.policy_in_reply:
+            body["policy_in_reply"] = True
         if self.n_envs > 1:
             body["n_envs"] = self.n_envs
         info = self._open(body)
@@ -138,16 +160,20 @@ class ActingClient(_Connection):
         response, raw = self._retried(lambda: self.post_raw("/shepherd/policy/", payload))
         if response.status == 304:
             return False
+        self._hold(raw, response.getheader(POLICY_VERSION_HEADER))
+        return True
+
+    def _hold(self, raw: bytes, version_text: Any) -> None:
+        """Act with the policy file ``raw`` from now on (``version_text``: the version the server named)."""
         session = ort.InferenceSession(raw, self._options, providers=["CPUExecutionProvider"])
         self.metadata = json.loads(session.get_modelmeta().custom_metadata_map.get("shepherd", "{}"))
         self.session = session
-        version = int(response.getheader(POLICY_VERSION_HEADER) or self.metadata.get("policy_version", 0))
+        version = int(version_text or self.metadata.get("policy_version", 0))
         self.policy_version = version
         self.held = (version, self.metadata.get("phase", self.phase or ""))
         self.phase = self.held[1]
         self.fetches += 1
         self._inputs = [(item.name, _DTYPES.get(item.type, np.float32)) for item in session.get_inputs()]
-        return True
 
     def act(self, obs: Any, action_mask: Any = None) -> tuple[np.ndarray, np.ndarray]:
         """The actions for a batch of observations (an array with the envs first, or a dict of such arrays
@@ -177,16 +203,31 @@ class ActingClient(_Connection):
             ShepherdError: any other refusal (400 names the field and row; 401: the session is gone).
         """
         assert self.held is not None, "log in first"
-        payload = {"session_key": self.session_key, "policy_version": self.held[0], **block.body()}
-        try:
-            reply = self._send_step(payload, "/shepherd/experience/")
+        columns = block.columns() if self.binary else to_json(block.body())
+        if self.binary and isinstance(columns["obs"], list):  # a Dict space's objects stay JSON: after the
+            columns["obs"] = columns.pop("obs")  # tensors (last in the JSON), so the server's decoder stops before
+        payload = {"session_key": self.session_key, "policy_version": self.held[0], **columns}
+        self.seq += 1
+        payload["seq"] = self.seq
+        try:  # sent again as it was after 429, 503 or a lost connection (`_send_step`'s rule)
+            response, raw = self._retried(lambda: self.post_raw("/shepherd/experience/", payload, True) if self.binary
+                                          else self.post_raw("/shepherd/experience/", payload))
         except ShepherdError as error:
             if error.status != 409 or "policy_version" not in error.body:
                 raise
             self.held = None  # fetch whatever is current (the version named, or newer)
             self.fetch_policy()
             raise StaleUpload(int(error.body["policy_version"]), error.message) from None
+        length = response.getheader(HEADER)
+        if length is None:
+            reply, policy = json.loads(raw), None
+        else:  # the next policy file came with the reply (policy_in_reply)
+            reply, tensors = decode_reply(raw, int(length))
+            policy = tensors.get("policy")
         self._plan(reply)
+        if policy is not None:
+            self._hold(policy, reply["policy_version"])
+            self.in_reply += 1
         if (reply["policy_version"], reply["phase"]) != self.held:
             self.fetch_policy()
         return reply
@@ -308,6 +349,13 @@ def run_acting_env(client: ActingClient, env: Any, seed: int | None = None, epis
         if made:
             venv.close()
     return returns
+
+
+def _stacked(rows: list[Any], dtype: Any) -> np.ndarray:
+    """Rows of observations (JSON lists or arrays) as one array, float observations as ``dtype`` (images' integers
+    kept as they are)."""
+    array = np.asarray(rows)
+    return array.astype(dtype) if array.dtype.kind == "f" or array.dtype == object else array
 
 
 def _all_allowed(client: ActingClient) -> list[list[bool]]:

@@ -11,6 +11,8 @@ import time
 from typing import Any, Callable, TypeVar
 from urllib.parse import urlsplit
 
+from shepherd.client.tensors import BINARY_NUMBERS, HEADER, encode, is_array, observation_numbers
+
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -40,12 +42,35 @@ def to_json(value: Any) -> Any:
     return value
 
 
+def binary_for(observation_space: Any, asked: bool | None = None) -> bool:
+    """Whether a session sends binary tensors: as ``asked``, or (None) when one observation of its space (the login
+    reply's spec) holds more than `BINARY_NUMBERS` numbers."""
+    if asked is not None:
+        return asked
+    return observation_space is not None and observation_numbers(observation_space) > BINARY_NUMBERS
+
+
+def _float32(value: Any) -> Any:
+    """numpy arrays of float64 as float32 (nested in dicts and lists); anything else as it is."""
+    if is_array(value):
+        return value.astype("<f4") if value.dtype.kind == "f" and value.dtype.itemsize == 8 else value
+    if isinstance(value, dict):
+        return {key: _float32(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        if value and all(is_array(item) for item in value) and len({item.shape for item in value}) == 1:
+            import numpy as np  # arrays came: numpy is there
+
+            return _float32(np.stack(value))  # one tensor for the rows (a vector step's envs)
+        return [_float32(item) for item in value]
+    return value
+
+
 class _Connection:
     """What both clients share: a keep-alive HTTP connection to the server, the session key, and the retries
     of a step. Not thread-safe."""
 
     def __init__(self, url: str, apikey: str, timeout: float = 120.0, retry_seconds: float = 30.0,
-                 client: str | None = None) -> None:
+                 client: str | None = None, binary: bool | None = None) -> None:
         parts = urlsplit(url if "://" in url else f"http://{url}")
         if parts.scheme not in ("http", "https"):
             raise ValueError(f"unsupported URL scheme {parts.scheme!r}")
@@ -57,6 +82,10 @@ class _Connection:
         self._timeout = timeout
         self._apikey = apikey
         self.client = client  # the client name a login to an advised agent gives (docs/advice.md)
+        #: whether steps and uploads go as binary tensors (docs/protocol.md, "Binary tensors"); None: decided at
+        #: login, true when one observation holds more than BINARY_NUMBERS numbers (`binary_for`)
+        self.binary_asked = binary
+        self.binary = bool(binary)
         self._connection: http.client.HTTPConnection | None = None
         self.retry_seconds = retry_seconds
         self.session_key: str | None = None
@@ -83,21 +112,29 @@ class _Connection:
             self._connection = kind(self._host, self._port, timeout=self._timeout)
         return self._connection
 
-    def post(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
-        """POST a JSON object; returns the reply object or raises ShepherdError / OSError."""
-        _, raw = self.post_raw(path, payload)
+    def post(self, path: str, payload: dict[str, Any], binary: bool = False) -> dict[str, Any]:
+        """POST a JSON object (``binary``: its arrays as binary tensors); returns the reply object or raises
+        ShepherdError / OSError."""
+        _, raw = self.post_raw(path, payload, True) if binary else self.post_raw(path, payload)
         try:
             return json.loads(raw) if raw else {}
         except ValueError:
             return {"error": raw[:200].decode(errors="replace")}
 
-    def post_raw(self, path: str, payload: dict[str, Any]) -> tuple[http.client.HTTPResponse, bytes]:
-        """POST a JSON object; returns the response (status and headers, read) and its body's bytes, or raises
-        ShepherdError (a status of 400 or more) / OSError."""
-        body = json.dumps(payload, allow_nan=False).encode()
+    def post_raw(self, path: str, payload: dict[str, Any], binary: bool = False
+                 ) -> tuple[http.client.HTTPResponse, bytes]:
+        """POST a JSON object (``binary``: every numpy array in it as a binary tensor after the JSON); returns the
+        response (status and headers, read) and its body's bytes, or raises ShepherdError (a status of 400 or
+        more) / OSError."""
+        if binary:
+            body, length = encode(payload)
+            headers = {"Content-Type": "application/octet-stream", HEADER: str(length)}
+        else:
+            body = json.dumps(payload, allow_nan=False).encode()
+            headers = {"Content-Type": "application/json"}
         connection = self._connect()
         try:
-            connection.request("POST", f"{self._prefix}{path}", body, {"Content-Type": "application/json"})
+            connection.request("POST", f"{self._prefix}{path}", body, headers)
             response = connection.getresponse()
             raw = response.read()
         except (OSError, http.client.HTTPException):
@@ -118,6 +155,7 @@ class _Connection:
         """Log in with ``payload``; keeps the reply and the session key, and starts ``seq`` again."""
         self.info = self.post("/shepherd/login_user/", payload)
         self.session_key = self.info["session_key"]
+        self.binary = binary_for(self.info.get("observation_space"), self.binary_asked)
         self.seq = 0
         self.next_episode_config = self.info.get("next_episode_config")
         self.next_episode_configs = configs_of(self.info, "next_episode_configs")
@@ -129,7 +167,16 @@ class _Connection:
         server answers a retried ``seq`` as it did the first time and counts the step once."""
         self.seq += 1
         payload["seq"] = self.seq
+        if self.binary:
+            return self._retried(lambda: self.post(path, payload, True))
         return self._retried(lambda: self.post(path, payload))
+
+    def _observations(self, value: Any) -> Any:
+        """Observations as the body carries them: JSON values, or, in binary mode, numpy arrays as they are (float64
+        as float32, which the server converts them to anyway: the same numbers, half the bytes)."""
+        if not self.binary:
+            return to_json(value)
+        return _float32(value)
 
     def _retried(self, send: Callable[[], T]) -> T:
         """``send()``, called again after 429, 503 (waiting as Retry-After says, at most 5 s) or a lost
@@ -181,7 +228,7 @@ class Client(_Connection):
         Raises:
             ShepherdError: the server refused the step (401: the session is gone; log in again).
         """
-        payload = {"session_key": self.session_key, "obs": to_json(obs), "reward": float(reward),
+        payload = {"session_key": self.session_key, "obs": self._observations(obs), "reward": float(reward),
                    "done": bool(done), "info": info or {}}
         if truncated:
             payload["truncated"] = True
@@ -208,10 +255,10 @@ class VectorClient(_Connection):
     """
 
     def __init__(self, url: str, apikey: str, n_envs: int, timeout: float = 120.0,
-                 retry_seconds: float = 30.0, client: str | None = None) -> None:
+                 retry_seconds: float = 30.0, client: str | None = None, binary: bool | None = None) -> None:
         if n_envs < 1:
             raise ValueError(f"n_envs must be at least 1, not {n_envs}")
-        super().__init__(url, apikey, timeout, retry_seconds, client)
+        super().__init__(url, apikey, timeout, retry_seconds, client, binary)
         self.n_envs = n_envs
 
     def login(self, mode: str = "train") -> dict[str, Any]:
@@ -233,11 +280,11 @@ class VectorClient(_Connection):
             ShepherdError: the server refused the step (400 names the field and index; 401: the session
                 is gone, log in again).
         """
-        payload: dict[str, Any] = {"session_key": self.session_key, "obs": to_json(obs),
+        payload: dict[str, Any] = {"session_key": self.session_key, "obs": self._observations(obs),
                                    "reward": to_json(reward), "terminated": to_json(terminated),
                                    "truncated": to_json(truncated)}
         if final_obs is not None:
-            payload["final_obs"] = to_json(final_obs)
+            payload["final_obs"] = [None if last is None else self._observations(last) for last in final_obs]
         if info is not None:
             payload["info"] = to_json(info)
         if action_mask is not None:

@@ -17,6 +17,7 @@ logger = logging.getLogger(__name__)
 
 
 from shepherd.client.connection import Client, ShepherdError, VectorClient, to_json
+from shepherd.client.tensors import BINARY_NUMBERS, is_array
 
 #: a function that sets an env up with an episode's config (docs/lessons.md), called before the env's reset
 ApplyConfig = Callable[[Any, dict], None]
@@ -153,11 +154,20 @@ def _rows(batch: Any, n: int) -> list:
     if isinstance(batch, dict):
         columns = {key: _rows(value, n) for key, value in batch.items()}
         return [{key: column[i] for key, column in columns.items()} for i in range(n)]
-    rows = to_json(batch)  # one tolist() for the whole batch: the cheapest way to JSON values
-    if not isinstance(rows, list) or len(rows) != n:
+    rows = _observation(batch, n)  # one tolist() for the whole batch: the cheapest way to JSON values
+    if not (isinstance(rows, list) or is_array(rows)) or len(rows) != n:
         raise ValueError(f"expected a batch of {n} observations, got {type(batch).__name__} "
                          f"{getattr(batch, 'shape', '')}")
     return rows
+
+
+def _observation(value: Any, n: int = 1) -> Any:
+    """An observation (or a batch of ``n``) as JSON values, or kept as the numpy array it is when one observation
+    holds more than `BINARY_NUMBERS` numbers: a client sends those as binary tensors (and converts them to JSON
+    itself when it does not)."""
+    if is_array(value) and value.size > BINARY_NUMBERS * n:
+        return value
+    return to_json(value)
 
 
 def first_vector_step(obs: Any, n_envs: int) -> dict[str, list]:
@@ -190,7 +200,7 @@ def gymnasium_vector_step(obs: Any, reward: Any, terminated: Any, truncated: Any
                 raise ValueError(f"env {i} ended but infos['final_obs'] has no observation for it: make the "
                                  "vector env with autoreset_mode=AutoresetMode.SAME_STEP (make_vector_env does)")
         assert finals is not None
-        body["final_obs"] = [to_json(finals[i]) if end else None for i, end in enumerate(ended)]
+        body["final_obs"] = [_observation(finals[i]) if end else None for i, end in enumerate(ended)]
     return body
 
 
@@ -212,7 +222,7 @@ def sb3_vec_env_step(obs: Any, rewards: Any, dones: Any, infos: list[dict[str, A
         for i, end in enumerate(ended):
             if end and "terminal_observation" not in infos[i]:
                 raise ValueError(f"env {i} is done but infos[{i}] has no 'terminal_observation'")
-        body["final_obs"] = [to_json(info["terminal_observation"]) if end else None
+        body["final_obs"] = [_observation(info["terminal_observation"]) if end else None
                              for end, info in zip(ended, infos)]
     return body
 

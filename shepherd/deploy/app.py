@@ -26,6 +26,7 @@ from shepherd.wire.limits import LoginThrottle, TooManyRequests
 from shepherd.wire.replies import http_error, json_error
 from shepherd.wire.sessions import Conflict, TooManySessions, Unauthorized, is_retry
 from shepherd.wire.spaces import SpaceError, check_action_mask, space_to_json
+from shepherd.wire.tensors import HEADER as TENSORS_HEADER, json_length, plain
 from shepherd.wire import (STEP_FIELDS, BadRequest, StepInput, VectorStepInput, parse_login, parse_object,
                            parse_step, parse_vector_step, session_key)
 
@@ -125,8 +126,13 @@ def _json(data: object) -> web.Response:
     return web.Response(body=orjson.dumps(data), content_type="application/json")
 
 
+def _json_length(request: web.Request) -> int | None:
+    """The request's Inference-Header-Content-Length: binary tensors follow its body's JSON (docs/protocol.md)."""
+    return json_length(request.headers.get(TENSORS_HEADER))
+
+
 async def login_user(request: web.Request) -> web.Response:
-    login = parse_login(await request.read())
+    login = parse_login(await request.read(), _json_length(request))
     config, throttle, address = request.app[CONFIG], request.app[LOGIN_THROTTLE], request.remote or "?"
     throttle.check(address)  # an address blocked by its failed attempts gets 429, its key untried
     if not hmac.compare_digest(login.apikey.encode(), config.api_key.encode()):
@@ -152,7 +158,7 @@ async def login_user(request: web.Request) -> web.Response:
 
 
 async def env_step(request: web.Request) -> web.Response:
-    data = parse_object(await request.read(), STEP_FIELDS)
+    data = parse_object(await request.read(), STEP_FIELDS, _json_length(request))
     sessions, policy, mask_rule = request.app[SESSIONS], request.app[CONFIG].policy, request.app[MASK_RULE]
     session = sessions.get(session_key(data))
     mask_space = policy.action_space if policy.takes_masks else None
@@ -183,7 +189,7 @@ def _act(policy: Policy, step: StepInput | VectorStepInput) -> dict[str, Any]:
 
 
 async def logout(request: web.Request) -> web.Response:
-    data = parse_object(await request.read(), {"session_key"})
+    data = plain(parse_object(await request.read(), {"session_key"}, _json_length(request)))
     request.app[SESSIONS].end(session_key(data))
     return _json({"ok": True})
 

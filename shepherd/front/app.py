@@ -29,6 +29,8 @@ from shepherd.front.frames import (ADDRESS_HEADER, CONTENT_TYPE, FRONT_END_HEADE
 from shepherd.front.snapshot_cache import SNAPSHOT_HEADER, SnapshotCache
 from shepherd.wire.addresses import Network, forwarded_client, trusted
 from shepherd.wire.replies import http_error, json_error
+from shepherd.wire.steps import BadRequest
+from shepherd.wire.tensors import HEADER as TENSORS_HEADER, json_length
 
 logger = logging.getLogger(__name__)
 
@@ -173,15 +175,19 @@ async def client_operation(request: web.Request) -> web.StreamResponse:
     """A login, step or logout: read here, answered by the head in a batch (a step of a session noted for a
     snapshot: answered here, recorded by the head)."""
     body = await _read_body(request)
+    try:
+        length = json_length(request.headers.get(TENSORS_HEADER))  # binary tensors after the JSON
+    except BadRequest as error:
+        return json_error(400, str(error))
     op, address, snapshots = CLIENT_ROUTES[request.path], _client_address(request), request.app[SNAPSHOTS]
     if op == "step":
-        answered = await snapshots.answer(body, address)
+        answered = await snapshots.answer(body, address, length)
         if answered is not None:
             answer, version = answered
             return answer.response(snapshot_version=version)
-    answer = await request.app[BATCHER].submit(Item(op, address, body))
+    answer = await request.app[BATCHER].submit(Item(op, address, body, length))
     if answer.note is not None or (op == "logout" and snapshots.sessions):
-        snapshots.note(_session_key(op, body, answer), answer.note)
+        snapshots.note(_session_key(op, body if length is None else body[:length], answer), answer.note)
     return answer.response()
 
 

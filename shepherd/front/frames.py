@@ -4,7 +4,8 @@ by one as the head sends them. orjson only: the head (``shepherd/http/internal.p
 (``shepherd/front/``) both import it.
 
 A request body is one frame per item: a header line ``{"op": "login"|"step"|"logout"|"greedy", "address":
-"...", "length": N}`` then the N bytes of the client's body (of a ``greedy`` item: the front end's record of a
+"...", "length": N}`` (with ``"json": J`` when the client's body is JSON followed by binary tensors, its
+``Inference-Header-Content-Length``) then the N bytes of the client's body (of a ``greedy`` item: the front end's record of a
 step it answered from its snapshot, `shepherd.wire.GreedyStep` or `GreedyVectorStep`). The reply streams one
 frame per item, in the order the answers are ready: ``{"item": I, "status": S, "retry_after": "5" or null,
 "length": N}`` then the N bytes of the JSON body the public route would have sent. An answer about a session
@@ -53,6 +54,7 @@ class Item:
     op: str
     address: str
     body: bytes
+    json_length: int | None = None  # the body's Inference-Header-Content-Length (binary tensors follow its JSON)
 
 
 def frame(header: dict[str, Any], body: bytes) -> bytes:
@@ -71,7 +73,9 @@ def _header(line: bytes) -> dict[str, Any]:
 
 
 def encode_items(items: list[Item]) -> bytes:
-    return b"".join(frame({"op": item.op, "address": item.address}, item.body) for item in items)
+    return b"".join(frame({"op": item.op, "address": item.address}
+                          | ({} if item.json_length is None else {"json": item.json_length}), item.body)
+                    for item in items)
 
 
 def decode_items(data: bytes) -> list[Item]:
@@ -83,13 +87,15 @@ def decode_items(data: bytes) -> list[Item]:
         if end < 0:
             raise FrameError("a frame's header line is missing or too long")
         header = _header(data[position:end])
-        op, address = header.get("op"), header.get("address")
+        op, address, json_length = header.get("op"), header.get("address"), header.get("json")
         if op not in OPERATIONS or not isinstance(address, str):
             raise FrameError(f"a frame's op must be one of {', '.join(OPERATIONS)}, with an address")
+        if json_length is not None and (type(json_length) is not int or json_length < 0):
+            raise FrameError("a frame's json is the length of its body's JSON")
         start, position = end + 1, end + 1 + header["length"]
         if position > len(data):
             raise FrameError("a frame's body is cut off")
-        items.append(Item(op, address, data[start:position]))
+        items.append(Item(op, address, data[start:position], json_length))
         if len(items) > MAX_ITEMS:
             raise FrameError(f"a batch holds at most {MAX_ITEMS} items")
     if not items:

@@ -76,13 +76,14 @@ class SnapshotCache:
             self._wanted[note.name] = max(note.version, self._wanted.get(note.name, -1))
             self._refresh(note.name)
 
-    async def answer(self, body: bytes, address: str) -> tuple[Any, int] | None:
+    async def answer(self, body: bytes, address: str, json_length: int | None = None) -> tuple[Any, int] | None:
         """The head's answer to a step this front end answered from its snapshot, and the snapshot's version;
-        None: send the step to the head as it came."""
+        None: send the step to the head as it came (``json_length``: the body's Inference-Header-Content-Length,
+        binary tensors after its JSON)."""
         if not self.sessions:
             return None
         try:
-            data = parse_object(body, STEP_FIELDS)
+            data = parse_object(body, STEP_FIELDS, json_length)
             key = session_key(data)
         except BadRequest:
             return None

@@ -12,6 +12,7 @@ import contextlib
 import functools
 import gc
 import logging
+import weakref
 from pathlib import Path
 from typing import AsyncIterator, Awaitable, Callable
 
@@ -29,9 +30,11 @@ from shepherd.http.operations import CLIENT_OPERATIONS, ClientOperation
 from shepherd.http.proxies import parse_networks, proxy_middleware
 from shepherd.http.signins import SignInTable
 from shepherd.http.state import (ADMIN, CONFIG, CREATED_ADMIN_TOKEN, CREATED_KEYS, CURVE_READS, DASHBOARD_FILES, GRAPH,
-                                 HEALTH_PROBE, LOCAL_CREDENTIAL, LOGIN_THROTTLE, METRICS, OPENAPI, RATE_LIMITER,
+                                 HEALTH_PROBE, LOCAL_CREDENTIAL, LOGIN_THROTTLE, METRICS, OPENAPI, POLICY_IN_REPLY,
+                                 RATE_LIMITER,
                                  SIGNINS, STORE, ServerConfig)
 from shepherd.storage import DataFolderLock, Store, new_secret
+from shepherd.wire.tensors import HEADER as TENSORS_HEADER, json_length
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +51,8 @@ def openapi_document() -> bytes:
 
 def _client_route(operation: ClientOperation) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def handler(request: web.Request) -> web.Response:
-        return await operation(request.app, await request.read(), request.remote or "?")
+        length = json_length(request.headers.get(TENSORS_HEADER))  # binary tensors after the JSON
+        return await operation(request.app, await request.read(), request.remote or "?", length)
 
     handler.__name__ = handler.__qualname__ = operation.__name__.removesuffix("_reply")
     return handler
@@ -152,6 +156,7 @@ def create_app(config: ServerConfig) -> web.Application:
     if config.requests_per_second_per_key:
         app[RATE_LIMITER] = RateLimiter(config.requests_per_second_per_key, config.burst_per_key)
     app[DASHBOARD_FILES] = dashboard.load_files()
+    app[POLICY_IN_REPLY] = weakref.WeakSet()
     app.router.add_routes([
         *(web.post(path, _client_route(operation)) for path, operation in CLIENT_OPERATIONS.values()),
         # the dashboard

@@ -140,7 +140,7 @@ async def _answer(app: web.Application, index: int, item: Item) -> bytes:
         reply = json_error(413, HTTP_MESSAGES[413].format(limit=limit))
     else:
         try:
-            reply = await operation(app, item.body, item.address)
+            reply = await operation(app, item.body, item.address, item.json_length)
         except NotHere as error:
             return _not_here(index, error)
         except Exception as error:  # noqa: BLE001 - mapped as error_middleware maps it

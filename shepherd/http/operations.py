@@ -16,11 +16,12 @@ from shepherd.agents import AgentClosed
 from shepherd.front.frames import NOT_HERE, SnapshotNote
 from shepherd.graph import Acted, Gone, Session
 from shepherd.http.protocol import STEP_FIELDS, parse_login, parse_object, session_key
-from shepherd.http.state import CONFIG, GRAPH, LOGIN_THROTTLE, RATE_LIMITER
+from shepherd.http.state import CONFIG, GRAPH, LOGIN_THROTTLE, POLICY_IN_REPLY, RATE_LIMITER
 from shepherd.wire.spaces import action_to_json, space_to_json
 from shepherd.storage import hash_key
 from shepherd.wire import BadRequest, parse_greedy_step
 from shepherd.wire.experience import EXPERIENCE_FIELDS
+from shepherd.wire.tensors import HEADER as TENSORS_HEADER, plain
 
 #: the header of a policy file's version (``POST /shepherd/policy/``)
 POLICY_VERSION_HEADER = "Shepherd-Policy-Version"
@@ -58,9 +59,10 @@ def _count_request(app: web.Application, session: Session, cost: int | None = No
         limiter.take(session.client_id, cost=cost if cost is not None else session.n_envs or 1)
 
 
-async def login_reply(app: web.Application, body: bytes, address: str) -> web.Response:
+async def login_reply(app: web.Application, body: bytes, address: str, json_length: int | None = None
+                      ) -> web.Response:
     """Log in (``POST /shepherd/login_user/``)."""
-    login = parse_login(body)
+    login = parse_login(body, json_length)
     graph, throttle = app[GRAPH], app[LOGIN_THROTTLE]
     throttle.check(address)  # an address blocked by its failed attempts gets 429, its key untried
     limiter = app.get(RATE_LIMITER)
@@ -80,6 +82,9 @@ async def login_reply(app: web.Application, body: bytes, address: str) -> web.Re
     except Exception:
         graph.logout(session.key)  # a session the learner refused (or did not plan in time) holds nothing
         raise
+    if login.policy_in_reply:  # a client-acting login's (parse_login refuses it on others)
+        app[POLICY_IN_REPLY].add(session)
+        reply["policy_in_reply"] = True
     if session.n_envs is not None:
         reply["n_envs"] = session.n_envs
     if session.runtime.client is not None:
@@ -105,9 +110,11 @@ def _noted(reply: web.Response, snapshot: tuple[str, int, int | None] | None) ->
     return reply
 
 
-async def step_reply(app: web.Application, body: bytes, address: str) -> web.Response:
-    """One step, single or vector (``POST /shepherd/env/``); ``"obs": null`` logs out."""
-    data = await _parsed(body, parse_object, body, STEP_FIELDS)
+async def step_reply(app: web.Application, body: bytes, address: str, json_length: int | None = None
+                     ) -> web.Response:
+    """One step, single or vector (``POST /shepherd/env/``); ``"obs": null`` logs out. ``json_length``: the
+    body's ``Inference-Header-Content-Length`` (binary tensors follow its JSON; None: all JSON)."""
+    data = await _parsed(body, parse_object, body, STEP_FIELDS, json_length)
     graph = app[GRAPH]
     session = graph.session(session_key(data))
     _count_request(app, session)
@@ -131,22 +138,41 @@ def _acted(session: Session, acted: Acted) -> web.Response:
                   **acted.fields})
 
 
-async def experience_reply(app: web.Application, body: bytes, address: str) -> web.Response:
+async def experience_reply(app: web.Application, body: bytes, address: str, json_length: int | None = None
+                           ) -> web.Response:
     """One upload of a client-acting session (``POST /shepherd/experience/``): learned from (heatup, training)
     or recorded (evaluation, deployment), with what the client does next."""
-    data = await _parsed(body, parse_object, body, EXPERIENCE_FIELDS)  # a large upload off the loop, as a step
+    data = await _parsed(body, parse_object, body, EXPERIENCE_FIELDS, json_length)  # a large one off the loop
     graph = app[GRAPH]
     session = graph.session(session_key(data))
     _count_request(app, session, session.level.upload_steps())  # before the check: a refused upload costs no work
     experience = await _parsed(body, session.parse_upload, data)
     acted = await graph.step(session, experience)
-    return _json(acted.action)
+    plan = acted.action
+    if session in app[POLICY_IN_REPLY]:
+        # the next block acts with another file than the one the upload was drawn with (another version or
+        # phase): it comes in the reply (issue 47, docs/acting.md), so a rollout costs one round trip; a retry's
+        # reply carries it again
+        version, onnx = await session.policy(experience.policy_version, graph.act_timeout)
+        if onnx is not None:
+            return _with_tensors({**plan, "policy_version": version}, "policy", onnx)
+    return _json(plan)
 
 
-async def policy_reply(app: web.Application, body: bytes, address: str) -> web.Response:
+def _with_tensors(data: dict[str, Any], key: str, payload: bytes) -> web.Response:
+    """A reply in the binary layout of requests (docs/protocol.md, "Binary tensors"): ``data`` with ``key`` as a
+    UINT8 tensor of ``payload``'s bytes, the JSON's length in the Inference-Header-Content-Length header."""
+    header = orjson.dumps({**data, key: {"datatype": "UINT8", "shape": [len(payload)],
+                                         "binary_data_size": len(payload)}})
+    return web.Response(body=header + payload, content_type="application/octet-stream",
+                        headers={TENSORS_HEADER: str(len(header))})
+
+
+async def policy_reply(app: web.Application, body: bytes, address: str, json_length: int | None = None
+                       ) -> web.Response:
     """The behaviour policy a client-acting session acts with now (``POST /shepherd/policy/``): an ONNX file,
     or 304 when the client names the version it holds and that file is still the one to act with."""
-    data = parse_object(body, {"session_key", "policy_version"})
+    data = plain(parse_object(body, {"session_key", "policy_version"}, json_length))
     graph = app[GRAPH]
     session = graph.session(session_key(data))
     held = data.get("policy_version")
@@ -191,7 +217,8 @@ def greedy_reply_now(app: web.Application, body: bytes) -> web.Response | None:
     return _noted(_acted(session, acted), snapshot)
 
 
-async def greedy_reply(app: web.Application, body: bytes, address: str) -> web.Response:
+async def greedy_reply(app: web.Application, body: bytes, address: str, json_length: int | None = None
+                       ) -> web.Response:
     """`greedy_reply_now`, waiting for the answer of a retried step still in flight."""
     reply = greedy_reply_now(app, body)
     if reply is not None:
@@ -203,14 +230,15 @@ async def greedy_reply(app: web.Application, body: bytes, address: str) -> web.R
     return _noted(_acted(session, await graph.step(session, step)), session.snapshot)
 
 
-async def logout_reply(app: web.Application, body: bytes, address: str) -> web.Response:
+async def logout_reply(app: web.Application, body: bytes, address: str, json_length: int | None = None
+                       ) -> web.Response:
     """Log out (``POST /shepherd/logout/``)."""
-    data = parse_object(body, {"session_key"})
+    data = plain(parse_object(body, {"session_key"}, json_length))
     app[GRAPH].logout(session_key(data))
     return _json({"ok": True})
 
 
-ClientOperation = Callable[[web.Application, bytes, str], Awaitable[web.Response]]
+ClientOperation = Callable[[web.Application, bytes, str, "int | None"], Awaitable[web.Response]]
 
 #: the client protocol's routes and their operations, by the name the batch endpoint gives them
 CLIENT_OPERATIONS: dict[str, tuple[str, ClientOperation]] = {

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -106,3 +107,5 @@ DASHBOARD_FILES = web.AppKey("dashboard_files", dict)
 HEALTH_PROBE: web.AppKey[StoreProbe] = web.AppKey("health_probe")
 #: the app's Prometheus registry and request counts (``GET /metrics``)
 METRICS = web.AppKey("metrics", Metrics)
+#: the client-acting sessions whose login asked for the policy file in their upload replies ("policy_in_reply")
+POLICY_IN_REPLY = web.AppKey("policy_in_reply", weakref.WeakSet)

@@ -72,6 +72,9 @@ def _space_column(space: spaces.Space, rows: Any, count: int, n: int) -> Any:
     if not isinstance(space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
         return None  # another kind: the per-value checker
     dims = (count, n, *(space.shape or ()))
+    array = _array(rows, dims)
+    if array is not None:
+        return _space_array(space, array)
     found = _leaves(rows, dims)
     if found is None:
         return None
@@ -93,6 +96,50 @@ def _space_column(space: spaces.Space, rows: Any, count: int, n: int) -> Any:
         return array if ((shifted >= 0) & (shifted < int(space.n))).all() else None
     upper = space.nvec if isinstance(space, spaces.MultiDiscrete) else np.full(space.shape, 2)
     return array.astype(space.dtype) if ((array >= 0) & (array < upper)).all() else None
+
+
+def _array(rows: Any, dims: tuple[int, ...]) -> np.ndarray | None:
+    """A binary body's column (`shepherd.wire.tensors`) as one array of shape ``dims``: a tensor of that shape, or
+    lists (of lists) of tensors each of the rest of it, of one datatype; None for anything else (JSON values, or
+    tensors that do not fit: `_leaves` then gives up on them too, and the per-value checker words why)."""
+    if isinstance(rows, np.ndarray):
+        return rows if rows.shape == dims else None
+    depth, item = 0, rows
+    while type(item) is list and item and depth < len(dims):
+        item, depth = item[0], depth + 1
+    if depth == 0 or not isinstance(item, np.ndarray):
+        return None
+    found = _leaves(rows, dims[:depth])
+    if found is None or found[1] != {np.ndarray}:
+        return None
+    parts, shape = found[0], dims[depth:]
+    if any(part.shape != shape or part.dtype != item.dtype for part in parts):
+        return None
+    return np.stack(parts).reshape(dims)
+
+
+def _space_array(space: spaces.Space, array: np.ndarray) -> np.ndarray | None:
+    """`_space_column`'s rules for an array: a ``Box``'s numbers (never booleans) as float32, finite there; the
+    integers of the discrete kinds within their ranges; None when any may not pass."""
+    kind = array.dtype.kind
+    if isinstance(space, spaces.Box):
+        if kind in "iu" and array.dtype.itemsize <= 2:
+            return array.astype(np.float32)  # bytes and shorts (an image's): exact and finite in float32
+        if kind not in "iuf":
+            return None
+        numbers = array.astype(np.float64)
+        limit = _EXACT if kind in "iu" else _F32_MAX
+        return numbers.astype(np.float32) if (np.abs(numbers) <= limit).all() else None  # NaN fails too
+    if kind not in "iu":
+        return None
+    values = array.astype(np.int64)
+    if isinstance(space, spaces.Discrete):
+        shifted = values - int(space.start)
+        return values if ((shifted >= 0) & (shifted < int(space.n))).all() else None
+    if not isinstance(space, (spaces.MultiDiscrete, spaces.MultiBinary)):
+        return None
+    upper = space.nvec if isinstance(space, spaces.MultiDiscrete) else np.full(space.shape, 2)
+    return values.astype(space.dtype) if ((values >= 0) & (values < upper)).all() else None
 
 
 def _dict_column(space: spaces.Dict, rows: Any, count: int, n: int) -> dict[str, Any] | None:
@@ -118,6 +165,12 @@ def _within(drawn: np.ndarray, space: spaces.Box) -> bool:
 
 
 def _reward_column(rows: Any, steps: int, n: int) -> np.ndarray | None:
+    array = _array(rows, (steps, n))
+    if array is not None:
+        if array.dtype.kind not in "iuf":
+            return None
+        reward = array.astype(np.float64)
+        return reward if np.isfinite(reward).all() and (np.abs(reward) <= max_reward()).all() else None
     found = _leaves(rows, (steps, n))
     if found is None or not found[1] <= _NUMBERS:
         return None
@@ -131,6 +184,11 @@ def _flag_column(rows: Any, steps: int, n: int) -> np.ndarray | None:
 
 def _flags(rows: Any, dims: tuple[int, ...]) -> np.ndarray | None:
     """Nested lists of ``dims`` of booleans (or 0 and 1, as the per-value rules take them) as a bool array."""
+    array = _array(rows, dims)
+    if array is not None:
+        if array.dtype == bool:
+            return array.copy()
+        return array.astype(bool) if array.dtype.kind in "iu" and ((array == 0) | (array == 1)).all() else None
     found = _leaves(rows, dims)
     if found is None or not found[1] <= _FLAGS:
         return None

@@ -26,6 +26,7 @@ from shepherd.wire.columns import columns, mask_column
 from shepherd.wire.parse import sequence_number
 from shepherd.wire.spaces import SpaceError, check_observation, check_observations
 from shepherd.wire.steps import BadRequest, MaskCheck, StepTaker, check_reward
+from shepherd.wire.tensors import plain
 
 #: the fields of an upload's body
 EXPERIENCE_FIELDS = {"session_key", "seq", "policy_version", "obs", "sample", "reward", "terminated", "truncated",
@@ -148,7 +149,7 @@ class Experience:
 def _digest_array(digest: Any, value: Any) -> None:
     array = np.ascontiguousarray(value)
     digest.update(f"{array.dtype.str}|{array.shape}|".encode())
-    digest.update(array.tobytes())
+    digest.update(array.data)  # the buffer itself: no copy of a block's observations
 
 
 def _shape_is(name: str, got: tuple[int, ...], expected: tuple[int, ...]) -> None:
@@ -216,17 +217,17 @@ def parse_experience(data: dict[str, Any], checks: ExperienceSpaces, n_envs: int
     version = _version(data)
     fast = columns(data, checks.observation, checks.sample, n_envs, steps)
     if fast is None:
-        return checked_experience(data, checks, n_envs, steps)
+        return checked_experience(plain(data), checks, n_envs, steps)
     try:
         seq = sequence_number(data)
         finals = _finals(data, checks.observation, n_envs, steps)
         masks = _mask_column(data, checks, n_envs, steps)
         if masks is None:
             masks = _masks(data, checks, n_envs, steps)
-    except SpaceError as error:
-        raise BadExperience(str(error)) from None
+    except (SpaceError, BadExperience):  # worded, value by value, as the JSON body's would be
+        return checked_experience(plain(data), checks, n_envs, steps)
     if masks is not None and not _all_allowed(checks.sample, masks, fast["sample"]):
-        return checked_experience(data, checks, n_envs, steps)
+        return checked_experience(plain(data), checks, n_envs, steps)
     return Experience.of(fast["obs"], fast["sample"], fast["reward"], fast["terminated"], fast["truncated"], finals,
                          version, masks, seq)
 
@@ -239,7 +240,8 @@ def _version(data: dict[str, Any]) -> int:
 
 
 def checked_experience(data: dict[str, Any], checks: ExperienceSpaces, n_envs: int, steps: int) -> Experience:
-    """`parse_experience` value by value, in Python: what names the field and ``[t][i]`` of a refused upload.
+    """`parse_experience` value by value, in Python: what names the field and ``[t][i]`` of a refused upload
+    (of JSON values: a binary body's arrays are made `plain` first).
 
     Raises:
         BadExperience: as `parse_experience`.

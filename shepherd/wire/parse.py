@@ -7,28 +7,35 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import orjson
 from gymnasium import spaces
 
 from shepherd.definition import check_client_name
 from shepherd.wire.spaces import SpaceError, check_observation, check_observations
+from shepherd.wire.tensors import decode, plain
 from shepherd.wire.steps import (BadRequest, GreedyStep, GreedyVectorStep, MaskCheck, StepInput,
                                  VectorStepInput)
 
 #: the fields of a step of either kind; `parse_step` and `parse_vector_step` refuse the other kind's
 STEP_FIELDS = {"session_key", "obs", "reward", "done", "info", "truncated", "terminated", "seq", "final_obs",
                "action_mask"}
-LOGIN_FIELDS = {"apikey", "mode", "n_envs", "client", "acting"}
+LOGIN_FIELDS = {"apikey", "mode", "n_envs", "client", "acting", "policy_in_reply"}
 #: where a session's policy acts: at the server (steps, the default) or at the client (policy file, uploads)
 ACTING = ("server", "client")
 
 
-def parse_object(body: bytes, fields: set[str]) -> dict[str, Any]:
-    """Raises BadRequest unless ``body`` is a JSON object whose keys are all in ``fields``."""
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError as error:
-        raise BadRequest(f"the body is not valid JSON ({error}); NaN and Infinity are not JSON") from None
+def parse_object(body: bytes, fields: set[str], json_length: int | None = None) -> dict[str, Any]:
+    """Raises BadRequest unless ``body`` is a JSON object whose keys are all in ``fields``. With ``json_length``
+    (the ``Inference-Header-Content-Length`` header) the JSON is the body's first bytes and binary tensors
+    follow it (`shepherd.wire.tensors.decode`): the object then holds numpy arrays where they were."""
+    if json_length is not None:
+        data = decode(body, json_length)
+    else:
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError as error:
+            raise BadRequest(f"the body is not valid JSON ({error}); NaN and Infinity are not JSON") from None
     if not isinstance(data, dict):
         raise BadRequest("the body must be a JSON object")
     unknown = sorted(set(data) - fields)
@@ -44,14 +51,15 @@ class Login:
     n_envs: int | None = None  # a vector session's envs; None: one env
     client: str | None = None  # an advised agent's client name (checked: letters, digits, . _ -)
     acting: str = "server"  # "client": the session fetches its policy and uploads experience (`ACTING`)
+    policy_in_reply: bool = False  # a client-acting session's upload replies carry a new policy file (docs/acting.md)
 
     @property
     def acts_at_client(self) -> bool:
         return self.acting == "client"
 
 
-def parse_login(body: bytes) -> Login:
-    data = parse_object(body, LOGIN_FIELDS)
+def parse_login(body: bytes, json_length: int | None = None) -> Login:
+    data = plain(parse_object(body, LOGIN_FIELDS, json_length))
     apikey = data.get("apikey")
     if not isinstance(apikey, str) or not apikey:
         raise BadRequest("'apikey' (a string) is required")
@@ -71,11 +79,23 @@ def parse_login(body: bytes) -> Login:
     if acting not in ACTING:
         raise BadRequest("'acting' must be 'server' (send steps, the default) or 'client' (act with the policy "
                          "file of POST /shepherd/policy/ and upload experience to POST /shepherd/experience/)")
-    return Login(apikey, mode == "evaluate", n_envs, client, acting)
+    in_reply = data.get("policy_in_reply", False)
+    if not isinstance(in_reply, bool):
+        raise BadRequest("'policy_in_reply' must be true or false")
+    if in_reply and acting != "client":
+        raise BadRequest("'policy_in_reply' is for sessions acting at the client (\"acting\": \"client\"), whose "
+                         "upload replies can carry their next policy file")
+    return Login(apikey, mode == "evaluate", n_envs, client, acting, in_reply)
+
+
+def _json(value: Any) -> Any:
+    """A binary body's array (`shepherd.wire.tensors`) in a field the checks take as JSON (rewards, flags) as
+    the JSON value it stands for; anything else as it is."""
+    return value.tolist() if isinstance(value, np.ndarray) else value
 
 
 def _flag(data: dict[str, Any], name: str) -> bool | None:
-    value = data.get(name)
+    value = _json(data.get(name))
     if value is None:
         return None
     if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
@@ -92,7 +112,7 @@ def session_key(data: dict[str, Any]) -> str:
 
 def sequence_number(data: dict[str, Any]) -> int | None:
     """A body's optional ``seq``. Raises BadRequest unless it is absent, null or a non-negative integer."""
-    seq = data.get("seq")
+    seq = _json(data.get("seq"))
     if seq is None:
         return None
     if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < 2 ** 63:
@@ -116,17 +136,18 @@ def parse_step(data: dict[str, Any], observation_space: spaces.Space, mask_space
         raise BadRequest("'obs' is required: the observation, or null to end the session")
     if data["obs"] is None:
         return None
-    if isinstance(data.get("reward"), list) or "final_obs" in data:
+    reward = _json(data.get("reward"))
+    if isinstance(reward, list) or "final_obs" in data:
         raise BadRequest("this session drives one env: send one 'obs' and one 'reward' (log in with 'n_envs' "
                          "for vector steps)")
     try:
         obs = check_observation(observation_space, data["obs"])
     except SpaceError as error:
         raise BadRequest(str(error)) from None
-    if data.get("reward") is None:
+    if reward is None:
         raise BadRequest("'reward' (a finite number) is required with every observation; send 0 with an "
                          "episode's first observation, whose reward is ignored")
-    info = data.get("info", {})
+    info = _json(data.get("info", {}))
     if info is None:
         info = {}
     if not isinstance(info, dict):
@@ -142,13 +163,13 @@ def parse_step(data: dict[str, Any], observation_space: spaces.Space, mask_space
         except SpaceError as error:
             raise BadRequest(str(error)) from None
     try:
-        return StepInput.of(obs, data["reward"], done, terminated, truncated, seq, mask)
+        return StepInput.of(obs, reward, done, terminated, truncated, seq, mask)
     except ValueError as error:
         raise BadRequest(str(error)) from None
 
 
 def _flags(data: dict[str, Any], name: str, n: int) -> list[bool]:
-    values = data.get(name)
+    values = _json(data.get(name))
     if not isinstance(values, list):
         raise BadRequest(f"'{name}' (a list of {n} booleans, one per env) is required in a vector step")
     if len(values) != n:
@@ -163,6 +184,8 @@ def _list_of(data: dict[str, Any], name: str, n: int, what: str) -> list[Any] | 
     values = data.get(name)
     if values is None:
         return None
+    if isinstance(values, np.ndarray):  # a binary body's: rewards as JSON, observations and masks row by row
+        values = values.tolist() if name in ("reward", "info") or values.ndim == 0 else list(values)
     if not isinstance(values, list):
         raise BadRequest(f"'{name}' must be a list of {n} {what}, one per env")
     if len(values) != n:
@@ -186,7 +209,9 @@ def parse_vector_step(data: dict[str, Any], observation_space: spaces.Space, n_e
     if "done" in data:
         raise BadRequest("a vector step has no 'done': send 'terminated' and 'truncated', one boolean per env")
     observations = data["obs"]
-    if not isinstance(observations, list) or not isinstance(data.get("reward"), list):
+    if isinstance(observations, np.ndarray) and observations.ndim == 0:
+        observations = observations.tolist()
+    if not isinstance(observations, (list, np.ndarray)) or not isinstance(_json(data.get("reward")), list):
         raise BadRequest(f"this session drives {n_envs} envs: 'obs' and 'reward' must be lists with one item "
                          "per env")
     if len(observations) != n_envs:

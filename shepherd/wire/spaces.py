@@ -199,8 +199,12 @@ def check_observation(space: spaces.Space, value: Any, where: str = "obs") -> Ob
     Raises:
         SpaceError: the observation does not fit the space.
     """
-    if isinstance(space, ImageBox):
+    if isinstance(space, ImageBox):  # nested lists of integers, or a binary body's UINT8 tensor
         return _check_image(space, value, where)
+    if isinstance(value, np.ndarray):  # a binary body's tensor (`shepherd.wire.tensors`)
+        if isinstance(space, spaces.Box) and value.shape == space.shape and value.dtype.kind in "iuf":
+            return _box_array(value, where, space)
+        value = value.tolist()  # anything else is checked, and refused, as its JSON would be
     if isinstance(space, spaces.Box):
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             value = [value]
@@ -217,11 +221,7 @@ def check_observation(space: spaces.Space, value: Any, where: str = "obs") -> Ob
             raise SpaceError(f"{where} must contain only numbers (shape {list(space.shape)})")
         if raw.shape != space.shape:
             raise SpaceError(f"{where} has shape {list(raw.shape)}, expected {list(space.shape)}")
-        with np.errstate(over="ignore"):  # an overflow becomes inf, refused just below
-            arr = raw.astype(np.float32)
-        if not np.isfinite(arr).all():
-            raise SpaceError(f"{where} contains NaN or infinity, or a number too large for float32")
-        return arr
+        return _box_array(raw, where, space)
     if isinstance(space, spaces.Discrete):
         if isinstance(value, bool) or not isinstance(value, int):
             raise SpaceError(f"{where} must be an integer in [0, {space.n - 1}]")
@@ -241,6 +241,17 @@ def check_observation(space: spaces.Space, value: Any, where: str = "obs") -> Ob
     raise SpaceError(f"{where}: observation space {space} is not supported")
 
 
+def _box_array(raw: np.ndarray, where: str, space: spaces.Box) -> np.ndarray:
+    """Numbers of a box's shape as float32 (a copy), refused when one is not finite there."""
+    if raw.dtype.kind in "iu" and raw.dtype.itemsize <= 2:
+        return raw.astype(np.float32)  # bytes and shorts (an image's): always finite in float32
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow becomes inf, refused just below
+        arr = raw.astype(np.float32)
+    if not np.isfinite(arr).all():
+        raise SpaceError(f"{where} contains NaN or infinity, or a number too large for float32")
+    return arr
+
+
 def check_observations(space: spaces.Space, values: Any, where: str = "obs") -> list[Observation]:
     """Check a list of JSON observations (a vector step's) against their space, as `check_observation`
     checks one; an error names the index (``obs[3] has shape ...``).
@@ -248,6 +259,15 @@ def check_observations(space: spaces.Space, values: Any, where: str = "obs") -> 
     Raises:
         SpaceError: an observation does not fit the space, or ``values`` is not a list.
     """
+    if isinstance(values, np.ndarray):  # a binary body's tensor: one observation per row
+        if isinstance(space, ImageBox) and values.ndim:  # images stay uint8, each checked (and named) whole
+            return [_check_image(space, value, f"{where}[{i}]") for i, value in enumerate(values)]
+        if isinstance(space, spaces.Box) and values.shape[1:] == space.shape and values.dtype.kind in "iuf":
+            try:
+                return list(_box_array(values, where, space))
+            except SpaceError:
+                pass  # the per-observation check names the env
+        values = list(values) if values.ndim and isinstance(space, spaces.Box) else values.tolist()
     if not isinstance(values, list):
         raise SpaceError(f"{where} must be a list of observations, one per env")
     if isinstance(space, spaces.Box) and len(space.shape) == 1:
@@ -365,13 +385,21 @@ def check_action_mask(space: spaces.Space, value: Any, where: str = "action_mask
     size = mask_size(space)
     if size is None:
         raise SpaceError(f"{type(space).__name__} actions take no action mask")
+    if isinstance(value, np.ndarray):  # a binary body's tensor: booleans (or 0 and 1), else as its JSON
+        if value.shape == (size,) and (value.dtype == bool or (value.dtype.kind in "iu" and ((value == 0) | (value == 1)).all())):
+            return _allowing(space, value.astype(bool), where)
+        value = value.tolist()
     if not isinstance(value, list) or len(value) != size:
         got = f"{len(value)} items" if isinstance(value, list) else type(value).__name__
         raise SpaceError(f"'{where}' must be a list of {size} booleans (one per {_mask_unit(space)}); got {got}")
     for index, item in enumerate(value):
         if not (isinstance(item, bool) or (isinstance(item, int) and item in (0, 1))):
             raise SpaceError(f"{where}[{index}] must be true or false")
-    mask = np.asarray(value, dtype=bool)
+    return _allowing(space, np.asarray(value, dtype=bool), where)
+
+
+def _allowing(space: spaces.Space, mask: np.ndarray, where: str) -> np.ndarray:
+    """``mask``, refused when it masks out every choice of the action (of a sub-action)."""
     start = 0
     for group, width in enumerate(mask_groups(space)):
         if not mask[start:start + width].any():

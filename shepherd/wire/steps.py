@@ -315,4 +315,4 @@ def _digest_observation(digest: Any, obs: Any) -> None:
     for key in sorted(obs) if isinstance(obs, dict) else [None]:
         array = np.asarray(obs if key is None else obs[key])
         digest.update(f"{key}|{array.dtype.str}|{array.shape}|".encode())
-        digest.update(np.ascontiguousarray(array).tobytes())
+        digest.update(np.ascontiguousarray(array).data)  # the buffer itself: no copy of a large observation

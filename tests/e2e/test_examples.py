@@ -134,3 +134,23 @@ def test_the_javascript_client_refuses_a_config_its_cartpole_has_no_property_for
         "gravity, masscart, masspole, length, force_mag, tau, maxSteps, theta_threshold_radians, x_threshold"]
     assert returns_recorded(server.data) == []
     assert server.stop() == 0
+
+
+def test_the_javascript_client_sends_pixels_as_binary_tensors(server_factory):
+    """--pixels draws each CartPole as a 40 x 60 x 1 frame and sends it as bytes: two frames as JSON (nested
+    lists, ~19 kB) are over the server's --max-body of 12,000 bytes, as bytes (4,800) they are not; --pixels fp32
+    sends FP32 tensors. Every episode is recorded, in single and vector sessions."""
+    node = shutil.which("node")
+    assert node, "Node.js is needed for the JavaScript example (.ci/run installs it)"
+    server = server_factory(str(TEST_PRESETS / "tiny_pixels.py"), "--max-body", "12000")
+    env = {**os.environ, "SHEPHERD_URL": server.url, "SHEPHERD_API_KEY": server.api_key}
+    script = str(ROOT / "examples" / "cartpole_client.js")
+    runs = (["3", "--pixels", "--envs", "2"], ["2", "--pixels", "fp32"], ["2", "--pixels", "uint8"])
+    for args in runs:
+        result = subprocess.run([node, script, *args], env=env, capture_output=True, text=True, timeout=180)
+        assert result.returncode == 0, (args, result.stderr)
+        assert "observations [[40,60,1],0,255]" in result.stdout
+    assert len(returns_recorded(server.data)) >= 3 + 2 + 2
+    without = subprocess.run([node, script, "1", "--envs", "2"], env=env, capture_output=True, text=True, timeout=60)
+    assert without.returncode == 1 and "expected [40, 60, 1]" in without.stderr  # CartPole's 4 numbers do not fit
+    assert server.stop() == 0

@@ -234,3 +234,21 @@ def test_vector_evaluate_steps_are_answered_from_the_snapshot_and_recorded_once(
     finally:
         public.close()
         private.close()
+
+
+def test_binary_steps_go_through_front_ends_and_evaluate_ones_are_answered_from_snapshots(server_factory):
+    """Steps with binary tensors (docs/protocol.md, "Binary tensors") through a front end: a training session's
+    batched to the head (the frame carries the body's JSON length), an evaluate session's answered from the
+    front end's snapshot, whose parser reads the same layout."""
+    from shepherd.client import Client, run_env
+
+    server = server_factory(TINY, "--front-ends", "1")
+    for mode in ("train", "evaluate"):
+        client = Client(server.url, server.api_key, timeout=30, binary=True)
+        try:
+            assert len(run_env(client, "CartPole-v1", seed=0, episodes=3, mode=mode)) == 3
+            assert client.binary
+            client.logout()
+        finally:
+            client.close()
+    assert samples(server, "shepherd_snapshot_steps_total ") > 10

@@ -7,6 +7,7 @@ import pytest
 
 from shepherd.graph import AgentSpec, GraphManager, Schedule
 from shepherd.http import CREATED_KEYS, GRAPH, ServerConfig, create_app
+from tests.binary_bodies import ENCODINGS, request
 
 OBS = [[3], "-inf", "inf"]
 
@@ -34,8 +35,9 @@ async def login(client, **extra):
     return reply["session_key"]
 
 
-async def step(client, key, obs, reward=0.0, **extra):
-    return await client.post("/shepherd/env/", json={"session_key": key, "obs": obs, "reward": reward, **extra})
+async def step(client, key, obs, reward=0.0, encoding="json", **extra):
+    body = {"session_key": key, "obs": obs, "reward": reward, **extra}
+    return await client.post("/shepherd/env/", **request(body, encoding))
 
 
 async def expect_error(response, status, words):
@@ -99,26 +101,31 @@ async def test_vector_steps_take_one_mask_per_env(aiohttp_client, tmp_path):
         assert all(mask[action] for mask, action in zip(masks, actions)), (masks, actions)
 
 
-async def test_masks_an_agent_cannot_take_are_refused_and_nothing_is_recorded(aiohttp_client, tmp_path):
+@pytest.mark.parametrize("encoding", ENCODINGS)
+async def test_masks_an_agent_cannot_take_are_refused_and_nothing_is_recorded(aiohttp_client, tmp_path, encoding):
+    """Refused alike whether the body is all JSON or carries its arrays as binary tensors."""
     client = await make_client(aiohttp_client, tmp_path, graph_manager())
     runtime = client.server.app[GRAPH].runtime()
     key = await login(client)
     assert client.takes_masks is True  # the login reply says so
     assert (await step(client, key, [0.0, 0.0, 0.0], action_mask=[True, True, False, True])).status == 200
     steps = runtime.tracker.steps
-    await expect_error(await step(client, key, [0.1, 0.0, 0.0], 1.0, action_mask=[True, False]), 400,
+    await expect_error(await step(client, key, [0.1, 0.0, 0.0], 1.0, encoding, action_mask=[True, False]), 400,
                        "'action_mask' must be a list of 4 booleans (one per action); got 2 items")
-    await expect_error(await step(client, key, [0.1, 0.0, 0.0], 1.0, action_mask=[False] * 4), 400,
+    await expect_error(await step(client, key, [0.1, 0.0, 0.0], 1.0, encoding, action_mask=[False] * 4), 400,
                        "'action_mask' masks out every action: at least one must stay allowed")
-    await expect_error(await step(client, key, [0.1, 0.0, 0.0], 1.0, action_mask=[1, 0, "yes", 1]), 400,
+    await expect_error(await step(client, key, [0.1, 0.0, 0.0], 1.0, encoding, action_mask=[1, 0, "yes", 1]), 400,
+                       "action_mask[2] must be true or false")
+    await expect_error(await step(client, key, [0.1, 0.0, 0.0], 1.0, encoding, action_mask=[1, 0, 2, 1]), 400,
                        "action_mask[2] must be true or false")
     vector_key = await login(client, n_envs=2)
-    await expect_error(await client.post("/shepherd/env/", json={
+    await expect_error(await client.post("/shepherd/env/", **request({
         "session_key": vector_key, "obs": [[0.0] * 3] * 2, "reward": [0.0] * 2, "terminated": [False] * 2,
-        "truncated": [False] * 2, "action_mask": [[True] * 4, [False] * 4]}), 400, "'action_mask[1]' masks out every")
-    await expect_error(await client.post("/shepherd/env/", json={
+        "truncated": [False] * 2, "action_mask": [[True] * 4, [False] * 4]}, encoding)), 400,
+        "'action_mask[1]' masks out every")
+    await expect_error(await client.post("/shepherd/env/", **request({
         "session_key": vector_key, "obs": [[0.0] * 3] * 2, "reward": [0.0] * 2, "terminated": [False] * 2,
-        "truncated": [False] * 2, "action_mask": [[True] * 4]}), 400, "'action_mask' has 1 items")
+        "truncated": [False] * 2, "action_mask": [[True] * 4]}, encoding)), 400, "'action_mask' has 1 items")
     assert runtime.tracker.steps == steps  # nothing recorded
     assert (await step(client, key, [0.1, 0.0, 0.0], 1.0, action_mask=[False, False, True, False])).status == 200
     assert runtime.tracker.steps == steps + 1

@@ -12,6 +12,7 @@ import pytest
 
 from shepherd.graph import AgentSpec, GraphManager, Schedule
 from shepherd.http import CREATED_KEYS, GRAPH, ServerConfig, create_app
+from tests.binary_bodies import ENCODINGS, request
 
 N, T = 2, 8
 
@@ -145,8 +146,10 @@ async def test_a_stale_version_is_refused_with_the_current_one_and_nothing_recor
     (lambda b: b["sample"][3].__setitem__(0, 7), "sample[3][0]"),
     (lambda b: b["final_obs"][0].__setitem__(0, [0.0] * 4), "final_obs[0][0]"),
 ])
+@pytest.mark.parametrize("encoding", ENCODINGS)
 async def test_a_bad_upload_is_refused_naming_the_field_and_nothing_is_recorded(aiohttp_client, tmp_path, change,
-                                                                               words):
+                                                                               words, encoding):
+    """Refused alike whether the body is all JSON or carries its columns as binary tensors."""
     client = await make_client(aiohttp_client, tmp_path)
     opened = await login(client)
     key = opened["session_key"]
@@ -154,7 +157,7 @@ async def test_a_bad_upload_is_refused_naming_the_field_and_nothing_is_recorded(
                                                opened["policy_version"], seq=1)}
     body["terminated"][0][0] = False
     change(body)
-    response = await client.post("/shepherd/experience/", json=body)
+    response = await client.post("/shepherd/experience/", **request(body, encoding))
     assert response.status == 400 and words in (await response.json())["error"], await response.text()
     assert client.app[GRAPH].runtime().tracker.steps == 0
 

@@ -14,6 +14,7 @@ from shepherd.deploy.app import LOGIN_THROTTLE, DeployConfig, Sessions, create_a
 from shepherd.http import protocol as learning_protocol
 from shepherd.policies.onnx import Policy
 from shepherd.wire import BadRequest
+from tests.binary_bodies import ENCODINGS, request
 from tests.onnx_policies import cartpole_controller, linear_box, masked_discrete
 
 KEY = "the-deploy-key"
@@ -30,8 +31,9 @@ async def _client(aiohttp_client, policy, **options):
     return await aiohttp_client(create_app(DeployConfig(policy, KEY, failed_login_delay_seconds=0, **options)))
 
 
-async def _post(client, path, body, status=200):
-    response = await client.post(path, data=orjson.dumps(body))
+async def _post(client, path, body, status=200, encoding="json"):
+    response = await client.post(path, **({"data": orjson.dumps(body)} if encoding == "json" else
+                                          request(body, encoding)))
     reply = await response.json()
     assert response.status == status, reply
     assert response.headers["X-Content-Type-Options"] == "nosniff"
@@ -99,7 +101,9 @@ async def test_masks_reach_the_policy(aiohttp_client, tmp_path):
     assert "action_mask" in refused["error"] and "4" in refused["error"]
 
 
-async def test_bad_steps_get_the_learning_servers_errors(aiohttp_client, cartpole):
+@pytest.mark.parametrize("encoding", ENCODINGS)
+async def test_bad_steps_get_the_learning_servers_errors(aiohttp_client, cartpole, encoding):
+    """Worded as the learning server words them, whether the body is all JSON or carries binary tensors."""
     policy, _ = cartpole
     client = await _client(aiohttp_client, policy)
     login = await _login(client)
@@ -109,14 +113,15 @@ async def test_bad_steps_get_the_learning_servers_errors(aiohttp_client, cartpol
     step = {"session_key": key, "obs": [0.1, 0.2, 0.3, 0.4], "reward": 0.0, "done": False, "info": {}}
     for bad in ({**step, "obs": [0.1, 0.2, 0.3]}, {**step, "obs": "up"}, {**step, "reward": None},
                 {**step, "reward": [1.0]}, {**step, "info": 3}, {**step, "seq": -1}):
-        error = (await _post(client, "/shepherd/env/", bad, 400))["error"]
+        error = (await _post(client, "/shepherd/env/", bad, 400, encoding))["error"]
         with pytest.raises(BadRequest) as learning:
             learning_protocol.parse_step(bad, space)
         assert error == str(learning.value)
-    assert "obs has shape [3], expected [4]" in (await _post(client, "/shepherd/env/", {**step, "obs": [1, 2, 3]}, 400))["error"]
-    unknown = await _post(client, "/shepherd/env/", {**step, "action": 1}, 400)
+    assert "obs has shape [3], expected [4]" in (await _post(client, "/shepherd/env/", {**step, "obs": [1, 2, 3]}, 400,
+                                                             encoding))["error"]
+    unknown = await _post(client, "/shepherd/env/", {**step, "action": 1}, 400, encoding)
     assert "unknown field(s) ['action']" in unknown["error"]
-    no_masks = await _post(client, "/shepherd/env/", {**step, "action_mask": [1, 1]}, 400)
+    no_masks = await _post(client, "/shepherd/env/", {**step, "action_mask": [1, 1]}, 400, encoding)
     assert "takes no 'action_mask'" in no_masks["error"]
     vector_key = (await _login(client, n_envs=3))["session_key"]
     vector = {"session_key": vector_key, "obs": [[0.0] * 4] * 3, "reward": [0.0] * 3, "terminated": [False] * 3,
@@ -125,8 +130,23 @@ async def test_bad_steps_get_the_learning_servers_errors(aiohttp_client, cartpol
                        ({**vector, "obs": [[0.0] * 4, [0.0] * 5, [0.0] * 4]}, "obs[1] has shape [5], expected [4]"),
                        ({**vector, "terminated": [True, False, False]}, "final_obs[0] is missing"),
                        ({**step, "session_key": vector_key}, "a vector step has no 'done'")):
-        assert words in (await _post(client, "/shepherd/env/", bad, 400))["error"]
+        assert words in (await _post(client, "/shepherd/env/", bad, 400, encoding))["error"]
     await _post(client, "/shepherd/nothing", {}, 404)
+
+
+async def test_binary_steps_get_the_actions_of_their_json(aiohttp_client, cartpole):
+    policy, compute = cartpole
+    client = await _client(aiohttp_client, policy)
+    key = (await _login(client, n_envs=5))["session_key"]
+    observations = RNG.normal(size=(5, 4)).astype(np.float32)
+    body = {"session_key": key, "obs": observations.tolist(), "reward": [0.0] * 5, "terminated": [False] * 5,
+            "truncated": [False] * 5}
+    reply = await _post(client, "/shepherd/env/", body, encoding="binary")
+    assert reply["actions"] == [int(action) for action in compute(observations)]
+    cut = request(body, "binary")
+    cut["data"] = cut["data"][:-1]
+    response = await client.post("/shepherd/env/", **cut)  # a byte short
+    assert response.status == 400 and "bytes before its tensors" in (await response.json())["error"]
 
 
 async def test_logins_are_checked(aiohttp_client, cartpole):

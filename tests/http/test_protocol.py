@@ -4,6 +4,7 @@ import pytest
 
 from shepherd.graph import AgentSpec, GraphManager, Schedule
 from shepherd.http import CREATED_KEYS, GRAPH, STORE, ServerConfig, create_app
+from tests.binary_bodies import ENCODINGS, request
 
 OBS4 = [0.01, -0.02, 0.03, 0.04]
 
@@ -113,10 +114,12 @@ async def test_bad_logins(app_client, body, status, words):
     ({"session_key": "nope"}, 401, "unknown or expired session_key"),
     ({"session_key": None}, 400, "'session_key'"),
 ])
-async def test_bad_steps_get_the_right_4xx_and_the_session_survives(app_client, change, status, words):
+@pytest.mark.parametrize("encoding", ENCODINGS)
+async def test_bad_steps_get_the_right_4xx_and_the_session_survives(app_client, change, status, words, encoding):
+    """Refused alike whether the body is all JSON or carries its arrays as binary tensors."""
     key = (await login(app_client))["session_key"]
     body = {"session_key": key, "obs": OBS4, "reward": 0.0, "done": False, "info": {}, **change}
-    await expect_error(await app_client.post("/shepherd/env/", json=body), status, words)
+    await expect_error(await app_client.post("/shepherd/env/", **request(body, encoding)), status, words)
     response = await step(app_client, key)
     assert response.status == 200 and (await response.json())["action"] in (0, 1)
 
@@ -125,15 +128,18 @@ async def test_bad_steps_get_the_right_4xx_and_the_session_survives(app_client, 
     ("reward", "'reward' (a finite number) is required"),
     ("obs", "'obs' is required"),
 ])
-async def test_a_step_without_reward_or_obs_gets_400_naming_it_and_the_session_survives(app_client, missing, words):
+@pytest.mark.parametrize("encoding", ENCODINGS)
+async def test_a_step_without_reward_or_obs_gets_400_naming_it_and_the_session_survives(app_client, missing, words,
+                                                                                        encoding):
     key = (await login(app_client))["session_key"]
     assert (await step(app_client, key)).status == 200  # the episode's first step: no reward needed yet
     full = {"session_key": key, "obs": OBS4, "reward": 1.0, "done": False, "info": {}}
     for done in (False, True):  # a middle step and an episode's last step alike
         body = {name: value for name, value in {**full, "done": done}.items() if name != missing}
-        await expect_error(await app_client.post("/shepherd/env/", json=body), 400, words)
+        await expect_error(await app_client.post("/shepherd/env/", **request(body, encoding)), 400, words)
     if missing == "reward":  # an explicit null is no reward either
-        await expect_error(await app_client.post("/shepherd/env/", json={**full, "reward": None}), 400, words)
+        await expect_error(await app_client.post("/shepherd/env/", **request({**full, "reward": None}, encoding)),
+                           400, words)
     runtime = app_client.server.app[GRAPH].runtime()
     assert runtime.tracker.steps == 0  # nothing refused was counted, and the session did not end
     response = await step(app_client, key, reward=1.0)

@@ -7,6 +7,7 @@ import pytest
 
 from shepherd.graph import AgentSpec, GraphManager, Schedule
 from shepherd.http import CREATED_KEYS, GRAPH, ServerConfig, create_app
+from tests.binary_bodies import ENCODINGS, request
 
 N = 4
 
@@ -103,12 +104,14 @@ BAD_BODIES = [
 
 
 @pytest.mark.parametrize("change, words", BAD_BODIES)
-async def test_bad_vector_steps_are_refused_whole_with_400_naming_what_is_wrong(app_client, change, words):
+@pytest.mark.parametrize("encoding", ENCODINGS)
+async def test_bad_vector_steps_are_refused_whole_with_400_naming_what_is_wrong(app_client, change, words, encoding):
+    """Refused alike whether the body is all JSON or carries its arrays as binary tensors."""
     key = (await login(app_client))["session_key"]
     assert (await vstep(app_client, key, 0)).status == 200
     bad = body(key, 1, ended=())
     change(bad)
-    await expect_error(await app_client.post("/shepherd/env/", json=bad), 400, words)
+    await expect_error(await app_client.post("/shepherd/env/", **request(bad, encoding)), 400, words)
     assert runtime(app_client).tracker.steps == 0  # nothing of the refused step was recorded
     assert (await vstep(app_client, key, 1)).status == 200  # and the session goes on
     assert runtime(app_client).tracker.steps == N

@@ -74,6 +74,7 @@ def test_blocks_are_learned_from_and_every_accepted_episode_is_the_servers(serve
     runtime = graph(server).runtime()
     assert runtime.tracker.steps == 40 * N * T == client.seq * N * T  # every block of N x T counted once
     assert client.policy_version == 40 and client.fetches == 41  # one update per block, one file each
+    assert client.in_reply == 40  # every new file came in its upload's reply (policy_in_reply): no fetch after login
     assert sorted(sum(returns, [])) == sorted(recorded(server)) and len(recorded(server)) > 10
 
 
@@ -168,20 +169,22 @@ def test_a_stale_upload_raises_stale_upload_after_fetching_the_version_named(ser
     assert conflict.value.status == 409 and "policy_version" not in conflict.value.body
 
 
-def test_the_policy_is_fetched_again_when_an_evaluation_period_begins_and_its_returns_recorded(serve):
+@pytest.mark.parametrize("in_reply", [True, False])
+def test_the_policy_is_fetched_again_when_an_evaluation_period_begins_and_its_returns_recorded(serve, in_reply):
+    """A new file when the phase changes, in the upload's reply (policy_in_reply) or fetched."""
     server, key = serve(graph_manager(every=4 * N * T))
-    client = ActingClient(server.server.url, key, n_envs=N, seed=0, timeout=30)
+    client = ActingClient(server.server.url, key, n_envs=N, seed=0, timeout=30, policy_in_reply=in_reply)
     phases: list[str] = []
-    fetch = client.fetch_policy
+    hold = client._hold
 
-    def fetching():
-        fetched = fetch()
+    def holding(raw, version):
+        hold(raw, version)
         phases.append(client.held[1] if client.held else "")
-        return fetched
 
-    client.fetch_policy = fetching  # type: ignore[method-assign]
+    client._hold = holding  # type: ignore[method-assign]
     returns = run_acting_env(client, "CartPole-v1", seed=0, steps=30 * N * T)
     assert "evaluate" in phases and phases.index("evaluate") > 0 and phases[-1] in ("train", "evaluate")
     assert recorded(server, "evaluate")  # evaluation episodes were played greedily and recorded
     every = recorded(server) + recorded(server, "evaluate")
     assert sorted(sum(returns, [])) == sorted(every)
+    assert (client.in_reply == client.fetches - 1) if in_reply else client.in_reply == 0
