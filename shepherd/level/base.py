@@ -18,6 +18,7 @@ from typing import Any, Awaitable, Callable, Protocol, TypeVar
 
 from shepherd.level.lifecycle import Lifecycle
 from shepherd import wire
+from shepherd.agents import ActionFuture
 from shepherd.wire import GreedyStep, GreedyVectorStep, StepInput, VectorStepInput
 from shepherd.wire.experience import Experience, ExperienceSpaces
 
@@ -151,6 +152,32 @@ class Level:
 def _mask_check(checks: ExperienceSpaces) -> Any:
     assert checks.check_mask is not None, "a session's checks without the mask rule"
     return checks.check_mask
+
+
+class SessionEnded(Exception):
+    """Raised inside a step's consulting task when its session ended while a learner answered."""
+
+
+def consulting(work: Awaitable[tuple[Any, int]]) -> tuple[ActionFuture, asyncio.Task[None]]:
+    """The reply of a step that consults more than one learner (a selector, then a skill; a host and a tried
+    learner): ``work`` gives the action and the policy version that chose it. A learner that dropped a request
+    (`asyncio.CancelledError`: the session ended while it waited) or a `SessionEnded` cancels the reply;
+    another error (AgentFailed, say) is the reply's. Returns the reply and the task (keep it: a task no one
+    holds may be collected)."""
+    reply = ActionFuture()
+
+    async def answer() -> None:
+        try:
+            action, version = await work
+        except (asyncio.CancelledError, SessionEnded):
+            reply.cancel()
+            return
+        except Exception as error:  # noqa: BLE001 - the step's waiter hears it
+            reply.set_exception(error)
+            return
+        reply.policy_version = version
+        reply.set_result(action)
+    return reply, asyncio.ensure_future(answer())
 
 
 def _done(value: Any) -> Reply[Any]:

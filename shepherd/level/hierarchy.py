@@ -19,7 +19,7 @@ from typing import Any, Callable, Protocol
 
 from shepherd.agents import ActionFuture, ActMode
 from shepherd.agents.core import Learner
-from shepherd.level.base import Level
+from shepherd.level.base import Level, SessionEnded, consulting
 from shepherd.level.episodes import MODES, EpisodeHost, Phase
 from shepherd.level.lifecycle import Announce, Lifecycle
 from shepherd.wire import StepInput
@@ -93,7 +93,7 @@ class OptionsLevel(Level):
         self.closed = False
         self._used: set[int] = set()  # the skills this session's actors were actors of
         self._fields: dict[str, Any] = {}
-        self._chain: asyncio.Task[None] | None = None
+        self._chain: asyncio.Task[None] | None = None  # a step's consulting task (`consulting`)
 
     @property
     def steps(self) -> int:
@@ -179,32 +179,21 @@ class HierarchyLevel(OptionsLevel):
     def _choose(self, choice: ActionFuture, obs: Any) -> ActionFuture:
         """The reply of a step that starts an option: the selector's ``choice``, then the chosen skill's action."""
         fields = self._fields = {}
-        reply = ActionFuture()
-        self._chain = asyncio.ensure_future(self._answer(choice, obs, fields, reply))
+        reply, self._chain = consulting(self._answer(choice, obs, fields))
         return reply
 
-    async def _answer(self, choice: ActionFuture, obs: Any, fields: dict[str, Any], reply: ActionFuture) -> None:
-        try:
-            index = int(await choice)
-            if self.closed:  # the session ended while the selector chose
-                reply.cancel()
-                return
-            skill = self.skills[index]
-            episode = self.lifecycle.episodes[0]
-            assert episode is not None
-            self.option = Option(index)
-            self._used.add(index)
-            fields["option"] = skill.name
-            future = skill.learner.begin_episode(self.actor_id, obs, self.skill_mode(episode.phase))
-            action = await future
-        except asyncio.CancelledError:  # a learner dropped the request: the session ended while it waited
-            reply.cancel()
-            return
-        except Exception as error:  # noqa: BLE001 - the step's waiter hears it (AgentFailed, say)
-            reply.set_exception(error)
-            return
-        reply.policy_version = future.policy_version
-        reply.set_result(action)
+    async def _answer(self, choice: ActionFuture, obs: Any, fields: dict[str, Any]) -> tuple[Any, int]:
+        index = int(await choice)
+        if self.closed:  # the session ended while the selector chose
+            raise SessionEnded
+        skill = self.skills[index]
+        episode = self.lifecycle.episodes[0]
+        assert episode is not None
+        self.option = Option(index)
+        self._used.add(index)
+        fields["option"] = skill.name
+        future = skill.learner.begin_episode(self.actor_id, obs, self.skill_mode(episode.phase))
+        return await future, future.policy_version
 
     def close(self) -> None:
         """End the session: an unfinished episode is abandoned, every learner it used forgets the actor."""

@@ -10,10 +10,10 @@ skill that answered each env.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from shepherd.agents import ActionFuture, Kind, Request
+from shepherd.level.base import SessionEnded, consulting
 from shepherd.level.episodes import MODES
 from shepherd.level.hierarchy import Option, OptionHost, OptionsLevel, Skill
 from shepherd.level.lifecycle import Announce
@@ -81,8 +81,7 @@ class HierarchyVectorLevel(OptionsLevel):
             choosing.append(index)
         fields = self._fields = self._note_configs({})
         choice = host.learner.submit(selector) if selector else None
-        reply = ActionFuture()
-        self._chain = asyncio.ensure_future(self._answer(choice, choosing, skills, envs.obs, fields, reply))
+        reply, self._chain = consulting(self._answer(choice, choosing, skills, envs.obs, fields))
         return reply
 
     def _ended(self, index: int, option: Option) -> None:
@@ -90,38 +89,29 @@ class HierarchyVectorLevel(OptionsLevel):
         self.options[index] = None
 
     async def _answer(self, choice: ActionFuture | None, choosing: list[int], skills: dict[int, list[Request]],
-                      obs: list[Any], fields: dict[str, Any], reply: ActionFuture) -> None:
-        try:
-            chosen = [] if choice is None else [int(index) for index in await choice]
-            if self.closed:  # the session ended while the selector chose
-                reply.cancel()
-                return
-            for index, skill in zip(choosing, chosen):
-                episode = self.lifecycle.episodes[index]
-                assert episode is not None
-                self.options[index] = Option(skill)
-                self._used.add(skill)
-                skills.setdefault(skill, []).append(
-                    self._request(Kind.BEGIN, index, obs[index], 0.0, False, self.skill_mode(episode.phase)))
-            # each skill's acting envs, in the order of its acts, read before the learner takes the requests (a
-            # learner in this process may rewrite a request's kind as it batches it)
-            acting = {skill: [self.actor_ids.index(r.actor) for r in requests if r.kind in (Kind.BEGIN, Kind.STEP)]
-                      for skill, requests in skills.items()}
-            futures = {skill: self.skills[skill].learner.submit(requests) for skill, requests in skills.items()}
-            answers = {skill: list(await future) for skill, future in futures.items()}
-        except asyncio.CancelledError:  # a learner dropped the requests: the session ended while they waited
-            reply.cancel()
-            return
-        except Exception as error:  # noqa: BLE001 - the step's waiter hears it (AgentFailed, say)
-            reply.set_exception(error)
-            return
+                      obs: list[Any], fields: dict[str, Any]) -> tuple[list[Any], int]:
+        chosen = [] if choice is None else [int(index) for index in await choice]
+        if self.closed:  # the session ended while the selector chose
+            raise SessionEnded
+        for index, skill in zip(choosing, chosen):
+            episode = self.lifecycle.episodes[index]
+            assert episode is not None
+            self.options[index] = Option(skill)
+            self._used.add(skill)
+            skills.setdefault(skill, []).append(
+                self._request(Kind.BEGIN, index, obs[index], 0.0, False, self.skill_mode(episode.phase)))
+        # each skill's acting envs, in the order of its acts, read before the learner takes the requests (a
+        # learner in this process may rewrite a request's kind as it batches it)
+        acting = {skill: [self.actor_ids.index(r.actor) for r in requests if r.kind in (Kind.BEGIN, Kind.STEP)]
+                  for skill, requests in skills.items()}
+        futures = {skill: self.skills[skill].learner.submit(requests) for skill, requests in skills.items()}
+        answers = {skill: list(await future) for skill, future in futures.items()}
         actions: list[Any] = [None] * self.n_envs
         for skill, acts in acting.items():  # each skill's answers, in the order of its acts
             for index, action in zip(acts, answers[skill]):
                 actions[index] = action
         fields["options"] = [None if option is None else self.skills[option.skill].name for option in self.options]
-        reply.policy_version = min((future.policy_version for future in futures.values()), default=0)
-        reply.set_result(actions)
+        return actions, min((future.policy_version for future in futures.values()), default=0)
 
     def close(self) -> None:
         """End the session: unfinished episodes are abandoned, every learner it used forgets its envs."""

@@ -12,7 +12,7 @@ import dataclasses
 from typing import Any
 
 from shepherd.agents import ActionFuture, Kind, Request
-from shepherd.level.base import Level
+from shepherd.level.base import Level, consulting
 from shepherd.level.episodes import MODES, EpisodeHost, Phase, answered
 from shepherd.level.lifecycle import Announce, Lifecycle
 from shepherd.wire import EnvSteps, GreedyVectorStep, VectorStepInput
@@ -34,7 +34,7 @@ class VectorLevel(Level):
         self.lifecycle = Lifecycle(host, n_envs, evaluate_only, Announce.AT_BEGIN, trials=True)
         self.closed = False
         self._sent: list[Request] = []  # the last step's requests, as made (`resend`)
-        self._chain: asyncio.Future[None] | None = None
+        self._chain: asyncio.Task[None] | None = None
 
     @property
     def steps(self) -> int:
@@ -112,25 +112,14 @@ class VectorLevel(Level):
 
     def _merge(self, own: ActionFuture, tried: dict[int, ActionFuture], acting: list[int]) -> ActionFuture:
         """One reply of the learner's actions (for the envs ``acting``, in order) and the trials' (by env)."""
-        reply = ActionFuture()
-
-        async def merge() -> None:
-            try:
-                answers = list(await own)
-                actions: list[Any] = [None] * self.n_envs
-                for index, action in zip(acting, answers):
-                    actions[index] = action
-                for index, future in tried.items():
-                    actions[index] = await future
-            except asyncio.CancelledError:  # a learner dropped the requests: the session ended while they waited
-                reply.cancel()
-                return
-            except Exception as error:  # noqa: BLE001 - the step's waiter hears it (AgentFailed, say)
-                reply.set_exception(error)
-                return
-            reply.policy_version = getattr(own, "policy_version", 0)
-            reply.set_result(actions)
-        self._chain = asyncio.ensure_future(merge())
+        async def merge() -> tuple[list[Any], int]:
+            actions: list[Any] = [None] * self.n_envs
+            for index, action in zip(acting, list(await own)):
+                actions[index] = action
+            for index, future in tried.items():
+                actions[index] = await future
+            return actions, getattr(own, "policy_version", 0)
+        reply, self._chain = consulting(merge())
         return reply
 
     def record(self, rewards: list[float], ended: list[bool], actions: list[Any], version: int) -> ActionFuture:
