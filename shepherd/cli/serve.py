@@ -368,7 +368,7 @@ async def start_front_ends(server: RunningServer, config: ServerConfig, args: ar
         args.front_ends, args.host, port, server.url, config.front_end_token, config.max_body_bytes,
         config.body_timeout_seconds, config.idle_timeout_seconds, config.act_timeout_seconds + 5,
         config.max_connections, config.header_timeout_seconds, config.max_connections_per_address,
-        config.trusted_proxies))
+        config.trusted_proxies, args.max_reward))
     try:
         await front_ends.start()
     except FrontEndError as error:

@@ -20,6 +20,7 @@ from aiohttp import web
 from shepherd.wire.addresses import parse_networks, trusted
 from shepherd.wire.connections import GuardedRunner, connection_limit, per_address_limit
 from shepherd.front.app import FrontConfig, create_app
+from shepherd.wire.steps import DEFAULT_MAX_REWARD, set_max_reward
 
 logger = logging.getLogger("shepherd.front")
 
@@ -46,6 +47,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "names")
     parser.add_argument("--header-timeout", type=float, default=10.0, metavar="SECONDS",
                         help="close a new connection that sends no request headers within this long")
+    parser.add_argument("--max-reward", type=float, default=DEFAULT_MAX_REWARD, metavar="R",
+                        help="the bound on reward magnitudes, the head's (run.py --max-reward)")
     parser.add_argument("--shutdown-timeout", type=float, default=35.0, metavar="SECONDS",
                         help="how long open requests get to be answered when the front end stops")
     return parser.parse_args(argv)
@@ -82,6 +85,7 @@ async def serve(args: argparse.Namespace, token: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    set_max_reward(args.max_reward)  # this process checks the steps it answers as the head would
     logging.basicConfig(level=logging.INFO, format=f"front end {os.getpid()}: %(levelname)s %(name)s: %(message)s")
     token = sys.stdin.readline().strip()
     if not token:

@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from shepherd.wire.steps import DEFAULT_MAX_REWARD
+
 logger = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,6 +54,9 @@ class FrontEndSettings:
     #: trusted proxies, which have no cap
     max_connections_per_address: int | None = None
     trusted_proxies: tuple[str, ...] = ()
+    #: the bound on reward magnitudes the head checks steps with (`run.py --max-reward`): a front end that
+    #: answers a step from its snapshot checks it with the same
+    max_reward: float = DEFAULT_MAX_REWARD
 
 
 def reserve_port(host: str, port: int) -> socket.socket:
@@ -116,6 +121,7 @@ class FrontEnds:
             *(() if s.max_connections_per_address is None else
               ("--max-connections-per-address", str(s.max_connections_per_address))),
             *(arg for proxy in s.trusted_proxies for arg in ("--trusted-proxy", proxy)),
+            "--max-reward", repr(s.max_reward),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env,
             start_new_session=True)  # Ctrl-C reaches the head only, which stops the front ends in order
         assert process.stdin is not None and process.stdout is not None
