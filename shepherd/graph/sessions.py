@@ -131,7 +131,7 @@ class Session:
     def mask_space(self) -> Any:
         """What a step's ``action_mask`` is checked against (`check_mask`): the action space if the agent's
         algorithm and the level take masks, else None."""
-        return self.runtime.action_space if self.runtime.takes_masks and self.level.takes_masks else None
+        return self.level.mask_space(self.runtime.action_space, self.runtime.takes_masks)
 
     @property
     def snapshot(self) -> tuple[str, int, int | None] | None:

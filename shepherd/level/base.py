@@ -52,7 +52,7 @@ class Level:
     action_space: Any = None
     #: whether a front end may answer its evaluate-mode steps from its runtime's snapshot
     snapshots: bool = True
-    #: whether its steps may carry an action mask (when its runtime's algorithm takes them)
+    #: whether its steps may carry an action mask (when its runtime's algorithm takes them: `mask_space`)
     takes_masks: bool = True
     #: the store ids of other agents whose learners its steps consult (a selector's skills): their restart ends it
     consults: frozenset[int] = frozenset()
@@ -104,6 +104,12 @@ class Level:
         """The behaviour policy file a client acts with now, and its version; None for the file when ``held``
         names that version still (HTTP 304). Refused by a level whose policy acts at the server."""
         raise self.acts_at_server("fetch the policy")
+
+    def mask_space(self, runtime_space: Any, runtime_takes_masks: bool) -> Any:
+        """What a step's ``action_mask`` is checked against: its runtime's action space when the runtime's
+        algorithm and this level take masks (a selector's: its skills', when every skill takes them); None:
+        none is taken."""
+        return runtime_space if runtime_takes_masks and self.takes_masks else None
 
     def upload_steps(self) -> int:
         """The env steps one upload of this session carries: what the rate limit charges an upload, and a policy

@@ -34,6 +34,7 @@ class Skill:
     learner: Learner
     ends: Callable[[Any], Any] | None = None
     agent_id: int = 0  # its agent's store id
+    takes_masks: bool = False  # its algorithm takes action masks (MaskablePPO)
 
 
 class OptionHost(EpisodeHost, Protocol):
@@ -74,7 +75,6 @@ class OptionsLevel(Level):
     most, how the skills act, the reply's fields, and the options' record."""
 
     snapshots = False  # a front end cannot answer a hierarchy from one policy's snapshot
-    takes_masks = False
 
     def __init__(self, host: OptionHost, skills: list[Skill], option_steps: int, skills_learn: bool,
                  action_space: Any, evaluate_only: bool = False, n_envs: int = 1,
@@ -110,6 +110,10 @@ class OptionsLevel(Level):
         fields.update(self.lifecycle.close_step())
         return fields
 
+    def mask_space(self, runtime_space: Any, runtime_takes_masks: bool) -> Any:
+        """The skills' action space when every skill takes masks: a step's mask goes to the skill that acts."""
+        return self.action_space if all(skill.takes_masks for skill in self.skills) else None
+
     def skill_mode(self, phase: Phase) -> ActMode:
         return skill_mode(self.skills_learn, phase)
 
@@ -132,17 +136,18 @@ class HierarchyLevel(OptionsLevel):
         self.option: Option | None = None
 
     def take_step(self, step: StepInput) -> ActionFuture | None:
-        return self.step(step.obs, step.reward, step.done, step.truncated)
+        return self.step(step.obs, step.reward, step.done, step.truncated, step.mask)
 
-    def step(self, obs: Any, reward: float, done: bool, truncated: bool = False) -> ActionFuture | None:
+    def step(self, obs: Any, reward: float, done: bool, truncated: bool = False, mask: Any = None
+             ) -> ActionFuture | None:
         lifecycle = self.lifecycle
         lifecycle.open_step()
         try:
-            return self._step(obs, reward, done, truncated)
+            return self._step(obs, reward, done, truncated, mask)
         finally:
             self._note_configs(self._fields)
 
-    def _step(self, obs: Any, reward: float, done: bool, truncated: bool) -> ActionFuture | None:
+    def _step(self, obs: Any, reward: float, done: bool, truncated: bool, mask: Any) -> ActionFuture | None:
         host, actor, lifecycle = self.host, self.actor_id, self.lifecycle
         if lifecycle.episodes[0] is None:
             self._fields = {"option": None}
@@ -150,7 +155,7 @@ class HierarchyLevel(OptionsLevel):
                 lifecycle.announce_again(0)
                 return None
             phase = lifecycle.begin(0).phase
-            return self._choose(host.learner.begin_episode(actor, obs, MODES[phase]), obs)
+            return self._choose(host.learner.begin_episode(actor, obs, MODES[phase]), obs, mask)
         option = self.option
         assert option is not None, "a step of an episode whose first option was never chosen"
         episode = lifecycle.count(0, reward)
@@ -168,21 +173,22 @@ class HierarchyLevel(OptionsLevel):
         if skill_ended or option.steps >= self.option_steps:
             skill.learner.end_episode(actor, reward, obs, not skill_ended, skill_mode)
             self._ended(option)
-            return self._choose(host.learner.step(actor, option.discounted, obs, mode), obs)
+            return self._choose(host.learner.step(actor, option.discounted, obs, mode), obs, mask)
         self._fields = {"option": skill.name}
-        return skill.learner.step(actor, reward, obs, skill_mode)
+        return skill.learner.step(actor, reward, obs, skill_mode, mask)
 
     def _ended(self, option: Option) -> None:
         self._record(option)
         self.option = None
 
-    def _choose(self, choice: ActionFuture, obs: Any) -> ActionFuture:
-        """The reply of a step that starts an option: the selector's ``choice``, then the chosen skill's action."""
+    def _choose(self, choice: ActionFuture, obs: Any, mask: Any) -> ActionFuture:
+        """The reply of a step that starts an option: the selector's ``choice``, then the chosen skill's action
+        (under the step's ``mask``)."""
         fields = self._fields = {}
-        reply, self._chain = consulting(self._answer(choice, obs, fields))
+        reply, self._chain = consulting(self._answer(choice, obs, mask, fields))
         return reply
 
-    async def _answer(self, choice: ActionFuture, obs: Any, fields: dict[str, Any]) -> tuple[Any, int]:
+    async def _answer(self, choice: ActionFuture, obs: Any, mask: Any, fields: dict[str, Any]) -> tuple[Any, int]:
         index = int(await choice)
         if self.closed:  # the session ended while the selector chose
             raise SessionEnded
@@ -192,7 +198,7 @@ class HierarchyLevel(OptionsLevel):
         self.option = Option(index)
         self._used.add(index)
         fields["option"] = skill.name
-        future = skill.learner.begin_episode(self.actor_id, obs, self.skill_mode(episode.phase))
+        future = skill.learner.begin_episode(self.actor_id, obs, self.skill_mode(episode.phase), mask)
         return await future, future.policy_version
 
     def close(self) -> None:

@@ -41,12 +41,14 @@ class HierarchyVectorLevel(OptionsLevel):
             raise self.wrong_shape(step.n_envs)
         return self.step(step.envs)
 
-    def _request(self, kind: Kind, index: int, obs: Any, reward: float, truncated: bool, mode: Any) -> Request:
-        return Request(kind, self.actor_ids[index], obs, reward, truncated, mode, group=self.group)
+    def _request(self, kind: Kind, index: int, obs: Any, reward: float, truncated: bool, mode: Any,
+                 mask: Any = None) -> Request:
+        return Request(kind, self.actor_ids[index], obs, reward, truncated, mode, group=self.group, mask=mask)
 
     def step(self, envs: EnvSteps) -> ActionFuture:
         """The future of every env's action, a list in env order."""
         host, lifecycle = self.host, self.lifecycle
+        masks = envs.masks or [None] * self.n_envs  # each env's, for the skill that acts in it
         lifecycle.open_step()
         choosing: list[int] = []  # the envs whose next option the selector chooses now, in its requests' order
         selector: list[Request] = []
@@ -69,7 +71,7 @@ class HierarchyVectorLevel(OptionsLevel):
                 else:
                     ended = skill.ends is not None and bool(skill.ends(obs))
                     if not ended and option.steps < self.option_steps:
-                        asked.append(self._request(Kind.STEP, index, obs, reward, False, acting))
+                        asked.append(self._request(Kind.STEP, index, obs, reward, False, acting, masks[index]))
                         continue
                     asked.append(self._request(Kind.END, index, obs, reward, not ended, acting))
                     selector.append(self._request(Kind.STEP, index, obs, option.discounted, False, mode))
@@ -81,7 +83,7 @@ class HierarchyVectorLevel(OptionsLevel):
             choosing.append(index)
         fields = self._fields = self._note_configs({})
         choice = host.learner.submit(selector) if selector else None
-        reply, self._chain = consulting(self._answer(choice, choosing, skills, envs.obs, fields))
+        reply, self._chain = consulting(self._answer(choice, choosing, skills, envs.obs, masks, fields))
         return reply
 
     def _ended(self, index: int, option: Option) -> None:
@@ -89,7 +91,7 @@ class HierarchyVectorLevel(OptionsLevel):
         self.options[index] = None
 
     async def _answer(self, choice: ActionFuture | None, choosing: list[int], skills: dict[int, list[Request]],
-                      obs: list[Any], fields: dict[str, Any]) -> tuple[list[Any], int]:
+                      obs: list[Any], masks: list[Any], fields: dict[str, Any]) -> tuple[list[Any], int]:
         chosen = [] if choice is None else [int(index) for index in await choice]
         if self.closed:  # the session ended while the selector chose
             raise SessionEnded
@@ -99,7 +101,7 @@ class HierarchyVectorLevel(OptionsLevel):
             self.options[index] = Option(skill)
             self._used.add(skill)
             skills.setdefault(skill, []).append(
-                self._request(Kind.BEGIN, index, obs[index], 0.0, False, self.skill_mode(episode.phase)))
+                self._request(Kind.BEGIN, index, obs[index], 0.0, False, self.skill_mode(episode.phase), masks[index]))
         # each skill's acting envs, in the order of its acts, read before the learner takes the requests (a
         # learner in this process may rewrite a request's kind as it batches it)
         acting = {skill: [self.actor_ids.index(r.actor) for r in requests if r.kind in (Kind.BEGIN, Kind.STEP)]

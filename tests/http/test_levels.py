@@ -194,3 +194,43 @@ async def test_a_selectors_first_vector_step_is_answered_while_a_single_env_sess
         reply = await post(client, "/shepherd/env/", body)
         assert all(action in (0, 1) for action in reply["actions"]) and len(reply["options"]) == 2
         body["reward"] = [1.0, 1.0]
+
+
+def masked_graph():
+    level = {"skills": ["left", "right"], "option_steps": 2, "skills_learn": True}
+    return GraphManager(owner="tests", agents=[
+        AgentSpec("left", "MaskablePPO", OBS, 2, TINY), AgentSpec("right", "MaskablePPO", OBS, 2, TINY),
+        AgentSpec("pilot", "PPO", OBS, 2, TINY, level=level), AgentSpec("flat", "PPO", OBS, 2, TINY)],
+        schedule=Schedule(steps_between_evaluation_periods=10 ** 6, evaluation_episodes=1))
+
+
+async def test_a_selector_over_skills_that_take_masks_takes_masks_in_its_steps(aiohttp_client, tmp_path):
+    """Issue 45: action masks in a selector's steps (they were refused): checked against the skills' action space
+    and applied by the skill that acts, single-env and vector, also on the step that starts an option."""
+    client = await make_client(aiohttp_client, tmp_path, masked_graph())
+    opened = await login(client, "pilot")
+    assert opened["action_masks"] is True
+    key = opened["session_key"]
+    for t in range(7):  # options of 2 steps: steps that start an option (selector, then skill) and that go on
+        mask = [t % 2 == 0, t % 2 == 1]  # one action allowed, alternately
+        reply = await post(client, "/shepherd/env/", {"session_key": key, "obs": RIGHT, "reward": 0.0 if t == 0 else 1.0,
+                                                      "done": False, "action_mask": mask})
+        assert reply["action"] == mask.index(True), (t, reply)
+    bad = await post(client, "/shepherd/env/", {"session_key": key, "obs": RIGHT, "reward": 1.0, "done": False,
+                                                "action_mask": [True, True, True]}, status=400)
+    assert "action_mask" in bad["error"]
+    vector = await login(client, "pilot", n_envs=2)
+    body = {"session_key": vector["session_key"], "obs": [LEFT, RIGHT], "reward": [0.0, 0.0],
+            "terminated": [False, False], "truncated": [False, False], "action_mask": [[True, False], [False, True]]}
+    for _ in range(5):
+        assert (await post(client, "/shepherd/env/", body))["actions"] == [0, 1]
+        body["reward"] = [1.0, 1.0]
+
+
+async def test_a_selector_whose_skills_take_no_masks_refuses_them_as_a_flat_agent_does(aiohttp_client, tmp_path):
+    client = await make_client(aiohttp_client, tmp_path)
+    opened = await login(client, "pilot")
+    assert "action_masks" not in opened
+    refused = await post(client, "/shepherd/env/", {"session_key": opened["session_key"], "obs": RIGHT, "reward": 0.0,
+                                                    "done": False, "action_mask": [True, False]}, status=400)
+    assert "takes no 'action_mask'" in refused["error"]

@@ -133,7 +133,8 @@ class HierarchyAgent(PooledAgent):
         found = self.skills()
         self.selector.learning_skills = [runtime for _, runtime in found] if level.skills_learn else []
         skills = [Skill(skill, runtime.learner, None if skill not in level.skill_ends else
-                        load_function(level.skill_ends[skill]), runtime.record.id) for skill, runtime in found]
+                        load_function(level.skill_ends[skill]), runtime.record.id, runtime.takes_masks)
+                  for skill, runtime in found]
         action_space = found[0][1].action_space
 
         def leveled(actor: int) -> Level:
