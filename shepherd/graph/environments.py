@@ -14,6 +14,7 @@ from shepherd.graph.served import ServedAgents
 from shepherd.hierarchy import load_function
 from shepherd.level import Level
 from shepherd.level.roles import Role, RolesLevel
+from shepherd.level.roles_vector import RolesVectorLevel
 from shepherd.storage import EnvironmentRecord, Store
 from shepherd.wire.sessions import Unauthorized
 
@@ -37,10 +38,11 @@ def spec_of(record: EnvironmentRecord) -> EnvironmentSpec:
     return specs[0]
 
 
-def environment_session(record: EnvironmentRecord, served: ServedAgents,
-                        evaluate_only: bool) -> tuple[AgentRuntime, Callable[[int], Level], int]:
+def environment_session(record: EnvironmentRecord, served: ServedAgents, evaluate_only: bool,
+                        n_envs: int | None = None) -> tuple[AgentRuntime, Callable[[int], Level], int]:
     """The session of a login with ``record``'s key: the runtime it is counted on (its first agent's), its level
-    from its first actor id, and how many actor ids it takes (one per role).
+    from its first actor id, and how many actor ids it takes (one per role, of each of ``n_envs`` copies; None:
+    one copy, stepped without ``envs``).
 
     Raises:
         Unauthorized: a role's agent is not served here.
@@ -69,11 +71,17 @@ def environment_session(record: EnvironmentRecord, served: ServedAgents,
     if counted is None:
         raise AgentFailed(f"environment {spec.name}: no role is played by an agent")
 
-    def level(first: int) -> Level:
+    consults = frozenset(agent.record.id for agent in agents.values())  # a restart of any ends the session
+
+    def copy(first: int) -> RolesLevel:
         roles = [Role(role, spec.roles[role], first + index, host, script)
                  for index, (role, (host, script)) in enumerate(players.items())]
-        roles_level = RolesLevel(spec.name, spec.turns, roles, evaluate_only)
-        roles_level.consults = frozenset(agent.record.id for agent in agents.values())  # a restart ends it
-        return roles_level
+        return RolesLevel(spec.name, spec.turns, roles, evaluate_only)
 
-    return counted, level, len(players)
+    def level(first: int) -> Level:
+        made: Level = copy(first) if n_envs is None else RolesVectorLevel(
+            [copy(first + index * len(players)) for index in range(n_envs)])
+        made.consults = consults
+        return made
+
+    return counted, level, len(players) * (n_envs or 1)

@@ -310,11 +310,11 @@ class GraphManager:
             environment = self.store.environment_for_key(apikey) if isinstance(apikey, str) and apikey else None
             if environment is None:
                 raise Unauthorized("unknown or revoked API key")
-            if n_envs is not None or acting != "server" or client is not None:
-                raise TooManyEnvs("an environment's session is one environment stepped at the server: log in with "
-                                  "its key alone (\"mode\" may be given)")
+            if acting != "server" or client is not None:
+                raise TooManyEnvs("an environment's session is stepped at the server and names no client: log in "
+                                  "with its key (\"mode\" and \"n_envs\" may be given)")
             counted, roles_level, actors = environment_session(environment, self.served,
-                                                               evaluate_only or self._serving.evaluate_only)
+                                                               evaluate_only or self._serving.evaluate_only, n_envs)
             return self._sessions.open(counted, roles_level, actors, hash_key(apikey))
         if self.served.restarting(record.id):
             raise AgentClosed(f"agent {record.name} is restarting; log in again in a moment")

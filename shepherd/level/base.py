@@ -86,8 +86,9 @@ class Level:
     def parse_step(self, data: dict[str, Any], checks: ExperienceSpaces) -> StepInput | VectorStepInput | None:
         """A step body (`shepherd.wire.parse_object`'s) checked into this level's kind of step (one env's or
         ``n_envs``'); None for ``"obs": null`` (the session ends). Raises BadRequest, WrongShape."""
-        if data.get("outcome") is not None:  # a field of environments with roles only (`shepherd.level.roles`)
-            raise wire.BadRequest("'outcome' is sent by an environment's session with roles, not by an agent's")
+        for name in ("outcome", "envs"):  # fields of environments with roles only (`shepherd.level.roles`)
+            if data.get(name) is not None:
+                raise wire.BadRequest(f"'{name}' is sent by an environment's session with roles, not by an agent's")
         if self.n_envs is None:
             return wire.parse_step(data, checks.observation, checks.mask, _mask_check(checks))
         return wire.parse_vector_step(data, checks.observation, self.n_envs, checks.mask, _mask_check(checks))

@@ -85,7 +85,7 @@ class RolesStep:
     seq: int | None = None
     fingerprint: str = ""
 
-    n_envs = None  # one step of the environment (the vector form is not served yet)
+    n_envs = None  # one step of one environment (N copies: `RolesVectorStep`)
 
     def digest(self) -> str:
         return self.fingerprint
@@ -128,7 +128,7 @@ class RolesLevel(Level):
     def parse_step(self, data: dict[str, Any], checks: ExperienceSpaces) -> Any:
         """A step body checked by role (every error names the role and the field). Raises BadRequest."""
         if "envs" in data:
-            raise BadRequest("envs: the vector form of an environment's steps is not served yet; send one step")
+            raise BadRequest("envs: this session steps one environment; log in with n_envs for the vector form")
         if "obs" not in data:
             raise BadRequest("'obs' is required: the observations of the roles that act now, or null to end the "
                              "session")
@@ -194,9 +194,21 @@ class RolesLevel(Level):
 
     # -- a step ---------------------------------------------------------------------------------------
     def take_roles(self, step: RolesStep) -> Reply[Any]:
+        self.check(step)
+        self.apply(step)
+        return self.resend()
+
+    def check(self, step: RolesStep) -> None:
+        """Raises BadRequest naming the role and field of a step the turn rules refuse; nothing changes."""
         ending = [name for name in step.obs if step.terminated.get(name) or step.truncated.get(name)]
         acting = [name for name in self.order if name in step.obs and name not in ending]
         self._check_turns(step, acting, ending)
+
+    def apply(self, step: RolesStep) -> None:
+        """A checked step taken: held rewards, the roles that end, the learner calls of those that act (`resend`
+        makes them)."""
+        ending = [name for name in step.obs if step.terminated.get(name) or step.truncated.get(name)]
+        acting = [name for name in self.order if name in step.obs and name not in ending]
         asks: list[tuple[Role, Callable[[], ActionFuture]]] = []
         for name, reward in step.reward.items():
             self.roles[name].held += reward
@@ -215,7 +227,6 @@ class RolesLevel(Level):
             for role in self.roles.values():
                 role.held = 0.0
         self._asks = asks
-        return self.resend()
 
     def _check_turns(self, step: RolesStep, acting: list[str], ending: list[str]) -> None:
         """Raises BadRequest naming the role and field of a step the turn rules refuse; nothing changes before."""
@@ -320,3 +331,4 @@ def _number(value: Any, where: str, bounded: bool = False) -> float:
         except ValueError as error:
             raise BadRequest(str(error)) from None
     return float(value)
+

@@ -136,3 +136,20 @@ async def test_an_agents_key_is_not_an_environments_and_outcome_is_an_environmen
     assert opened["agent"] == "raider"
     error = (await step(client, opened["session_key"], 400, obs=A, reward=0.0, outcome={"raider": 1}))["error"]
     assert "outcome" in error
+
+
+async def test_a_vector_session_steps_n_copies_with_their_own_turns_and_errors_name_the_copy(client):
+    opened = await post(client, "/shepherd/login_user/", {"apikey": client.keys["environment duel"], "n_envs": 2})
+    assert opened["n_envs"] == 2 and opened["environment"] == "duel"
+    key = opened["session_key"]
+    reply = await step(client, key, envs=[{"obs": {"first": A}}, {"obs": {"first": B}}], seq=1)
+    assert [set(item["actions"]) for item in reply["envs"]] == [{"first"}, {"first"}]
+    error = (await step(client, key, 400, envs=[{"obs": {"second": A}}, {"obs": {"first": B}}], seq=2))["error"]
+    assert error.startswith("envs[1].obs.first") and "out of turn" in error  # nothing changed in copy 0 either
+    reply = await step(client, key, envs=[{"obs": {"second": A}, "reward": {"first": 1.0}},
+                                          {"obs": {"second": B}}], seq=2)
+    assert [set(item["actions"]) for item in reply["envs"]] == [{"second"}, {"second"}]
+    error = (await step(client, key, 400, envs=[{"obs": {"first": A}}], seq=3))["error"]
+    assert "envs" in error and "2 copies" in error
+    error = (await step(client, key, 400, obs={"first": A}, seq=3))["error"]
+    assert "envs" in error
