@@ -95,6 +95,9 @@ class RemoteOperations:
     async def add_key(self, agent_id: int, label: str = "") -> CreatedKey:
         return CreatedKey.from_json(await self._json("POST", f"/agents/{agent_id}/keys", {"label": label}))
 
+    async def environments(self) -> list[dict[str, Any]]:
+        return await self._json("GET", "/environments")
+
     async def add_environment_key(self, ref: str, label: str = "") -> CreatedEnvironmentKey:
         return CreatedEnvironmentKey.from_json(await self._json("POST", "/environments/keys",
                                                                 {"environment": ref, "label": label}))

@@ -30,6 +30,19 @@ def store_environments(store: Store, owner_id: int, environments: tuple[Environm
     return created
 
 
+def environment_ratings(record: EnvironmentRecord, served: ServedAgents) -> dict[str, dict[str, float]] | None:
+    """The ratings of an environment's players, best first (None: its first role's agent is not served here)."""
+    spec = spec_of(record)
+    agents = spec.agents()
+    agent = served.by_name(record.owner_id, agents[0]) if agents else None
+    runtime = None if agent is None else agent.runtime
+    if runtime is None:
+        return None
+    table = runtime.ratings.table(spec.name)
+    return {player: rating.to_json() for player, rating in
+            sorted(table.items(), key=lambda item: item[1].ordinal, reverse=True)}
+
+
 def spec_of(record: EnvironmentRecord) -> EnvironmentSpec:
     """The stored environment's spec. Raises AgentFailed when the stored definition no longer reads."""
     specs, problems = parse_environments([record.definition])
@@ -73,10 +86,16 @@ def environment_session(record: EnvironmentRecord, served: ServedAgents, evaluat
 
     consults = frozenset(agent.record.id for agent in agents.values())  # a restart of any ends the session
 
+    team = spec.team_of()
+    ratings = counted.ratings  # the environment's ratings live with its first agent's checkpoint
+
+    def rate(teams: dict[str, list[str]], scores: dict[str, float]) -> bool:
+        return ratings.rate(spec.name, teams, scores)
+
     def copy(first: int) -> RolesLevel:
-        roles = [Role(role, spec.roles[role], first + index, host, script)
+        roles = [Role(role, spec.roles[role], first + index, host, script, team=team[role])
                  for index, (role, (host, script)) in enumerate(players.items())]
-        return RolesLevel(spec.name, spec.turns, roles, evaluate_only)
+        return RolesLevel(spec.name, spec.turns, roles, evaluate_only, rate)
 
     def level(first: int) -> Level:
         made: Level = copy(first) if n_envs is None else RolesVectorLevel(

@@ -385,6 +385,10 @@ async def add_key(request: web.Request) -> web.Response:
     return respond(await ops.add_key(agent_id(request), text_field(data, "label", "")), status=201)
 
 
+async def list_environments(request: web.Request) -> web.Response:
+    return respond(await operations(request).environments())
+
+
 async def add_environment_key(request: web.Request) -> web.Response:
     ops = operations(request)
     ops.require_admin("adding API keys")

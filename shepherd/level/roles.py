@@ -59,8 +59,10 @@ class Role:
     host: RoleHost | None = None
     script: Callable[..., Any] | None = None
     lifecycle: Lifecycle | None = None
+    team: str = ""  # its team (`EnvironmentSpec.team_of`; "": a team of its own)
     held: float = 0.0  # rewards sent for it since its last step (kept for its next step or its end)
-    begun: bool = False  # its learner's episode has begun
+    begun: bool = False  # its episode has begun (a learning role's: with its learner)
+    returned: float = 0.0  # its return in this episode: what decides without an outcome
 
     @property
     def observation_space(self) -> Any:
@@ -100,7 +102,8 @@ class RolesLevel(Level):
     snapshots = False  # several learners answer a step: no front end answers it from one snapshot
     takes_masks = False  # masks come by role (``"action_mask": {role: mask}``), checked here
 
-    def __init__(self, environment: str, turns: str, roles: list[Role], evaluate_only: bool = False) -> None:
+    def __init__(self, environment: str, turns: str, roles: list[Role], evaluate_only: bool = False,
+                 rate: Callable[[dict[str, list[str]], dict[str, float]], object] | None = None) -> None:
         self.environment = environment
         self.turns = turns
         self.roles = {role.name: role for role in roles}
@@ -112,6 +115,8 @@ class RolesLevel(Level):
         self.ended: set[str] = set()  # roles whose episode ended in the current episode of the environment
         self.turn = 0  # under alternate turns: the index of the role whose turn it is
         self.outcomes: list[dict[str, float]] = []  # the outcomes sent, one per episode that carried one
+        #: rates each ended episode: each team's players and score (`shepherd.graph.ratings.Ratings.rate`)
+        self.rate = rate
         self.closed = False
         self._asks: list[tuple[Role, Callable[[], ActionFuture]]] = []
 
@@ -222,10 +227,11 @@ class RolesLevel(Level):
         if len(self.ended) == len(self.roles):  # the episode ends: the step after begins the next one
             if step.outcome is not None:
                 self.outcomes.append(dict(step.outcome))
+            self._settle(step.outcome)
             self.ended.clear()
             self.turn = 0
             for role in self.roles.values():
-                role.held = 0.0
+                role.held = role.returned = 0.0
         self._asks = asks
 
     def _check_turns(self, step: RolesStep, acting: list[str], ending: list[str]) -> None:
@@ -251,6 +257,22 @@ class RolesLevel(Level):
         if step.outcome is not None and len(self.ended) + len(ending) < len(self.roles):
             raise BadRequest("outcome: only the step that ends the episode (every role has ended) carries one")
 
+    def _settle(self, outcome: dict[str, float] | None) -> None:
+        """An ended episode rated: each team's score is the mean of its roles' outcomes (a role left out of the
+        outcome scores 0), or without one, the sum of its roles' returns."""
+        if self.rate is None:
+            return
+        teams: dict[str, list[Role]] = {}
+        for name in self.order:
+            role = self.roles[name]
+            teams.setdefault(role.team or name, []).append(role)
+        if outcome is not None:
+            scores = {team: sum(outcome.get(r.name, 0.0) for r in members) / len(members)
+                      for team, members in teams.items()}
+        else:
+            scores = {team: sum(r.returned for r in members) for team, members in teams.items()}
+        self.rate({team: [r.player for r in members] for team, members in teams.items()}, scores)
+
     def _whose_turn(self) -> str | None:
         for offset in range(len(self.order)):
             name = self.order[(self.turn + offset) % len(self.order)]
@@ -262,7 +284,10 @@ class RolesLevel(Level):
         """The role's last observation: its episode ends (a learning role's last transition, with its held rewards)."""
         reward, role.held = role.held, 0.0
         self.ended.add(role.name)
+        if role.begun:
+            role.returned += reward
         if role.host is None or not role.begun:
+            role.begun = False
             return
         assert role.lifecycle is not None
         role.begun = False
@@ -274,8 +299,11 @@ class RolesLevel(Level):
         """The call answering the role's step: its first in the episode (its reward ignored) or its next, with
         the rewards since its last action."""
         reward, role.held = role.held, 0.0
+        if role.begun:
+            role.returned += reward
         if role.host is None:
             assert role.script is not None
+            role.begun = True
             return functools.partial(_scripted, role.script, obs, mask)
         assert role.lifecycle is not None
         learner = role.host.learner
