@@ -10,6 +10,7 @@ from shepherd.agents import AgentFailed
 from shepherd.environments import EnvironmentSpec, is_scripted, parse_environments
 from shepherd.graph.agent import ServedAgent
 from shepherd.graph.runtime import AgentRuntime
+from shepherd.graph.selfplay import ghost_of
 from shepherd.graph.served import ServedAgents
 from shepherd.hierarchy import load_function
 from shepherd.level import Level
@@ -92,10 +93,13 @@ def environment_session(record: EnvironmentRecord, served: ServedAgents, evaluat
     def rate(teams: dict[str, list[str]], scores: dict[str, float]) -> bool:
         return ratings.rate(spec.name, teams, scores)
 
+    ghost = ghost_of(spec, {role: host for role, (host, _) in players.items() if host is not None})
+
     def copy(first: int) -> RolesLevel:
         roles = [Role(role, spec.roles[role], first + index, host, script, team=team[role])
                  for index, (role, (host, script)) in enumerate(players.items())]
-        return RolesLevel(spec.name, spec.turns, roles, evaluate_only, rate)
+        return RolesLevel(spec.name, spec.turns, roles, evaluate_only, rate,
+                          None if ghost is None else ghost.matchup)
 
     def level(first: int) -> Level:
         made: Level = copy(first) if n_envs is None else RolesVectorLevel(

@@ -24,7 +24,7 @@ import orjson
 
 from shepherd.agents import ActionFuture
 from shepherd.level.base import Level, Reply
-from shepherd.level.episodes import MODES, EpisodeHost, answered
+from shepherd.level.episodes import MODES, EpisodeHost, Trial, answered
 from shepherd.level.lifecycle import Announce, Lifecycle
 from shepherd.wire import BadRequest
 from shepherd.wire.experience import ExperienceSpaces
@@ -63,6 +63,10 @@ class Role:
     held: float = 0.0  # rewards sent for it since its last step (kept for its next step or its end)
     begun: bool = False  # its episode has begun (a learning role's: with its learner)
     returned: float = 0.0  # its return in this episode: what decides without an outcome
+    #: under self-play, who plays it this episode instead of its learning agent: a `Trial` of a frozen snapshot or
+    #: a scripted function (None: its agent, learning), and its label (``snapshot:V``, ``latest``, ``module:function``)
+    stand_in: Any = None
+    label: str = ""
 
     @property
     def observation_space(self) -> Any:
@@ -103,7 +107,8 @@ class RolesLevel(Level):
     takes_masks = False  # masks come by role (``"action_mask": {role: mask}``), checked here
 
     def __init__(self, environment: str, turns: str, roles: list[Role], evaluate_only: bool = False,
-                 rate: Callable[[dict[str, list[str]], dict[str, float]], object] | None = None) -> None:
+                 rate: Callable[[dict[str, list[str]], dict[str, float]], object] | None = None,
+                 matchup: Callable[[], dict[str, tuple[str, Any]]] | None = None) -> None:
         self.environment = environment
         self.turns = turns
         self.roles = {role.name: role for role in roles}
@@ -117,6 +122,10 @@ class RolesLevel(Level):
         self.outcomes: list[dict[str, float]] = []  # the outcomes sent, one per episode that carried one
         #: rates each ended episode: each team's players and score (`shepherd.graph.ratings.Ratings.rate`)
         self.rate = rate
+        #: under self-play, each episode's opponents (`shepherd.graph.selfplay.Ghost.matchup`)
+        self.matchup = matchup
+        self.fresh = True  # no step of the current episode taken yet
+        self._opponents: dict[str, str] | None = None  # the opponents the reply to the last step names
         self.closed = False
         self._asks: list[tuple[Role, Callable[[], ActionFuture]]] = []
 
@@ -214,6 +223,14 @@ class RolesLevel(Level):
         makes them)."""
         ending = [name for name in step.obs if step.terminated.get(name) or step.truncated.get(name)]
         acting = [name for name in self.order if name in step.obs and name not in ending]
+        self._opponents = None
+        if self.fresh:
+            self.fresh = False
+            if self.matchup is not None:  # once per episode, in the reply to its first step
+                chosen = self.matchup()
+                for name, role in self.roles.items():
+                    role.label, role.stand_in = chosen.get(name, ("", None))
+                self._opponents = {name: label for name, (label, _) in chosen.items()}
         asks: list[tuple[Role, Callable[[], ActionFuture]]] = []
         for name, reward in step.reward.items():
             self.roles[name].held += reward
@@ -230,6 +247,7 @@ class RolesLevel(Level):
             self._settle(step.outcome)
             self.ended.clear()
             self.turn = 0
+            self.fresh = True
             for role in self.roles.values():
                 role.held = role.returned = 0.0
         self._asks = asks
@@ -271,7 +289,7 @@ class RolesLevel(Level):
                       for team, members in teams.items()}
         else:
             scores = {team: sum(r.returned for r in members) for team, members in teams.items()}
-        self.rate({team: [r.player for r in members] for team, members in teams.items()}, scores)
+        self.rate({team: [_rated_as(r) for r in members] for team, members in teams.items()}, scores)
 
     def _whose_turn(self) -> str | None:
         for offset in range(len(self.order)):
@@ -286,7 +304,12 @@ class RolesLevel(Level):
         self.ended.add(role.name)
         if role.begun:
             role.returned += reward
-        if role.host is None or not role.begun:
+        if isinstance(role.stand_in, Trial):  # a snapshot's episode: nothing learned or recorded
+            if role.begun:
+                role.stand_in.end(role.actor, reward, obs, truncated)
+            role.begun = False
+            return
+        if role.host is None or role.stand_in is not None or not role.begun:
             role.begun = False
             return
         assert role.lifecycle is not None
@@ -301,10 +324,14 @@ class RolesLevel(Level):
         reward, role.held = role.held, 0.0
         if role.begun:
             role.returned += reward
-        if role.host is None:
-            assert role.script is not None
+        if isinstance(role.stand_in, Trial):  # a snapshot plays it: greedy, not learned from
+            first, role.begun = not role.begun, True
+            return role.stand_in.ask(role.actor, 0.0 if first else reward, obs, mask)
+        if role.host is None or role.stand_in is not None:
+            script = role.stand_in if role.stand_in is not None else role.script
+            assert script is not None
             role.begun = True
-            return functools.partial(_scripted, role.script, obs, mask)
+            return functools.partial(_scripted, script, obs, mask)
         assert role.lifecycle is not None
         learner = role.host.learner
         if not role.begun:
@@ -317,7 +344,7 @@ class RolesLevel(Level):
     def resend(self) -> Reply[Any]:
         """Ask (again) for the actions of the last step's acting roles: one reply of every role's."""
         futures = [(role, ask()) for role, ask in self._asks]
-        return asyncio.get_running_loop().create_task(_gathered(futures))
+        return asyncio.get_running_loop().create_task(_gathered(futures, self._opponents))
 
     def reply_body(self, action: Any) -> dict[str, Any] | None:
         return action
@@ -331,18 +358,29 @@ class RolesLevel(Level):
             return
         self.closed = True
         for role in self.roles.values():
+            if isinstance(role.stand_in, Trial):
+                role.stand_in.abandon(role.actor)
             if role.host is not None and role.lifecycle is not None:
                 role.lifecycle.abandon([role.actor])
                 role.host.learner.end_actor(role.actor)
 
 
-async def _gathered(futures: list[tuple[Role, ActionFuture]]) -> dict[str, Any]:
+async def _gathered(futures: list[tuple[Role, ActionFuture]], opponents: dict[str, str] | None) -> dict[str, Any]:
     actions, versions = {}, {}
     for role, future in futures:
         action = await future
-        actions[role.name] = action if role.host is None else action_to_json(role.action_space, action)
+        scripted = role.host is None or (role.stand_in is not None and not isinstance(role.stand_in, Trial))
+        actions[role.name] = action if scripted else action_to_json(role.action_space, action)
         versions[role.name] = future.policy_version
-    return {"actions": actions, "policy_versions": versions}
+    return {"actions": actions, "policy_versions": versions, **({"opponents": opponents} if opponents else {})}
+
+
+def _rated_as(role: Role) -> str:
+    """Who a role's result rates: its agent (learning), the snapshot of it that played (``agent@snapshot:V``), or
+    the scripted function; the latest policy as an opponent is its agent itself (then not rated)."""
+    if role.stand_in is None or role.label == "latest":
+        return role.player
+    return f"{role.player}@{role.label}" if isinstance(role.stand_in, Trial) else role.label
 
 
 def _scripted(script: Callable[..., Any], obs: Any, mask: Any) -> ActionFuture:
