@@ -1,16 +1,23 @@
 """Ratings of the players of environments with roles, from their episodes' outcomes (openskill's Plackett-Luce:
-teams of any size, any number of teams), kept in the checkpoint of the agent that holds them (the environment's
-first role's agent: `shepherd.graph.environments`) so that a restart, even after ``kill -9``, resumes the ratings
-of its last checkpoint."""
+teams of any size, any number of teams), kept with the self-play of those environments (`shepherd.graph.selfplay`)
+in the checkpoint of the agent that holds them (the environment's first role's agent:
+`shepherd.graph.environments`), so that a restart, even after ``kill -9``, resumes the ratings and the snapshot
+pools of its last checkpoint."""
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Protocol
 
 #: openskill's defaults: a new player's mean and uncertainty
 MU, SIGMA = 25.0, 25.0 / 3.0
+
+
+class Kept(Protocol):
+    """What is checkpointed beside the ratings (an environment's self-play): its plain state."""
+
+    def state(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -31,12 +38,22 @@ class Rating:
 
 
 class Ratings:
-    """The ratings an agent keeps, by environment and player (an agent's name, or a scripted ``module:function``).
-    Rated on the event loop, read by a checkpoint on the learner's thread: a lock keeps each read whole."""
+    """The ratings an agent keeps, by environment and player (an agent's name, a snapshot's ``agent@snapshot:V``
+    or a scripted ``module:function``), and the self-play it checkpoints with them. Rated on the event loop;
+    a lock keeps each read whole."""
 
     def __init__(self) -> None:
         self._tables: dict[str, dict[str, Rating]] = {}
         self._lock = threading.Lock()
+        #: each environment's self-play, checkpointed with the ratings (`keep`)
+        self.kept: dict[str, Kept] = {}
+        self._restored: dict[str, Any] = {}  # the self-play states of the checkpoint, until each is kept again
+
+    def keep(self, environment: str, kept: Kept) -> Any:
+        """Checkpoint ``kept`` (an environment's self-play) with the ratings from now on; returns the state the
+        last checkpoint held for it (None: none), to resume from."""
+        self.kept[environment] = kept
+        return self._restored.pop(environment, None)
 
     def rate(self, environment: str, teams: Mapping[str, list[str]], scores: Mapping[str, float]) -> bool:
         """Rate one episode of ``environment``: each team's players and score (higher is better). Returns whether
@@ -65,19 +82,24 @@ class Ratings:
             return dict(self._tables.get(environment, {}))
 
     def state(self) -> dict[str, Any]:
-        """The plain form a checkpoint holds (`load` reads it back)."""
+        """The plain form a checkpoint holds (`load` reads it back): the ratings by environment, and each
+        environment's self-play (`keep`). Taken on the event loop, where the self-play changes."""
         with self._lock:
-            return {environment: {player: {"mu": r.mu, "sigma": r.sigma, "games": r.games}
-                                  for player, r in sorted(table.items())}
-                    for environment, table in sorted(self._tables.items())}
+            tables = {environment: {player: {"mu": r.mu, "sigma": r.sigma, "games": r.games}
+                                    for player, r in sorted(table.items())}
+                      for environment, table in sorted(self._tables.items())}
+        selfplay = {**self._restored, **{environment: kept.state() for environment, kept in self.kept.items()}}
+        return {**({"tables": tables} if tables else {}),
+                **({"selfplay": dict(sorted(selfplay.items()))} if selfplay else {})}
 
     def load(self, state: Any) -> None:
-        """The ratings of a checkpoint's `state` (None or malformed: none)."""
+        """The ratings and self-play states of a checkpoint's `state` (None or malformed: none)."""
         tables: dict[str, dict[str, Rating]] = {}
-        if isinstance(state, dict):
-            for environment, table in state.items():
-                if isinstance(table, dict):
-                    tables[environment] = {player: Rating(float(r["mu"]), float(r["sigma"]), int(r["games"]))
-                                           for player, r in table.items() if isinstance(r, dict)}
+        state = state if isinstance(state, dict) else {}
+        for environment, table in (state.get("tables") or {}).items():
+            if isinstance(table, dict):
+                tables[environment] = {player: Rating(float(r["mu"]), float(r["sigma"]), int(r["games"]))
+                                       for player, r in table.items() if isinstance(r, dict)}
         with self._lock:
             self._tables = tables
+        self._restored = dict(state.get("selfplay") or {})

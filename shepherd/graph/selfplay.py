@@ -7,13 +7,15 @@ that a trial of another policy plays; the learner answers what the copy cannot).
 
 from __future__ import annotations
 
+import base64
 import collections
 import random
-import weakref
 from typing import Any
 
-from shepherd.agents.core import HasGreedy
-from shepherd.agents.greedy_policy import GreedyPolicy
+import numpy as np
+
+from shepherd.agents.core import HasGreedy, VersionedWeights
+from shepherd.agents.greedy_policy import FixedWeights, GreedyPolicy
 from shepherd.environments import EnvironmentSpec
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.hierarchy import load_function
@@ -96,18 +98,74 @@ class Ghost:
         return chosen
 
 
-_GHOSTS: weakref.WeakKeyDictionary[AgentRuntime, dict[str, Ghost]] = weakref.WeakKeyDictionary()
+    # -- the checkpoint ------------------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """Its plain form, checkpointed with the ratings (`Ratings.keep`): the pools (each snapshot's version and
+        weights), when each agent's last snapshot was taken, the learning team, the next swap, the generator."""
+        return {"pools": {name: [{"version": version, "arrays": _encoded(_arrays(policy))}
+                                 for version, policy in pool] for name, pool in sorted(self.pools.items())},
+                "taken": dict(sorted(self._taken.items())), "learning": self.learning, "swap_at": self._swap_at,
+                "random": _plain(self.random.getstate())}
+
+    def load(self, state: dict[str, Any]) -> None:
+        """Resume from `state`'s: each snapshot a frozen policy of its agent's network with its weights (and the
+        agent's observation statistics of now: those of the snapshot's time are not kept)."""
+        runtimes = {runtime.record.name: runtime for runtime in self.runtimes.values()}
+        for name, snapshots in state.get("pools", {}).items():
+            runtime = runtimes.get(name)
+            greedy = None if runtime is None or not isinstance(runtime.learner, HasGreedy) else runtime.learner.greedy
+            if greedy is None:
+                continue
+            pool = self.pools.setdefault(name, collections.deque(maxlen=self.play.window))
+            for snapshot in snapshots:
+                weights = VersionedWeights(int(snapshot["version"]), _decoded(snapshot["arrays"]))
+                pool.append((weights.version, GreedyPolicy(greedy.network, FixedWeights(weights), greedy.actions,
+                                                           greedy.name, None if greedy.filtering is None
+                                                           else greedy.filtering.frozen())))
+        self._taken = {name: int(steps) for name, steps in state.get("taken", {}).items()}
+        self.learning = int(state.get("learning", 0)) % len(self.teams)
+        self._swap_at = state.get("swap_at")
+        if state.get("random") is not None:
+            self.random.setstate(_tupled(state["random"]))
 
 
 def ghost_of(spec: EnvironmentSpec, runtimes: dict[str, AgentRuntime]) -> Ghost | None:
     """The self-play of ``spec`` (None: it has none), one per environment and served agent, shared by its
-    sessions (kept with its first role's runtime: a restarted agent starts a new one)."""
+    sessions: kept by its first role's runtime with its ratings (`Ratings.keep`), and resumed from its
+    checkpoint (a restarted agent starts a new one from the checkpoint it resumes)."""
     if spec.self_play is None:
         return None
     first = runtimes[next(iter(spec.roles))]
-    ghosts = _GHOSTS.setdefault(first, {})
-    ghost = ghosts.get(spec.name)
-    if ghost is None:
+    ghost = first.ratings.kept.get(spec.name)
+    if not isinstance(ghost, Ghost):
         seed = first.record.parameters.get("seed")
-        ghost = ghosts[spec.name] = Ghost(spec, runtimes, seed if isinstance(seed, int) else first.record.id)
+        ghost = Ghost(spec, runtimes, seed if isinstance(seed, int) else first.record.id)
+        restored = first.ratings.keep(spec.name, ghost)
+        if isinstance(restored, dict):
+            ghost.load(restored)
     return ghost
+
+
+def _arrays(policy: GreedyPolicy) -> Any:
+    weights = policy.source.latest_weights()
+    assert weights is not None, "a snapshot without weights"
+    return weights.arrays
+
+
+def _encoded(arrays: Any) -> dict[str, Any]:
+    return {name: {"dtype": np.asarray(array).dtype.str, "shape": list(np.shape(array)),
+                   "data": base64.b64encode(np.ascontiguousarray(array).tobytes()).decode()}
+            for name, array in sorted(arrays.items())}
+
+
+def _decoded(arrays: dict[str, Any]) -> dict[str, np.ndarray]:
+    return {name: np.frombuffer(base64.b64decode(item["data"]), dtype=np.dtype(item["dtype"]))
+            .reshape(item["shape"]).copy() for name, item in arrays.items()}
+
+
+def _plain(value: Any) -> Any:
+    return [_plain(item) for item in value] if isinstance(value, (tuple, list)) else value
+
+
+def _tupled(value: Any) -> Any:
+    return tuple(_tupled(item) for item in value) if isinstance(value, list) else value

@@ -61,3 +61,52 @@ async def test_one_team_learns_against_snapshots_and_scripts_and_the_teams_swap(
         graph.end_sessions()
         graph.close()
         store.close()
+
+
+async def test_after_a_stop_without_a_checkpoint_the_pool_and_ratings_are_the_last_checkpoints(tmp_path):
+    """What ``kill -9`` leaves: the snapshot pool (each snapshot's weights), the learning team, the next swap, the
+    generator and the ratings of the last checkpoint, byte for byte once the pool is rebuilt from them."""
+    import asyncio
+    import json
+
+    play = SelfPlay(snapshot_every=4, window=3, against_latest=0.25, swap_every=9, opponents=(SCRIPT,))
+    data = tmp_path / "data"
+
+    def served() -> tuple[GraphManager, Store, dict]:
+        graph = GraphManager(owner="tests", agents=[AgentSpec("c4", "PPO", OBS, 2, TINY)],
+                             schedule=Schedule(steps_between_evaluation_periods=10 ** 6, evaluation_episodes=1,
+                                               checkpoint_every_steps=10 ** 9, checkpoint_every_seconds=10 ** 9),
+                             environments=(EnvironmentSpec("duel", {"p0": "c4", "p1": "c4"}, "alternate",
+                                                           self_play=play),))
+        store = Store(data)
+        return graph, store, graph.create_graph(store, serving_here())
+
+    async def episodes(graph, session, count):
+        for _ in range(count):
+            for body in ({"obs": {"p0": A}}, {"obs": {"p1": A}}, {"obs": {"p0": A}, "reward": {"p0": 1.0}},
+                         {"obs": {"p0": A, "p1": A}, "terminated": {"p0": True, "p1": True},
+                          "outcome": {"p0": 1, "p1": 0}}):
+                await graph.step(session, session.parse_step(body))
+
+    graph, store, keys = served()
+    key = keys["environment duel"]
+    session = graph.login(key)
+    await episodes(graph, session, 10)
+    runtime = graph.runtime("c4")
+    await asyncio.to_thread(lambda: runtime.checkpoint().result(30))
+    saved = json.dumps(runtime.ratings.state(), sort_keys=True)
+    assert len(json.loads(saved)["selfplay"]["duel"]["pools"]["c4"]) == 3  # a full window of snapshots
+    await episodes(graph, session, 6)  # after the checkpoint: more snapshots, ratings, draws
+    assert json.dumps(runtime.ratings.state(), sort_keys=True) != saved
+    graph.end_sessions()
+    await asyncio.to_thread(graph.abort)  # no checkpoint written
+    store.close()
+    graph, store, _ = served()
+    try:
+        graph.login(key)  # the environment's self-play is rebuilt from the checkpoint
+        assert "duel" in graph.runtime("c4").ratings.kept
+        assert json.dumps(graph.runtime("c4").ratings.state(), sort_keys=True) == saved
+    finally:
+        graph.end_sessions()
+        await asyncio.to_thread(graph.close)
+        store.close()
