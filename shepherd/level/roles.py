@@ -22,7 +22,7 @@ from typing import Any, Callable, Protocol
 
 import orjson
 
-from shepherd.agents import ActionFuture
+from shepherd.agents import ActionFuture, Kind, Request
 from shepherd.level.base import Level, Reply
 from shepherd.level.episodes import MODES, EpisodeHost, Trial, answered
 from shepherd.level.lifecycle import Announce, Lifecycle
@@ -108,7 +108,7 @@ class RolesLevel(Level):
 
     def __init__(self, environment: str, turns: str, roles: list[Role], evaluate_only: bool = False,
                  rate: Callable[[dict[str, list[str]], dict[str, float]], object] | None = None,
-                 matchup: Callable[[], dict[str, tuple[str, Any]]] | None = None) -> None:
+                 matchup: Callable[[], dict[str, tuple[str, Any]]] | None = None, group: int = 0) -> None:
         self.environment = environment
         self.turns = turns
         self.roles = {role.name: role for role in roles}
@@ -124,6 +124,9 @@ class RolesLevel(Level):
         self.rate = rate
         #: under self-play, each episode's opponents (`shepherd.graph.selfplay.Ghost.matchup`)
         self.matchup = matchup
+        #: the learners' group of its roles (`Request.group`): the roles one agent plays here step by turns, so
+        #: its learner must never make one wait for another's progress (an on-policy rollout's segments)
+        self.group = group or min(role.actor for role in roles)
         self.fresh = True  # no step of the current episode taken yet
         self._opponents: dict[str, str] | None = None  # the opponents the reply to the last step names
         self.closed = False
@@ -315,7 +318,8 @@ class RolesLevel(Level):
         assert role.lifecycle is not None
         role.begun = False
         episode = role.lifecycle.count(0, reward)
-        role.host.learner.end_episode(role.actor, reward, obs, truncated, MODES[episode.phase])
+        role.host.learner.submit([Request(Kind.END, role.actor, obs, reward, truncated, MODES[episode.phase],
+                                          group=self.group)])
         role.lifecycle.end(0)
 
     def _act(self, role: Role, obs: Any, mask: Any) -> Callable[[], ActionFuture]:
@@ -337,9 +341,11 @@ class RolesLevel(Level):
         if not role.begun:
             role.begun = True
             episode = role.lifecycle.begin(0)
-            return functools.partial(learner.begin_episode, role.actor, obs, MODES[episode.phase], mask)
+            return functools.partial(_one, learner, Request(Kind.BEGIN, role.actor, obs, 0.0, False,
+                                                            MODES[episode.phase], group=self.group, mask=mask))
         episode = role.lifecycle.count(0, reward)
-        return functools.partial(learner.step, role.actor, reward, obs, MODES[episode.phase], mask)
+        return functools.partial(_one, learner, Request(Kind.STEP, role.actor, obs, reward, False,
+                                                        MODES[episode.phase], group=self.group, mask=mask))
 
     def resend(self) -> Reply[Any]:
         """Ask (again) for the actions of the last step's acting roles: one reply of every role's."""
@@ -381,6 +387,26 @@ def _rated_as(role: Role) -> str:
     if role.stand_in is None or role.label == "latest":
         return role.player
     return f"{role.player}@{role.label}" if isinstance(role.stand_in, Trial) else role.label
+
+
+def _one(learner: Any, request: Request) -> ActionFuture:
+    """One role's act as a group's request (`Learner.submit`): the future of its action alone."""
+    answer = learner.submit([request])
+    future = ActionFuture()
+
+    def settle(done: Any) -> None:
+        future.policy_version = getattr(done, "policy_version", 0)
+        if done.cancelled():  # the actor was dropped while its request waited (the session ended)
+            future.cancel()
+            return
+        error = done.exception()
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(done.result()[0])
+
+    answer.add_done_callback(settle)
+    return future
 
 
 def _scripted(script: Callable[..., Any], obs: Any, mask: Any) -> ActionFuture:

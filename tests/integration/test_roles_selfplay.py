@@ -110,3 +110,26 @@ async def test_after_a_stop_without_a_checkpoint_the_pool_and_ratings_are_the_la
         graph.end_sessions()
         await asyncio.to_thread(graph.close)
         store.close()
+
+
+async def test_one_on_policy_agent_in_two_alternating_roles_never_waits_for_itself(tmp_path):
+    """Its two roles are one group of its learner (`Request.group`): a role that finds no free row in the rollout
+    does not wait for the other's progress, which waits for its action (alternate turns): before they were, the
+    first step of the second role waited forever for a segment the first role held."""
+    tiny = {**TINY, "n_envs": 2}
+    graph = GraphManager(owner="tests", agents=[AgentSpec("c4", "PPO", OBS, 2, tiny)],
+                         schedule=Schedule(steps_between_evaluation_periods=10 ** 6, evaluation_episodes=1),
+                         environments=(EnvironmentSpec("duel", {"p0": "c4", "p1": "c4"}, "alternate"),))
+    store = Store(tmp_path / "data")
+    keys = graph.create_graph(store, serving_here(act_timeout_seconds=10))
+    try:
+        session = graph.login(keys["environment duel"])
+        for step in range(64):
+            role = ("p0", "p1")[step % 2]
+            await graph.step(session, session.parse_step({"obs": {role: A}, "reward": {role: 1.0}}))
+        learner = graph.runtime("c4").learner
+        assert learner.failure is None and learner.policy_version >= 3  # it updated (a rollout is 2 x 8 rows)
+    finally:
+        graph.end_sessions()
+        graph.close()
+        store.close()
