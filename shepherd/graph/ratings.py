@@ -77,6 +77,11 @@ class Ratings:
                     table[player] = Rating(float(now.mu), float(now.sigma), was.games + 1)
         return True
 
+    def environments(self) -> list[str]:
+        """The environments it has ratings of."""
+        with self._lock:
+            return sorted(self._tables)
+
     def table(self, environment: str) -> dict[str, Rating]:
         with self._lock:
             return dict(self._tables.get(environment, {}))

@@ -62,6 +62,11 @@ async def test_outcomes_rate_the_teams_and_a_restart_resumes_the_last_checkpoint
     admin = AdminService(store, graph).acting_as(ADMIN)
     [shown] = await admin.environments()
     assert shown["environment"] == "tests/defence" and list(shown["ratings"])[0] == "guard"  # best first
+    from shepherd.http.metrics import AgentLabels, GraphCollector
+
+    families = {family.name: family for family in GraphCollector(lambda: graph, AgentLabels()).collect()}
+    shown_mu = {sample.labels["player"]: sample.value for sample in families["shepherd_rating_mu"].samples}
+    assert shown_mu["guard"] == table["guard"].mu and len(shown_mu) == 3  # /metrics: each player
     await episode(graph, session, {"attacker": 0, "scout": 0, "defender": 1})  # after the checkpoint: lost
     assert json.dumps(runtime.ratings.state(), sort_keys=True) != saved
     graph.end_sessions()
