@@ -120,3 +120,32 @@ def test_the_client_command_drives_a_pettingzoo_env(tmp_path, monkeypatch, capsy
         assert "3 episodes, mean return by role: fast 4.0, slow 2.0" in capsys.readouterr().out
     finally:
         thread.stop()
+
+
+def test_the_javascript_example_plays_a_simultaneous_environment(tmp_path):
+    import os
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    node = shutil.which("node")
+    assert node, "Node.js is needed for the JavaScript example (.ci/run installs it)"
+    pennies = [[2], 0.0, 1.0]
+    graph = GraphManager(owner="tests", agents=[AgentSpec("matcher", "PPO", pennies, 2, TINY),
+                                                AgentSpec("mismatcher", "PPO", pennies, 2, TINY)],
+                         schedule=Schedule(steps_between_evaluation_periods=10 ** 6, evaluation_episodes=1),
+                         environments=(EnvironmentSpec("pennies", {"matcher": "matcher",
+                                                                   "mismatcher": "mismatcher"}),))
+    thread = ServerThread(ServerConfig(graph, tmp_path / "data", requests_per_second_per_key=None)).start_and_wait()
+    try:
+        env = {**os.environ, "SHEPHERD_URL": thread.server.url,
+               "SHEPHERD_API_KEY": thread.server.created_keys["environment pennies"]}
+        script = Path(__file__).resolve().parents[2] / "examples" / "roles_client.js"
+        result = subprocess.run([node, str(script), "3"], env=env, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        lines = result.stdout.splitlines()
+        assert len(lines) == 3 and all(line.startswith(f"episode {i + 1}: matcher ") for i, line in enumerate(lines))
+        table = graph.runtime("matcher").ratings.table("pennies")
+        assert table["matcher"].games == table["mismatcher"].games == 3  # every episode's outcome rated
+    finally:
+        thread.stop()
