@@ -26,6 +26,7 @@ setup(
         "tensorboard>=2.14",  # the training metrics' event files (SB3's TensorBoard writer), and to read them
         "onnx>=1.15",  # the ONNX export of a greedy policy (shepherd/agents/export/export.py)
         "onnxruntime>=1.17",  # shepherd.policies.onnx and the deploy server (run.py deploy) run exported policies
+        "openskill>=6",  # ratings of environments with roles from their outcomes (shepherd/graph/ratings.py)
     ],
     extras_require={
         "test": [

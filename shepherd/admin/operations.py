@@ -17,7 +17,8 @@ from typing import Any
 
 from shepherd.admin.errors import Invalid
 from shepherd.admin.names import check_name, match_agent
-from shepherd.admin.records import ActionResult, AgentView, CreatedKey, KeyView, NewAgent, UserView
+from shepherd.admin.records import (ActionResult, AgentView, CreatedEnvironmentKey, CreatedKey, KeyView, NewAgent,
+                                    UserView)
 from shepherd.definition import AgentDefinition
 from shepherd.lessons import lessons_to_json
 from shepherd.agents import ParameterError, check_agent, registry_records
@@ -143,6 +144,35 @@ class Operations(SpecialActions):
             raise Invalid("a key's label is a string of at most 100 characters")
         key, stored = await asyncio.to_thread(self.store.add_api_key, record.id, label)
         return CreatedKey(key, stored.id, record.id, self._ref(record), label)
+
+    async def environments(self) -> list[dict[str, Any]]:
+        """The environments with roles: each one's owner/name, definition (roles, turns, teams, self_play) and
+        its players' ratings, best first (null when its first role's agent is not served here)."""
+        self.require_admin("listing environments")
+        from shepherd.graph.environments import environment_ratings
+
+        owners = {user.id: user.name for user in self.store.users()}
+        return [{"environment": f"{owners.get(record.owner_id)}/{record.name}", **record.definition,
+                 "ratings": environment_ratings(record, self.graph.served)} for record in self.store.environments()]
+
+    async def add_environment_key(self, ref: str, label: str = "") -> CreatedEnvironmentKey:
+        """A key of the environment with roles ``ref`` names (``owner/name``, or a name only one environment has:
+        docs/how-to/multi-agent.md)."""
+        self.require_admin("adding API keys")
+        if not isinstance(label, str) or len(label) > 100:
+            raise Invalid("a key's label is a string of at most 100 characters")
+        if not isinstance(ref, str):
+            raise Invalid("'environment' is the environment's owner/name")
+        owners = {user.id: user.name for user in self.store.users()}
+        found = [record for record in self.store.environments()
+                 if ref.strip() in (f"{owners.get(record.owner_id)}/{record.name}", record.name)]
+        if not found:
+            raise NotFound(f"no agent or environment {ref!r}")
+        if len(found) > 1:
+            raise Invalid(f"several environments are named {ref!r}; write owner/name")
+        record = found[0]
+        key = await asyncio.to_thread(self.store.add_environment_key, record.id, label)
+        return CreatedEnvironmentKey(key, f"{owners.get(record.owner_id)}/{record.name}", label)
 
     async def revoke_key(self, key_id: int) -> KeyView:
         """Refuse the key from now on and end the sessions it opened on a running server."""

@@ -113,6 +113,15 @@ class KeyView(JsonRecord):
 
 
 @dataclass(frozen=True)
+class CreatedEnvironmentKey(JsonRecord):
+    """A new key of an environment with roles (``owner/name``): ``key`` is shown this once."""
+
+    key: str
+    environment: str
+    label: str
+
+
+@dataclass(frozen=True)
 class CreatedKey(JsonRecord):
     """A new API key: ``key`` is shown this once; the store keeps only its hash."""
 

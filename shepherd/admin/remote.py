@@ -11,7 +11,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from shepherd.admin.errors import Forbidden, Invalid, Unavailable
-from shepherd.admin.records import ActionResult, AgentView, CreatedKey, KeyView, NewAgent, UserView
+from shepherd.admin.records import ActionResult, AgentView, CreatedEnvironmentKey, CreatedKey, KeyView, NewAgent, UserView
 from shepherd.admin.names import match_agent
 from shepherd.graph import Conflict, Unauthorized
 from shepherd.storage import AlreadyExists, EpisodeReturn, NotFound, ReturnsPage
@@ -94,6 +94,13 @@ class RemoteOperations:
 
     async def add_key(self, agent_id: int, label: str = "") -> CreatedKey:
         return CreatedKey.from_json(await self._json("POST", f"/agents/{agent_id}/keys", {"label": label}))
+
+    async def environments(self) -> list[dict[str, Any]]:
+        return await self._json("GET", "/environments")
+
+    async def add_environment_key(self, ref: str, label: str = "") -> CreatedEnvironmentKey:
+        return CreatedEnvironmentKey.from_json(await self._json("POST", "/environments/keys",
+                                                                {"environment": ref, "label": label}))
 
     async def revoke_key(self, key_id: int) -> KeyView:
         return KeyView.from_json(await self._json("POST", f"/keys/{key_id}/revoke", {}))

@@ -15,8 +15,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                                              "agent's dashboard page. It is printed once; the store keeps only "
                                              "its hash.")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    add = actions.add_parser("add", help="create a key for an agent", description="Create an API key.")
-    add.add_argument("agent", help="the agent: its id, owner/name, or a name only one agent has")
+    add = actions.add_parser("add", help="create a key for an agent or an environment with roles",
+                             description="Create an API key: an agent's, or an environment's with roles (its key "
+                                         "logs a client in to all its roles: docs/how-to/multi-agent.md).")
+    add.add_argument("agent", help="the agent (its id, owner/name, or a name only one agent has), or an environment "
+                                   "(OWNER/ENVIRONMENT)")
     add.add_argument("--label", default="", help="a note on what the key is for")
     add_data_option(add)
     add.set_defaults(func=command(add_key))
@@ -39,7 +42,16 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 async def add_key(operations, args: argparse.Namespace) -> int:
-    created = await operations.add_key(await operations.resolve(args.agent), args.label)
+    from shepherd.storage import NotFound
+
+    try:
+        agent_id = await operations.resolve(args.agent)
+    except NotFound:  # not an agent: an environment with roles
+        made = await operations.add_environment_key(args.agent, args.label)
+        print(f"API key for environment {made.environment} (shown once, the store keeps only its hash):")
+        print(made.key)
+        return EXIT_OK
+    created = await operations.add_key(agent_id, args.label)
     print(f"API key {created.id} for agent {created.agent} (shown once, the store keeps only its hash):")
     print(created.key)
     return EXIT_OK

@@ -89,6 +89,8 @@ def check_command(args: argparse.Namespace) -> int:
         graph = GraphManager.of(load_preset(args.preset, overrides=overrides, seed=seed))
         if args.check_data is not None and graph.preset.folder_skills():
             graph.preset.check_skills(stored_definitions(args.check_data, graph.owner))
+        if args.check_data is not None and graph.preset.environments:
+            graph.preset.check_environments(stored_definitions(args.check_data, graph.owner))
         problems = graph.build_problems()
         if problems:
             raise InvalidPreset(problems).located(shown)
@@ -150,6 +152,22 @@ def summary(graph: GraphManager, data: Path | None = None) -> list[str]:
                 lines.append(f"    skills of the data folder (not in the preset): {', '.join(stored)}; "
                              + (f"checked in {data}" if data is not None else "not checked here (give --data DIR), "
                                 "checked when the preset is served"))
+    for environment in graph.preset.environments:  # docs/how-to/multi-agent.md
+        roles = ", ".join(f"{role}: {player}" for role, player in environment.roles.items())
+        lines.append(f"  environment {environment.name}: roles {roles}; turns {environment.turns}")
+        if environment.teams:
+            lines.append("    teams: " + "; ".join(f"{team}: {', '.join(roles)}"
+                                                 for team, roles in environment.teams.items()))
+        if environment.self_play is not None:
+            play = environment.self_play
+            lines.append(f"    self-play: a snapshot every {play.snapshot_every:,} steps, window {play.window}, "
+                         f"against the latest {play.against_latest:g}, swap every {play.swap_every:,} steps"
+                         + (f", scripted opponents {', '.join(play.opponents)}" if play.opponents else ""))
+        unseen = [player for player in environment.agents() if player not in {spec.name for spec in graph.agents}]
+        if unseen:
+            lines.append(f"    agents of the data folder (not in the preset): {', '.join(unseen)}; "
+                         + (f"checked in {data}" if data is not None else "not checked here (give --data DIR), "
+                            "checked when the preset is served"))
     schedule = graph.schedule
     lines.append(f"  schedule: {describe_schedule(schedule)}; checkpoint every {schedule.checkpoint_every_steps:,} "
                  f"steps or {schedule.checkpoint_every_seconds:g} s")

@@ -195,7 +195,14 @@ def announce(graph: GraphManager, url: str, data: Path, keys: dict[str, str], ad
     if any(agent.takes_client_names for agent in graph.preset_agents()):
         print("  (a login to an advised agent also names its client: {\"apikey\": ..., \"client\": \"arm-3\"})")
     for name, key in keys.items():
-        print(f"API key for agent {name} (shown once, the store keeps only its hash): {key}")
+        if name.startswith("environment "):  # an environment with roles' (docs/how-to/multi-agent.md)
+            print(f"API key for {name} (its roles at once; shown once, the store keeps only its hash): {key}")
+        else:
+            print(f"API key for agent {name} (shown once, the store keeps only its hash): {key}")
+    for environment in graph.preset.environments:
+        if f"environment {environment.name}" not in keys:
+            print(f"API key for environment {environment.name}: shown when it was created; create another with "
+                  f"`python run.py keys add {graph.owner}/{environment.name}`")
     for record in preset_records(graph):
         if record.name not in keys:
             print(f"API key for agent {record.name}: shown when it was created; create another with "

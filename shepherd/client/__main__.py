@@ -56,6 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=None, metavar="N",
                         help="with --acting client: stop after the upload that reaches N env steps, counted over "
                              "every env (default: never)")
+    parser.add_argument("--pettingzoo", metavar="MODULE:FACTORY", default=None,
+                        help="drive a PettingZoo env that FACTORY() makes (AEC or parallel API; action masks from its "
+                             "observations) through an environment with roles, whose key SHEPHERD_API_KEY is: its "
+                             "roles named as the env's agents (docs/how-to/multi-agent.md)")
     parser.add_argument("--retry-seconds", type=float, default=30.0, metavar="SECONDS",
                         help="how long a step answered 429 or 503, or whose connection was lost, is sent again (with "
                              "its seq) before the client gives up (default %(default)g)")
@@ -75,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     if not apikey:
         parser.error("set SHEPHERD_API_KEY to the agent's API key")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s client %(message)s")
+    if args.pettingzoo is not None:
+        return _pettingzoo(args, apikey)
     env_kwargs = json.loads(args.env_kwargs)
     client: Client | VectorClient | ActingClient
     if args.acting == "client":
@@ -126,6 +132,40 @@ def main(argv: list[str] | None = None) -> int:
     if returns:
         envs = f" over {args.n_envs} envs" if args.n_envs is not None else ""
         print(f"{len(returns)} episodes{envs}, mean return {sum(returns) / len(returns):.1f}")
+    return 0
+
+
+def _pettingzoo(args: argparse.Namespace, apikey: str) -> int:
+    """``--pettingzoo MODULE:FACTORY``: its env's episodes through an environment with roles."""
+    import importlib
+
+    from shepherd.client.roles import RolesClient, run_aec, run_parallel
+
+    module, _, name = args.pettingzoo.partition(":")
+    env = getattr(importlib.import_module(module), name)()
+    client = RolesClient(args.url, apikey, retry_seconds=args.retry_seconds)
+    run = run_aec if hasattr(env, "agent_iter") else run_parallel
+    try:
+        client.login(args.mode)
+        returns = run(env, client, args.episodes if args.episodes is not None else 2 ** 62, args.seed)
+    except KeyboardInterrupt:
+        return 0
+    except ShepherdError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except (OSError, http.client.HTTPException) as error:
+        print(f"error: cannot reach the Shepherd server at {client.url}: {error or type(error).__name__}",
+              file=sys.stderr)
+        return 1
+    finally:
+        try:
+            client.logout()
+        except (ShepherdError, OSError, http.client.HTTPException):
+            pass
+        client.close()
+    means = {role: sum(r.get(role, 0.0) for r in returns) / max(len(returns), 1) for role in returns[0]} if returns else {}
+    print(f"{len(returns)} episodes, mean return by role: "
+          + ", ".join(f"{role} {value:.1f}" for role, value in means.items()))
     return 0
 
 

@@ -20,6 +20,8 @@ from shepherd.agents import (AgentClosed, AgentFailed, ParameterError, ServedLea
 from shepherd.agents.bounds import check_bounds
 from shepherd.graph.agent import Building, ServedAgent, of_kind
 from shepherd.graph.kinds import kind_of
+from shepherd.environments import EnvironmentSpec
+from shepherd.graph.environments import environment_session, store_environments
 from shepherd.graph.preset import AgentSpec, Preset, PresetError, PresetValidation, Problem
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.graph.schedule import EvaluationResult, Schedule
@@ -48,10 +50,12 @@ class GraphManager:
 
     def __init__(self, agents: list[AgentSpec], schedule: Schedule | None = None,
                  validation: PresetValidation | None = None, owner: str = "shepherd",
-                 description: str = "", default_schedule: Schedule | None = None) -> None:
+                 description: str = "", default_schedule: Schedule | None = None,
+                 environments: tuple[EnvironmentSpec, ...] = ()) -> None:
         """A graph of a preset given by its parts (how a Python preset of the older form declares it;
         `of` builds one from a `Preset`)."""
-        self.preset = Preset(tuple(agents), schedule or Schedule(), validation, owner, description)
+        self.preset = Preset(tuple(agents), schedule or Schedule(), validation, owner, description,
+                             environments=tuple(environments))
         self.default_schedule = default_schedule or DEFAULT_SCHEDULE
         self.evaluation_listeners: list[Callable[[AgentRuntime, EvaluationResult], None]] = []
         self._store: Store | None = None
@@ -200,9 +204,14 @@ class GraphManager:
                 self._serving.start_from.lay(store, record)
             self._preset_ids.add(record.id)
             self._start(record)
+        if self.preset.environments:  # every role names an agent, now that the data folder's are seen
+            self.preset.check_environments({record.name: record.definition for record in store.agents()
+                                            if record.owner_id == owner.id})
+            created_keys.update(store_environments(store, owner.id, self.preset.environments))
+        players = {name for environment in self.preset.environments for name in environment.agents()}
         self.not_started = []
         for record in store.agents():
-            needed = record.owner_id == owner.id and record.name in folder_skills  # a skill of the preset's
+            needed = record.owner_id == owner.id and (record.name in folder_skills or record.name in players)
             if only_preset and record.id not in self._preset_ids and not needed:
                 self.not_started.append(record)
             elif record.id not in self.served.served_ids():
@@ -298,7 +307,15 @@ class GraphManager:
             raise TooManyEnvs(f"'n_envs' must be between 1 and {limit} (this server's --max-envs), not {n_envs}")
         record = self.store.agent_for_key(apikey) if isinstance(apikey, str) and apikey else None
         if record is None:
-            raise Unauthorized("unknown or revoked API key")
+            environment = self.store.environment_for_key(apikey) if isinstance(apikey, str) and apikey else None
+            if environment is None:
+                raise Unauthorized("unknown or revoked API key")
+            if acting != "server" or client is not None:
+                raise TooManyEnvs("an environment's session is stepped at the server and names no client: log in "
+                                  "with its key (\"mode\" and \"n_envs\" may be given)")
+            counted, roles_level, actors = environment_session(environment, self.served,
+                                                               evaluate_only or self._serving.evaluate_only, n_envs)
+            return self._sessions.open(counted, roles_level, actors, hash_key(apikey))
         if self.served.restarting(record.id):
             raise AgentClosed(f"agent {record.name} is restarting; log in again in a moment")
         failure = self.served.failures.get(record.id)

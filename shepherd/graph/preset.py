@@ -11,6 +11,7 @@ from typing import Any
 from shepherd.agents import ParameterError, check_agent, check_parameters
 from shepherd.agents.bounds import check_bounds
 from shepherd.definition import AgentDefinition, name_problem
+from shepherd.environments import EnvironmentSpec, environment_problems, parse_environments
 from shepherd.hierarchy import PROGRAMMED, parse_level
 from shepherd.graph.hierarchy.problems import data_folder_skills, level_problems
 from shepherd.graph.schedule import Schedule
@@ -103,14 +104,35 @@ class Preset:
     owner: str = "shepherd"
     description: str = ""
     name: str = ""  # the file's stem, or the ``zoo:`` text; set by the loader
+    #: environments with roles played by its agents (`shepherd.environments`, docs/how-to/multi-agent.md)
+    environments: tuple[EnvironmentSpec, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "agents", tuple(self.agents))
+        object.__setattr__(self, "environments", tuple(self.environments))
 
     def problems(self) -> list[Problem]:
-        """Every problem of the preset, each with its key path (``agents[0]...``): `preset_problems`."""
-        return preset_problems(list(enumerate(self.agents)), self.schedule,
-                               None if self.validation is None else self.validation.agent, self.owner)
+        """Every problem of the preset, each with its key path (``agents[0]...``, ``environments[0]...``):
+        `preset_problems` and `environment_problems`."""
+        problems = preset_problems(list(enumerate(self.agents)), self.schedule,
+                                   None if self.validation is None else self.validation.agent, self.owner)
+        specs, parsed = parse_environments(list(self.environments))
+        problems.extend(Problem(path, message) for path, message in parsed)
+        problems.extend(Problem(path, message) for path, message in
+                        environment_problems(specs, {spec.name: spec for spec in self.agents}))
+        return problems
+
+    def check_environments(self, stored: dict[str, AgentDefinition]) -> None:
+        """Check the environments again with the data folder's agents of the preset's owner (``stored``, by name)
+        seen: every role names an agent, and self-play's agents have the same spaces.
+
+        Raises:
+            InvalidPreset: every problem, each with its key path.
+        """
+        problems = [Problem(path, message) for path, message in environment_problems(
+            list(self.environments), {spec.name: spec for spec in self.agents}, stored)]
+        if problems:
+            raise InvalidPreset(problems)
 
     def check(self) -> None:
         """Raises InvalidPreset with every problem found (`problems`)."""

@@ -17,6 +17,7 @@ from shepherd.agents import metrics as training_metrics
 from shepherd.definition import check_client_name
 from shepherd.graph.checkpoints import Checkpoints
 from shepherd.graph.lessons import LessonState
+from shepherd.graph.ratings import Ratings
 from shepherd.graph.records import Part, Records
 from shepherd.graph.schedule import EvaluationResult, PhaseTracker, Schedule
 from shepherd.lessons import EpisodeConfig
@@ -101,6 +102,8 @@ class AgentRuntime:
         seed = record.parameters.get("seed")
         #: the agent's lessons: each episode's config, and when it advances (docs/lessons.md)
         self.lessons = LessonState(record.definition.lessons, seed if isinstance(seed, int) else None, self.label)
+        #: the ratings of environments with roles whose first role it plays (`shepherd.graph.ratings`), checkpointed
+        self.ratings = Ratings()
         #: one behaviour file build at a time per phase (the learner keeps the files built: `ServedLearner.behaviour`)
         self._building: dict[Phase, asyncio.Future[tuple[int, bytes]]] = {}
         self.sessions = 0
@@ -148,6 +151,7 @@ class AgentRuntime:
                 "it from a backup, or move it away to start this agent afresh") from None
         self.tracker.load(state.get("schedule", {}))
         self.lessons.load(state.get("lessons"))
+        self.ratings.load(state.get("ratings"))
         recent = state.get("recent_return")
         self.recent_return = float(recent) if isinstance(recent, (int, float)) else None
         self.load_state(state)
@@ -249,7 +253,9 @@ class AgentRuntime:
 
     def checkpoint_state(self) -> dict[str, Any]:
         """What its checkpoint holds besides the learner's own (`resume` reads it back: `load_state`)."""
-        return {"schedule": self.tracker.state(), "recent_return": self.recent_return, "lessons": self.lessons.state()}
+        ratings = self.ratings.state()  # only an agent that plays environments' first roles has any
+        return {"schedule": self.tracker.state(), "recent_return": self.recent_return, "lessons": self.lessons.state(),
+                **({"ratings": ratings} if ratings else {})}
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Read back what a subclass added to `checkpoint_state` (nothing here)."""

@@ -385,6 +385,18 @@ async def add_key(request: web.Request) -> web.Response:
     return respond(await ops.add_key(agent_id(request), text_field(data, "label", "")), status=201)
 
 
+async def list_environments(request: web.Request) -> web.Response:
+    return respond(await operations(request).environments())
+
+
+async def add_environment_key(request: web.Request) -> web.Response:
+    ops = operations(request)
+    ops.require_admin("adding API keys")
+    data = await body_object(request, {"environment", "label"})
+    return respond(await ops.add_environment_key(text_field(data, "environment", ""), text_field(data, "label", "")),
+                   status=201)
+
+
 async def revoke_key(request: web.Request) -> web.Response:
     ops = operations(request)
     ops.require_admin("revoking API keys")

@@ -190,6 +190,8 @@ def create_app(config: ServerConfig) -> web.Application:
         web.post(admin.AGENT + "/keys", admin.add_key),
         web.get(admin.API + "/keys", admin.list_keys),
         web.post(admin.KEY + "/revoke", admin.revoke_key),
+        web.get(admin.API + "/environments", admin.list_environments),
+        web.post(admin.API + "/environments/keys", admin.add_environment_key),
         web.get("/shepherd/openapi.json", openapi),
         # monitoring
         web.get(monitoring.METRICS_PATH, monitoring.metrics),

@@ -111,6 +111,11 @@ class GraphCollector(Collector):
         lesson = GaugeMetricFamily("shepherd_agent_lesson", "1 for the lesson the agent is in now, by its name, with its "
                                    "index (docs/lessons.md); absent for an agent without lessons",
                                    labels=["agent", "client", "lesson", "index"])
+        rated = ["agent", "client", "environment", "player"]
+        rating_mu = GaugeMetricFamily("shepherd_rating_mu", "A player's openskill rating (mean) in an environment with "
+                                      "roles, kept by its first role's agent (docs/how-to/multi-agent.md)", labels=rated)
+        rating_sigma = GaugeMetricFamily("shepherd_rating_sigma", "The uncertainty of a player's rating in an "
+                                         "environment with roles", labels=rated)
         now = time.monotonic()
         for runtime in runtimes:
             name = [self._labels(graph, runtime.record.owner_id, runtime.record.name),  # type: ignore[arg-type]
@@ -140,6 +145,10 @@ class GraphCollector(Collector):
                 checkpoint_age.add_metric(name, age)
             if runtime.lessons.active:
                 lesson.add_metric([*name, runtime.lessons.name or "", str(runtime.lessons.index)], 1)
+            for environment in runtime.ratings.environments():  # the tables only (not the self-play's weights)
+                for player, rating in runtime.ratings.table(environment).items():
+                    rating_mu.add_metric([*name, environment, player], rating.mu)
+                    rating_sigma.add_metric([*name, environment, player], rating.sigma)
             for skill, use in runtime.options_used().items():
                 chosen.add_metric([*name, skill], use["chosen"])
                 option_steps.add_metric([*name, skill], use["steps"])
@@ -154,7 +163,8 @@ class GraphCollector(Collector):
                 up.add_metric([self._labels(graph, record.owner_id, record.name), client], 0)
         self._rates = {k: v for k, v in self._rates.items() if k in {(r.record.id, r.client) for r in runtimes}}
         yield from (up, learned, steps, rates, episodes, sessions, timeouts, depth, version, latency, batches,
-                    updates, checkpoints, checkpoint_failures, checkpoint_age, chosen, option_steps, lesson)
+                    updates, checkpoints, checkpoint_failures, checkpoint_age, chosen, option_steps, lesson, rating_mu,
+                    rating_sigma)
 
     def _rate(self, runtime: AgentRuntime, now: float, counts: dict[Phase, int]) -> dict[Phase, float]:
         key = (runtime.record.id, runtime.client)

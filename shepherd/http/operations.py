@@ -74,9 +74,10 @@ async def login_reply(app: web.Application, body: bytes, address: str, json_leng
     except PermissionError:
         await asyncio.sleep(throttle.failed(address))  # slows down guessing, never blocks the loop
         raise
-    reply = {"ok": True, "session_key": session.key, "agent": session.runtime.record.name,
-             "observation_space": space_to_json(session.observation_space),
-             "action_space": space_to_json(session.action_space)}
+    introduction = session.level.introduction()  # an environment's roles; None: the agent's name and spaces
+    reply = {"ok": True, "session_key": session.key, **(introduction if introduction is not None else {
+        "agent": session.runtime.record.name, "observation_space": space_to_json(session.observation_space),
+        "action_space": space_to_json(session.action_space)})}
     try:
         reply.update(await session.opened(graph.act_timeout))
     except Exception:
@@ -128,6 +129,9 @@ async def step_reply(app: web.Application, body: bytes, address: str, json_lengt
 
 def _acted(session: Session, acted: Acted) -> web.Response:
     """A step's reply: the action (a vector session's: every env's) and the policy version that chose it."""
+    body = session.level.reply_body(acted.action)  # an environment's, by role
+    if body is not None:
+        return _json({**body, **acted.fields})
     space = session.action_space
     if session.n_envs is not None:
         return _json({"actions": [action_to_json(space, action) for action in acted.action],

@@ -87,6 +87,9 @@ class Level:
     def parse_step(self, data: dict[str, Any], checks: ExperienceSpaces) -> StepInput | VectorStepInput | None:
         """A step body (`shepherd.wire.parse_object`'s) checked into this level's kind of step (one env's or
         ``n_envs``'); None for ``"obs": null`` (the session ends). Raises BadRequest, WrongShape."""
+        for name in ("outcome", "envs"):  # fields of environments with roles only (`shepherd.level.roles`)
+            if data.get(name) is not None:
+                raise wire.BadRequest(f"'{name}' is sent by an environment's session with roles, not by an agent's")
         if self.n_envs is None:
             return wire.parse_step(data, checks.observation, checks.mask, _mask_check(checks))
         return wire.parse_vector_step(data, checks.observation, self.n_envs, checks.mask, _mask_check(checks))
@@ -115,6 +118,16 @@ class Level:
         """The env steps one upload of this session carries: what the rate limit charges an upload, and a policy
         file fetched (issue 48, M5: a file can be megabytes; a client fetches once per new version or phase)."""
         return self.n_envs or 1
+
+    def introduction(self) -> dict[str, Any] | None:
+        """What the login reply says the session is, when not its agent (name and spaces): an environment's
+        roles (`shepherd.level.roles`). None: the agent's."""
+        return None
+
+    def reply_body(self, action: Any) -> dict[str, Any] | None:
+        """A step's reply body from its answer, when the level words it itself (an environment's, by role); None:
+        the action (or actions) and policy version, as every agent's session answers."""
+        return None
 
     def acts_at_server(self, what: str) -> WrongShape:
         return WrongShape("this session's policy acts at the server: send steps to /shepherd/env/ (log in with "

@@ -47,11 +47,12 @@ from shepherd.definition import AgentDefinition, Filters, Sharing
 from shepherd.graph.preset import (AgentSpec, InvalidPreset, Preset, PresetError, PresetValidation, Problem,
                                    preset_problems)
 from shepherd.graph.schedule import Schedule
+from shepherd.environments import environment_problems, parse_environments
 from shepherd.hierarchy import PROGRAMMED, LevelError, load_function, parse_level
 from shepherd.lessons import LessonError, parse_lessons
 
 #: the keys of a preset, of each of its agents, and the agents' keys without a default
-PRESET_KEYS = ("owner", "description", "agents", "schedule", "validation")
+PRESET_KEYS = ("owner", "description", "agents", "schedule", "validation", "environments")
 AGENT_KEYS = ("name", "algorithm", "selector", "observation_space", "action_space", "parameters", "sharing", "filters",
               "lessons", "level")
 AGENT_REQUIRED = ("name", "observation_space")
@@ -257,15 +258,19 @@ def preset_from_data(data: Any, name: str = "") -> Preset:
     if values.get("validation") is not None:
         validation = _block(values["validation"], PresetValidation, VALIDATION_FIELDS, "validation", problems)
         validation_ok = validation is not None
+    environments, environment_problems_found = parse_environments(values.get("environments"))
+    problems.extend(Problem(path, message) for path, message in environment_problems_found)
     if specs:  # the agents' own checks (registry, schedule), with the agents that are well formed
         validation_agent = validation.agent if validation is not None else None
         owner = values.get("owner")
         problems.extend(preset_problems(specs, schedule, validation_agent,
                                         owner if isinstance(owner, str) else None))  # a non-string: above
+        problems.extend(Problem(path, message) for path, message in
+                        environment_problems(environments, {spec.name: spec for _, spec in specs}))
     if problems or not validation_ok or schedule is None:
         raise InvalidPreset(problems)
     return Preset(tuple(spec for _, spec in specs), schedule, validation, owner=values.get("owner", "shepherd"),
-                  description=values.get("description", ""), name=name)
+                  description=values.get("description", ""), name=name, environments=tuple(environments))
 
 
 def preset_data(graph: Preset) -> dict[str, Any]:
@@ -276,6 +281,7 @@ def preset_data(graph: Preset) -> dict[str, Any]:
         "agents": [spec.to_json() for spec in graph.agents],
         "schedule": dataclasses.asdict(graph.schedule),
         "validation": None if graph.validation is None else dataclasses.asdict(graph.validation),
+        **({"environments": [spec.to_json() for spec in graph.environments]} if graph.environments else {}),
     }
 
 

@@ -48,6 +48,18 @@ class AgentRecord:
 
 
 @dataclass(frozen=True)
+class EnvironmentRecord:
+    """An environment with roles as stored (`shepherd.environments.EnvironmentSpec.to_json` in ``definition``):
+    its key logs a client in to all its roles at once."""
+
+    id: int
+    owner_id: int
+    name: str
+    definition: dict[str, Any]
+    created: float = 0.0
+
+
+@dataclass(frozen=True)
 class ApiKey:
     id: int
     agent_id: int

@@ -1,4 +1,5 @@
-"""The tinydb store of a data folder: users, agents, hashed API keys, algorithms, parameters, returns."""
+"""The tinydb store of a data folder: users, agents, environments with roles, hashed API keys, algorithms,
+parameters, returns."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from tinydb import Query, TinyDB
 from tinydb.table import Document
 
 from shepherd.definition import Sharing
-from shepherd.storage.records import AgentRecord, ApiKey, User, hash_key, new_secret
+from shepherd.storage.records import AgentRecord, ApiKey, EnvironmentRecord, User, hash_key, new_secret
 from shepherd.storage.files import (PRIVATE_FILE, PRIVATE_FOLDER, make_private, private_data_folder,
                                     remove_stale_temporaries)
 from shepherd.storage.errors import AlreadyExists, NotFound, StoreError
@@ -71,9 +72,14 @@ class Store:
         self._algorithms = self._db.table("algorithms")
         self._parameters = self._db.table("parameters")
         self._settings = self._db.table("settings")
+        self._environments = self._db.table("environments")
+        self._environment_keys = self._db.table("environment_keys")  # apart: an agent's key names an agent id
         self._returns: dict[tuple[int, str | None], ReturnLog] = {}  # by agent id and client (None: the agent's)
         self._key_index: dict[str, dict[str, Any]] = {
             doc["hash"]: {**doc, "id": doc.doc_id} for doc in self._keys.all() if not doc.get("revoked")
+        }
+        self._environment_key_index: dict[str, int] = {
+            doc["hash"]: doc["environment_id"] for doc in self._environment_keys.all() if not doc.get("revoked")
         }
 
     # -- users ---------------------------------------------------------------------------------
@@ -279,6 +285,57 @@ class Store:
             docs = self._keys.all() if agent_id is None else self._keys.search(Query().agent_id == agent_id)
             return [ApiKey(id=d.doc_id, agent_id=d["agent_id"], label=d["label"], created=d["created"],
                            revoked=d["revoked"]) for d in docs]
+
+    # -- environments with roles (`shepherd.environments`) -------------------------------------------
+    def put_environment(self, owner_id: int, name: str, definition: dict[str, Any]) -> tuple[EnvironmentRecord, bool]:
+        """Store an owner's environment (its definition replaced if it exists); returns it and whether it is new."""
+        with self._lock:
+            self.user(owner_id)
+            query = (Query().owner_id == owner_id) & (Query().name == name)
+            doc = self._environments.get(query)
+            if doc is not None:
+                if doc["definition"] != definition:
+                    self._environments.update({"definition": definition}, doc_ids=[doc.doc_id])
+                return EnvironmentRecord(doc.doc_id, owner_id, name, definition, doc["created"]), False
+            created = time.time()
+            env_id = self._environments.insert({"owner_id": owner_id, "name": name, "definition": definition,
+                                                "created": created})
+            return EnvironmentRecord(env_id, owner_id, name, definition, created), True
+
+    def environments(self) -> list[EnvironmentRecord]:
+        with self._lock:
+            return [EnvironmentRecord(doc.doc_id, **doc) for doc in self._environments.all()]
+
+    def find_environment(self, owner_id: int, name: str) -> EnvironmentRecord | None:
+        with self._lock:
+            doc = self._environments.get((Query().owner_id == owner_id) & (Query().name == name))
+            return None if doc is None else EnvironmentRecord(doc.doc_id, **doc)
+
+    def environment(self, environment_id: int) -> EnvironmentRecord:
+        """Raises NotFound for an unknown id."""
+        with self._lock:
+            doc = self._environments.get(doc_id=environment_id)
+            if doc is None:
+                raise NotFound(f"no environment with id {environment_id}")
+            return EnvironmentRecord(doc.doc_id, **doc)
+
+    def add_environment_key(self, environment_id: int, label: str = "") -> str:
+        """Create a key for an environment; returns the key itself (shown once, never stored)."""
+        with self._lock:
+            self.environment(environment_id)
+            key = new_secret()
+            digest = hash_key(key)
+            self._environment_keys.insert({"environment_id": environment_id, "hash": digest, "label": label,
+                                           "created": time.time(), "revoked": False})
+            self._environment_key_index[digest] = environment_id
+            return key
+
+    def environment_for_key(self, key: str) -> EnvironmentRecord | None:
+        """The environment a valid, unrevoked environment key belongs to, or None."""
+        digest = hash_key(key)
+        with self._lock:
+            environment_id = self._environment_key_index.get(digest)
+            return None if environment_id is None else self.environment(environment_id)
 
     # -- the admin token -----------------------------------------------------------------------
     def admin_token_hash(self) -> str | None:

@@ -19,7 +19,7 @@ from shepherd.wire.steps import (BadRequest, GreedyStep, GreedyVectorStep, MaskC
 
 #: the fields of a step of either kind; `parse_step` and `parse_vector_step` refuse the other kind's
 STEP_FIELDS = {"session_key", "obs", "reward", "done", "info", "truncated", "terminated", "seq", "final_obs",
-               "action_mask"}
+               "action_mask", "outcome", "envs"}  # outcome, envs: an environment's with roles (docs/protocol.md)
 LOGIN_FIELDS = {"apikey", "mode", "n_envs", "client", "acting", "policy_in_reply"}
 #: where a session's policy acts: at the server (steps, the default) or at the client (policy file, uploads)
 ACTING = ("server", "client")

@@ -72,7 +72,8 @@ validation: {{env_id: CartPole-v1, target_return: 475, clients: 0, env_kwargs: [
 colour: blue
 """)
     found = [line.removeprefix(f"{path}: ") for line in problems_of(path)]
-    assert found[0] == "colour: unknown key; expected one of owner, description, agents, schedule, validation"
+    assert found[0] == ("colour: unknown key; expected one of owner, description, agents, schedule, validation, "
+                        "environments")
     expected = [
         "agents[2].algorithm: missing; a value is required",
         "agents[2].observation_space: missing; a value is required",

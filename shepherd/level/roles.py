@@ -1,0 +1,426 @@
+"""RolesLevel: the session of an environment with roles (docs/protocol.md, "Environments with roles"): one step
+carries the roles that act now, each role one env (actor) of the agent that plays it, on the one episode
+lifecycle (a `Lifecycle` of one env per role, on its agent).
+
+The turn rules are checked before anything changes: ``simultaneous`` (every live role in each step),
+``alternate`` (the one whose turn it is, in the declared order from the first each episode, skipping roles
+that ended) or ``any`` (one live role). A role that waits while others act learns one transition from its
+action to its next turn, with the rewards sent for it meanwhile summed (kept until its next step or its end,
+PettingZoo's cumulative reward); a role that ends sends its last observation once and gets no action; the
+episode ends when every role has ended, and the step after begins the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import math
+import numbers
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+import orjson
+
+from shepherd.agents import ActionFuture, Kind, Request
+from shepherd.level.base import Level, Reply
+from shepherd.level.episodes import MODES, EpisodeHost, Trial, answered
+from shepherd.level.lifecycle import Announce, Lifecycle
+from shepherd.wire import BadRequest
+from shepherd.wire.experience import ExperienceSpaces
+from shepherd.wire.spaces import SpaceError, action_to_json, check_action_mask, check_observation
+from shepherd.wire.steps import check_reward
+
+#: the fields of a step keyed by role
+ROLE_FIELDS = ("obs", "reward", "terminated", "truncated", "action_mask", "outcome")
+
+
+class RoleHost(EpisodeHost, Protocol):
+    """What a role needs of the agent that plays it: its episodes (`EpisodeHost`) and its spaces."""
+
+    @property
+    def observation_space(self) -> Any: ...
+
+    @property
+    def action_space(self) -> Any: ...
+
+    @property
+    def takes_masks(self) -> bool: ...
+
+
+@dataclass(eq=False)
+class Role:
+    """One role of an environment's session: played by an agent (``host``, as actor ``actor`` of its learner,
+    with its episodes in ``lifecycle``) or by a scripted ``function(obs, mask) -> action`` (``script``)."""
+
+    name: str
+    player: str
+    actor: int
+    host: RoleHost | None = None
+    script: Callable[..., Any] | None = None
+    lifecycle: Lifecycle | None = None
+    team: str = ""  # its team (`EnvironmentSpec.team_of`; "": a team of its own)
+    held: float = 0.0  # rewards sent for it since its last step (kept for its next step or its end)
+    begun: bool = False  # its episode has begun (a learning role's: with its learner)
+    returned: float = 0.0  # its return in this episode: what decides without an outcome
+    #: under self-play, who plays it this episode instead of its learning agent: a `Trial` of a frozen snapshot or
+    #: a scripted function (None: its agent, learning), and its label (``snapshot:V``, ``latest``, ``module:function``)
+    stand_in: Any = None
+    label: str = ""
+
+    @property
+    def observation_space(self) -> Any:
+        return None if self.host is None else self.host.observation_space
+
+    @property
+    def action_space(self) -> Any:
+        return None if self.host is None else self.host.action_space
+
+
+@dataclass(frozen=True)
+class RolesStep:
+    """One checked step of an environment's session, by role: the observations of the roles in it, every
+    reward sent, the end flags, masks and the episode's outcome (None: none sent)."""
+
+    obs: dict[str, Any]
+    reward: dict[str, float]
+    terminated: dict[str, bool]
+    truncated: dict[str, bool]
+    masks: dict[str, Any] = field(default_factory=dict)
+    outcome: dict[str, float] | None = None
+    seq: int | None = None
+    fingerprint: str = ""
+
+    n_envs = None  # one step of one environment (N copies: `RolesVectorStep`)
+
+    def digest(self) -> str:
+        return self.fingerprint
+
+    def hand_to(self, taker: Any) -> Any:
+        return taker.take_roles(self)
+
+
+class RolesLevel(Level):
+    """The session of one environment with roles (``turns``: ``simultaneous``, ``alternate`` or ``any``)."""
+
+    snapshots = False  # several learners answer a step: no front end answers it from one snapshot
+    takes_masks = False  # masks come by role (``"action_mask": {role: mask}``), checked here
+
+    def __init__(self, environment: str, turns: str, roles: list[Role], evaluate_only: bool = False,
+                 rate: Callable[[dict[str, list[str]], dict[str, float]], object] | None = None,
+                 matchup: Callable[[], dict[str, tuple[str, Any]]] | None = None, group: int = 0) -> None:
+        self.environment = environment
+        self.turns = turns
+        self.roles = {role.name: role for role in roles}
+        self.order = [role.name for role in roles]
+        self.evaluate_only = evaluate_only
+        for role in roles:
+            if role.host is not None:
+                role.lifecycle = Lifecycle(role.host, 1, evaluate_only, Announce.AT_END)
+        self.ended: set[str] = set()  # roles whose episode ended in the current episode of the environment
+        self.turn = 0  # under alternate turns: the index of the role whose turn it is
+        self.outcomes: list[dict[str, float]] = []  # the outcomes sent, one per episode that carried one
+        #: rates each ended episode: each team's players and score (`shepherd.graph.ratings.Ratings.rate`)
+        self.rate = rate
+        #: under self-play, each episode's opponents (`shepherd.graph.selfplay.Ghost.matchup`)
+        self.matchup = matchup
+        #: the learners' group of its roles (`Request.group`): the roles one agent plays here step by turns, so
+        #: its learner must never make one wait for another's progress (an on-policy rollout's segments)
+        self.group = group or min(role.actor for role in roles)
+        self.fresh = True  # no step of the current episode taken yet
+        self._opponents: dict[str, str] | None = None  # the opponents the reply to the last step names
+        self.closed = False
+        self._asks: list[tuple[Role, Callable[[], ActionFuture]]] = []
+
+    # -- the session's verbs ----------------------------------------------------------------------------
+    def introduction(self) -> dict[str, Any] | None:
+        from shepherd.wire.spaces import space_to_json
+
+        return {"environment": self.environment, "turns": self.turns,
+                "roles": {name: {"agent": role.player,
+                                 "observation_space": None if role.host is None else space_to_json(role.observation_space),
+                                 "action_space": None if role.host is None else space_to_json(role.action_space)}
+                          for name, role in self.roles.items()}}
+
+    def parse_step(self, data: dict[str, Any], checks: ExperienceSpaces) -> Any:
+        """A step body checked by role (every error names the role and the field). Raises BadRequest."""
+        if "envs" in data:
+            raise BadRequest("envs: this session steps one environment; log in with n_envs for the vector form")
+        if "obs" not in data:
+            raise BadRequest("'obs' is required: the observations of the roles that act now, or null to end the "
+                             "session")
+        if data["obs"] is None:
+            return None
+        parts: dict[str, dict[str, Any]] = {}
+        for name in ROLE_FIELDS:
+            value = data.get(name)
+            if value is None:
+                parts[name] = {}
+                continue
+            if not isinstance(value, dict):
+                raise BadRequest(f"{name}: must be an object of role: value (this session is environment "
+                                 f"{self.environment}'s, its roles {', '.join(self.order)})")
+            for role in value:
+                if role not in self.roles:
+                    raise BadRequest(f"{name}.{role}: no such role in environment {self.environment} (its roles: "
+                                     f"{', '.join(self.order)})")
+            parts[name] = value
+        if not isinstance(data.get("info", {}) or {}, dict):
+            raise BadRequest("info: must be an object")
+        obs = {}
+        for name, value in parts["obs"].items():
+            role = self.roles[name]
+            if role.host is None:
+                obs[name] = value
+                continue
+            try:
+                obs[name] = check_observation(role.observation_space, value, f"obs.{name}")
+            except SpaceError as error:
+                raise BadRequest(str(error)) from None
+        rewards = {name: _number(value, f"reward.{name}", bounded=True) for name, value in parts["reward"].items()}
+        flags: dict[str, dict[str, bool]] = {}
+        for field_name in ("terminated", "truncated"):
+            flags[field_name] = {}
+            for name, value in parts[field_name].items():
+                if not isinstance(value, bool):
+                    raise BadRequest(f"{field_name}.{name}: must be true or false, not {value!r}")
+                if value and name not in parts["obs"]:
+                    raise BadRequest(f"{field_name}.{name}: a role that ends sends its last observation in obs")
+                flags[field_name][name] = value
+        masks = {}
+        for name, value in parts["action_mask"].items():
+            role = self.roles[name]
+            if role.host is None or not role.host.takes_masks:
+                raise BadRequest(f"action_mask.{name}: the player of role {name} ({role.player}) takes no masks")
+            if name not in parts["obs"]:
+                raise BadRequest(f"action_mask.{name}: a mask goes with the role's observation")
+            try:
+                masks[name] = check_action_mask(role.action_space, value, f"action_mask.{name}")
+            except SpaceError as error:
+                raise BadRequest(str(error)) from None
+        outcome = None
+        if data.get("outcome") is not None:
+            outcome = {name: _number(value, f"outcome.{name}") for name, value in parts["outcome"].items()}
+        seq = data.get("seq")
+        if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or seq < 0):
+            raise BadRequest("'seq' must be a non-negative whole number")
+        content = {key: value for key, value in data.items() if key not in ("session_key", "seq")}
+        fingerprint = hashlib.blake2b(orjson.dumps(content, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY),
+                                      digest_size=16).hexdigest() if seq is not None else ""
+        return RolesStep(obs, rewards, flags["terminated"], flags["truncated"], masks, outcome, seq, fingerprint)
+
+    # -- a step ---------------------------------------------------------------------------------------
+    def take_roles(self, step: RolesStep) -> Reply[Any]:
+        self.check(step)
+        self.apply(step)
+        return self.resend()
+
+    def check(self, step: RolesStep) -> None:
+        """Raises BadRequest naming the role and field of a step the turn rules refuse; nothing changes."""
+        ending = [name for name in step.obs if step.terminated.get(name) or step.truncated.get(name)]
+        acting = [name for name in self.order if name in step.obs and name not in ending]
+        self._check_turns(step, acting, ending)
+
+    def apply(self, step: RolesStep) -> None:
+        """A checked step taken: held rewards, the roles that end, the learner calls of those that act (`resend`
+        makes them)."""
+        ending = [name for name in step.obs if step.terminated.get(name) or step.truncated.get(name)]
+        acting = [name for name in self.order if name in step.obs and name not in ending]
+        self._opponents = None
+        if self.fresh:
+            self.fresh = False
+            if self.matchup is not None:  # once per episode, in the reply to its first step
+                chosen = self.matchup()
+                for name, role in self.roles.items():
+                    role.label, role.stand_in = chosen.get(name, ("", None))
+                self._opponents = {name: label for name, (label, _) in chosen.items()}
+        asks: list[tuple[Role, Callable[[], ActionFuture]]] = []
+        for name, reward in step.reward.items():
+            self.roles[name].held += reward
+        for name in ending:
+            self._end(self.roles[name], step.obs[name], bool(step.truncated.get(name)) and not step.terminated.get(name))
+        for name in acting:
+            role = self.roles[name]
+            asks.append((role, self._act(role, step.obs[name], step.masks.get(name))))
+        if acting and self.turns == "alternate":
+            self.turn = self.order.index(acting[0]) + 1
+        if len(self.ended) == len(self.roles):  # the episode ends: the step after begins the next one
+            if step.outcome is not None:
+                self.outcomes.append(dict(step.outcome))
+            self._settle(step.outcome)
+            self.ended.clear()
+            self.turn = 0
+            self.fresh = True
+            for role in self.roles.values():
+                role.held = role.returned = 0.0
+        self._asks = asks
+
+    def _check_turns(self, step: RolesStep, acting: list[str], ending: list[str]) -> None:
+        """Raises BadRequest naming the role and field of a step the turn rules refuse; nothing changes before."""
+        for field_name, names in (("obs", step.obs), ("reward", step.reward)):
+            for name in names:
+                if name in self.ended:
+                    raise BadRequest(f"{field_name}.{name}: role {name} ended its episode already; it steps again "
+                                     "in the next episode, once every role has ended")
+        live = [name for name in self.order if name not in self.ended]
+        if self.turns == "simultaneous":
+            for name in live:
+                if name not in step.obs:
+                    raise BadRequest(f"obs.{name}: missing; under simultaneous turns every live role steps each step")
+        elif self.turns == "alternate":
+            expected = self._whose_turn()
+            for name in acting:
+                if name != expected:
+                    raise BadRequest(f"obs.{name}: out of turn; it is {expected}'s turn (alternate turns go round in "
+                                     "the declared order, skipping roles that ended)")
+        elif len(acting) > 1:
+            raise BadRequest(f"obs.{acting[1]}: out of turn; under 'any' turns one role acts per step")
+        if step.outcome is not None and len(self.ended) + len(ending) < len(self.roles):
+            raise BadRequest("outcome: only the step that ends the episode (every role has ended) carries one")
+
+    def _settle(self, outcome: dict[str, float] | None) -> None:
+        """An ended episode rated: each team's score is the mean of its roles' outcomes (a role left out of the
+        outcome scores 0), or without one, the sum of its roles' returns."""
+        if self.rate is None:
+            return
+        teams: dict[str, list[Role]] = {}
+        for name in self.order:
+            role = self.roles[name]
+            teams.setdefault(role.team or name, []).append(role)
+        if outcome is not None:
+            scores = {team: sum(outcome.get(r.name, 0.0) for r in members) / len(members)
+                      for team, members in teams.items()}
+        else:
+            scores = {team: sum(r.returned for r in members) for team, members in teams.items()}
+        self.rate({team: [_rated_as(r) for r in members] for team, members in teams.items()}, scores)
+
+    def _whose_turn(self) -> str | None:
+        for offset in range(len(self.order)):
+            name = self.order[(self.turn + offset) % len(self.order)]
+            if name not in self.ended:
+                return name
+        return None
+
+    def _end(self, role: Role, obs: Any, truncated: bool) -> None:
+        """The role's last observation: its episode ends (a learning role's last transition, with its held rewards)."""
+        reward, role.held = role.held, 0.0
+        self.ended.add(role.name)
+        if role.begun:
+            role.returned += reward
+        if isinstance(role.stand_in, Trial):  # a snapshot's episode: nothing learned or recorded
+            if role.begun:
+                role.stand_in.end(role.actor, reward, obs, truncated)
+            role.begun = False
+            return
+        if role.host is None or role.stand_in is not None or not role.begun:
+            role.begun = False
+            return
+        assert role.lifecycle is not None
+        role.begun = False
+        episode = role.lifecycle.count(0, reward)
+        role.host.learner.submit([Request(Kind.END, role.actor, obs, reward, truncated, MODES[episode.phase],
+                                          group=self.group)])
+        role.lifecycle.end(0)
+
+    def _act(self, role: Role, obs: Any, mask: Any) -> Callable[[], ActionFuture]:
+        """The call answering the role's step: its first in the episode (its reward ignored) or its next, with
+        the rewards since its last action."""
+        reward, role.held = role.held, 0.0
+        if role.begun:
+            role.returned += reward
+        if isinstance(role.stand_in, Trial):  # a snapshot plays it: greedy, not learned from
+            first, role.begun = not role.begun, True
+            return role.stand_in.ask(role.actor, 0.0 if first else reward, obs, mask)
+        if role.host is None or role.stand_in is not None:
+            script = role.stand_in if role.stand_in is not None else role.script
+            assert script is not None
+            role.begun = True
+            return functools.partial(_scripted, script, obs, mask)
+        assert role.lifecycle is not None
+        learner = role.host.learner
+        if not role.begun:
+            role.begun = True
+            episode = role.lifecycle.begin(0)
+            return functools.partial(_one, learner, Request(Kind.BEGIN, role.actor, obs, 0.0, False,
+                                                            MODES[episode.phase], group=self.group, mask=mask))
+        episode = role.lifecycle.count(0, reward)
+        return functools.partial(_one, learner, Request(Kind.STEP, role.actor, obs, reward, False,
+                                                        MODES[episode.phase], group=self.group, mask=mask))
+
+    def resend(self) -> Reply[Any]:
+        """Ask (again) for the actions of the last step's acting roles: one reply of every role's."""
+        futures = [(role, ask()) for role, ask in self._asks]
+        return asyncio.get_running_loop().create_task(_gathered(futures, self._opponents))
+
+    def reply_body(self, action: Any) -> dict[str, Any] | None:
+        return action
+
+    def release_held(self) -> int:
+        return sum(role.lifecycle.release_evaluations() for role in self.roles.values() if role.lifecycle is not None)
+
+    def close(self) -> None:
+        """End the session: every role's unfinished episode is abandoned, its learner forgets the actor."""
+        if self.closed:
+            return
+        self.closed = True
+        for role in self.roles.values():
+            if isinstance(role.stand_in, Trial):
+                role.stand_in.abandon(role.actor)
+            if role.host is not None and role.lifecycle is not None:
+                role.lifecycle.abandon([role.actor])
+                role.host.learner.end_actor(role.actor)
+
+
+async def _gathered(futures: list[tuple[Role, ActionFuture]], opponents: dict[str, str] | None) -> dict[str, Any]:
+    actions, versions = {}, {}
+    for role, future in futures:
+        action = await future
+        scripted = role.host is None or (role.stand_in is not None and not isinstance(role.stand_in, Trial))
+        actions[role.name] = action if scripted else action_to_json(role.action_space, action)
+        versions[role.name] = future.policy_version
+    return {"actions": actions, "policy_versions": versions, **({"opponents": opponents} if opponents else {})}
+
+
+def _rated_as(role: Role) -> str:
+    """Who a role's result rates: its agent (learning), the snapshot of it that played (``agent@snapshot:V``), or
+    the scripted function; the latest policy as an opponent is its agent itself (then not rated)."""
+    if role.stand_in is None or role.label == "latest":
+        return role.player
+    return f"{role.player}@{role.label}" if isinstance(role.stand_in, Trial) else role.label
+
+
+def _one(learner: Any, request: Request) -> ActionFuture:
+    """One role's act as a group's request (`Learner.submit`): the future of its action alone."""
+    answer = learner.submit([request])
+    future = ActionFuture()
+
+    def settle(done: Any) -> None:
+        future.policy_version = getattr(done, "policy_version", 0)
+        if done.cancelled():  # the actor was dropped while its request waited (the session ended)
+            future.cancel()
+            return
+        error = done.exception()
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(done.result()[0])
+
+    answer.add_done_callback(settle)
+    return future
+
+
+def _scripted(script: Callable[..., Any], obs: Any, mask: Any) -> ActionFuture:
+    action = script(obs, mask)
+    return answered(action.tolist() if hasattr(action, "tolist") else action, 0)
+
+
+def _number(value: Any, where: str, bounded: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise BadRequest(f"{where}: must be a finite number, not {value!r}")
+    if bounded:
+        try:
+            check_reward(float(value), where)
+        except ValueError as error:
+            raise BadRequest(str(error)) from None
+    return float(value)
+

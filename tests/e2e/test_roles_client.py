@@ -1,0 +1,151 @@
+"""`shepherd.client.roles` over real HTTP: a PettingZoo-style AEC env (alternate turns, action masks in its
+observations) and a parallel one (simultaneous turns, agents ending at different steps) played through an
+environment with roles, duck-typed as PettingZoo's two APIs are; each role's episodes recorded on its agent."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shepherd.client.roles import RolesClient, run_aec, run_parallel
+from shepherd.environments import EnvironmentSpec
+from shepherd.graph import AgentSpec, GraphManager, Schedule
+from shepherd.http import ServerConfig
+from tests.conftest import ServerThread
+
+OBS = [[2], -1.0, 1.0]
+TINY = {"n_steps": 8, "batch_size": 8, "n_epochs": 1, "seed": 0, "n_envs": 2, "policy_kwargs": {"net_arch": [8]}}
+
+
+class TakeTurns:
+    """AEC: two players take 3 turns each (a move of 0..2, the mask allowing only 1 and 2), then both end; the
+    player who moved more wins 1."""
+
+    possible_agents = ["p0", "p1"]
+
+    def reset(self, seed=None):
+        self.turn, self.moves, self.done = 0, {"p0": 0, "p1": 0}, False
+        self.rewards = {"p0": 0.0, "p1": 0.0}
+        self.left = list(self.possible_agents)
+
+    def agent_iter(self):
+        while self.left:
+            yield self.left[0] if self.done else self.possible_agents[self.turn % 2]
+
+    def last(self):
+        agent = self.left[0] if self.done else self.possible_agents[self.turn % 2]
+        obs = {"observation": np.array([self.turn / 6, 0.5], dtype=np.float32),
+               "action_mask": np.array([0, 1, 1], dtype=np.int8)}
+        reward, self.rewards[agent] = self.rewards[agent], 0.0
+        return obs, reward, self.done, False, {}
+
+    def step(self, action):
+        if self.done:
+            assert action is None
+            self.left.pop(0)
+            return
+        assert action in (1, 2), action  # the mask held
+        agent = self.possible_agents[self.turn % 2]
+        self.moves[agent] += action
+        self.turn += 1
+        if self.turn == 6:
+            self.done = True
+            winner = max(self.moves, key=self.moves.get)
+            self.rewards = {a: (1.0 if a == winner else 0.0) for a in self.possible_agents}
+
+
+class Race:
+    """Parallel: two runners step together; ``slow`` ends after 2 steps, ``fast`` after 4; reward 1 per step."""
+
+    def reset(self, seed=None):
+        self.t = 0
+        self.agents = ["fast", "slow"]
+        return {a: [0.0, 0.0] for a in self.agents}, {}
+
+    def step(self, actions):
+        assert set(actions) == set(self.agents), actions
+        self.t += 1
+        observations = {a: [self.t / 4, 0.0] for a in self.agents}
+        ends = {"fast": self.t >= 4, "slow": self.t >= 2}
+        terminations = {a: ends[a] for a in self.agents}
+        rewards = {a: 1.0 for a in self.agents}
+        self.agents = [a for a in self.agents if not ends[a]]
+        return observations, rewards, terminations, {a: False for a in observations}, {}
+
+
+def test_pettingzoo_style_aec_and_parallel_envs_play_through_environments_with_roles(tmp_path):
+    graph = GraphManager(owner="tests", agents=[AgentSpec("player", "MaskablePPO", OBS, 3, TINY),
+                                                AgentSpec("runner", "PPO", OBS, 2, TINY)],
+                         schedule=Schedule(steps_between_evaluation_periods=10 ** 6, evaluation_episodes=1),
+                         environments=(EnvironmentSpec("turns", {"p0": "player", "p1": "player"}, "alternate"),
+                                       EnvironmentSpec("race", {"fast": "runner", "slow": "runner"})))
+    thread = ServerThread(ServerConfig(graph, tmp_path / "data", requests_per_second_per_key=None)).start_and_wait()
+    keys = thread.server.created_keys
+    try:
+        client = RolesClient(thread.server.url, keys["environment turns"])
+        assert client.login()["turns"] == "alternate"
+        returns = run_aec(TakeTurns(), client, episodes=3, seed=1)
+        assert len(returns) == 3 and all(sum(r.values()) == 1.0 for r in returns)
+        client.logout()
+        client.close()
+        client = RolesClient(thread.server.url, keys["environment race"])
+        client.login()
+        assert run_parallel(Race(), client, episodes=2) == [{"fast": 4.0, "slow": 2.0}] * 2
+        client.logout()
+        client.close()
+        store = graph.store
+        for name, count in (("player", 6), ("runner", 4)):
+            runtime = graph.runtime(name)
+            runtime.checkpoint().result(30)
+            assert len(store.returns(runtime.record.id)) == count  # each role's episode, on its agent
+        runner = sorted(r.value for r in store.returns(graph.runtime("runner").record.id))
+        assert runner == [2.0, 2.0, 4.0, 4.0]  # every reward after a role's first step, summed
+    finally:
+        thread.stop()
+
+
+def make_race():
+    return Race()
+
+
+def test_the_client_command_drives_a_pettingzoo_env(tmp_path, monkeypatch, capsys):
+    from shepherd.client.__main__ import main
+
+    graph = GraphManager(owner="tests", agents=[AgentSpec("runner", "PPO", OBS, 2, TINY)],
+                         schedule=Schedule(steps_between_evaluation_periods=10 ** 6, evaluation_episodes=1),
+                         environments=(EnvironmentSpec("race", {"fast": "runner", "slow": "runner"}),))
+    thread = ServerThread(ServerConfig(graph, tmp_path / "data", requests_per_second_per_key=None)).start_and_wait()
+    try:
+        monkeypatch.setenv("SHEPHERD_API_KEY", thread.server.created_keys["environment race"])
+        assert main(["--url", thread.server.url, "--pettingzoo", f"{__name__}:make_race", "--episodes", "3"]) == 0
+        assert "3 episodes, mean return by role: fast 4.0, slow 2.0" in capsys.readouterr().out
+    finally:
+        thread.stop()
+
+
+def test_the_javascript_example_plays_a_simultaneous_environment(tmp_path):
+    import os
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    node = shutil.which("node")
+    assert node, "Node.js is needed for the JavaScript example (.ci/run installs it)"
+    pennies = [[2], 0.0, 1.0]
+    graph = GraphManager(owner="tests", agents=[AgentSpec("matcher", "PPO", pennies, 2, TINY),
+                                                AgentSpec("mismatcher", "PPO", pennies, 2, TINY)],
+                         schedule=Schedule(steps_between_evaluation_periods=10 ** 6, evaluation_episodes=1),
+                         environments=(EnvironmentSpec("pennies", {"matcher": "matcher",
+                                                                   "mismatcher": "mismatcher"}),))
+    thread = ServerThread(ServerConfig(graph, tmp_path / "data", requests_per_second_per_key=None)).start_and_wait()
+    try:
+        env = {**os.environ, "SHEPHERD_URL": thread.server.url,
+               "SHEPHERD_API_KEY": thread.server.created_keys["environment pennies"]}
+        script = Path(__file__).resolve().parents[2] / "examples" / "roles_client.js"
+        result = subprocess.run([node, str(script), "3"], env=env, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        lines = result.stdout.splitlines()
+        assert len(lines) == 3 and all(line.startswith(f"episode {i + 1}: matcher ") for i, line in enumerate(lines))
+        table = graph.runtime("matcher").ratings.table("pennies")
+        assert table["matcher"].games == table["mismatcher"].games == 3  # every episode's outcome rated
+    finally:
+        thread.stop()

@@ -1,0 +1,91 @@
+"""Ratings of environments with roles (openskill's Plackett-Luce) from their episodes' outcomes: the winner's
+rating rises, an episode without an outcome is decided by each team's returns, a team of several players is rated
+as one side, an agent on both sides is not rated, and the ratings are those of the last checkpoint after the
+server stops without writing one (what ``kill -9`` leaves), byte for byte; the admin API shows them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from shepherd.admin import AdminService
+from shepherd.admin.records import ADMIN
+from shepherd.environments import EnvironmentSpec
+from shepherd.graph import AgentSpec, GraphManager, Schedule
+from shepherd.graph.local import serving_here
+from shepherd.graph.ratings import Ratings
+from shepherd.storage import Store
+
+OBS = [[2], -1.0, 1.0]
+TINY = {"n_steps": 8, "batch_size": 8, "n_epochs": 1, "seed": 0, "policy_kwargs": {"net_arch": [8]}}
+A = [0.0, 0.5]
+
+
+def graph_manager() -> GraphManager:
+    return GraphManager(owner="tests", agents=[
+        AgentSpec("raider", "PPO", OBS, 2, TINY), AgentSpec("guard", "PPO", OBS, 2, TINY)],
+        schedule=Schedule(steps_between_evaluation_periods=10 ** 6, evaluation_episodes=1,
+                          checkpoint_every_steps=10 ** 9, checkpoint_every_seconds=10 ** 9),
+        environments=(EnvironmentSpec("defence", {"attacker": "raider", "defender": "guard",
+                                                  "scout": "tests.integration.test_roles_ratings:still"},
+                                      "simultaneous", {"red": ("attacker", "scout"), "blue": ("defender",)}),))
+
+
+def still(obs, mask):
+    return 0
+
+
+async def episode(graph, session, outcome=None, rewards=(0.0, 0.0)):
+    for body in ({"obs": {"attacker": A, "defender": A, "scout": A}},
+                 {"obs": {"attacker": A, "defender": A, "scout": A},
+                  "reward": {"attacker": rewards[0], "defender": rewards[1]},
+                  "terminated": {"attacker": True, "defender": True, "scout": True},
+                  **({"outcome": outcome} if outcome is not None else {})}):
+        await graph.step(session, session.parse_step(body))
+
+
+async def test_outcomes_rate_the_teams_and_a_restart_resumes_the_last_checkpoints_ratings(tmp_path):
+    data = tmp_path / "data"
+    graph, store = graph_manager(), Store(data)
+    keys = graph.create_graph(store, serving_here())
+    session = graph.login(keys["environment defence"])
+    await episode(graph, session, {"attacker": 1, "scout": 1, "defender": 0})
+    table = graph.runtime("raider").ratings.table("defence")
+    assert table["raider"].mu > 25 > table["guard"].mu  # red won
+    assert table["raider"].mu == table["tests.integration.test_roles_ratings:still"].mu  # one side, rated alike
+    await episode(graph, session, rewards=(0.0, 5.0))  # no outcome: blue's return (5) beats red's (0)
+    table = graph.runtime("raider").ratings.table("defence")
+    assert table["guard"].games == 2 and table["raider"].mu < 27
+    runtime = graph.runtime("raider")
+    await asyncio.to_thread(lambda: runtime.checkpoint().result(30))
+    saved = json.dumps(runtime.ratings.state(), sort_keys=True)
+    admin = AdminService(store, graph).acting_as(ADMIN)
+    [shown] = await admin.environments()
+    assert shown["environment"] == "tests/defence" and list(shown["ratings"])[0] == "guard"  # best first
+    from shepherd.http.metrics import AgentLabels, GraphCollector
+
+    families = {family.name: family for family in GraphCollector(lambda: graph, AgentLabels()).collect()}
+    shown_mu = {sample.labels["player"]: sample.value for sample in families["shepherd_rating_mu"].samples}
+    assert shown_mu["guard"] == table["guard"].mu and len(shown_mu) == 3  # /metrics: each player
+    await episode(graph, session, {"attacker": 0, "scout": 0, "defender": 1})  # after the checkpoint: lost
+    assert json.dumps(runtime.ratings.state(), sort_keys=True) != saved
+    graph.end_sessions()
+    await asyncio.to_thread(graph.abort)  # stops without writing: what kill -9 leaves is the last checkpoint
+    store.close()
+    graph, store = graph_manager(), Store(data)
+    graph.create_graph(store, serving_here())
+    try:
+        assert json.dumps(graph.runtime("raider").ratings.state(), sort_keys=True) == saved
+    finally:
+        graph.end_sessions()
+        await asyncio.to_thread(graph.close)
+        store.close()
+
+
+def test_an_agent_on_both_sides_is_not_rated():
+    ratings = Ratings()
+    assert not ratings.rate("duel", {"a": ["c4"], "b": ["c4"]}, {"a": 1.0, "b": 0.0})
+    assert ratings.state() == {}
+    assert ratings.rate("duel", {"a": ["c4"], "b": ["minimax"], "c": ["random"]}, {"a": 2, "b": 1, "c": 0})
+    table = ratings.table("duel")
+    assert table["c4"].mu > table["minimax"].mu > table["random"].mu  # any number of teams

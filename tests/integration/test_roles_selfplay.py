@@ -1,0 +1,135 @@
+"""Self-play (ML-Agents' ghost) in an environment whose two roles one agent plays: one team learns, the other
+plays a snapshot of the agent or a scripted opponent, named once per episode in the reply (``"opponents"``);
+the opponent's steps are not learned from or counted; the learning team changes every ``swap_every`` steps;
+the snapshots and scripted opponents are rated."""
+
+from __future__ import annotations
+
+from shepherd.environments import EnvironmentSpec, SelfPlay
+from shepherd.graph import AgentSpec, GraphManager, Schedule
+from shepherd.graph.local import serving_here
+from shepherd.storage import Store
+
+OBS = [[2], -1.0, 1.0]
+TINY = {"n_steps": 8, "batch_size": 8, "n_epochs": 1, "seed": 0, "policy_kwargs": {"net_arch": [8]}}
+A = [0.0, 0.5]
+SCRIPT = "tests.integration.test_roles_selfplay:always_one"
+
+
+def always_one(obs, mask):
+    return 1
+
+
+async def test_one_team_learns_against_snapshots_and_scripts_and_the_teams_swap(tmp_path):
+    play = SelfPlay(snapshot_every=8, window=3, against_latest=0.0, swap_every=12, opponents=(SCRIPT,))
+    graph = GraphManager(owner="tests", agents=[AgentSpec("c4", "PPO", OBS, 2, TINY)],
+                         schedule=Schedule(steps_between_evaluation_periods=10 ** 6, evaluation_episodes=1),
+                         environments=(EnvironmentSpec("duel", {"p0": "c4", "p1": "c4"}, "alternate",
+                                                       self_play=play),))
+    store = Store(tmp_path / "data")
+    keys = graph.create_graph(store, serving_here())
+    try:
+        session = graph.login(keys["environment duel"])
+        runtime = graph.runtime("c4")
+
+        async def send(body):
+            acted = await graph.step(session, session.parse_step(body))
+            return session.level.reply_body(acted.action)
+
+        seen, learners = set(), []
+        for episode in range(8):  # 3 turns each (p0, p1, p0, p1, p0, p1), then both end
+            before = runtime.tracker.steps
+            first = await send({"obs": {"p0": A}})
+            opponents = first["opponents"]
+            assert len(opponents) == 1  # the one role of the team that does not learn
+            [(role, label)] = opponents.items()
+            learners.append("p1" if role == "p0" else "p0")
+            seen.add(label.split(":")[0] if label.startswith("snapshot:") else label)
+            if label == SCRIPT and role == "p0":
+                assert first["actions"] == {"p0": 1}
+            for turn in range(5):
+                reply = await send({"obs": {("p1", "p0")[turn % 2]: A}, "reward": {"p0": 1.0, "p1": 1.0}})
+                assert "opponents" not in reply  # once per episode
+            await send({"obs": {"p0": A, "p1": A}, "terminated": {"p0": True, "p1": True},
+                        "outcome": {"p0": 1, "p1": 0}})
+            assert runtime.tracker.steps - before == 3  # the learning role's 3 steps only: the opponent's are not
+        assert learners[0] == "p0" and "p1" in learners  # the learning team changed after swap_every steps
+        assert seen == {"snapshot", SCRIPT}
+        table = runtime.ratings.table("duel")
+        assert SCRIPT in table and any(player.startswith("c4@snapshot:") for player in table) and "c4" in table
+    finally:
+        graph.end_sessions()
+        graph.close()
+        store.close()
+
+
+async def test_after_a_stop_without_a_checkpoint_the_pool_and_ratings_are_the_last_checkpoints(tmp_path):
+    """What ``kill -9`` leaves: the snapshot pool (each snapshot's weights), the learning team, the next swap, the
+    generator and the ratings of the last checkpoint, byte for byte once the pool is rebuilt from them."""
+    import asyncio
+    import json
+
+    play = SelfPlay(snapshot_every=4, window=3, against_latest=0.25, swap_every=9, opponents=(SCRIPT,))
+    data = tmp_path / "data"
+
+    def served() -> tuple[GraphManager, Store, dict]:
+        graph = GraphManager(owner="tests", agents=[AgentSpec("c4", "PPO", OBS, 2, TINY)],
+                             schedule=Schedule(steps_between_evaluation_periods=10 ** 6, evaluation_episodes=1,
+                                               checkpoint_every_steps=10 ** 9, checkpoint_every_seconds=10 ** 9),
+                             environments=(EnvironmentSpec("duel", {"p0": "c4", "p1": "c4"}, "alternate",
+                                                           self_play=play),))
+        store = Store(data)
+        return graph, store, graph.create_graph(store, serving_here())
+
+    async def episodes(graph, session, count):
+        for _ in range(count):
+            for body in ({"obs": {"p0": A}}, {"obs": {"p1": A}}, {"obs": {"p0": A}, "reward": {"p0": 1.0}},
+                         {"obs": {"p0": A, "p1": A}, "terminated": {"p0": True, "p1": True},
+                          "outcome": {"p0": 1, "p1": 0}}):
+                await graph.step(session, session.parse_step(body))
+
+    graph, store, keys = served()
+    key = keys["environment duel"]
+    session = graph.login(key)
+    await episodes(graph, session, 10)
+    runtime = graph.runtime("c4")
+    await asyncio.to_thread(lambda: runtime.checkpoint().result(30))
+    saved = json.dumps(runtime.ratings.state(), sort_keys=True)
+    assert len(json.loads(saved)["selfplay"]["duel"]["pools"]["c4"]) == 3  # a full window of snapshots
+    await episodes(graph, session, 6)  # after the checkpoint: more snapshots, ratings, draws
+    assert json.dumps(runtime.ratings.state(), sort_keys=True) != saved
+    graph.end_sessions()
+    await asyncio.to_thread(graph.abort)  # no checkpoint written
+    store.close()
+    graph, store, _ = served()
+    try:
+        graph.login(key)  # the environment's self-play is rebuilt from the checkpoint
+        assert "duel" in graph.runtime("c4").ratings.kept
+        assert json.dumps(graph.runtime("c4").ratings.state(), sort_keys=True) == saved
+    finally:
+        graph.end_sessions()
+        await asyncio.to_thread(graph.close)
+        store.close()
+
+
+async def test_one_on_policy_agent_in_two_alternating_roles_never_waits_for_itself(tmp_path):
+    """Its two roles are one group of its learner (`Request.group`): a role that finds no free row in the rollout
+    does not wait for the other's progress, which waits for its action (alternate turns): before they were, the
+    first step of the second role waited forever for a segment the first role held."""
+    tiny = {**TINY, "n_envs": 2}
+    graph = GraphManager(owner="tests", agents=[AgentSpec("c4", "PPO", OBS, 2, tiny)],
+                         schedule=Schedule(steps_between_evaluation_periods=10 ** 6, evaluation_episodes=1),
+                         environments=(EnvironmentSpec("duel", {"p0": "c4", "p1": "c4"}, "alternate"),))
+    store = Store(tmp_path / "data")
+    keys = graph.create_graph(store, serving_here(act_timeout_seconds=10))
+    try:
+        session = graph.login(keys["environment duel"])
+        for step in range(64):
+            role = ("p0", "p1")[step % 2]
+            await graph.step(session, session.parse_step({"obs": {role: A}, "reward": {role: 1.0}}))
+        learner = graph.runtime("c4").learner
+        assert learner.failure is None and learner.policy_version >= 3  # it updated (a rollout is 2 x 8 rows)
+    finally:
+        graph.end_sessions()
+        graph.close()
+        store.close()

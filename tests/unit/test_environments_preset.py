@@ -1,0 +1,137 @@
+"""Environments with roles in presets (docs/how-to/multi-agent.md): YAML and Python (`EnvironmentSpec`) read alike,
+every problem refused at load with its key path, `run.py check` showing each environment, the store keeping them
+and `run.py keys add OWNER/ENVIRONMENT` making a key that logs in to them."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from shepherd.cli import main
+from shepherd.environments import EnvironmentSpec, SelfPlay
+from shepherd.graph import AgentSpec, GraphManager, Schedule
+from shepherd.graph.preset import InvalidPreset, Preset
+from shepherd.loading.yaml_preset import preset_data, preset_from_data
+from shepherd.storage import Store
+
+OBS = [[2], -1.0, 1.0]
+TINY = {"n_steps": 8, "batch_size": 8, "n_epochs": 1, "seed": 0, "policy_kwargs": {"net_arch": [8]}}
+PRESET = f"""
+owner: tests
+agents:
+  - {{name: raider, algorithm: PPO, observation_space: {OBS}, action_space: 2, parameters: {{n_steps: 8, batch_size: 8}}}}
+  - {{name: guard, algorithm: PPO, observation_space: {OBS}, action_space: 2, parameters: {{n_steps: 8, batch_size: 8}}}}
+  - {{name: c4, algorithm: PPO, observation_space: {OBS}, action_space: 3, parameters: {{n_steps: 8, batch_size: 8}}}}
+environments:
+  - name: defence
+    roles: {{attacker: raider, defender: guard}}
+    turns: simultaneous
+    teams: {{red: [attacker], blue: [defender]}}
+  - name: connect4
+    roles: {{player_0: c4, player_1: c4}}
+    turns: alternate
+    self_play: {{snapshot_every: 10000, window: 10, against_latest: 0.5, swap_every: 2000,
+                opponents: ["mymodule:minimax"]}}
+"""
+
+
+def problems_of(data) -> dict[str, str]:
+    with pytest.raises(InvalidPreset) as error:
+        preset_from_data(data)
+    return {problem.path: problem.message for problem in error.value.problems}
+
+
+def test_a_yaml_preset_reads_its_environments_as_a_python_preset_declares_them():
+    preset = preset_from_data(yaml.safe_load(PRESET))
+    assert preset.environments == (
+        EnvironmentSpec("defence", {"attacker": "raider", "defender": "guard"}, "simultaneous",
+                        {"red": ("attacker",), "blue": ("defender",)}),
+        EnvironmentSpec("connect4", {"player_0": "c4", "player_1": "c4"}, "alternate",
+                        self_play=SelfPlay(10000, 10, 0.5, 2000, ("mymodule:minimax",))))
+    assert list(preset.environments[0].roles) == ["attacker", "defender"]  # the declared order: alternate turns
+    assert preset_from_data(preset_data(preset)) == preset  # the plain form (-cp overrides) keeps them
+
+
+@pytest.mark.parametrize("change, path, words", [
+    ({"roles": {"attacker": "no body", "defender": "guard"}}, "environments[0].roles.attacker", "must name an agent"),
+    ({"teams": {"red": ["attacker", "spy"]}}, "environments[0].teams.red[1]", "names no role"),
+    ({"teams": {"red": ["attacker"], "blue": ["attacker"]}}, "environments[0].teams.blue[0]", "in team 'red'"),
+    ({"turns": "sometimes"}, "environments[0].turns", "simultaneous, alternate, any"),
+    ({"self_play": {"window": 0}}, "environments[0].self_play.window", "at least 1"),
+    ({"self_play": {"against_latest": 1.5}}, "environments[0].self_play.against_latest", "probability"),
+    ({"self_play": {"opponents": ["minimax"]}}, "environments[0].self_play.opponents[0]", "module:function"),
+    ({"self_play": {}, "teams": {}}, "environments[0].self_play", "one agent per team"),
+    ({"colour": "red"}, "environments[0].colour", "unknown key"),
+])
+def test_a_bad_environment_is_refused_at_load_with_its_key_path(change, path, words):
+    data = yaml.safe_load(PRESET)
+    data["environments"][0].update(change)
+    if path.endswith("attacker"):
+        data["environments"][0].pop("teams")
+    problems = problems_of(data)
+    assert path in problems, problems
+    assert words in problems[path]
+
+
+def test_self_play_of_one_agent_per_team_needs_the_same_spaces_and_names_are_unique():
+    data = yaml.safe_load(PRESET)
+    data["environments"][0]["self_play"] = {}
+    data["environments"][0]["roles"] = {"attacker": "raider", "defender": "c4"}  # 2 and 3 actions
+    assert "spaces must be the same" in problems_of(data)["environments[0].roles"]
+    data = yaml.safe_load(PRESET)
+    data["environments"][1]["name"] = "defence"
+    assert "declared twice" in problems_of(data)["environments[1].name"]
+
+
+def test_a_python_presets_environments_are_checked_alike():
+    preset = Preset((AgentSpec("raider", "PPO", OBS, 2, TINY),), Schedule(),
+                    environments=(EnvironmentSpec("duel", {"a": "raider", "b": "raider"}, "in turn"),))
+    assert {p.path for p in preset.problems()} == {"environments[0].turns"}
+
+
+def test_a_role_naming_no_agent_is_refused_once_the_data_folder_is_seen(tmp_path):
+    """A name the preset lacks may be a stored agent of its owner (as a selector's skill may): `run.py check
+    --data DIR` and the server's start refuse it when the folder has none."""
+    environments = (EnvironmentSpec("duel", {"a": "raider", "b": "elsewhere"}, "alternate"),)
+    graph = GraphManager(owner="tests", agents=[AgentSpec("raider", "PPO", OBS, 2, TINY)],
+                         schedule=Schedule(), environments=environments)
+    assert graph.problems() == []  # not known at load: the owner's stored agents may have it
+    store = Store(tmp_path / "data")
+    try:
+        with pytest.raises(InvalidPreset, match=r"environments\[0\].roles.b: names agent 'elsewhere'"):
+            graph.create_graph(store)
+    finally:
+        graph.close()
+        store.close()
+
+
+def test_check_shows_each_environment(tmp_path, capsys):
+    path = tmp_path / "duel.yaml"
+    path.write_text(PRESET)
+    assert main(["check", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "environment defence: roles attacker: raider, defender: guard; turns simultaneous" in out
+    assert "teams: red: attacker; blue: defender" in out
+    assert "environment connect4: roles player_0: c4, player_1: c4; turns alternate" in out
+    assert "self-play: a snapshot every 10,000 steps, window 10" in out
+
+
+def test_keys_add_owner_environment_makes_a_key_that_logs_in_to_it(tmp_path, capsys):
+    data = tmp_path / "data"
+    graph = GraphManager.of(preset_from_data(yaml.safe_load(PRESET)))
+    store = Store(data)
+    keys = graph.create_graph(store)
+    assert set(keys) == {"raider", "guard", "c4", "environment defence", "environment connect4"}
+    graph.close()
+    store.close()
+    assert main(["keys", "add", "tests/defence", "--data", str(data)]) == 0
+    key = capsys.readouterr().out.splitlines()[-1]
+    store = Store(data)
+    try:
+        assert store.environment_for_key(key).name == "defence"
+        assert store.environment_for_key(keys["environment connect4"]).name == "connect4"
+        assert store.agent_for_key(key) is None
+    finally:
+        store.close()
+    assert main(["keys", "add", "tests/nothing", "--data", str(data)]) == 2
+    assert "no agent or environment 'tests/nothing'" in capsys.readouterr().err
