@@ -9,7 +9,7 @@ import json
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 from shepherd.client.connection import Client, ShepherdError, VectorClient
 from shepherd.client.loops import make_vector_env, run_env, run_vector_env
@@ -95,40 +95,28 @@ def main(argv: list[str] | None = None) -> int:
         client = (Client(args.url, apikey, retry_seconds=args.retry_seconds, client=args.client)
                   if args.n_envs is None else
                   VectorClient(args.url, apikey, args.n_envs, retry_seconds=args.retry_seconds, client=args.client))
-    vector_env = None
-    try:
+    vector_envs: list[Any] = []  # closed once the run ends, however it ends
+
+    def play() -> list[float]:
         if args.acting == "client":
             from shepherd.client.acting import run_acting_env
 
             assert isinstance(client, ActingClient)
-            returns = [value for env_returns in run_acting_env(client, args.env, args.seed, args.episodes, args.steps,
-                                                               args.mode, env_kwargs, args.asynchronous)
-                       for value in env_returns]
-        elif isinstance(client, Client):
-            returns = run_env(client, args.env, args.seed, args.episodes, args.mode, env_kwargs,
-                              max(args.retry_seconds, 60.0))
-        else:
-            assert isinstance(client, VectorClient)
-            vector_env = make_vector_env(args.env, args.n_envs, args.asynchronous, env_kwargs)
-            returns = [value for env_returns in run_vector_env(client, vector_env, args.seed, args.episodes,
-                                                               args.mode, max(args.retry_seconds, 60.0))
-                       for value in env_returns]
-    except KeyboardInterrupt:
-        return 0
-    except ShepherdError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    except (OSError, http.client.HTTPException) as error:
-        print(f"error: cannot reach the Shepherd server at {client.url}: {error or type(error).__name__}",
-              file=sys.stderr)
-        return 1
-    finally:
-        try:
-            client.logout()
-        except (ShepherdError, OSError, http.client.HTTPException):
-            pass
-        if vector_env is not None:
-            vector_env.close()
+            return [value for env_returns in run_acting_env(client, args.env, args.seed, args.episodes, args.steps,
+                                                            args.mode, env_kwargs, args.asynchronous)
+                    for value in env_returns]
+        if isinstance(client, Client):
+            return run_env(client, args.env, args.seed, args.episodes, args.mode, env_kwargs,
+                           max(args.retry_seconds, 60.0))
+        assert isinstance(client, VectorClient)
+        vector_envs.append(make_vector_env(args.env, args.n_envs, args.asynchronous, env_kwargs))
+        return [value for env_returns in run_vector_env(client, vector_envs[0], args.seed, args.episodes,
+                                                        args.mode, max(args.retry_seconds, 60.0))
+                for value in env_returns]
+
+    status, returns = _guarded(client, play, lambda: [env.close() for env in vector_envs])
+    if status is not None:
+        return status
     if returns:
         envs = f" over {args.n_envs} envs" if args.n_envs is not None else ""
         print(f"{len(returns)} episodes{envs}, mean return {sum(returns) / len(returns):.1f}")
@@ -145,29 +133,43 @@ def _pettingzoo(args: argparse.Namespace, apikey: str) -> int:
     env = getattr(importlib.import_module(module), name)()
     client = RolesClient(args.url, apikey, retry_seconds=args.retry_seconds)
     run = run_aec if hasattr(env, "agent_iter") else run_parallel
-    try:
+    def play() -> list[dict[str, float]]:
         client.login(args.mode)
-        returns = run(env, client, args.episodes if args.episodes is not None else 2 ** 62, args.seed)
-    except KeyboardInterrupt:
-        return 0
-    except ShepherdError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    except (OSError, http.client.HTTPException) as error:
-        print(f"error: cannot reach the Shepherd server at {client.url}: {error or type(error).__name__}",
-              file=sys.stderr)
-        return 1
-    finally:
-        try:
-            client.logout()
-        except (ShepherdError, OSError, http.client.HTTPException):
-            pass
-        client.close()
+        return run(env, client, args.episodes if args.episodes is not None else 2 ** 62, args.seed)
+
+    status, returns = _guarded(client, play, client.close)
+    if status is not None:
+        return status
     means = {role: sum(r.get(role, 0.0) for r in returns) / max(len(returns), 1) for role in returns[0]} if returns else {}
     print(f"{len(returns)} episodes, mean return by role: "
           + ", ".join(f"{role} {value:.1f}" for role, value in means.items()))
     return 0
 
 
+
+def _guarded(client: Any, play: Callable[[], Any], after: Callable[[], object]) -> tuple[int | None, Any]:
+    """``play()`` against the server: (None, what it returned), or the exit status and None when it was
+    interrupted (0) or the server refused or could not be reached (1, said on stderr). The client logs out and
+    ``after`` runs however it ended."""
+    try:
+        return None, play()
+    except KeyboardInterrupt:
+        return 0, None
+    except ShepherdError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1, None
+    except (OSError, http.client.HTTPException) as error:
+        print(f"error: cannot reach the Shepherd server at {client.url}: {error or type(error).__name__}",
+              file=sys.stderr)
+        return 1, None
+    finally:
+        try:
+            client.logout()
+        except (ShepherdError, OSError, http.client.HTTPException):
+            pass
+        after()
+
+
 if __name__ == "__main__":
     sys.exit(main())
+
