@@ -8,10 +8,6 @@ sign-in cookie, in which case a state-changing request must also carry the sign-
 
 from __future__ import annotations
 
-import asyncio
-import csv
-import datetime
-import io
 from typing import Any
 
 import orjson
@@ -22,12 +18,9 @@ from shepherd.definition import AgentDefinition, Filters, Sharing
 from shepherd.lessons import parse_lessons
 from shepherd.graph import Unauthorized
 from shepherd.http.errors import BadRequest
-from shepherd.http.limits import StalledReader
 from shepherd.http.protocol import parse_object
 from shepherd.http.signins import COOKIE, CSRF_HEADER, csrf_matches
-from shepherd.http.state import ADMIN, CURVE_READS, LOGIN_THROTTLE, SIGNINS
-from shepherd.storage import EpisodeReturn
-from shepherd.storage import returns as return_log
+from shepherd.http.state import ADMIN, LOGIN_THROTTLE, SIGNINS
 
 API = "/shepherd/admin/api"
 AGENT = API + "/agents/{agent_id:\\d{1,12}}"  # route pattern of one agent's resources
@@ -160,7 +153,7 @@ async def show_agent(request: web.Request) -> web.Response:
 
 
 # -- the curve ------------------------------------------------------------------------------------
-def _query_number(request: web.Request, name: str, kind: type) -> Any:
+def query_number(request: web.Request, name: str, kind: type) -> Any:
     raw = request.query.get(name)
     if raw is None:
         return None
@@ -168,109 +161,6 @@ def _query_number(request: web.Request, name: str, kind: type) -> Any:
         return kind(raw)
     except ValueError:
         raise BadRequest(f"query parameter {name!r} must be a number") from None
-
-
-async def agent_returns(request: web.Request) -> web.StreamResponse:
-    """The episode returns (an advised agent's ``client``'s only, if named), from ``offset`` on; a client polling with ``offset`` and ``first`` (the time of
-    the first record it has) gets everything again, with ``"reset": true``, when the curve was deleted.
-    Only the records sent are read, off the event loop; a long reply (more than one piece of the file: a whole
-    curve) takes one of the caller's few curve-read slots and is streamed, each piece read as it is written."""
-    ops = operations(request)
-    page = await ops.returns_json(agent_id(request), _query_number(request, "offset", int) or 0,
-                                  _query_number(request, "first", float), request.query.get("client"))
-    head = orjson.dumps({"total": page.total, "offset": page.offset, "reset": page.reset})[:-1] + b',"returns":['
-    pieces = iter(page.pieces)
-    try:
-        if page.size <= return_log.SCAN_BYTES:  # at most one piece: a poll
-            return web.Response(body=head + b"".join(await asyncio.to_thread(list, pieces)) + b"]}",
-                                content_type="application/json", headers=NO_STORE)
-        slots = request.app[CURVE_READS]
-        with slots.slot(_reader(ops), "whole-curve reads"):
-            response = web.StreamResponse(headers={**NO_STORE, "Content-Type": "application/json"})
-            response.enable_chunked_encoding()
-            await response.prepare(request)
-            try:
-                await slots.send(request, response, head)
-                separator = b""
-                while (piece := await asyncio.to_thread(next, pieces, None)) is not None:
-                    await slots.send(request, response, separator + piece)
-                    separator = b","
-                await slots.send(request, response, b"]}")
-            except StalledReader:
-                return response  # its connection is dropped already
-            await response.write_eof()
-            return response
-    finally:
-        await asyncio.to_thread(getattr(pieces, "close", lambda: None))  # the file, if not read to its end
-
-
-def _reader(ops: Operations) -> str:
-    """Whose curve-read slots a read takes: the admin's, or the holders' of one agent's keys."""
-    return "admin" if ops.principal.admin else f"agent {ops.principal.agent_id}"
-
-
-CSV_HEADER = "episode,time_unix,time_utc,return,length,phase"
-
-
-def csv_rows(records: list[EpisodeReturn], first_number: int, clients: bool = False, lessons: bool = False) -> bytes:
-    """CSV rows of ``records``, numbered from ``first_number``; with ``clients``, each row ends with its client;
-    with ``lessons`` (an agent with lessons), then with its lesson and its config as JSON."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    for number, record in enumerate(records, first_number):
-        when = datetime.datetime.fromtimestamp(record.time, datetime.timezone.utc).isoformat(timespec="seconds")
-        row: list[Any] = [number, f"{record.time:.3f}", when, repr(record.value), record.length, record.phase]
-        if clients:
-            row.append(record.client or "")
-        if lessons:
-            row += [record.lesson or "", "" if record.config is None else orjson.dumps(record.config).decode()]
-        writer.writerow(row)
-    return out.getvalue().encode()
-
-
-async def returns_csv(request: web.Request) -> web.StreamResponse:
-    """The whole curve as CSV, streamed: each piece is read, parsed and written out off the event loop. An
-    advised agent's rows end with their client (``client`` picks one client's)."""
-    ops = operations(request)
-    view = await ops.agent(agent_id(request))
-    client = request.query.get("client")
-    with request.app[CURVE_READS].slot(_reader(ops), "whole-curve reads"):
-        return await _stream_csv(request, ops, view, client)
-
-
-async def _stream_csv(request: web.Request, ops: Operations, view: Any, client: str | None) -> web.StreamResponse:
-    chunks = await ops.returns_chunks(view.id, client)
-    clients = view.clients is not None  # an agent with named clients: each row ends with its client
-    lessons = bool(view.lessons)
-    numbered = 1
-
-    def next_rows() -> bytes | None:
-        nonlocal numbered
-        records = next(chunks, None)
-        if records is None:
-            return None
-        rows = csv_rows(records, numbered, clients, lessons)
-        numbered += len(records)
-        return rows
-
-    response = web.StreamResponse(headers={
-        **NO_STORE, "Content-Type": "text/csv; charset=utf-8",
-        "Content-Disposition": f'attachment; filename="{view.owner}-{view.name}{"-" + client if client else ""}-returns.csv"'})
-    response.enable_chunked_encoding()
-    await response.prepare(request)
-    slots = request.app[CURVE_READS]
-    try:
-        await slots.send(request, response, (CSV_HEADER + (",client" if clients else "")
-                                             + (",lesson,config" if lessons else "") + "\n").encode())
-        while (rows := await asyncio.to_thread(next_rows)) is not None:
-            if rows:
-                await slots.send(request, response, rows)
-    except StalledReader:
-        return response  # its connection is dropped already
-    finally:
-        await asyncio.to_thread(chunks.close)  # type: ignore[attr-defined]
-    await response.write_eof()
-    return response
 
 
 # -- training metrics -----------------------------------------------------------------------------
@@ -283,7 +173,7 @@ async def agent_metrics(request: web.Request) -> web.Response:
     """The last rows of the agent's training metrics: ``{"columns": [...], "rows": [[...], ...]}``, oldest
     first; ``rows`` limits them, ``columns`` (comma-separated names) picks columns."""
     ops = operations(request)
-    rows = _query_number(request, "rows", int)
+    rows = query_number(request, "rows", int)
     rows = METRIC_ROWS if rows is None else rows
     if not 1 <= rows <= MAX_METRIC_ROWS:
         raise BadRequest(f"query parameter 'rows' must be between 1 and {MAX_METRIC_ROWS}")
@@ -375,7 +265,7 @@ async def delete_user(request: web.Request) -> web.Response:
 # -- API keys -------------------------------------------------------------------------------------
 async def list_keys(request: web.Request) -> web.Response:
     ops = operations(request)
-    return respond(await ops.keys(_query_number(request, "agent", int)))
+    return respond(await ops.keys(query_number(request, "agent", int)))
 
 
 async def add_key(request: web.Request) -> web.Response:

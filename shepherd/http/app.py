@@ -22,7 +22,7 @@ from aiohttp import web
 
 from shepherd.admin import AdminService
 from shepherd.graph import Serving
-from shepherd.http import admin, dashboard, internal, monitoring
+from shepherd.http import admin, curves, dashboard, internal, monitoring
 from shepherd.http.errors import error_middleware
 from shepherd.http.metrics import METRICS_SETTINGS, Metrics
 from shepherd.http.limits import LoginThrottle, RateLimiter, ReadSlots
@@ -175,8 +175,8 @@ def create_app(config: ServerConfig) -> web.Application:
         web.get(admin.API + "/agents", admin.list_agents),
         web.post(admin.API + "/agents", admin.add_agent),
         web.get(admin.AGENT, admin.show_agent),
-        web.get(admin.AGENT + "/returns", admin.agent_returns),
-        web.get(admin.AGENT + "/returns.csv", admin.returns_csv),
+        web.get(admin.AGENT + "/returns", curves.agent_returns),
+        web.get(admin.AGENT + "/returns.csv", curves.returns_csv),
         web.get(admin.AGENT + "/metrics", admin.agent_metrics),
         web.get(admin.AGENT + "/model.zip", admin.model_zip),
         web.get(admin.AGENT + "/export", admin.export_agent),

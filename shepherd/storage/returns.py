@@ -15,6 +15,7 @@ from typing import BinaryIO
 
 import orjson
 
+from shepherd.storage.configs import ConfigTable, table_path
 from shepherd.storage.files import PRIVATE_FILE, make_private, private_folder
 
 logger = logging.getLogger(__name__)
@@ -38,7 +39,8 @@ class EpisodeReturn:
     config: dict | None = None  # its config, as the client was told
 
     def to_json(self) -> dict[str, object]:
-        """The record as a log line's object: without ``client``, ``lesson`` and ``config`` when it has none."""
+        """The record as an object (a reply's): without ``client``, ``lesson`` and ``config`` when it has none.
+        A log line holds a large config by reference instead (see `ReturnLog.append`)."""
         fields: dict[str, object] = {"time": self.time, "value": self.value, "length": self.length,
                                      "phase": self.phase, "client": self.client, "lesson": self.lesson,
                                      "config": self.config}  # not asdict: it deep-copies, ~20 us an episode
@@ -78,6 +80,9 @@ CLIENT_FIELDS = FIELDS | {"client"}
 #: the fields a record has only when set: its client, its lesson and its config
 OPTIONAL_FIELDS = ("client", "lesson", "config")
 ALL_FIELDS = FIELDS | set(OPTIONAL_FIELDS)
+#: a log line's field that refers to its config in the log's `ConfigTable` (instead of ``config``)
+CONFIG_AT = "config_at"
+LINE_FIELDS = ALL_FIELDS | {CONFIG_AT}
 
 
 def _complete(line: bytes) -> bool:
@@ -95,17 +100,28 @@ def _whole_lines(data: bytes, name: str) -> Iterator[bytes]:
             logger.warning("%s: an incomplete line is skipped", name)
 
 
-def _parse(data: bytes, name: str) -> list[EpisodeReturn]:
-    """The records of whole lines of a log; lines that are not whole records are skipped."""
-    records = []
+def _weighed(data: bytes, name: str, configs: ConfigTable) -> Iterator[tuple[EpisodeReturn, int]]:
+    """The records of whole lines of a log, their configs resolved, each with its size as text (its line's,
+    and its config's when it refers to one); lines that are not whole records are skipped."""
     for line in _whole_lines(data, name):
         try:
             fields = json.loads(line)
             fields["phase"] = PHASES.get(fields.get("phase"), fields.get("phase"))  # one string per phase name
-            records.append(EpisodeReturn(**fields))
+            size = len(line)
+            if CONFIG_AT in fields:
+                fields["config"], config_size = configs.resolve_sized(fields.pop(CONFIG_AT))
+                size += config_size
+            record = EpisodeReturn(**fields)
         except (ValueError, TypeError):
             logger.warning("%s: a damaged line is skipped", name)
-    return records
+            continue
+        yield record, size
+
+
+def _parse(data: bytes, name: str, configs: ConfigTable) -> list[EpisodeReturn]:
+    """The records of whole lines of a log, their configs resolved; lines that are not whole records are
+    skipped."""
+    return [record for record, _ in _weighed(data, name, configs)]
 
 
 def _blocks(reader: BinaryIO, start: int, end: int, block_bytes: int = SCAN_BYTES) -> Iterator[bytes]:
@@ -129,23 +145,31 @@ def _blocks(reader: BinaryIO, start: int, end: int, block_bytes: int = SCAN_BYTE
 
 
 class _JsonPieces:
-    """The records of a range of a log as JSON text, a piece of the file per ``next``; the file is closed at
-    the end, or by `close` (read or not). A curve deleted meanwhile is still read whole: the open file
-    outlives its name."""
+    """The records of a range of a log as JSON text, about `SCAN_BYTES` of it per ``next`` (at least one
+    record), read from the file as needed; the file is closed at the end, or by `close` (read or not). A curve
+    deleted meanwhile is still read whole: the open file outlives its name. Pieces are bounded as text, not as
+    file: a short line may refer to a large config (see `ConfigTable`)."""
 
-    def __init__(self, reader: BinaryIO, start: int, end: int, name: str) -> None:
-        self._reader, self._name = reader, name
-        self._blocks = _blocks(reader, start, end, SCAN_BYTES)
+    def __init__(self, reader: BinaryIO, start: int, end: int, name: str, configs: ConfigTable) -> None:
+        self._reader = reader
+        self._objects = (piece for block in _blocks(reader, start, end, SCAN_BYTES)
+                         for piece in _json_objects(block, name, configs))
 
     def __iter__(self) -> _JsonPieces:
         return self
 
     def __next__(self) -> bytes:
-        for block in self._blocks:
-            if piece := _json_objects(block, self._name):
-                return piece
-        self.close()
-        raise StopIteration
+        objects: list[bytes] = []
+        size = 0
+        for item in self._objects:
+            objects.append(item)
+            size += len(item) + 1
+            if size >= SCAN_BYTES:
+                break
+        if not objects:
+            self.close()
+            raise StopIteration
+        return b",".join(objects)
 
     def close(self) -> None:
         self._reader.close()
@@ -154,9 +178,8 @@ class _JsonPieces:
         self._reader.close()
 
 
-def _json_objects(data: bytes, name: str) -> bytes:
-    """The records of whole lines of a log as JSON objects separated by commas; other lines are skipped."""
-    objects = []
+def _json_objects(data: bytes, name: str, configs: ConfigTable) -> Iterator[bytes]:
+    """The records of whole lines of a log as JSON objects, their configs resolved; other lines are skipped."""
     for line in _whole_lines(data, name):
         try:
             fields = orjson.loads(line)
@@ -166,11 +189,13 @@ def _json_objects(data: bytes, name: str) -> bytes:
                 line = orjson.dumps(fields) + b"\n"
             except ValueError:
                 fields = None
-        if not isinstance(fields, dict) or not FIELDS <= fields.keys() <= ALL_FIELDS:
+        if not isinstance(fields, dict) or not FIELDS <= fields.keys() <= LINE_FIELDS:
             logger.warning("%s: a damaged line is skipped", name)
             continue
-        objects.append(line[:-1])
-    return b",".join(objects)
+        if CONFIG_AT in fields:  # the only lines rewritten: as the record was, its config in place
+            fields["config"] = configs.resolve(fields.pop(CONFIG_AT))
+            line = orjson.dumps(fields) + b"\n"
+        yield line[:-1]
 
 
 class ReturnLog:
@@ -187,6 +212,7 @@ class ReturnLog:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.configs = ConfigTable(table_path(path))
         self._lock = threading.Lock()  # the append handle
         self._read_lock = threading.Lock()  # the index; taken before ``_lock``, never after
         self._handle: BinaryIO | None = None
@@ -209,8 +235,14 @@ class ReturnLog:
         return self._handle
 
     def append(self, record: EpisodeReturn) -> None:
-        line = json.dumps(record.to_json(), separators=(",", ":")).encode() + b"\n"
-        with self._lock:
+        """Write one record; a large config goes to the log's table once and the line refers to it (its
+        line written first, so that a record on disk always finds it)."""
+        fields = record.to_json()
+        with self._lock:  # held while the config is written, so that `clear` cannot come between the two
+            if record.config is not None:
+                del fields["config"]
+                fields.update(self.configs.refer(record.config))
+            line = json.dumps(fields, separators=(",", ":")).encode() + b"\n"
             handle = self._open()
             if self._needs_newline:
                 line = b"\n" + line
@@ -253,7 +285,7 @@ class ReturnLog:
         self._scanned = position
         if self._first_time is None and self._starts:
             reader.seek(self._starts[0])
-            first = _parse(reader.readline(), self.path.name)
+            first = _parse(reader.readline(), self.path.name, self.configs)
             self._first_time = first[0].time if first else None
 
     def _reset_index(self) -> None:
@@ -293,7 +325,7 @@ class ReturnLog:
             return page
         with reader:  # a curve deleted from here on is still read whole: the open file outlives its name
             page.returns.extend(record for block in _blocks(reader, start, end)
-                                for record in _parse(block, self.path.name))
+                                for record in _parse(block, self.path.name, self.configs))
         return page
 
     def page_json(self, offset: int = 0, first: float | None = None, lazy: bool = False) -> ReturnsJson:
@@ -302,7 +334,7 @@ class ReturnLog:
         the pieces are read one by one as the caller iterates (a whole curve, streamed), the file open till then
         (the iterator closes it when done, or when it is closed)."""
         reader, page, start, end = self._range(offset, first)
-        pieces: Iterable[bytes] = [] if reader is None else _JsonPieces(reader, start, end, self.path.name)
+        pieces: Iterable[bytes] = [] if reader is None else _JsonPieces(reader, start, end, self.path.name, self.configs)
         if not lazy:
             pieces = list(pieces)
         return ReturnsJson(page.total, page.offset, page.reset, pieces, end - start)
@@ -320,25 +352,39 @@ class ReturnLog:
             reader = open(self.path, "rb")
         except FileNotFoundError:
             return
-        with reader:
-            for block in _blocks(reader, 0, size, chunk_bytes or SCAN_BYTES):
-                yield _parse(block, self.path.name)
+        limit = chunk_bytes or SCAN_BYTES
+        with reader:  # lists of about ``limit`` as text: a short line may refer to a large config
+            records: list[EpisodeReturn] = []
+            weight = 0
+            for block in _blocks(reader, 0, size, limit):
+                for record, record_size in _weighed(block, self.path.name, self.configs):
+                    records.append(record)
+                    weight += record_size
+                    if weight >= limit:
+                        yield records
+                        records, weight = [], 0
+                if records:  # as before: a list per block at most, so a poll of a short log is one list
+                    yield records
+                    records, weight = [], 0
 
     def clear(self) -> None:
         with self._read_lock, self._lock:
             self.close_locked()
             self.path.unlink(missing_ok=True)
             self._reset_index()
+            self.configs.clear()
 
     def sync(self) -> None:
         with self._lock:
             if self._handle is not None:
                 self._handle.flush()
                 os.fsync(self._handle.fileno())
+        self.configs.sync()
 
     def close(self) -> None:
         with self._lock:
             self.close_locked()
+        self.configs.close()
 
     def close_locked(self) -> None:
         if self._handle is not None:

@@ -266,7 +266,7 @@ async def test_polling_the_curve_parses_only_what_is_new(api, monkeypatch):
 async def test_the_returns_csv_is_streamed_in_chunks_made_off_the_event_loop(api, monkeypatch):
     import threading
 
-    from shepherd.http import admin as admin_module
+    from shepherd.http import curves as admin_module
     from shepherd.storage import EpisodeReturn
     for i in range(20_000):
         api.app[STORE].append_return(1, EpisodeReturn(1000.0 + i, float(i), 5, "train"))

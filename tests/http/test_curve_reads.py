@@ -32,11 +32,11 @@ class HoldThirdPiece:
         self.release, self.released, self.calls = threading.Event(), [], 0
         real = return_log._json_objects
 
-        def held(block, name):
+        def held(block, name, configs):
             self.calls += 1
             if self.calls == 3 or (every_later and self.calls > 3):
                 self.released.append(self.release.wait(5))
-            return real(block, name)
+            return real(block, name, configs)
 
         monkeypatch.setattr(return_log, "_json_objects", held)
 
@@ -71,11 +71,11 @@ async def test_whole_curve_reads_beyond_the_cap_get_429_with_retry_after(long_cu
     if path.endswith(".csv"):  # the CSV reads records, not JSON text: hold its third piece instead
         real, calls = return_log._parse, [0]
 
-        def held(block, name):
+        def held(block, name, configs):
             calls[0] += 1
             if calls[0] >= 3:  # both reads under way held, whichever read comes third
                 hold.released.append(hold.release.wait(5))
-            return real(block, name)
+            return real(block, name, configs)
 
         monkeypatch.setattr(return_log, "_parse", held)
     headers = long_curve.headers(None)
