@@ -146,14 +146,16 @@ class Operations(SpecialActions):
         return CreatedKey(key, stored.id, record.id, self._ref(record), label)
 
     async def environments(self) -> list[dict[str, Any]]:
-        """The environments with roles: each one's owner/name, definition (roles, turns, teams, self_play) and
-        its players' ratings, best first (null when its first role's agent is not served here)."""
+        """The environments with roles: each one's owner/name, definition (roles, turns, teams, self_play), its
+        players' ratings, best first, and each agent's rating over its steps (both null when its first role's
+        agent is not served here and has no readable checkpoint)."""
         self.require_admin("listing environments")
         from shepherd.graph.environments import environment_ratings
 
         owners = {user.id: user.name for user in self.store.users()}
         return [{"environment": f"{owners.get(record.owner_id)}/{record.name}", **record.definition,
-                 "ratings": environment_ratings(record, self.graph.served)} for record in self.store.environments()]
+                 **(environment_ratings(record, self.graph.served) or {"ratings": None, "history": None})}
+                for record in self.store.environments()]
 
     async def add_environment_key(self, ref: str, label: str = "") -> CreatedEnvironmentKey:
         """A key of the environment with roles ``ref`` names (``owner/name``, or a name only one environment has:
