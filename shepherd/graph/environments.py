@@ -29,7 +29,7 @@ def store_environments(store: Store, owner_id: int, environments: tuple[Environm
     for spec in environments:
         record, new = store.put_environment(owner_id, spec.name, spec.to_json())
         if new:
-            created[f"environment {spec.name}"] = store.add_environment_key(record.id, "created by preset")
+            created[f"environment {spec.name}"], _ = store.add_environment_key(record.id, "created by preset")
     return created
 
 

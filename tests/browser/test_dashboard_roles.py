@@ -18,7 +18,7 @@ OBS = [0.0, 0.5]
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     data = tmp_path_factory.mktemp("dashboard-roles") / "data"
-    server = ServerProcess(["-p", str(TEST_PRESETS / "dashboard_roles.py")], data)
+    server = ServerProcess(["-p", str(TEST_PRESETS / "roles_duel.py")], data)
     yield server
     server.stop()
 
@@ -49,19 +49,19 @@ def play(server, episodes: int) -> None:
     post(server, "/shepherd/logout/", {"session_key": session})
 
 
-def test_the_admin_sees_each_environments_ratings_and_its_agents_rating_over_steps(page, server):
+def test_the_admin_sees_each_environments_ratings_and_its_agents_rating_over_steps(page, server):  # noqa: F811
     play(server, 6)
     sign_in(page, server, server.admin_token)
     page.wait_for_selector("#environments-view:not([hidden]) article.environment[data-environment='tests/duel']")
     article = "article.environment[data-environment='tests/duel']"
-    assert "simultaneous turns; roles hero: player, rival: tests.presets.dashboard_roles:still" in \
+    assert "simultaneous turns; roles hero: player, rival: tests.presets.roles_duel:still" in \
         page.inner_text(f"{article} h3")
     headers = page.eval_on_selector_all(f"{article} table.ratings th", "cells => cells.map(c => c.textContent)")
     assert headers == ["Player", "Mu", "Sigma", "Ordinal (mu - 3 sigma)", "Games"]
     rows = page.eval_on_selector_all(f"{article} table.ratings tbody tr",
                                      "rows => rows.map(r => [...r.cells].map(c => c.textContent))")
     [shown] = admin_api(server, "/environments")
-    assert [row[0] for row in rows] == list(shown["ratings"]) == ["player", "tests.presets.dashboard_roles:still"]
+    assert [row[0] for row in rows] == list(shown["ratings"]) == ["player", "tests.presets.roles_duel:still"]
     assert rows[0][1:] == [f"{shown['ratings']['player'][k]:.2f}" for k in ("mu", "sigma", "ordinal")] + ["6"]
     canvas = f"{article} .rating-charts canvas[data-player='player']"
     assert page.get_attribute(canvas, "data-points") == "6"  # a point per rated episode
@@ -78,7 +78,7 @@ def test_the_admin_sees_each_environments_ratings_and_its_agents_rating_over_ste
     page.wait_for_function(f"() => document.querySelector(\"{canvas}\").dataset.points === '8'", timeout=30_000)
 
 
-def test_an_agents_key_sees_no_environments(page, server):
+def test_an_agents_key_sees_no_environments(page, server):  # noqa: F811 - the fixture
     sign_in(page, server, server.api_key)
     page.wait_for_selector("#agent-view:not([hidden])")
     assert page.is_hidden("#environments-view")
