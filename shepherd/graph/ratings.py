@@ -160,7 +160,8 @@ class Ratings:
             if isinstance(table, dict):
                 tables[environment] = {player: Rating(float(r["mu"]), float(r["sigma"]), int(r["games"]))
                                        for player, r in table.items() if isinstance(r, dict)}
-        histories = {environment: {player: History.of_state(history) for player, history in players.items()}
+        histories = {environment: {player: History.of_state(history) for player, history in players.items()
+                                   if isinstance(history, dict)}
                      for environment, players in (state.get("histories") or {}).items() if isinstance(players, dict)}
         with self._lock:
             self._tables = tables
