@@ -17,15 +17,15 @@ from typing import Any
 
 from shepherd.admin.errors import Invalid
 from shepherd.admin.names import check_name, match_agent
-from shepherd.admin.records import (ActionResult, AgentView, CreatedEnvironmentKey, CreatedKey, KeyView, NewAgent,
-                                    UserView)
+from shepherd.admin.records import (ActionResult, AgentView, CreatedEnvironmentKey, CreatedKey, EnvironmentKeyView,
+                                    KeyView, NewAgent, UserView)
 from shepherd.definition import AgentDefinition
 from shepherd.lessons import lessons_to_json
 from shepherd.agents import ParameterError, check_agent, registry_records
 from shepherd.admin.actions import SpecialActions
 from shepherd.agents.bounds import check_bounds
 from shepherd.wire.spaces import SpaceError
-from shepherd.storage import AlreadyExists, EpisodeReturn, NotFound, ReturnsJson, ReturnsPage
+from shepherd.storage import AlreadyExists, EnvironmentRecord, EpisodeReturn, NotFound, ReturnsJson, ReturnsPage
 from shepherd.storage.metrics import MetricRows, progress_path, read_progress
 
 logger = logging.getLogger(__name__)
@@ -146,14 +146,16 @@ class Operations(SpecialActions):
         return CreatedKey(key, stored.id, record.id, self._ref(record), label)
 
     async def environments(self) -> list[dict[str, Any]]:
-        """The environments with roles: each one's owner/name, definition (roles, turns, teams, self_play) and
-        its players' ratings, best first (null when its first role's agent is not served here)."""
+        """The environments with roles: each one's owner/name, definition (roles, turns, teams, self_play), its
+        players' ratings, best first, and each agent's rating over its steps (both null when its first role's
+        agent is not served here and has no readable checkpoint)."""
         self.require_admin("listing environments")
         from shepherd.graph.environments import environment_ratings
 
         owners = {user.id: user.name for user in self.store.users()}
         return [{"environment": f"{owners.get(record.owner_id)}/{record.name}", **record.definition,
-                 "ratings": environment_ratings(record, self.graph.served)} for record in self.store.environments()]
+                 **(environment_ratings(record, self.graph.served) or {"ratings": None, "history": None})}
+                for record in self.store.environments()]
 
     async def add_environment_key(self, ref: str, label: str = "") -> CreatedEnvironmentKey:
         """A key of the environment with roles ``ref`` names (``owner/name``, or a name only one environment has:
@@ -161,18 +163,48 @@ class Operations(SpecialActions):
         self.require_admin("adding API keys")
         if not isinstance(label, str) or len(label) > 100:
             raise Invalid("a key's label is a string of at most 100 characters")
+        record = self._environment(ref)
+        key, stored = await asyncio.to_thread(self.store.add_environment_key, record.id, label)
+        return CreatedEnvironmentKey(key, self._environment_ref(record), label, stored.id)
+
+    async def environment_keys(self, ref: str | None = None) -> list[EnvironmentKeyView]:
+        """The keys of environments with roles (of the one ``ref`` names, if given), as `keys` lists agents'."""
+        self.require_admin("listing API keys")
+        environment_id = None if ref is None else self._environment(ref).id
+        refs = {record.id: self._environment_ref(record) for record in self.store.environments()}
+        return [EnvironmentKeyView(key.id, key.environment_id, refs.get(key.environment_id, "?"), key.label, key.created,
+                                   key.revoked) for key in self.store.environment_keys(environment_id)]
+
+    async def revoke_environment_key(self, key_id: int) -> EnvironmentKeyView:
+        """Refuse an environment's key from now on and end the sessions it opened on a running server, as
+        `revoke_key` does an agent's."""
+        self.require_admin("revoking API keys")
+        digest = await asyncio.to_thread(self.store.revoke_environment_key, key_id)
+        self.graph.served.end_key_sessions(digest)
+        key = self.store.environment_key(key_id)
+        return EnvironmentKeyView(key.id, key.environment_id, self._environment_ref(self.store.environment(
+            key.environment_id)), key.label, key.created, key.revoked)
+
+    def _environment(self, ref: str) -> EnvironmentRecord:
+        """The environment with roles ``ref`` names (``owner/name``, or a name only one environment has).
+
+        Raises:
+            NotFound: none (the message says neither an agent nor an environment: `keys add` tries both).
+            Invalid: ``ref`` is not a string, or several environments have that name.
+        """
         if not isinstance(ref, str):
             raise Invalid("'environment' is the environment's owner/name")
-        owners = {user.id: user.name for user in self.store.users()}
         found = [record for record in self.store.environments()
-                 if ref.strip() in (f"{owners.get(record.owner_id)}/{record.name}", record.name)]
+                 if ref.strip() in (self._environment_ref(record), record.name)]
         if not found:
             raise NotFound(f"no agent or environment {ref!r}")
         if len(found) > 1:
             raise Invalid(f"several environments are named {ref!r}; write owner/name")
-        record = found[0]
-        key = await asyncio.to_thread(self.store.add_environment_key, record.id, label)
-        return CreatedEnvironmentKey(key, f"{owners.get(record.owner_id)}/{record.name}", label)
+        return found[0]
+
+    def _environment_ref(self, record: EnvironmentRecord) -> str:
+        owner = next((user.name for user in self.store.users() if user.id == record.owner_id), "?")
+        return f"{owner}/{record.name}"
 
     async def revoke_key(self, key_id: int) -> KeyView:
         """Refuse the key from now on and end the sessions it opened on a running server."""

@@ -114,11 +114,25 @@ class KeyView(JsonRecord):
 
 @dataclass(frozen=True)
 class CreatedEnvironmentKey(JsonRecord):
-    """A new key of an environment with roles (``owner/name``): ``key`` is shown this once."""
+    """A new key of an environment with roles (``owner/name``): ``key`` is shown this once; ``id`` is its id among
+    the environments' keys (not the agents': the command line writes it ``eN``)."""
 
     key: str
     environment: str
     label: str
+    id: int = 0
+
+
+@dataclass(frozen=True)
+class EnvironmentKeyView(JsonRecord):
+    """A key of an environment with roles (``environment``: its owner/name), as `KeyView` is an agent's."""
+
+    id: int
+    environment_id: int
+    environment: str
+    label: str
+    created: float
+    revoked: bool
 
 
 @dataclass(frozen=True)

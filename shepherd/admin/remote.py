@@ -11,7 +11,8 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from shepherd.admin.errors import Forbidden, Invalid, Unavailable
-from shepherd.admin.records import ActionResult, AgentView, CreatedEnvironmentKey, CreatedKey, KeyView, NewAgent, UserView
+from shepherd.admin.records import (ActionResult, AgentView, CreatedEnvironmentKey, CreatedKey, EnvironmentKeyView,
+                                    KeyView, NewAgent, UserView)
 from shepherd.admin.names import match_agent
 from shepherd.graph import Conflict, Unauthorized
 from shepherd.storage import AlreadyExists, EpisodeReturn, NotFound, ReturnsPage
@@ -101,6 +102,13 @@ class RemoteOperations:
     async def add_environment_key(self, ref: str, label: str = "") -> CreatedEnvironmentKey:
         return CreatedEnvironmentKey.from_json(await self._json("POST", "/environments/keys",
                                                                 {"environment": ref, "label": label}))
+
+    async def environment_keys(self, ref: str | None = None) -> list[EnvironmentKeyView]:
+        path = "/environments/keys" if ref is None else f"/environments/keys?environment={quote(ref, safe='')}"
+        return [EnvironmentKeyView.from_json(item) for item in await self._json("GET", path)]
+
+    async def revoke_environment_key(self, key_id: int) -> EnvironmentKeyView:
+        return EnvironmentKeyView.from_json(await self._json("POST", f"/environments/keys/{key_id}/revoke", {}))
 
     async def revoke_key(self, key_id: int) -> KeyView:
         return KeyView.from_json(await self._json("POST", f"/keys/{key_id}/revoke", {}))

@@ -55,7 +55,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     listing.set_defaults(func=command(list_agents))
 
     for name, work, summary in (
-            ("show", show_agent, "show an agent: spaces, parameters, phase, steps, sessions, model, keys"),
+            ("show", show_agent, "show an agent: spaces, parameters, phase, steps, sessions, model, keys, and the "
+                                 "ratings of the environments with roles it plays"),
             ("delete-model", delete_model, "delete the agent's saved model zip"),
             ("delete-curve", delete_curve, "delete the agent's learning curve (its episode returns)"),
             ("restart", restart_agent, "forget the agent's model and counters and end its sessions"),
@@ -213,6 +214,8 @@ async def show_agent(operations, args: argparse.Namespace) -> int:
         print(f"  {label:<18}{value}")
     if view.level is not None:
         _show_level(view.level)
+    if (await operations.whoami())["role"] == "admin":
+        _show_ratings(view, await operations.environments())
     if view.clients is not None:
         print(table(["CLIENT", "PHASE", "STEPS", "SESSIONS", "EPISODES", "TRAIN RETURN", "RECENT EVALUATION",
                      "ADVISOR"],
@@ -231,6 +234,24 @@ def _show_level(level: dict) -> None:
         print(table(["OPTION", "CHOSEN", "STEPS", "MEAN STEPS", "REWARD"],
                     [[skill, use["chosen"], use["steps"], _number(use["mean_steps"]), _number(use["reward"])]
                      for skill, use in options.items()]))
+
+
+def _show_ratings(view, environments: list[dict]) -> None:
+    """The ratings table of each environment with roles the agent plays (docs/how-to/multi-agent.md), best first."""
+    for environment in environments:
+        owner = environment["environment"].rsplit("/", 1)[0]
+        if owner != view.owner or view.name not in environment["roles"].values():
+            continue
+        roles = ", ".join(f"{role}: {player}" for role, player in environment["roles"].items())
+        print(f"  environment {environment['environment']} (roles {roles})")
+        ratings = environment.get("ratings")
+        if not ratings:
+            print("    " + ("no rated episode yet" if ratings is not None else
+                          "no ratings here: its first role's agent is not served and has no checkpoint"))
+            continue
+        print(table(["PLAYER", "MU", "SIGMA", "ORDINAL", "GAMES"],
+                    [[player, f"{r['mu']:.2f}", f"{r['sigma']:.2f}", f"{r['ordinal']:.2f}", r["games"]]
+                     for player, r in ratings.items()]))
 
 
 def _number(value: float | None) -> str:

@@ -34,6 +34,10 @@ class RolesClient(_Connection):
                 payload[name] = to_json(value)
         reply = self._send_step(payload)
         self.opponents = reply.get("opponents", getattr(self, "opponents", None))
+        if "next_episode_config" in reply:  # by role: the episode that ended; set the environment up with them
+            self.next_episode_config = reply["next_episode_config"]
+        if "episode_config" in reply:  # by role: the reply to an episode's first step
+            self.episode_config, self.lesson = reply["episode_config"], reply.get("lesson")
         return reply["actions"]
 
 

@@ -4,11 +4,13 @@ function; the level is `shepherd.level.roles.RolesLevel`)."""
 
 from __future__ import annotations
 
-from typing import Callable
+import zipfile
+from typing import Any, Callable
 
-from shepherd.agents import AgentFailed
+from shepherd.agents import AgentFailed, checkpoint
 from shepherd.environments import EnvironmentSpec, is_scripted, parse_environments
 from shepherd.graph.agent import ServedAgent
+from shepherd.graph.ratings import Ratings
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.graph.selfplay import ghost_of
 from shepherd.graph.served import ServedAgents
@@ -27,21 +29,37 @@ def store_environments(store: Store, owner_id: int, environments: tuple[Environm
     for spec in environments:
         record, new = store.put_environment(owner_id, spec.name, spec.to_json())
         if new:
-            created[f"environment {spec.name}"] = store.add_environment_key(record.id, "created by preset")
+            created[f"environment {spec.name}"], _ = store.add_environment_key(record.id, "created by preset")
     return created
 
 
-def environment_ratings(record: EnvironmentRecord, served: ServedAgents) -> dict[str, dict[str, float]] | None:
-    """The ratings of an environment's players, best first (None: its first role's agent is not served here)."""
+def environment_ratings(record: EnvironmentRecord, served: ServedAgents) -> dict[str, Any] | None:
+    """The ratings of an environment's players, best first, and each agent's rating over its steps:
+    ``{"ratings": {player: rating}, "history": {agent: [point, ...]}}``; those its first role's agent holds (served
+    here) or its last checkpoint held (not served; None: it has none, or none readable)."""
     spec = spec_of(record)
     agents = spec.agents()
-    agent = served.by_name(record.owner_id, agents[0]) if agents else None
-    runtime = None if agent is None else agent.runtime
-    if runtime is None:
+    if not agents:
         return None
-    table = runtime.ratings.table(spec.name)
-    return {player: rating.to_json() for player, rating in
-            sorted(table.items(), key=lambda item: item[1].ordinal, reverse=True)}
+    agent = served.by_name(record.owner_id, agents[0])
+    if agent is not None:
+        if agent.runtime is None:
+            return None
+        ratings = agent.runtime.ratings
+    else:
+        stored = served.store.find_agent(record.owner_id, agents[0])
+        if stored is None:
+            return None
+        ratings = Ratings()
+        try:
+            ratings.load(checkpoint.read_state(served.model_path(stored.id)).get("ratings"))
+        except (OSError, KeyError, ValueError, TypeError, zipfile.BadZipFile):
+            return None  # no checkpoint yet, or one that cannot be read
+    table = ratings.table(spec.name)
+    return {"ratings": {player: rating.to_json() for player, rating in
+                        sorted(table.items(), key=lambda item: item[1].ordinal, reverse=True)},
+            "history": {player: [point.to_json() for point in points]
+                        for player, points in ratings.history(spec.name).items()}}
 
 
 def spec_of(record: EnvironmentRecord) -> EnvironmentSpec:
@@ -91,7 +109,8 @@ def environment_session(record: EnvironmentRecord, served: ServedAgents, evaluat
     ratings = counted.ratings  # the environment's ratings live with its first agent's checkpoint
 
     def rate(teams: dict[str, list[str]], scores: dict[str, float]) -> bool:
-        return ratings.rate(spec.name, teams, scores)
+        steps = {host.record.name: host.tracker.steps for host, _ in players.values() if host is not None}
+        return ratings.rate(spec.name, teams, scores, steps)  # the agents' steps, for their rating histories
 
     ghost = ghost_of(spec, {role: host for role, (host, _) in players.items() if host is not None})
 

@@ -1,8 +1,8 @@
 """Ratings of the players of environments with roles, from their episodes' outcomes (openskill's Plackett-Luce:
-teams of any size, any number of teams), kept with the self-play of those environments (`shepherd.graph.selfplay`)
-in the checkpoint of the agent that holds them (the environment's first role's agent:
-`shepherd.graph.environments`), so that a restart, even after ``kill -9``, resumes the ratings and the snapshot
-pools of its last checkpoint."""
+teams of any size, any number of teams), and each agent's rating over its steps (a bounded history), kept with the
+self-play of those environments (`shepherd.graph.selfplay`) in the checkpoint of the agent that holds them (the
+environment's first role's agent: `shepherd.graph.environments`), so that a restart, even after ``kill -9``,
+resumes the ratings, histories and snapshot pools of its last checkpoint."""
 
 from __future__ import annotations
 
@@ -12,6 +12,9 @@ from typing import Any, Mapping, Protocol
 
 #: openskill's defaults: a new player's mean and uncertainty
 MU, SIGMA = 25.0, 25.0 / 3.0
+#: the most points an agent's rating history keeps: one more drops every other point, and points are taken half as
+#: often from then on, so that the history spans the whole run at any length
+HISTORY_POINTS = 200
 
 
 class Kept(Protocol):
@@ -37,13 +40,51 @@ class Rating:
         return {"mu": self.mu, "sigma": self.sigma, "games": self.games, "ordinal": self.ordinal}
 
 
+@dataclass(frozen=True)
+class Point:
+    """An agent's rating after one of its rated episodes, at its steps then."""
+
+    steps: int
+    rating: Rating
+
+    def to_json(self) -> dict[str, Any]:
+        return {"steps": self.steps, **self.rating.to_json()}
+
+
+class History:
+    """An agent's rating over its steps in one environment: a point every ``stride`` rated episodes (its games a
+    multiple of ``stride``), at most `HISTORY_POINTS` (past them, the stride doubles and the points off it go)."""
+
+    def __init__(self, stride: int = 1, points: list[Point] | None = None) -> None:
+        self.stride = stride
+        self.points = points or []
+
+    def add(self, steps: int, rating: Rating) -> None:
+        if rating.games % self.stride:
+            return
+        self.points.append(Point(steps, rating))
+        if len(self.points) > HISTORY_POINTS:
+            self.stride *= 2
+            self.points = [point for point in self.points if point.rating.games % self.stride == 0]
+
+    def state(self) -> dict[str, Any]:
+        return {"stride": self.stride, "points": [[p.steps, p.rating.games, p.rating.mu, p.rating.sigma]
+                                                  for p in self.points]}
+
+    @classmethod
+    def of_state(cls, state: Any) -> History:
+        return cls(int(state["stride"]), [Point(int(steps), Rating(float(mu), float(sigma), int(games)))
+                                          for steps, games, mu, sigma in state["points"]])
+
+
 class Ratings:
     """The ratings an agent keeps, by environment and player (an agent's name, a snapshot's ``agent@snapshot:V``
-    or a scripted ``module:function``), and the self-play it checkpoints with them. Rated on the event loop;
-    a lock keeps each read whole."""
+    or a scripted ``module:function``), each agent's rating history (`History`), and the self-play it
+    checkpoints with them. Rated on the event loop; a lock keeps each read whole."""
 
     def __init__(self) -> None:
         self._tables: dict[str, dict[str, Rating]] = {}
+        self._histories: dict[str, dict[str, History]] = {}  # by environment and agent
         self._lock = threading.Lock()
         #: each environment's self-play, checkpointed with the ratings (`keep`)
         self.kept: dict[str, Kept] = {}
@@ -55,10 +96,12 @@ class Ratings:
         self.kept[environment] = kept
         return self._restored.pop(environment, None)
 
-    def rate(self, environment: str, teams: Mapping[str, list[str]], scores: Mapping[str, float]) -> bool:
+    def rate(self, environment: str, teams: Mapping[str, list[str]], scores: Mapping[str, float],
+             steps: Mapping[str, int] | None = None) -> bool:
         """Rate one episode of ``environment``: each team's players and score (higher is better). Returns whether
         it rated: an episode where one player is on two teams (the same agent on both sides, without snapshots)
-        says nothing of its strength and is not rated."""
+        says nothing of its strength and is not rated. ``steps``: the agents among the players, by name, and
+        their steps now, for their rating histories."""
         names = list(teams)
         players = [list(dict.fromkeys(teams[name])) for name in names]
         seen = [player for team in players for player in team]
@@ -75,6 +118,10 @@ class Ratings:
             for team, old, new in zip(players, before, rated):
                 for player, was, now in zip(team, old, new):
                     table[player] = Rating(float(now.mu), float(now.sigma), was.games + 1)
+            histories = self._histories.setdefault(environment, {})
+            for player, at in (steps or {}).items():
+                if player in table:
+                    histories.setdefault(player, History()).add(at, table[player])
         return True
 
     def environments(self) -> list[str]:
@@ -86,15 +133,23 @@ class Ratings:
         with self._lock:
             return dict(self._tables.get(environment, {}))
 
+    def history(self, environment: str) -> dict[str, list[Point]]:
+        """Each agent's rating over its steps in ``environment`` (its latest policy's: a snapshot has none)."""
+        with self._lock:
+            return {player: list(history.points)
+                    for player, history in sorted(self._histories.get(environment, {}).items())}
+
     def state(self) -> dict[str, Any]:
-        """The plain form a checkpoint holds (`load` reads it back): the ratings by environment, and each
-        environment's self-play (`keep`). Taken on the event loop, where the self-play changes."""
+        """The plain form a checkpoint holds (`load` reads it back): the ratings and histories by environment, and
+        each environment's self-play (`keep`). Taken on the event loop, where the self-play changes."""
         with self._lock:
             tables = {environment: {player: {"mu": r.mu, "sigma": r.sigma, "games": r.games}
                                     for player, r in sorted(table.items())}
                       for environment, table in sorted(self._tables.items())}
+            histories = {environment: {player: history.state() for player, history in sorted(players.items())}
+                         for environment, players in sorted(self._histories.items()) if players}
         selfplay = {**self._restored, **{environment: kept.state() for environment, kept in self.kept.items()}}
-        return {**({"tables": tables} if tables else {}),
+        return {**({"tables": tables} if tables else {}), **({"histories": histories} if histories else {}),
                 **({"selfplay": dict(sorted(selfplay.items()))} if selfplay else {})}
 
     def load(self, state: Any) -> None:
@@ -105,6 +160,10 @@ class Ratings:
             if isinstance(table, dict):
                 tables[environment] = {player: Rating(float(r["mu"]), float(r["sigma"]), int(r["games"]))
                                        for player, r in table.items() if isinstance(r, dict)}
+        histories = {environment: {player: History.of_state(history) for player, history in players.items()
+                                   if isinstance(history, dict)}
+                     for environment, players in (state.get("histories") or {}).items() if isinstance(players, dict)}
         with self._lock:
             self._tables = tables
+            self._histories = histories
         self._restored = dict(state.get("selfplay") or {})

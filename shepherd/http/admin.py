@@ -25,6 +25,7 @@ from shepherd.http.state import ADMIN, LOGIN_THROTTLE, SIGNINS
 API = "/shepherd/admin/api"
 AGENT = API + "/agents/{agent_id:\\d{1,12}}"  # route pattern of one agent's resources
 KEY = API + "/keys/{key_id:\\d{1,12}}"
+ENVIRONMENT_KEY = API + "/environments/keys/{key_id:\\d{1,12}}"
 USER = API + "/users/{user_id:\\d{1,12}}"
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 NO_STORE = {"Cache-Control": "no-store"}
@@ -285,6 +286,18 @@ async def add_environment_key(request: web.Request) -> web.Response:
     data = await body_object(request, {"environment", "label"})
     return respond(await ops.add_environment_key(text_field(data, "environment", ""), text_field(data, "label", "")),
                    status=201)
+
+
+async def list_environment_keys(request: web.Request) -> web.Response:
+    ops = operations(request)
+    return respond(await ops.environment_keys(request.query.get("environment")))
+
+
+async def revoke_environment_key(request: web.Request) -> web.Response:
+    ops = operations(request)
+    ops.require_admin("revoking API keys")
+    await body_object(request, set())
+    return respond(await ops.revoke_environment_key(int(request.match_info["key_id"])))
 
 
 async def revoke_key(request: web.Request) -> web.Response:

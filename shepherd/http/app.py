@@ -192,6 +192,8 @@ def create_app(config: ServerConfig) -> web.Application:
         web.post(admin.KEY + "/revoke", admin.revoke_key),
         web.get(admin.API + "/environments", admin.list_environments),
         web.post(admin.API + "/environments/keys", admin.add_environment_key),
+        web.get(admin.API + "/environments/keys", admin.list_environment_keys),
+        web.post(admin.ENVIRONMENT_KEY + "/revoke", admin.revoke_environment_key),
         web.get("/shepherd/openapi.json", openapi),
         # monitoring
         web.get(monitoring.METRICS_PATH, monitoring.metrics),

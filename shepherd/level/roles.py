@@ -8,6 +8,11 @@ that ended) or ``any`` (one live role). A role that waits while others act learn
 action to its next turn, with the rewards sent for it meanwhile summed (kept until its next step or its end,
 PettingZoo's cumulative reward); a role that ends sends its last observation once and gets no action; the
 episode ends when every role has ended, and the step after begins the next one.
+
+The configs of the roles whose agents have lessons (docs/lessons.md) are told as a single-env session's, by role,
+for the whole environment (its client sets it up once per episode): the next episode's in the login reply and in
+the reply to the step that ends an episode, and the episode's again, with its lessons, in the reply to its first
+step. Each role's episode begins with the config told for it (its lifecycle draws the next at the role's end).
 """
 
 from __future__ import annotations
@@ -129,10 +134,21 @@ class RolesLevel(Level):
         self.group = group or min(role.actor for role in roles)
         self.fresh = True  # no step of the current episode taken yet
         self._opponents: dict[str, str] | None = None  # the opponents the reply to the last step names
+        self._configs: dict[str, Any] = {}  # what the reply to the last step says of episodes' configs
         self.closed = False
         self._asks: list[tuple[Role, Callable[[], ActionFuture]]] = []
 
     # -- the session's verbs ----------------------------------------------------------------------------
+    def login_fields(self) -> dict[str, Any]:
+        """The first episode's configs, by role (of the roles whose agents have lessons; {}: none has)."""
+        pending = self._pending()
+        return {"next_episode_config": {name: setup.config for name, setup in pending.items()}} if pending else {}
+
+    def _pending(self) -> dict[str, Any]:
+        """Each role's config for its next episode (`EpisodeConfig`), for the roles whose agents have lessons."""
+        return {name: role.lifecycle.pending[0] for name, role in self.roles.items()
+                if role.lifecycle is not None and role.lifecycle.pending[0] is not None}
+
     def introduction(self) -> dict[str, Any] | None:
         from shepherd.wire.spaces import space_to_json
 
@@ -227,8 +243,13 @@ class RolesLevel(Level):
         ending = [name for name in step.obs if step.terminated.get(name) or step.truncated.get(name)]
         acting = [name for name in self.order if name in step.obs and name not in ending]
         self._opponents = None
+        self._configs = {}
         if self.fresh:
             self.fresh = False
+            begun = self._pending()  # what each role's episode begins with (nothing draws before its end)
+            if begun:
+                self._configs = {"episode_config": {name: setup.config for name, setup in begun.items()},
+                                 "lesson": {name: setup.lesson for name, setup in begun.items()}}
             if self.matchup is not None:  # once per episode, in the reply to its first step
                 chosen = self.matchup()
                 for name, role in self.roles.items():
@@ -253,6 +274,9 @@ class RolesLevel(Level):
             self.fresh = True
             for role in self.roles.values():
                 role.held = role.returned = 0.0
+            upcoming = self._pending()
+            if upcoming:  # the next episode's, as a single-env session's reply that ends an episode
+                self._configs["next_episode_config"] = {name: setup.config for name, setup in upcoming.items()}
         self._asks = asks
 
     def _check_turns(self, step: RolesStep, acting: list[str], ending: list[str]) -> None:
@@ -350,7 +374,7 @@ class RolesLevel(Level):
     def resend(self) -> Reply[Any]:
         """Ask (again) for the actions of the last step's acting roles: one reply of every role's."""
         futures = [(role, ask()) for role, ask in self._asks]
-        return asyncio.get_running_loop().create_task(_gathered(futures, self._opponents))
+        return asyncio.get_running_loop().create_task(_gathered(futures, self._opponents, self._configs))
 
     def reply_body(self, action: Any) -> dict[str, Any] | None:
         return action
@@ -371,14 +395,16 @@ class RolesLevel(Level):
                 role.host.learner.end_actor(role.actor)
 
 
-async def _gathered(futures: list[tuple[Role, ActionFuture]], opponents: dict[str, str] | None) -> dict[str, Any]:
+async def _gathered(futures: list[tuple[Role, ActionFuture]], opponents: dict[str, str] | None,
+                    configs: dict[str, Any]) -> dict[str, Any]:
     actions, versions = {}, {}
     for role, future in futures:
         action = await future
         scripted = role.host is None or (role.stand_in is not None and not isinstance(role.stand_in, Trial))
         actions[role.name] = action if scripted else action_to_json(role.action_space, action)
         versions[role.name] = future.policy_version
-    return {"actions": actions, "policy_versions": versions, **({"opponents": opponents} if opponents else {})}
+    return {"actions": actions, "policy_versions": versions, **({"opponents": opponents} if opponents else {}),
+            **configs}
 
 
 def _rated_as(role: Role) -> str:

@@ -54,6 +54,11 @@ class RolesVectorLevel(Level):
     def introduction(self) -> dict[str, Any] | None:
         return self.copies[0].introduction()  # the login reply adds n_envs, as every vector session's
 
+    def login_fields(self) -> dict[str, Any]:
+        """Each copy's first episode's configs, by role, as its step replies' items carry them."""
+        fields = [copy.login_fields() for copy in self.copies]
+        return {"envs": fields} if any(fields) else {}
+
     def parse_step(self, data: dict[str, Any], checks: ExperienceSpaces) -> Any:
         """Each env's step checked as a `RolesLevel`'s (errors start ``envs[i].``). Raises BadRequest."""
         if data.get("obs", ...) is None:

@@ -68,6 +68,17 @@ class ApiKey:
     revoked: bool = False
 
 
+@dataclass(frozen=True)
+class EnvironmentKey:
+    """A key of an environment with roles, as stored (apart from agents' keys: its ids are its own)."""
+
+    id: int
+    environment_id: int
+    label: str
+    created: float
+    revoked: bool = False
+
+
 def hash_key(key: str) -> str:
     """The stored form of an API key; keys carry 256 random bits, so a plain SHA-256 suffices."""
     return hashlib.sha256(key.encode()).hexdigest()

@@ -15,7 +15,7 @@ from tinydb import Query, TinyDB
 from tinydb.table import Document
 
 from shepherd.definition import Sharing
-from shepherd.storage.records import AgentRecord, ApiKey, EnvironmentRecord, User, hash_key, new_secret
+from shepherd.storage.records import AgentRecord, ApiKey, EnvironmentKey, EnvironmentRecord, User, hash_key, new_secret
 from shepherd.storage.files import (PRIVATE_FILE, PRIVATE_FOLDER, make_private, private_data_folder,
                                     remove_stale_temporaries)
 from shepherd.storage.errors import AlreadyExists, NotFound, StoreError
@@ -319,16 +319,16 @@ class Store:
                 raise NotFound(f"no environment with id {environment_id}")
             return EnvironmentRecord(doc.doc_id, **doc)
 
-    def add_environment_key(self, environment_id: int, label: str = "") -> str:
-        """Create a key for an environment; returns the key itself (shown once, never stored)."""
+    def add_environment_key(self, environment_id: int, label: str = "") -> tuple[str, EnvironmentKey]:
+        """Create a key for an environment; returns the key itself (shown once, never stored) and its record."""
         with self._lock:
             self.environment(environment_id)
             key = new_secret()
-            digest = hash_key(key)
-            self._environment_keys.insert({"environment_id": environment_id, "hash": digest, "label": label,
-                                           "created": time.time(), "revoked": False})
+            digest, created = hash_key(key), time.time()
+            key_id = self._environment_keys.insert({"environment_id": environment_id, "hash": digest, "label": label,
+                                                    "created": created, "revoked": False})
             self._environment_key_index[digest] = environment_id
-            return key
+            return key, EnvironmentKey(key_id, environment_id, label, created)
 
     def environment_for_key(self, key: str) -> EnvironmentRecord | None:
         """The environment a valid, unrevoked environment key belongs to, or None."""
@@ -336,6 +336,30 @@ class Store:
         with self._lock:
             environment_id = self._environment_key_index.get(digest)
             return None if environment_id is None else self.environment(environment_id)
+
+    def revoke_environment_key(self, key_id: int) -> str:
+        """Refuse the environment's key from now on; returns its `hash_key` (the sessions it opened are known by it)."""
+        with self._lock:
+            doc = self._environment_keys.get(doc_id=key_id)
+            if doc is None:
+                raise NotFound(f"no environment key with id {key_id}")
+            self._environment_keys.update({"revoked": True}, doc_ids=[key_id])
+            self._environment_key_index.pop(doc["hash"], None)
+            return doc["hash"]
+
+    def environment_key(self, key_id: int) -> EnvironmentKey:
+        """Raises NotFound for an unknown id."""
+        with self._lock:
+            doc = self._environment_keys.get(doc_id=key_id)
+            if doc is None:
+                raise NotFound(f"no environment key with id {key_id}")
+            return _environment_key(doc)
+
+    def environment_keys(self, environment_id: int | None = None) -> list[EnvironmentKey]:
+        with self._lock:
+            docs = (self._environment_keys.all() if environment_id is None
+                    else self._environment_keys.search(Query().environment_id == environment_id))
+            return [_environment_key(doc) for doc in docs]
 
     # -- the admin token -----------------------------------------------------------------------
     def admin_token_hash(self) -> str | None:
@@ -429,5 +453,10 @@ class Store:
             self._db.close()
 
 
+def _environment_key(doc: Document) -> EnvironmentKey:
+    return EnvironmentKey(doc.doc_id, doc["environment_id"], doc["label"], doc["created"], doc["revoked"])
+
+
 __all__ = ["AgentRecord", "ApiKey", "AlreadyExists", "EpisodeReturn", "NotFound", "ReturnsJson", "ReturnsPage", "Store",
            "StoreError", "User", "hash_key", "new_secret"]
+

@@ -13,6 +13,7 @@ import pytest
 
 from shepherd.cli import main
 from shepherd.client import Client, ShepherdError
+from shepherd.client.roles import RolesClient
 from shepherd.storage import read_server_file
 from tests.conftest import ROOT, TEST_PRESETS
 
@@ -103,3 +104,30 @@ def test_commands_are_forwarded_to_the_running_server_which_alone_holds_the_fold
     assert not published.exists()
     code, out, _ = cli(capsys, "agents", "list", "--data", str(data))  # now on the store itself
     assert code == 0 and "alice/pole" in out and "stopped" in out
+
+
+def test_an_environments_keys_are_listed_and_revoked_through_the_running_server(capsys, server_factory, tmp_path):
+    data = tmp_path / "data"
+    server = server_factory(str(TEST_PRESETS / "roles_duel.py"), data=data)
+    code, out, err = cli(capsys, "keys", "add", "tests/duel", "--label", "robot", "--data", str(data))
+    assert code == 0 and "API key e2 for environment tests/duel" in out, err
+    key = out.strip().splitlines()[-1]
+    obs = {"hero": [0.0, 0.5], "rival": [0.0, 0.5]}
+    session = RolesClient(server.url, key, timeout=30)
+    try:
+        assert set(session.login()["roles"]) == {"hero", "rival"}
+        assert set(session.step(obs)) == {"hero", "rival"}  # the scripted rival answers too
+        code, out, _ = cli(capsys, "keys", "list", "tests/duel", "--data", str(data))
+        assert code == 0 and [line.split()[0] for line in out.splitlines()[1:]] == ["e1", "e2"]
+        code, out, _ = cli(capsys, "keys", "revoke", "e2", "--data", str(data))
+        assert code == 0 and "API key e2 of environment tests/duel revoked" in out
+        with pytest.raises(ShepherdError) as ended:  # its open session ended on the running server
+            session.step(obs)
+        assert ended.value.status == 401
+        with pytest.raises(ShepherdError) as refused:
+            session.login()
+        assert refused.value.status == 401 and "unknown or revoked API key" in str(refused.value)
+    finally:
+        session.close()
+    code, out, _ = cli(capsys, "keys", "list", "--data", str(data))
+    assert code == 0 and next(line for line in out.splitlines() if line.startswith("e2")).split()[-1] == "revoked"

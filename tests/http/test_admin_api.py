@@ -82,7 +82,8 @@ ROUTES = [("GET", "/whoami"), ("GET", "/users"), ("POST", "/users"), ("GET", "/a
           ("GET", "/agents/1/model.zip"), ("GET", "/agents/1/export?format=onnx"),
           ("POST", "/agents/1/delete-model"), ("POST", "/agents/1/delete-returns"), ("POST", "/agents/1/restart"),
           ("POST", "/agents/1/keys"), ("GET", "/keys"), ("POST", "/keys/1/revoke"), ("POST", "/agents/1/delete"),
-          ("POST", "/users/1/delete")]
+          ("POST", "/users/1/delete"), ("GET", "/environments"), ("POST", "/environments/keys"),
+          ("GET", "/environments/keys"), ("POST", "/environments/keys/1/revoke")]
 
 
 @pytest.mark.parametrize("method, path", ROUTES)
@@ -407,7 +408,8 @@ async def test_an_agents_key_sees_and_touches_only_that_agent(api):
         assert (await response.json())["error"] == missing["error"].replace("999", str(alice["id"]))
     for method, path in [("GET", "/users"), ("POST", "/users"), ("POST", "/agents"), ("GET", "/keys"),
                          (("POST", f"/agents/{bob['id']}/keys")), ("POST", "/keys/1/revoke"),
-                         ("POST", "/admin-token")]:
+                         ("POST", "/admin-token"), ("GET", "/environments"), ("GET", "/environments/keys"),
+                         ("POST", "/environments/keys"), ("POST", "/environments/keys/1/revoke")]:
         response = await api.client.request(method, API + path, json={"name": "x"},
                                             headers={"Authorization": f"Bearer {bob_key}"})
         assert response.status == 403, path

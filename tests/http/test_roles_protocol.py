@@ -1,6 +1,7 @@
 """Environments with roles through the real aiohttp app (docs/protocol.md, "Environments with roles"): the login
 with an environment's key, steps by role under each kind of turns, the refusals that name the role and field,
-retries with the same seq, masks by role, and each role's episode recorded on its agent."""
+retries with the same seq, masks by role, each role's episode recorded on its agent, and an environment's keys
+listed and revoked through the admin API as an agent's are."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from shepherd.environments import EnvironmentSpec
 from shepherd.graph import AgentSpec, GraphManager, Schedule
 from shepherd.http import CREATED_KEYS, GRAPH, ServerConfig, create_app
+from shepherd.http.state import CREATED_ADMIN_TOKEN
 
 OBS = [[2], -1.0, 1.0]
 TINY = {"n_steps": 8, "batch_size": 8, "n_epochs": 1, "seed": 0, "policy_kwargs": {"net_arch": [8]}}
@@ -32,6 +34,7 @@ async def client(aiohttp_client, tmp_path):
     app = create_app(ServerConfig(graph_manager(), tmp_path / "data"))
     client = await aiohttp_client(app)
     client.keys = app[CREATED_KEYS]
+    client.admin = {"Authorization": f"Bearer {app[CREATED_ADMIN_TOKEN]}"}
     client.graph = app[GRAPH]
     return client
 
@@ -153,3 +156,40 @@ async def test_a_vector_session_steps_n_copies_with_their_own_turns_and_errors_n
     assert "envs" in error and "2 copies" in error
     error = (await step(client, key, 400, obs={"first": A}, seq=3))["error"]
     assert "envs" in error
+
+
+async def admin(client, method, path, body=None, status=200):
+    response = await client.request(method, "/shepherd/admin/api" + path, json=body, headers=client.admin)
+    assert response.status == status, await response.text()
+    return await response.json()
+
+
+async def test_an_environments_key_is_listed_and_revoked_as_an_agents_its_sessions_ending_alike(client):
+    made = await admin(client, "POST", "/environments/keys", {"environment": "tests/duel", "label": "robot"}, 201)
+    agents_key = await admin(client, "POST", "/agents/1/keys", {"label": "to revoke"}, 201)
+    listed = await admin(client, "GET", "/environments/keys?environment=tests/duel")
+    assert [(k["environment"], k["label"], k["revoked"]) for k in listed] == [
+        ("tests/duel", "created by preset", False), ("tests/duel", "robot", False)]
+    assert listed[1]["id"] == made["id"] and "key" not in listed[1] and "hash" not in listed[1]
+    assert len(await admin(client, "GET", "/environments/keys")) == 4  # the preset made one per environment
+    assert "no agent or environment 'tests/nowhere'" in (
+        await admin(client, "GET", "/environments/keys?environment=tests/nowhere", status=404))["error"]
+    sessions = {}
+    for name, key in (("revoked", made["key"]), ("kept", client.keys["environment duel"]),
+                      ("agent", agents_key["key"])):
+        sessions[name] = (await post(client, "/shepherd/login_user/", {"apikey": key}))["session_key"]
+    assert set((await step(client, sessions["revoked"], obs={"first": A}))["actions"]) == {"first"}
+
+    revoked = await admin(client, "POST", f"/environments/keys/{made['id']}/revoke", {})
+    assert revoked == {**listed[1], "revoked": True}
+    await admin(client, "POST", f"/keys/{agents_key['id']}/revoke", {})
+    # the revoked environment key's session ended as the revoked agent key's did; the other key's goes on
+    ended = await step(client, sessions["revoked"], 401, obs={"second": B})
+    assert ended == await post(client, "/shepherd/env/", {"session_key": sessions["agent"], "obs": A, "reward": 0.0,
+                                                          "done": False}, 401)
+    assert set((await step(client, sessions["kept"], obs={"first": A}))["actions"]) == {"first"}
+    refused = await post(client, "/shepherd/login_user/", {"apikey": made["key"]}, 401)
+    assert refused == await post(client, "/shepherd/login_user/", {"apikey": agents_key["key"]}, 401)
+    assert [k["revoked"] for k in await admin(client, "GET", "/environments/keys?environment=duel")] == [False, True]
+    assert "no environment key with id 99" in (
+        await admin(client, "POST", "/environments/keys/99/revoke", {}, 404))["error"]

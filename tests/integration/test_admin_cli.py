@@ -153,7 +153,7 @@ def test_the_admin_token_can_be_replaced_offline(capsys, data):
      "has an agent named 'pole' already"),
     (["agents", "add", "alice", "x", "--observation-space", "2", "--action-space", "2"], "--algorithm"),
     (["keys", "revoke", "42"], "no API key with id 42"),
-    (["keys", "revoke", "x"], "invalid int value"),
+    (["keys", "revoke", "x"], "'x' is no key id: N for an agent's key, eN for an environment's"),
     (["agents", "restart"], "required: agent"),
     (["agents", "frobnicate", "pole"], "invalid choice"),
 ])

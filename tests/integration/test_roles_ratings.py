@@ -1,7 +1,8 @@
 """Ratings of environments with roles (openskill's Plackett-Luce) from their episodes' outcomes: the winner's
 rating rises, an episode without an outcome is decided by each team's returns, a team of several players is rated
 as one side, an agent on both sides is not rated, and the ratings are those of the last checkpoint after the
-server stops without writing one (what ``kill -9`` leaves), byte for byte; the admin API shows them."""
+server stops without writing one (what ``kill -9`` leaves), byte for byte, with each agent's rating over its steps
+(a bounded history); the admin API shows them, and ``run.py agents show`` prints them from the checkpoint."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from shepherd.admin.records import ADMIN
 from shepherd.environments import EnvironmentSpec
 from shepherd.graph import AgentSpec, GraphManager, Schedule
 from shepherd.graph.local import serving_here
-from shepherd.graph.ratings import Ratings
+from shepherd.cli import main
+from shepherd.graph.ratings import HISTORY_POINTS, Ratings
 from shepherd.storage import Store
 
 OBS = [[2], -1.0, 1.0]
@@ -44,7 +46,7 @@ async def episode(graph, session, outcome=None, rewards=(0.0, 0.0)):
         await graph.step(session, session.parse_step(body))
 
 
-async def test_outcomes_rate_the_teams_and_a_restart_resumes_the_last_checkpoints_ratings(tmp_path):
+async def test_outcomes_rate_the_teams_and_a_restart_resumes_the_last_checkpoints_ratings(tmp_path, capsys):
     data = tmp_path / "data"
     graph, store = graph_manager(), Store(data)
     keys = graph.create_graph(store, serving_here())
@@ -62,6 +64,12 @@ async def test_outcomes_rate_the_teams_and_a_restart_resumes_the_last_checkpoint
     admin = AdminService(store, graph).acting_as(ADMIN)
     [shown] = await admin.environments()
     assert shown["environment"] == "tests/defence" and list(shown["ratings"])[0] == "guard"  # best first
+    # each agent's rating over its steps: a point per rated episode (so far), the last its rating now
+    assert list(shown["history"]) == ["guard", "raider"]  # agents only: not the scripted scout
+    raider = shown["history"]["raider"]
+    assert [point["games"] for point in raider] == [1, 2] and raider[-1]["mu"] == table["raider"].mu
+    assert raider[0]["steps"] <= raider[1]["steps"] == runtime.tracker.steps
+    assert "histories" in json.loads(saved)  # checkpointed with the ratings
     from shepherd.http.metrics import AgentLabels, GraphCollector
 
     families = {family.name: family for family in GraphCollector(lambda: graph, AgentLabels()).collect()}
@@ -80,6 +88,22 @@ async def test_outcomes_rate_the_teams_and_a_restart_resumes_the_last_checkpoint
         graph.end_sessions()
         await asyncio.to_thread(graph.close)
         store.close()
+    # no server: the admin operations and `agents show` read the ratings from the last checkpoint
+    store = Store(data)
+    try:
+        [stopped] = await AdminService(store).acting_as(ADMIN).environments()
+    finally:
+        store.close()
+    assert stopped["ratings"] == shown["ratings"] and stopped["history"] == shown["history"]
+    capsys.readouterr()
+    assert await asyncio.to_thread(main, ["agents", "show", "guard", "--data", str(data)]) == 0
+    out = capsys.readouterr().out
+    assert "environment tests/defence (roles attacker: raider, defender: guard, scout: " in out
+    lines = out[out.index("PLAYER"):].splitlines()
+    assert lines[0].split() == ["PLAYER", "MU", "SIGMA", "ORDINAL", "GAMES"]
+    guard = shown["ratings"]["guard"]
+    assert lines[1].split() == ["guard", f"{guard['mu']:.2f}", f"{guard['sigma']:.2f}", f"{guard['ordinal']:.2f}", "2"]
+    assert len(lines) == 4  # three players
 
 
 def test_an_agent_on_both_sides_is_not_rated():
@@ -89,3 +113,26 @@ def test_an_agent_on_both_sides_is_not_rated():
     assert ratings.rate("duel", {"a": ["c4"], "b": ["minimax"], "c": ["random"]}, {"a": 2, "b": 1, "c": 0})
     table = ratings.table("duel")
     assert table["c4"].mu > table["minimax"].mu > table["random"].mu  # any number of teams
+
+
+def test_an_agents_rating_history_stays_bounded_and_spans_the_whole_run():
+    def play(ratings, episode):
+        ratings.rate("duel", {"a": ["c4"], "b": ["minimax"]}, {"a": episode % 2, "b": 1 - episode % 2},
+                     {"c4": 10 * episode})
+
+    ratings = Ratings()
+    for episode in range(1, 1001):
+        play(ratings, episode)
+    points = ratings.history("duel")["c4"]
+    stride = points[0].rating.games
+    assert HISTORY_POINTS // 2 <= len(points) <= HISTORY_POINTS and stride > 1 and stride & (stride - 1) == 0
+    assert [point.rating.games for point in points] == list(range(stride, 1001, stride))  # evenly, from the start
+    assert [point.steps for point in points] == [10 * point.rating.games for point in points]
+    assert points[-1].rating == ratings.table("duel")["c4"]  # 1000 is a multiple of the stride here
+    assert list(ratings.history("duel")) == ["c4"]  # the scripted opponent has no steps: no history
+    again = Ratings()
+    again.load(json.loads(json.dumps(ratings.state())))  # as a checkpoint holds it
+    assert again.history("duel") == ratings.history("duel") and again.state() == ratings.state()
+    for episode in range(1001, 1001 + stride):
+        play(again, episode)  # the stride goes on after a restart: one more point, at the next multiple
+    assert [point.rating.games for point in again.history("duel")["c4"]] == list(range(stride, 1001 + stride, stride))

@@ -135,3 +135,40 @@ def test_keys_add_owner_environment_makes_a_key_that_logs_in_to_it(tmp_path, cap
         store.close()
     assert main(["keys", "add", "tests/nothing", "--data", str(data)]) == 2
     assert "no agent or environment 'tests/nothing'" in capsys.readouterr().err
+
+
+def test_keys_list_and_revoke_take_an_environments_keys_as_an_agents(tmp_path, capsys):
+    data = tmp_path / "data"
+    graph = GraphManager.of(preset_from_data(yaml.safe_load(PRESET)))
+    store = Store(data)
+    keys = graph.create_graph(store)
+    graph.close()
+    store.close()
+    assert main(["keys", "add", "tests/defence", "--label", "robot", "--data", str(data)]) == 0
+    out = capsys.readouterr().out
+    assert "API key e3 for environment tests/defence" in out  # e1, e2: the preset's, one per environment
+    key = out.splitlines()[-1]
+    assert main(["keys", "list", "--data", str(data)]) == 0
+    rows = [line.split()[:3] for line in capsys.readouterr().out.splitlines()]
+    assert rows[0] == ["ID", "FOR", "LABEL"]
+    assert [row for row in rows if row[0].startswith("e")] == [
+        ["e1", "environment", "tests/defence"], ["e2", "environment", "tests/connect4"],
+        ["e3", "environment", "tests/defence"]]
+    assert ["1", "agent", "tests/raider"] in rows
+    assert main(["keys", "list", "tests/defence", "--data", str(data)]) == 0
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]] == ["e1", "e3"]
+    assert main(["keys", "revoke", "e3", "--data", str(data)]) == 0
+    assert "API key e3 of environment tests/defence revoked" in capsys.readouterr().out
+    assert main(["keys", "list", "defence", "--data", str(data)]) == 0
+    assert capsys.readouterr().out.splitlines()[2].split()[-1] == "revoked"
+    store = Store(data)
+    try:
+        assert store.environment_for_key(key) is None  # refused from now on
+        assert store.environment_for_key(keys["environment defence"]).name == "defence"  # the other key works
+        assert store.agent_for_key(keys["raider"]).name == "raider"  # agents' keys 1..3 are another namespace
+    finally:
+        store.close()
+    for wrong, words in (("e9", "no environment key with id 9"), ("e", "no key id"), ("x3", "no key id"),
+                         ("e0", "no key id")):
+        assert main(["keys", "revoke", wrong, "--data", str(data)]) == 2
+        assert words in capsys.readouterr().err

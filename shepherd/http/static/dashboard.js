@@ -1,5 +1,6 @@
-/* The Shepherd dashboard: sign in, list the agents you may see (and, for the admin, the users), draw the
-   selected agent's learning curve and its main training metrics (polled every two seconds), and send the
+/* The Shepherd dashboard: sign in, list the agents you may see (and, for the admin, the users and the
+   environments with roles: their ratings and each agent's rating over its steps), draw the selected agent's
+   learning curve and its main training metrics (polled every two seconds), and send the
    special actions as POSTs carrying the sign-in's CSRF token.
    Server data is only ever put in the page as text, never as HTML. */
 "use strict";
@@ -13,6 +14,7 @@ const state = {
   me: null,       // {role, agent, agent_ref}
   agents: [],
   users: [],      // the admin's only: {id, name, created, agents}
+  environments: [],  // the admin's only: the environments with roles, with "ratings" and "history"
   withAgents: new Set(),  // ids of users whose "also delete its N agents" is ticked
   selected: null, // agent id
   curve: { agent: null, records: [], next: 0 },
@@ -50,13 +52,17 @@ const postJson = async (path, body) => (await call("POST", path, body)).json();
 /* -- signing in and out ------------------------------------------------------------------------ */
 function showSignIn(message) {
   clearInterval(state.timer);
-  Object.assign(state, { csrf: null, me: null, agents: [], users: [], withAgents: new Set(), selected: null,
+  Object.assign(state, { csrf: null, me: null, agents: [], users: [], environments: [], withAgents: new Set(),
+                         selected: null,
                          curve: { agent: null, records: [], next: 0 } });
   $("#signin-view").hidden = false;
   $("#agents-view").hidden = true;
   $("#users-view").hidden = true;
   $("#users tbody").replaceChildren();
   delete $("#users").dataset.drawn;
+  $("#environments-view").hidden = true;
+  $("#environments").replaceChildren();
+  delete $("#environments").dataset.drawn;
   $("#agent-view").hidden = true;
   $("#signout").hidden = true;
   $("#who").textContent = "";
@@ -349,6 +355,8 @@ async function refresh() {
     if (state.me.role === "admin") {
       state.users = await getJson("/users");
       renderUsers();
+      state.environments = await getJson("/environments");
+      renderEnvironments();
     }
     const agent = state.agents.find((a) => a.id === state.selected);
     if (agent) {
@@ -503,6 +511,63 @@ function deleteUser(user, button) {
     await refresh();
     return result.message;
   }, $("#users-status"));
+}
+
+/* -- environments with roles (the admin's only): each one's ratings and its agents' ratings over steps ---- */
+function renderEnvironments() {
+  const list = $("#environments");
+  $("#environments-view").hidden = state.environments.length === 0;
+  const drawn = JSON.stringify([state.environments, list.clientWidth]);
+  if (list.dataset.drawn === drawn) return;  // redrawn only when a rating changed (or the page's width)
+  list.dataset.drawn = drawn;
+  list.replaceChildren();
+  for (const environment of state.environments) {  // textContent only: the names are the owners'
+    const item = list.appendChild(document.createElement("article"));
+    item.className = "environment";
+    item.dataset.environment = environment.environment;
+    const roles = Object.entries(environment.roles).map(([role, player]) => `${role}: ${player}`).join(", ");
+    item.appendChild(document.createElement("h3")).textContent =
+      `${environment.environment} (${environment.turns} turns; roles ${roles})`;
+    const ratings = environment.ratings;
+    if (!ratings || !Object.keys(ratings).length) {
+      item.appendChild(document.createElement("p")).textContent = ratings ? "No rated episode yet." :
+        "No ratings here: its first role's agent is not served and has no checkpoint.";
+      continue;
+    }
+    const table = item.appendChild(document.createElement("table"));
+    table.className = "ratings";
+    const head = table.createTHead().insertRow();
+    for (const [title, className] of [["Player"], ["Mu", "number"], ["Sigma", "number"],
+                                      ["Ordinal (mu - 3 sigma)", "number"], ["Games", "number"]]) {
+      const th = head.appendChild(document.createElement("th"));
+      th.textContent = title;
+      if (className) th.className = className;
+    }
+    const body = table.createTBody();
+    for (const [player, rating] of Object.entries(ratings)) {  // best first, as the server sends them
+      const row = body.insertRow();
+      row.dataset.player = player;
+      cell(row, player);
+      cell(row, rating.mu.toFixed(2), "number");
+      cell(row, rating.sigma.toFixed(2), "number");
+      cell(row, rating.ordinal.toFixed(2), "number");
+      cell(row, String(rating.games), "number");
+    }
+    const charts = item.appendChild(document.createElement("div"));
+    charts.className = "rating-charts";
+    for (const [agent, points] of Object.entries(environment.history || {})) {
+      const figure = charts.appendChild(document.createElement("figure"));
+      figure.className = "metric";
+      const latest = points.length ? points[points.length - 1].ordinal.toFixed(2) : "-";
+      figure.appendChild(document.createElement("figcaption")).textContent =
+        `${agent}'s rating (ordinal) over its steps: ${latest}`;
+      const canvas = figure.appendChild(document.createElement("canvas"));
+      canvas.dataset.player = agent;
+      canvas.dataset.points = String(points.length);
+      canvas.setAttribute("aria-label", `${agent}'s rating against its training steps`);
+      ShepherdChart.drawMetric(canvas, points.map((point) => [point.steps, point.ordinal]));
+    }
+  }
 }
 
 /* -- start: resume a sign-in kept by the cookie, or ask for a token ----------------------------- */
