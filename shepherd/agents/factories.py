@@ -1,6 +1,5 @@
 """The learner factories: an agent's SB3 model built from its checked parameters, wrapped in its family's
-adapter on a worker, one factory per sharing mode (`LEARNER_FACTORIES`, declared in the registry, which
-refuses a mode with none; filled here).
+adapter on a worker, one factory per sharing mode (`LEARNER_FACTORIES`).
 
 `sb3_arguments` turns parameter values into SB3's constructor arguments; `build_learner` builds a pooled
 agent's learner, `build_advised_learner` one client's of an advised agent; `learner_for` picks by the
@@ -24,7 +23,7 @@ from shepherd.agents.advice import Advice
 from shepherd.agents.sb3.advised import AdvisedRolloutBuffer, advice_width
 from shepherd.agents.filters import Filtering, ImageLayout, check_filters, policy_space, stacked_space
 from shepherd.agents.parameters import LinearSchedule, ParameterError
-from shepherd.agents.registry import (ADVICE_PARAMETERS, LEARNER_FACTORIES, algorithm_info, check_advisable, check_agent,
+from shepherd.agents.registry import (ADVICE_PARAMETERS, algorithm_info, check_advisable, check_agent,
                                       check_parameters, check_spaces, parameters)
 from shepherd.agents.sb3.base import SpacesEnv
 from shepherd.agents.sizes import check_memory
@@ -202,7 +201,8 @@ def build_advised_learner(algorithm: str, name: str, observation_space: spaces.S
 
 #: how each sharing mode builds an agent's learner: (algorithm, name, spaces, values, total steps, filters) ->
 #: learner; an advised agent's factory builds one client's learner, once per client name
-LEARNER_FACTORIES.update({Sharing.POOLED: build_learner, Sharing.ADVISED: build_advised_learner})
+LEARNER_FACTORIES: dict[Sharing, Callable[..., ThreadedLearner]] = {
+    Sharing.POOLED: build_learner, Sharing.ADVISED: build_advised_learner}
 
 
 def learner_for(definition: AgentDefinition, values: dict[str, Any], total_steps: int | None) -> ThreadedLearner:

@@ -13,8 +13,7 @@ from gymnasium import spaces
 
 from shepherd.agents.core import ActMode, Answer, Kind, Outcome, Request
 from shepherd.agents.algorithm import PlainAlgorithm
-from shepherd.agents.registry import Algorithm, register
-from shepherd.hierarchy import PROGRAMMED, load_function
+from shepherd.hierarchy import load_function
 
 
 class ProgrammedSelector(PlainAlgorithm):
@@ -93,7 +92,3 @@ class ProgrammedSelector(PlainAlgorithm):
         if isinstance(state.get("generator"), dict):  # heatup's random options go on as they would have
             self.rng.bit_generator.state = state["generator"]
         return state
-
-
-register(Algorithm(PROGRAMMED, ProgrammedSelector, None, (spaces.Discrete,), package="shepherd",  # type: ignore[arg-type]
-                   dict_observations=True, learner=ProgrammedSelector.build), listed=False)

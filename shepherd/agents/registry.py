@@ -1,103 +1,40 @@
-"""The algorithms Shepherd serves, their typed parameters (read from SB3) and the spaces they handle (their
-models are built by `shepherd.agents.factories`).
+"""The algorithms agents can run (the catalog's table, `shepherd.agents.catalog`, and any `register` adds from
+outside), their typed parameters (read from SB3) and the checks of an agent against them (their models are built
+by `shepherd.agents.factories`).
 
-Every algorithm is an SB3 (or sb3-contrib) class wrapped by a family adapter: PPO and A2C by the on-policy
-learner, DQN, SAC, TD3 and DDPG by the off-policy learner; the sb3-contrib ones register themselves in
-``contrib.py`` the same way. Their parameters are the class's constructor arguments (see
-`shepherd.agents.parameters` for the types), less the few a pooled learner cannot honour, plus a few of
-Shepherd's own (``n_envs``: rollout segments or replay buffer columns, ``action_noise`` for continuous
-off-policy ones).
-
-Adding an algorithm is one call of `register` with an `Algorithm`: its class, its family (the adapter
-that feeds it; an adapter subclass where the algorithm needs more than its family gives, as masks or
-recurrent state do), the action spaces it handles, and the constructor arguments it cannot take here.
+Their parameters are the class's constructor arguments (see `shepherd.agents.parameters` for the types), less the
+few a pooled learner cannot honour, plus a few of Shepherd's own (``n_envs``: rollout segments or replay buffer
+columns, ``action_noise`` for continuous off-policy ones).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from gymnasium import spaces
-from stable_baselines3 import A2C, DDPG, DQN, PPO, SAC, TD3
 
+from shepherd.agents.catalog import (HIDDEN, SERVED, Algorithm, NOT_SERVED)
 from shepherd.agents.filters import check_filters
-from shepherd.agents.sb3.advised import NOT_ADVISED, AdvisedOnPolicyAdapter, advice_width
-from shepherd.agents.sb3.off_policy import OffPolicyAdapter
-from shepherd.agents.sb3.on_policy import OnPolicyAdapter
+from shepherd.agents.sb3.advised import NOT_ADVISED, advice_width
 from shepherd.agents.parameters import (Parameter, ParameterError, ParamType, coerce,
                                         from_signature)
 from shepherd.agents.sb3.base import SB3Algorithm
-from shepherd.agents.worker import ThreadedLearner
 from shepherd.definition import AgentDefinition, Sharing
 from shepherd.wire.images import is_image
 from shepherd.wire.spaces import parse_space
 
-EVERY_ACTION_SPACE = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
-_GSDE = "gSDE's exploration matrix would be shared by every client of the agent; use the default noise"
-OFF_POLICY_EXCLUDED = (
-    ("n_steps", "n-step returns need one client's consecutive steps, and the replay buffer mixes clients"),
-    ("optimize_memory_usage", "it takes the next observation from the next row, which may be another client's"),
-)
-
-
-@dataclass(frozen=True)
-class Algorithm:
-    """An SB3 algorithm, the family adapter that feeds it, and which action spaces it handles; or a learner
-    that is not SB3 (``learner``: builds the worker's `shepherd.agents.algorithm.Algorithm` from the agent's
-    name, spaces, parameter values and training budget; ``sb3_class`` then names the class whose constructor
-    gives its parameters, and ``family`` is unused)."""
-
-    name: str
-    sb3_class: type[Any]
-    #: the adapter that feeds the model (model, agent name, total steps): `OnPolicyAdapter`,
-    #: `OffPolicyAdapter` or a subclass of one
-    family: Callable[[Any, str, int | None], SB3Algorithm]
-    action_spaces: tuple[type[spaces.Space], ...]
-    # parameters SB3 has but a pooled learner cannot honour, with the reason
-    excluded: tuple[tuple[str, str], ...] = ()
-    #: whether a step may carry an ``action_mask`` (sb3-contrib's MaskablePPO)
-    masks: bool = False
-    #: whether it takes Dict observations (SB3's MultiInputPolicy)
-    dict_observations: bool = True
-    #: where the class comes from, as `run.py algorithms` shows it
-    package: str = "stable-baselines3"
-    #: its SB3 policy names for vector observations and for Dict ones (RecurrentPPO's are LSTM policies)
-    policies: tuple[str, str] = ("MlpPolicy", "MultiInputPolicy")
-    #: its SB3 policy for image observations (NatureCNN's; None: it has none, and refuses images)
-    image_policy: str | None = "CnnPolicy"
-    #: the adapter of an ``advised`` agent's client learners (None: the algorithm cannot be advised)
-    advised: Callable[..., SB3Algorithm] | None = None
-    #: a learner that is not SB3: (agent name, observation space, action space, values, total steps) -> the
-    #: algorithm a `ThreadedLearner` drives (None: an SB3 class fed by ``family``)
-    learner: Callable[[str, spaces.Space, spaces.Space, dict[str, Any], int | None], Any] | None = None
-
-    @property
-    def on_policy(self) -> bool:
-        return isinstance(self.family, type) and issubclass(self.family, OnPolicyAdapter)
-
-    @property
-    def continuous(self) -> bool:
-        """The original Shepherd's flag: whether the algorithm handles continuous (Box) actions."""
-        return spaces.Box in self.action_spaces
-
-
-ON_POLICY_EXCLUDED = (("use_sde", _GSDE), ("sde_sample_freq", _GSDE))
-SAC_EXCLUDED = OFF_POLICY_EXCLUDED + (("use_sde", _GSDE), ("sde_sample_freq", _GSDE), ("use_sde_at_warmup", _GSDE))
-
-#: every algorithm agents can run, by upper-case name (filled by `register`)
-ALGORITHMS: dict[str, Algorithm] = {}
-#: algorithms of the SB3 family that are not served, with the reason (`run.py algorithms` shows them)
-NOT_SERVED: dict[str, str] = {}
-#: algorithms agents run that are not listed among those to choose from (a programmed selector, declared with
-#: ``selector:`` in a preset), by upper-case name
-UNLISTED: dict[str, Algorithm] = {}
+#: every algorithm agents can run, by upper-case name (names are matched in any case: "crossq" is CrossQ):
+#: the catalog's, and any `register` adds
+ALGORITHMS: dict[str, Algorithm] = {algorithm.name.upper(): algorithm for algorithm in SERVED}
+#: algorithms agents run that are not listed among those to choose from (a programmed selector), by upper-case name
+UNLISTED: dict[str, Algorithm] = {algorithm.name.upper(): algorithm for algorithm in HIDDEN}
 
 
 def register(algorithm: Algorithm, listed: bool = True) -> Algorithm:
-    """Make an algorithm available to agents, presets, the admin API and ``run.py algorithms``.
+    """Make an algorithm from outside Shepherd available to agents, presets, the admin API and ``run.py
+    algorithms`` (Shepherd's own are the catalog's table, `shepherd.agents.catalog.SERVED`).
 
     Its parameters are read from its class's constructor (less ``excluded``, plus the family's own, see
     `parameters`); check them with ``run.py algorithms NAME``.
@@ -115,15 +52,6 @@ def register(algorithm: Algorithm, listed: bool = True) -> Algorithm:
     (ALGORITHMS if listed else UNLISTED)[algorithm.name.upper()] = algorithm
     return algorithm
 
-
-register(Algorithm("PPO", PPO, OnPolicyAdapter, EVERY_ACTION_SPACE, ON_POLICY_EXCLUDED,
-                   advised=AdvisedOnPolicyAdapter))
-register(Algorithm("A2C", A2C, OnPolicyAdapter, EVERY_ACTION_SPACE, ON_POLICY_EXCLUDED,
-                   advised=AdvisedOnPolicyAdapter))
-register(Algorithm("DQN", DQN, OffPolicyAdapter, (spaces.Discrete,), OFF_POLICY_EXCLUDED))
-register(Algorithm("SAC", SAC, OffPolicyAdapter, (spaces.Box,), SAC_EXCLUDED))
-register(Algorithm("TD3", TD3, OffPolicyAdapter, (spaces.Box,), OFF_POLICY_EXCLUDED))
-register(Algorithm("DDPG", DDPG, OffPolicyAdapter, (spaces.Box,), OFF_POLICY_EXCLUDED))
 
 # Constructor arguments that are Shepherd's business, not the user's.
 _NOT_PARAMETERS = {"self", "policy", "env", "tensorboard_log", "verbose", "device", "_init_setup_model",
@@ -267,12 +195,7 @@ def check_spaces(algorithm: str, observation_space: spaces.Space, action_space: 
                              "scaled into them")
 
 
-#: how each sharing mode builds an agent's learner: (algorithm, name, spaces, values, total steps, filters) ->
-#: learner; an advised agent's factory builds one client's learner, once per client name. Filled by
-#: `shepherd.agents.factories` (imported at the end of this module)
-LEARNER_FACTORIES: dict[Sharing, Callable[..., ThreadedLearner]] = {}
-
-#: how the clients of one agent share what they learn (`LEARNER_FACTORIES` builds each mode's learner)
+#: how the clients of one agent share what they learn (`factories.LEARNER_FACTORIES` builds each mode's learner)
 SHARING_MODES = tuple(mode.value for mode in Sharing)
 
 
@@ -281,12 +204,10 @@ def check_agent(definition: AgentDefinition) -> tuple[Algorithm, dict[str, Any]]
     returns the algorithm and the typed parameter values.
 
     Raises:
-        ParameterError: an unknown algorithm, a sharing mode without a learner, spaces the algorithm cannot handle, or a bad
+        ParameterError: an unknown algorithm, spaces the algorithm cannot handle, or a bad
             parameter (unknown, of the wrong type, or a float that is not finite).
         SpaceError: a space that is not valid JSON space syntax.
     """
-    if definition.sharing not in LEARNER_FACTORIES:
-        raise ParameterError(f"knowledge sharing {definition.sharing.value!r} has no learner here")
     if not isinstance(definition.parameters, dict):
         raise ParameterError("parameters must be an object of name: value")
     info = algorithm_info(definition.algorithm)
@@ -321,8 +242,3 @@ def registry_records() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
                    "package": a.package} for a in ALGORITHMS.values()]
     params = [p.record() for a in ALGORITHMS.values() for p in parameters(a.name).values()]
     return algorithms, params
-
-
-from shepherd.agents.sb3 import contrib  # noqa: E402,F401  (registers sb3-contrib's algorithms)
-from shepherd.agents import programmed  # noqa: E402,F401  (registers the programmed selector)
-from shepherd.agents import factories  # noqa: E402,F401  (fills LEARNER_FACTORIES)
