@@ -101,7 +101,7 @@ class SB3Algorithm:
         self.updates = Histogram(WORK_BUCKETS)  # each training update's duration (seconds)
         #: when the update under way started (``time.monotonic()``; None: none is), read by other threads (health)
         self.updating_since: float | None = None
-        #: updates fed by client uploads that made a weight NaN or infinite, undone (`guarded_update`)
+        #: updates that made a weight NaN or infinite, undone (`guarded_update`)
         self.refused_updates = 0
 
     @property
@@ -128,6 +128,11 @@ class SB3Algorithm:
         if upload.ticket:
             reply = ExperienceReply(self._version, steps, accepted)
             self._answers.append(Answer(upload.ticket, Outcome.ACTION, reply, self._version))
+
+    def refuse_request(self, request: Request, error: Exception) -> None:
+        """Refuse a step: its future raises ``error`` (nothing of it was recorded or acted on)."""
+        if request.ticket:
+            self._answers.append(Answer(request.ticket, Outcome.REFUSED, error, self._version, str(error)))
 
     def refuse_upload(self, upload: Upload, error: Exception) -> None:
         """Refuse an upload: its future raises ``error`` (nothing of it was recorded)."""
@@ -340,23 +345,27 @@ class SB3Algorithm:
             self._rebuild_behaviours()
 
     def guarded_update(self, train: Callable[[], None], started: float) -> str | None:
-        """``train()``, an update fed by client uploads: one that makes a weight NaN or infinite is undone (every
+        """``train()``, an update fed by clients (every on-policy one, an off-policy one once uploads fed its
+        buffer): one that makes a weight NaN or infinite is undone (every
         tensor SB3 saves: the policy, its optimizers, SAC's entropy coefficient; and the update count), so that
         no upload fails the agent for its other clients (issue 48, H1). None when the update was kept (a new
         version, as `after_update`), else why it was refused (the caller refuses the upload with it)."""
         saved = self._learning_state()
-        train()
-        bad = self._nonfinite()
-        if bad is None:
+        try:
+            train()
+            bad = self._nonfinite()
+            what = None if bad is None else f"the policy's {bad} NaN or infinite"
+        except (FloatingPointError, RuntimeWarning) as error:  # numpy's overflow where warnings are errors
+            what = f"an overflow ({error})"
+        if what is None:
             self.after_update(started)
             return None
         self._load_learning_state(saved)
         self.updating_since = None
         self.refused_updates += 1
-        logger.warning("agent %s: an update fed by client uploads made the policy's %s NaN or infinite; undone "
-                       "(%d so far)", self.name, bad, self.refused_updates)
-        return (f"the update this upload completed made the policy's {bad} NaN or infinite: it was undone, and "
-                f"the agent's parameters are those of version {self._version}")
+        logger.warning("agent %s: an update made %s; undone (%d so far)", self.name, what, self.refused_updates)
+        return (f"the update this upload completed made {what}: it was undone, and the agent's parameters are "
+                f"those of version {self._version}")
 
     def _learning_state(self) -> dict[str, Any]:
         """A copy of what an update changes: the state dicts and tensors SB3 saves, and the update count."""

@@ -50,6 +50,8 @@ from shepherd.agents.core import ActMode, Kind, Request, Upload
 from shepherd.agents.filters import Filtering
 from shepherd.agents.sb3 import replay_uploads, resume
 from shepherd.agents.sb3.base import SB3Algorithm, stack_observations
+from shepherd.agents.sb3.outputs import suspect, unbounded_rows
+from shepherd.wire import BadRequest
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +96,8 @@ class OffPolicyAdapter(SB3Algorithm):
     # -- the worker's work -------------------------------------------------------------------------
     def process(self, messages: list[Request]) -> None:
         acting = []
+        if any(m.mode.learns and m.kind is not Kind.DROP and suspect(_sent(m.obs, m.raw_obs)) for m in messages):
+            messages = self._refuse_unbounded(messages)
         for message in messages:
             if message.kind is Kind.DROP:
                 self._actors.pop(message.actor, None)
@@ -114,6 +118,28 @@ class OffPolicyAdapter(SB3Algorithm):
         self._train_if_due()
         if acting:
             self._act(acting)
+
+    def _refuse_unbounded(self, messages: list[Request]) -> list[Request]:
+        """The messages less those whose observation the networks cannot take (`outputs.unbounded_rows`), each
+        refused with a 400 before anything of it is recorded or acted on (a vector step's every env with it):
+        in the replay buffer it would make every batch that samples it fail the agent (issue 48, H1)."""
+        normalized = self.filtering.normalize_obs if self.filtering is not None else None
+        checked = [m for m in messages if m.mode.learns and m.kind is not Kind.DROP]
+        batch = [_sent(m.obs, m.raw_obs) for m in checked]
+        batch = [self.to_policy(normalized(obs) if normalized is not None else obs) for obs in batch]
+        bad = {id(checked[row]) for row in unbounded_rows(self, stack_observations(batch))}
+        if not bad:
+            return messages
+        groups = {m.group for m in checked if id(m) in bad and m.group}
+        kept = []
+        for message in messages:
+            if id(message) in bad or (message.group and message.group in groups):
+                self.refuse_request(message, BadRequest(
+                    "'obs' makes the agent's networks give a NaN, infinite or overflowing output (a number far "
+                    "beyond what its observations hold); the step was not recorded"))
+            else:
+                kept.append(message)
+        return kept
 
     def _act(self, messages: list[Request]) -> None:
         """Answer act requests; those that need the policy share one forward pass."""

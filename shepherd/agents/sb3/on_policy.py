@@ -91,7 +91,6 @@ class OnPolicyAdapter(SB3Algorithm):
         self._owner: list[int | None] = [None] * self.n_segments
         self._last_values = np.zeros(self.n_segments, dtype=np.float32)
         self._last_dones = np.zeros(self.n_segments, dtype=np.float32)
-        self.uploaded = False  # whether a client-acting session's upload wrote rows into this rollout
 
     # -- the batched forward pass ------------------------------------------------------------------
     # The four hooks an adapter subclass overrides when its algorithm needs more than observations (masks,
@@ -352,20 +351,20 @@ class OnPolicyAdapter(SB3Algorithm):
         return self._rows_left == 0
 
     def _train(self) -> str | None:
-        """Update from the full rollout and start the next; None, or why the update was refused (a rollout
-        that holds uploaded rows is guarded, `SB3Algorithm.guarded_update`: an update it makes NaN is undone
-        and the rollout discarded, so no upload fails the agent)."""
+        """Update from the full rollout and start the next; None, or why the update was refused. Every update
+        is guarded (`SB3Algorithm.guarded_update`: one the rollout makes NaN is undone and the rollout
+        discarded), so that no client's steps or uploads fail the agent for the others; it costs ~0.0002 of
+        an update (benchmarks/guarded_update.py)."""
         buffer = self.buffer
         buffer.pos, buffer.full = self.n_steps, True
-        buffer.compute_returns_and_advantage(th.as_tensor(self._last_values), self._last_dones)
+
+        def update() -> None:  # the returns too: a reward of 1e38 overflows them already
+            buffer.compute_returns_and_advantage(th.as_tensor(self._last_values), self._last_dones)
+            self.model.train()
+
         self._progress_remaining()
         started = self.begin_update()
-        refused = None
-        if self.uploaded:
-            refused = self.guarded_update(self.model.train, started)
-        else:
-            self.model.train()
-            self.after_update(started)
+        refused = self.guarded_update(update, started)
         self.model.policy.set_training_mode(False)
         self._reset_rollout()
         self._serve_waiting()  # the sessions that waited for this update reserve first

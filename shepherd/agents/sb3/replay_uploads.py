@@ -6,8 +6,8 @@ stores it (raw observations, ``final_obs`` as the next observation of an ended e
 ``TimeLimit.truncated`` for time limits, ``sample`` as the buffer action), rows make ``_on_step``, then the
 gradient steps that are due. ``max_policy_lag`` (default 0) lets an agent accept samples of versions that many
 behind; then the reply goes out before the training. No upload fails the agent (issue 48): observations its
-networks give a NaN or infinite output for are refused before they enter the replay buffer
-(`_check_outputs`), and an update that still goes NaN is undone with the upload's transitions taken out of
+networks give a NaN, infinite or overflowing output for are refused before they enter the replay buffer
+(`_check_outputs`, ``outputs.py``), and an update that still goes NaN is undone with the upload's transitions taken out of
 the buffer again (`_ReplayMark`).
 """
 
@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
-import torch as th
 
 from shepherd.agents.core import StalePolicy, Upload
+from shepherd.agents.sb3.outputs import unbounded_rows
 from shepherd.agents.sb3.uploads import as_is, flat_batch
 from shepherd.wire.experience import BadExperience, Experience
 
@@ -84,42 +84,27 @@ def learn_off_policy(adapter: OffPolicyAdapter, upload: Upload) -> Callable[[], 
     return None
 
 
-@th.no_grad()
 def _check_outputs(adapter: OffPolicyAdapter, experience: Experience) -> None:
-    """Refuse observations the agent's networks cannot compute a finite output for (an unbounded ``Box``'s
-    3e38 overflows the first layer), before they enter the replay buffer, where every later batch could
-    sample them: DQN's Q-values (QR-DQN's quantiles), else the actor's action and the critics' values of it,
-    of each observation as a training batch normalises it.
+    """Refuse observations the agent's networks cannot take (`outputs.unbounded_rows`), before they enter the
+    replay buffer, where every later batch could sample them; each as a training batch normalises it.
 
     Raises:
         BadExperience: naming the first such ``obs[t][i]`` or ``final_obs[t][i]``.
     """
-    policy: Any = adapter.model.policy
     normalized = adapter.filtering.normalize_obs if adapter.filtering is not None else as_is
 
     def normalise(obs: Any) -> Any:  # as a training batch sees it: filtered, then in the policy's layout
         return adapter.to_policy(normalized(obs))
 
     finals = experience.finals()
-    batch = flat_batch(normalise(experience.obs), [normalise(last) for _, _, last in finals])
-    obs_tensor, _ = policy.obs_to_tensor(batch)
-    values = getattr(policy, "q_net", None) or getattr(policy, "quantile_net", None)
-    if values is not None:
-        outputs = [values(obs_tensor)]
-    else:
-        actor = policy.actor  # SAC's (TQC's, CrossQ's) deterministic action: no random number drawn, so the
-        # learner's generator stays SB3's
-        actions = actor(obs_tensor, deterministic=True) if hasattr(actor, "get_action_dist_params") else actor(obs_tensor)
-        critics = policy.critic(obs_tensor, actions)
-        outputs = [actions, *(critics if isinstance(critics, (tuple, list)) else [critics])]
-    finite = th.stack([th.isfinite(output.reshape(output.shape[0], -1)).all(dim=1) for output in outputs]).all(dim=0)
-    bad = np.flatnonzero(~finite.numpy())
+    bad = unbounded_rows(adapter, flat_batch(normalise(experience.obs), [normalise(last) for _, _, last in finals]))
     if not len(bad):
         return
     row, n = int(bad[0]), experience.n_envs
     where = f"obs[{row // n}][{row % n}]" if row < (experience.steps + 1) * n else "final_obs[{}][{}]".format(
         *finals[row - (experience.steps + 1) * n][:2])
-    raise BadExperience(f"{where} makes the agent's networks give a NaN or infinite output; nothing was recorded")
+    raise BadExperience(f"{where} makes the agent's networks give a NaN, infinite or overflowing output; nothing "
+                        "was recorded")
 
 
 #: the replay buffer's arrays of transitions (a Dict space's observations: dicts of arrays)

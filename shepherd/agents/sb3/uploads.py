@@ -207,7 +207,6 @@ class OnPolicyUploads:
     def _write(self, uploader: int, experience: Experience, reservation: _Reservation,
                evaluated: tuple[Any, np.ndarray, np.ndarray, np.ndarray]) -> None:
         adapter = self.adapter
-        adapter.uploaded = True  # its update is guarded (`OnPolicyAdapter._train`)
         rewards = experience.reward
         if adapter.filtering is not None:
             rewards = adapter.filtering.count_upload(uploader, experience)
