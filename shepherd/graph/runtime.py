@@ -15,7 +15,6 @@ from typing import Any, Callable
 from shepherd.agents import ServedLearner, algorithm_info, checkpoint as checkpoint_format
 from shepherd.agents import metrics as training_metrics
 from shepherd.agents.export.behaviour import GREEDY_FILE
-from shepherd.agents.export.export import NotExportable
 from shepherd.definition import check_client_name
 from shepherd.graph.checkpoints import Checkpoints
 from shepherd.graph.lessons import LessonState
@@ -190,12 +189,13 @@ class AgentRuntime:
         behaviour files are (`GREEDY_FILE`): what a front end answers an image agent's greedy steps with.
 
         Raises:
-            NotExportable: the policy has no exact ONNX form (then `greedy_file_snapshots` is False from now
-                on); TimeoutError after ``timeout`` seconds.
+            ValueError: the policy has no exact ONNX form (`NotExportable` in process, a ValueError with its text
+                from a Ray actor; then `greedy_file_snapshots` is False from now on); TimeoutError after
+                ``timeout`` seconds.
         """
         try:
             return await self._file(GREEDY_FILE, timeout)
-        except NotExportable as error:
+        except ValueError as error:  # NotExportable, or its text relayed by a Ray actor (agents/ray/learner.py)
             self.greedy_file_refused = str(error)
             raise
 
