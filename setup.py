@@ -45,5 +45,8 @@ setup(
             "mkdocs-material==9.8.2",  # its theme
         ],
         "ray": ["ray>=2.60,<3"],  # run.py --ray (docs/distributed.md); never imported without it
+        # pixel environments for issue 47's benchmarks (benchmarks/atari_vector.py, benchmarks/minigrid_pixels.py);
+        # ale-py bundles its ROMs; never imported by shepherd/ or the tests
+        "pixels": ["ale-py>=0.9", "opencv-python-headless>=4.8", "minigrid>=2.3"],  # opencv: AtariPreprocessing
     },
 )

@@ -1,9 +1,10 @@
 """A bare aiohttp JSON echo server: the baseline a Shepherd step is compared with.
 
-    python benchmarks/echo_server.py --port 0 [--json std|orjson]
+    python benchmarks/echo_server.py --port 0 [--json std|orjson|raw]
 
-It parses the body of every POST as JSON and answers with the same object, serialised again; it prints
-``listening on PORT`` once ready. Nothing else: no routing logic, no checks, no learner.
+It parses the body of every POST as JSON and answers with the same object, serialised again (``--json raw``:
+answers the body's bytes as they came, for binary bodies); it prints ``listening on PORT`` once ready.
+Nothing else: no routing logic, no checks, no learner.
 """
 
 import argparse
@@ -14,7 +15,10 @@ from aiohttp import web
 
 
 def make_app(codec: str) -> web.Application:
-    loads, dumps = (orjson.loads, orjson.dumps) if codec == "orjson" else (json.loads, lambda o: json.dumps(o).encode())
+    if codec == "raw":
+        loads, dumps = bytes, bytes
+    else:
+        loads, dumps = (orjson.loads, orjson.dumps) if codec == "orjson" else (json.loads, lambda o: json.dumps(o).encode())
 
     async def echo(request: web.Request) -> web.Response:
         return web.Response(body=dumps(loads(await request.read())), content_type="application/json")
@@ -37,7 +41,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--json", choices=("std", "orjson"), default="orjson")
+    parser.add_argument("--json", choices=("std", "orjson", "raw"), default="orjson")
     args = parser.parse_args()
     loop = asyncio.new_event_loop()
     loop.run_until_complete(start(args.port, args.json))

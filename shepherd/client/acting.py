@@ -73,13 +73,14 @@ class Block:
 
     def columns(self) -> dict[str, Any]:
         """`body` as numpy columns, sent as binary tensors: ``obs`` (T+1, N, ...) float32 (a ``Dict`` space's rows as
-        they are), ``sample``, ``reward`` float64, the flags and masks as booleans; ``final_obs`` item by item."""
+        they are), ``sample``, ``reward`` float64, the flags and masks as booleans; ``final_obs`` item by item (float32,
+        an image's integers as they are, as ``obs``'s)."""
         columns: dict[str, Any] = {
             "obs": self.obs if self.obs and isinstance(self.obs[0][0], dict) else _stacked(self.obs, np.float32),
             "sample": np.asarray(self.sample), "reward": np.asarray(self.reward, np.float64),
             "terminated": np.asarray(self.terminated, bool), "truncated": np.asarray(self.truncated, bool),
-            "final_obs": [[None if last is None else last if isinstance(last, dict) else np.asarray(last, np.float32)
-                           for last in row] for row in self.final_obs]}
+            "final_obs": [[None if last is None else last if isinstance(last, dict) else _stacked(last, np.float32)
+                           for last in row] for row in self.final_obs]}  # an image's integers kept, as obs's
         if self.action_mask is not None:
             columns["action_mask"] = np.asarray(self.action_mask, bool)
         return columns

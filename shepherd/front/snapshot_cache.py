@@ -2,10 +2,12 @@
 
 The head notes on a login's or step's answer that the session's steps may be answered from a snapshot
 (``"snapshot": NAME, "version": V`` in the answer frame, and ``"n_envs": N`` for a vector session: an
-evaluate-mode session of a learner whose greedy policy numpy can run). The front end then keeps that session's
-key with the snapshot's name, fetches the snapshot (``GET /internal/snapshot``, `shepherd.policies.greedy_snapshot`) once per
-published version, and answers the session's next steps itself: it parses and checks the step as the head
-would (`shepherd.wire`), chooses the action (a vector step's: every env's, in one pass) with numpy, and sends
+evaluate-mode session of a learner whose greedy policy numpy can run, or of an image agent). The front end then
+keeps that session's key with the snapshot's name, fetches the snapshot (``GET /internal/snapshot``: an MLP's
+`shepherd.policies.greedy_snapshot`, run with numpy; an image agent's greedy ONNX file,
+`shepherd.policies.onnx_snapshot`, run with onnxruntime) once per published version, and answers the session's
+next steps itself: it parses and checks the step as the head would (`shepherd.wire`), chooses the action (a
+vector step's: every env's, in one pass) with the snapshot, and sends
 the head only a ``greedy`` item (`shepherd.wire.GreedyStep` or `GreedyVectorStep`: the step's digest, rewards,
 flags, ``seq`` and the actions). The head records it as the session's step (seq and retries, episodes,
 returns, counters: everything stays the head's) and answers it with the public reply, which goes to the
@@ -29,7 +31,8 @@ from typing import Any, Awaitable, Callable
 import aiohttp
 
 from shepherd.front.frames import NOT_HERE, SNAPSHOT_PATH, TOKEN_HEADER, Item, SnapshotNote
-from shepherd.policies.greedy_snapshot import GreedySnapshot, SnapshotError
+from shepherd.policies.greedy_snapshot import SnapshotError
+from shepherd.policies.onnx_snapshot import Snapshot, snapshot_from_bytes
 from shepherd.wire.spaces import SpaceError, action_to_json
 from shepherd.wire import (STEP_FIELDS, BadRequest, greedy_step, greedy_vector_step, parse_object, parse_step,
                            parse_vector_step, session_key)
@@ -54,7 +57,7 @@ class SnapshotCache:
         self.headers = {TOKEN_HEADER: token}
         self.submit = submit
         self.sessions: OrderedDict[str, SnapshotNote] = OrderedDict()  # session key -> its snapshot, as noted
-        self.snapshots: dict[str, GreedySnapshot] = {}
+        self.snapshots: dict[str, Snapshot] = {}
         self._wanted: dict[str, int] = {}  # the newest version noted, by snapshot name
         self._fetching: dict[str, asyncio.Task[None]] = {}
         self._fetched_at: dict[str, float] = {}
@@ -133,7 +136,9 @@ class SnapshotCache:
                         return
                     if reply.status != 200:  # 204: nothing newer published yet (asking made it publish)
                         continue
-                    snapshot = GreedySnapshot.from_bytes(await reply.read())
+                    data = await reply.read()
+                # off the event loop: an image agent's ONNX file takes onnxruntime ~40 ms to load (84x84x4 NatureCNN)
+                snapshot = await asyncio.to_thread(snapshot_from_bytes, data)
             except (aiohttp.ClientError, OSError, SnapshotError) as error:
                 logger.warning("snapshot %s could not be fetched: %s", name, error)
                 return
@@ -152,7 +157,7 @@ class SnapshotCache:
         await asyncio.gather(*self._fetching.values(), return_exceptions=True)
 
 
-def _greedy_item(key: str, data: dict[str, Any], snapshot: GreedySnapshot, n_envs: int | None) -> bytes | None:
+def _greedy_item(key: str, data: dict[str, Any], snapshot: Snapshot, n_envs: int | None) -> bytes | None:
     """The ``greedy`` item of a step (``data``, of a session of ``n_envs`` envs: None for one) answered with
     ``snapshot``; None for ``"obs": null``.
 

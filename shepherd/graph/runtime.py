@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from shepherd.agents import ServedLearner, algorithm_info, checkpoint as checkpoint_format
 from shepherd.agents import metrics as training_metrics
+from shepherd.agents.export.behaviour import GREEDY_FILE
 from shepherd.definition import check_client_name
 from shepherd.graph.checkpoints import Checkpoints
 from shepherd.graph.lessons import LessonState
@@ -22,6 +23,7 @@ from shepherd.graph.records import Part, Records
 from shepherd.graph.schedule import EvaluationResult, PhaseTracker, Schedule
 from shepherd.lessons import EpisodeConfig
 from shepherd.level import Episode, Phase, Trial
+from shepherd.wire.images import is_image
 from shepherd.wire.spaces import parse_space
 from shepherd.storage import AgentRecord, Store, StoreError
 from shepherd.storage.metrics import metrics_folder
@@ -104,8 +106,11 @@ class AgentRuntime:
         self.lessons = LessonState(record.definition.lessons, seed if isinstance(seed, int) else None, self.label)
         #: the ratings of environments with roles whose first role it plays (`shepherd.graph.ratings`), checkpointed
         self.ratings = Ratings()
-        #: one behaviour file build at a time per phase (the learner keeps the files built: `ServedLearner.behaviour`)
-        self._building: dict[Phase, asyncio.Future[tuple[int, bytes]]] = {}
+        #: one behaviour file build at a time per phase, or of the greedy file (the learner keeps the files built:
+        #: `ServedLearner.behaviour`)
+        self._building: dict[str, asyncio.Future[tuple[int, bytes]]] = {}
+        #: why the greedy file cannot be built (None: it can, as far as anyone asked)
+        self.greedy_file_refused: str | None = None
         self.sessions = 0
         #: the returns of its episodes, in the store's curve and in memory for displays and advice
         self.records = Records(store, record.id, client)
@@ -171,18 +176,42 @@ class AgentRuntime:
         Raises:
             NotActableAtClient: the policy cannot act at the client; TimeoutError after ``timeout`` seconds.
         """
-        building = self._building.get(phase)
-        if building is None:  # one build at a time per phase; a request that timed out leaves it running
-            building = self._building[phase] = asyncio.ensure_future(self._build(phase))
+        return await self._file(phase.value, timeout)
+
+    @property
+    def greedy_file_snapshots(self) -> bool:
+        """Whether front ends answer its greedy steps from its greedy ONNX file (`greedy_file`): an image agent
+        without a numpy snapshot (convolutions), whose file could be built so far."""
+        return self.learner.greedy is None and is_image(self.observation_space) and self.greedy_file_refused is None
+
+    async def greedy_file(self, timeout: float) -> tuple[int, bytes]:
+        """The greedy ONNX file (`export_onnx`'s) at the learner's current version, and that version, built as
+        behaviour files are (`GREEDY_FILE`): what a front end answers an image agent's greedy steps with.
+
+        Raises:
+            ValueError: the policy has no exact ONNX form (`NotExportable` in process, a ValueError with its text
+                from a Ray actor; then `greedy_file_snapshots` is False from now on); TimeoutError after
+                ``timeout`` seconds.
+        """
+        try:
+            return await self._file(GREEDY_FILE, timeout)
+        except ValueError as error:  # NotExportable, or its text relayed by a Ray actor (agents/ray/learner.py)
+            self.greedy_file_refused = str(error)
+            raise
+
+    async def _file(self, kind: str, timeout: float) -> tuple[int, bytes]:
+        building = self._building.get(kind)
+        if building is None:  # one build at a time per kind; a request that timed out leaves it running
+            building = self._building[kind] = asyncio.ensure_future(self._build(kind))
             building.add_done_callback(lambda done: done.cancelled() or done.exception())  # heard by waiters
         return await asyncio.wait_for(asyncio.shield(building), timeout)  # a timeout never cancels the build
 
-    async def _build(self, phase: Phase) -> tuple[int, bytes]:
+    async def _build(self, kind: str) -> tuple[int, bytes]:
         try:
             built: tuple[int, bytes] = await asyncio.wrap_future(
-                self.learner.behaviour(phase.value, self.record.name, self.record.algorithm))
+                self.learner.behaviour(kind, self.record.name, self.record.algorithm))
         finally:
-            del self._building[phase]
+            del self._building[kind]
         return built
 
     def next_config(self) -> EpisodeConfig | None:

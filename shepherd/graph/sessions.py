@@ -137,10 +137,13 @@ class Session:
     def snapshot(self) -> tuple[str, int, int | None] | None:
         """The snapshot a front end may answer this session's steps with (`snapshot_name`), its learner's
         policy version now, and the session's `n_envs`; None unless this is an evaluate-mode session of a
-        learner that has not failed and whose greedy policy another process can run (`GreedyPolicy.portable`)."""
+        learner that has not failed and whose greedy policy another process can run (`GreedyPolicy.portable`, or
+        an image agent's greedy ONNX file: `AgentRuntime.greedy_file_snapshots`)."""
         learner = self.runtime.learner
         if not self.level.evaluate_only or not self.level.snapshots or learner.failure is not None:
             return None
+        if self.runtime.greedy_file_snapshots:
+            return snapshot_name(self.runtime), learner.policy_version, self.n_envs
         greedy = learner.greedy
         if greedy is None or not greedy.portable:
             return None

@@ -21,13 +21,17 @@ from aiohttp.typedefs import Middleware
 from shepherd.front.frames import (ADDRESS_HEADER, CONTENT_TYPE, INTERNAL_PATH, INTERNAL_PATHS, MAX_HEADER_BYTES,
                                    MAX_ITEMS, NOT_HERE, SNAPSHOT_PATH, TOKEN_HEADER, FrameError, Item, answer_frame,
                                    decode_items)
+from shepherd.graph.runtime import AgentRuntime
 from shepherd.graph.sessions import snapshot_name
 from shepherd.http.errors import Handler, error_reply
 from shepherd.http.operations import CLIENT_OPERATIONS, SNAPSHOT_NOTE, NotHere, greedy_reply_now
 from shepherd.http.state import CONFIG, GRAPH, METRICS, ServerConfig
 from shepherd.wire.replies import HTTP_MESSAGES, json_error
 from shepherd.wire import BadRequest
+from shepherd.policies import onnx_snapshot
 
+#: the longest a front end's fetch of a greedy file waits for its build (then 204: it asks again later)
+GREEDY_FILE_SECONDS = 30.0
 #: the public route a ``greedy`` item is counted under
 STEP_ROUTE = CLIENT_OPERATIONS["greedy"][0]
 
@@ -159,6 +163,8 @@ async def internal_snapshot(request: web.Request) -> web.Response:
         raise BadRequest("'newer' must be a policy version (an integer)") from None
     for runtime in request.app[GRAPH].every_runtime():
         if snapshot_name(runtime) == name:
+            if runtime.greedy_file_snapshots and runtime.learner.failure is None:
+                return await _greedy_file(runtime, name, newer)
             greedy = getattr(runtime.learner, "greedy", None)
             if greedy is None or not greedy.portable or runtime.learner.failure is not None:
                 break
@@ -167,4 +173,25 @@ async def internal_snapshot(request: web.Request) -> web.Response:
                 return web.Response(status=204)
             return web.Response(body=data, content_type="application/octet-stream",
                                 headers={"Cache-Control": "no-store"})
+    return _no_snapshot(name)
+
+
+def _no_snapshot(name: str) -> web.Response:
     return json_error(404, f"no snapshot {name!r} here (its agent was restarted, deleted or has failed)")
+
+
+async def _greedy_file(runtime: AgentRuntime, name: str, newer: int) -> web.Response:
+    """An image agent's snapshot: its greedy ONNX file (`shepherd.policies.onnx_snapshot`), built by its learner
+    once per version (the first ask waits for the build: at most `GREEDY_FILE_SECONDS`, then 204, as before
+    a numpy snapshot is published); 404 when it has none."""
+    try:
+        version, data = await runtime.greedy_file(GREEDY_FILE_SECONDS)
+    except TimeoutError:
+        return web.Response(status=204)
+    except Exception as error:  # noqa: BLE001 - not exportable, or the learner failed or closed meanwhile
+        logger.warning("agent %s: no greedy file for front ends: %s", runtime.label, error)
+        return _no_snapshot(name)
+    if version <= newer:
+        return web.Response(status=204)
+    return web.Response(body=onnx_snapshot.encode(name, version, data), content_type="application/octet-stream",
+                        headers={"Cache-Control": "no-store"})

@@ -252,3 +252,70 @@ def test_binary_steps_go_through_front_ends_and_evaluate_ones_are_answered_from_
         finally:
             client.close()
     assert samples(server, "shepherd_snapshot_steps_total ") > 10
+
+
+EYES = str(TEST_PRESETS / "tiny_eyes.py")
+
+
+def image(i: int) -> list:
+    """Frames of four kinds (noise, a flat colour, a gradient, a square on black), so that the actions vary."""
+    import numpy as np
+
+    rng, frame = np.random.default_rng(i), np.zeros((36, 36, 3), np.uint8)
+    kind = i % 4
+    if kind == 0:
+        frame[:] = rng.integers(0, 256, frame.shape, dtype=np.uint8)
+    elif kind == 1:
+        frame[:] = rng.integers(256)
+    elif kind == 2:
+        frame[:] = (np.linspace(0, 255, 36)[None, :, None] * rng.random(3)).astype(np.uint8)
+    else:
+        row, column = rng.integers(0, 28, 2)
+        frame[row:row + 8, column:column + 8] = rng.integers(0, 256, 3)
+    return frame.tolist()
+
+
+def test_an_image_agents_evaluate_steps_are_answered_from_its_greedy_file(server_factory):
+    """A CnnPolicy agent (no numpy snapshot: convolutions): the front end answers its evaluate steps, single and
+    vector, from the agent's greedy ONNX file with onnxruntime; the actions are the head's own, recorded once."""
+    server = server_factory(EYES, "--front-ends", "1")
+    public, private = Connection(server.url), Connection(read_server_file(server.data).url)
+    count, n_envs = 24, 2
+    try:
+        sessions = []
+        for connection in (public, private):
+            status, _, login = connection.post("/shepherd/login_user/", {"apikey": server.api_key, "mode": "evaluate"})
+            assert status == 200, login
+            sessions.append(login["session_key"])
+        answered_here, actions = 0, {0: [], 1: []}
+        for side, connection in enumerate((public, private)):
+            for seq in range(1, count + 1):
+                status, headers, reply = connection.post("/shepherd/env/", {
+                    "session_key": sessions[side], "obs": image(seq), "reward": 0.0, "done": False, "seq": seq})
+                assert status == 200 and reply["action"] in range(4), reply
+                actions[side].append(reply["action"])
+                if side == 0:
+                    answered_here += SNAPSHOT_HEADER in headers
+                    if SNAPSHOT_HEADER in headers:
+                        assert int(headers[SNAPSHOT_HEADER]) == reply["policy_version"]
+                if seq == 1 and side == 0:
+                    time.sleep(2.0)  # the front end fetches the greedy file (built by the learner) the login noted
+        assert answered_here >= count - 2, answered_here
+        assert len(set(actions[1])) > 1 and actions[0] == actions[1], actions
+        assert deploy_steps(server) == 2 * (count - 1)
+
+        status, _, login = public.post("/shepherd/login_user/", {"apikey": server.api_key, "mode": "evaluate",
+                                                                 "n_envs": n_envs})
+        assert status == 200, login
+        before = samples(server, "shepherd_snapshot_steps_total ")
+        for seq in range(1, 9):
+            obs = [image(seq + 11 * env) for env in range(n_envs)]
+            status, headers, reply = public.post("/shepherd/env/", {
+                "session_key": login["session_key"], "obs": obs, "reward": [0.0] * n_envs,
+                "terminated": [False] * n_envs, "truncated": [False] * n_envs, "seq": seq})
+            assert status == 200 and SNAPSHOT_HEADER in headers, (seq, reply)
+            assert reply["actions"] == [actions[1][seq + 11 * env - 1] for env in range(n_envs)]  # the head's
+        assert samples(server, "shepherd_snapshot_steps_total ") == before + 8
+    finally:
+        public.close()
+        private.close()

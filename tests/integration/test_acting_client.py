@@ -188,3 +188,33 @@ def test_the_policy_is_fetched_again_when_an_evaluation_period_begins_and_its_re
     every = recorded(server) + recorded(server, "evaluate")
     assert sorted(sum(returns, [])) == sorted(every)
     assert (client.in_reply == client.fetches - 1) if in_reply else client.in_reply == 0
+
+
+def test_an_image_agent_acts_at_the_client_and_its_ended_episodes_final_frames_stay_images(serve):
+    """A uint8 image's final observation (the frame an episode ended on) goes up as the image it is: sent as
+    float32 it was refused (400: "must contain only integers 0-255")."""
+    import gymnasium as gym
+    import numpy as np
+    from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+    class Frames(gym.Env):
+        observation_space = gym.spaces.Box(0, 255, (36, 36, 3), np.uint8)
+        action_space = gym.spaces.Discrete(3)
+
+        def reset(self, seed=None, options=None):
+            super().reset(seed=seed)
+            self.t = 0
+            return self.observation_space.sample(), {}
+
+        def step(self, action):
+            self.t += 1
+            return self.observation_space.sample(), 1.0, self.t % 5 == 0, False, {}
+
+    spec = AgentSpec("pole", "PPO", ["Image", [36, 36, 3]], 3,
+                     {"n_envs": N, "n_steps": T, "batch_size": 16, "n_epochs": 1, "seed": 0})
+    server, key = serve(GraphManager(owner="tests", agents=[spec], schedule=Schedule()))
+    client = ActingClient(server.server.url, key, n_envs=N, seed=0, timeout=60)
+    envs = SyncVectorEnv([Frames] * N, autoreset_mode=AutoresetMode.SAME_STEP)
+    returns = run_acting_env(client, envs, seed=0, steps=3 * N * T)
+    assert sorted(sum(returns, [])) == sorted(recorded(server)) and len(recorded(server)) >= 8
+    assert set(recorded(server)) == {5.0}

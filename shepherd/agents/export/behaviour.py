@@ -19,6 +19,10 @@ The behaviour of each phase is what the server's learner acts with in it:
   agent before ``learning_starts`` acts as in heatup, as its learner does;
 - ``evaluate`` and ``deploy``: the greedy policy, as `export_onnx` writes it (K = 0, noise ignored).
 
+`GREEDY_FILE` is no phase but rides the same per-version builds (`behaviour_of_version`): the greedy file
+itself, as `export_onnx` writes it (docs/export.md's format, no ``noise``), which front ends answer image
+agents' evaluate-mode steps with (`shepherd.policies.onnx_snapshot`).
+
 Noise columns, in this order: the policy's draw (1 per categorical choice or bit, one pair per two Gaussian
 dimensions, 2 for epsilon-greedy: the coin, then the random action), then the action noise (one pair per two
 dimensions). What cannot act at the client is refused with `NotActableAtClient`, which says why.
@@ -46,7 +50,7 @@ from stable_baselines3.sac.policies import LOG_STD_MAX, LOG_STD_MIN
 
 from shepherd.agents.sb3.advised import AdvisedOnPolicyAdapter
 from shepherd.agents.export.export import (METADATA_KEY, Normalization, NotExportable, _greedy, _observation_inputs,
-                                    _to_env, agent_filters, file_metadata)
+                                    _to_env, agent_filters, export_onnx, file_metadata)
 from shepherd.agents.export.onnx_graph import GraphBuilder, features, module
 from shepherd.agents.sb3.base import SB3Algorithm
 from shepherd.wire.spaces import mask_size
@@ -54,8 +58,10 @@ from shepherd.wire.spaces import mask_size
 #: the phases a behaviour file is built for (a session's phase, issue 35's login reply)
 PHASES = ("heatup", "train", "evaluate", "deploy")
 NOISE_INPUT, MASK_INPUT, ACTION_OUTPUT, SAMPLE_OUTPUT = "noise", "action_mask", "action", "sample"
+#: not a phase: the greedy file (`export_onnx`'s), built per version as behaviour files are, for front ends
+GREEDY_FILE = "greedy"
 
-__all__ = ["PHASES", "NotActableAtClient", "behaviour_adapter", "behaviour_onnx", "check_actable", "obs_input"]
+__all__ = ["GREEDY_FILE", "PHASES", "NotActableAtClient", "behaviour_adapter", "behaviour_onnx", "check_actable", "obs_input"]
 
 
 class NotActableAtClient(NotExportable):
@@ -171,8 +177,14 @@ def behaviour_of_version(adapter: SB3Algorithm, agent: str, algorithm: str, phas
     the statistics of that version (``adapter.version_filtering``: what the learner normalises an upload of
     this version with), else the agent's current ones. On the learner's thread (`ThreadedLearner.behaviour`).
 
-    Raises: as `behaviour_adapter`.
+    ``phase`` `GREEDY_FILE`: the greedy file as `export_onnx` writes it, which any exportable policy has (an
+    advised client's: its own network, as its greedy steps are answered).
+
+    Raises: as `behaviour_adapter`; for `GREEDY_FILE`, `NotExportable` as `export_adapter`.
     """
+    if phase == GREEDY_FILE:
+        normalization, filters = agent_filters(adapter, agent, adapter.version_filtering or adapter.filtering)
+        return adapter.version, export_onnx(adapter, agent, algorithm, normalization, filters)
     check_actable(adapter, agent, algorithm)
     normalization, filters = agent_filters(adapter, agent, adapter.version_filtering or adapter.filtering)
     return adapter.version, behaviour_onnx(adapter, agent, algorithm, phase, normalization, filters)
