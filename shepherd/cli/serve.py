@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from shepherd.agents.bounds import DEFAULT_BOUNDS, parse_bound, set_bounds
 from shepherd.cli import coach
 from shepherd.cli.common import EXIT_NOT_REACHED, EXIT_OK, UsageError
-from shepherd.wire.steps import DEFAULT_MAX_REWARD, set_max_reward
+from shepherd.wire.steps import DEFAULT_MAX_REWARD, check_max_reward
 from shepherd.cli.progress import (PROGRESS_SECONDS, announce, local_client_names, preset_records, progress,
                                    report_progress, start_clients, stop_clients)
 from shepherd.graph import GraphManager, PresetError
@@ -164,7 +164,7 @@ def serve_command(args: argparse.Namespace) -> int:
     from shepherd.loading import load_preset
 
     try:
-        set_max_reward(args.max_reward)
+        check_max_reward(args.max_reward)
     except ValueError as error:
         raise UsageError(str(error)) from None
     for name in ("clients", "max_sessions", "max_clients", "rate_limit", "front_ends"):
@@ -256,7 +256,8 @@ async def serve(graph: GraphManager, args: argparse.Namespace, start_from: Start
                           max_clients_per_agent=args.max_clients or None,
                           front_end_token=new_secret() if args.front_ends else None,
                           front_end_snapshots=args.front_end_snapshots, evaluate_only=args.evaluate is not None,
-                          start_from=start_from, trusted_proxies=tuple(args.trusted_proxy))
+                          start_from=start_from, trusted_proxies=tuple(args.trusted_proxy),
+                          max_reward=args.max_reward)
     try:
         check_address(args.host, args.port)  # before the store creates keys and the admin token, shown once
         holder = reserve_port(args.host, args.port) if args.front_ends else None

@@ -20,7 +20,7 @@ from aiohttp import web
 from shepherd.wire.addresses import parse_networks, trusted
 from shepherd.wire.connections import GuardedRunner, connection_limit, per_address_limit
 from shepherd.front.app import FrontConfig, create_app
-from shepherd.wire.steps import DEFAULT_MAX_REWARD, set_max_reward
+from shepherd.wire.steps import DEFAULT_MAX_REWARD
 
 logger = logging.getLogger("shepherd.front")
 
@@ -54,6 +54,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def front_config(args: argparse.Namespace, token: str) -> FrontConfig:
+    """The front end's config from its command line: the head's limits, which it applies as the head would."""
+    return FrontConfig(args.head, token, args.max_body, args.body_timeout, args.idle_timeout,
+                       parse_networks(args.trusted_proxy), args.max_reward)
+
+
 async def serve(args: argparse.Namespace, token: str) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -67,8 +73,8 @@ async def serve(args: argparse.Namespace, token: str) -> None:
             stop.set()
 
     loop.add_reader(sys.stdin.fileno(), head_gone)
-    limit, proxies = connection_limit(args.max_connections), parse_networks(args.trusted_proxy)
-    config = FrontConfig(args.head, token, args.max_body, args.body_timeout, args.idle_timeout, proxies)
+    config = front_config(args, token)
+    limit, proxies = connection_limit(args.max_connections), config.trusted_proxies
     runner = GuardedRunner(create_app(config), limit, args.header_timeout,
                            per_address_limit(args.max_connections_per_address, limit),
                            functools.partial(trusted, networks=proxies) if proxies else None,
@@ -85,7 +91,6 @@ async def serve(args: argparse.Namespace, token: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    set_max_reward(args.max_reward)  # this process checks the steps it answers as the head would
     logging.basicConfig(level=logging.INFO, format=f"front end {os.getpid()}: %(levelname)s %(name)s: %(message)s")
     token = sys.stdin.readline().strip()
     if not token:

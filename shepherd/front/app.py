@@ -29,7 +29,7 @@ from shepherd.front.frames import (ADDRESS_HEADER, CONTENT_TYPE, FRONT_END_HEADE
 from shepherd.front.snapshot_cache import SNAPSHOT_HEADER, SnapshotCache
 from shepherd.wire.addresses import Network, forwarded_client, trusted
 from shepherd.wire.replies import http_error, json_error
-from shepherd.wire.steps import BadRequest
+from shepherd.wire.steps import DEFAULT_MAX_REWARD, BadRequest
 from shepherd.wire.tensors import HEADER as TENSORS_HEADER, json_length
 
 logger = logging.getLogger(__name__)
@@ -55,6 +55,8 @@ class FrontConfig:
     idle_timeout_seconds: float = 75.0
     #: reverse proxies whose X-Forwarded-For names the client of a login, step or logout batched to the head
     trusted_proxies: tuple[Network, ...] = ()
+    #: the head's bound on rewards (``--max-reward``): the steps a front end answers are checked as the head would
+    max_reward: float = DEFAULT_MAX_REWARD
 
 
 @dataclass(frozen=True)
@@ -259,7 +261,8 @@ async def _head_session(app: web.Application) -> AsyncIterator[None]:
                                     timeout=aiohttp.ClientTimeout(total=None, sock_connect=5))
     app[SESSION] = session
     app[BATCHER] = Batcher(session, app[CONFIG])
-    app[SNAPSHOTS] = SnapshotCache(session, app[CONFIG].head_url, app[CONFIG].token, app[BATCHER].submit)
+    app[SNAPSHOTS] = SnapshotCache(session, app[CONFIG].head_url, app[CONFIG].token, app[BATCHER].submit,
+                                   app[CONFIG].max_reward)
     yield
     await app[SNAPSHOTS].close()
     await app[BATCHER].close()

@@ -34,6 +34,7 @@ from shepherd.front.frames import NOT_HERE, SNAPSHOT_PATH, TOKEN_HEADER, Item, S
 from shepherd.policies.greedy_snapshot import SnapshotError
 from shepherd.policies.onnx_snapshot import Snapshot, snapshot_from_bytes
 from shepherd.wire.spaces import SpaceError, action_to_json
+from shepherd.wire.steps import DEFAULT_MAX_REWARD
 from shepherd.wire import (STEP_FIELDS, BadRequest, greedy_step, greedy_vector_step, parse_object, parse_step,
                            parse_vector_step, session_key)
 
@@ -51,8 +52,9 @@ class SnapshotCache:
     """A front end's snapshots, by name, and the sessions it may answer with them, by session key."""
 
     def __init__(self, session: aiohttp.ClientSession, head_url: str, token: str,
-                 submit: Callable[[Item], Awaitable[Any]]) -> None:
+                 submit: Callable[[Item], Awaitable[Any]], max_reward: float = DEFAULT_MAX_REWARD) -> None:
         self.session = session
+        self.max_reward = max_reward  # the head's bound on rewards, checked as the head checks it
         self.url = head_url + SNAPSHOT_PATH
         self.headers = {TOKEN_HEADER: token}
         self.submit = submit
@@ -95,7 +97,7 @@ class SnapshotCache:
         if snapshot is None or noted is None:
             return None
         try:
-            record = _greedy_item(key, data, snapshot, noted.n_envs)
+            record = _greedy_item(key, data, snapshot, noted.n_envs, self.max_reward)
         except (BadRequest, SpaceError, ValueError):
             return None
         if record is None:  # "obs": null ends the session: the head does it
@@ -157,7 +159,8 @@ class SnapshotCache:
         await asyncio.gather(*self._fetching.values(), return_exceptions=True)
 
 
-def _greedy_item(key: str, data: dict[str, Any], snapshot: Snapshot, n_envs: int | None) -> bytes | None:
+def _greedy_item(key: str, data: dict[str, Any], snapshot: Snapshot, n_envs: int | None,
+                 max_reward: float) -> bytes | None:
     """The ``greedy`` item of a step (``data``, of a session of ``n_envs`` envs: None for one) answered with
     ``snapshot``; None for ``"obs": null``.
 
@@ -165,12 +168,13 @@ def _greedy_item(key: str, data: dict[str, Any], snapshot: Snapshot, n_envs: int
     """
     space = snapshot.action_space
     if n_envs is None:
-        step = parse_step(data, snapshot.observation_space, snapshot.mask_space, snapshot.check_mask)
+        step = parse_step(data, snapshot.observation_space, snapshot.mask_space, snapshot.check_mask, max_reward)
         if step is None:
             return None
         action = None if step.done else action_to_json(space, snapshot.act(step.obs, step.mask))
         return greedy_step(key, step, action, snapshot.version).to_json()
-    steps = parse_vector_step(data, snapshot.observation_space, n_envs, snapshot.mask_space, snapshot.check_mask)
+    steps = parse_vector_step(data, snapshot.observation_space, n_envs, snapshot.mask_space, snapshot.check_mask,
+                              max_reward)
     if steps is None:
         return None
     actions = [action_to_json(space, action) for action in snapshot.act_batch(steps.envs.obs, steps.envs.masks)]

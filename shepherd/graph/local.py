@@ -26,6 +26,7 @@ from shepherd.client.loops import ApplyConfig, apply_config
 from shepherd.graph.manager import GraphManager, Serving
 from shepherd.graph.sessions import Acted, ActTimeout, Session, Unauthorized, check_mask
 from shepherd.wire import StepInput
+from shepherd.wire.steps import DEFAULT_MAX_REWARD
 from shepherd.graph.validation import NOT_REACHED, Outcome, watch
 from shepherd.wire.spaces import SpaceError, action_from_json, action_to_json, check_observation
 
@@ -43,10 +44,12 @@ def serving_here(act_timeout_seconds: float = 30.0, max_sessions_per_agent: int 
 
 
 def make_step(observation_space: gym.Space, obs: Any, reward: float, terminated: bool, truncated: bool,
-              seq: int | None = None, action_mask: Any = None, mask_space: gym.Space | None = None) -> StepInput:
+              seq: int | None = None, action_mask: Any = None, mask_space: gym.Space | None = None,
+              max_reward: float = DEFAULT_MAX_REWARD) -> StepInput:
     """The step the HTTP edge makes of one gymnasium step, sent as `shepherd.client.run_env` sends it:
     ``done`` is terminated or truncated, and a time limit (bootstrapped) only when not also terminated;
-    ``action_mask`` is checked as the edge checks it (`check_mask`, against the session's ``mask_space``).
+    ``action_mask`` is checked as the edge checks it (`check_mask`, against the session's ``mask_space``), the
+    reward against the session's ``max_reward``.
 
     Raises:
         SpaceError: the observation does not fit the space, the reward is not a finite number, or the mask
@@ -56,7 +59,7 @@ def make_step(observation_space: gym.Space, obs: Any, reward: float, terminated:
     mask = None if action_mask is None else check_mask(to_json(action_mask), mask_space)
     try:
         return StepInput.of(checked, reward, terminated=bool(terminated), truncated=bool(truncated), seq=seq,
-                            mask=mask)
+                            mask=mask, max_reward=max_reward)
     except ValueError as error:
         raise SpaceError(str(error)) from None
 
@@ -121,7 +124,7 @@ class LocalClient:
         self.seq += 1
         session = self.session
         step = make_step(session.observation_space, obs, reward, terminated, truncated, self.seq, action_mask,
-                         session.mask_space)
+                         session.mask_space, session.max_reward)
         acted = await self.send(step)
         self.policy_version = acted.policy_version
         if "next_episode_config" in acted.fields:  # the reply that ended an episode announces the next one's

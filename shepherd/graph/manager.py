@@ -180,7 +180,7 @@ class GraphManager:
         """
         self.check()
         self._serving = serving or Serving()
-        self._sessions = SessionTable(self._serving.max_sessions_per_agent)
+        self._sessions = SessionTable(self._serving.max_sessions_per_agent, self._serving.max_reward)
         self._attach(store)
         store.put_algorithms(*registry_records())
         owner = store.ensure_user(self.owner)

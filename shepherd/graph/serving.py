@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from shepherd.agents import Deliver
 from shepherd.graph.agent import MAX_CLIENTS
 from shepherd.graph.start_from import StartingCheckpoints
+from shepherd.wire.steps import DEFAULT_MAX_REWARD
 
 
 @dataclass(frozen=True)
@@ -31,3 +32,5 @@ class Serving:
     #: (its episodes go on, greedy and unrecorded as evaluations): a client that vanished mid-evaluation must
     #: not hold the agent's evaluation period open for every other client (issue 48, M3)
     evaluation_hold_seconds: float = 30.0
+    #: the largest reward magnitude a step or upload may carry (``run.py --max-reward``; inf: none)
+    max_reward: float = DEFAULT_MAX_REWARD

@@ -29,6 +29,7 @@ from shepherd.wire.spaces import SpaceError, check_action_mask
 from shepherd.storage import new_secret
 from shepherd.wire import GreedyStep, GreedyVectorStep, Step, StepInput, VectorStepInput
 from shepherd.wire.experience import Experience, ExperienceSpaces
+from shepherd.wire.steps import DEFAULT_MAX_REWARD
 from shepherd.wire.sessions import Conflict, TooManySessions, Unauthorized, is_retry
 
 
@@ -103,6 +104,7 @@ class Session:
     last_active: float = field(default_factory=time.monotonic)
     in_request: int = 0  # requests of this session being answered right now
     gone: str | None = None  # set when its agent was deleted: what its waiting steps are told (`Gone`)
+    max_reward: float = DEFAULT_MAX_REWARD  # the server's bound on a reward's magnitude (``--max-reward``)
 
     def active(self) -> None:
         """Note a request starting or ending: idleness counts from the last one."""
@@ -182,8 +184,10 @@ class Session:
 
     @functools.cached_property
     def checks(self) -> ExperienceSpaces:
-        """What its steps are checked against: the agent's spaces and the mask rule (`check_mask`)."""
-        return ExperienceSpaces(self.observation_space, self.action_space, self.mask_space, check_mask)
+        """What its steps are checked against: the agent's spaces, the mask rule (`check_mask`) and the bound on
+        rewards."""
+        return ExperienceSpaces(self.observation_space, self.action_space, self.mask_space, check_mask,
+                                self.max_reward)
 
     @functools.cached_property
     def upload_checks(self) -> ExperienceSpaces:
@@ -317,8 +321,9 @@ def _set_woken(woken: asyncio.Future) -> None:
 class SessionTable:
     """Open sessions by key. Not thread-safe: the event loop owns it."""
 
-    def __init__(self, max_per_agent: int | None = None) -> None:
+    def __init__(self, max_per_agent: int | None = None, max_reward: float = DEFAULT_MAX_REWARD) -> None:
         self.max_per_agent = max_per_agent
+        self.max_reward = max_reward  # each session's bound on rewards (`Serving.max_reward`)
         self._by_key: dict[str, Session] = {}
         self._gone: dict[str, str] = {}  # session keys of deleted agents, and what to tell their clients
         self._actor_ids = itertools.count(1)
@@ -342,7 +347,7 @@ class SessionTable:
                                   "sessions; log out unused ones or retry later")
         first = next(self._actor_ids)
         self._actor_ids = itertools.count(first + actors)
-        session = Session(new_secret(), leveled(first), runtime, client_id)
+        session = Session(new_secret(), leveled(first), runtime, client_id, max_reward=self.max_reward)
         self._by_key[session.key] = session
         runtime.sessions += 1
         return session

@@ -18,6 +18,7 @@ from shepherd.http.limits import LoginThrottle, RateLimiter, ReadSlots
 from shepherd.http.metrics import Metrics
 from shepherd.http.signins import SignInTable
 from shepherd.storage import Store
+from shepherd.wire.steps import DEFAULT_MAX_REWARD
 
 if TYPE_CHECKING:
     from shepherd.http.monitoring import StoreProbe
@@ -36,6 +37,7 @@ class ServerConfig:
     max_sessions_per_agent: int | None = 1024
     max_envs_per_session: int = 1024  # the most envs a vector session may drive
     max_clients_per_agent: int | None = MAX_CLIENTS  # the most client names an advised agent takes (one learner each)
+    max_reward: float = DEFAULT_MAX_REWARD  # the largest reward magnitude a step or upload may carry
     # environment steps (a request: one; a vector step: one per env) per second per API key
     requests_per_second_per_key: float | None = 20000.0
     burst_per_key: float | None = None  # default: one second's worth

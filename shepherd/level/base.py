@@ -91,8 +91,9 @@ class Level:
             if data.get(name) is not None:
                 raise wire.BadRequest(f"'{name}' is sent by an environment's session with roles, not by an agent's")
         if self.n_envs is None:
-            return wire.parse_step(data, checks.observation, checks.mask, _mask_check(checks))
-        return wire.parse_vector_step(data, checks.observation, self.n_envs, checks.mask, _mask_check(checks))
+            return wire.parse_step(data, checks.observation, checks.mask, _mask_check(checks), checks.max_reward)
+        return wire.parse_vector_step(data, checks.observation, self.n_envs, checks.mask, _mask_check(checks),
+                                      checks.max_reward)
 
     def parse_upload(self, data: dict[str, Any], checks: ExperienceSpaces) -> Experience:
         """An upload's body checked into its `Experience`: refused by a level whose policy acts at the server."""

@@ -193,7 +193,8 @@ class RolesLevel(Level):
                 obs[name] = check_observation(role.observation_space, value, f"obs.{name}")
             except SpaceError as error:
                 raise BadRequest(str(error)) from None
-        rewards = {name: _number(value, f"reward.{name}", bounded=True) for name, value in parts["reward"].items()}
+        rewards = {name: _number(value, f"reward.{name}", checks.max_reward)
+                   for name, value in parts["reward"].items()}
         flags: dict[str, dict[str, bool]] = {}
         for field_name in ("terminated", "truncated"):
             flags[field_name] = {}
@@ -440,12 +441,13 @@ def _scripted(script: Callable[..., Any], obs: Any, mask: Any) -> ActionFuture:
     return answered(action.tolist() if hasattr(action, "tolist") else action, 0)
 
 
-def _number(value: Any, where: str, bounded: bool = False) -> float:
+def _number(value: Any, where: str, bound: float | None = None) -> float:
+    """A finite number (within ``bound`` in magnitude, if given: a reward's). Raises BadRequest."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise BadRequest(f"{where}: must be a finite number, not {value!r}")
-    if bounded:
+    if bound is not None:
         try:
-            check_reward(float(value), where)
+            check_reward(float(value), where, bound)
         except ValueError as error:
             raise BadRequest(str(error)) from None
     return float(value)

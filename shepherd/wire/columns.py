@@ -20,7 +20,6 @@ from gymnasium import spaces
 
 from shepherd.wire.images import is_image
 from shepherd.wire.spaces import mask_groups, mask_size
-from shepherd.wire.steps import max_reward
 
 _F32_MAX = float(np.finfo(np.float32).max)
 #: the largest integer magnitude a float64 holds exactly (past it, a Box's int would be rounded twice)
@@ -30,7 +29,7 @@ _FLAGS = {bool, int}
 
 
 def columns(data: dict[str, Any], observation: spaces.Space, sample: spaces.Space, n: int,
-            steps: int) -> dict[str, np.ndarray] | None:
+            steps: int, max_reward: float) -> dict[str, np.ndarray] | None:
     """The columns ``obs`` (T+1, N, *shape), ``sample`` (T, N, *shape), ``reward`` (T, N, float64),
     ``terminated`` and ``truncated`` (T, N, bool), as the per-value checker would build them; None when any
     of them may not pass it (it then decides)."""
@@ -41,7 +40,7 @@ def columns(data: dict[str, Any], observation: spaces.Space, sample: spaces.Spac
         drawn = _space_column(sample, data.get("sample"), steps, n)
         if drawn is None or (isinstance(sample, spaces.Box) and not _within(drawn, sample)):
             return None
-        reward = _reward_column(data.get("reward"), steps, n)
+        reward = _reward_column(data.get("reward"), steps, n, max_reward)
         terminated = _flag_column(data.get("terminated"), steps, n)
         truncated = _flag_column(data.get("truncated"), steps, n)
     except (TypeError, ValueError, OverflowError):  # a ragged column, a huge integer, a row not a list
@@ -164,18 +163,18 @@ def _within(drawn: np.ndarray, space: spaces.Box) -> bool:
     return bool((drawn >= space.low).all() and (drawn <= space.high).all())
 
 
-def _reward_column(rows: Any, steps: int, n: int) -> np.ndarray | None:
+def _reward_column(rows: Any, steps: int, n: int, max_reward: float) -> np.ndarray | None:
     array = _array(rows, (steps, n))
     if array is not None:
         if array.dtype.kind not in "iuf":
             return None
         reward = array.astype(np.float64)
-        return reward if np.isfinite(reward).all() and (np.abs(reward) <= max_reward()).all() else None
+        return reward if np.isfinite(reward).all() and (np.abs(reward) <= max_reward).all() else None
     found = _leaves(rows, (steps, n))
     if found is None or not found[1] <= _NUMBERS:
         return None
     reward = np.array(found[0], dtype=np.float64).reshape(steps, n)
-    return reward if np.isfinite(reward).all() and (np.abs(reward) <= max_reward()).all() else None
+    return reward if np.isfinite(reward).all() and (np.abs(reward) <= max_reward).all() else None
 
 
 def _flag_column(rows: Any, steps: int, n: int) -> np.ndarray | None:

@@ -25,7 +25,7 @@ from gymnasium import spaces
 from shepherd.wire.columns import columns, mask_column
 from shepherd.wire.parse import sequence_number
 from shepherd.wire.spaces import SpaceError, check_observation, check_observations
-from shepherd.wire.steps import BadRequest, MaskCheck, StepTaker, check_reward
+from shepherd.wire.steps import DEFAULT_MAX_REWARD, BadRequest, MaskCheck, StepTaker, check_reward
 from shepherd.wire.tensors import plain
 
 #: the fields of an upload's body
@@ -184,13 +184,15 @@ def _check_finals(ended: np.ndarray, finals: tuple[tuple[Any, ...], ...]) -> Non
 
 @dataclass(frozen=True)
 class ExperienceSpaces:
-    """What an upload is checked against: the agent's observation space, the space of its samples
-    (`sample_space`), and its action space for masks (None: the agent takes no masks) with the check."""
+    """What a session's steps and uploads are checked against: the agent's observation space, the space of
+    its samples (`sample_space`), its action space for masks (None: the agent takes no masks) with the
+    check, and the server's bound on rewards."""
 
     observation: spaces.Space
     sample: spaces.Space
     mask: spaces.Space | None = None
     check_mask: MaskCheck | None = None
+    max_reward: float = DEFAULT_MAX_REWARD  # a reward's largest magnitude (``run.py --max-reward``)
 
 
 def sample_space(action_space: spaces.Space, bounded: bool) -> spaces.Space:
@@ -215,7 +217,7 @@ def parse_experience(data: dict[str, Any], checks: ExperienceSpaces, n_envs: int
             or the reverse; the message names the field and ``[t][i]``.
     """
     version = _version(data)
-    fast = columns(data, checks.observation, checks.sample, n_envs, steps)
+    fast = columns(data, checks.observation, checks.sample, n_envs, steps, checks.max_reward)
     if fast is None:
         return checked_experience(plain(data), checks, n_envs, steps)
     try:
@@ -253,7 +255,7 @@ def checked_experience(data: dict[str, Any], checks: ExperienceSpaces, n_envs: i
                 for name, extra in (("obs", 1), ("sample", 0), ("reward", 0), ("terminated", 0), ("truncated", 0))}
         obs = [check_observations(checks.observation, row, f"obs[{t}]") for t, row in enumerate(rows["obs"])]
         samples = [_check_samples(checks.sample, row, t) for t, row in enumerate(rows["sample"])]
-        rewards = [[_reward(value, f"reward[{t}][{i}]") for i, value in enumerate(row)]
+        rewards = [[_reward(value, f"reward[{t}][{i}]", checks.max_reward) for i, value in enumerate(row)]
                    for t, row in enumerate(rows["reward"])]
         flags = {name: [[_boolean(value, f"{name}[{t}][{i}]") for i, value in enumerate(row)]
                         for t, row in enumerate(rows[name])] for name in ("terminated", "truncated")}
@@ -299,9 +301,9 @@ def _number(value: Any, where: str) -> float:
     return float(value)
 
 
-def _reward(value: Any, where: str) -> float:
+def _reward(value: Any, where: str, limit: float) -> float:
     try:
-        return check_reward(_number(value, where), where)
+        return check_reward(_number(value, where), where, limit)
     except ValueError as error:
         raise BadExperience(str(error)) from None
 

@@ -14,8 +14,8 @@ from gymnasium import spaces
 from shepherd.definition import check_client_name
 from shepherd.wire.spaces import SpaceError, check_observation, check_observations
 from shepherd.wire.tensors import decode, plain
-from shepherd.wire.steps import (BadRequest, GreedyStep, GreedyVectorStep, MaskCheck, StepInput,
-                                 VectorStepInput)
+from shepherd.wire.steps import (DEFAULT_MAX_REWARD, BadRequest, GreedyStep, GreedyVectorStep, MaskCheck,
+                                 StepInput, VectorStepInput)
 
 #: the fields of a step of either kind; `parse_step` and `parse_vector_step` refuse the other kind's
 STEP_FIELDS = {"session_key", "obs", "reward", "done", "info", "truncated", "terminated", "seq", "final_obs",
@@ -121,10 +121,10 @@ def sequence_number(data: dict[str, Any]) -> int | None:
 
 
 def parse_step(data: dict[str, Any], observation_space: spaces.Space, mask_space: spaces.Space | None,
-               check_mask: MaskCheck) -> StepInput | None:
-    """Check a step body (already parsed by `parse_object`) against the agent's observation space, and its
+               check_mask: MaskCheck, max_reward: float = DEFAULT_MAX_REWARD) -> StepInput | None:
+    """Check a step body (already parsed by `parse_object`) against the agent's observation space, its
     ``action_mask`` with ``check_mask`` against ``mask_space`` (the agent's action space; None: the agent
-    takes no masks, and ``check_mask`` says so).
+    takes no masks, and ``check_mask`` says so), and its reward against ``max_reward`` in magnitude.
 
     Returns None for ``"obs": null``, which ends the session. A step without the ``obs`` key is refused:
     only an explicit null ends a session. ``reward`` is required with every observation: whether a step is
@@ -163,7 +163,7 @@ def parse_step(data: dict[str, Any], observation_space: spaces.Space, mask_space
         except SpaceError as error:
             raise BadRequest(str(error)) from None
     try:
-        return StepInput.of(obs, reward, done, terminated, truncated, seq, mask)
+        return StepInput.of(obs, reward, done, terminated, truncated, seq, mask, max_reward)
     except ValueError as error:
         raise BadRequest(str(error)) from None
 
@@ -194,7 +194,8 @@ def _list_of(data: dict[str, Any], name: str, n: int, what: str) -> list[Any] | 
 
 
 def parse_vector_step(data: dict[str, Any], observation_space: spaces.Space, n_envs: int,
-                      mask_space: spaces.Space | None, check_mask: MaskCheck) -> VectorStepInput | None:
+                      mask_space: spaces.Space | None, check_mask: MaskCheck,
+                      max_reward: float = DEFAULT_MAX_REWARD) -> VectorStepInput | None:
     """Check a vector step body (already parsed by `parse_object`) of a session of ``n_envs`` envs; its
     ``action_mask`` (one mask per env) with ``check_mask`` against ``mask_space`` (None: the agent takes
     no masks).
@@ -235,7 +236,8 @@ def parse_vector_step(data: dict[str, Any], observation_space: spaces.Space, n_e
         final_obs = None if finals is None else [
             None if value is None else check_observation(observation_space, value, f"final_obs[{i}]")
             for i, value in enumerate(finals)]
-        return VectorStepInput.of(obs, rewards or [], terminated, truncated, final_obs, sequence_number(data), checked_masks)
+        return VectorStepInput.of(obs, rewards or [], terminated, truncated, final_obs, sequence_number(data),
+                                  checked_masks, max_reward)
     except (SpaceError, ValueError) as error:
         raise BadRequest(str(error)) from None
 

@@ -24,28 +24,22 @@ class BadRequest(ValueError):
     """The body is malformed or does not fit the agent's spaces."""
 
 
-#: the largest reward magnitude a step or upload may carry (``run.py --max-reward``): one client's rewards
-#: must not overflow a pooled learner's float32 arithmetic (returns, values, losses) for every client
+#: the largest reward magnitude a step or upload may carry by default (``run.py --max-reward``, carried on the
+#: serving settings and each session's checks): one client's rewards must not overflow a pooled learner's
+#: float32 arithmetic (returns, values, losses) for every client
 DEFAULT_MAX_REWARD = 1e6
-_max_reward = [DEFAULT_MAX_REWARD]
 
 
-def set_max_reward(limit: float) -> None:
-    """This process's bound on reward magnitudes (``run.py --max-reward``; inf: none). Raises ValueError
-    unless it is positive."""
+def check_max_reward(limit: float) -> float:
+    """A bound on reward magnitudes as ``--max-reward`` gives it (inf: none). Raises ValueError unless it is
+    positive."""
     if not limit > 0:
         raise ValueError("--max-reward must be positive (inf: no bound)")
-    _max_reward[0] = float(limit)
+    return float(limit)
 
 
-def max_reward() -> float:
-    """This process's bound on reward magnitudes (`set_max_reward`)."""
-    return _max_reward[0]
-
-
-def check_reward(value: float, where: str = "reward") -> float:
-    """``value`` when its magnitude is within the bound. Raises ValueError naming the bound and the option."""
-    limit = _max_reward[0]
+def check_reward(value: float, where: str, limit: float) -> float:
+    """``value`` when its magnitude is within ``limit``. Raises ValueError naming the bound and the option."""
     if abs(value) > limit:
         raise ValueError(f"{where} is {exact(value)}, beyond this server's bound of {exact(limit)} in magnitude (its "
                          "operator sets it with run.py --max-reward R); scale the rewards down")
@@ -130,7 +124,8 @@ class StepInput:
 
     @classmethod
     def of(cls, obs: Any, reward: Any, done: bool | None = None, terminated: bool | None = None,
-           truncated: bool | None = None, seq: int | None = None, mask: Any = None) -> StepInput:
+           truncated: bool | None = None, seq: int | None = None, mask: Any = None,
+           max_reward: float = DEFAULT_MAX_REWARD) -> StepInput:
         """A step from a checked observation and gymnasium's flags: ``done`` defaults to terminated or
         truncated, and the end is a time limit only when truncated and not also terminated.
 
@@ -139,7 +134,7 @@ class StepInput:
         """
         if isinstance(reward, bool) or not isinstance(reward, numbers.Real) or not math.isfinite(reward):
             raise ValueError("'reward' must be a finite number")
-        check_reward(float(reward), "'reward'")
+        check_reward(float(reward), "'reward'", max_reward)
         if done is None:
             done = bool(terminated) or bool(truncated)
         return cls(obs, float(reward), bool(done), bool(done and truncated and not terminated), seq, mask)
@@ -165,7 +160,7 @@ class VectorStepInput:
     @classmethod
     def of(cls, obs: Sequence[Any], reward: Sequence[Any], terminated: Sequence[bool], truncated: Sequence[bool],
            final_obs: Sequence[Any] | None = None, seq: int | None = None,
-           masks: Sequence[Any] | None = None) -> VectorStepInput:
+           masks: Sequence[Any] | None = None, max_reward: float = DEFAULT_MAX_REWARD) -> VectorStepInput:
         """A vector step from checked observations and gymnasium's flags, with SB3 ``VecEnv``'s automatic
         reset: env i's end is a time limit only when truncated and not also terminated.
 
@@ -189,7 +184,7 @@ class VectorStepInput:
             raise ValueError(f"reward[{next(i for i, v in enumerate(reward) if not math.isfinite(v))}] must be "
                              "a finite number")
         for i, value in enumerate(reward):
-            check_reward(value, f"reward[{i}]")
+            check_reward(value, f"reward[{i}]", max_reward)
         ended = [bool(a) or bool(b) for a, b in zip(terminated, truncated)]
         finals = list(final_obs) if final_obs is not None else [None] * n
         for i, (end, last) in enumerate(zip(ended, finals)):

@@ -320,6 +320,26 @@ async def test_failed_checkpoint_writes_are_retried_and_never_fail_the_agent(aio
     assert refused.status == 503 and "Read-only file system" in error and folder not in error and "<path>" in error
 
 
+async def test_each_server_checks_rewards_with_its_own_bound(aiohttp_client, tmp_path):
+    """``--max-reward`` is carried on the server's settings to each session's checks, not set for the process:
+    two servers of one process with other bounds each refuse by their own (single and vector steps)."""
+    clients = []
+    for bound in (10.0, 1e9):
+        app = create_app(ServerConfig(graph_manager(), tmp_path / f"data{bound}", max_reward=bound))
+        client = await aiohttp_client(app)
+        client.apikey = app[CREATED_KEYS]["pole"]
+        clients.append(client)
+    for client, expected in zip(clients, (400, 200)):
+        key = await login(client)
+        assert (await step(client, key, reward=0.0)).status == 200
+        assert (await step(client, key, reward=100.0)).status == expected
+        response = await client.post("/shepherd/login_user/", json={"apikey": client.apikey, "n_envs": 2})
+        vector = (await response.json())["session_key"]
+        body = {"session_key": vector, "obs": [OBS4, OBS4], "reward": [0.0, 100.0], "terminated": [False, False],
+                "truncated": [False, False]}
+        assert (await client.post("/shepherd/env/", json=body)).status == expected
+
+
 async def test_a_client_sending_huge_rewards_is_refused_and_the_pooled_agent_keeps_learning_for_the_others(
         make_client):
     client = await make_client()

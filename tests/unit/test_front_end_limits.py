@@ -8,7 +8,6 @@ import pytest
 
 from shepherd.front import __main__ as front_main
 from shepherd.front.supervisor import FrontEnds, FrontEndSettings
-from shepherd.wire import steps
 
 
 async def test_the_supervisor_starts_front_ends_with_the_heads_reward_bound(monkeypatch):
@@ -27,10 +26,31 @@ async def test_the_supervisor_starts_front_ends_with_the_heads_reward_bound(monk
     assert argv[argv.index("--max-reward") + 1] == "2500000000.0"
 
 
-def test_a_front_end_takes_the_bound_it_is_given(monkeypatch):
-    monkeypatch.setattr(steps, "_max_reward", [steps.DEFAULT_MAX_REWARD])  # restored after the test
-    monkeypatch.setattr(front_main, "serve", lambda args, token: asyncio.sleep(0))
-    monkeypatch.setattr("sys.stdin", __import__("io").StringIO("token\n"))
-    assert front_main.main(["--head", "http://127.0.0.1:8", "--host", "127.0.0.1", "--port", "9",
-                            "--max-reward", "2.5e9"]) == 0
-    assert steps.max_reward() == 2.5e9
+def test_a_front_end_takes_the_bound_it_is_given():
+    """The bound travels on the front end's config to its snapshot cache, which checks the steps it answers."""
+    args = front_main.parse_args(["--head", "http://127.0.0.1:8", "--host", "127.0.0.1", "--port", "9",
+                                  "--max-reward", "2.5e9"])
+    assert front_main.front_config(args, "token").max_reward == 2.5e9
+
+
+def test_a_greedy_step_beyond_the_bound_is_not_answered_from_a_snapshot():
+    """`_greedy_item` parses with the bound it is given: a reward over it is refused (the step then goes to the
+    head, which answers it 400), one within it is not."""
+    from gymnasium import spaces as gym_spaces
+
+    from shepherd.front.snapshot_cache import _greedy_item
+
+    class Snapshot:  # what _greedy_item reads of one
+        observation_space = gym_spaces.Box(-1, 1, (2,))
+        action_space = gym_spaces.Discrete(2)
+        mask_space = None
+        check_mask = None
+        version = 3
+
+        def act(self, obs, mask):
+            return 1
+
+    step = {"session_key": "k", "obs": [0.0, 0.5], "reward": 100.0, "done": False}
+    with pytest.raises(ValueError, match="100"):
+        _greedy_item("k", step, Snapshot(), None, 10.0)
+    assert _greedy_item("k", step, Snapshot(), None, 1000.0) is not None
