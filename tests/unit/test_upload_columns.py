@@ -133,7 +133,7 @@ def test_a_good_upload_takes_the_column_path(monkeypatch):
     monkeypatch.setattr("shepherd.wire.experience.checked_experience", _never)
     experience = parse_experience(body, ExperienceSpaces(observation, sample), N, T)
     assert experience.obs.shape == (T + 1, N, 4) and experience.obs.dtype == np.float32
-    assert column_path.columns(body, observation, sample, N, T) is not None
+    assert column_path.columns(body, observation, sample, N, T, 1e6) is not None
 
 
 def _never(*args):
