@@ -118,3 +118,8 @@ def best_moves(cells: tuple[int, ...]) -> list[int]:
 def minimax(obs: Any, mask: Any) -> int:
     """Tic-tac-toe's perfect player: a uniform random one of the best moves (never loses)."""
     return RANDOM.choice(best_moves(cells_of(obs)))
+
+
+def five(obs: Any, mask: Any) -> int:
+    """A uniform random one of 5 actions (mpe2's discrete moves: none, left, right, down, up)."""
+    return RANDOM.randrange(5)
