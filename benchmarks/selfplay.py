@@ -77,7 +77,7 @@ GAMES = {
                       {**PPO, "n_steps": 256, "batch_size": 128},
                       {"snapshot_every": 2000, "window": 10, "against_latest": 0.5, "swap_every": 1000},
                       {"minimax": f"{BOARDS}:minimax", "random": f"{BOARDS}:uniform"},
-                      {"minimax": ("not lost", 0.90)}, budget=20_000),
+                      {"minimax": ("not lost", 0.90)}, budget=60_000),
 }
 MPE_ROLES = {"adversary_0": "adversary", "agent_0": "good", "agent_1": "good"}
 
@@ -187,11 +187,13 @@ class Trainers:
         threads = [threading.Thread(target=play, args=(index,), daemon=True) for index in range(len(self.clients))]
         for thread in threads:
             thread.start()
-        while not stop.is_set() and not done():
-            time.sleep(1.0)
-        stop.set()
-        for thread in threads:
-            thread.join()
+        try:
+            while not stop.is_set() and not done():
+                time.sleep(1.0)
+        finally:  # (Ctrl-C too) each session ends its episode before the server stops
+            stop.set()
+            for thread in threads:
+                thread.join()
         if self.errors:
             raise RuntimeError(f"a training session failed: {self.errors[0]!r}") from self.errors[0]
 
