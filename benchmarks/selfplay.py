@@ -17,11 +17,11 @@ PettingZoo env through ``shepherd.client.roles`` (`RolesClient`, `run_aec` / `ru
 
 The budget is the learning agent's learned steps (its own moves; Connect Four's opponent's moves are not
 learned from), as the server counts them. What the players of benchmarks/boards.py do is tested in
-tests/unit/test_boards.py. Needs ``pip install -e .[multiagent]`` (pettingzoo, mpe2).
+tests/unit/test_boards.py. Needs ``pip install -e .[multiagent]`` (pettingzoo, pygame-ce, mpe2).
 
-    python benchmarks/selfplay.py --game connect4 --seeds 5        # the figures in docs/how-to/multi-agent.md
-    python benchmarks/selfplay.py --game tictactoe --seeds 5
-    python benchmarks/selfplay.py --game mpe
+    python benchmarks/selfplay.py --game connect4 --seeds 3        # the figures in docs/how-to/multi-agent.md
+    python benchmarks/selfplay.py --game tictactoe --seeds 3       # (the issue asks for 5 seeds: --seeds 5)
+    python benchmarks/selfplay.py --game mpe --seeds 1 --steps 30000 --games 50
     python benchmarks/selfplay.py --game connect4 --quick          # a smoke run: a tiny budget, few games
 """
 
@@ -393,6 +393,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--game", choices=("connect4", "tictactoe", "mpe"), default="connect4")
     parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--first-seed", type=int, default=0, help="the seeds run: first-seed ... first-seed + seeds - 1")
     parser.add_argument("--steps", type=int, default=None, help="the budget: learned steps per seed")
     parser.add_argument("--games", type=int, default=200, help="evaluation games per opponent (mpe: episodes)")
     parser.add_argument("--evaluations", type=int, default=4, help="evaluations along the run (the last: --games)")
@@ -405,7 +406,7 @@ def main() -> None:
         args.steps = GAMES[args.game].budget if args.game in GAMES else 50_000
     results: dict[int, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as folder:
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             if args.game == "mpe":
                 results[seed] = play_mpe(args, seed, Path(folder))
             else:
