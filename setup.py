@@ -48,5 +48,9 @@ setup(
         # pixel environments for issue 47's benchmarks (benchmarks/atari_vector.py, benchmarks/minigrid_pixels.py);
         # ale-py bundles its ROMs; never imported by shepherd/ or the tests
         "pixels": ["ale-py>=0.9", "opencv-python-headless>=4.8", "minigrid>=2.3"],  # opencv: AtariPreprocessing
+        # benchmarks/selfplay.py's games (Connect Four, tic-tac-toe, mpe2's simple_adversary) driven through
+        # environments with roles; shepherd.client.roles itself is duck-typed and imports neither. The classic
+        # games import pygame (pygame-ce, as mpe2 takes), not the [classic] extra's open_spiel, rlcard, chess
+        "multiagent": ["pettingzoo>=1.24", "pygame-ce>=2.4", "mpe2>=1.0"],
     },
 )

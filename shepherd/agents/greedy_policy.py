@@ -1,7 +1,7 @@
 """Greedy actions answered on the caller's thread, from a numpy copy of a small policy's actor.
 
 A greedy act (evaluation, deployment) changes nothing in the learner, so it need not queue behind it. For
-the common case — a vector observation through SB3's flatten extractor into an MLP of a few thousand
+the common case — a vector observation (or a board, flattened) through SB3's flatten extractor into an MLP of a few thousand
 weights — a numpy forward of one observation costs about 10 us, less than handing the request to the
 learner's thread and back (50-100 us on two cores, plus the learner's own torch forward). The learner keeps
 a *snapshot*: the actor's weights copied into numpy arrays, rebuilt on the learner's thread after every
@@ -35,6 +35,7 @@ from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from stable_baselines3.common.distributions import (BernoulliDistribution, CategoricalDistribution,
                                                     DiagGaussianDistribution, MultiCategoricalDistribution)
 from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.torch_layers import FlattenExtractor
 
 from shepherd.policies import greedy_snapshot
@@ -72,7 +73,9 @@ def weights_of(policy: th.nn.Module) -> dict[str, np.ndarray]:
 
 def network_of(policy: Any, observation_space: gym.Space) -> GreedyNetwork | None:
     """The greedy network of a policy, or None if numpy cannot serve it (see the module's docstring)."""
-    if not (isinstance(observation_space, gym.spaces.Box) and len(observation_space.shape) == 1):
+    # a Box of any shape goes through SB3's flatten extractor as one row (a board: PettingZoo's classic games),
+    # but an image is divided by 255 first, which the copy does not do
+    if not isinstance(observation_space, gym.spaces.Box) or is_image_space(observation_space):
         return None
     try:
         found = _build(policy)

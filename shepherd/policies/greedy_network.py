@@ -106,6 +106,7 @@ class GreedyNetwork:
 
         def greedy(batch: Any, masks: np.ndarray | None = None) -> np.ndarray:
             x = np.asarray(batch, dtype=np.float32)
+            x = x.reshape(len(x), -1)  # rows of boards flattened, as SB3's flatten extractor does
             for layer in layers:
                 if isinstance(layer, tuple):
                     x = x @ layer[0] + layer[1]

@@ -193,3 +193,28 @@ async def test_an_environments_key_is_listed_and_revoked_as_an_agents_its_sessio
     assert [k["revoked"] for k in await admin(client, "GET", "/environments/keys?environment=duel")] == [False, True]
     assert "no environment key with id 99" in (
         await admin(client, "POST", "/environments/keys/99/revoke", {}, 404))["error"]
+
+
+SEEN: list = []
+
+
+def masked_choice(obs, mask):
+    """A scripted role of a game with masks: the last action its mask allows (and what it was handed, kept)."""
+    SEEN.append((obs, mask))
+    return max(index for index, allowed in enumerate(mask) if allowed)
+
+
+async def test_a_scripted_role_is_handed_its_mask_with_its_observation(aiohttp_client, tmp_path):
+    # PettingZoo's classic games send every player's mask with its observation: a scripted player of such a
+    # game gets it, unchecked as its observation is (its spaces are unknown)
+    graph = GraphManager(owner="tests", agents=[AgentSpec("guard", "MaskablePPO", OBS, 3, TINY)],
+                         schedule=Schedule(steps_between_evaluation_periods=10 ** 6, evaluation_episodes=1),
+                         environments=(EnvironmentSpec("game", {"first": "guard", "second": f"{__name__}:masked_choice"},
+                                                       "alternate"),))
+    app = create_app(ServerConfig(graph, tmp_path / "data"))
+    client = await aiohttp_client(app)
+    key = (await post(client, "/shepherd/login_user/", {"apikey": app[CREATED_KEYS]["environment game"]}))["session_key"]
+    assert (await step(client, key, obs={"first": A}, action_mask={"first": [0, 1, 0]}))["actions"] == {"first": 1}
+    SEEN.clear()
+    reply = await step(client, key, obs={"second": [[0, 1]]}, action_mask={"second": [1, 1, 0, 0]})
+    assert reply["actions"] == {"second": 1} and SEEN == [([[0, 1]], [1, 1, 0, 0])]

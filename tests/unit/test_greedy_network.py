@@ -94,3 +94,25 @@ def test_masked_logits_are_never_picked():
 def test_plan_data_it_cannot_run_is_refused_with_what_is_wrong(data, says):
     with pytest.raises(GreedyNetworkError, match=re.escape(says)):
         GreedyNetwork.from_data(data)
+
+
+def test_a_board_shaped_observation_through_the_flatten_extractor_has_a_greedy_copy():
+    # PettingZoo's classic games observe boards (Connect Four: 6 x 7 x 2); SB3's MlpPolicy flattens them, and so
+    # does the numpy copy, which self-play's snapshots need (shepherd.graph.selfplay): without it none is taken
+    from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
+
+    board = spaces.Box(0.0, 1.0, (6, 7, 2), np.float32)
+    policy = MaskableActorCriticPolicy(board, spaces.Discrete(7), lr)
+    th.manual_seed(0)
+    for parameter in policy.parameters():
+        parameter.data.normal_(0.0, 0.5)
+    found = network_of(policy, board)
+    assert found is not None
+    obs = np.random.default_rng(1).integers(0, 2, (16, 6, 7, 2)).astype(np.float32)
+    masks = np.random.default_rng(2).integers(0, 2, (16, 7)).astype(bool)
+    masks[:, 3] = True
+    with th.no_grad():
+        expected = policy._predict(th.as_tensor(obs), deterministic=True, action_masks=masks).numpy()
+    assert (found.bind(weights_of(policy))(obs, masks) == expected).all()
+    image = spaces.Box(0, 255, (8, 8, 3), np.uint8)  # SB3 divides an image by 255 first: not served this way
+    assert network_of(ActorCriticPolicy(image, spaces.Discrete(2), lr), image) is None

@@ -1,0 +1,125 @@
+"""Scripted players of Connect Four and tic-tac-toe for benchmarks/selfplay.py, on PettingZoo's observations of
+those games (``connect_four_v3``: 6 x 7 x 2, ``tictactoe_v3``: 3 x 3 x 2; channel 0 the mover's pieces, channel 1
+the opponent's; action: Connect Four's column, tic-tac-toe's cell ``row * 3 + column``), so that they need no
+PettingZoo: a uniform random player, Connect Four's one-move lookahead (win if it can, else block the opponent's
+winning move, else random) and tic-tac-toe's perfect player (minimax, a random one of the best moves).
+
+Each is a scripted role's ``function(obs, mask) -> action`` (docs/how-to/multi-agent.md), called by the server
+with the observation and mask as the client sent them (nested lists)."""
+
+from __future__ import annotations
+
+import functools
+import random
+from typing import Any
+
+import numpy as np
+
+ROWS, COLUMNS = 6, 7
+#: the generator of the random choices (seeded: a server's evaluation is repeatable from its start)
+RANDOM = random.Random(0)
+
+
+def legal(obs: Any, mask: Any) -> list[int]:
+    """The legal actions: the mask's ones (without a mask, the empty cells or the columns not full)."""
+    if mask is not None:
+        return [index for index, allowed in enumerate(np.asarray(mask).ravel()) if allowed]
+    board = np.asarray(obs)
+    filled = board.sum(axis=2)
+    if board.shape[:2] == (ROWS, COLUMNS):
+        return [column for column in range(COLUMNS) if filled[0, column] == 0]
+    return [cell for cell in range(9) if filled.ravel()[cell] == 0]
+
+
+def uniform(obs: Any, mask: Any) -> int:
+    """A uniform random legal action (either game)."""
+    return RANDOM.choice(legal(obs, mask))
+
+
+# -- Connect Four ---------------------------------------------------------------------------------------------
+def drop(board: np.ndarray, column: int, channel: int) -> np.ndarray | None:
+    """``board`` with a piece of ``channel`` dropped in ``column`` (row 5 is the bottom); None: the column is full."""
+    filled = board.sum(axis=2)
+    for row in range(ROWS - 1, -1, -1):
+        if filled[row, column] == 0:
+            after = board.copy()
+            after[row, column, channel] = 1
+            return after
+    return None
+
+
+def connects_four(pieces: np.ndarray) -> bool:
+    """Whether a 6 x 7 board of one player's pieces (0/1) holds four in a line."""
+    for dr, dc in ((0, 1), (1, 0), (1, 1), (1, -1)):
+        for row in range(ROWS):
+            for column in range(COLUMNS):
+                end_row, end_column = row + 3 * dr, column + 3 * dc
+                if 0 <= end_row < ROWS and 0 <= end_column < COLUMNS and all(
+                        pieces[row + k * dr, column + k * dc] for k in range(4)):
+                    return True
+    return False
+
+
+def lookahead(obs: Any, mask: Any) -> int:
+    """Connect Four's one-move lookahead: a winning move if there is one, else a move onto the opponent's
+    winning square (the first found), else a uniform random legal move."""
+    board = np.asarray(obs, dtype=np.int8)
+    moves = legal(board, mask)
+    for channel in (0, 1):  # win first, then block
+        for column in moves:
+            after = drop(board, column, channel)
+            if after is not None and connects_four(after[:, :, channel]):
+                return column
+    return RANDOM.choice(moves)
+
+
+# -- tic-tac-toe ----------------------------------------------------------------------------------------------
+LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
+
+
+def _won(cells: tuple[int, ...], player: int) -> bool:
+    return any(all(cells[i] == player for i in line) for line in LINES)
+
+
+@functools.lru_cache(maxsize=None)
+def _value(cells: tuple[int, ...]) -> int:
+    """The value of ``cells`` (1: the mover's, 2: the opponent's, 0: empty) for the player to move, both playing
+    perfectly: 1 a win, 0 a draw, -1 a loss."""
+    if _won(cells, 2):
+        return -1
+    empty = [i for i, cell in enumerate(cells) if cell == 0]
+    if not empty:
+        return 0
+    return max(-_value(_swapped(_played(cells, i))) for i in empty)
+
+
+def _played(cells: tuple[int, ...], cell: int) -> tuple[int, ...]:
+    return cells[:cell] + (1,) + cells[cell + 1:]
+
+
+def _swapped(cells: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple((0, 2, 1)[cell] for cell in cells)
+
+
+def cells_of(obs: Any) -> tuple[int, ...]:
+    """A tic-tac-toe observation as 9 cells, row by row: 1 the mover's, 2 the opponent's, 0 empty."""
+    board = np.asarray(obs).reshape(9, 2)
+    return tuple(1 if mine else 2 if theirs else 0 for mine, theirs in board)
+
+
+def best_moves(cells: tuple[int, ...]) -> list[int]:
+    """The mover's moves of the best value (minimax)."""
+    empty = [i for i, cell in enumerate(cells) if cell == 0]
+    values = {i: -_value(_swapped(_played(cells, i))) for i in empty}
+    best = max(values.values())
+    return [i for i in empty if values[i] == best]
+
+
+def minimax(obs: Any, mask: Any) -> int:
+    """Tic-tac-toe's perfect player: a uniform random one of the best moves (never loses)."""
+    return RANDOM.choice(best_moves(cells_of(obs)))
+
+
+def five(obs: Any, mask: Any) -> int:
+    """A uniform random one of 5 actions (mpe2's discrete moves: none, left, right, down, up)."""
+    return RANDOM.randrange(5)

@@ -1,0 +1,83 @@
+"""The scripted players benchmarks/selfplay.py evaluates against (benchmarks/boards.py), on boards of their own
+(PettingZoo's observation layout, no PettingZoo): tic-tac-toe's minimax never loses, Connect Four's lookahead
+wins when it can and blocks when it must, and every player keeps to the legal moves."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+
+from benchmarks import boards
+
+
+def tictactoe_observation(cells: list[int], mover: int) -> np.ndarray:
+    """PettingZoo's tictactoe_v3 observation for ``mover`` (1 or 2): channel 0 its marks, 1 the other's."""
+    board = np.array(cells).reshape(3, 3)
+    return np.stack([board == mover, board == 3 - mover], axis=2).astype(np.int8)
+
+
+def winner(cells: list[int]) -> int:
+    return next((cells[a] for a, b, c in boards.LINES if cells[a] and cells[a] == cells[b] == cells[c]), 0)
+
+
+def play_tictactoe(players: dict[int, object], rng: random.Random) -> int:
+    """One game, player 1 first; the winner (0: a draw)."""
+    cells = [0] * 9
+    for turn in range(9):
+        mover = 1 + turn % 2
+        mask = [int(cell == 0) for cell in cells]
+        obs = tictactoe_observation(cells, mover).tolist()
+        move = players[mover](obs, mask) if players[mover] is not None else rng.choice(
+            [i for i, free in enumerate(mask) if free])
+        assert mask[move], "an illegal move"
+        cells[move] = mover
+        if winner(cells):
+            return winner(cells)
+    return 0
+
+
+def test_minimax_never_loses_to_a_random_player_on_either_side_and_draws_itself():
+    rng = random.Random(0)
+    for game in range(150):
+        side = 1 + game % 2
+        players = {side: boards.minimax, 3 - side: None}
+        assert play_tictactoe(players, rng) in (0, side)
+    assert all(play_tictactoe({1: boards.minimax, 2: boards.minimax}, rng) == 0 for _ in range(20))
+
+
+def test_minimax_takes_a_win_and_blocks_one():
+    # X (the mover) has 0 and 1: 2 wins; with O's 3 and 4 and X to move without a win of its own, 5 blocks
+    assert boards.best_moves(boards.cells_of(tictactoe_observation([1, 1, 0, 2, 2, 0, 0, 0, 0], 1))) == [2]
+    assert boards.best_moves(boards.cells_of(tictactoe_observation([1, 0, 0, 2, 2, 0, 1, 0, 0], 1))) == [5]
+
+
+def connect_four(columns: dict[int, list[int]]) -> np.ndarray:
+    """A 6 x 7 x 2 board (row 5 the bottom) from each column's pieces bottom up: 0 the mover's, 1 the other's."""
+    board = np.zeros((6, 7, 2), dtype=np.int8)
+    for column, pieces in columns.items():
+        for height, channel in enumerate(pieces):
+            board[5 - height, column, channel] = 1
+    return board
+
+
+def test_the_lookahead_wins_when_it_can_and_blocks_the_opponents_win():
+    everything = [1] * 7
+    three_in_a_row = connect_four({0: [0], 1: [0], 2: [0], 6: [1, 1, 1]})  # it wins at 3 (or the other at 6)
+    assert all(boards.lookahead(three_in_a_row.tolist(), everything) == 3 for _ in range(10))
+    threat = connect_four({2: [1], 3: [1], 4: [1], 0: [0], 6: [0]})  # the other wins at 1 or 5
+    assert all(boards.lookahead(threat.tolist(), everything) in (1, 5) for _ in range(10))
+    vertical = connect_four({4: [1, 1, 1], 0: [0, 0]})
+    assert boards.lookahead(vertical.tolist(), everything) == 4
+    diagonal = connect_four({0: [0], 1: [1, 0], 2: [1, 1, 0], 3: [1, 1, 1]})  # 3's fourth piece wins
+    assert boards.lookahead(diagonal.tolist(), everything) == 3
+    assert boards.lookahead(diagonal.tolist(), [1, 1, 1, 0, 1, 1, 1]) != 3  # not when the mask forbids it
+
+
+def test_players_keep_to_the_legal_moves_with_or_without_a_mask():
+    full = connect_four({column: [column % 2] * 6 for column in range(6)})  # only column 6 has room
+    assert boards.legal(full, None) == [6]
+    assert all(boards.uniform(full.tolist(), None) == 6 for _ in range(10))
+    assert all(boards.uniform(None, [0, 0, 1, 0, 1]) in (2, 4) for _ in range(20))
+    assert boards.connects_four(connect_four({c: [0] for c in range(1, 5)})[:, :, 0])
+    assert not boards.connects_four(connect_four({c: [0] for c in (0, 1, 2, 4)})[:, :, 0])
