@@ -3,7 +3,6 @@ parameters, returns."""
 
 from __future__ import annotations
 
-import hmac
 import logging
 import threading
 import time
@@ -20,6 +19,7 @@ from shepherd.storage.files import (PRIVATE_FILE, PRIVATE_FOLDER, make_private, 
                                     remove_stale_temporaries)
 from shepherd.storage.errors import AlreadyExists, NotFound, StoreError
 from shepherd.storage.jsonfile import AGENTS_FOLDER, AtomicJSONStorage
+from shepherd.storage.keys import KeyTable
 from shepherd.storage.returns import EpisodeReturn, ReturnLog, ReturnsJson, ReturnsPage
 
 logger = logging.getLogger(__name__)
@@ -75,12 +75,9 @@ class Store:
         self._environments = self._db.table("environments")
         self._environment_keys = self._db.table("environment_keys")  # apart: an agent's key names an agent id
         self._returns: dict[tuple[int, str | None], ReturnLog] = {}  # by agent id and client (None: the agent's)
-        self._key_index: dict[str, dict[str, Any]] = {
-            doc["hash"]: {**doc, "id": doc.doc_id} for doc in self._keys.all() if not doc.get("revoked")
-        }
-        self._environment_key_index: dict[str, int] = {
-            doc["hash"]: doc["environment_id"] for doc in self._environment_keys.all() if not doc.get("revoked")
-        }
+        self._agent_keys = KeyTable(self._keys, "agent_id", _api_key, "API key", self._lock)
+        self._env_keys = KeyTable(self._environment_keys, "environment_id", _environment_key, "environment key",
+                                  self._lock)
 
     # -- users ---------------------------------------------------------------------------------
     def add_user(self, name: str) -> User:
@@ -188,7 +185,7 @@ class Store:
         """
         with self._lock:
             self.agent(agent_id)
-            if self._keys.search(Query().agent_id == agent_id):
+            if self._agent_keys.of(agent_id):
                 raise ValueError(f"agent {agent_id} has API keys; it cannot be removed")
             self._agents.remove(doc_ids=[agent_id])
 
@@ -205,9 +202,7 @@ class Store:
         """
         with self._lock:
             record = self.agent(agent_id)
-            for doc in self._keys.search(Query().agent_id == agent_id):
-                self._key_index.pop(doc["hash"], None)
-            self._keys.remove(Query().agent_id == agent_id)
+            self._agent_keys.remove_owner(agent_id)
             self._agents.remove(doc_ids=[agent_id])
             for key in [key for key in self._returns if key[0] == agent_id]:
                 self._returns.pop(key).close()
@@ -242,12 +237,7 @@ class Store:
         """Create a key for an agent; returns the key itself (shown once, never stored) and its record."""
         with self._lock:
             self.agent(agent_id)
-            key = new_secret()
-            digest, created = hash_key(key), time.time()
-            doc = {"agent_id": agent_id, "hash": digest, "label": label, "created": created, "revoked": False}
-            key_id = self._keys.insert(doc)
-            self._key_index[digest] = {**doc, "id": key_id}
-            return key, ApiKey(id=key_id, agent_id=agent_id, label=label, created=created)
+            return self._agent_keys.add(agent_id, label)
 
     def agent_for_key(self, key: str) -> AgentRecord | None:
         """The agent a valid, unrevoked API key belongs to, or None."""
@@ -256,35 +246,19 @@ class Store:
     def agent_for_digest(self, digest: str) -> AgentRecord | None:
         """The agent of the valid, unrevoked API key whose `hash_key` is ``digest``, or None."""
         with self._lock:
-            doc = self._key_index.get(digest)
-            if doc is None or not hmac.compare_digest(doc["hash"], digest):
-                return None
-            return self.agent(doc["agent_id"])
+            agent_id = self._agent_keys.owner_of(digest)
+            return None if agent_id is None else self.agent(agent_id)
 
     def revoke_api_key(self, key_id: int) -> str:
         """Refuse the key from now on; returns its `hash_key` (the sessions it opened are known by it)."""
-        with self._lock:
-            doc = self._keys.get(doc_id=key_id)
-            if doc is None:
-                raise NotFound(f"no API key with id {key_id}")
-            self._keys.update({"revoked": True}, doc_ids=[key_id])
-            self._key_index.pop(doc["hash"], None)
-            return doc["hash"]
+        return self._agent_keys.revoke(key_id)
 
     def api_key(self, key_id: int) -> ApiKey:
         """Raises NotFound for an unknown id."""
-        with self._lock:
-            doc = self._keys.get(doc_id=key_id)
-            if doc is None:
-                raise NotFound(f"no API key with id {key_id}")
-            return ApiKey(id=doc.doc_id, agent_id=doc["agent_id"], label=doc["label"], created=doc["created"],
-                          revoked=doc["revoked"])
+        return self._agent_keys.get(key_id)
 
     def api_keys(self, agent_id: int | None = None) -> list[ApiKey]:
-        with self._lock:
-            docs = self._keys.all() if agent_id is None else self._keys.search(Query().agent_id == agent_id)
-            return [ApiKey(id=d.doc_id, agent_id=d["agent_id"], label=d["label"], created=d["created"],
-                           revoked=d["revoked"]) for d in docs]
+        return self._agent_keys.of(agent_id)
 
     # -- environments with roles (`shepherd.environments`) -------------------------------------------
     def put_environment(self, owner_id: int, name: str, definition: dict[str, Any]) -> tuple[EnvironmentRecord, bool]:
@@ -323,43 +297,24 @@ class Store:
         """Create a key for an environment; returns the key itself (shown once, never stored) and its record."""
         with self._lock:
             self.environment(environment_id)
-            key = new_secret()
-            digest, created = hash_key(key), time.time()
-            key_id = self._environment_keys.insert({"environment_id": environment_id, "hash": digest, "label": label,
-                                                    "created": created, "revoked": False})
-            self._environment_key_index[digest] = environment_id
-            return key, EnvironmentKey(key_id, environment_id, label, created)
+            return self._env_keys.add(environment_id, label)
 
     def environment_for_key(self, key: str) -> EnvironmentRecord | None:
         """The environment a valid, unrevoked environment key belongs to, or None."""
-        digest = hash_key(key)
         with self._lock:
-            environment_id = self._environment_key_index.get(digest)
+            environment_id = self._env_keys.owner_of(hash_key(key))
             return None if environment_id is None else self.environment(environment_id)
 
     def revoke_environment_key(self, key_id: int) -> str:
         """Refuse the environment's key from now on; returns its `hash_key` (the sessions it opened are known by it)."""
-        with self._lock:
-            doc = self._environment_keys.get(doc_id=key_id)
-            if doc is None:
-                raise NotFound(f"no environment key with id {key_id}")
-            self._environment_keys.update({"revoked": True}, doc_ids=[key_id])
-            self._environment_key_index.pop(doc["hash"], None)
-            return doc["hash"]
+        return self._env_keys.revoke(key_id)
 
     def environment_key(self, key_id: int) -> EnvironmentKey:
         """Raises NotFound for an unknown id."""
-        with self._lock:
-            doc = self._environment_keys.get(doc_id=key_id)
-            if doc is None:
-                raise NotFound(f"no environment key with id {key_id}")
-            return _environment_key(doc)
+        return self._env_keys.get(key_id)
 
     def environment_keys(self, environment_id: int | None = None) -> list[EnvironmentKey]:
-        with self._lock:
-            docs = (self._environment_keys.all() if environment_id is None
-                    else self._environment_keys.search(Query().environment_id == environment_id))
-            return [_environment_key(doc) for doc in docs]
+        return self._env_keys.of(environment_id)
 
     # -- the admin token -----------------------------------------------------------------------
     def admin_token_hash(self) -> str | None:
@@ -451,6 +406,10 @@ class Store:
                 log.sync()
                 log.close()
             self._db.close()
+
+
+def _api_key(doc: Document) -> ApiKey:
+    return ApiKey(doc.doc_id, doc["agent_id"], doc["label"], doc["created"], doc["revoked"])
 
 
 def _environment_key(doc: Document) -> EnvironmentKey:
