@@ -258,21 +258,12 @@ EYES = str(TEST_PRESETS / "tiny_eyes.py")
 
 
 def image(i: int) -> list:
-    """Frames of four kinds (noise, a flat colour, a gradient, a square on black), so that the actions vary."""
+    """The i-th of the four kinds of test frame (`tests.frames`), as JSON."""
     import numpy as np
 
-    rng, frame = np.random.default_rng(i), np.zeros((36, 36, 3), np.uint8)
-    kind = i % 4
-    if kind == 0:
-        frame[:] = rng.integers(0, 256, frame.shape, dtype=np.uint8)
-    elif kind == 1:
-        frame[:] = rng.integers(256)
-    elif kind == 2:
-        frame[:] = (np.linspace(0, 255, 36)[None, :, None] * rng.random(3)).astype(np.uint8)
-    else:
-        row, column = rng.integers(0, 28, 2)
-        frame[row:row + 8, column:column + 8] = rng.integers(0, 256, 3)
-    return frame.tolist()
+    from tests.frames import paint
+
+    return paint(np.zeros((36, 36, 3), np.uint8), i, np.random.default_rng(i)).tolist()
 
 
 def test_an_image_agents_evaluate_steps_are_answered_from_its_greedy_file(server_factory):

@@ -14,26 +14,10 @@ from shepherd.agents.export.export import NotExportable
 from shepherd.policies.greedy_snapshot import GreedySnapshot, SnapshotError
 from shepherd.policies.onnx_snapshot import OnnxSnapshot, encode, snapshot_from_bytes
 from shepherd.wire.spaces import parse_space
+from tests.frames import frames
 
 EYES = parse_space(["Image", [36, 36, 3]])
 PARAMS = {"seed": 1, "n_steps": 16, "batch_size": 16, "n_epochs": 1}
-
-
-def frames(rng: np.random.Generator, count: int) -> np.ndarray:
-    """Frames of four kinds (noise, a flat colour, a gradient, a square on black), so that the actions vary."""
-    batch = np.zeros((count, 36, 36, 3), np.uint8)
-    for i, frame in enumerate(batch):
-        kind = i % 4
-        if kind == 0:
-            frame[:] = rng.integers(0, 256, frame.shape, dtype=np.uint8)
-        elif kind == 1:
-            frame[:] = rng.integers(256)
-        elif kind == 2:
-            frame[:] = (np.linspace(0, 255, 36)[None, :, None] * rng.random(3)).astype(np.uint8)
-        else:
-            row, column = rng.integers(0, 28, 2)
-            frame[row:row + 8, column:column + 8] = rng.integers(0, 256, 3)
-    return batch
 
 
 @pytest.mark.parametrize("algorithm, params", [("PPO", PARAMS), ("DQN", {"seed": 3, "learning_starts": 8,
