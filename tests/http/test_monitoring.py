@@ -83,6 +83,7 @@ async def test_a_scrape_during_training_shows_every_family_with_sensible_values(
     updates = value(families["shepherd_training_update_duration_seconds"], "_count", agent=AGENT)
     assert updates >= 10
     assert value(families["shepherd_policy_version"], agent=AGENT) == updates
+    assert value(families["shepherd_refused_updates"], "_total", agent=AGENT) == 0
     assert value(families["shepherd_training_update_duration_seconds"], "_sum", agent=AGENT) > 0
     # every message but the episodes' last (which ask for no action) waited in the queue and was answered
     latency = families["shepherd_act_latency_seconds"]

@@ -50,6 +50,12 @@ async def test_an_observation_the_networks_cannot_take_does_not_fail_the_agent(a
     learner = app[GRAPH].runtime().learner
     assert learner.failure is None and learner.policy_version > 0  # it learned from the other steps
     assert (await (await client.get("/shepherd/health")).json())["agents"]["failed"] == 0
+    if algorithm == "PPO":  # its poisoned rollouts' updates were undone, and /metrics counts them
+        from prometheus_client.parser import text_string_to_metric_families
+
+        families = {f.name: f for f in text_string_to_metric_families(await (await client.get("/metrics")).text())}
+        refused = [s.value for s in families["shepherd_refused_updates"].samples if s.name.endswith("_total")]
+        assert refused == [learner.algorithm.refused_updates] and refused[0] >= 1
 
 
 async def test_a_vector_step_with_one_poisoned_env_is_refused_whole(aiohttp_client, tmp_path):
