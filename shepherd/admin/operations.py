@@ -71,7 +71,8 @@ class Operations(SpecialActions):
                           "user with its agents (--with-agents)")
         for record in owned:
             await self.delete_agent(record.id)
-        await asyncio.to_thread(self.store.delete_user, user_id)
+        for digest in await asyncio.to_thread(self.store.delete_user, user_id):
+            self.graph.served.end_key_sessions(digest)  # its environments' sessions end, as a revoked key's do
         logger.info("user %s deleted", user.name)
         agents = f" and its {len(owned)} agent(s)" if owned else ""
         return ActionResult(True, f"user {user.name} deleted{agents}")

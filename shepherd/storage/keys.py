@@ -62,12 +62,14 @@ class KeyTable(Generic[K]):
             docs = self._table.all() if owner_id is None else self._table.search(Query()[self._owner] == owner_id)
             return [self._record(doc) for doc in docs]
 
-    def remove_owner(self, owner_id: int) -> None:
-        """Delete every key of ``owner_id`` (it is being deleted): refused from now on."""
+    def remove_owner(self, owner_id: int) -> list[str]:
+        """Delete every key of ``owner_id`` (it is being deleted): refused from now on. Returns the `hash_key`s of
+        those that were not revoked (the sessions they opened are known by them)."""
         with self._lock:
-            for doc in self._table.search(Query()[self._owner] == owner_id):
-                self._index.pop(doc["hash"], None)
+            live = [doc["hash"] for doc in self._table.search(Query()[self._owner] == owner_id)
+                    if self._index.pop(doc["hash"], None) is not None]
             self._table.remove(Query()[self._owner] == owner_id)
+            return live
 
     def _document(self, key_id: int) -> Document:
         doc = self._table.get(doc_id=key_id)

@@ -217,8 +217,9 @@ class Store:
             folder.rename(target)
             return target
 
-    def delete_user(self, user_id: int) -> None:
-        """Delete a user who owns no agent.
+    def delete_user(self, user_id: int) -> list[str]:
+        """Delete a user who owns no agent, with the user's environments with roles and their keys; returns the
+        `hash_key`s of those keys that were not revoked (the sessions they opened are known by them).
 
         Raises:
             NotFound: no such user.
@@ -230,7 +231,11 @@ class Store:
             if owned:
                 raise ValueError(f"user {user.name} owns {len(owned)} agent(s): "
                                  + ", ".join(f"{user.name}/{doc['name']}" for doc in owned))
+            keys = [digest for doc in self._environments.search(Query().owner_id == user_id)
+                    for digest in self._env_keys.remove_owner(doc.doc_id)]
+            self._environments.remove(Query().owner_id == user_id)
             self._users.remove(doc_ids=[user_id])
+            return keys
 
     # -- API keys ------------------------------------------------------------------------------
     def add_api_key(self, agent_id: int, label: str = "") -> tuple[str, ApiKey]:

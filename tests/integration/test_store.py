@@ -312,3 +312,18 @@ def test_an_agent_whose_owner_is_missing_is_named_in_one_line_and_never_adopted(
     assert demo.id not in (bob.id, store.find_user("carol").id)
     assert store.find_agent(demo.id, "pole") is None
     store.close()
+
+
+def test_deleting_a_user_deletes_their_environments_and_refuses_their_keys(store):
+    """A deleted user's environments with roles went with them (they stayed in the store, their keys working)."""
+    from shepherd.storage.records import hash_key
+
+    user = store.ensure_user("carol")
+    environment, _ = store.put_environment(user.id, "duel", {"roles": {"a": "x", "b": "x"}})
+    key, _ = store.add_environment_key(environment.id)
+    revoked, record = store.add_environment_key(environment.id)
+    store.revoke_environment_key(record.id)
+    other = store.put_environment(store.ensure_user("dave").id, "duel", {"roles": {"a": "y"}})[0]
+    assert store.delete_user(user.id) == [hash_key(key)]  # the live key's sessions are ended by the caller
+    assert store.environment_for_key(key) is None and store.environment_keys(environment.id) == []
+    assert [e.name for e in store.environments()] == ["duel"] and store.environments()[0].id == other.id
