@@ -129,15 +129,10 @@ class SB3Algorithm:
             reply = ExperienceReply(self._version, steps, accepted)
             self._answers.append(Answer(upload.ticket, Outcome.ACTION, reply, self._version))
 
-    def refuse_request(self, request: Request, error: Exception) -> None:
-        """Refuse a step: its future raises ``error`` (nothing of it was recorded or acted on)."""
-        if request.ticket:
-            self._answers.append(Answer(request.ticket, Outcome.REFUSED, error, self._version, str(error)))
-
-    def refuse_upload(self, upload: Upload, error: Exception) -> None:
-        """Refuse an upload: its future raises ``error`` (nothing of it was recorded)."""
-        if upload.ticket:
-            self._answers.append(Answer(upload.ticket, Outcome.REFUSED, error, self._version, str(error)))
+    def refuse_with(self, message: Request | Upload, error: Exception) -> None:
+        """Refuse an upload or a step: its future raises ``error`` (nothing of it was recorded or acted on)."""
+        if message.ticket:
+            self._answers.append(Answer(message.ticket, Outcome.REFUSED, error, self._version, str(error)))
 
     def take_answers(self) -> list[Answer]:
         answers, self._answers = self._answers, []
@@ -176,6 +171,11 @@ class SB3Algorithm:
     def to_policy(self, obs: Any) -> Any:
         """Filtered observations (one, or a batch with any leading dimensions) in the policy's layout."""
         return obs if self.layout is None else self.layout(obs)
+
+    def as_trained(self, obs: Any) -> Any:
+        """Observations as the client sent them (one, or a batch), as a training batch sees them: normalised by
+        the filters, then in the policy's layout."""
+        return self.to_policy(obs if self.filtering is None else self.filtering.normalize_obs(obs))
 
     def behaviour_file(self, phase: str, agent: str, algorithm: str) -> tuple[int, bytes]:
         """The current policy version and its behaviour policy file of ``phase``, on the learner's thread
@@ -219,7 +219,7 @@ class SB3Algorithm:
 
     def learn_upload(self, upload: Upload) -> Callable[[], None] | None:
         """Learn from a client-acting session's upload (the families implement it: ``uploads.py``)."""
-        self.refuse_upload(upload, NotClientActing(f"{type(self.model).__name__} agents cannot take uploads"))
+        self.refuse_with(upload, NotClientActing(f"{type(self.model).__name__} agents cannot take uploads"))
         return None
 
     def filter(self, requests: list[Request]) -> None:

@@ -123,18 +123,16 @@ class OffPolicyAdapter(SB3Algorithm):
         """The messages less those whose observation the networks cannot take (`outputs.unbounded_rows`), each
         refused with a 400 before anything of it is recorded or acted on (a vector step's every env with it):
         in the replay buffer it would make every batch that samples it fail the agent (issue 48, H1)."""
-        normalized = self.filtering.normalize_obs if self.filtering is not None else None
         checked = [m for m in messages if m.mode.learns and m.kind is not Kind.DROP]
-        batch = [_sent(m.obs, m.raw_obs) for m in checked]
-        batch = [self.to_policy(normalized(obs) if normalized is not None else obs) for obs in batch]
-        bad = {id(checked[row]) for row in unbounded_rows(self, stack_observations(batch))}
+        batch = stack_observations([self.as_trained(_sent(m.obs, m.raw_obs)) for m in checked])
+        bad = {id(checked[row]) for row in unbounded_rows(self, batch)}
         if not bad:
             return messages
         groups = {m.group for m in checked if id(m) in bad and m.group}
         kept = []
         for message in messages:
             if id(message) in bad or (message.group and message.group in groups):
-                self.refuse_request(message, BadRequest(
+                self.refuse_with(message, BadRequest(
                     "'obs' makes the agent's networks give a NaN, infinite or overflowing output (a number far "
                     "beyond what its observations hold); the step was not recorded"))
             else:

@@ -20,7 +20,7 @@ import numpy as np
 
 from shepherd.agents.core import StalePolicy, Upload
 from shepherd.agents.sb3.outputs import unbounded_rows
-from shepherd.agents.sb3.uploads import as_is, flat_batch
+from shepherd.agents.sb3.uploads import flat_batch
 from shepherd.wire.experience import BadExperience, Experience
 
 if TYPE_CHECKING:
@@ -42,20 +42,20 @@ def learn_off_policy(adapter: OffPolicyAdapter, upload: Upload) -> Callable[[], 
         return None
     behind = adapter.version - experience.policy_version
     if not 0 <= behind <= adapter.max_policy_lag:
-        adapter.refuse_upload(upload, StalePolicy(adapter.version, (
+        adapter.refuse_with(upload, StalePolicy(adapter.version, (
             f"the samples were drawn with policy version {experience.policy_version}; this agent learns from "
             f"versions {adapter.version - adapter.max_policy_lag} to {adapter.version} (max_policy_lag "
             f"{adapter.max_policy_lag}): fetch the policy and collect anew")))
         return None
     steps = upload_steps(adapter, experience.n_envs)
     if experience.steps != steps:
-        adapter.refuse_upload(upload, BadExperience(
+        adapter.refuse_with(upload, BadExperience(
             f"'sample' has {experience.steps} rows; {steps} steps of every env were asked of this session"))
         return None
     try:
         _check_outputs(adapter, experience)
     except BadExperience as error:
-        adapter.refuse_upload(upload, error)
+        adapter.refuse_with(upload, error)
         return None
     if adapter.filtering is not None:
         adapter.filtering.count_upload(upload.uploader, experience)
@@ -76,7 +76,7 @@ def learn_off_policy(adapter: OffPolicyAdapter, upload: Upload) -> Callable[[], 
     refused = adapter._train_if_due()
     if refused is not None:  # undone: the block's transitions leave the replay buffer, the block is refused
         mark.rewind(adapter)
-        adapter.refuse_upload(upload, StalePolicy(adapter.version, (
+        adapter.refuse_with(upload, StalePolicy(adapter.version, (
             f"{refused}; this upload's transitions were taken out of the replay buffer, nothing of it learned: "
             "fetch the policy and collect anew")))
         return None
@@ -91,13 +91,9 @@ def _check_outputs(adapter: OffPolicyAdapter, experience: Experience) -> None:
     Raises:
         BadExperience: naming the first such ``obs[t][i]`` or ``final_obs[t][i]``.
     """
-    normalized = adapter.filtering.normalize_obs if adapter.filtering is not None else as_is
-
-    def normalise(obs: Any) -> Any:  # as a training batch sees it: filtered, then in the policy's layout
-        return adapter.to_policy(normalized(obs))
-
     finals = experience.finals()
-    bad = unbounded_rows(adapter, flat_batch(normalise(experience.obs), [normalise(last) for _, _, last in finals]))
+    bad = unbounded_rows(adapter, flat_batch(adapter.as_trained(experience.obs),
+                                             [adapter.as_trained(last) for _, _, last in finals]))
     if not len(bad):
         return
     row, n = int(bad[0]), experience.n_envs

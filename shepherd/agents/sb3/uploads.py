@@ -81,7 +81,7 @@ class OnPolicyUploads:
             self.reply(upload, 0)
             return
         if experience.policy_version != adapter.version:
-            adapter.refuse_upload(upload, StalePolicy(adapter.version, (
+            adapter.refuse_with(upload, StalePolicy(adapter.version, (
                 f"the samples were drawn with policy version {experience.policy_version}; this on-policy agent "
                 f"learns only from version {adapter.version}: fetch the policy and collect anew")))
             return
@@ -95,13 +95,13 @@ class OnPolicyUploads:
                 adapter.answer_upload(upload, adapter.n_steps, experience.steps * experience.n_envs)
                 return
             asked = "no steps" if reservation is None else f"{reservation.steps} steps of {reservation.n_envs} envs"
-            adapter.refuse_upload(upload, BadExperience(
+            adapter.refuse_with(upload, BadExperience(
                 f"'sample' has {experience.steps} rows of {experience.n_envs}; {asked} were asked of this session"))
             return
         try:  # before anything is recorded: what the policy could not have drawn, or cannot evaluate
             evaluated = self._evaluate(experience)
         except BadExperience as error:
-            adapter.refuse_upload(upload, error)  # the reservation stays: the client may upload again
+            adapter.refuse_with(upload, error)  # the reservation stays: the client may upload again
             return
         del self.reservations[upload.uploader]
         self.uploaded.add(upload.uploader)
@@ -109,7 +109,7 @@ class OnPolicyUploads:
         if adapter._rollout_full():
             refused = adapter._train()
             if refused is not None:  # undone, the rollout discarded: as a stale block, collect anew
-                adapter.refuse_upload(upload, StalePolicy(adapter.version, (
+                adapter.refuse_with(upload, StalePolicy(adapter.version, (
                     f"{refused}; the rollout this upload completed was discarded, nothing of it learned: fetch the "
                     "policy and collect anew")))
                 return
@@ -156,7 +156,7 @@ class OnPolicyUploads:
             why = ("this session's reserved rows were handed to other sessions while it did not upload"
                    if upload.uploader in self.lapsed else "this session has no rows reserved (its learner was "
                    "restarted from a checkpoint)")
-            self.adapter.refuse_upload(upload, StalePolicy(self.adapter.version, (
+            self.adapter.refuse_with(upload, StalePolicy(self.adapter.version, (
                 f"{why}, and none is free now: fetch the policy and collect anew")))
             return None
         self.lapsed.discard(upload.uploader)
