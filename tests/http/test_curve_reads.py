@@ -119,13 +119,14 @@ BIG_RECORDS = 800  # (the sender's socket buffer grows to 4 MB here, net.ipv4.tc
 
 async def test_a_reader_that_stops_reading_loses_its_slot(api, monkeypatch):
     """Issue 48, M6: a whole-curve read (JSON, 16 MB) whose client reads nothing held its slot for as long as the
-    connection lived. With the stall timeout (here 0.2 s, the default 10 s), it loses its slot and its connection; the
-    same credential then reads again."""
+    connection lived. With the stall timeout (here 2 s, the default 10 s), it loses its slot and its connection; the
+    same credential then reads again. (The slot is watched in the table, not by polling reads: under a loaded
+    machine's full suite one polling read outlasted a shorter stall timeout, and the 429 was never seen.)"""
     store = api.app[STORE]
     for i in range(BIG_RECORDS):
         store.append_return(1, EpisodeReturn(1000.0 + i, float(i), 5, "train", lesson="one", config=BIG_CONFIG))
     slots = api.app[return_log_slots()]
-    slots.limit, slots.stall_seconds = 1, 0.2
+    slots.limit, slots.stall_seconds = 1, 2.0
     host, port = api.client.server.host, api.client.server.port
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: a small window
@@ -135,18 +136,19 @@ async def test_a_reader_that_stops_reading_loses_its_slot(api, monkeypatch):
                f"Authorization: Bearer {api.token}\r\n\r\n").encode()
     await asyncio.get_running_loop().sock_sendall(sock, request)  # ... and never reads its reply
     try:
-        await asyncio.wait_for(status_becomes(api, 429), 10)  # the stalled read holds the admin's one slot ...
-        response = await asyncio.wait_for(status_becomes(api, 200), 10)  # ... until it loses it, reading nothing
+        await asyncio.wait_for(slots_taken_become(slots, 1), 10)  # the stalled read holds the admin's one slot ...
+        held = await api.client.get(API + "/agents/1/returns", headers=api.headers(None))
+        assert held.status == 429
+        held.close()
+        await asyncio.wait_for(slots_taken_become(slots, 0), 30)  # ... until it loses it, reading nothing
+        response = await api.client.get(API + "/agents/1/returns", headers=api.headers(None))
+        assert response.status == 200
         assert len((await response.json())["returns"]) == BIG_RECORDS  # every record
     finally:
         sock.close()
 
 
-async def status_becomes(api, status):
-    """The first whole-curve read answered ``status`` (polled)."""
-    while True:
-        response = await api.client.get(API + "/agents/1/returns", headers=api.headers(None))
-        if response.status == status:
-            return response
-        response.close()
+async def slots_taken_become(slots, count):
+    """Wait until ``count`` curve-read slots are held, over every credential (polled)."""
+    while sum(slots.taken.values()) != count:
         await asyncio.sleep(0.01)
