@@ -223,7 +223,7 @@ class SpecialActions(OperationsBase):
         if not isinstance(values, dict):
             raise Invalid("parameters must be an object of name: value")
         try:
-            checked = live.check_live(record.algorithm, values)
+            checked = live.check_live(record.algorithm, values, self.graph.bounds)
         except ParameterError as error:
             raise Invalid(f"agent {ref}: {error}") from None
         taken = await self.graph.served.set_parameters(agent_id, checked)

@@ -16,6 +16,7 @@ from typing import Iterator, Union
 
 from shepherd.admin.errors import Invalid, Unavailable
 from shepherd.admin.records import ADMIN
+from shepherd.agents.bounds import DEFAULT_BOUNDS, ParameterBounds
 from shepherd.admin.remote import RemoteOperations
 from shepherd.admin.service import AdminService, Operations
 from shepherd.storage import DataFolderLock, Store, read_server_file
@@ -30,11 +31,12 @@ PUBLISH_WAIT_SECONDS = 15.0
 
 
 @contextlib.contextmanager
-def connect(folder: Path, create: bool = False) -> Iterator[AnyOperations]:
+def connect(folder: Path, create: bool = False, bounds: ParameterBounds = DEFAULT_BOUNDS) -> Iterator[AnyOperations]:
     """Admin operations (as the admin) on the data folder ``folder``.
 
     ``create`` allows starting a new data folder (adding the first user); otherwise a missing folder is
-    an error, so that a mistyped ``--data`` creates nothing.
+    an error, so that a mistyped ``--data`` creates nothing. ``bounds`` hold parameter values on a folder that
+    no server serves (a running server holds its own).
 
     Raises:
         Invalid: there is no data folder at ``folder``.
@@ -52,7 +54,7 @@ def connect(folder: Path, create: bool = False) -> Iterator[AnyOperations]:
             try:
                 store = Store(folder)
                 try:
-                    yield AdminService(store).acting_as(ADMIN)
+                    yield AdminService(store, bounds=bounds).acting_as(ADMIN)
                 finally:
                     store.close()
             finally:

@@ -23,7 +23,7 @@ from shepherd.definition import AgentDefinition
 from shepherd.lessons import lessons_to_json
 from shepherd.agents import ParameterError, check_agent, registry_records
 from shepherd.admin.actions import SpecialActions
-from shepherd.agents.bounds import check_bounds
+from shepherd.agents.bounds import ParameterBounds
 from shepherd.wire.spaces import SpaceError
 from shepherd.storage import AlreadyExists, EnvironmentRecord, EpisodeReturn, NotFound, ReturnsJson, ReturnsPage
 from shepherd.storage.metrics import MetricRows, progress_path, read_progress
@@ -115,7 +115,7 @@ class Operations(SpecialActions):
             raise NotFound(f"no user named {new.owner!r}; add the user first")
         if self.store.find_agent(owner.id, definition.name) is not None:
             raise AlreadyExists(f"user {owner.name} has an agent named {definition.name!r} already")
-        algorithm, values = _checked(definition)
+        algorithm, values = _checked(definition, self.graph.bounds)
         record = await asyncio.to_thread(self.store.add_agent, owner.id, definition.name, algorithm,
                                          definition.observation_space, definition.action_space, values,
                                          definition.sharing.value, definition.filters.to_json(),
@@ -262,16 +262,16 @@ class Operations(SpecialActions):
                                        columns)
 
 
-def _checked(definition: AgentDefinition) -> tuple[str, dict[str, Any]]:
+def _checked(definition: AgentDefinition, bounds: ParameterBounds) -> tuple[str, dict[str, Any]]:
     """The canonical algorithm name and the typed parameter values of a new agent.
 
     Raises:
         Invalid: an unknown algorithm, bad spaces, spaces it cannot handle, or bad parameters (of the wrong
-            type, or outside their bounds).
+            type, or outside ``bounds``).
     """
     try:
         info, values = check_agent(definition)
-        check_bounds(info.name, values)
+        bounds.check(info.name, values)
     except (ParameterError, SpaceError) as error:
         raise Invalid(str(error)) from None
     return info.name, values

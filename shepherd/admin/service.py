@@ -10,6 +10,7 @@ import hmac
 
 from shepherd.admin.operations import Operations
 from shepherd.admin.records import ADMIN, Principal
+from shepherd.agents.bounds import DEFAULT_BOUNDS, ParameterBounds
 from shepherd.graph import GraphManager, Unauthorized
 from shepherd.storage import Store, hash_key, new_secret
 
@@ -18,11 +19,13 @@ class AdminService:
     """The shared state of the admin operations over one data folder."""
 
     def __init__(self, store: Store, graph: GraphManager | None = None,
-                 local_credential: str | None = None) -> None:
+                 local_credential: str | None = None, bounds: ParameterBounds = DEFAULT_BOUNDS) -> None:
+        """``bounds``: what parameter values are held to when no server serves the folder (a server holds
+        its own, `GraphManager.bounds`)."""
         self.store = store
         #: whether a server serves the data folder (else the graph is an offline one over the store)
         self.serving = graph is not None
-        self.graph = graph if graph is not None else GraphManager.offline(store)
+        self.graph = graph if graph is not None else GraphManager.offline(store, bounds)
         self._local_digest = hash_key(local_credential) if local_credential else None
         self._admin_digest = store.admin_token_hash()
 

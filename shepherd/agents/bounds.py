@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from shepherd.agents.parameters import ParameterError, ParamType
@@ -31,8 +33,8 @@ def shown(number: float) -> str:
 #: the default bounds, by parameter name (of whichever algorithm has it). Outside them a learner pins a core
 #: for hours (``n_epochs``, ``gradient_steps``: passes per update), diverges at its first update (a huge
 #: ``learning_rate``, ``ent_coef``, ``vf_coef``), or the value means nothing (a negative ``clip_range``, a
-#: ``gamma`` above 1). Where a sane bound depends on the problem, the operator changes it (`set_bounds`).
-DEFAULT_BOUNDS: dict[str, Bound] = {
+#: ``gamma`` above 1). Where a sane bound depends on the problem, the operator changes it (`ParameterBounds.changed`).
+_DEFAULTS: dict[str, Bound] = {
     "learning_rate": Bound(0.0, 1.0),
     "n_epochs": Bound(1, 100),
     "gradient_steps": Bound(-1, 1000),  # -1: as many as the steps collected (SB3)
@@ -49,8 +51,53 @@ DEFAULT_BOUNDS: dict[str, Bound] = {
     "exploration_final_eps": Bound(0.0, 1.0),
 }
 
-#: the bounds in force in this process: the defaults, changed by `set_bounds` (``run.py --parameter-bound``)
-BOUNDS: dict[str, Bound] = dict(DEFAULT_BOUNDS)
+
+
+@dataclass(frozen=True)
+class ParameterBounds:
+    """The bounds a server holds parameter values to, by parameter name (of whichever algorithm has it):
+    the defaults, changed by the operator (``run.py --parameter-bound``). Carried on the serving settings
+    (`shepherd.graph.Serving.bounds`) and handed to preset loading and the admin operations, never a process
+    setting: two servers in one process hold their own."""
+
+    bounds: Mapping[str, Bound] = field(default_factory=lambda: MappingProxyType(dict(_DEFAULTS)))
+
+    def changed(self, bounds: Mapping[str, Bound]) -> ParameterBounds:
+        """These bounds with ``bounds`` put in place of (or beside) those of the same names."""
+        return ParameterBounds(MappingProxyType({**self.bounds, **bounds}))
+
+    def get(self, name: str) -> Bound | None:
+        return self.bounds.get(name)
+
+    def check(self, algorithm: str, values: dict[str, Any]) -> None:
+        """Check typed values (`shepherd.agents.registry.check_parameters`'s) against these bounds.
+
+        Raises:
+            ParameterError: a value outside its bound; the message names the bound and how the operator
+                changes it.
+        """
+        for name, value in values.items():
+            bound, number = self.bounds.get(name), _number(value)
+            if bound is None or number is None or bound.low <= number <= bound.high:
+                continue
+            what = "a linear schedule's start" if isinstance(value, str) else "a value"
+            raise ParameterError(
+                f"{algorithm} parameter {name!r} takes {what} between {shown(bound.low)} and {shown(bound.high)}, "
+                f"not {value!r}: this server's bound, which its operator can change with "
+                f"run.py {OPTION} {name}=LOW:HIGH")
+
+
+#: the default bounds
+DEFAULT_BOUNDS = ParameterBounds()
+
+
+def parse_bounds(texts: Iterable[str]) -> ParameterBounds:
+    """The default bounds changed by ``NAME=LOW:HIGH`` texts (``run.py --parameter-bound``, repeated).
+
+    Raises:
+        ValueError: a text `parse_bound` refuses.
+    """
+    return DEFAULT_BOUNDS.changed(dict(parse_bound(text) for text in texts))
 
 
 def parse_bound(text: str) -> tuple[str, Bound]:
@@ -78,12 +125,6 @@ def parse_bound(text: str) -> tuple[str, Bound]:
     return name, Bound(low, high)
 
 
-def set_bounds(bounds: dict[str, Bound]) -> None:
-    """Change the bounds of this process (a server's at its start: others, such as the admin commands run
-    on a data folder that no server serves, keep the defaults)."""
-    BOUNDS.update(bounds)
-
-
 def _number(value: Any) -> float | None:
     """The number a checked value stands for: itself, a linear schedule's start (``lin_0.001``); None for
     anything else (``auto``, a boolean, null)."""
@@ -97,21 +138,3 @@ def _number(value: Any) -> float | None:
         except ValueError:
             return None
     return None
-
-
-def check_bounds(algorithm: str, values: dict[str, Any]) -> None:
-    """Check typed values (`shepherd.agents.registry.check_parameters`'s) against the bounds in force.
-
-    Raises:
-        ParameterError: a value outside its bound; the message names the bound and how the operator
-            changes it.
-    """
-    for name, value in values.items():
-        bound, number = BOUNDS.get(name), _number(value)
-        if bound is None or number is None or bound.low <= number <= bound.high:
-            continue
-        what = "a linear schedule's start" if isinstance(value, str) else "a value"
-        raise ParameterError(
-            f"{algorithm} parameter {name!r} takes {what} between {shown(bound.low)} and {shown(bound.high)}, "
-            f"not {value!r}: this server's bound, which its operator can change with "
-            f"run.py {OPTION} {name}=LOW:HIGH")

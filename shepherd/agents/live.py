@@ -13,7 +13,7 @@ from typing import Any
 
 from stable_baselines3.common.utils import FloatSchedule, LinearSchedule as EpsilonSchedule
 
-from shepherd.agents.bounds import check_bounds
+from shepherd.agents.bounds import ParameterBounds
 from shepherd.agents.parameters import LinearSchedule, ParameterError
 from shepherd.agents.registry import algorithm_info, check_parameters, parameters
 
@@ -41,9 +41,9 @@ def live_parameters(algorithm: str) -> list[str]:
     return [name for name, (where, _) in LIVE.items() if name in known and where in ("any", family)]
 
 
-def check_live(algorithm: str, values: dict[str, Any]) -> dict[str, Any]:
+def check_live(algorithm: str, values: dict[str, Any], bounds: ParameterBounds) -> dict[str, Any]:
     """The values, typed and checked as an agent's parameters, if every one can change without a restart
-    and is within its bound (`shepherd.agents.bounds`).
+    and is within its bound of ``bounds`` (the server's, `shepherd.agents.bounds`).
 
     Raises:
         ParameterError: an unknown name or a bad value (the registry's message), a parameter that needs a
@@ -60,7 +60,7 @@ def check_live(algorithm: str, values: dict[str, Any]) -> dict[str, Any]:
         raise ParameterError(f"{', '.join(fixed)} of {info.name} {'needs' if len(fixed) == 1 else 'need'} a restart "
                              f"(run.py agents restart, which discards the model); {info.name} can change without "
                              f"one: {', '.join(live)}")
-    check_bounds(algorithm_info(algorithm).name, checked)
+    bounds.check(algorithm_info(algorithm).name, checked)
     return checked
 
 

@@ -39,7 +39,7 @@ def command(work: Work, create: bool = False) -> Callable[[argparse.Namespace], 
         from shepherd.storage import AlreadyExists, NotFound, StoreError
 
         try:
-            with connect(args.data, create=create) as operations:
+            with connect(args.data, create=create, bounds=args.bounds) as operations:
                 return asyncio.run(work(operations, args))
         except Unavailable as error:
             print(f"error: {error}", file=sys.stderr)

@@ -111,7 +111,7 @@ def apply_to_graph(graph: GraphManager, args: argparse.Namespace) -> StartingChe
         raise PresetError(f"preset {graph.name} has no validation block, so -asc has no target")
     if args.checkpoint_restore_dir is None and args.checkpoint_restore_file is None:
         return None
-    graph.check()
+    graph.check(args.bounds)
     if args.checkpoint_restore_dir is not None:
         return StartingCheckpoints.of_folder(args.checkpoint_restore_dir, graph.preset)
     return StartingCheckpoints.of_file(args.checkpoint_restore_file, graph.preset)

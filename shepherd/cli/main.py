@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        serve.apply_parameter_bounds(args)
+        args.bounds = serve.parameter_bounds(args)
         coach.apply_experiment(args)  # -e NAME: DATA/NAME, for serving and the admin commands alike
         if getattr(args, "command", None):
             if args.command != "check" and (args.overrides or args.seed is not None):

@@ -86,7 +86,7 @@ def check_command(args: argparse.Namespace) -> int:
             shown = zoo_source(args.preset).shown
         else:
             shown = shown_path(preset_path(args.preset))
-        graph = GraphManager.of(load_preset(args.preset, overrides=overrides, seed=seed))
+        graph = GraphManager.of(load_preset(args.preset, overrides=overrides, seed=seed, bounds=args.bounds))
         if args.check_data is not None and graph.preset.folder_skills():
             graph.preset.check_skills(stored_definitions(args.check_data, graph.owner))
         if args.check_data is not None and graph.preset.environments:

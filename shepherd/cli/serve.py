@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from shepherd.agents.bounds import DEFAULT_BOUNDS, parse_bound, set_bounds
+from shepherd.agents.bounds import DEFAULT_BOUNDS, ParameterBounds, parse_bounds
 from shepherd.cli import coach
 from shepherd.cli.common import EXIT_NOT_REACHED, EXIT_OK, UsageError
 from shepherd.wire.steps import DEFAULT_MAX_REWARD, check_max_reward
@@ -124,7 +124,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "it: 400, and a stored agent is not served. Repeat for more names; give it before a "
                              "command (check, agents ...) for that command on a data folder no server serves "
                              "(a running server applies its own). Defaults: "
-                             + ", ".join(f"{name} {bound}" for name, bound in DEFAULT_BOUNDS.items())
+                             + ", ".join(f"{name} {bound}" for name, bound in DEFAULT_BOUNDS.bounds.items())
                              + " (n_epochs or gradient_steps: passes per update; a large one pins a core)")
     parser.add_argument("--max-reward", type=float, default=DEFAULT_MAX_REWARD, metavar="R",
                         help="the largest reward magnitude a step or upload may carry; a larger one is refused with "
@@ -147,15 +147,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     coach.add_arguments(parser)
 
 
-def apply_parameter_bounds(args: argparse.Namespace) -> None:
-    """Set this process's bounds from ``--parameter-bound`` (for every command: serving, ``check``, the admin
-    commands on a data folder that no server serves).
+def parameter_bounds(args: argparse.Namespace) -> ParameterBounds:
+    """The bounds ``--parameter-bound`` gives (for every command: serving, ``check``, the admin commands on a
+    data folder that no server serves), kept as ``args.bounds``.
 
     Raises:
         UsageError: a malformed bound, or a name no served algorithm has.
     """
     try:
-        set_bounds(dict(parse_bound(text) for text in getattr(args, "parameter_bound", None) or ()))
+        return parse_bounds(getattr(args, "parameter_bound", None) or ())
     except ValueError as error:
         raise UsageError(str(error)) from None
 
@@ -196,7 +196,8 @@ def serve_command(args: argparse.Namespace) -> int:
         raise UsageError("--no-front-end-snapshots needs --front-ends")
     coach.check_arguments(args)
     try:
-        graph = GraphManager.of(load_preset(args.preset, overrides=args.overrides or (), seed=args.seed))
+        graph = GraphManager.of(load_preset(args.preset, overrides=args.overrides or (), seed=args.seed,
+                                            bounds=args.bounds))
         start_from = coach.apply_to_graph(graph, args)
         if args.clients and graph.validation is None:
             raise PresetError(f"preset {graph.name} has no validation block, so --clients has no env to run")
@@ -257,7 +258,7 @@ async def serve(graph: GraphManager, args: argparse.Namespace, start_from: Start
                           front_end_token=new_secret() if args.front_ends else None,
                           front_end_snapshots=args.front_end_snapshots, evaluate_only=args.evaluate is not None,
                           start_from=start_from, trusted_proxies=tuple(args.trusted_proxy),
-                          max_reward=args.max_reward)
+                          max_reward=args.max_reward, bounds=args.bounds)
     try:
         check_address(args.host, args.port)  # before the store creates keys and the admin token, shown once
         holder = reserve_port(args.host, args.port) if args.front_ends else None

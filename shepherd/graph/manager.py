@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from shepherd.agents import (AgentClosed, AgentFailed, ParameterError, ServedLearner,
                              algorithm_info, check_parameters, learner_for, parameters, registry_records)
-from shepherd.agents.bounds import check_bounds
+from shepherd.agents.bounds import DEFAULT_BOUNDS, ParameterBounds
 from shepherd.graph.agent import Building, ServedAgent, of_kind
 from shepherd.graph.kinds import kind_of
 from shepherd.environments import EnvironmentSpec
@@ -102,10 +102,12 @@ class GraphManager:
         return self.preset.description
 
     @classmethod
-    def offline(cls, store: Store) -> GraphManager:
+    def offline(cls, store: Store, bounds: ParameterBounds = DEFAULT_BOUNDS) -> GraphManager:
         """A graph over a data folder that no server serves: it builds learners to check new agents and
-        runs the lifecycle verbs on the folder (restart deletes the model, export reads it, ...)."""
+        runs the lifecycle verbs on the folder (restart deletes the model, export reads it, ...), holding
+        parameter values to ``bounds``."""
         graph = cls([])
+        graph._serving = Serving(bounds=bounds)
         graph._attach(store)
         return graph
 
@@ -142,13 +144,19 @@ class GraphManager:
         return self._sessions
 
     # -- checking ------------------------------------------------------------------------------
-    def check(self) -> None:
-        """Check the preset without building anything heavy (`Preset.check`).
+    @property
+    def bounds(self) -> ParameterBounds:
+        """The bounds parameter values are held to (the serving settings')."""
+        return self._serving.bounds
+
+    def check(self, bounds: ParameterBounds | None = None) -> None:
+        """Check the preset without building anything heavy (`Preset.check`), its parameters held to ``bounds``
+        (default: the serving settings').
 
         Raises:
             InvalidPreset: every problem found (algorithms, spaces, parameters, levels, the schedule).
         """
-        self.preset.check()
+        self.preset.check(self._serving.bounds if bounds is None else bounds)
 
     def problems(self) -> list[Problem]:
         """Every problem of the preset (`check` raises them), each with its key path (``agents[0]...``)."""
@@ -178,8 +186,8 @@ class GraphManager:
         Raises:
             PresetError: the preset is invalid or contradicts what the store holds (`Preset.check_skills`, say).
         """
-        self.check()
         self._serving = serving or Serving()
+        self.check()
         self._sessions = SessionTable(self._serving.max_sessions_per_agent, self._serving.max_reward)
         self._attach(store)
         store.put_algorithms(*registry_records())
@@ -255,7 +263,7 @@ class GraphManager:
         """
         schedule = self.schedule_for(record)
         if not in_process:  # a served learner: a stored value outside its bound would hang or break it
-            check_bounds(algorithm_info(record.algorithm).name, record.parameters)
+            self.bounds.check(algorithm_info(record.algorithm).name, record.parameters)
         values = learner_values(record.algorithm, record.parameters, schedule)
         learner = learner_for(record.definition, values, schedule.improve_steps)  # proves the parameters
         remote = None if in_process else self.remote_learners

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from shepherd.agents import ParameterError, check_agent, check_parameters
-from shepherd.agents.bounds import check_bounds
+from shepherd.agents.bounds import DEFAULT_BOUNDS, ParameterBounds
 from shepherd.definition import AgentDefinition, name_problem
 from shepherd.environments import EnvironmentSpec, environment_problems, parse_environments
 from shepherd.hierarchy import PROGRAMMED, parse_level
@@ -111,11 +111,11 @@ class Preset:
         object.__setattr__(self, "agents", tuple(self.agents))
         object.__setattr__(self, "environments", tuple(self.environments))
 
-    def problems(self) -> list[Problem]:
+    def problems(self, bounds: ParameterBounds = DEFAULT_BOUNDS) -> list[Problem]:
         """Every problem of the preset, each with its key path (``agents[0]...``, ``environments[0]...``):
-        `preset_problems` and `environment_problems`."""
+        `preset_problems` (parameters held to ``bounds``, the serving server's) and `environment_problems`."""
         problems = preset_problems(list(enumerate(self.agents)), self.schedule,
-                                   None if self.validation is None else self.validation.agent, self.owner)
+                                   None if self.validation is None else self.validation.agent, self.owner, bounds)
         specs, parsed = parse_environments(list(self.environments))
         problems.extend(Problem(path, message) for path, message in parsed)
         problems.extend(Problem(path, message) for path, message in
@@ -134,9 +134,9 @@ class Preset:
         if problems:
             raise InvalidPreset(problems)
 
-    def check(self) -> None:
+    def check(self, bounds: ParameterBounds = DEFAULT_BOUNDS) -> None:
         """Raises InvalidPreset with every problem found (`problems`)."""
-        problems = self.problems()
+        problems = self.problems(bounds)
         if problems:
             raise InvalidPreset(problems)
 
@@ -157,10 +157,11 @@ class Preset:
 
 
 def preset_problems(agents: list[tuple[int, AgentSpec]], schedule: Schedule | None,
-                    validation_agent: str | None = None, owner: Any = None) -> list[Problem]:
+                    validation_agent: str | None = None, owner: Any = None,
+                    bounds: ParameterBounds = DEFAULT_BOUNDS) -> list[Problem]:
     """The problems of a preset's agents, each located as ``agents[INDEX]``: an unknown algorithm or
     sharing mode, spaces the algorithm cannot handle, every bad parameter (through the registry's
-    `check_agent` and `check_parameters`), a heatup that contradicts the algorithm (unless ``schedule`` is
+    `check_agent` and `check_parameters`, and outside ``bounds``), a heatup that contradicts the algorithm (unless ``schedule`` is
     None: not known), names that break the rule the admin API holds names to (`name_problem`) or repeat,
     an ``owner`` (unless None: not given) that breaks it, and a validation ``agent`` the preset lacks.
 
@@ -190,7 +191,7 @@ def preset_problems(agents: list[tuple[int, AgentSpec]], schedule: Schedule | No
             continue
         for name, value in spec.parameters.items():
             try:
-                check_bounds(info.name, check_parameters(info.name, {name: value}))
+                bounds.check(info.name, check_parameters(info.name, {name: value}))
             except ParameterError as error:
                 problems.append(Problem(f"{where}.parameters.{name}", str(error)))
         if schedule is None:

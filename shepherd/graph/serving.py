@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shepherd.agents import Deliver
+from shepherd.agents.bounds import DEFAULT_BOUNDS, ParameterBounds
 from shepherd.graph.agent import MAX_CLIENTS
 from shepherd.graph.start_from import StartingCheckpoints
 from shepherd.wire.steps import DEFAULT_MAX_REWARD
@@ -34,3 +35,6 @@ class Serving:
     evaluation_hold_seconds: float = 30.0
     #: the largest reward magnitude a step or upload may carry (``run.py --max-reward``; inf: none)
     max_reward: float = DEFAULT_MAX_REWARD
+    #: the bounds parameter values are held to (``run.py --parameter-bound``): the preset's, the stored agents'
+    #: when their learners are built, new agents' and live changes (the admin operations)
+    bounds: ParameterBounds = DEFAULT_BOUNDS

@@ -92,7 +92,7 @@ async def _graph_context(app: web.Application) -> AsyncIterator[None]:
                       max_envs_per_session=config.max_envs_per_session,
                       max_clients_per_agent=config.max_clients_per_agent,
                       evaluate_only=config.evaluate_only, start_from=config.start_from,
-                      max_reward=config.max_reward)
+                      max_reward=config.max_reward, bounds=config.bounds)
     try:
         app[CREATED_KEYS] = await asyncio.to_thread(graph.create_graph, store, serving, config.only_preset)
     except BaseException:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from shepherd.admin import AdminService
+from shepherd.agents.bounds import DEFAULT_BOUNDS, ParameterBounds
 from shepherd.graph import GraphManager
 from shepherd.graph.agent import MAX_CLIENTS
 from shepherd.graph.start_from import StartingCheckpoints
@@ -38,6 +39,7 @@ class ServerConfig:
     max_envs_per_session: int = 1024  # the most envs a vector session may drive
     max_clients_per_agent: int | None = MAX_CLIENTS  # the most client names an advised agent takes (one learner each)
     max_reward: float = DEFAULT_MAX_REWARD  # the largest reward magnitude a step or upload may carry
+    bounds: ParameterBounds = DEFAULT_BOUNDS  # what parameter values are held to (--parameter-bound)
     # environment steps (a request: one; a vector step: one per env) per second per API key
     requests_per_second_per_key: float | None = 20000.0
     burst_per_key: float | None = None  # default: one second's worth

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from shepherd.agents import ParameterError, algorithm_info, parameters
+from shepherd.agents.bounds import DEFAULT_BOUNDS, ParameterBounds
 from shepherd.agents.parameters import ParamType
 from shepherd.definition import Filters
 from shepherd.hierarchy import LEVEL_KEYS
@@ -208,7 +209,8 @@ def _set_in(mapping: dict[str, Any], name: str, rest: list[str], value: Any, pat
     return path
 
 
-def overridden(data: Any, name: str, overrides: list[Override], problems: list[Problem] | None = None) -> Preset:
+def overridden(data: Any, name: str, overrides: list[Override], problems: list[Problem] | None = None,
+               bounds: ParameterBounds = DEFAULT_BOUNDS) -> Preset:
     """The `Preset` of a preset's plain form (a YAML file's data, or `preset_data`'s) with overrides
     applied, checked as `preset_from_data` checks it.
 
@@ -223,7 +225,7 @@ def overridden(data: Any, name: str, overrides: list[Override], problems: list[P
         data, applied, unknown = apply_overrides(data, overrides)
         problems.extend(unknown)
     try:
-        preset = preset_from_data(data, name)
+        preset = preset_from_data(data, name, bounds)
     except InvalidPreset as error:
         problems.extend(_attributed(problem, applied) for problem in error.problems)
     if problems:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from shepherd.agents.bounds import DEFAULT_BOUNDS, ParameterBounds
 from shepherd.graph.manager import GraphManager
 from shepherd.graph.preset import InvalidPreset, Preset, PresetError, Problem
 from shepherd.loading.overrides import overridden, parse_override, seed_overrides
@@ -120,9 +121,9 @@ def list_presets(folder: Path | None = None) -> dict[str, str]:
 
 
 def load_preset(name: str, folder: Path | None = None, overrides: Sequence[str] = (),
-                seed: int | None = None) -> Preset:
+                seed: int | None = None, bounds: ParameterBounds = DEFAULT_BOUNDS) -> Preset:
     """A preset (a Python preset's ``preset``, or the one a YAML file or a ``zoo:`` entry describes),
-    checked; with ``seed``, every agent's ``seed`` parameter set to it; then with the overrides
+    checked (its parameters held to ``bounds``, those of the server that will serve it); with ``seed``, every agent's ``seed`` parameter set to it; then with the overrides
     (``KEY=VALUE``, see `shepherd.loading.overrides.apply_overrides`) applied, in order.
 
     Raises:
@@ -132,7 +133,7 @@ def load_preset(name: str, folder: Path | None = None, overrides: Sequence[str] 
     if name.startswith("zoo:"):  # RL Zoo's hyperparameters: shepherd.loading.zoo
         from shepherd.loading import zoo
 
-        return zoo.load(name, list(overrides), seed)
+        return zoo.load(name, list(overrides), seed, bounds)
     path = preset_path(name, folder)
     problems: list[Problem] = []
     parsed = []
@@ -145,13 +146,13 @@ def load_preset(name: str, folder: Path | None = None, overrides: Sequence[str] 
         if path.suffix in YAML_SUFFIXES:  # overrides go into the file's data: its problems and theirs at once
             data = read_yaml_preset(path)
             if not parsed and not problems and seed is None:
-                return preset_from_data(data, path.stem)
-            return overridden(data, path.stem, seed_overrides(data, seed) + parsed, problems)
-        preset = _load_python_preset(path)
+                return preset_from_data(data, path.stem, bounds)
+            return overridden(data, path.stem, seed_overrides(data, seed) + parsed, problems, bounds)
+        preset = _load_python_preset(path, bounds)
         if not parsed and not problems and seed is None:
             return preset
         data = preset_data(preset)
-        return overridden(data, preset.name, seed_overrides(data, seed) + parsed, problems)
+        return overridden(data, preset.name, seed_overrides(data, seed) + parsed, problems, bounds)
     except InvalidPreset as error:
         raise error.located(shown_path(path)) from None
 
@@ -164,7 +165,7 @@ def shown_path(path: Path) -> str:
         return str(path)
 
 
-def _load_python_preset(path: Path) -> Preset:
+def _load_python_preset(path: Path, bounds: ParameterBounds) -> Preset:
     spec = importlib.util.spec_from_file_location(f"shepherd_preset_{path.stem}", path)
     if spec is None or spec.loader is None:
         raise PresetError(f"preset {path.stem}: {path} cannot be imported")
@@ -183,5 +184,5 @@ def _load_python_preset(path: Path) -> Preset:
         raise PresetError(f"preset {path.stem} must define preset = Preset(...) (or graph_manager = GraphManager(...))")
     description = preset.description or ((module.__doc__ or "").strip().splitlines() or [""])[0]
     preset = replace(preset, name=preset.name or path.stem, description=description)
-    preset.check()
+    preset.check(bounds)
     return preset

@@ -42,6 +42,7 @@ from typing import Any
 import yaml
 
 from shepherd.agents import ParameterError
+from shepherd.agents.bounds import DEFAULT_BOUNDS, ParameterBounds
 from shepherd.agents.parameters import Parameter, ParamType, coerce
 from shepherd.definition import AgentDefinition, Filters, Sharing
 from shepherd.graph.preset import (AgentSpec, InvalidPreset, Preset, PresetError, PresetValidation, Problem,
@@ -224,9 +225,9 @@ def _selector_keys(values: dict[str, Any], where: str, problems: list[Problem]) 
                 problems.append(Problem(f"{where}.{key}", "missing; a value is required"))
 
 
-def preset_from_data(data: Any, name: str = "") -> Preset:
+def preset_from_data(data: Any, name: str = "", bounds: ParameterBounds = DEFAULT_BOUNDS) -> Preset:
     """The `Preset` a preset's plain form (a YAML preset's, or `preset_data`'s) describes, checked as
-    `Preset.check` checks a Python preset's.
+    `Preset.check` checks a Python preset's (parameters held to ``bounds``).
 
     Raises:
         InvalidPreset: every problem found (no source yet: the caller knows the file).
@@ -264,7 +265,7 @@ def preset_from_data(data: Any, name: str = "") -> Preset:
         validation_agent = validation.agent if validation is not None else None
         owner = values.get("owner")
         problems.extend(preset_problems(specs, schedule, validation_agent,
-                                        owner if isinstance(owner, str) else None))  # a non-string: above
+                                        owner if isinstance(owner, str) else None, bounds))  # a non-string: above
         problems.extend(Problem(path, message) for path, message in
                         environment_problems(environments, {spec.name: spec for _, spec in specs}))
     if problems or not validation_ok or schedule is None:

@@ -31,6 +31,7 @@ from typing import Any
 import gymnasium as gym
 
 from shepherd.agents import ParameterError, algorithm_info, parameters
+from shepherd.agents.bounds import DEFAULT_BOUNDS, ParameterBounds
 from shepherd.graph.preset import InvalidPreset, Preset, PresetError, Problem
 from shepherd.loading.overrides import Override, overridden, parse_override, seed_overrides
 from shepherd.loading.yaml_preset import read_yaml_preset
@@ -337,7 +338,8 @@ def map_entry(entry: dict[str, Any], source: ZooSource, default: bool = False) -
     return data, problems
 
 
-def load_zoo_preset(text: str, overrides: list[Override], problems: list[Problem]) -> Preset:
+def load_zoo_preset(text: str, overrides: list[Override], problems: list[Problem],
+                    bounds: ParameterBounds = DEFAULT_BOUNDS) -> Preset:
     """The `Preset` of a ``zoo:`` preset, its ``-cp zoo.KEY`` overrides applied to the entry and the
     others to the preset it maps to; every problem at once.
 
@@ -359,12 +361,13 @@ def load_zoo_preset(text: str, overrides: list[Override], problems: list[Problem
             entry[override.key[1]] = override.value
     data, refused = map_entry(entry, source, default)
     try:
-        return overridden(data, text, rest, [*problems, *refused])
+        return overridden(data, text, rest, [*problems, *refused], bounds)
     except InvalidPreset as error:
         raise error.located(source.shown) from None
 
 
-def load(text: str, overrides: list[str] | tuple[str, ...], seed: int | None) -> Preset:
+def load(text: str, overrides: list[str] | tuple[str, ...], seed: int | None,
+         bounds: ParameterBounds = DEFAULT_BOUNDS) -> Preset:
     """``load_preset`` for ``zoo:`` presets: parse the overrides, add ``--seed``'s, load.
 
     Raises:
@@ -379,4 +382,4 @@ def load(text: str, overrides: list[str] | tuple[str, ...], seed: int | None) ->
             problems.append(Problem("", str(error).removeprefix(f"-cp {item}: "), f"-cp {item}"))
     source = zoo_source(text)
     agent = {"agents": [{"name": agent_name(source.zoo_algorithm, source.env_id)}]}
-    return load_zoo_preset(text, seed_overrides(agent, seed) + parsed, problems)
+    return load_zoo_preset(text, seed_overrides(agent, seed) + parsed, problems, bounds)

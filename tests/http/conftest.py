@@ -8,12 +8,26 @@ from tests.http.test_admin_api import Api, graph_manager
 
 
 @pytest.fixture
-async def api(aiohttp_client, tmp_path):
-    """The admin API of a server of one PPO agent ``pole``: ``api.app``, ``api.pole_key``, the admin token by
-    default."""
-    app = create_app(ServerConfig(graph_manager(), tmp_path / "data"))
-    client = await aiohttp_client(app)
-    api = Api(client, app[CREATED_ADMIN_TOKEN])
-    api.app = app
-    api.pole_key = app[CREATED_KEYS]["pole"]
-    return api
+async def make_api(aiohttp_client, tmp_path):
+    """``await make_api(**settings)``: the admin API of a server of one PPO agent ``pole`` with those
+    `ServerConfig` settings (each in a data folder of its own): ``api.app``, ``api.pole_key``, the admin token
+    by default."""
+    count = 0
+
+    async def make(**settings):
+        nonlocal count
+        count += 1
+        app = create_app(ServerConfig(graph_manager(), tmp_path / f"data{count}", **settings))
+        client = await aiohttp_client(app)
+        api = Api(client, app[CREATED_ADMIN_TOKEN])
+        api.app = app
+        api.pole_key = app[CREATED_KEYS]["pole"]
+        return api
+
+    return make
+
+
+@pytest.fixture
+async def api(make_api):
+    """The admin API of a server of one PPO agent ``pole`` (`make_api`'s, default settings)."""
+    return await make_api()

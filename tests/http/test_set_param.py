@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import time
 
+from shepherd.agents.bounds import parse_bounds
 from shepherd.graph import served
 from shepherd.http import GRAPH, STORE
 from tests.http.test_admin_api import play
@@ -83,14 +84,22 @@ async def test_values_outside_their_bounds_are_refused_naming_the_bound_and_the_
     assert "between 1 and 100" in reply["error"]
 
 
-async def test_the_operator_changes_a_bound(api, monkeypatch):
-    from shepherd.agents import bounds
-
-    monkeypatch.setitem(bounds.BOUNDS, "n_epochs", bounds.parse_bound("n_epochs=1:500")[1])
-    await api.post("/agents/1/parameters", {"parameters": {"n_epochs": 500}})
-    assert model_of(api).n_epochs == 500
-    reply = await api.post("/agents/1/parameters", {"parameters": {"n_epochs": 501}}, status=400)
+async def test_the_operator_changes_a_bound_of_its_own_server(make_api):
+    """``--parameter-bound`` is a setting of the server it serves with (`ServerConfig.bounds`), not of the
+    process: a second server in the same process holds the defaults."""
+    wide = await make_api(bounds=parse_bounds(["n_epochs=1:500"]))
+    narrow = await make_api()
+    await wide.post("/agents/1/parameters", {"parameters": {"n_epochs": 500}})
+    assert model_of(wide).n_epochs == 500
+    reply = await wide.post("/agents/1/parameters", {"parameters": {"n_epochs": 501}}, status=400)
     assert "between 1 and 500" in reply["error"]
+    reply = await narrow.post("/agents/1/parameters", {"parameters": {"n_epochs": 500}}, status=400)
+    assert "between 1 and 100" in reply["error"]
+    await wide.post("/users", {"name": "alice"}, status=201)  # new agents are held to the same bounds
+    await wide.add_agent("alice", "wide", parameters={"n_epochs": 500}, status=201)
+    await narrow.post("/users", {"name": "alice"}, status=201)
+    reply = await narrow.add_agent("alice", "wide", parameters={"n_epochs": 500}, status=400)
+    assert "between 1 and 100" in reply["error"]
 
 
 async def test_a_stored_value_outside_its_bound_is_not_built_until_it_is_changed(api):
@@ -106,12 +115,10 @@ async def test_a_stored_value_outside_its_bound_is_not_built_until_it_is_changed
     assert model_of(api).n_epochs == 2
 
 
-async def test_a_restart_stops_a_learner_inside_a_long_update_at_once(api, monkeypatch):
+async def test_a_restart_stops_a_learner_inside_a_long_update_at_once(make_api, monkeypatch):
     """An update of a million epochs (under a bound the operator raised) ends at its next optimiser step when
     the agent restarts: the restart answers at once and the old learner's thread is gone."""
-    from shepherd.agents import bounds
-
-    monkeypatch.setitem(bounds.BOUNDS, "n_epochs", bounds.Bound(1, 1_000_000))
+    api = await make_api(bounds=parse_bounds(["n_epochs=1:1000000"]))
     await api.post("/agents/1/parameters", {"parameters": {"n_epochs": 1_000_000}}, token=api.pole_key)
     learner = api.app[GRAPH].runtimes[1].learner
     optimizer = learner.algorithm.model.policy.optimizer

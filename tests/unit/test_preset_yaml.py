@@ -321,3 +321,13 @@ def test_a_validation_block_can_be_given_by_overrides():
     found = problems_of(TEST_PRESETS / "tiny_ppo.py", "validation.env_id=CartPole-v1")
     assert found == ["-cp validation.env_id=CartPole-v1: validation.target_return: missing; a value is required",
                      "-cp validation.env_id=CartPole-v1: validation.max_steps: missing; a value is required"]
+
+
+def test_parameter_bounds_are_the_commands_not_the_process(capsys):
+    """``--parameter-bound`` widens a bound for the command it is given to; the next command in the same process
+    (a test run, an embedding program) holds the defaults again: the bounds are carried, never set globally."""
+    preset, deep = str(TEST_PRESETS / "tiny_ppo.py"), "agents.tiny.parameters.n_epochs=300"
+    assert main(["--parameter-bound", "n_epochs=1:300", "check", preset, "-cp", deep]) == 0
+    capsys.readouterr()
+    assert main(["check", preset, "-cp", deep]) == 2
+    assert "between 1 and 100, not 300" in capsys.readouterr().err

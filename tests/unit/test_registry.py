@@ -183,6 +183,7 @@ def test_a_preset_and_the_admin_service_refuse_the_same_definitions():
     from shepherd.admin.errors import Invalid
     from shepherd.admin.operations import _checked
     from shepherd.admin.records import NewAgent
+    from shepherd.agents.bounds import DEFAULT_BOUNDS
     from shepherd.graph import AgentSpec, GraphManager, PresetError
 
     bad = {"learning_rate": float("inf")}
@@ -190,5 +191,5 @@ def test_a_preset_and_the_admin_service_refuse_the_same_definitions():
     with pytest.raises(PresetError, match=message):
         GraphManager([AgentSpec("a", "ppo", [[4], -1, 1], 2, bad)]).check()
     with pytest.raises(Invalid, match="PPO parameter 'learning_rate' must be a finite number"):
-        _checked(NewAgent("alice", AgentDefinition("a", "ppo", [[4], -1, 1], 2, bad)).definition)
-    assert _checked(AgentDefinition("a", "ppo", [[4], -1, 1], 2, {"gamma": "0.9"})) == ("PPO", {"gamma": 0.9})
+        _checked(NewAgent("alice", AgentDefinition("a", "ppo", [[4], -1, 1], 2, bad)).definition, DEFAULT_BOUNDS)
+    assert _checked(AgentDefinition("a", "ppo", [[4], -1, 1], 2, {"gamma": "0.9"}), DEFAULT_BOUNDS) == ("PPO", {"gamma": 0.9})
