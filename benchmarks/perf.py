@@ -167,7 +167,7 @@ def forward_costs() -> dict:
         pass
     else:
         greedy = greedy_function(learner.model.policy, learner.observation_space)
-        figures["shepherd_snapshot_us"] = per_call(lambda: greedy(obs))
+        figures["shepherd_snapshot_us"] = per_call(lambda: greedy(obs[None]))  # a batch of one row
     return figures
 
 
