@@ -1,14 +1,18 @@
 """The engine room's interfaces: what a learner is fed, what it answers, and the plain data in between.
 
-A learner is fed episodes by many actors (one per client session), in Dopamine's push style, and answers
-every act request with an action and the policy version that chose it::
+A learner is fed episodes by many actors (one per client session), in Dopamine's push style, as `Request`s
+(the form a client's step takes once parsed: a level makes one of each step), and answers every act request
+with an action and the policy version that chose it::
 
     learner.start(deliver)                                  # once: how answers reach the caller's thread
-    action = learner.begin_episode(actor, obs, mode)        # a future action
-    while episode goes on:
-        action = learner.step(actor, reward, obs, mode)     # completes (obs, action, reward), acts anew
-    learner.end_episode(actor, reward, obs, truncated, mode)
-    learner.end_actor(actor)                                # the session is gone: close its partial data
+    action = learner.ask(Request(Kind.BEGIN, actor, obs, mode=mode))          # a future action
+    while episode goes on:                                  # completes (obs, action, reward), acts anew
+        action = learner.ask(Request(Kind.STEP, actor, obs, reward, mode=mode))
+    learner.tell(Request(Kind.END, actor, obs, reward, truncated, mode))
+    learner.tell(Request(Kind.DROP, actor))                 # the session is gone: close its partial data
+
+(`EpisodeCalls` spells the same as ``begin_episode``, ``step``, ``end_episode`` and ``end_actor``, for code
+that drives a learner by hand: tests, benchmarks.)
 
 A client-acting session (issue 35: the client acts with the served policy and uploads its experience) is
 one *uploader*: ``learner.begin_uploads(uploader, n_envs)`` says how many steps to collect first, and each
@@ -218,13 +222,16 @@ class Learner(Protocol):
         """Start the worker; ``deliver`` runs each batch's answers on the caller's thread (None: on the
         learner's)."""
 
-    def begin_episode(self, actor: int, obs: Observation, mode: ActMode, mask: Any = None) -> ActionFuture: ...
+    def ask(self, request: Request) -> ActionFuture:
+        """One actor's act request (BEGIN, STEP): a future of its action, whose ``policy_version`` says
+        which policy chose it."""
 
-    def step(self, actor: int, reward: float, obs: Observation, mode: ActMode, mask: Any = None) -> ActionFuture: ...
+    def tell(self, request: Request) -> None:
+        """One actor's request that awaits no action (END: the episode's last reward and observation;
+        DROP: the actor is gone, its partial data is closed)."""
 
-    def end_episode(self, actor: int, reward: float, obs: Observation, truncated: bool, mode: ActMode) -> None: ...
-
-    def end_actor(self, actor: int) -> None: ...
+    def end_actor(self, actor: int) -> None:
+        """``tell`` a DROP of ``actor``."""
 
     def submit(self, requests: list[Request]) -> ActionFuture:
         """Hand over one vector step's requests (made by the caller, any kinds) as one unit, in order;
@@ -237,6 +244,29 @@ class Learner(Protocol):
         """Stop after everything queued so far is handled, or with ``interrupt`` at once (an update in
         progress ends at its next optimiser step); wait up to ``timeout`` seconds. Returns whether it
         stopped within that time."""
+
+
+class EpisodeCalls:
+    """A learner's requests of one actor's episode spelled as calls (`Learner.ask`, `Learner.tell`), for code
+    that drives a learner by hand (tests, benchmarks) and the session's end (`end_actor`)."""
+
+    def ask(self, request: Request) -> ActionFuture:
+        raise NotImplementedError
+
+    def tell(self, request: Request) -> None:
+        raise NotImplementedError
+
+    def begin_episode(self, actor: int, obs: Observation, mode: ActMode, mask: Any = None) -> ActionFuture:
+        return self.ask(Request(Kind.BEGIN, actor, obs, 0.0, False, mode, mask=mask))
+
+    def step(self, actor: int, reward: float, obs: Observation, mode: ActMode, mask: Any = None) -> ActionFuture:
+        return self.ask(Request(Kind.STEP, actor, obs, reward, False, mode, mask=mask))
+
+    def end_episode(self, actor: int, reward: float, obs: Observation, truncated: bool, mode: ActMode) -> None:
+        self.tell(Request(Kind.END, actor, obs, reward, truncated, mode))
+
+    def end_actor(self, actor: int) -> None:
+        self.tell(Request(Kind.DROP, actor))
 
 
 @runtime_checkable

@@ -24,8 +24,8 @@ from typing import Any, Callable
 
 import torch as th
 
-from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFailed, Answer, Deliver, Kind,
-                                  NotClientActing, Observation, Outcome, Request, Upload)
+from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFailed, Answer, Deliver, EpisodeCalls, Kind,
+                                  NotClientActing, Outcome, Request, Upload)
 from shepherd.agents.algorithm import (CONTROLS, WORKER, Algorithm, Control, UpdateInterrupted, install_interrupt_hook,
                                       refuse, take_queued)
 from shepherd.wire.experience import Experience
@@ -37,7 +37,7 @@ from shepherd.agents.timing import LearnerStats
 logger = logging.getLogger(__name__)
 
 
-class ThreadedLearner:
+class ThreadedLearner(EpisodeCalls):
     """An `Algorithm` on a worker thread, behind the `Learner` calls; every call is thread-safe."""
 
     #: how long the worker sleeps when idle before calling `Algorithm.idle` (seconds)
@@ -94,26 +94,21 @@ class ThreadedLearner:
         self._deliver = deliver
         self._thread.start()
 
-    def begin_episode(self, actor: int, obs: Observation, mode: ActMode, mask: Any = None) -> ActionFuture:
-        if mode is ActMode.GREEDY and self.greedy is not None:
-            self.greedy.prepare()  # the episode's next steps can be answered at once
-        return self._ask(Request(Kind.BEGIN, actor, obs, 0.0, False, mode, mask=mask))
+    def ask(self, request: Request) -> ActionFuture:
+        if request.mode is ActMode.GREEDY and self.greedy is not None:
+            if request.kind is Kind.BEGIN:
+                self.greedy.prepare()  # the episode's next steps can be answered at once
+            elif self.failure is None and not self._closed:
+                answered = self.greedy.act(request.obs, request.mask)  # None: the learner answers (also masks
+                if answered is not None:                               # a plan cannot apply)
+                    future = ActionFuture()
+                    future.policy_version = answered[1]
+                    future.set_result(answered[0])
+                    return future
+        return self._ask(request)
 
-    def step(self, actor: int, reward: float, obs: Observation, mode: ActMode, mask: Any = None) -> ActionFuture:
-        if mode is ActMode.GREEDY and self.greedy is not None and self.failure is None and not self._closed:
-            answered = self.greedy.act(obs, mask)  # None: the learner answers (also masks a plan cannot apply)
-            if answered is not None:
-                future = ActionFuture()
-                future.policy_version = answered[1]
-                future.set_result(answered[0])
-                return future
-        return self._ask(Request(Kind.STEP, actor, obs, reward, False, mode, mask=mask))
-
-    def end_episode(self, actor: int, reward: float, obs: Observation, truncated: bool, mode: ActMode) -> None:
-        self._put(Request(Kind.END, actor, obs, reward, truncated, mode))
-
-    def end_actor(self, actor: int) -> None:
-        self._put(Request(Kind.DROP, actor))
+    def tell(self, request: Request) -> None:
+        self._put(request)
 
     def submit(self, requests: list[Request]) -> ActionFuture:
         """Hand over one vector step's requests as one unit; one future of its acts' (BEGIN, STEP) actions,

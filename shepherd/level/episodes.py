@@ -3,13 +3,14 @@ level needs from its agent (`EpisodeHost`), and trials of another learner's gree
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from shepherd.agents import ActionFuture, ActMode
-from shepherd.agents.core import HasGreedy, Learner
+from shepherd.agents.core import HasGreedy, Kind, Learner, Request
 from shepherd.agents.greedy_policy import GreedyPolicy
 from shepherd.lessons import EpisodeConfig
 
@@ -54,25 +55,26 @@ class Trial:
     def done(self) -> bool:
         return len(self.returns) >= self.episodes
 
-    def ask(self, actor: int, reward: float, obs: Any, mask: Any) -> Callable[[], ActionFuture]:
-        """The call that answers an actor's step of a trial episode (its first, or a later one)."""
+    def ask(self, request: Request) -> Callable[[], ActionFuture]:
+        """The call that answers an actor's act request (BEGIN, STEP) of a trial episode: the frozen copy's
+        action, or the tried learner's (greedy; the actor's first request to it begins its episode there)."""
         if self.frozen is None and self._greedy is not None:
             self.frozen = self._greedy.frozen()
         frozen = self.frozen
         if frozen is not None:
-            chosen = frozen.act(obs, mask)
+            chosen = frozen.act(request.obs, request.mask)
             if chosen is not None:
                 return functools.partial(answered, *chosen)
-        if actor in self._live:
-            return functools.partial(self.learner.step, actor, reward, obs, ActMode.GREEDY, mask)
-        self._live.add(actor)
-        return functools.partial(self.learner.begin_episode, actor, obs, ActMode.GREEDY, mask)
+        kind = Kind.STEP if request.actor in self._live else Kind.BEGIN
+        self._live.add(request.actor)
+        # greedy, and of no vector session there: the tried learner sees only the actors in trial episodes
+        return functools.partial(self.learner.ask, dataclasses.replace(request, kind=kind, mode=ActMode.GREEDY, group=0))
 
-    def end(self, actor: int, reward: float, obs: Any, truncated: bool) -> None:
-        """An actor's trial episode ended (its last reward and observation)."""
-        if actor in self._live:
-            self.learner.end_episode(actor, reward, obs, truncated, ActMode.GREEDY)
-        self.abandon(actor)
+    def end(self, request: Request) -> None:
+        """An actor's trial episode ended (END: its last reward and observation)."""
+        if request.actor in self._live:
+            self.learner.tell(dataclasses.replace(request, mode=ActMode.GREEDY, group=0))
+        self.abandon(request.actor)
 
     def abandon(self, actor: int) -> None:
         """The tried learner forgets the actor at once."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from shepherd.agents import ActionFuture, ActMode
-from shepherd.agents.core import Learner
+from shepherd.agents.core import Kind, Learner, Request
 from shepherd.level.base import Level, SessionEnded, consulting
 from shepherd.level.episodes import MODES, EpisodeHost, Phase
 from shepherd.level.lifecycle import Announce, Lifecycle
@@ -136,46 +136,49 @@ class HierarchyLevel(OptionsLevel):
         self.option: Option | None = None
 
     def take_step(self, step: StepInput) -> ActionFuture | None:
-        return self.step(step.obs, step.reward, step.done, step.truncated, step.mask)
-
-    def step(self, obs: Any, reward: float, done: bool, truncated: bool = False, mask: Any = None
-             ) -> ActionFuture | None:
         lifecycle = self.lifecycle
         lifecycle.open_step()
         try:
-            return self._step(obs, reward, done, truncated, mask)
+            return self._step(step)
         finally:
             self._note_configs(self._fields)
 
-    def _step(self, obs: Any, reward: float, done: bool, truncated: bool, mask: Any) -> ActionFuture | None:
-        host, actor, lifecycle = self.host, self.actor_id, self.lifecycle
+    def step(self, obs: Any, reward: float, done: bool, truncated: bool = False, mask: Any = None
+             ) -> ActionFuture | None:
+        """`take_step` of a step given by its fields (a level driven by hand)."""
+        return self.take_step(StepInput(obs, reward, done, truncated, mask=mask))
+
+    def _step(self, step: StepInput) -> ActionFuture | None:
+        """The step as the `Request`s of the selector (its option's discounted reward) and of the skill acting."""
+        host, actor, lifecycle, obs = self.host, self.actor_id, self.lifecycle, step.obs
         if lifecycle.episodes[0] is None:
             self._fields = {"option": None}
-            if done:  # an episode that ended on its reset observation: nothing to learn or answer
+            if step.done:  # an episode that ended on its reset observation: nothing to learn or answer
                 lifecycle.announce_again(0)
                 return None
             phase = lifecycle.begin(0).phase
-            return self._choose(host.learner.begin_episode(actor, obs, MODES[phase]), obs, mask)
+            return self._choose(host.learner.ask(Request(Kind.BEGIN, actor, obs, mode=MODES[phase])), obs, step.mask)
         option = self.option
         assert option is not None, "a step of an episode whose first option was never chosen"
-        episode = lifecycle.count(0, reward)
-        option.add(reward, self.gamma)
+        episode = lifecycle.count(0, step.reward)
+        option.add(step.reward, self.gamma)
         skill = self.skills[option.skill]
         mode, skill_mode = MODES[episode.phase], self.skill_mode(episode.phase)
-        if done:
-            skill.learner.end_episode(actor, reward, obs, truncated, skill_mode)
-            host.learner.end_episode(actor, option.discounted, obs, truncated, mode)
+        if step.done:
+            skill.learner.tell(Request(Kind.END, actor, obs, step.reward, step.truncated, skill_mode))
+            host.learner.tell(Request(Kind.END, actor, obs, option.discounted, step.truncated, mode))
             self._ended(option)
             lifecycle.end(0)
             self._fields = {"option": None}
             return None
         skill_ended = skill.ends is not None and bool(skill.ends(obs))
         if skill_ended or option.steps >= self.option_steps:
-            skill.learner.end_episode(actor, reward, obs, not skill_ended, skill_mode)
+            skill.learner.tell(Request(Kind.END, actor, obs, step.reward, not skill_ended, skill_mode))
             self._ended(option)
-            return self._choose(host.learner.step(actor, option.discounted, obs, mode), obs, mask)
+            return self._choose(host.learner.ask(Request(Kind.STEP, actor, obs, option.discounted, mode=mode)), obs,
+                                step.mask)
         self._fields = {"option": skill.name}
-        return skill.learner.step(actor, reward, obs, skill_mode, mask)
+        return skill.learner.ask(Request(Kind.STEP, actor, obs, step.reward, mode=skill_mode, mask=step.mask))
 
     def _ended(self, option: Option) -> None:
         self._record(option)
@@ -198,7 +201,7 @@ class HierarchyLevel(OptionsLevel):
         self.option = Option(index)
         self._used.add(index)
         fields["option"] = skill.name
-        future = skill.learner.begin_episode(self.actor_id, obs, self.skill_mode(episode.phase), mask)
+        future = skill.learner.ask(Request(Kind.BEGIN, self.actor_id, obs, mode=self.skill_mode(episode.phase), mask=mask))
         return await future, future.policy_version
 
     def close(self) -> None:

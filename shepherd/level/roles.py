@@ -241,7 +241,7 @@ class RolesLevel(Level):
             role.returned += reward
         if isinstance(role.stand_in, Trial):  # a snapshot's episode: nothing learned or recorded
             if role.begun:
-                role.stand_in.end(role.actor, reward, obs, truncated)
+                role.stand_in.end(Request(Kind.END, role.actor, obs, reward, truncated))
             role.begun = False
             return
         if role.host is None or role.stand_in is not None or not role.begun:
@@ -262,7 +262,7 @@ class RolesLevel(Level):
             role.returned += reward
         if isinstance(role.stand_in, Trial):  # a snapshot plays it: greedy, not learned from
             first, role.begun = not role.begun, True
-            return role.stand_in.ask(role.actor, 0.0 if first else reward, obs, mask)
+            return role.stand_in.ask(Request(Kind.STEP, role.actor, obs, 0.0 if first else reward, mask=mask))
         if role.host is None or role.stand_in is not None:
             script = role.stand_in if role.stand_in is not None else role.script
             assert script is not None

@@ -12,6 +12,7 @@ import functools
 from typing import Any, Callable
 
 from shepherd.agents import ActionFuture
+from shepherd.agents.core import Kind, Request
 from shepherd.level.base import Level
 from shepherd.level.episodes import MODES, EpisodeHost, Phase, answered
 from shepherd.level.lifecycle import Announce, Lifecycle
@@ -44,7 +45,13 @@ class LevelManager(Level):
         return self.lifecycle.reply_fields()
 
     def take_step(self, step: StepInput) -> ActionFuture | None:
-        return self.step(step.obs, step.reward, step.done, step.truncated, step.mask)
+        episodes = self.lifecycle
+        episodes.open_step()
+        try:
+            self._asked = self._ask(step)
+        finally:
+            episodes.close_step()
+        return None if self._asked is None else self._asked()
 
     def record_greedy(self, step: GreedyStep) -> ActionFuture | None:
         assert self.evaluate_only, "a greedy step of a training session"
@@ -57,37 +64,36 @@ class LevelManager(Level):
         return self._asked()
 
     def step(self, obs: Any, reward: float, done: bool, truncated: bool = False, mask: Any = None) -> ActionFuture | None:
-        episodes = self.lifecycle
-        episodes.open_step()
-        try:
-            self._asked = self._ask(obs, reward, done, truncated, mask)
-        finally:
-            episodes.close_step()
-        return None if self._asked is None else self._asked()
+        """`take_step` of a step given by its fields (a level driven by hand)."""
+        return self.take_step(StepInput(obs, reward, done, truncated, mask=mask))
 
-    def _ask(self, obs: Any, reward: float, done: bool, truncated: bool, mask: Any) -> Callable[[], ActionFuture] | None:
-        """The learner call that answers this step (None: the episode ended)."""
+    def _ask(self, step: StepInput) -> Callable[[], ActionFuture] | None:
+        """The learner call that answers this step (None: the episode ended): the step as the `Request` the
+        learner takes (its only change of form after parsing)."""
         learner, actor, episodes = self.host.learner, self.actor_id, self.lifecycle
         if episodes.episodes[0] is None:
-            if done:  # an episode that ended on its reset observation: nothing to learn or answer
+            if step.done:  # an episode that ended on its reset observation: nothing to learn or answer
                 episodes.announce_again(0)
                 return None
             episode = episodes.begin(0)
+            request = Request(Kind.BEGIN, actor, step.obs, 0.0, False, MODES[episode.phase], mask=step.mask)
             if episode.trial is not None:
-                return episode.trial.ask(actor, 0.0, obs, mask)
-            return functools.partial(learner.begin_episode, actor, obs, MODES[episode.phase], mask)
-        episode = episodes.count(0, reward)
+                return episode.trial.ask(request)
+            return functools.partial(learner.ask, request)
+        episode = episodes.count(0, step.reward)
         trial = episode.trial
-        if done:
+        if step.done:
+            request = Request(Kind.END, actor, step.obs, step.reward, step.truncated, MODES[episode.phase])
             if trial is not None:
-                trial.end(actor, reward, obs, truncated)
+                trial.end(request)
             else:
-                learner.end_episode(actor, reward, obs, truncated, MODES[episode.phase])
+                learner.tell(request)
             episodes.end(0)
             return None
+        request = Request(Kind.STEP, actor, step.obs, step.reward, False, MODES[episode.phase], mask=step.mask)
         if trial is not None:
-            return trial.ask(actor, reward, obs, mask)
-        return functools.partial(learner.step, actor, reward, obs, MODES[episode.phase], mask)
+            return trial.ask(request)
+        return functools.partial(learner.ask, request)
 
     def record(self, reward: float, done: bool, action: Any, version: int) -> ActionFuture | None:
         """A greedy step of an evaluate-mode session that another process answered with ``action`` (a front

@@ -83,24 +83,27 @@ class VectorLevel(Level):
                     lifecycle.count(index, reward)
                     mode, trial = MODES[episode.phase], episode.trial
                     if not envs.ended[index]:
+                        request = Request(Kind.STEP, actor, envs.obs[index], reward, False, mode, group=group,
+                                          mask=masks[index])
                         if trial is not None:
-                            tried[index] = trial.ask(actor, reward, envs.obs[index], masks[index])()
+                            tried[index] = trial.ask(request)()
                         else:
-                            requests.append(Request(Kind.STEP, actor, envs.obs[index], reward, False, mode, group=group,
-                                                    mask=masks[index]))
+                            requests.append(request)
                         continue
+                    request = Request(Kind.END, actor, envs.final_obs[index], reward, envs.truncated[index], mode,
+                                      group=group)
                     if trial is not None:
-                        trial.end(actor, reward, envs.final_obs[index], envs.truncated[index])
+                        trial.end(request)
                     else:
-                        requests.append(Request(Kind.END, actor, envs.final_obs[index], reward, envs.truncated[index],
-                                                mode, group=group))
+                        requests.append(request)
                     lifecycle.end(index)
                 episode = lifecycle.begin(index)
+                request = Request(Kind.BEGIN, actor, envs.obs[index], 0.0, False, MODES[episode.phase], group=group,
+                                  mask=masks[index])
                 if episode.trial is not None:
-                    tried[index] = episode.trial.ask(actor, 0.0, envs.obs[index], masks[index])()
+                    tried[index] = episode.trial.ask(request)()
                     continue
-                requests.append(Request(Kind.BEGIN, actor, envs.obs[index], 0.0, False, MODES[episode.phase],
-                                        group=group, mask=masks[index]))
+                requests.append(request)
         finally:
             lifecycle.close_step()
         self._sent = [dataclasses.replace(r) for r in requests]

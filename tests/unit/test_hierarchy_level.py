@@ -4,6 +4,7 @@ with fake learners and host (docs/levels.md)."""
 import asyncio
 
 from shepherd.agents import ActionFuture, ActMode
+from tests.fake_learners import RequestsAsCalls
 from shepherd.level import Episode, HierarchyLevel, Phase, Skill
 
 
@@ -13,7 +14,7 @@ def _answered(value):
     return future
 
 
-class FakeLearner:
+class FakeLearner(RequestsAsCalls):
     """Answers each act with the next of ``actions`` (the last one again once they run out)."""
 
     def __init__(self, name, actions=("a",)):

@@ -3,10 +3,11 @@
 from concurrent.futures import Future
 
 from shepherd.agents import ActionFuture, ActMode
+from tests.fake_learners import RequestsAsCalls
 from shepherd.level import Episode, LevelManager, Phase, Trial
 
 
-class FakeLearner:
+class FakeLearner(RequestsAsCalls):
     def __init__(self):
         self.calls = []
 

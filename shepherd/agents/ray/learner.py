@@ -18,8 +18,8 @@ from typing import Any, Callable
 import ray
 
 from shepherd.agents import checkpoint as checkpoint_format
-from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFailed, Answer, Deliver, Kind,
-                                  LearnerUnavailable, Observation, Request)
+from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFailed, Answer, Deliver, EpisodeCalls, Kind,
+                                  LearnerUnavailable, Request)
 from shepherd.agents.greedy_policy import GreedyPolicy
 from shepherd.agents.metrics import MetricsWriter, is_on_policy
 from shepherd.agents.ray.actor import BUILD_SECONDS, Reply
@@ -42,7 +42,7 @@ POLL_SECONDS = 0.05
 WEIGHTS_SECONDS = 0.2
 
 
-class RayLearner(ActorRevival, RemoteUploads):
+class RayLearner(ActorRevival, RemoteUploads, EpisodeCalls):
     """The head's side of a learner in a `LearnerActor`: the calls of a `ThreadedLearner`, thread-safe.
 
     ``model`` is not here (it lives in the actor): an export reads the checkpoint instead (the graph
@@ -134,26 +134,21 @@ class RayLearner(ActorRevival, RemoteUploads):
             ray.get(self._handle.start.remote(), timeout=BUILD_SECONDS)
         self._thread.start()
 
-    def begin_episode(self, actor: int, obs: Observation, mode: ActMode, mask: Any = None) -> ActionFuture:
-        if mode is ActMode.GREEDY and self.greedy is not None:
-            self.greedy.prepare()
-        return self._ask([Request(Kind.BEGIN, actor, obs, 0.0, False, mode, mask=mask)])
+    def ask(self, request: Request) -> ActionFuture:
+        if request.mode is ActMode.GREEDY and self.greedy is not None:
+            if request.kind is Kind.BEGIN:
+                self.greedy.prepare()
+            elif self.failure is None and self.available:
+                answered = self.greedy.act(request.obs, request.mask)
+                if answered is not None:
+                    future = ActionFuture()
+                    future.policy_version = answered[1]
+                    future.set_result(answered[0])
+                    return future
+        return self._ask([request])
 
-    def step(self, actor: int, reward: float, obs: Observation, mode: ActMode, mask: Any = None) -> ActionFuture:
-        if mode is ActMode.GREEDY and self.greedy is not None and self.failure is None and self.available:
-            answered = self.greedy.act(obs, mask)
-            if answered is not None:
-                future = ActionFuture()
-                future.policy_version = answered[1]
-                future.set_result(answered[0])
-                return future
-        return self._ask([Request(Kind.STEP, actor, obs, reward, False, mode, mask=mask)])
-
-    def end_episode(self, actor: int, reward: float, obs: Observation, truncated: bool, mode: ActMode) -> None:
-        self._send([Request(Kind.END, actor, obs, reward, truncated, mode)])
-
-    def end_actor(self, actor: int) -> None:
-        self._send([Request(Kind.DROP, actor)])
+    def tell(self, request: Request) -> None:
+        self._send([request])
 
     def submit(self, requests: list[Request]) -> ActionFuture:
         """One vector step's requests as one unit (see `ThreadedLearner.submit`)."""
