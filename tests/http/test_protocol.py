@@ -2,6 +2,7 @@
 
 import pytest
 
+from shepherd.agents.core import Kind
 from shepherd.graph import AgentSpec, GraphManager, Schedule
 from shepherd.http import CREATED_KEYS, GRAPH, STORE, ServerConfig, create_app
 from tests.binary_bodies import ENCODINGS, request
@@ -184,11 +185,11 @@ async def test_time_limits_reach_the_learner_as_truncation(app_client):
     await step(app_client, key)
     level = app_client.server.app[GRAPH].session(key).level
     calls = []
-    real_end = level.host.learner.end_episode
-    level.host.learner.end_episode = lambda *args: calls.append(args) or real_end(*args)
+    real_tell = level.host.learner.tell
+    level.host.learner.tell = lambda request: calls.append(request) or real_tell(request)
     response = await step(app_client, key, reward=1.0, done=True, info={"TimeLimit.truncated": True})
     assert await response.json() == {"action": None}
-    assert calls and calls[0][3] is True
+    assert [(request.kind, request.truncated) for request in calls] == [(Kind.END, True)]
 
 
 async def test_every_action_says_which_policy_version_chose_it(aiohttp_client, tmp_path):
