@@ -101,11 +101,16 @@ class ServedAgent(ABC):
         """
 
     def session_level(self, runtime: AgentRuntime, evaluate_only: bool, n_envs: int | None,
-                      acting: str) -> Callable[[int], Level]:
-        """The level of a session of this agent (of ``n_envs`` envs, None: one; ``acting`` "server" or "client")
-        from its first actor id: the shape's (`shepherd.level.shapes`), on ``runtime``. Raises what refuses the
-        login (HTTP 400)."""
+                      acting: str, client: str | None = None) -> Callable[[int], Level]:
+        """The level of a session of this agent (of ``n_envs`` envs, None: one; ``acting`` "server" or "client";
+        the login's ``client``) from its first actor id: the shape's (`shepherd.level.shapes`), on ``runtime``.
+        Raises what refuses the login (HTTP 400)."""
         return flat_level(runtime, evaluate_only, n_envs, acting)
+
+    def prepared_with(self) -> list[int]:
+        """The store ids of the other served agents a login of this one opens sessions on too, whose learners a
+        login's ``client`` may need built first (`prepare`): a selector's skills. None by default."""
+        return []
 
     async def prepare(self, client: str | None, lock: asyncio.Lock, serving: Callable[[], bool]) -> None:
         """Build off the event loop what a login with ``client`` will need, under the agent's ``lock``

@@ -336,7 +336,7 @@ class GraphManager:
         runtime = agent.session_runtime(client, evaluate_only)
         if runtime.learner.failure is not None:
             raise AgentFailed(f"agent {runtime.label} failed ({runtime.learner.failure}); an admin can restart it")
-        leveled = agent.session_level(runtime, evaluate_only, n_envs, acting)
+        leveled = agent.session_level(runtime, evaluate_only, n_envs, acting, client)
         return self._sessions.open(runtime, leveled, n_envs or 1, hash_key(apikey))
 
     async def prepare_client(self, apikey: str, client: str | None) -> None:

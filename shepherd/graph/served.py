@@ -117,6 +117,9 @@ class ServedAgents:
         agent = self.agents.get(agent_id)
         if agent is not None:
             await agent.prepare(client, self.lock(agent_id), lambda: self.agents.get(agent_id) is agent)
+            for other in agent.prepared_with():  # a selector's advised skill builds the client's learner too
+                if other != agent_id:
+                    await self.prepare(other, client)
 
     # -- the verbs -------------------------------------------------------------------------------
     def status(self, record: AgentRecord) -> AgentStatus:

@@ -99,30 +99,45 @@ class HierarchyAgent(PooledAgent):
         self.selector = runtime
         self._find = find
 
-    def skills(self) -> list[tuple[str, AgentRuntime]]:
-        """Each skill's name and runtime, in the order of the selector's actions.
+    def skills(self, client: str | None = None, evaluate_only: bool = False) -> list[tuple[str, AgentRuntime]]:
+        """Each skill's name and runtime for a session of ``client``, in the order of the selector's actions: a
+        skill with one learner gives its runtime; an advised skill (a learner per client) the client's, built
+        if new, or for an evaluation without a name its best client's (`ServedAgent.session_runtime`).
 
         Raises:
-            AgentFailed: a skill is not served here (deleted, failed, restarting) or has no one learner.
+            AgentFailed: a skill is not served here (deleted, failed, restarting).
+            BadClient: an advised skill and no client named (training), or a bad name.
+            TooManyClients: an advised skill with the most clients, and a new name.
         """
         found = []
         for name in self.selector.level.skills:
             agent = self._find(name)
             runtime = None if agent is None else agent.runtime
+            if agent is not None and runtime is None:  # a learner per client: the session's client's
+                try:
+                    runtime = agent.session_runtime(client, evaluate_only)
+                except BadClient:
+                    raise BadClient(f"agent {self.record.name} is a selector whose skill {name} is advised (a learner "
+                                    "per client): a login names its client, as {\"apikey\": ..., \"client\": "
+                                    "\"arm-3\"}") from None
             if runtime is None or runtime.learner.failure is not None:
                 raise AgentFailed(f"agent {self.record.name}: its skill {name} is not served here (failed, restarting "
                                   "or deleted); serve it, then log in again")
             found.append((name, runtime))
         return found
 
+    def prepared_with(self) -> list[int]:
+        return [agent.record.id for agent in map(self._find, self.selector.level.skills) if agent is not None]
+
     def session_runtime(self, client: str | None, evaluate_only: bool) -> AgentRuntime:
-        if client is not None:
+        if client is not None and all(agent is None or agent.runtime is not None
+                                      for agent in map(self._find, self.selector.level.skills)):
             raise BadClient(f"'client' names a client of an advised agent; agent {self.record.name} is a selector "
-                            "(one learner for every client): leave 'client' out")
+                            "(one learner for every client) and none of its skills is advised: leave 'client' out")
         return self.selector
 
     def session_level(self, runtime: AgentRuntime, evaluate_only: bool, n_envs: int | None,
-                      acting: str) -> Callable[[int], Level]:
+                      acting: str, client: str | None = None) -> Callable[[int], Level]:
         name = self.record.name
         if acting == "client":
             raise NotClientActing(f"agent {name} is a selector with skills: its option state (which skill is active, "
@@ -130,8 +145,11 @@ class HierarchyAgent(PooledAgent):
                                   "travel with one policy file, so its sessions act at the server; log in with "
                                   "\"acting\": \"server\" (or leave it out)")
         level = self.selector.level
-        found = self.skills()
-        self.selector.learning_skills = [runtime for _, runtime in found] if level.skills_learn else []
+        found = self.skills(client, evaluate_only)
+        if level.skills_learn:  # checkpointed with the selector (an advised skill: each client's that a session used)
+            kept = [known for known in self.selector.learning_skills if known.learner.alive]  # a restarted skill's: gone
+            self.selector.learning_skills = kept + [runtime for _, runtime in found
+                                                    if all(runtime is not known for known in kept)]
         skills = [Skill(skill, runtime.learner, None if skill not in level.skill_ends else
                         load_function(level.skill_ends[skill]), runtime.record.id, runtime.takes_masks)
                   for skill, runtime in found]

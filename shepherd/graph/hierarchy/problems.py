@@ -92,8 +92,6 @@ def _selector_problems(where: str, spec: AgentDefinition, declared: dict[str, Ag
         elif action is not None and first[1] is not None and action != first[1]:
             problems.append((path, f"{shown} acts in {skill.action_space!r}, skill {first[0]!r} in another "
                                    "space: every skill answers the same env"))
-        if skill.sharing is not Sharing.POOLED:
-            problems.append((path, f"{shown} is {skill.sharing.value}; a skill is a pooled agent"))
         if skill.level is not None and not _reaches(known, name, spec.name):
             problems.append((path, f"{shown} has skills of its own: one level of skills is served today"))
     return problems
