@@ -95,11 +95,10 @@ def greedy_pool() -> ThreadPoolExecutor:
 def answer_greedy_acts(greedy: GreedyPolicy | OnnxGreedy, requests: list[Request], acts: list[Request],
                        future: ActionFuture) -> list[Request] | None:
     """A vector step's acts answered from the greedy snapshot, when every one is greedy and the snapshot can
-    serve them (one numpy forward): sets ``future`` (at once, or on a worker thread for a batch of more than
-    INLINE_NUMBERS observation numbers or from an image agent's greedy file, `OnnxGreedy.always_off_loop`) and
-    returns the step's other requests (ends, drops), which the learner
-    must still be sent. None: the learner answers them (the snapshot is asked to get ready, so the next
-    greedy steps can be answered at once)."""
+    serve them (one forward): sets ``future`` (at once, or on a worker thread for a batch of more than
+    INLINE_NUMBERS observation numbers, and always for an image agent's greedy file: `OnnxGreedy.always_off_loop`)
+    and returns the step's other requests (ends, drops), which the learner must still be sent. None: the learner
+    answers them (the snapshot is asked to get ready, so the next greedy steps can be answered at once)."""
     if not all(r.mode is ActMode.GREEDY for r in acts):
         return None
     masks = [r.mask for r in acts] if any(r.mask is not None for r in acts) else None

@@ -95,7 +95,8 @@ class OnnxGreedy:
             logger.exception("agent %s: the greedy ONNX file failed; the learner answers instead", self.name)
             self.broken = True
             return None
-        self.answered += len(observations)
+        with self._lock:
+            self.answered += len(observations)
         return list(actions), version
 
     def act(self, obs: Any, mask: Any = None) -> tuple[Any, int] | None:
