@@ -1,6 +1,7 @@
 #!/usr/bin/env python
 """What binary tensors save per step (issue 47, docs/protocol.md "Binary tensors"), each case beside its baseline
-in the same run: one 84x84x4 uint8 observation sent as a binary body, as JSON, and a CartPole step as JSON.
+in the same run: one 84x84x4 uint8 observation sent as a binary body, as JSON, and a CartPole step as JSON; and the
+same binary body to an image agent (a CnnPolicy).
 
     .venv/bin/python benchmarks/binary_steps.py                  # about a minute on 2 cores
     .venv/bin/python benchmarks/binary_steps.py --steps 2000 --rounds 5
@@ -12,7 +13,8 @@ in the same run: one 84x84x4 uint8 observation sent as a binary body, as JSON, a
   times), one client on one keep-alive connection stepping an evaluate-mode session as fast as it can, --rounds
   rounds alternating the cases' order, the median kept. It includes aiohttp, the session, the episode's
   bookkeeping and the greedy policy's forward pass, which for the frames is SB3's default MLP over 28,224 inputs
-  (its first layer alone 1.8M weights: a CNN, issue 47's item 4, is another branch's);
+  (its first layer alone 1.8M weights); for "84x84x4 Image binary" (``["Image", [84, 84, 4]]``) a CnnPolicy's
+  (NatureCNN, answered from its greedy ONNX file with onnxruntime once loaded: `shepherd.agents.onnx_greedy`);
 - first layer: the frames' policy's first layer alone (28,224 x 64 float32 weights, numpy), the part of the
   server's figure that is not the wire's;
 - bytes: the body's size each way.
@@ -55,13 +57,14 @@ def bodies(key: str) -> dict[str, tuple[bytes, int | None]]:
     step = {"session_key": key, "reward": 1.0, "done": False, "info": {}}
     return {"CartPole JSON": (json.dumps({**step, "obs": POLE}).encode(), None),
             "84x84x4 binary": encode({**step, "obs": image}),
-            "84x84x4 JSON": (json.dumps({**step, "obs": image.tolist()}).encode(), None)}
+            "84x84x4 JSON": (json.dumps({**step, "obs": image.tolist()}).encode(), None),
+            "84x84x4 Image binary": encode({**step, "obs": image})}
 
 
 def edge(rounds: int, steps: int) -> dict[str, float]:
     """us per step of parse_object + parse_step, the best of ``rounds``."""
     spaces = {"CartPole JSON": parse_space([[4], "-inf", "inf"]), "84x84x4 binary": parse_space([[84, 84, 4], 0, 255]),
-              "84x84x4 JSON": parse_space([[84, 84, 4], 0, 255])}
+              "84x84x4 JSON": parse_space([[84, 84, 4], 0, 255]), "84x84x4 Image binary": parse_space(["Image", [84, 84, 4]])}
 
     def no_mask(*args: Any) -> Any:
         raise AssertionError
@@ -120,16 +123,18 @@ def server(rounds: int, steps: int) -> dict[str, float]:
         shepherd = Shepherd(PRESET, Path(folder) / "data", "--rate-limit", "0", "--max-body", str(1 << 20))
         try:
             cases: dict[str, tuple[bytes, int | None]] = {}
-            for name in ("CartPole JSON", "84x84x4 binary", "84x84x4 JSON"):
-                agent = "pole" if name.startswith("CartPole") else "frames"
+            for name in ("CartPole JSON", "84x84x4 binary", "84x84x4 JSON", "84x84x4 Image binary"):
+                agent = "pole" if name.startswith("CartPole") else "eyes" if "Image" in name else "frames"
                 cases[name] = bodies(login(shepherd.url, shepherd.keys[agent]))[name]
             results: dict[str, list[float]] = {name: [] for name in cases}
             for index in range(rounds):
                 for name in (list(cases) if index % 2 == 0 else list(reversed(cases))):
                     body, length = cases[name]
                     connection = connect(shepherd.url)
-                    for _ in range(20):  # warm: the first greedy steps ask the learner to publish its weights
-                        post(connection, body, length)
+                    for warm in range(40):  # the first greedy steps ask the learner to publish its weights (an
+                        post(connection, body, length)  # image agent's: to build its greedy file, then loaded)
+                        if warm == 19:
+                            time.sleep(0.5)
                     time.sleep(0.2)
                     before = shepherd.cpu_seconds()
                     for _ in range(steps):
@@ -144,7 +149,8 @@ def server(rounds: int, steps: int) -> dict[str, float]:
 def report(title: str, figures: dict[str, float]) -> None:
     base, binary, text = figures["CartPole JSON"], figures["84x84x4 binary"], figures["84x84x4 JSON"]
     print(f"{title}: " + ", ".join(f"{name} {value:.1f} us" for name, value in figures.items()))
-    print(f"  84x84x4 binary / CartPole JSON = {binary / base:.2f}x;  84x84x4 JSON / binary = {text / binary:.1f}x")
+    print(f"  84x84x4 binary / CartPole JSON = {binary / base:.2f}x;  84x84x4 JSON / binary = {text / binary:.1f}x;  "
+          f"84x84x4 Image binary / CartPole JSON = {figures['84x84x4 Image binary'] / base:.2f}x")
 
 
 def main() -> int:

@@ -10,15 +10,17 @@ p50 of each round, the median of the rounds' p50s; the cases' order alternates b
 
 - echo: ``benchmarks/echo_server.py --json raw`` (aiohttp; it answers the 28 KB body's bytes as they came);
 - head: ``run.py -p benchmarks/presets/pixels_cnn.py --front-ends 1``, an evaluate-mode session on the head's
-  private port (no front end in between): the greedy step answered by the learner, SB3's torch forward of the
-  fresh CnnPolicy (NatureCNN, 6 actions) on its thread;
+  private port (no front end in between): the greedy step of the fresh CnnPolicy (NatureCNN, 6 actions)
+  answered from the agent's greedy ONNX file with onnxruntime on a greedy thread (`shepherd.agents.onnx_greedy`;
+  before it, by the learner's torch forward on its thread, which still answers the first steps);
 - front end: the same server's public port, an evaluate-mode session whose steps the front end answers from
   the agent's greedy ONNX file with onnxruntime (docs/front-ends.md) and the head records.
 
-Also, in the same rounds: the head learner's forward per step during the head case (its ``/metrics``,
-``shepherd_act_latency_seconds`` part ``forward``), and, in this process on one thread, one frame's torch forward
-and onnxruntime's on the exported file, so that what is not the CNN can be read off (p50 minus forward). Prints
-each figure with the load average (``os.getloadavg``) at its round, and the ratios to echo.
+Also, in the same rounds: the head learner's forward batches and their mean time during the head case (its
+``/metrics``, ``shepherd_act_latency_seconds`` part ``forward``: none when the greedy file answers every step),
+and, in this process on one thread, one frame's torch forward and onnxruntime's on the exported file, so that what
+is not the CNN can be read off (p50 minus the forward that answered). Prints each figure with the load average
+(``os.getloadavg``) at its round, and the ratios to echo.
 """
 
 from __future__ import annotations
@@ -143,7 +145,7 @@ def main() -> int:
         try:
             private = read_server_file(Path(folder) / "data").url
             cases = {}
-            for name, url, snapshot in (("echo", echo.url, None), ("head (torch, learner)", private, False),
+            for name, url, snapshot in (("echo", echo.url, None), ("head", private, False),
                                         ("front end (onnxruntime)", shepherd.url, True)):
                 key = "k" * 43 if snapshot is None else login(url, shepherd.keys["eyes"])
                 body, length = encode({"session_key": key, "obs": frame(), "reward": 0.0, "done": False})
@@ -154,6 +156,7 @@ def main() -> int:
             p50s: dict[str, list[float]] = {name: [] for name in names}
             loads: dict[str, list[float]] = {name: [] for name in names}
             learner_forward: list[float] = []  # the head's mean forward per step during the head case, by round
+            learner_batches: list[float] = []  # the head learner's forward batches during the head case, by round
             for round_ in range(args.rounds):
                 for name in (names if round_ % 2 == 0 else names[::-1]):
                     if name in sides:
@@ -165,10 +168,12 @@ def main() -> int:
                         if snapshot is False:
                             after = head_forward(private)
                             learner_forward.append((after[0] - before[0]) / max(1.0, after[1] - before[1]))
+                            learner_batches.append(after[1] - before[1])
                     p50s[name].append(statistics.median(times))
                     loads[name].append(os.getloadavg()[0])
                 print(f"round {round_ + 1}: " + ", ".join(f"{name} {p50s[name][-1] * 1e3:.2f} ms" for name in names)
-                      + f", the learner's forward {learner_forward[-1] * 1e3:.2f} ms (mean)", flush=True)
+                      + f", the learner's forward {learner_forward[-1] * 1e3:.2f} ms (mean of "
+                      f"{learner_batches[-1]:.0f} batches)", flush=True)
         finally:
             shepherd.stop()
             echo.stop()
@@ -177,12 +182,18 @@ def main() -> int:
     for name, value in p50.items():
         print(f"  {name:<28} {value * 1e3:7.2f} ms   {value / p50['echo']:5.2f}x echo   "
               f"(load {min(loads[name]):.2f}-{max(loads[name]):.2f})")
-    forward = statistics.median(learner_forward)
-    head, front = p50["head (torch, learner)"], p50["front end (onnxruntime)"]
-    print(f"  the head learner's forward, mean per step during the head case (its /metrics): {forward * 1e3:.2f} ms")
-    print(f"head without its forward (p50 - the learner's forward): {(head - forward) * 1e3:.2f} ms = "
-          f"{(head - forward) / p50['echo']:.2f}x echo")
+    head, front = p50["head"], p50["front end (onnxruntime)"]
     onnx = p50["onnxruntime forward (here)"]
+    batches = statistics.median(learner_batches)
+    if batches < 0.1 * args.steps:  # (nearly) every step from the greedy file: its forward is onnxruntime's
+        forward, which = onnx, "onnxruntime forward here"
+        print(f"  the head's steps answered by its greedy file (learner forward batches, median a round: {batches:.0f})")
+    else:
+        forward, which = statistics.median(learner_forward), "the learner's forward"
+        print(f"  the head learner's forward, mean per step during the head case (its /metrics): {forward * 1e3:.2f} ms "
+              f"({batches:.0f} batches a round)")
+    print(f"head without its forward (p50 - {which}): {(head - forward) * 1e3:.2f} ms = "
+          f"{(head - forward) / p50['echo']:.2f}x echo")
     print(f"front end without the forward (p50 - onnxruntime forward here): {(front - onnx) * 1e3:.2f} ms = "
           f"{(front - onnx) / p50['echo']:.2f}x echo")
     return 0

@@ -8,6 +8,7 @@ definition's sharing mode.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import numpy as np
@@ -28,8 +29,10 @@ from shepherd.agents.registry import (ADVICE_PARAMETERS, algorithm_info, check_a
 from shepherd.agents.sb3.base import SpacesEnv
 from shepherd.agents.sizes import check_memory
 from shepherd.agents.sb3.off_policy import OffPolicyAdapter
+from shepherd.agents.onnx_greedy import OnnxGreedy
 from shepherd.agents.worker import ThreadedLearner
 from shepherd.definition import AgentDefinition, Filters, Sharing
+from shepherd.wire.images import is_image
 from shepherd.wire.spaces import parse_space
 
 
@@ -144,11 +147,13 @@ def build_learner(algorithm: str, name: str, observation_space: spaces.Space, ac
             adapter.checkpoint_replay_buffer = bool(checked.get("checkpoint_replay_buffer", True))
     except (ValueError, AssertionError, TypeError, KeyError, MemoryError) as error:
         raise ParameterError(f"{info.name} rejected its parameters: {error}") from None
-    return _threaded(adapter, filters, observation_space, seen)
+    return _threaded(adapter, filters, observation_space, seen, info.name)
 
 
-def _threaded(adapter: Any, filters: Filters, observation_space: spaces.Space, seen: spaces.Space) -> ThreadedLearner:
-    """The adapter behind its filters on a worker, with a numpy greedy snapshot of its policy if it has one."""
+def _threaded(adapter: Any, filters: Filters, observation_space: spaces.Space, seen: spaces.Space,
+              algorithm: str) -> ThreadedLearner:
+    """The adapter behind its filters on a worker, with a numpy greedy snapshot of its policy if it has one, else
+    (an image agent without filters) its greedy ONNX file for greedy steps."""
     model = adapter.model
     adapter.use_layout(ImageLayout(stacked_space(filters, observation_space)))
     filtering = None
@@ -158,7 +163,13 @@ def _threaded(adapter: Any, filters: Filters, observation_space: spaces.Space, s
     greedy = None
     if filters.frame_stack <= 1:  # stacks are kept per actor by the learner: it answers every step
         greedy = greedy_policy.greedy_policy_of(model.policy, seen, adapter, adapter.actions, adapter.name, filtering)
-    return ThreadedLearner(adapter, greedy)
+    learner = ThreadedLearner(adapter, greedy)
+    if greedy is None and is_image(observation_space) and not filters.active:
+        from shepherd.agents.export.behaviour import GREEDY_FILE  # onnx: only for image agents
+
+        learner.file_greedy = OnnxGreedy(functools.partial(learner.behaviour, GREEDY_FILE, adapter.name, algorithm),
+                                         adapter, adapter.name)
+    return learner
 
 
 def build_advised_learner(algorithm: str, name: str, observation_space: spaces.Space, action_space: spaces.Space,
@@ -196,7 +207,7 @@ def build_advised_learner(algorithm: str, name: str, observation_space: spaces.S
         adapter = info.advised(model, name, total_steps, advice)
     except (ValueError, AssertionError, TypeError, KeyError, MemoryError) as error:
         raise ParameterError(f"{info.name} rejected its parameters: {error}") from None
-    return _threaded(adapter, filters, observation_space, seen)
+    return _threaded(adapter, filters, observation_space, seen, info.name)
 
 
 #: how each sharing mode builds an agent's learner: (algorithm, name, spaces, values, total steps, filters) ->

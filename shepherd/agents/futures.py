@@ -16,6 +16,7 @@ from typing import Any
 from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFailed, Answer, Kind, LearnerUnavailable,
                                   Outcome, Request)
 from shepherd.agents.greedy_policy import GreedyPolicy
+from shepherd.agents.onnx_greedy import OnnxGreedy
 
 class _Vector:
     """The answers of one vector step's acts, gathered into one future (set on the thread that resolves)."""
@@ -91,20 +92,22 @@ def greedy_pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(GREEDY_WORKERS, thread_name_prefix="shepherd-greedy")
 
 
-def answer_greedy_acts(greedy: GreedyPolicy, requests: list[Request], acts: list[Request],
+def answer_greedy_acts(greedy: GreedyPolicy | OnnxGreedy, requests: list[Request], acts: list[Request],
                        future: ActionFuture) -> list[Request] | None:
     """A vector step's acts answered from the greedy snapshot, when every one is greedy and the snapshot can
-    serve them (one numpy forward): sets ``future`` (at once, or on a worker thread for a batch of more than
-    INLINE_NUMBERS observation numbers) and returns the step's other requests (ends, drops), which the learner
-    must still be sent. None: the learner answers them (the snapshot is asked to get ready, so the next
-    greedy steps can be answered at once)."""
+    serve them (one forward): sets ``future`` (at once, or on a worker thread for a batch of more than
+    INLINE_NUMBERS observation numbers, and always for an image agent's greedy file: `OnnxGreedy.always_off_loop`)
+    and returns the step's other requests (ends, drops), which the learner must still be sent. None: the learner
+    answers them (the snapshot is asked to get ready, so the next greedy steps can be answered at once)."""
     if not all(r.mode is ActMode.GREEDY for r in acts):
         return None
     masks = [r.mask for r in acts] if any(r.mask is not None for r in acts) else None
     observations = [r.obs for r in acts]
-    if sum(map(_numbers, observations)) > INLINE_NUMBERS and greedy.ready(masks):
+    if (greedy.always_off_loop or sum(map(_numbers, observations)) > INLINE_NUMBERS) and greedy.ready(masks):
         greedy_pool().submit(_answer_off_loop, greedy, observations, masks, future)
         return [r for r in requests if r.kind not in (Kind.BEGIN, Kind.STEP)]
+    if greedy.always_off_loop:  # not ready (asking got it ready for the next steps): never on the event loop
+        return None
     answered = greedy.act_batch(observations, masks)
     if answered is None:
         greedy.prepare()
@@ -114,7 +117,7 @@ def answer_greedy_acts(greedy: GreedyPolicy, requests: list[Request], acts: list
     return [r for r in requests if r.kind not in (Kind.BEGIN, Kind.STEP)]
 
 
-def _answer_off_loop(greedy: GreedyPolicy, observations: list[Any], masks: list[Any] | None,
+def _answer_off_loop(greedy: GreedyPolicy | OnnxGreedy, observations: list[Any], masks: list[Any] | None,
                      future: ActionFuture) -> None:
     """A large greedy batch, on a worker thread. The learner's weights may have moved on since the caller saw
     them current (an update in between: rare): the step is then refused as a learner's unavailable one, and

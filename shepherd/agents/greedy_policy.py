@@ -194,6 +194,9 @@ class GreedyPolicy:
     older, `act` returns None (the learner answers that step) and asking makes the learner publish anew.
     """
 
+    #: a small batch is answered on the caller's thread (`shepherd.agents.futures.INLINE_NUMBERS`)
+    always_off_loop = False
+
     def __init__(self, network: GreedyNetwork, source: WeightSource, actions: ActionTransform | Callable[[np.ndarray], Any],
                  name: str, filtering: Filtering | None = None) -> None:
         self.network = network

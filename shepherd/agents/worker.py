@@ -5,7 +5,8 @@ queues them, and keeps the caller's futures by ticket. Its thread drains everyth
 run to the algorithm (`Algorithm.process`), which answers act requests with one batched forward pass; the
 batch's `Answer`s then go back to the caller's thread with one wake-up (the ``deliver`` given to `start`).
 A greedy step is answered on the caller's thread at once when the algorithm's weights can be served by a
-numpy snapshot (`shepherd.agents.greedy_policy.GreedyPolicy`).
+numpy snapshot (`shepherd.agents.greedy_policy.GreedyPolicy`); an image agent's, on a greedy thread from its
+greedy ONNX file at the current version (`shepherd.agents.onnx_greedy.OnnxGreedy`), once that file is loaded.
 
 A learner being discarded (a restart, a delete) is stopped at once: an update in progress ends at its next
 optimiser step (`UpdateInterrupted`), so no worker thread goes on computing for a learner that is gone.
@@ -29,8 +30,9 @@ from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFaile
 from shepherd.agents.algorithm import (CONTROLS, WORKER, Algorithm, Control, UpdateInterrupted, install_interrupt_hook,
                                       refuse, take_queued)
 from shepherd.wire.experience import Experience
-from shepherd.agents.futures import _Part, _Vector, answer_greedy_acts, settle
+from shepherd.agents.futures import _Part, _Vector, answer_greedy_acts, greedy_pool, settle
 from shepherd.agents.greedy_policy import GreedyPolicy
+from shepherd.agents.onnx_greedy import OnnxGreedy, answer_off_loop
 from shepherd.agents.metrics import MetricsWriter
 from shepherd.agents.timing import LearnerStats
 
@@ -48,6 +50,8 @@ class ThreadedLearner(EpisodeCalls):
         self.name = algorithm.name
         self.failure: str | None = None
         self.greedy = greedy
+        #: an image agent's greedy steps from its greedy ONNX file (set by the factory; None: the learner's torch)
+        self.file_greedy: OnnxGreedy | None = None
         # a list is one vector step's requests: taken into one batch whole, in order
         self._queue: queue.SimpleQueue[Request | list[Request] | Control | Upload] = queue.SimpleQueue()
         self._futures: dict[int, ActionFuture | _Part] = {}  # by ticket
@@ -105,6 +109,16 @@ class ThreadedLearner(EpisodeCalls):
                     future.policy_version = answered[1]
                     future.set_result(answered[0])
                     return future
+        elif request.mode is ActMode.GREEDY and self.file_greedy is not None:  # an image agent: its greedy file
+            mask = request.mask
+            if request.kind is Kind.BEGIN:
+                self.file_greedy.prepare()
+            elif (self.failure is None and not self._closed
+                  and self.file_greedy.ready(None if mask is None else [mask])):
+                future = ActionFuture()
+                greedy_pool().submit(answer_off_loop, self.file_greedy, [request.obs], None if mask is None else [mask],
+                                     future, True)
+                return future
         return self._ask(request)
 
     def tell(self, request: Request) -> None:
@@ -126,8 +140,9 @@ class ThreadedLearner(EpisodeCalls):
             return future
         if self._refused(future):
             return future
-        if self.greedy is not None:
-            rest = answer_greedy_acts(self.greedy, requests, acts, future)
+        greedy = self.greedy if self.greedy is not None else self.file_greedy
+        if greedy is not None:
+            rest = answer_greedy_acts(greedy, requests, acts, future)
             if rest is not None:
                 self._put_all(rest)
                 return future
@@ -231,6 +246,8 @@ class ThreadedLearner(EpisodeCalls):
         state = self.algorithm.restore(path)
         if self.greedy is not None:
             self.greedy.forget()
+        if self.file_greedy is not None:
+            self.file_greedy.forget()
         return state
 
     def drain(self) -> None:

@@ -202,14 +202,19 @@ class AgentRuntime:
     async def _file(self, kind: str, timeout: float) -> tuple[int, bytes]:
         building = self._building.get(kind)
         if building is None:  # one build at a time per kind; a request that timed out leaves it running
-            building = self._building[kind] = asyncio.ensure_future(self._build(kind))
+            asked = self.learner.behaviour(kind, self.record.name, self.record.algorithm)
+            if asked.done() and not asked.cancelled() and asked.exception() is None:
+                # built at this version already (every upload's reply after the first of a version): no task,
+                # no timer and no wake-up of the loop from another thread for a file that is here
+                built: tuple[int, bytes] = asked.result()
+                return built
+            building = self._building[kind] = asyncio.ensure_future(self._build(kind, asked))
             building.add_done_callback(lambda done: done.cancelled() or done.exception())  # heard by waiters
         return await asyncio.wait_for(asyncio.shield(building), timeout)  # a timeout never cancels the build
 
-    async def _build(self, kind: str) -> tuple[int, bytes]:
+    async def _build(self, kind: str, asked: Future) -> tuple[int, bytes]:
         try:
-            built: tuple[int, bytes] = await asyncio.wrap_future(
-                self.learner.behaviour(kind, self.record.name, self.record.algorithm))
+            built: tuple[int, bytes] = await asyncio.wrap_future(asked)
         finally:
             del self._building[kind]
         return built
