@@ -8,6 +8,8 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
+import numpy as np
+
 from shepherd.agents import ActionFuture, ActMode
 from shepherd.agents.core import HasGreedy, Learner
 from shepherd.agents.greedy_policy import GreedyPolicy
@@ -37,14 +39,19 @@ class Trial:
     Making a trial asks the learner to publish. The learner answers what the frozen copy cannot: steps
     before its weights arrived, masks a plan cannot apply, and every step of a learner without a numpy
     snapshot (``greedy`` None: images, recurrent policies, networks too large), whose trial plays it live.
+    With ``sample`` (a numpy ``Generator``: self-play's opponents), the frozen copy draws each action from the
+    policy's distribution under the step's mask instead of taking its mode, where its network `samples`
+    (`GreedyNetwork.samples`); what the learner answers stays greedy.
     """
 
-    def __init__(self, tried: str, learner: Learner, episodes: int = 1) -> None:
+    def __init__(self, tried: str, learner: Learner, episodes: int = 1,
+                 sample: np.random.Generator | None = None) -> None:
         self.tried = tried  # whose policy it is (the host's name for it)
         self.learner = learner
         self.episodes = episodes
         self.returns: list[float] = []  # of the episodes played to their end
         self.frozen: GreedyPolicy | None = None
+        self.sample = sample
         self._live: set[int] = set()  # actors in an episode the learner answers part of
         self._greedy = learner.greedy if isinstance(learner, HasGreedy) else None
         if self._greedy is not None:
@@ -60,7 +67,7 @@ class Trial:
             self.frozen = self._greedy.frozen()
         frozen = self.frozen
         if frozen is not None:
-            chosen = frozen.act(obs, mask)
+            chosen = frozen.act(obs, mask, self.sample)
             if chosen is not None:
                 return functools.partial(answered, *chosen)
         if actor in self._live:
