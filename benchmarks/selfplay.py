@@ -203,6 +203,8 @@ class Trainers:
         for client in self.clients:
             try:
                 client.logout()
+            except OSError:  # the server closed the connection, idle through a long evaluation: the session
+                pass         # expires with it (a logout is no retried step)
             finally:
                 client.close()
 
