@@ -21,6 +21,7 @@ tests/unit/test_boards.py. Needs ``pip install -e .[multiagent]`` (pettingzoo, p
 
     python benchmarks/selfplay.py --game connect4 --seeds 3        # the figures in docs/how-to/multi-agent.md
     python benchmarks/selfplay.py --game tictactoe --seeds 3       # (the issue asks for 5 seeds: --seeds 5)
+    python benchmarks/selfplay.py --game connect4 --seeds 2 --opponent-actions greedy   # snapshots play greedy
     python benchmarks/selfplay.py --game mpe --seeds 1 --steps 30000 --games 50
     python benchmarks/selfplay.py --game connect4 --quick          # a smoke run: a tiny budget, few games
 """
