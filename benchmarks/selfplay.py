@@ -21,6 +21,7 @@ tests/unit/test_boards.py. Needs ``pip install -e .[multiagent]`` (pettingzoo, p
 
     python benchmarks/selfplay.py --game connect4 --seeds 3        # the figures in docs/how-to/multi-agent.md
     python benchmarks/selfplay.py --game tictactoe --seeds 3       # (the issue asks for 5 seeds: --seeds 5)
+    python benchmarks/selfplay.py --game connect4 --seeds 2 --opponent-actions greedy   # snapshots play greedy
     python benchmarks/selfplay.py --game mpe --seeds 1 --steps 30000 --games 50
     python benchmarks/selfplay.py --game connect4 --quick          # a smoke run: a tiny budget, few games
 """
@@ -82,9 +83,11 @@ GAMES = {
 MPE_ROLES = {"adversary_0": "adversary", "agent_0": "good", "agent_1": "good"}
 
 
-def game_preset(game: Game, seed: int, sessions: int) -> str:
-    """The preset of one seed: the agent, its self-play environment, and one environment per opponent and side."""
+def game_preset(game: Game, seed: int, sessions: int, opponent_actions: str | None = None) -> str:
+    """The preset of one seed: the agent, its self-play environment, and one environment per opponent and side
+    (``opponent_actions``: the self-play's, None: the preset's default)."""
     parameters = {**game.parameters, "n_envs": sessions, "seed": seed}
+    self_play = {**game.self_play, **({"opponent_actions": opponent_actions} if opponent_actions else {})}
     first, second = game.roles
     lines = ["owner: bench", "agents:",
              f"  - {{name: learner, algorithm: MaskablePPO, observation_space: {game.observation_space}, "
@@ -92,7 +95,7 @@ def game_preset(game: Game, seed: int, sessions: int) -> str:
              "schedule: {steps_between_evaluation_periods: 1000000000, evaluation_episodes: 1}",
              "environments:",
              f"  - {{name: selfplay, roles: {{{first}: learner, {second}: learner}}, turns: alternate, "
-             f"self_play: {json.dumps(game.self_play)}}}"]
+             f"self_play: {json.dumps(self_play)}}}"]
     for label, function in game.opponents.items():
         lines.append(f"  - {{name: first_vs_{label}, roles: {{{first}: learner, {second}: '{function}'}}, "
                      "turns: alternate}")
@@ -201,6 +204,8 @@ class Trainers:
         for client in self.clients:
             try:
                 client.logout()
+            except OSError:  # the server closed the connection, idle through a long evaluation: the session
+                pass         # expires with it (a logout is no retried step)
             finally:
                 client.close()
 
@@ -231,7 +236,7 @@ def board_scores(url: str, keys: dict[str, str], game: Game, games: int, seed: i
 
 def play_board(args: argparse.Namespace, game: Game, seed: int, folder: Path) -> dict[str, Any]:
     preset = folder / f"{args.game}_{seed}.yaml"
-    preset.write_text(game_preset(game, seed, args.sessions))
+    preset.write_text(game_preset(game, seed, args.sessions, args.opponent_actions))
     server = Shepherd(preset, folder / f"data_{seed}")
     try:
         keys = dict(re.findall(r"API key for environment (\S+) \(.*\): (\S+)", "".join(server.lines)))
@@ -295,6 +300,7 @@ def rank_correlation(pairs: list[tuple[float, float]]) -> float:
 def report_board(args: argparse.Namespace, game: Game, results: dict[int, dict[str, Any]]) -> None:
     labels = list(game.opponents)
     print(f"\n{args.game}: MaskablePPO self-play from scratch, budget {args.steps} learned steps per seed, "
+          f"opponents' actions {args.opponent_actions or 'sample (the default)'}, "
           f"{args.sessions} sessions, final evaluation {args.games} greedy games per opponent (half on each side)")
     header = "seed  learned  learn s  episodes  " + "  ".join(f"{'vs ' + l + ' won':>16} {'not lost':>8}" for l in labels)
     print(header + "  snapshots  rank corr  first mu  last mu")
@@ -399,6 +405,8 @@ def main() -> None:
     parser.add_argument("--evaluations", type=int, default=4, help="evaluations along the run (the last: --games)")
     parser.add_argument("--sessions", type=int, default=2, help="training sessions at once (the agent's n_envs)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 1 seed, 3000 steps, 20 games")
+    parser.add_argument("--opponent-actions", choices=("sample", "greedy"), default=None,
+                        help="the self-play's opponent_actions (default: the preset's default, sample)")
     args = parser.parse_args()
     if args.quick:
         args.seeds, args.steps, args.games, args.evaluations = 1, args.steps or 3000, 20, 2

@@ -19,7 +19,10 @@ from shepherd.definition import AgentDefinition, name_problem
 #: how roles take turns: every live role each step, one after another in the declared order, or any one
 TURNS = ("simultaneous", "alternate", "any")
 ENVIRONMENT_KEYS = ("name", "roles", "turns", "teams", "self_play")
-SELF_PLAY_KEYS = ("snapshot_every", "window", "against_latest", "swap_every", "opponents")
+SELF_PLAY_KEYS = ("snapshot_every", "window", "against_latest", "swap_every", "opponents", "opponent_actions")
+#: how a snapshot (or the latest policy's frozen copy) plays an opponent: drawing each action from its policy's
+#: distribution (ML-Agents' ghost), or its greedy action
+OPPONENT_ACTIONS = ("sample", "greedy")
 _FUNCTION = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 
 
@@ -32,17 +35,20 @@ def is_scripted(player: str) -> bool:
 class SelfPlay:
     """ML-Agents' ghost settings: a snapshot every ``snapshot_every`` steps of the learning agent, opponents
     drawn from the last ``window`` snapshots (the latest with probability ``against_latest``) or the scripted
-    ``opponents``, the learning role swapped every ``swap_every`` steps."""
+    ``opponents``, the learning role swapped every ``swap_every`` steps; the snapshots' actions drawn from their
+    policies' distributions or greedy (``opponent_actions``, `OPPONENT_ACTIONS`)."""
 
     snapshot_every: int = 10_000
     window: int = 10
     against_latest: float = 0.5
     swap_every: int = 2_000
     opponents: tuple[str, ...] = ()
+    opponent_actions: str = "sample"
 
     def to_json(self) -> dict[str, Any]:
         return {"snapshot_every": self.snapshot_every, "window": self.window, "against_latest": self.against_latest,
-                "swap_every": self.swap_every, "opponents": list(self.opponents)}
+                "swap_every": self.swap_every, "opponents": list(self.opponents),
+                "opponent_actions": self.opponent_actions}
 
 
 @dataclass(frozen=True)
@@ -169,9 +175,13 @@ def _self_play(value: Any, path: str, problems: list[tuple[str, str]]) -> SelfPl
     for index, opponent in enumerate(opponents):
         if not isinstance(opponent, str) or not is_scripted(opponent):
             problems.append((f"{path}.opponents[{index}]", f"must be \"module:function\", not {opponent!r}"))
+    actions = value.get("opponent_actions", SelfPlay.opponent_actions)
+    if actions not in OPPONENT_ACTIONS:
+        problems.append((f"{path}.opponent_actions", f"must be one of {', '.join(OPPONENT_ACTIONS)}, not {actions!r}"))
     if len(problems) > before:
         return None
-    return SelfPlay(numbers["snapshot_every"], numbers["window"], float(latest), numbers["swap_every"], tuple(opponents))
+    return SelfPlay(numbers["snapshot_every"], numbers["window"], float(latest), numbers["swap_every"], tuple(opponents),
+                    actions)
 
 
 def environment_problems(environments: list[EnvironmentSpec], agents: Mapping[str, AgentDefinition],

@@ -110,8 +110,9 @@ def _build(policy: Any) -> GreedyNetwork:
         _flat(policy.pi_features_extractor)                                  # argmax of the masked logits
         steps = _layers(policy.mlp_extractor.policy_net, "mlp_extractor.policy_net.") + _layers(
             policy.action_net, "action_net.")
-        return _sized(policy, steps, _head(policy.action_dist),
-                      takes_masks=isinstance(policy, MaskableActorCriticPolicy))
+        head = _head(policy.action_dist)
+        return _sized(policy, steps, head, takes_masks=isinstance(policy, MaskableActorCriticPolicy),
+                      samples=head["kind"] in ("argmax", "argmax_each", "positive"))  # a distribution's logits
     q_net = getattr(policy, "q_net", None)
     if q_net is not None and hasattr(q_net, "q_net"):  # DQN: the argmax of the Q-values
         _flat(q_net.features_extractor)
@@ -165,12 +166,13 @@ def _layers(module: th.nn.Module, prefix: str) -> list[Step]:
     return [activation]
 
 
-def _sized(policy: th.nn.Module, steps: list[Step], head: dict[str, Any], takes_masks: bool = False) -> GreedyNetwork:
+def _sized(policy: th.nn.Module, steps: list[Step], head: dict[str, Any], takes_masks: bool = False,
+           samples: bool = False) -> GreedyNetwork:
     state = policy.state_dict()
     size = sum(state[name].numel() for step in steps if isinstance(step, tuple) for name in step if name)
     if size > MAX_WEIGHTS:
         raise _Unsupported("too large for the event loop")
-    return GreedyNetwork(steps, head, takes_masks)
+    return GreedyNetwork(steps, head, takes_masks, samples)
 
 
 class FixedWeights:
@@ -223,13 +225,15 @@ class GreedyPolicy:
         return GreedyPolicy(self.network, FixedWeights(weights), self.actions, self.name,
                            None if self.filtering is None else self.filtering.frozen())
 
-    def act(self, obs: Any, mask: Any = None) -> tuple[Any, int] | None:
+    def act(self, obs: Any, mask: Any = None, rng: np.random.Generator | None = None) -> tuple[Any, int] | None:
         """The action for ``obs`` (under its action ``mask``, if any) and the policy version that chose it,
-        or None: ask the learner."""
-        answered = self.act_batch([obs], None if mask is None else [mask])
+        or None: ask the learner. With ``rng``, a policy whose network `samples` draws the action from its
+        distribution (a self-play opponent's); others stay greedy."""
+        answered = self.act_batch([obs], None if mask is None else [mask], rng)
         return None if answered is None else (answered[0][0], answered[1])
 
-    def act_batch(self, observations: list[Any], masks: list[Any] | None = None) -> tuple[Any, int] | None:
+    def act_batch(self, observations: list[Any], masks: list[Any] | None = None,
+                  rng: np.random.Generator | None = None) -> tuple[Any, int] | None:
         """The actions (rows) for a list of observations (and their action masks, a list with None for
         an unmasked one; None: none is masked) and the policy version that chose them, or None: ask the
         learner (also for masks a network cannot apply)."""
@@ -250,7 +254,7 @@ class GreedyPolicy:
             batch = np.stack(observations)
             if self.filtering is not None:
                 batch = self.filtering.normalize_obs(batch)
-            return self.to_env(greedy(batch, rows)), weights.version  # type: ignore[misc]
+            return self.to_env(greedy(batch, rows, rng)), weights.version  # type: ignore[misc]
         except Exception:  # a snapshot's bug must cost speed, not the request: the learner answers it
             logger.exception("agent %s: the greedy snapshot failed; the learner answers instead", self.name)
             self.broken = True

@@ -161,7 +161,8 @@ def summary(graph: GraphManager, data: Path | None = None) -> list[str]:
         if environment.self_play is not None:
             play = environment.self_play
             lines.append(f"    self-play: a snapshot every {play.snapshot_every:,} steps, window {play.window}, "
-                         f"against the latest {play.against_latest:g}, swap every {play.swap_every:,} steps"
+                         f"against the latest {play.against_latest:g}, swap every {play.swap_every:,} steps, "
+                         f"opponents' actions {'sampled' if play.opponent_actions == 'sample' else 'greedy'}"
                          + (f", scripted opponents {', '.join(play.opponents)}" if play.opponents else ""))
         unseen = [player for player in environment.agents() if player not in {spec.name for spec in graph.agents}]
         if unseen:

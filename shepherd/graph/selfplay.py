@@ -2,8 +2,10 @@
 team): one team learns, the others play a snapshot of their agent drawn from the last ``window`` (the latest
 policy with probability ``against_latest``) or a scripted opponent; the learning team changes every
 ``swap_every`` of its agent's steps, and a snapshot is taken every ``snapshot_every``. An opponent's steps are
-not learned from: it plays the frozen snapshot's greedy action (`shepherd.level.episodes.Trial`, the frozen copy
-that a trial of another policy plays; the learner answers what the copy cannot)."""
+not learned from: it plays the frozen snapshot (`shepherd.level.episodes.Trial`, the frozen copy that a trial of
+another policy plays; the learner answers what the copy cannot, greedily), drawing each action from the
+policy's distribution as ML-Agents' ghost does (``opponent_actions: sample``; a deterministic game's greedy
+opponents would repeat the same lines), or its greedy action (``greedy``)."""
 
 from __future__ import annotations
 
@@ -84,19 +86,25 @@ class Ghost:
             pool = list(self.pools.get(runtime.record.name, ()))
             choices: list[tuple[str, Any]] = [(f"snapshot:{version}", policy) for version, policy in pool]
             choices += list(self.scripts.items())
-            if not choices or self.random.random() < self.play.against_latest:
-                label, player = "latest", Trial("latest", runtime.learner)  # frozen at its first act: the latest
+            if not choices or self.random.random() < self.play.against_latest:  # frozen at its first act
+                label, player = "latest", Trial("latest", runtime.learner, sample=self._sampler())
             else:
                 label, picked = self.random.choice(choices)
                 if callable(picked) and not isinstance(picked, GreedyPolicy):
                     player = picked
                 else:
-                    player = Trial(label, runtime.learner)
+                    player = Trial(label, runtime.learner, sample=self._sampler())
                     player.frozen = picked
             for role in roles:
                 chosen[role] = (label, player)
         return chosen
 
+    def _sampler(self) -> np.random.Generator | None:
+        """An opponent's generator for its sampled actions (None: greedy), seeded from the checkpointed `random`
+        so that a resumed self-play draws as the one it resumes."""
+        if self.play.opponent_actions != "sample":
+            return None
+        return np.random.default_rng(self.random.getrandbits(64))
 
     # -- the checkpoint ------------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:

@@ -9,6 +9,8 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
+import numpy as np
+
 from shepherd.agents import ActionFuture, ActMode
 from shepherd.agents.core import HasGreedy, Kind, Learner, Request
 from shepherd.agents.greedy_policy import GreedyPolicy
@@ -38,14 +40,19 @@ class Trial:
     Making a trial asks the learner to publish. The learner answers what the frozen copy cannot: steps
     before its weights arrived, masks a plan cannot apply, and every step of a learner without a numpy
     snapshot (``greedy`` None: images, recurrent policies, networks too large), whose trial plays it live.
+    With ``sample`` (a numpy ``Generator``: self-play's opponents), the frozen copy draws each action from the
+    policy's distribution under the step's mask instead of taking its mode, where its network `samples`
+    (`GreedyNetwork.samples`); what the learner answers stays greedy.
     """
 
-    def __init__(self, tried: str, learner: Learner, episodes: int = 1) -> None:
+    def __init__(self, tried: str, learner: Learner, episodes: int = 1,
+                 sample: np.random.Generator | None = None) -> None:
         self.tried = tried  # whose policy it is (the host's name for it)
         self.learner = learner
         self.episodes = episodes
         self.returns: list[float] = []  # of the episodes played to their end
         self.frozen: GreedyPolicy | None = None
+        self.sample = sample
         self._live: set[int] = set()  # actors in an episode the learner answers part of
         self._greedy = learner.greedy if isinstance(learner, HasGreedy) else None
         if self._greedy is not None:
@@ -62,7 +69,7 @@ class Trial:
             self.frozen = self._greedy.frozen()
         frozen = self.frozen
         if frozen is not None:
-            chosen = frozen.act(request.obs, request.mask)
+            chosen = frozen.act(request.obs, request.mask, self.sample)
             if chosen is not None:
                 return functools.partial(answered, *chosen)
         kind = Kind.STEP if request.actor in self._live else Kind.BEGIN

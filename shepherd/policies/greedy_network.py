@@ -52,15 +52,29 @@ def _heads(kind: str, spec: Mapping[str, Any]) -> Callable[[np.ndarray], Any]:
     raise GreedyNetworkError(f"unknown head {kind!r}")
 
 
+#: the noise that turns a head's argmax of logits into a draw from their distribution: Gumbel-max for the
+#: categorical heads (argmax(logits + Gumbel) is distributed as softmax(logits), and a masked -inf stays -inf),
+#: a logistic for a Bernoulli's sign (logit + logistic > 0 with probability sigmoid(logit))
+_NOISE: dict[str, Callable[[np.random.Generator, tuple[int, ...]], np.ndarray]] = {
+    "argmax": lambda rng, shape: rng.gumbel(size=shape),
+    "argmax_each": lambda rng, shape: rng.gumbel(size=shape),
+    "positive": lambda rng, shape: rng.logistic(size=shape),
+}
+
+
 class GreedyNetwork:
     """The shape of a policy's greedy path (layers by weight name, activations, the head), without weights.
 
     `bind` makes the numpy function of a set of published weights. A plan that ``takes_masks``
     (MaskablePPO's) sets masked-out logits to -inf before the head, as sb3-contrib's masked distributions
-    do (-1e8 there), so their argmax never picks one. ``head`` is data (``{"kind": "argmax"}``, ...).
+    do (-1e8 there), so their argmax never picks one. ``head`` is data (``{"kind": "argmax"}``, ...). A plan
+    that ``samples`` ends in a distribution's logits (Categorical, MultiCategorical, Bernoulli: not DQN's
+    Q-values), so its function, given a numpy ``Generator``, can draw its action from the policy's
+    distribution instead of taking its mode (self-play's opponents, `shepherd.graph.selfplay`).
     """
 
-    def __init__(self, steps: list[Step], head: Mapping[str, Any], takes_masks: bool = False) -> None:
+    def __init__(self, steps: list[Step], head: Mapping[str, Any], takes_masks: bool = False,
+                 samples: bool = False) -> None:
         for step in steps:
             if isinstance(step, str):
                 if step not in ACTIVATIONS:
@@ -72,18 +86,22 @@ class GreedyNetwork:
         self.head = dict(head)
         self._head = _heads(str(self.head.get("kind")), self.head)
         self.takes_masks = takes_masks
+        if samples and self.head.get("kind") not in _NOISE:
+            raise GreedyNetworkError(f"a {self.head.get('kind')!r} head has no distribution to sample")
+        self.samples = samples
 
     def to_data(self) -> dict[str, Any]:
         """The plan as JSON-able data (`from_data` reads it back)."""
         return {"steps": [list(step) if isinstance(step, tuple) else step for step in self.steps],
-                "head": self.head, "takes_masks": self.takes_masks}
+                "head": self.head, "takes_masks": self.takes_masks,
+                "samples": self.samples}
 
     @classmethod
     def from_data(cls, data: Mapping[str, Any]) -> GreedyNetwork:
         """Raises: GreedyNetworkError (data that is not a plan this module can run)."""
         try:
             steps = [step if isinstance(step, str) else tuple(step) for step in data["steps"]]
-            return cls(steps, dict(data["head"]), bool(data.get("takes_masks", False)))
+            return cls(steps, dict(data["head"]), bool(data.get("takes_masks", False)), bool(data.get("samples", False)))
         except (KeyError, TypeError, IndexError) as error:
             raise GreedyNetworkError(f"not a greedy plan: {type(error).__name__}: {error}") from None
 
@@ -93,7 +111,9 @@ class GreedyNetwork:
 
     def bind(self, arrays: Mapping[str, np.ndarray]) -> Greedy:
         """The greedy function with these weights (arrays by ``state_dict`` name): from a batch of
-        observations (rows) to their actions (rows)."""
+        observations (rows) to their actions (rows). Given a numpy ``Generator`` (``rng``), a plan that
+        `samples` draws each row's action from the policy's distribution (under its mask) instead; any other
+        plan ignores it and stays greedy."""
         layers: list[tuple[np.ndarray, np.ndarray] | Callable[[np.ndarray], np.ndarray]] = []
         for step in self.steps:
             if isinstance(step, tuple):
@@ -103,8 +123,9 @@ class GreedyNetwork:
             else:
                 layers.append(ACTIVATIONS[step])
         head, takes_masks = self._head, self.takes_masks
+        noise = _NOISE[str(self.head["kind"])] if self.samples else None
 
-        def greedy(batch: Any, masks: np.ndarray | None = None) -> np.ndarray:
+        def greedy(batch: Any, masks: np.ndarray | None = None, rng: np.random.Generator | None = None) -> np.ndarray:
             x = np.asarray(batch, dtype=np.float32)
             x = x.reshape(len(x), -1)  # rows of boards flattened, as SB3's flatten extractor does
             for layer in layers:
@@ -116,6 +137,8 @@ class GreedyNetwork:
                 if not takes_masks:
                     raise ValueError("this policy takes no action masks")
                 x = np.where(masks, x, -np.inf)
+            if rng is not None and noise is not None:
+                x = x + noise(rng, x.shape)
             return head(x)
 
         return greedy

@@ -133,3 +133,53 @@ async def test_one_on_policy_agent_in_two_alternating_roles_never_waits_for_itse
         graph.end_sessions()
         graph.close()
         store.close()
+
+
+async def _opponent_actions(tmp_path, actions: str) -> list[int]:
+    """The actions a snapshot opponent of a MaskablePPO agent (3 actions, the last masked) plays on one
+    observation over 40 episodes of 3 turns each (against_latest 0: always a snapshot)."""
+    play = SelfPlay(snapshot_every=10 ** 6, window=1, against_latest=0.0, swap_every=10 ** 6,
+                    opponent_actions=actions)
+    graph = GraphManager(owner="tests", agents=[AgentSpec("c4", "MaskablePPO", OBS, 3, TINY)],
+                         schedule=Schedule(steps_between_evaluation_periods=10 ** 6, evaluation_episodes=1),
+                         environments=(EnvironmentSpec("duel", {"p0": "c4", "p1": "c4"}, "alternate",
+                                                       self_play=play),))
+    store = Store(tmp_path / "data")
+    keys = graph.create_graph(store, serving_here())
+    mask = {"p0": [True, True, False], "p1": [True, True, False]}
+    played = []
+    try:
+        session = graph.login(keys["environment duel"])
+
+        async def send(body):
+            acted = await graph.step(session, session.parse_step({**body, "action_mask": {
+                role: mask[role] for role in body["obs"]}}))
+            return session.level.reply_body(acted.action)
+
+        for _ in range(40):
+            opponent, label = None, ""
+            for turn in range(6):
+                role = ("p0", "p1")[turn % 2]
+                reply = await send({"obs": {role: A}, "reward": {role: 0.0}})
+                if "opponents" in reply:
+                    [(opponent, label)] = reply["opponents"].items()
+                if role == opponent and label.startswith("snapshot:"):  # (the first episode's: no snapshot yet)
+                    played.append(reply["actions"][role])
+            await send({"obs": {"p0": A, "p1": A}, "terminated": {"p0": True, "p1": True},
+                        "outcome": {"p0": 1, "p1": 0}})
+    finally:
+        graph.end_sessions()
+        graph.close()
+        store.close()
+    return played
+
+
+async def test_snapshot_opponents_sample_their_policys_actions_under_the_mask_or_play_greedy(tmp_path):
+    """`opponent_actions: sample` (the default, ML-Agents' ghost): a frozen snapshot's actions on one observation
+    are drawn from its (near uniform, untrained) policy, so both allowed actions come, the masked one never;
+    `greedy`: the snapshot repeats one action, as every opponent did before the setting."""
+    sampled = await _opponent_actions(tmp_path / "sample", "sample")
+    greedy = await _opponent_actions(tmp_path / "greedy", "greedy")
+    assert len(sampled) >= 40 and len(greedy) >= 40
+    assert set(sampled) == {0, 1}
+    assert len(set(greedy)) == 1 and 2 not in greedy

@@ -60,6 +60,7 @@ def test_a_yaml_preset_reads_its_environments_as_a_python_preset_declares_them()
     ({"self_play": {"window": 0}}, "environments[0].self_play.window", "at least 1"),
     ({"self_play": {"against_latest": 1.5}}, "environments[0].self_play.against_latest", "probability"),
     ({"self_play": {"opponents": ["minimax"]}}, "environments[0].self_play.opponents[0]", "module:function"),
+    ({"self_play": {"opponent_actions": "argmax"}}, "environments[0].self_play.opponent_actions", "sample, greedy"),
     ({"self_play": {}, "teams": {}}, "environments[0].self_play", "one agent per team"),
     ({"colour": "red"}, "environments[0].colour", "unknown key"),
 ])
@@ -114,6 +115,16 @@ def test_check_shows_each_environment(tmp_path, capsys):
     assert "teams: red: attacker; blue: defender" in out
     assert "environment connect4: roles player_0: c4, player_1: c4; turns alternate" in out
     assert "self-play: a snapshot every 10,000 steps, window 10" in out
+    assert "opponents' actions sampled" in out  # the default
+
+
+def test_opponents_actions_are_sampled_unless_the_preset_says_greedy():
+    data = yaml.safe_load(PRESET)
+    assert preset_from_data(data).environments[1].self_play.opponent_actions == "sample"
+    data["environments"][1]["self_play"]["opponent_actions"] = "greedy"
+    preset = preset_from_data(data)
+    assert preset.environments[1].self_play.opponent_actions == "greedy"
+    assert preset_from_data(preset_data(preset)) == preset
 
 
 def test_keys_add_owner_environment_makes_a_key_that_logs_in_to_it(tmp_path, capsys):

@@ -116,3 +116,31 @@ def test_a_board_shaped_observation_through_the_flatten_extractor_has_a_greedy_c
     assert (found.bind(weights_of(policy))(obs, masks) == expected).all()
     image = spaces.Box(0, 255, (8, 8, 3), np.uint8)  # SB3 divides an image by 255 first: not served this way
     assert network_of(ActorCriticPolicy(image, spaces.Discrete(2), lr), image) is None
+
+
+def test_a_plan_of_a_distributions_logits_samples_it_under_the_masks_given_a_generator():
+    """Self-play's opponents draw their actions (`GreedyNetwork.samples`): softmax(logits) over the unmasked
+    actions, a masked one never; without a generator, or for DQN's Q-values, the argmax as before."""
+    logits = np.log(np.array([0.5, 0.3, 0.15, 0.05], dtype=np.float32))
+    plan = GreedyNetwork([("w", "b")], {"kind": "argmax"}, takes_masks=True, samples=True)
+    greedy = plan.bind({"w": np.zeros((4, 1), dtype=np.float32), "b": logits})
+    rows = np.zeros((20_000, 1), dtype=np.float32)
+    masks = np.tile([True, True, False, True], (len(rows), 1))
+    drawn = greedy(rows, masks, np.random.default_rng(0))
+    counts = np.bincount(drawn, minlength=4) / len(rows)
+    assert counts[2] == 0  # masked
+    assert np.allclose(counts, [0.5 / 0.85, 0.3 / 0.85, 0, 0.05 / 0.85], atol=0.015)
+    assert np.array_equal(drawn, greedy(rows, masks, np.random.default_rng(0)))  # the seed decides
+    assert set(greedy(rows, masks).tolist()) == {0}  # no generator: greedy
+    q_values = GreedyNetwork([("w", "b")], {"kind": "argmax"}).bind({"w": np.zeros((4, 1), np.float32), "b": logits})
+    assert set(q_values(rows, None, np.random.default_rng(0)).tolist()) == {0}  # not a distribution: greedy
+    assert GreedyNetwork.from_data(plan.to_data()).samples
+
+
+def test_the_plans_of_sb3s_categorical_policies_sample_and_of_dqns_do_not():
+    discrete = spaces.Discrete(3)
+    ppo = ActorCriticPolicy(OBS, discrete, lr)
+    dqn = DQNPolicy(OBS, discrete, lr)
+    assert network_of(ppo, OBS).samples and not network_of(dqn, OBS).samples
+    with pytest.raises(GreedyNetworkError, match="no distribution to sample"):
+        GreedyNetwork([], {"kind": "tanh"}, samples=True)

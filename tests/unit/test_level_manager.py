@@ -181,7 +181,7 @@ class FrozenPolicy:
     def __init__(self, refuse=()):
         self.refuse = set(refuse)
 
-    def act(self, obs, mask=None):
+    def act(self, obs, mask=None, rng=None):
         return None if obs in self.refuse else (f"f-{obs}", 5)
 
 
