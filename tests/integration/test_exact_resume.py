@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 from stable_baselines3.common.save_util import load_from_zip_file
 
-from shepherd.agents import checkpoint
+from shepherd.agents import ActMode, Kind, Request, build_learner, checkpoint
 from shepherd.graph import AgentSpec, GraphManager, Schedule
 from shepherd.graph.local import drive, serving_here
 from shepherd.storage import Store
+from shepherd.wire.spaces import parse_space
 
 NET = {"net_arch": [16]}
 #: (algorithm, env, observation space, action space, parameters): small budgets, every partial state reached
@@ -114,3 +115,61 @@ async def test_the_replay_buffer_is_written_beside_the_agents_checkpoint_which_n
     saved = checkpoint.read_state(checkpoint.model_path(folder))["learner"]["replay_buffer"]
     assert saved["file"] == checkpoint.REPLAY_BUFFER_FILE and saved["transitions"] == 60
     assert (folder / checkpoint.REPLAY_BUFFER_FILE).stat().st_size == saved["bytes"]
+
+
+def fed_one_client(algorithm: str, together: bool,
+                   limit: int | None) -> tuple[list[dict[str, np.ndarray]], dict[str, np.ndarray]]:
+    """A seeded on-policy learner fed by one client for FIRST steps of CartPole (episodes cut at ``limit`` steps,
+    if given: ends valued for their time-limit bootstrap): each episode's end and the next
+    episode's first step reach the learner in one batch (``together``), or in two (the end alone, then the
+    start), as a server's timing makes them; the rollouts each update trained on, and the weights after."""
+    _, observations, actions, parameters = AGENTS[algorithm]
+    built = build_learner(algorithm, "agent", parse_space(observations), parse_space(actions),
+                          {**parameters, "seed": 3}, None)
+    rollouts: list[dict[str, np.ndarray]] = []
+    model, train = built.model, built.model.train
+
+    def keeping() -> None:
+        buffer = model.rollout_buffer
+        rollouts.append({name: getattr(buffer, name).copy() for name in ("values", "log_probs", "rewards")})
+        train()
+
+    model.train = keeping
+    env = gym.make("CartPole-v1", max_episode_steps=limit)
+    built.start()
+    try:
+        obs, _ = env.reset(seed=0)
+        action = built.begin_episode(1, obs, ActMode.EXPLORE).result(30)
+        for _ in range(FIRST):
+            obs, reward, terminated, truncated, _ = env.step(int(action))
+            if not (terminated or truncated):
+                action = built.step(1, float(reward), obs, ActMode.EXPLORE).result(30)
+                continue
+            end = Request(Kind.END, 1, obs, float(reward), bool(truncated), ActMode.EXPLORE)
+            obs, _ = env.reset()
+            begin = Request(Kind.BEGIN, 1, obs, 0.0, False, ActMode.EXPLORE)
+            if together:
+                action = built.submit([end, begin]).result(30)[0]
+            else:
+                built.submit([end]).result(30)
+                built.mark().result(30)  # the end is handled before the start is queued
+                action = built.submit([begin]).result(30)[0]
+        built.mark().result(30)
+        weights = {name: value.clone().numpy() for name, value in model.policy.state_dict().items()}
+    finally:
+        built.close()
+    return rollouts, weights
+
+
+@pytest.mark.parametrize("limit", [None, 9])
+@pytest.mark.parametrize("algorithm", ["PPO", "RecurrentPPO"])
+def test_an_episode_end_batched_with_the_next_start_or_alone_learns_the_same(algorithm, limit):
+    """One client's episode end (sent without waiting for an answer) and its next episode's start share a batch
+    or not as the server's threads happen to run: what is learned must not depend on it. A forward pass of
+    one row rounds apart from the same row in a batch of two, so the start's value must never be computed
+    beside the end's (and an end is valued only when its value is used: at a time limit)."""
+    together, apart = fed_one_client(algorithm, True, limit), fed_one_client(algorithm, False, limit)
+    assert len(together[0]) == len(apart[0]) == 2
+    for first, second in zip(together[0], apart[0]):
+        assert [name for name in first if not np.array_equal(first[name], second[name])] == []
+    assert [name for name in together[1] if not np.array_equal(together[1][name], apart[1][name])] == []

@@ -132,9 +132,10 @@ class OnPolicyAdapter(SB3Algorithm):
         return self.model.policy._get_action_dist_from_latent(latent_pi)
 
     def process(self, messages: list[Request]) -> None:
-        # what needs the policy: every act, and the end of an episode that is learned from (its value)
-        forward = [m for m in messages if m.kind is not Kind.DROP and (m.kind is not Kind.END or m.mode.learns)]
-        if forward and not any(m.mode.learns for m in forward):
+        # what needs the policy: every act; an episode's end only for its value, used at a time limit alone
+        forward = [m for m in messages if m.kind in (Kind.BEGIN, Kind.STEP, Kind.ACT)]
+        learns = any(m.mode.learns for m in messages if m.kind is not Kind.DROP)
+        if forward and not learns:
             self._answer_greedy(messages, forward)
         else:
             self._learn_and_act(messages, forward)
@@ -154,11 +155,23 @@ class OnPolicyAdapter(SB3Algorithm):
         return values.flatten(), log_probs.flatten()
 
     def _learn_and_act(self, messages: list[Request], forward: list[Request]) -> None:
-        """Complete transitions, claim segments, and answer every act with one forward pass."""
+        """Complete transitions, claim segments, and answer every act (``forward``) with one forward pass.
+
+        An episode's end is valued in a pass of its own, never beside the acts: one client's end (sent without
+        waiting for an answer) and its next episode's start reach the worker in one batch or in two as its
+        threads happen to run, and torch rounds a row of a one-row pass apart from the same row in a larger
+        one; with the end's pass apart, the start's act gets the same numbers either way, so one seeded client
+        trains the same weights in every run (issue 48's exact resume compares two). Only a time limit uses
+        an end's value (a terminal state is worth nothing), so only those ends cost a pass."""
+        ends = [m for m in messages if m.kind is Kind.END and m.mode.learns and m.truncated]
+        value_of: dict[int, float] = {}
+        if ends:  # before the acts' pass: a subclass keeps what it needs of the acts' (the LSTM states)
+            value_of = {id(m): float(v) for m, v in zip(ends, self._evaluate(ends)[0])}
         row_of: dict[int, int] = {}
         if forward:
             values, latent_pi = self._evaluate(forward)
             row_of = {id(m): i for i, m in enumerate(forward)}
+            value_of.update((id(m), float(values[i])) for i, m in enumerate(forward))
         # first every outcome (transitions completed, segments left), then every act: the segments a
         # batch frees are free for its acts, and a vector step's envs claim theirs in env order
         acts: list[tuple[Request, _Actor]] = []
@@ -173,7 +186,7 @@ class OnPolicyAdapter(SB3Algorithm):
                 self._leave_segment(actor, bootstrap=True)
                 actor.new_episode = True
             if message.kind in (Kind.STEP, Kind.END) and message.mode.learns and actor.pending:
-                self._complete(actor, message, float(values[row_of[id(message)]]))
+                self._complete(actor, message, value_of.get(id(message), 0.0))  # a terminal end: not valued
             if message.kind is Kind.END:
                 self._leave_segment(actor, bootstrap=False)
                 actor.new_episode = True

@@ -12,8 +12,8 @@ are RecurrentPPO's ``collect_rollouts``, with an actor where SB3 has an env colu
   is evaluated again, from the same state, when it acts.
 - A row of the rollout buffer stores the states the actor acted *from* (before the step), as
   ``RecurrentRolloutBuffer.add`` does; training starts each sequence from them.
-- The end of an episode is valued from the actor's state (its time-limit bootstrap, as SB3 values the
-  terminal observation); then the state is dropped. A dropped actor (``Kind.DROP``: the session ended or
+- The end of an episode at a time limit is valued from the actor's state (its bootstrap, as SB3 values the
+  terminal observation; in a pass before the acts', `OnPolicyAdapter._learn_and_act`); then the state is dropped. A dropped actor (``Kind.DROP``: the session ended or
   expired) loses its state at once. A new episode always starts from zeros.
 - **The fresh-segment rule.** An actor that claims, mid-episode, a segment someone else started writes its
   first row there with ``episode_start`` set (the on-policy learner's rule that keeps GAE from crossing
