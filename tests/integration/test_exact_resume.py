@@ -1,7 +1,8 @@
 """A restart is invisible to learning (issue 48, "Exact resume"): a seeded agent fed by one deterministic client
 in two halves ends with the same weights whether or not its server was stopped (the graph closed with its final
 checkpoint) and started again (a new graph on the same data folder) between the halves. Driven in-process
-(shepherd.graph.local), as the server drives it; DQN, PPO and SAC."""
+(shepherd.graph.local), as the server drives it; DQN, PPO, SAC and RecurrentPPO. And what one client's timing
+may change (an episode's end batched with the next start, or alone) changes nothing that is learned."""
 
 from __future__ import annotations
 
