@@ -104,7 +104,7 @@ def answer_greedy_acts(greedy: GreedyPolicy | OnnxGreedy, requests: list[Request
     masks = [r.mask for r in acts] if any(r.mask is not None for r in acts) else None
     observations = [r.obs for r in acts]
     if (greedy.always_off_loop or sum(map(_numbers, observations)) > INLINE_NUMBERS) and greedy.ready(masks):
-        greedy_pool().submit(_answer_off_loop, greedy, observations, masks, future)
+        greedy_pool().submit(answer_off_loop, greedy, observations, masks, future)
         return [r for r in requests if r.kind not in (Kind.BEGIN, Kind.STEP)]
     if greedy.always_off_loop:  # not ready (asking got it ready for the next steps): never on the event loop
         return None
@@ -117,11 +117,12 @@ def answer_greedy_acts(greedy: GreedyPolicy | OnnxGreedy, requests: list[Request
     return [r for r in requests if r.kind not in (Kind.BEGIN, Kind.STEP)]
 
 
-def _answer_off_loop(greedy: GreedyPolicy | OnnxGreedy, observations: list[Any], masks: list[Any] | None,
-                     future: ActionFuture) -> None:
-    """A large greedy batch, on a worker thread. The learner's weights may have moved on since the caller saw
-    them current (an update in between: rare): the step is then refused as a learner's unavailable one, and
-    the client's retry of the same seq is answered."""
+def answer_off_loop(greedy: GreedyPolicy | OnnxGreedy, observations: list[Any], masks: list[Any] | None,
+                    future: ActionFuture, one: bool = False) -> None:
+    """Answer ``future`` from a greedy snapshot on a worker thread (a large batch, or an image agent's greedy file):
+    the action (``one``) or the list of a vector step's actions. The snapshot may not answer after all (the
+    learner's weights moved on since the caller saw them current, or the file failed): the step is then refused
+    as a learner's unavailable one, and the client's retry of the same seq is answered (by the learner)."""
     try:
         answered = greedy.act_batch(observations, masks)
     except BaseException as error:  # noqa: BLE001 - the awaiting caller hears it
@@ -130,11 +131,11 @@ def _answer_off_loop(greedy: GreedyPolicy | OnnxGreedy, observations: list[Any],
     if answered is None:
         greedy.prepare()
         future.set_exception(LearnerUnavailable(
-            f"agent {greedy.name}'s policy changed while this step was answered; retry in "
+            f"agent {greedy.name}'s greedy snapshot could not answer this step (its policy changed); retry in "
             f"{LearnerUnavailable.retry_after} s with the same seq"))
         return
     future.policy_version = answered[1]
-    future.set_result(list(answered[0]))
+    future.set_result(answered[0][0] if one else list(answered[0]))
 
 
 def _numbers(obs: Any) -> int:

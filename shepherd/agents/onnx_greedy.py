@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from shepherd.agents.core import ActionFuture, LearnerUnavailable, WeightSource
+from shepherd.agents.core import WeightSource
 from shepherd.policies.onnx import Policy
 
 logger = logging.getLogger(__name__)
@@ -136,21 +136,3 @@ class OnnxGreedy:
             if version > self._version:
                 self._policy, self._version = policy, version
 
-
-def answer_off_loop(greedy: OnnxGreedy, observations: list[Any], masks: list[Any] | None, future: ActionFuture,
-                    one: bool) -> None:
-    """Answer ``future`` from the file on a worker thread: the action (``one``) or the list of a vector step's
-    actions. If the file cannot answer after all (it failed), the step is refused as a learner's unavailable one,
-    and the client's retry of the same seq is answered (by the learner)."""
-    try:
-        answered = greedy.act_batch(observations, masks)
-    except BaseException as error:  # noqa: BLE001 - the awaiting caller hears it
-        future.set_exception(error)
-        return
-    if answered is None:
-        future.set_exception(LearnerUnavailable(
-            f"agent {greedy.name}'s greedy file could not answer this step; retry in "
-            f"{LearnerUnavailable.retry_after} s with the same seq"))
-        return
-    future.policy_version = answered[1]
-    future.set_result(answered[0][0] if one else answered[0])

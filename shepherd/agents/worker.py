@@ -30,9 +30,9 @@ from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFaile
 from shepherd.agents.algorithm import (CONTROLS, WORKER, Algorithm, Control, UpdateInterrupted, install_interrupt_hook,
                                       refuse, take_queued)
 from shepherd.wire.experience import Experience
-from shepherd.agents.futures import _Part, _Vector, answer_greedy_acts, greedy_pool, settle
+from shepherd.agents.futures import _Part, _Vector, answer_greedy_acts, answer_off_loop, greedy_pool, settle
 from shepherd.agents.greedy_policy import GreedyPolicy
-from shepherd.agents.onnx_greedy import OnnxGreedy, answer_off_loop
+from shepherd.agents.onnx_greedy import OnnxGreedy
 from shepherd.agents.metrics import MetricsWriter
 from shepherd.agents.timing import LearnerStats
 
