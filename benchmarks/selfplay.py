@@ -24,6 +24,8 @@ tests/unit/test_boards.py. Needs ``pip install -e .[multiagent]`` (pettingzoo, p
     python benchmarks/selfplay.py --game connect4 --seeds 2 --opponent-actions greedy   # snapshots play greedy
     python benchmarks/selfplay.py --game mpe --seeds 1 --steps 30000 --games 50
     python benchmarks/selfplay.py --game connect4 --quick          # a smoke run: a tiny budget, few games
+    python benchmarks/selfplay.py --game tictactoe --seeds 2 --train-against random   # no self-play: the same
+                                                                   # agent trained against a scripted player
 """
 
 from __future__ import annotations
@@ -161,11 +163,12 @@ def snapshot_version(player: str) -> int | None:
 
 
 class Trainers:
-    """``sessions`` threads, each one session of the learning environment playing whole episodes until paused."""
+    """``sessions`` threads, each one session of a learning environment (of ``keys``, in turn) playing whole
+    episodes until paused."""
 
-    def __init__(self, url: str, key: str, env: str, sessions: int, seed: int) -> None:
-        self.url, self.key, self.env, self.seed = url, key, env, seed
-        self.clients = [RolesClient(url, key) for _ in range(sessions)]
+    def __init__(self, url: str, keys: list[str], env: str, sessions: int, seed: int) -> None:
+        self.url, self.env, self.seed = url, env, seed
+        self.clients = [RolesClient(url, keys[index % len(keys)]) for index in range(sessions)]
         self.envs = [make_env(env) for _ in range(sessions)]
         self.episodes = 0
         self.errors: list[BaseException] = []
@@ -240,7 +243,9 @@ def play_board(args: argparse.Namespace, game: Game, seed: int, folder: Path) ->
     server = Shepherd(preset, folder / f"data_{seed}")
     try:
         keys = dict(re.findall(r"API key for environment (\S+) \(.*\): (\S+)", "".join(server.lines)))
-        trainers = Trainers(server.url, keys["selfplay"], game.env, args.sessions, seed)
+        learning = ([keys["selfplay"]] if args.train_against is None else  # or the scripted player's, both sides
+                    [keys[f"first_vs_{args.train_against}"], keys[f"second_vs_{args.train_against}"]])
+        trainers = Trainers(server.url, learning, game.env, args.sessions, seed)
         curve: list[tuple[int, float, dict[str, tuple[float, float]]]] = []
         latest: list[tuple[int, str, float, float]] = []  # (learned steps, newest snapshot, its mu, sigma)
         started, evaluating = time.perf_counter(), 0.0
@@ -369,7 +374,7 @@ def play_mpe(args: argparse.Namespace, seed: int, folder: Path) -> dict[str, Any
     try:
         keys = dict(re.findall(r"API key for environment (\S+) \(.*\): (\S+)", "".join(server.lines)))
         before = mpe_scores(server.url, keys, args.games, seed * 7919)
-        trainers = Trainers(server.url, keys["play"], "mpe2.simple_adversary_v3:parallel_env", args.sessions, seed)
+        trainers = Trainers(server.url, [keys["play"]], "mpe2.simple_adversary_v3:parallel_env", args.sessions, seed)
         started = time.perf_counter()
         trainers.run_until(lambda: learned_steps(server.url, "adversary") >= args.steps)
         seconds = time.perf_counter() - started
@@ -407,6 +412,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a smoke run: 1 seed, 3000 steps, 20 games")
     parser.add_argument("--opponent-actions", choices=("sample", "greedy"), default=None,
                         help="the self-play's opponent_actions (default: the preset's default, sample)")
+    parser.add_argument("--train-against", default=None, metavar="OPPONENT",
+                        help="no self-play: train against one of the game's scripted players (random, lookahead, "
+                             "minimax), half the sessions on each side")
     args = parser.parse_args()
     if args.quick:
         args.seeds, args.steps, args.games, args.evaluations = 1, args.steps or 3000, 20, 2
