@@ -21,7 +21,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 from shepherd.agents import greedy_policy
 from shepherd.agents.advice import Advice
-from shepherd.agents.sb3.advised import AdvisedRolloutBuffer, advice_width
+from shepherd.agents.sb3.mixing import AdvisedRolloutBuffer, advice_width
 from shepherd.agents.filters import Filtering, ImageLayout, check_filters, policy_space, stacked_space
 from shepherd.agents.parameters import LinearSchedule, ParameterError
 from shepherd.agents.registry import (ADVICE_PARAMETERS, algorithm_info, check_advisable, check_agent,

@@ -17,7 +17,8 @@ from gymnasium import spaces
 
 from shepherd.agents.catalog import (HIDDEN, SERVED, Algorithm, NOT_SERVED)
 from shepherd.agents.filters import check_filters
-from shepherd.agents.sb3.advised import NOT_ADVISED, advice_width
+from shepherd.agents.sb3.advised import NOT_ADVISED
+from shepherd.agents.sb3.mixing import advice_width
 from shepherd.agents.parameters import (Parameter, ParameterError, ParamType, coerce,
                                         from_signature)
 from shepherd.agents.sb3.base import SB3Algorithm

@@ -469,7 +469,7 @@ def cartpole_states(count: int) -> np.ndarray:
 async def adopt_then_learn(data: Path, **parameters: object) -> float:
     """The pupil adopts the teacher's policy, then learns 12 updates on its own (at a learning rate that
     moves a policy fast); returns the mean KL(adopted || pupil's policy now) on CartPole observations."""
-    from shepherd.agents.sb3.advised import policy_divergence
+    from shepherd.agents.sb3.mixing import policy_divergence
     graph, store, keys = await start(data, learning_rate=0.05, **parameters)
     try:
         teacher, pupil = await teacher_and_pupil(graph, keys, returns=(4.0, 0.0), trials=True)

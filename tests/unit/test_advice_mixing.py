@@ -1,4 +1,4 @@
-"""The Actor-Advisor's mixed policy (agents/sb3/advised.py) against a direct computation: probabilities,
+"""The Actor-Advisor's mixed policy (agents/sb3/mixing.py) against a direct computation: probabilities,
 log-probabilities, the Gaussian product, a uniform advisor, and training through the stored advice."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.distributions import CategoricalDistribution, DiagGaussianDistribution
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from shepherd.agents.sb3.advised import AdvisedRolloutBuffer, Mixer, advice_rows, mix
+from shepherd.agents.sb3.mixing import AdvisedRolloutBuffer, Mixer, advice_rows, mix
 from shepherd.agents.sb3.base import SpacesEnv
 
 
