@@ -28,7 +28,6 @@ from shepherd.agents import build_learner, parameters
 from shepherd.agents.export.behaviour import PHASES, NotActableAtClient, behaviour_adapter, behaviour_onnx
 from shepherd.agents.export.export import Normalization, metadata
 from shepherd.agents.sb3.on_policy import OnPolicyAdapter
-from shepherd.agents.factories import build_advised_learner
 from shepherd.agents.sb3.base import SpacesEnv
 from shepherd.definition import Filters
 from shepherd.wire.spaces import parse_space
@@ -328,9 +327,7 @@ def gsde_agent():
     (lambda: adapter("PPO", 3, spread=0, filters={"frame_stack": 3}), "PPO", "stacks 3 frames"),
     (lambda: adapter("TD3", BOX, spread=0, action_noise="ornstein-uhlenbeck"), "TD3", "OrnsteinUhlenbeck"),
     (gsde_agent, "PPO", "gSDE"),
-    (lambda: build_advised_learner("PPO", "tester", parse_space(BOX_OBS), parse_space(3), SMALL, None).algorithm,
-     "PPO", "advisor"),
-], ids=["recurrent", "frame-stack", "ornstein-uhlenbeck", "gSDE", "advised"])
+], ids=["recurrent", "frame-stack", "ornstein-uhlenbeck", "gSDE"])
 def test_what_cannot_act_at_the_client_is_refused_with_its_reason(make, algorithm, reason):
     agent = make()
     for phase in PHASES:

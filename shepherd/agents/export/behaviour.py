@@ -16,7 +16,10 @@ The behaviour of each phase is what the server's learner acts with in it:
   Gaussian by Box-Muller (PPO, A2C, TRPO Box: ``sample`` unclipped, ``action`` clipped), DQN's and QR-DQN's
   epsilon-greedy with the current ``exploration_rate``, SAC's (TQC's, CrossQ's) squashed Gaussian, TD3's
   and DDPG's actor; then ``NormalActionNoise`` for off-policy Box agents, clipped to [-1, 1]. An off-policy
-  agent before ``learning_starts`` acts as in heatup, as its learner does;
+  agent before ``learning_starts`` acts as in heatup, as its learner does. An advised client (PPO, A2C)
+  draws from the product of its policy and its advisor's (`shepherd.agents.sb3.mixing`): the file holds both
+  networks, the advisor's normalising the raw observations with the advisor's own statistics, as the
+  version's `AdviceFrame` fixes them (the server evaluates the version's uploads under the same frame);
 - ``evaluate`` and ``deploy``: the greedy policy, as `export_onnx` writes it (K = 0, noise ignored).
 
 `GREEDY_FILE` is no phase but rides the same per-version builds (`behaviour_of_version`): the greedy file
@@ -32,7 +35,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 import numpy as np
 from gymnasium import spaces
@@ -48,10 +51,10 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.sac.policies import LOG_STD_MAX, LOG_STD_MIN
 
-from shepherd.agents.sb3.advised import AdvisedOnPolicyAdapter
-from shepherd.agents.export.export import (METADATA_KEY, Normalization, NotExportable, _greedy, _observation_inputs,
-                                    _to_env, agent_filters, export_onnx, file_metadata)
-from shepherd.agents.export.onnx_graph import GraphBuilder, features, module
+from shepherd.agents.sb3.advised import AdviceFrame, AdvisedOnPolicyAdapter
+from shepherd.agents.export.export import (METADATA_KEY, Normalization, NotExportable, _greedy, _normalize,
+                                           _observation_inputs, _to_env, agent_filters, export_onnx, file_metadata)
+from shepherd.agents.export.onnx_graph import GraphBuilder, features, image_input, module
 from shepherd.agents.sb3.base import SB3Algorithm
 from shepherd.wire.spaces import mask_size
 
@@ -105,7 +108,7 @@ def check_actable(adapter: SB3Algorithm, agent: str, algorithm: str) -> None:
 
     Raises:
         NotActableAtClient: a recurrent policy, frame stacking, Ornstein-Uhlenbeck (or any other non-Normal)
-            action noise, gSDE, an advised client (its exploring policy mixes in its advisor's network).
+            action noise, gSDE.
     """
     model: Any = adapter.model
     policy: Any = model.policy
@@ -115,9 +118,6 @@ def check_actable(adapter: SB3Algorithm, agent: str, algorithm: str) -> None:
                "the policy file has no input for")
     elif getattr(policy, "use_sde", False) or getattr(getattr(policy, "actor", None), "use_sde", False):
         why = f"{algorithm} explores with gSDE, whose exploration matrix is state kept between steps"
-    elif isinstance(adapter, AdvisedOnPolicyAdapter):
-        why = ("an advised client explores with the mixed policy of its own network and its advisor's, which "
-               "the server keeps; the file holds one network")
     elif getattr(model, "action_noise", None) is not None and type(model.action_noise) is not NormalActionNoise:
         why = (f"{algorithm}'s action noise {type(model.action_noise).__name__} keeps a state per session (its "
                "last value), which the policy file has no input for; normal action noise acts at the client")
@@ -147,9 +147,11 @@ def behaviour_onnx(adapter: SB3Algorithm, agent: str, algorithm: str, phase: str
         raise ValueError(f"unknown phase {phase!r}; a behaviour file is built for one of {', '.join(PHASES)}")
     check_actable(adapter, agent, algorithm)
     try:
-        graph, takes_masks, noise_size = _build(adapter, phase, dict(normalization or {}))
+        graph, takes_masks, noise_size, advice = _build(adapter, phase, dict(normalization or {}))
         metadata = file_metadata(adapter, agent, algorithm, takes_masks, normalization, filters, obs_input)
         metadata.update(phase=phase, noise_size=noise_size)
+        if advice is not None:  # an advised client's training file: whose policy it mixes in, and how strongly
+            metadata["advice"] = {"advisor": advice.advisor, "strength": advice.strength}
         model = graph.model(f"shepherd_{algorithm}_{phase}", {METADATA_KEY: json.dumps(metadata)})
     except NotActableAtClient:
         raise
@@ -191,8 +193,8 @@ def behaviour_of_version(adapter: SB3Algorithm, agent: str, algorithm: str, phas
 
 
 def _build(adapter: SB3Algorithm, phase: str, normalization: dict[str, Normalization]
-           ) -> tuple[GraphBuilder, bool, int]:
-    """The graph (inputs, outputs), whether it takes masks, and its noise size."""
+           ) -> tuple[GraphBuilder, bool, int, AdviceFrame | None]:
+    """The graph (inputs, outputs), whether it takes masks, its noise size, and the advice it mixes in."""
     model: Any = adapter.model
     policy: Any = model.policy
     observation_space, action_space = adapter.observation_space, adapter.action_space
@@ -206,12 +208,15 @@ def _build(adapter: SB3Algorithm, phase: str, normalization: dict[str, Normaliza
     mask = graph.input(MASK_INPUT, TensorProto.BOOL, (mask_size(action_space) or 0,)) if takes_masks else None
     if off_policy and phase == "train" and model.num_timesteps < model.learning_starts:
         phase = "heatup"  # as the off-policy learner acts until learning_starts
+    advice = None
     if phase in ("evaluate", "deploy"):
         sample, elem_type = _greedy(graph, policy, observation_space, action_space, inputs, mask)
     elif phase == "heatup":
         sample, elem_type = _uniform(graph, noise, action_space, mask, off_policy)
     else:
-        sample, elem_type = _explore(graph, noise, model, observation_space, action_space, inputs, mask)
+        advice = adapter.advice_frame() if isinstance(adapter, AdvisedOnPolicyAdapter) else None
+        advisor = None if advice is None else _advisor(graph, adapter, advice)
+        sample, elem_type = _explore(graph, noise, model, observation_space, action_space, inputs, mask, advisor)
     if off_policy and isinstance(action_space, spaces.Box):
         if phase not in ("evaluate", "deploy"):
             sample = _action_noise(graph, noise, model.action_noise, sample)
@@ -224,7 +229,7 @@ def _build(adapter: SB3Algorithm, phase: str, normalization: dict[str, Normaliza
     graph.output(sample, SAMPLE_OUTPUT, elem_type, shape)
     noise_size = noise.taken
     graph.inputs[noise_index].type.tensor_type.shape.dim[1].dim_value = noise_size
-    return graph, takes_masks, noise_size
+    return graph, takes_masks, noise_size, advice
 
 
 def _squeeze(graph: GraphBuilder, x: str) -> str:
@@ -302,9 +307,37 @@ def _categorical(graph: GraphBuilder, noise: _Noise, logits: str, dims: list[int
     return parts[0] if len(parts) == 1 else graph.op("Concat", *parts, axis=1)
 
 
+class _Advisor(NamedTuple):
+    """An advised client's advice in its behaviour file (`AdviceFrame`): the advisor's action-net output for
+    the file's observations (logits, or a Gaussian's mean), its policy and the strength."""
+
+    output: str
+    policy: Any
+    strength: float
+
+
+def _advisor(graph: GraphBuilder, adapter: SB3Algorithm, frame: AdviceFrame) -> _Advisor:
+    """The advisor's network on the file's raw observation inputs, normalised with the advisor's statistics."""
+    policy: Any = frame.policy
+    normalization = agent_filters(adapter, "advisor", frame.filtering)[0] if frame.filtering is not None else None
+    space = adapter.client_space
+    subspaces = dict(space.spaces) if isinstance(space, spaces.Dict) else {"": space}
+    inputs = {}
+    for key, subspace in subspaces.items():
+        x, stats = obs_input(key), (normalization or {}).get(key)
+        if stats is not None:
+            x = _normalize(graph, subspace, stats, x, obs_input(key))
+        inputs[key] = image_input(graph, subspace, x)
+    x = features(graph, policy.pi_features_extractor, adapter.observation_space, inputs, policy.normalize_images)
+    return _Advisor(module(graph, policy.action_net, module(graph, policy.mlp_extractor.policy_net, x)), policy,
+                    frame.strength)
+
+
 def _explore(graph: GraphBuilder, noise: _Noise, model: Any, observation_space: spaces.Space,
-             action_space: spaces.Space, inputs: dict[str, str], mask: str | None) -> tuple[str, int]:
-    """The policy's exploring draw (before action noise): an off-policy Box's scaled into [-1, 1]."""
+             action_space: spaces.Space, inputs: dict[str, str], mask: str | None,
+             advisor: _Advisor | None = None) -> tuple[str, int]:
+    """The policy's exploring draw (before action noise): an off-policy Box's scaled into [-1, 1]; an advised
+    client's from the product of its policy and its advisor's (`shepherd.agents.sb3.mixing`)."""
     policy: Any = model.policy
     if isinstance(policy, (ActorCriticPolicy, MaskableActorCriticPolicy)):  # PPO, A2C, TRPO, MaskablePPO
         x = features(graph, policy.pi_features_extractor, observation_space, inputs, policy.normalize_images)
@@ -312,6 +345,10 @@ def _explore(graph: GraphBuilder, noise: _Noise, model: Any, observation_space: 
         if mask is not None:
             logits = graph.op("Where", mask, logits, graph.const(-np.inf, "masked"))
         distribution = policy.action_dist
+        if advisor is not None and isinstance(distribution, CategoricalDistribution):  # own + k log pi_adv
+            shift = graph.op("Mul", graph.const(advisor.strength, "strength"),
+                             graph.op("LogSoftmax", advisor.output, axis=-1))
+            logits = graph.op("Add", logits, shift)
         if isinstance(distribution, (CategoricalDistribution, MaskableCategoricalDistribution)):
             return _categorical(graph, noise, logits, _dims(action_space), single=True), TensorProto.INT64
         if isinstance(distribution, (MultiCategoricalDistribution, MaskableMultiCategoricalDistribution)):
@@ -321,9 +358,17 @@ def _explore(graph: GraphBuilder, noise: _Noise, model: Any, observation_space: 
             return graph.op("Cast", bits, to=TensorProto.INT64), TensorProto.INT64
         if isinstance(distribution, DiagGaussianDistribution):  # mean + exp(log_std) * z, unclipped
             log_std: Any = policy.log_std  # exp in torch, as the distribution computes it
-            std = log_std.detach().exp().cpu().numpy().astype(np.float32)
+            std = log_std.detach().exp().cpu()
+            if advisor is not None:  # the product of Gaussians: precision-weighted mean, the precisions summed
+                own = 1.0 / std.square()
+                theirs = advisor.strength / advisor.policy.log_std.detach().exp().cpu().square()
+                precision = own + theirs
+                logits = graph.op("Div", graph.op("Add", graph.op("Mul", logits, graph.const(own.numpy(), "own_precision")),
+                                                  graph.op("Mul", advisor.output, graph.const(theirs.numpy(), "advisor_precision"))),
+                                  graph.const(precision.numpy(), "precision"))
+                std = precision.rsqrt()
             z = noise.normals(int(std.shape[-1]))
-            return graph.op("Add", logits, graph.op("Mul", graph.const(std, "std"), z)), TensorProto.FLOAT
+            return graph.op("Add", logits, graph.op("Mul", graph.const(std.numpy().astype(np.float32), "std"), z)), TensorProto.FLOAT
         raise NotExportable(f"the action distribution {type(distribution).__name__} has no sampling form here")
     if getattr(model, "exploration_rate", None) is not None and isinstance(action_space, spaces.Discrete):
         greedy, _ = _greedy(graph, policy, observation_space, action_space, inputs, None)  # DQN, QR-DQN

@@ -17,11 +17,13 @@ of the advisor's published weights (`WeightSource.latest_weights`, or its checkp
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import threading
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch as th
@@ -104,6 +106,29 @@ def advisor_observations(obs: Any, own: Filtering | None, advisor: Filtering | N
     return convert(obs, None)
 
 
+@dataclass(frozen=True, eq=False)
+class AdviceFrame:
+    """The advice a client-acting advised client mixes in at one policy version, fixed when first asked at that
+    version (by its behaviour file or an upload, whichever comes first): the advisor's policy network with the
+    weights it had then, its observation statistics then, and the strength. The file draws from the product
+    with this advice, and the server evaluates the version's uploads under the same product: the rows it
+    stores (`advice_rows`) are this frame's, whatever the advisor publishes meanwhile."""
+
+    version: int
+    advisor: str
+    policy: Any  # a copy of the advisee's policy network holding the advisor's weights (no Mixer)
+    filtering: Filtering | None  # the statistics the advisor's network normalises with (frozen); None: none
+    strength: float
+
+    @th.inference_mode()
+    def rows(self, obs: Any, to_policy: Callable[[Any], Any]) -> np.ndarray:
+        """The advice rows of a batch of observations as the client sent them (raw): normalised with the
+        advisor's statistics, in the policy's layout (``to_policy``), through the advisor's network."""
+        seen = obs if self.filtering is None else self.filtering.normalize_obs(obs)
+        tensor, _ = self.policy.obs_to_tensor(to_policy(seen))
+        return advice_rows(self.policy.get_distribution(tensor), self.strength).numpy()
+
+
 class AdvisedOnPolicyAdapter(OnPolicyAdapter):
     """PPO or A2C acting and learning through the mixed policy of its own and its advisor's."""
 
@@ -121,10 +146,41 @@ class AdvisedOnPolicyAdapter(OnPolicyAdapter):
         self.adopted_at: int | None = None  # the steps learned when it last adopted (0: before it learned)
         self._kept: Any = None  # a frozen copy of the adopted policy while it is kept
         self._kept_at = 0  # the steps learned when it was adopted
+        self._frame: tuple[int, AdviceFrame | None] | None = None  # (version, its frame) of client-acting sessions
 
-    def client_acting_refused(self) -> str | None:
-        return ("an advised client acts with its policy mixed with its advisor's, which the server keeps; log in "
-                "with \"acting\": \"server\"")
+    # -- acting at the client: the advice is fixed per policy version ---------------------------------
+    def advice_frame(self) -> AdviceFrame | None:
+        """The advice of the current policy version's client-acting sessions (None: none, the own policy alone),
+        fixed when first asked at this version; on the learner's thread. A new advisor, or new weights of the
+        same one, reach client-acting sessions at the next version (the next update), as their file does."""
+        if self._frame is None or self._frame[0] != self.version:
+            self._frame = (self.version, self._new_frame())
+        return self._frame[1]
+
+    def _new_frame(self) -> AdviceFrame | None:
+        strength, advisor = self.advice.strength_at(self.steps), self.advice.advisor
+        policy = self.advisor_policy.of(advisor) if strength > 0.0 else None
+        if advisor is None or policy is None:
+            return None
+        theirs = getattr(advisor.weights, "filtering", None)  # an advisor on Ray: as `advisor_observations`, ours
+        filtering = theirs.frozen() if theirs is not None else self.version_filtering
+        return AdviceFrame(self.version, advisor.name, copy.deepcopy(policy), filtering, strength)
+
+    def upload_advice(self, obs: Any) -> np.ndarray | None:
+        """The advice rows of an upload's observations (a batch, as the client sent them) under the current
+        version's frame; None without advice."""
+        frame = self.advice_frame()
+        return None if frame is None else frame.rows(obs, self.to_policy)
+
+    @contextlib.contextmanager
+    def mixed(self, advice: np.ndarray | None) -> Iterator[None]:
+        """Every distribution the policy makes meanwhile is the product with these advice rows (one per row of
+        the batch it is asked for)."""
+        self.mixer.rows = None if advice is None else th.as_tensor(advice)
+        try:
+            yield
+        finally:
+            self.mixer.rows = None
 
     def process(self, messages: list[Request]) -> None:
         if self.steps == 0 and self._adopt():  # a new client adopts what its plug-in trials chose before it learns

@@ -18,11 +18,12 @@ the rollout collected so far, as every session's logout would leave it (``resume
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ContextManager
 
 import gymnasium as gym
 import numpy as np
@@ -147,6 +148,15 @@ class OnPolicyAdapter(SB3Algorithm):
     def learn_upload(self, upload: Upload) -> None:
         """A client-acting session's upload, written into the segments it reserved (``uploads.py``)."""
         self.uploads.learn(upload)
+
+    def upload_advice(self, obs: Any) -> np.ndarray | None:
+        """The advice rows of an upload's observations (an advised client's, `AdvisedOnPolicyAdapter`); None:
+        the policy is its own."""
+        return None
+
+    def mixed(self, advice: np.ndarray | None) -> ContextManager[None]:
+        """While it lasts, the policy's distributions mix in ``advice`` (an advised client's); here: its own."""
+        return contextlib.nullcontext()
 
     def _evaluate_uploaded(self, obs: Any, actions: th.Tensor, masks: np.ndarray | None) -> tuple[th.Tensor, th.Tensor]:
         """Values and log-probabilities of uploaded samples: SB3's ``evaluate_actions``, as ``train()`` calls

@@ -14,8 +14,9 @@ mid-segment has its last reward bootstrapped with the value of its next observat
 ended (the cut of `OnPolicyAdapter._leave_segment`), as does one that fills a segment ending mid-column (a
 vector session's split, `OnPolicyAdapter._split`); rows past the reserved ones (at most N-1) are not
 learned (``unlearned_steps``). Values and log-probabilities are SB3's ``evaluate_actions`` of the uploaded
-observations and samples with the current policy (what ``train()`` evaluates), the time-limit bootstrap is
-``collect_rollouts``'s (``reward += gamma * V(final_obs)``), and a segment filled to its end takes the value
+observations and samples with the current policy (what ``train()`` evaluates; an advised client's: mixed with
+the advice rows its version's frame gives the raw observations, stored with the rows, `AdviceFrame`), the
+time-limit bootstrap is ``collect_rollouts``'s (``reward += gamma * V(final_obs)``), and a segment filled to its end takes the value
 of the next observation as its last value for GAE. Server-acting actors claim the other segments as
 before. An upload's reply waits until the session can reserve rows again: at once if free ones are left,
 else after the update (sessions that waited reserve before those that did not). A reservation not written
@@ -205,12 +206,12 @@ class OnPolicyUploads:
 
     # -- writing an upload -------------------------------------------------------------------------
     def _write(self, uploader: int, experience: Experience, reservation: _Reservation,
-               evaluated: tuple[Any, np.ndarray, np.ndarray, np.ndarray]) -> None:
+               evaluated: tuple[Any, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]) -> None:
         adapter = self.adapter
         rewards = experience.reward
         if adapter.filtering is not None:
             rewards = adapter.filtering.count_upload(uploader, experience)
-        seen, values, log_probs, final_values = evaluated
+        seen, values, log_probs, final_values, advice = evaluated
         rewards = rewards.astype(np.float32)
         gamma = np.float32(adapter.model.gamma)
         for (t, i, _), value in zip(experience.finals(), final_values):
@@ -224,7 +225,7 @@ class OnPolicyUploads:
                 segment, row = queue[k]
                 column = adapter._column[segment]
                 length = min(steps - t, adapter._end[segment] - row)
-                self._piece(segment, row, i, t, t + length, seen, values, log_probs, rewards, experience)
+                self._piece(segment, row, i, t, t + length, seen, values, log_probs, rewards, experience, advice)
                 t, row = t + length, row + length
                 queue[k][1] = row
                 if row == adapter._end[segment]:  # the segment is full
@@ -242,7 +243,7 @@ class OnPolicyUploads:
                 adapter._owner[segment] = None
 
     def _piece(self, segment: int, row: int, i: int, start: int, stop: int, seen: Any, values: np.ndarray,
-               log_probs: np.ndarray, rewards: np.ndarray, experience: Experience) -> None:
+               log_probs: np.ndarray, rewards: np.ndarray, experience: Experience, advice: np.ndarray | None) -> None:
         """Rows ``start:stop`` of env ``i``'s column written down ``segment`` from ``row``."""
         adapter = self.adapter
         buffer, end, column = adapter.buffer, row + stop - start, adapter._column[segment]
@@ -260,15 +261,20 @@ class OnPolicyUploads:
         masks = getattr(buffer, "action_masks", None)
         if masks is not None:
             masks[row:end, column] = 1.0 if experience.action_mask is None else experience.action_mask[start:stop, i]
+        rows = getattr(buffer, "advice", None)  # an advised client's rollout (`AdvisedRolloutBuffer`)
+        if rows is not None:
+            rows[row:end, column] = 0.0 if advice is None else advice[start:stop, i]
         adapter._position[segment] = end
         adapter._rows_left -= end - row
         adapter.model.num_timesteps += end - row
 
     @th.no_grad()
-    def _evaluate(self, experience: Experience) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
+    def _evaluate(self, experience: Experience) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
         """What the policy saw (normalised with the version's statistics), the values of every observation
-        row (T+1 x N), the log-probabilities of the samples (T x N) and the values of the ended episodes'
-        last observations (in `Experience.finals`' order), from SB3's ``evaluate_actions``.
+        row (T+1 x N), the log-probabilities of the samples (T x N), the values of the ended episodes'
+        last observations (in `Experience.finals`' order), from SB3's ``evaluate_actions``, and an advised
+        client's advice rows (T x N x width; None: no advice), under which the log-probabilities are the
+        mixed policy's, as its behaviour file drew.
 
         Raises:
             BadExperience: a Gaussian policy's sample its file could not have drawn (`outside_draws`), or an
@@ -288,13 +294,16 @@ class OnPolicyUploads:
         if isinstance(adapter.action_space, spaces.Discrete):
             actions = actions.long().flatten()  # as train() hands the buffer's actions over
         masks = None if experience.action_mask is None else experience.action_mask[:steps].reshape(steps * n, -1)
-        values, log_probs = adapter._evaluate_uploaded(obs_tensor, actions, masks)
+        advice = adapter.upload_advice(flat_batch(_rows(experience.obs, 0, steps)))  # an advised client's
+        with adapter.mixed(advice):  # the policy the file drew from: an advised client's, mixed with its advice
+            values, log_probs = adapter._evaluate_uploaded(obs_tensor, actions, masks)
+            gaussian: Any = (policy.get_distribution(obs_tensor).distribution  # a torch Normal
+                             if isinstance(policy.action_dist, DiagGaussianDistribution) else None)
         extra, _ = policy.obs_to_tensor(flat_batch(_rows(seen, steps, steps + 1), [normalise(last) for last in finals]))
         more = policy.predict_values(extra).flatten().numpy()
         all_values = np.concatenate([values.numpy(), more[:n]]).reshape(steps + 1, n)
         drawn = log_probs.numpy().reshape(steps, n)
-        if isinstance(policy.action_dist, DiagGaussianDistribution):
-            gaussian: Any = policy.get_distribution(obs_tensor).distribution  # a torch Normal
+        if gaussian is not None:
             shape = experience.sample.shape
             outside = outside_draws(experience.sample, gaussian.mean.numpy().reshape(shape),
                                     gaussian.stddev.numpy().reshape(shape))
@@ -310,7 +319,7 @@ class OnPolicyUploads:
         if len(bad):
             t, i, _ = experience.finals()[int(bad[0])]
             raise BadExperience(f"final_obs[{t}][{i}] makes the policy's value not finite")
-        return seen, all_values, drawn, more[n:]
+        return seen, all_values, drawn, more[n:], None if advice is None else advice.reshape(steps, n, -1)
 
 
 #: how far (in standard deviations, per dimension) from its mean a Gaussian policy's uploaded sample may lie:
