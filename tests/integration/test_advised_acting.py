@@ -174,14 +174,15 @@ def test_the_advice_of_a_version_is_fixed_until_the_next():
     own, advisor, source = normalising_pair()
     obs = np.random.default_rng(2).normal(0, 3, (6, 3)).astype(np.float32)
     behaviour_adapter(own, "tester", "PPO", "train")  # the version's file fixes its frame
-    before = own.upload_advice(obs)
+    upload = experience_of(obs, np.zeros((5, 2), np.float32), own.version, 5, 1)
+    before = own.upload_advice(upload)
     spread(advisor.model.policy, 5)  # the advisor publishes new weights and statistics
     advisor.filtering.observations[None].moments = (np.zeros(3), np.ones(3))
     source.weights = VersionedWeights(8, weights_of(advisor.model.policy))
-    np.testing.assert_array_equal(own.upload_advice(obs), before)
+    np.testing.assert_array_equal(own.upload_advice(upload), before)
     own.new_version()  # the client's next update: its next file and uploads take the new advice
-    after = own.upload_advice(obs)
-    _, _, expected = own_and_mixed(own, advisor, obs, 2.0, advisor.filtering.frozen().normalize_obs(obs))
+    after = own.upload_advice(upload)
+    _, _, expected = own_and_mixed(own, advisor, obs[:5], 2.0, advisor.filtering.frozen().normalize_obs(obs[:5]))
     assert not np.allclose(after, before)
     np.testing.assert_allclose(after, expected, rtol=1e-5)
 
@@ -201,8 +202,9 @@ def test_an_advised_clients_upload_is_stored_with_its_advice_rows():
         obs = np.random.default_rng(3).normal(0, 3, (steps + 1, 3)).astype(np.float32)
         version = learner.algorithm.version  # the learner's thread waits for the upload meanwhile
         _, sample, _ = run(behaviour_adapter(learner.algorithm, "tester", "PPO", "train"), obs[:steps])
-        expected = learner.algorithm.upload_advice(obs[:steps])
-        done: Future = learner.learn_experience(1, experience_of(obs, sample, version, steps, 1))
+        upload = experience_of(obs, sample, version, steps, 1)
+        expected = learner.algorithm.upload_advice(upload)
+        done: Future = learner.learn_experience(1, upload)
         assert done.result(30).accepted == steps
         buffer = learner.algorithm.buffer
         column = int(np.flatnonzero(np.abs(buffer.advice).sum(axis=(0, 2)) > 0)[0])

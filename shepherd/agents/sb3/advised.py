@@ -34,8 +34,10 @@ from shepherd.agents.core import Request
 from shepherd.agents.filters import Filtering, observation_moments
 from shepherd.agents.sb3.on_policy import OnPolicyAdapter
 from shepherd.agents.sb3.base import stack_observations
+from shepherd.agents.sb3.uploads import flat_batch, rows_of
 from shepherd.agents.sb3.mixing import AdvisedRolloutBuffer, Mixer, advice_rows, mix, policy_divergence
 from shepherd.policies.transforms import normalized
+from shepherd.wire.experience import Experience
 
 logger = logging.getLogger(__name__)
 
@@ -166,11 +168,13 @@ class AdvisedOnPolicyAdapter(OnPolicyAdapter):
         filtering = theirs.frozen() if theirs is not None else self.version_filtering
         return AdviceFrame(self.version, advisor.name, copy.deepcopy(policy), filtering, strength)
 
-    def upload_advice(self, obs: Any) -> np.ndarray | None:
-        """The advice rows of an upload's observations (a batch, as the client sent them) under the current
-        version's frame; None without advice."""
+    def upload_advice(self, experience: Experience) -> np.ndarray | None:
+        """The advice rows of an upload's T x N acts (their observations as the client sent them) under the
+        current version's frame, one row per act, env by env within a step; None without advice."""
         frame = self.advice_frame()
-        return None if frame is None else frame.rows(obs, self.to_policy)
+        if frame is None:
+            return None
+        return frame.rows(flat_batch(rows_of(experience.obs, 0, experience.steps)), self.to_policy)
 
     @contextlib.contextmanager
     def mixed(self, advice: np.ndarray | None) -> Iterator[None]:

@@ -37,6 +37,7 @@ from shepherd.agents.sb3 import resume
 from shepherd.agents.sb3.base import SB3Algorithm, stack_observations
 from shepherd.agents.sb3.greedy import greedy_actions
 from shepherd.agents.sb3.uploads import OnPolicyUploads
+from shepherd.wire.experience import Experience
 
 logger = logging.getLogger(__name__)
 
@@ -149,9 +150,9 @@ class OnPolicyAdapter(SB3Algorithm):
         """A client-acting session's upload, written into the segments it reserved (``uploads.py``)."""
         self.uploads.learn(upload)
 
-    def upload_advice(self, obs: Any) -> np.ndarray | None:
-        """The advice rows of an upload's observations (an advised client's, `AdvisedOnPolicyAdapter`); None:
-        the policy is its own."""
+    def upload_advice(self, experience: Experience) -> np.ndarray | None:
+        """The advice rows of an upload's T x N acts (an advised client's, `AdvisedOnPolicyAdapter`); None: the
+        policy is its own."""
         return None
 
     def mixed(self, advice: np.ndarray | None) -> ContextManager[None]:

@@ -289,17 +289,17 @@ class OnPolicyUploads:
 
         seen = normalise(experience.obs)
         finals = [last for _, _, last in experience.finals()]
-        obs_tensor, _ = policy.obs_to_tensor(flat_batch(_rows(seen, 0, steps)))
+        obs_tensor, _ = policy.obs_to_tensor(flat_batch(rows_of(seen, 0, steps)))
         actions = th.as_tensor(experience.sample.reshape(steps * n, adapter.buffer.action_dim), dtype=th.float32)
         if isinstance(adapter.action_space, spaces.Discrete):
             actions = actions.long().flatten()  # as train() hands the buffer's actions over
         masks = None if experience.action_mask is None else experience.action_mask[:steps].reshape(steps * n, -1)
-        advice = adapter.upload_advice(flat_batch(_rows(experience.obs, 0, steps)))  # an advised client's
+        advice = adapter.upload_advice(experience)  # an advised client's
         with adapter.mixed(advice):  # the policy the file drew from: an advised client's, mixed with its advice
             values, log_probs = adapter._evaluate_uploaded(obs_tensor, actions, masks)
             gaussian: Any = (policy.get_distribution(obs_tensor).distribution  # a torch Normal
                              if isinstance(policy.action_dist, DiagGaussianDistribution) else None)
-        extra, _ = policy.obs_to_tensor(flat_batch(_rows(seen, steps, steps + 1), [normalise(last) for last in finals]))
+        extra, _ = policy.obs_to_tensor(flat_batch(rows_of(seen, steps, steps + 1), [normalise(last) for last in finals]))
         more = policy.predict_values(extra).flatten().numpy()
         all_values = np.concatenate([values.numpy(), more[:n]]).reshape(steps + 1, n)
         drawn = log_probs.numpy().reshape(steps, n)
@@ -353,7 +353,8 @@ def as_is(obs: Any) -> Any:
     return obs
 
 
-def _rows(obs: Any, start: int, stop: int) -> Any:
+def rows_of(obs: Any, start: int, stop: int) -> Any:
+    """Rows ``start:stop`` of a batch of observations (a Dict space's: of each key)."""
     if isinstance(obs, dict):
         return {key: value[start:stop] for key, value in obs.items()}
     return obs[start:stop]
