@@ -1,8 +1,8 @@
 """The caller's side of a learner's answers: the futures a step awaits, and how an `Answer` settles them.
 
 `settle` gives a future its action (with the policy version), a refusal, or one part of a vector step's
-answer (`_Vector`, `_Part`: N acts gathered into one future); `answer_greedy_acts` answers a vector step's
-acts at once from the greedy snapshot. Used by the worker (`shepherd.agents.worker.ThreadedLearner`) and
+answer (`_Vector`, `_Part`: N acts gathered into one future); `answer_greedy_step` answers a greedy step, and
+`answer_greedy_acts` a vector step's greedy acts, from the greedy snapshot (numpy, or an image agent's ONNX file). Used by the worker (`shepherd.agents.worker.ThreadedLearner`) and
 the Ray head (`shepherd.agents.ray.learner.RayLearner`) alike, on the thread that resolves.
 """
 
@@ -115,6 +115,29 @@ def answer_greedy_acts(greedy: GreedyPolicy | OnnxGreedy, requests: list[Request
     future.policy_version = answered[1]
     future.set_result(list(answered[0]))
     return [r for r in requests if r.kind not in (Kind.BEGIN, Kind.STEP)]
+
+
+def answer_greedy_step(greedy: GreedyPolicy | OnnxGreedy, request: Request) -> ActionFuture | None:
+    """A single greedy step (BEGIN or STEP) answered from the greedy snapshot: a future set at once on the caller's
+    thread (a numpy snapshot), or on a worker thread (an image agent's greedy file, `always_off_loop`, once the
+    current version's file is loaded). None: the learner answers it. A BEGIN is always the learner's: it asks the
+    snapshot to get ready, so that the episode's next steps can be answered here."""
+    if request.kind is Kind.BEGIN:
+        greedy.prepare()
+        return None
+    future = ActionFuture()
+    masks = None if request.mask is None else [request.mask]
+    if greedy.always_off_loop:
+        if not greedy.ready(masks):  # asking gets it ready for the next steps
+            return None
+        greedy_pool().submit(answer_off_loop, greedy, [request.obs], masks, future, True)
+        return future
+    answered = greedy.act(request.obs, request.mask)  # None: the learner answers (also masks a plan cannot apply)
+    if answered is None:
+        return None
+    future.policy_version = answered[1]
+    future.set_result(answered[0])
+    return future
 
 
 def answer_off_loop(greedy: GreedyPolicy | OnnxGreedy, observations: list[Any], masks: list[Any] | None,

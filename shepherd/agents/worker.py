@@ -30,7 +30,7 @@ from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFaile
 from shepherd.agents.algorithm import (CONTROLS, WORKER, Algorithm, Control, UpdateInterrupted, install_interrupt_hook,
                                       refuse, take_queued)
 from shepherd.wire.experience import Experience
-from shepherd.agents.futures import _Part, _Vector, answer_greedy_acts, answer_off_loop, greedy_pool, settle
+from shepherd.agents.futures import _Part, _Vector, answer_greedy_acts, answer_greedy_step, settle
 from shepherd.agents.greedy_policy import GreedyPolicy
 from shepherd.agents.onnx_greedy import OnnxGreedy
 from shepherd.agents.metrics import MetricsWriter
@@ -98,27 +98,17 @@ class ThreadedLearner(EpisodeCalls):
         self._deliver = deliver
         self._thread.start()
 
+    @property
+    def snapshot(self) -> GreedyPolicy | OnnxGreedy | None:
+        """What answers greedy steps without the learner: the numpy snapshot, else an image agent's greedy file."""
+        return self.greedy if self.greedy is not None else self.file_greedy
+
     def ask(self, request: Request) -> ActionFuture:
-        if request.mode is ActMode.GREEDY and self.greedy is not None:
-            if request.kind is Kind.BEGIN:
-                self.greedy.prepare()  # the episode's next steps can be answered at once
-            elif self.failure is None and not self._closed:
-                answered = self.greedy.act(request.obs, request.mask)  # None: the learner answers (also masks
-                if answered is not None:                               # a plan cannot apply)
-                    future = ActionFuture()
-                    future.policy_version = answered[1]
-                    future.set_result(answered[0])
-                    return future
-        elif request.mode is ActMode.GREEDY and self.file_greedy is not None:  # an image agent: its greedy file
-            mask = request.mask
-            if request.kind is Kind.BEGIN:
-                self.file_greedy.prepare()
-            elif (self.failure is None and not self._closed
-                  and self.file_greedy.ready(None if mask is None else [mask])):
-                future = ActionFuture()
-                greedy_pool().submit(answer_off_loop, self.file_greedy, [request.obs], None if mask is None else [mask],
-                                     future, True)
-                return future
+        snapshot = self.snapshot
+        if request.mode is ActMode.GREEDY and snapshot is not None and self.failure is None and not self._closed:
+            answered = answer_greedy_step(snapshot, request)
+            if answered is not None:
+                return answered
         return self._ask(request)
 
     def tell(self, request: Request) -> None:
@@ -140,7 +130,7 @@ class ThreadedLearner(EpisodeCalls):
             return future
         if self._refused(future):
             return future
-        greedy = self.greedy if self.greedy is not None else self.file_greedy
+        greedy = self.snapshot
         if greedy is not None:
             rest = answer_greedy_acts(greedy, requests, acts, future)
             if rest is not None:

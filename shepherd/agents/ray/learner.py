@@ -30,7 +30,7 @@ from shepherd.agents.ray.revival import LOST, ActorRevival
 from shepherd.agents.ray.status import _AdvisedStatus, _RemoteStatus, _Snapshot
 from shepherd.agents.ray.uploads import RemoteUploads
 from shepherd.agents.timing import LearnerStats
-from shepherd.agents.futures import _Part, _Vector, answer_greedy_acts, settle
+from shepherd.agents.futures import _Part, _Vector, answer_greedy_acts, answer_greedy_step, settle
 from shepherd.agents.core import ServedLearner
 from shepherd.definition import AgentDefinition, Sharing
 
@@ -135,16 +135,10 @@ class RayLearner(ActorRevival, RemoteUploads, EpisodeCalls):
         self._thread.start()
 
     def ask(self, request: Request) -> ActionFuture:
-        if request.mode is ActMode.GREEDY and self.greedy is not None:
-            if request.kind is Kind.BEGIN:
-                self.greedy.prepare()
-            elif self.failure is None and self.available:
-                answered = self.greedy.act(request.obs, request.mask)
-                if answered is not None:
-                    future = ActionFuture()
-                    future.policy_version = answered[1]
-                    future.set_result(answered[0])
-                    return future
+        if request.mode is ActMode.GREEDY and self.greedy is not None and self.failure is None and self.available:
+            answered = answer_greedy_step(self.greedy, request)
+            if answered is not None:
+                return answered
         return self._ask([request])
 
     def tell(self, request: Request) -> None:
