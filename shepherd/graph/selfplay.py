@@ -5,23 +5,40 @@ policy with probability ``against_latest``) or a scripted opponent; the learning
 not learned from: it plays the frozen snapshot (`shepherd.level.episodes.Trial`, the frozen copy that a trial of
 another policy plays; the learner answers what the copy cannot, greedily), drawing each action from the
 policy's distribution as ML-Agents' ghost does (``opponent_actions: sample``; a deterministic game's greedy
-opponents would repeat the same lines), or its greedy action (``greedy``)."""
+opponents would repeat the same lines), or its greedy action (``greedy``).
+
+A snapshot is a frozen copy of the agent's numpy greedy policy (`GreedyPolicy.frozen`) where the agent has one;
+an agent without one (images through a CNN, a network over the numpy copy's size) is snapshotted as its behaviour
+file of that version (`FrozenFile`, built on the learner's thread between two batches, played by onnxruntime: the
+``train`` file samples, the ``evaluate`` file is greedy). A policy no file can hold (a recurrent one) gets no
+snapshots, and says so once."""
 
 from __future__ import annotations
 
 import base64
 import collections
+import logging
 import random
-from typing import Any
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
+from gymnasium import spaces
 
-from shepherd.agents.core import HasGreedy, VersionedWeights
+from shepherd.agents import algorithm_info
+from shepherd.agents.core import ExperienceLearner, HasGreedy, VersionedWeights
 from shepherd.agents.greedy_policy import FixedWeights, GreedyPolicy
 from shepherd.environments import EnvironmentSpec
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.hierarchy import load_function
 from shepherd.level.episodes import Trial
+
+if TYPE_CHECKING:
+    from shepherd.agents.frozen_file import FrozenFile  # onnxruntime: imported when a file snapshot is made
+
+logger = logging.getLogger(__name__)
+#: a snapshot in an agent's pool: a frozen numpy greedy policy, or a frozen behaviour file
+Snapshot = Union[GreedyPolicy, "FrozenFile"]
 
 
 class Ghost:
@@ -36,9 +53,11 @@ class Ghost:
         self.teams = list(dict.fromkeys(self.team[role] for role in spec.roles))
         self.runtimes = runtimes  # by role
         self.random = random.Random(seed)
-        #: each agent's snapshots, newest last: (policy version, its frozen greedy policy)
-        self.pools: dict[str, collections.deque[tuple[int, GreedyPolicy]]] = {}
+        #: each agent's snapshots, newest last: (policy version, its frozen policy)
+        self.pools: dict[str, collections.deque[tuple[int, Snapshot]]] = {}
         self._taken: dict[str, int] = {}  # the agent's steps at its last snapshot
+        self._building: dict[str, tuple[Future, int]] = {}  # a behaviour file asked for, and the steps then
+        self._no_files: set[str] = set()  # agents whose policy no file can hold (said once)
         self.learning = 0  # the index of the team that learns
         self._swap_at: int | None = None
         self.scripts = {name: load_function(name) for name in self.play.opponents}
@@ -50,11 +69,13 @@ class Ghost:
     def _snapshot(self, runtime: AgentRuntime) -> None:
         name = runtime.record.name
         pool = self.pools.setdefault(name, collections.deque(maxlen=self.play.window))
+        self._collect(name, pool)
         steps = runtime.tracker.steps
-        if pool and steps - self._taken.get(name, 0) < self.play.snapshot_every:
+        if pool and steps - self._taken.get(name, 0) < self.play.snapshot_every or name in self._building:
             return
         greedy = runtime.learner.greedy if isinstance(runtime.learner, HasGreedy) else None
         if greedy is None:
+            self._ask_file(runtime, steps)
             return
         frozen = greedy.frozen()
         if frozen is None:
@@ -62,6 +83,44 @@ class Ghost:
             return
         pool.append((frozen.source.version, frozen))
         self._taken[name] = steps
+
+    def _ask_file(self, runtime: AgentRuntime, steps: int) -> None:
+        """Ask the learner for its behaviour file of now (an agent without a numpy greedy copy): the snapshot,
+        once built (`_collect`). ``train`` where the self-play samples and the policy is categorical and on-policy
+        (as a numpy snapshot samples), else ``evaluate`` (greedy)."""
+        name, learner = runtime.record.name, runtime.learner
+        if name in self._no_files or not isinstance(learner, ExperienceLearner):
+            return
+        samples = (self.play.opponent_actions == "sample" and algorithm_info(runtime.record.algorithm).on_policy
+                   and not isinstance(runtime.action_space, spaces.Box))
+        try:
+            self._building[name] = (learner.behaviour("train" if samples else "evaluate", name,
+                                                      runtime.record.algorithm), steps)
+        except Exception as error:  # noqa: BLE001 - refused at once: no snapshots, said once
+            self._no_file(name, error)
+
+    def _collect(self, name: str, pool: collections.deque[tuple[int, Snapshot]]) -> None:
+        """The behaviour file asked for, into the pool once built."""
+        building = self._building.get(name)
+        if building is None or not building[0].done():
+            return
+        from shepherd.agents.frozen_file import FrozenFile
+
+        future, steps = self._building.pop(name)
+        try:
+            version, data = future.result()
+            frozen = FrozenFile(int(version), data, name)
+        except Exception as error:  # noqa: BLE001 - its policy has no file (a recurrent one)
+            self._no_file(name, error)
+            return
+        pool.append((frozen.version, frozen))
+        self._taken[name] = steps
+
+    def _no_file(self, name: str, error: BaseException) -> None:
+        self._no_files.add(name)
+        logger.warning("self-play of %s: agent %s has no numpy greedy copy and no policy file (%s); it gets no "
+                       "snapshots: its opponents are its latest policy and the scripted ones", self.spec.name, name,
+                       error)
 
     def matchup(self) -> dict[str, tuple[str, Any]]:
         """A new episode's opponents: for every role of a team that does not learn now, its label (``latest``,
@@ -111,6 +170,7 @@ class Ghost:
         """Its plain form, checkpointed with the ratings (`Ratings.keep`): the pools (each snapshot's version and
         weights), when each agent's last snapshot was taken, the learning team, the next swap, the generator."""
         return {"pools": {name: [{"version": version, "arrays": _encoded(_arrays(policy))}
+                                 if isinstance(policy, GreedyPolicy) else policy.state()
                                  for version, policy in pool] for name, pool in sorted(self.pools.items())},
                 "taken": dict(sorted(self._taken.items())), "learning": self.learning, "swap_at": self._swap_at,
                 "random": _plain(self.random.getstate())}
@@ -122,10 +182,15 @@ class Ghost:
         for name, snapshots in state.get("pools", {}).items():
             runtime = runtimes.get(name)
             greedy = None if runtime is None or not isinstance(runtime.learner, HasGreedy) else runtime.learner.greedy
-            if greedy is None:
-                continue
             pool = self.pools.setdefault(name, collections.deque(maxlen=self.play.window))
             for snapshot in snapshots:
+                if "onnx" in snapshot:  # a behaviour file's: it holds its own statistics
+                    from shepherd.agents.frozen_file import FrozenFile
+
+                    pool.append((int(snapshot["version"]), FrozenFile.of_state(snapshot, name)))
+                    continue
+                if greedy is None:
+                    continue
                 weights = VersionedWeights(int(snapshot["version"]), _decoded(snapshot["arrays"]))
                 pool.append((weights.version, GreedyPolicy(greedy.network, FixedWeights(weights), greedy.actions,
                                                            greedy.name, None if greedy.filtering is None

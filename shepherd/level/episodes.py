@@ -7,7 +7,7 @@ import dataclasses
 import enum
 import functools
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
 
@@ -15,6 +15,9 @@ from shepherd.agents import ActionFuture, ActMode
 from shepherd.agents.core import HasGreedy, Kind, Learner, Request
 from shepherd.agents.greedy_policy import GreedyPolicy
 from shepherd.lessons import EpisodeConfig
+
+if TYPE_CHECKING:
+    from shepherd.agents.frozen_file import FrozenFile
 
 
 class Phase(enum.Enum):
@@ -51,7 +54,7 @@ class Trial:
         self.learner = learner
         self.episodes = episodes
         self.returns: list[float] = []  # of the episodes played to their end
-        self.frozen: GreedyPolicy | None = None
+        self.frozen: GreedyPolicy | FrozenFile | None = None  # a self-play snapshot may be a file's
         self.sample = sample
         self._live: set[int] = set()  # actors in an episode the learner answers part of
         self._greedy = learner.greedy if isinstance(learner, HasGreedy) else None

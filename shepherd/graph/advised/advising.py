@@ -9,6 +9,7 @@ import logging
 from shepherd.agents.advice import Adoption, Advice, Advisor
 from shepherd.agents.core import Advised
 from shepherd.agents.filters import observation_moments
+from shepherd.agents.greedy_policy import GreedyPolicy
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.level import Phase, Trial
 from shepherd.storage import AgentRecord
@@ -223,7 +224,7 @@ class Advising:
     def _adopt(self, runtime: AgentRuntime, advice: Advice, trial: Trial, when: str) -> None:
         """Have the client adopt the very policy ``trial`` played (`Adoption`)."""
         self._adopt_requests += 1
-        frozen = trial.frozen
+        frozen = trial.frozen if isinstance(trial.frozen, GreedyPolicy) else None  # an advised trial's always is
         weights = None if frozen is None else frozen.source.latest_weights()
         moments = None if frozen is None or frozen.filtering is None else observation_moments(frozen.filtering)
         advice.adopt = Adoption(trial.tried, self._adopt_requests, weights, moments)

@@ -1,0 +1,136 @@
+"""Self-play snapshots of an agent without a numpy greedy copy (issue 46): its behaviour file of the version, played by
+onnxruntime on the head (`shepherd.agents.frozen_file.FrozenFile`): the opponent plays it, its steps are not
+learned, it is rated, and the checkpoint keeps it byte for byte; a policy no file can hold (RecurrentPPO) gets no
+snapshots and says so once."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pytest
+
+from shepherd.agents.frozen_file import FrozenFile
+from shepherd.environments import EnvironmentSpec, SelfPlay
+from shepherd.graph import AgentSpec, GraphManager, Schedule
+from shepherd.graph.local import serving_here
+from shepherd.graph.selfplay import Ghost
+from shepherd.storage import Store
+
+OBS = [[2], -1.0, 1.0]
+#: 2 x 400 + 400 x 400 + ... weights: over the numpy greedy copy's 100,000, so the agent has none
+WIDE = {"n_steps": 8, "batch_size": 8, "n_epochs": 1, "seed": 0, "policy_kwargs": {"net_arch": [400, 400]}}
+A = [0.0, 0.5]
+
+
+def served(tmp_path, algorithm: str, parameters: dict, play: SelfPlay):
+    graph = GraphManager(owner="tests", agents=[AgentSpec("c4", algorithm, OBS, 2, parameters)],
+                         schedule=Schedule(steps_between_evaluation_periods=10 ** 6, evaluation_episodes=1),
+                         environments=(EnvironmentSpec("duel", {"p0": "c4", "p1": "c4"}, "alternate",
+                                                       self_play=play),))
+    store = Store(tmp_path / "data")
+    return graph, store, graph.create_graph(store, serving_here())
+
+
+async def play_episodes(graph, key, count: int) -> list[tuple[str, str, dict]]:
+    """``count`` episodes of 3 turns a role; each episode's (opponent role, label, the opponent's first reply)."""
+    session = graph.login(key)
+
+    async def send(body):
+        acted = await graph.step(session, session.parse_step(body))
+        return session.level.reply_body(acted.action)
+
+    played = []
+    for _ in range(count):
+        replies = [await send({"obs": {"p0": A}})]
+        [(role, label)] = replies[0]["opponents"].items()
+        for turn in range(5):
+            replies.append(await send({"obs": {("p1", "p0")[turn % 2]: A}, "reward": {"p0": 1.0, "p1": 1.0}}))
+        played.append((role, label, replies[0] if role == "p0" else replies[1]))
+        await send({"obs": {"p0": A, "p1": A}, "terminated": {"p0": True, "p1": True}, "outcome": {"p0": 1, "p1": 0}})
+    graph.logout(session.key)
+    return played
+
+
+async def test_an_agent_without_a_numpy_copy_plays_snapshots_of_its_behaviour_file(tmp_path):
+    play = SelfPlay(snapshot_every=8, window=3, against_latest=0.0, swap_every=10 ** 6, opponent_actions="greedy")
+    graph, store, keys = served(tmp_path, "PPO", WIDE, play)
+    try:
+        runtime = graph.runtime("c4")
+        assert runtime.learner.greedy is None  # the path under test: no numpy copy
+        played = await play_episodes(graph, keys["environment duel"], 12)
+        ghost = runtime.ratings.kept["duel"]
+        assert isinstance(ghost, Ghost)
+        pool = list(ghost.pools["c4"])
+        assert pool and all(isinstance(frozen, FrozenFile) and frozen.phase == "evaluate" for _, frozen in pool)
+        labels = [label for _, label, _ in played]
+        assert any(label.startswith("snapshot:") for label in labels), labels
+        files = dict(pool)
+        compared = 0
+        for role, label, first in played:  # the snapshot's first step, answered by its file
+            frozen = files.get(int(label.split(":")[1])) if label.startswith("snapshot:") else None
+            if frozen is not None:
+                assert first["actions"][role] == int(frozen.act(np.array(A, np.float32))[0])
+                compared += 1
+        assert compared, played
+        assert runtime.tracker.steps == 3 * 12  # the learning role's steps only
+        table = runtime.ratings.table("duel")
+        assert any(player.startswith("c4@snapshot:") for player in table)
+
+        state = json.loads(json.dumps(ghost.state()))  # as the checkpoint writes it
+        assert all("onnx" in snapshot for snapshot in state["pools"]["c4"])
+        again = Ghost(ghost.spec, ghost.runtimes, seed=1)
+        again.load(state)
+        assert json.dumps(again.state(), sort_keys=True) == json.dumps(state, sort_keys=True)  # byte for byte
+        restored = [frozen for _, frozen in again.pools["c4"]]
+        for (_, frozen), copy in zip(pool, restored):
+            assert frozen.act(np.array(A, np.float32)) == copy.act(np.array(A, np.float32))
+    finally:
+        graph.end_sessions()
+        graph.close()
+        store.close()
+
+
+async def test_sampled_opponents_play_the_training_file(tmp_path):
+    play = SelfPlay(snapshot_every=8, window=3, against_latest=0.0, swap_every=10 ** 6)  # opponent_actions: sample
+    graph, store, keys = served(tmp_path, "PPO", WIDE, play)
+    try:
+        await play_episodes(graph, keys["environment duel"], 6)
+        pool = list(graph.runtime("c4").ratings.kept["duel"].pools["c4"])
+        assert pool and all(frozen.phase == "train" and frozen.noise_size == 1 for _, frozen in pool)
+        frozen = pool[-1][1]
+        rng = np.random.default_rng(0)
+        drawn = {int(frozen.act(np.array(A, np.float32), None, rng)[0]) for _ in range(200)}
+        assert drawn == {0, 1}  # a fresh policy near uniform: both actions drawn
+    finally:
+        graph.end_sessions()
+        graph.close()
+        store.close()
+
+
+async def test_a_recurrent_agent_gets_no_snapshots_and_says_so_once(tmp_path, caplog):
+    play = SelfPlay(snapshot_every=4, window=3, against_latest=0.0, swap_every=10 ** 6)
+    graph, store, keys = served(tmp_path, "RecurrentPPO", {**WIDE, "policy_kwargs": {"net_arch": [8]}}, play)
+    try:
+        with caplog.at_level(logging.WARNING, logger="shepherd.graph.selfplay"):
+            played = await play_episodes(graph, keys["environment duel"], 6)
+        assert {label for _, label, _ in played} == {"latest"}
+        warned = [r for r in caplog.records if "gets no snapshots" in r.getMessage()]
+        assert len(warned) == 1 and "LSTM" in warned[0].getMessage()
+    finally:
+        graph.end_sessions()
+        graph.close()
+        store.close()
+
+
+@pytest.mark.parametrize("mask", [None, [True, False]])
+def test_a_frozen_file_feeds_a_mask_only_to_a_file_that_takes_one(mask):
+    from shepherd.agents import build_learner
+    from shepherd.agents.export.behaviour import behaviour_adapter
+    from shepherd.wire.spaces import parse_space
+
+    learner = build_learner("MaskablePPO", "c4", parse_space(OBS), parse_space(2), {"seed": 0}, None)
+    frozen = FrozenFile(0, behaviour_adapter(learner.algorithm, "c4", "MaskablePPO", "evaluate"), "c4")
+    action, version = frozen.act(np.array(A, np.float32), mask)
+    assert version == 0 and (mask is None or action == 0)
