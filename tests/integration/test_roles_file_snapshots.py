@@ -134,3 +134,36 @@ def test_a_frozen_file_feeds_a_mask_only_to_a_file_that_takes_one(mask):
     frozen = FrozenFile(0, behaviour_adapter(learner.algorithm, "c4", "MaskablePPO", "evaluate"), "c4")
     action, version = frozen.act(np.array(A, np.float32), mask)
     assert version == 0 and (mask is None or action == 0)
+
+
+async def test_an_image_agent_plays_its_file_snapshots_on_pixels(tmp_path):
+    """A CNN agent (images: no numpy copy) in self-play: its snapshots are files that take the clients' uint8
+    pixels as they come."""
+    eyes = ["Image", [36, 36, 1]]
+    play = SelfPlay(snapshot_every=8, window=3, against_latest=0.0, swap_every=10 ** 6)
+    graph = GraphManager(owner="tests", agents=[AgentSpec("c4", "PPO", eyes, 2, {**WIDE, "policy_kwargs": {}})],
+                         schedule=Schedule(steps_between_evaluation_periods=10 ** 6, evaluation_episodes=1),
+                         environments=(EnvironmentSpec("duel", {"p0": "c4", "p1": "c4"}, "alternate",
+                                                       self_play=play),))
+    store = Store(tmp_path / "data")
+    keys = graph.create_graph(store, serving_here())
+    pixels = np.random.default_rng(0).integers(0, 256, (36, 36, 1)).tolist()
+    try:
+        session = graph.login(keys["environment duel"])
+        labels = []
+        for _ in range(6):
+            reply = session.level.reply_body((await graph.step(session, session.parse_step({"obs": {"p0": pixels}}))).action)
+            labels.append(reply["opponents"]["p1"])
+            for turn in range(3):
+                body = {"obs": {("p1", "p0")[turn % 2]: pixels}, "reward": {"p0": 0.0, "p1": 0.0}}
+                reply = session.level.reply_body((await graph.step(session, session.parse_step(body))).action)
+                assert set(reply["actions"]) == {("p1", "p0")[turn % 2]}
+            await graph.step(session, session.parse_step({"obs": {"p0": pixels, "p1": pixels},
+                                                          "terminated": {"p0": True, "p1": True}}))
+        pool = list(graph.runtime("c4").ratings.kept["duel"].pools["c4"])
+        assert pool and isinstance(pool[0][1], FrozenFile) and any(label.startswith("snapshot:") for label in labels)
+        assert pool[0][1].act(np.asarray(pixels, np.uint8), None, np.random.default_rng(0)) is not None
+    finally:
+        graph.end_sessions()
+        graph.close()
+        store.close()
