@@ -4,8 +4,9 @@ active skill; when an option ends the selector gets one transition and chooses a
 As in Coach, a level is the environment of the level above: here the selector's environment is the options.
 An option is an episode of its skill (``begin_episode`` at its first step, ``end_episode`` at its end, truncated
 when it ends by ``option_steps``, terminated when the env's episode or the skill's own episode ends). The
-selector sees one transition per option: the observation it started from (its act), the sum of the rewards
-received during it, the observation now and whether the env's episode ended. The selector's episode is the env's
+selector sees one transition per option: the observation it started from (its act), the rewards received during
+it discounted per env step by the selector's gamma (`Option.add`: an SMDP's reward), the observation now and
+whether the env's episode ended. The selector's episode is the env's
 episode, so its returns are ordinary episode returns, and its runtime counts every env step (one schedule for
 the whole hierarchy). A step that ends an option waits for the selector's choice, then for the new skill's
 action: its reply is a task consulting both learners.
