@@ -212,3 +212,24 @@ def test_an_advised_clients_upload_is_stored_with_its_advice_rows():
         assert np.abs(buffer.advice[:, 1 - column]).sum() == 0  # the other segment: nobody wrote it yet
     finally:
         learner.close()
+
+
+def test_a_new_client_acting_at_the_client_adopts_before_it_learns():
+    """As a server-acting one adopts in its first batch: a client-acting session's opening carries out the graph's
+    adoption of a client that has learned nothing, and the session acts with the adopted policy's version."""
+    from shepherd.agents.advice import Adoption
+
+    own, advisor, source = advised_pair([[2], -1, 2])
+    learner = build_advised_learner("PPO", "c1", OBS_SPACE, parse_space([[2], -1, 2]), {**SMALL, "n_envs": 2},
+                                    None)
+    learner.algorithm.advice.advisor = own.advice.advisor
+    learner.algorithm.advice.adopt = Adoption("c2", 1, source.weights)
+    learner.start()
+    try:
+        reply = learner.begin_uploads(1, 1).result(30)
+        assert learner.algorithm.adoptions == 1 and reply.policy_version == 1
+        adopted = learner.algorithm.model.policy.state_dict()
+        for name, array in source.weights.arrays.items():
+            np.testing.assert_array_equal(adopted[name].numpy(), array)
+    finally:
+        learner.close()

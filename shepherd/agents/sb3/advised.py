@@ -30,7 +30,7 @@ import torch as th
 from stable_baselines3.common.save_util import load_from_zip_file
 
 from shepherd.agents.advice import Advice, Advisor, keep_weight
-from shepherd.agents.core import Request
+from shepherd.agents.core import Request, Upload
 from shepherd.agents.filters import Filtering, observation_moments
 from shepherd.agents.sb3.on_policy import OnPolicyAdapter
 from shepherd.agents.sb3.base import stack_observations
@@ -190,6 +190,11 @@ class AdvisedOnPolicyAdapter(OnPolicyAdapter):
         if self.steps == 0 and self._adopt():  # a new client adopts what its plug-in trials chose before it learns
             self.new_version()  # a step: another policy answers from now on (a greedy snapshot must see it)
         super().process(messages)
+
+    def learn_upload(self, upload: Upload) -> None:
+        if upload.experience is None and self.steps == 0 and self._adopt():  # a client-acting session opens: as
+            self.new_version()  # `process` does, a new client adopts before it learns; its file is the new version's
+        super().learn_upload(upload)
 
     def after_update(self, started: float | None = None) -> None:
         self._keep()  # on the rollout just learned from, before a new adoption replaces the kept policy
