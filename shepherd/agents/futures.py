@@ -2,8 +2,9 @@
 
 `settle` gives a future its action (with the policy version), a refusal, or one part of a vector step's
 answer (`_Vector`, `_Part`: N acts gathered into one future); `answer_greedy_step` answers a greedy step, and
-`answer_greedy_acts` a vector step's greedy acts, from the greedy snapshot (numpy, or an image agent's ONNX file). Used by the worker (`shepherd.agents.worker.ThreadedLearner`) and
-the Ray head (`shepherd.agents.ray.learner.RayLearner`) alike, on the thread that resolves.
+`answer_greedy_acts` a vector step's greedy acts, from the greedy snapshot (numpy, or an image agent's ONNX
+file). Used by the worker (`shepherd.agents.worker.ThreadedLearner`) and the Ray head
+(`shepherd.agents.ray.learner.RayLearner`) alike, on the thread that resolves.
 """
 
 from __future__ import annotations

@@ -152,7 +152,8 @@ async def test_an_image_agent_plays_its_file_snapshots_on_pixels(tmp_path):
         session = graph.login(keys["environment duel"])
         labels = []
         for _ in range(6):
-            reply = session.level.reply_body((await graph.step(session, session.parse_step({"obs": {"p0": pixels}}))).action)
+            acted = await graph.step(session, session.parse_step({"obs": {"p0": pixels}}))
+            reply = session.level.reply_body(acted.action)
             labels.append(reply["opponents"]["p1"])
             for turn in range(3):
                 body = {"obs": {("p1", "p0")[turn % 2]: pixels}, "reward": {"p0": 0.0, "p1": 0.0}}

@@ -363,12 +363,13 @@ def _explore(graph: GraphBuilder, noise: _Noise, model: Any, observation_space: 
                 own = 1.0 / std.square()
                 theirs = advisor.strength / advisor.policy.log_std.detach().exp().cpu().square()
                 precision = own + theirs
-                logits = graph.op("Div", graph.op("Add", graph.op("Mul", logits, graph.const(own.numpy(), "own_precision")),
-                                                  graph.op("Mul", advisor.output, graph.const(theirs.numpy(), "advisor_precision"))),
-                                  graph.const(precision.numpy(), "precision"))
+                weighted = graph.op("Add", graph.op("Mul", logits, graph.const(own.numpy(), "own_precision")),
+                                    graph.op("Mul", advisor.output, graph.const(theirs.numpy(), "advisor_precision")))
+                logits = graph.op("Div", weighted, graph.const(precision.numpy(), "precision"))
                 std = precision.rsqrt()
             z = noise.normals(int(std.shape[-1]))
-            return graph.op("Add", logits, graph.op("Mul", graph.const(std.numpy().astype(np.float32), "std"), z)), TensorProto.FLOAT
+            std_const = graph.const(std.numpy().astype(np.float32), "std")
+            return graph.op("Add", logits, graph.op("Mul", std_const, z)), TensorProto.FLOAT
         raise NotExportable(f"the action distribution {type(distribution).__name__} has no sampling form here")
     if getattr(model, "exploration_rate", None) is not None and isinstance(action_space, spaces.Discrete):
         greedy, _ = _greedy(graph, policy, observation_space, action_space, inputs, None)  # DQN, QR-DQN

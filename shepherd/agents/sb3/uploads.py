@@ -16,10 +16,10 @@ vector session's split, `OnPolicyAdapter._split`); rows past the reserved ones (
 learned (``unlearned_steps``). Values and log-probabilities are SB3's ``evaluate_actions`` of the uploaded
 observations and samples with the current policy (what ``train()`` evaluates; an advised client's: mixed with
 the advice rows its version's frame gives the raw observations, stored with the rows, `AdviceFrame`), the
-time-limit bootstrap is ``collect_rollouts``'s (``reward += gamma * V(final_obs)``), and a segment filled to its end takes the value
-of the next observation as its last value for GAE. Server-acting actors claim the other segments as
-before. An upload's reply waits until the session can reserve rows again: at once if free ones are left,
-else after the update (sessions that waited reserve before those that did not). A reservation not written
+time-limit bootstrap is ``collect_rollouts``'s (``reward += gamma * V(final_obs)``), and a segment filled to its
+end takes the value of the next observation as its last value for GAE. Server-acting actors claim the other
+segments as before. An upload's reply waits until the session can reserve rows again: at once if free ones are
+left, else after the update (sessions that waited reserve before those that did not). A reservation not written
 within ``reservation_timeout`` seconds while others wait for rows is handed over (`OnPolicyUploads.lapse`):
 a vanished session does not stall the rollout until it expires; its late upload is learned if still of the
 current version and rows are free, else refused as stale (409). So is the upload of a session a restarted
@@ -299,7 +299,8 @@ class OnPolicyUploads:
             values, log_probs = adapter._evaluate_uploaded(obs_tensor, actions, masks)
             gaussian: Any = (policy.get_distribution(obs_tensor).distribution  # a torch Normal
                              if isinstance(policy.action_dist, DiagGaussianDistribution) else None)
-        extra, _ = policy.obs_to_tensor(flat_batch(rows_of(seen, steps, steps + 1), [normalise(last) for last in finals]))
+        extra, _ = policy.obs_to_tensor(flat_batch(rows_of(seen, steps, steps + 1),
+                                                   [normalise(last) for last in finals]))
         more = policy.predict_values(extra).flatten().numpy()
         all_values = np.concatenate([values.numpy(), more[:n]]).reshape(steps + 1, n)
         drawn = log_probs.numpy().reshape(steps, n)
