@@ -7,18 +7,24 @@ noise (drawn here from the opponent's generator: self-play's ``opponent_actions:
 its greedy action (``greedy``). It normalises observations with the statistics of its version itself, so a
 snapshot restored from a checkpoint plays exactly as it did (a numpy snapshot takes its agent's statistics of the
 restart). What `GreedyPolicy.act` answers, it answers: the env's action and the version that chose it.
+
+A file (an Atari-sized CNN's is ~7 MB) is kept beside the checkpoint under its content's hash, written once when
+a checkpoint first refers to it, not inside every checkpoint's ``shepherd.json`` as a numpy snapshot's weights.
 """
 
 from __future__ import annotations
 
-import base64
+import hashlib
 import json
 import logging
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
 import onnxruntime as ort
+
+from shepherd.storage.files import atomic_write_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -70,10 +76,27 @@ class FrozenFile:
             return None
         return action[0], self.version
 
+    @property
+    def file_name(self) -> str:
+        """The name it is kept under beside the checkpoint: its content's SHA-256 (written once, however many
+        checkpoints refer to it)."""
+        return hashlib.sha256(self.data).hexdigest() + ".onnx"
+
     def state(self) -> dict[str, Any]:
-        """Its plain form for the self-play's checkpoint: the version and the file's bytes (base64)."""
-        return {"version": self.version, "onnx": base64.b64encode(self.data).decode()}
+        """Its plain form for the self-play's checkpoint: the version and the file it is kept in (`keep`)."""
+        return {"version": self.version, "file": self.file_name}
+
+    def keep(self, folder: Path) -> None:
+        """Write the file into ``folder`` (atomically) unless it is there: before a checkpoint refers to it."""
+        path = folder / self.file_name
+        if not path.exists():
+            atomic_write_bytes(path, self.data)
 
     @classmethod
-    def of_state(cls, state: dict[str, Any], name: str) -> FrozenFile:
-        return cls(int(state["version"]), base64.b64decode(state["onnx"]), name)
+    def of_state(cls, state: dict[str, Any], folder: Path, name: str) -> FrozenFile:
+        """The snapshot `state` describes, read from ``folder``.
+
+        Raises:
+            OSError: its file is gone (a checkpoint newer than the one read may have dropped it).
+        """
+        return cls(int(state["version"]), (folder / str(state["file"])).read_bytes(), name)

@@ -20,6 +20,7 @@ import collections
 import logging
 import random
 from concurrent.futures import Future
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
@@ -58,6 +59,9 @@ class Ghost:
         self._taken: dict[str, int] = {}  # the agent's steps at its last snapshot
         self._building: dict[str, tuple[Future, int]] = {}  # a behaviour file asked for, and the steps then
         self._no_files: set[str] = set()  # agents whose policy no file can hold (said once)
+        #: the file snapshots the last checkpoint's state named, and those the one before named (`_keep_files`)
+        self._files_named: set[str] = set()
+        self._files_before: set[str] = set()
         self.learning = 0  # the index of the team that learns
         self._swap_at: int | None = None
         self.scripts = {name: load_function(name) for name in self.play.opponents}
@@ -168,12 +172,34 @@ class Ghost:
     # -- the checkpoint ------------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
         """Its plain form, checkpointed with the ratings (`Ratings.keep`): the pools (each snapshot's version and
-        weights), when each agent's last snapshot was taken, the learning team, the next swap, the generator."""
+        weights, or the name of its file, written beside the checkpoint now: `_keep_files`), when each agent's last
+        snapshot was taken, the learning team, the next swap, the generator."""
+        self._keep_files()
         return {"pools": {name: [{"version": version, "arrays": _encoded(_arrays(policy))}
                                  if isinstance(policy, GreedyPolicy) else policy.state()
                                  for version, policy in pool] for name, pool in sorted(self.pools.items())},
                 "taken": dict(sorted(self._taken.items())), "learning": self.learning, "swap_at": self._swap_at,
                 "random": _plain(self.random.getstate())}
+
+    @property
+    def folder(self) -> Path:
+        """Where its file snapshots are kept: beside the checkpoint of the environment's first role's agent."""
+        first = self.runtimes[next(iter(self.spec.roles))]
+        return first.model_path.parent / "selfplay" / self.spec.name
+
+    def _keep_files(self) -> None:
+        """Write the pools' file snapshots not written yet, and remove those that neither this checkpoint nor the
+        last one names (the last one is the one to restore from until this one is written)."""
+        held = {policy.file_name: policy for pool in self.pools.values() for _, policy in pool
+                if not isinstance(policy, GreedyPolicy)}
+        if not held and not self._files_named:
+            return
+        folder = self.folder
+        for policy in held.values():
+            policy.keep(folder)
+        for name in self._files_before - self._files_named - set(held):  # named last by the one before the last
+            (folder / name).unlink(missing_ok=True)
+        self._files_before, self._files_named = self._files_named, set(held)
 
     def load(self, state: dict[str, Any]) -> None:
         """Resume from `state`'s: each snapshot a frozen policy of its agent's network with its weights (and the
@@ -184,10 +210,15 @@ class Ghost:
             greedy = None if runtime is None or not isinstance(runtime.learner, HasGreedy) else runtime.learner.greedy
             pool = self.pools.setdefault(name, collections.deque(maxlen=self.play.window))
             for snapshot in snapshots:
-                if "onnx" in snapshot:  # a behaviour file's: it holds its own statistics
+                if "file" in snapshot:  # a behaviour file's: it holds its own statistics
                     from shepherd.agents.frozen_file import FrozenFile
 
-                    pool.append((int(snapshot["version"]), FrozenFile.of_state(snapshot, name)))
+                    try:
+                        pool.append((int(snapshot["version"]), FrozenFile.of_state(snapshot, self.folder, name)))
+                    except OSError as error:
+                        logger.warning("self-play of %s: snapshot %s of %s is lost (%s)", self.spec.name,
+                                       snapshot["version"], name, error)
+                    self._files_named.add(str(snapshot["file"]))
                     continue
                 if greedy is None:
                     continue

@@ -78,18 +78,53 @@ async def test_an_agent_without_a_numpy_copy_plays_snapshots_of_its_behaviour_fi
         table = runtime.ratings.table("duel")
         assert any(player.startswith("c4@snapshot:") for player in table)
 
-        state = json.loads(json.dumps(ghost.state()))  # as the checkpoint writes it
-        assert all("onnx" in snapshot for snapshot in state["pools"]["c4"])
+        state = json.loads(json.dumps(ghost.state()))  # as the checkpoint writes it: the files beside it
+        names = [snapshot["file"] for snapshot in state["pools"]["c4"]]
+        assert names and all((ghost.folder / name).read_bytes() == frozen.data for name, (_, frozen) in zip(names, pool))
         again = Ghost(ghost.spec, ghost.runtimes, seed=1)
         again.load(state)
         assert json.dumps(again.state(), sort_keys=True) == json.dumps(state, sort_keys=True)  # byte for byte
         restored = [frozen for _, frozen in again.pools["c4"]]
         for (_, frozen), copy in zip(pool, restored):
             assert frozen.act(np.array(A, np.float32)) == copy.act(np.array(A, np.float32))
+        assert len(json.dumps(state["pools"])) < 1_000  # names, not files: each file is ~0.65 MB
     finally:
         graph.end_sessions()
         graph.close()
         store.close()
+
+
+def test_file_snapshots_are_written_once_and_removed_when_no_checkpoint_can_name_them(tmp_path):
+    """Kept beside the checkpoint by content: a checkpoint writes the files its pools hold that are not there, and a
+    file leaves the folder only once neither the new checkpoint nor the last one names it (until the new one is
+    written, the last one is the one a restart reads)."""
+
+    class Pool:
+        def __init__(self, data: bytes) -> None:
+            self.data, self.version = data, 0
+
+        file_name = property(lambda self: FrozenFile.file_name.fget(self))  # type: ignore[attr-defined]
+        keep = FrozenFile.keep
+        state = FrozenFile.state
+
+    ghost = Ghost.__new__(Ghost)
+    ghost.pools, ghost._files_named, ghost._files_before = {}, set(), set()
+    folder = tmp_path / "selfplay"
+    type(ghost).folder = property(lambda self: folder)  # type: ignore[assignment]
+    try:
+        a, b, c = Pool(b"a"), Pool(b"b"), Pool(b"c")
+        ghost.pools = {"c4": [(0, a), (1, b)]}
+        ghost._keep_files()
+        assert sorted(p.name for p in folder.iterdir()) == sorted([a.file_name, b.file_name])
+        written = (folder / a.file_name).stat().st_mtime_ns
+        ghost.pools = {"c4": [(1, b), (2, c)]}  # a leaves the pool: the last checkpoint still names it
+        ghost._keep_files()
+        assert (folder / a.file_name).exists() and (folder / c.file_name).exists()
+        assert (folder / a.file_name).stat().st_mtime_ns == written  # not written again
+        ghost._keep_files()  # a checkpoint later, nothing names a
+        assert sorted(p.name for p in folder.iterdir()) == sorted([b.file_name, c.file_name])
+    finally:
+        del type(ghost).folder
 
 
 async def test_sampled_opponents_play_the_training_file(tmp_path):

@@ -5,6 +5,8 @@ the snapshots and scripted opponents are rated."""
 
 from __future__ import annotations
 
+import pytest
+
 from shepherd.environments import EnvironmentSpec, SelfPlay
 from shepherd.graph import AgentSpec, GraphManager, Schedule
 from shepherd.graph.local import serving_here
@@ -63,9 +65,15 @@ async def test_one_team_learns_against_snapshots_and_scripts_and_the_teams_swap(
         store.close()
 
 
-async def test_after_a_stop_without_a_checkpoint_the_pool_and_ratings_are_the_last_checkpoints(tmp_path):
-    """What ``kill -9`` leaves: the snapshot pool (each snapshot's weights), the learning team, the next swap, the
-    generator and the ratings of the last checkpoint, byte for byte once the pool is rebuilt from them."""
+#: an MLP over the numpy greedy copy's 100,000 weights: its snapshots are behaviour files (agents/frozen_file.py)
+WIDE = {**TINY, "policy_kwargs": {"net_arch": [400, 400]}}
+
+
+@pytest.mark.parametrize("parameters", [TINY, WIDE], ids=["numpy-snapshots", "file-snapshots"])
+async def test_after_a_stop_without_a_checkpoint_the_pool_and_ratings_are_the_last_checkpoints(tmp_path, parameters):
+    """What ``kill -9`` leaves: the snapshot pool (each snapshot's weights, or its file beside the checkpoint), the
+    learning team, the next swap, the generator and the ratings of the last checkpoint, byte for byte once the pool
+    is rebuilt from them."""
     import asyncio
     import json
 
@@ -73,7 +81,7 @@ async def test_after_a_stop_without_a_checkpoint_the_pool_and_ratings_are_the_la
     data = tmp_path / "data"
 
     def served() -> tuple[GraphManager, Store, dict]:
-        graph = GraphManager(owner="tests", agents=[AgentSpec("c4", "PPO", OBS, 2, TINY)],
+        graph = GraphManager(owner="tests", agents=[AgentSpec("c4", "PPO", OBS, 2, parameters)],
                              schedule=Schedule(steps_between_evaluation_periods=10 ** 6, evaluation_episodes=1,
                                                checkpoint_every_steps=10 ** 9, checkpoint_every_seconds=10 ** 9),
                              environments=(EnvironmentSpec("duel", {"p0": "c4", "p1": "c4"}, "alternate",
