@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import base64
 import collections
+import logging
 import random
 from typing import Any
 
 import numpy as np
 
 from shepherd.agents.core import HasGreedy, VersionedWeights
-from shepherd.agents.greedy_policy import FixedWeights, GreedyPolicy
+from shepherd.agents.greedy_policy import MAX_WEIGHTS, FixedWeights, GreedyPolicy
 from shepherd.environments import EnvironmentSpec
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.hierarchy import load_function
 from shepherd.level.episodes import Trial
+
+logger = logging.getLogger(__name__)
 
 
 class Ghost:
@@ -42,6 +45,14 @@ class Ghost:
         self.learning = 0  # the index of the team that learns
         self._swap_at: int | None = None
         self.scripts = {name: load_function(name) for name in self.play.opponents}
+        for runtime in {id(r): r for r in runtimes.values()}.values():
+            if not isinstance(runtime.learner, HasGreedy) or runtime.learner.greedy is None:
+                # said once, when the environment's self-play starts: otherwise its episodes would all be against
+                # the latest policy with nothing telling why the pool stays empty
+                logger.warning("environment %s: agent %s has no numpy greedy copy of its policy (images through "
+                               "a CNN, a recurrent policy, or over %d weights): its self-play takes no snapshots; "
+                               "every episode is against its latest policy%s", spec.name, runtime.record.name,
+                               MAX_WEIGHTS, " or a scripted opponent" if self.scripts else "")
 
     def _steps(self, team: str) -> int:
         role = next(role for role in self.spec.roles if self.team[role] == team)

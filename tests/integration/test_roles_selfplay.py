@@ -183,3 +183,34 @@ async def test_snapshot_opponents_sample_their_policys_actions_under_the_mask_or
     assert len(sampled) >= 40 and len(greedy) >= 40
     assert set(sampled) == {0, 1}
     assert len(set(greedy)) == 1 and 2 not in greedy
+
+
+async def test_an_agent_without_a_numpy_greedy_copy_is_warned_of_at_the_self_plays_start(tmp_path, caplog):
+    """A network over the numpy copy's weights (as a CNN or a recurrent policy) gets no snapshots: its self-play
+    says so once in the log when it starts (the first login), instead of playing every episode against its
+    latest policy in silence; an agent with a copy is not warned of."""
+    import logging
+
+    def start(name: str, net_arch: list[int]) -> list[str]:
+        play = SelfPlay(snapshot_every=4, window=3, against_latest=0.0, swap_every=10 ** 6)
+        graph = GraphManager(owner="tests", agents=[AgentSpec("c4", "PPO", OBS, 2,
+                                                              {**TINY, "policy_kwargs": {"net_arch": net_arch}})],
+                             schedule=Schedule(steps_between_evaluation_periods=10 ** 6, evaluation_episodes=1),
+                             environments=(EnvironmentSpec("duel", {"p0": "c4", "p1": "c4"}, "alternate",
+                                                           self_play=play),))
+        store = Store(tmp_path / name)
+        keys = graph.create_graph(store, serving_here())
+        caplog.clear()
+        try:
+            with caplog.at_level(logging.WARNING, logger="shepherd.graph.selfplay"):
+                graph.login(keys["environment duel"])
+                graph.login(keys["environment duel"])  # one self-play per environment: said once
+        finally:
+            graph.end_sessions()
+            graph.close()
+            store.close()
+        return [r.getMessage() for r in caplog.records if r.name == "shepherd.graph.selfplay"]
+
+    [warned] = start("big", [400, 400])  # 160,000 weights and more
+    assert "environment duel: agent c4 has no numpy greedy copy" in warned and "no snapshots" in warned
+    assert start("small", [8]) == []
