@@ -1,8 +1,8 @@
 """Scripted players of Connect Four and tic-tac-toe for benchmarks/selfplay.py, on PettingZoo's observations of
 those games (``connect_four_v3``: 6 x 7 x 2, ``tictactoe_v3``: 3 x 3 x 2; channel 0 the mover's pieces, channel 1
 the opponent's; action: Connect Four's column, tic-tac-toe's cell ``row * 3 + column``), so that they need no
-PettingZoo: a uniform random player, Connect Four's one-move lookahead (win if it can, else block the opponent's
-winning move, else random) and tic-tac-toe's perfect player (minimax, a random one of the best moves).
+PettingZoo: a uniform random player, the one-move lookahead (win if it can, else block the opponent's winning
+move, else random; either game) and tic-tac-toe's perfect player (minimax, a random one of the best moves).
 
 Each is a scripted role's ``function(obs, mask) -> action`` (docs/how-to/multi-agent.md), called by the server
 with the observation and mask as the client sent them (nested lists)."""
@@ -61,10 +61,18 @@ def connects_four(pieces: np.ndarray) -> bool:
 
 
 def lookahead(obs: Any, mask: Any) -> int:
-    """Connect Four's one-move lookahead: a winning move if there is one, else a move onto the opponent's
-    winning square (the first found), else a uniform random legal move."""
+    """The one-move lookahead (either game): a winning move if there is one, else a move onto the opponent's
+    winning square (the first found), else a uniform random legal move. In tic-tac-toe it is no minimax: it
+    neither makes nor sees forks."""
     board = np.asarray(obs, dtype=np.int8)
     moves = legal(board, mask)
+    if board.shape[:2] != (ROWS, COLUMNS):  # tic-tac-toe
+        cells = cells_of(board)
+        for player in (1, 2):  # win first, then block
+            for cell in moves:
+                if _won(cells[:cell] + (player,) + cells[cell + 1:], player):
+                    return cell
+        return RANDOM.choice(moves)
     for channel in (0, 1):  # win first, then block
         for column in moves:
             after = drop(board, column, channel)

@@ -26,11 +26,13 @@ tests/unit/test_boards.py. Needs ``pip install -e .[multiagent]`` (pettingzoo, p
     python benchmarks/selfplay.py --game connect4 --quick          # a smoke run: a tiny budget, few games
     python benchmarks/selfplay.py --game tictactoe --seeds 2 --train-against random   # no self-play: the same
                                                                    # agent trained against a scripted player
+    python benchmarks/selfplay.py --game tictactoe --set n_epochs=10 --set batch_size=64   # other settings
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib
 import json
 import random
@@ -40,7 +42,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -83,6 +85,24 @@ GAMES = {
                       {"minimax": ("not lost", 0.90)}, budget=60_000),
 }
 MPE_ROLES = {"adversary_0": "adversary", "agent_0": "good", "agent_1": "good"}
+
+
+def overridden(game: Game, settings: list[str]) -> Game:
+    """``game`` with ``NAME=VALUE`` settings (``--set``) instead of its hyperparameters or self-play settings."""
+    parameters, self_play = copy.deepcopy(game.parameters), dict(game.self_play)
+    for item in settings:
+        name, _, value = item.partition("=")
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            parsed = value
+        if name in ("snapshot_every", "window", "against_latest", "swap_every", "opponents", "opponent_actions"):
+            self_play[name] = parsed
+        elif name == "net_arch":
+            parameters["policy_kwargs"] = {**parameters.get("policy_kwargs", {}), "net_arch": parsed}
+        else:
+            parameters[name] = parsed
+    return replace(game, parameters=parameters, self_play=self_play)
 
 
 def game_preset(game: Game, seed: int, sessions: int, opponent_actions: str | None = None) -> str:
@@ -305,6 +325,7 @@ def rank_correlation(pairs: list[tuple[float, float]]) -> float:
 def report_board(args: argparse.Namespace, game: Game, results: dict[int, dict[str, Any]]) -> None:
     labels = list(game.opponents)
     print(f"\n{args.game}: MaskablePPO self-play from scratch, budget {args.steps} learned steps per seed, "
+          f"parameters {json.dumps(game.parameters)}, self_play {json.dumps(game.self_play)}, "
           f"opponents' actions {args.opponent_actions or 'sample (the default)'}, "
           f"{args.sessions} sessions, final evaluation {args.games} greedy games per opponent (half on each side)")
     header = "seed  learned  learn s  episodes  " + "  ".join(f"{'vs ' + l + ' won':>16} {'not lost':>8}" for l in labels)
@@ -415,7 +436,13 @@ def main() -> None:
     parser.add_argument("--train-against", default=None, metavar="OPPONENT",
                         help="no self-play: train against one of the game's scripted players (random, lookahead, "
                              "minimax), half the sessions on each side")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a hyperparameter instead of the game's (VALUE as JSON; net_arch: the policy's), or a "
+                             "self_play setting (snapshot_every, window, against_latest, swap_every, opponents); "
+                             "repeatable")
     args = parser.parse_args()
+    if args.game in GAMES and args.set:
+        GAMES[args.game] = overridden(GAMES[args.game], args.set)
     if args.quick:
         args.seeds, args.steps, args.games, args.evaluations = 1, args.steps or 3000, 20, 2
     if args.steps is None:

@@ -1,10 +1,20 @@
 """Plain stable-baselines3, no Shepherd: MaskablePPO with benchmarks/selfplay.py's tic-tac-toe hyperparameters
-trained by its own ``learn()`` against a fixed scripted player (no self-play), its greedy policy evaluated after
-each quarter of the budget against the uniform random player and minimax (benchmarks/boards.py), the agent's side
-drawn at random each game. The reference for ``selfplay.py --game tictactoe --train-against random``: the same
-agent and opponent through a Shepherd server.
+trained by its own ``learn()`` against a fixed scripted player (no self-play) or against itself (``--self-play``),
+its greedy policy evaluated after each quarter of the budget against the uniform random player and minimax
+(benchmarks/boards.py), the agent's side drawn at random each game. The reference for ``selfplay.py --game
+tictactoe --train-against random`` and for ``selfplay.py --game tictactoe``: the same agent and opponent through
+a Shepherd server.
+
+``--self-play`` is Shepherd's ``self_play`` (ML-Agents' ghost) without Shepherd: the opponent of each game is a
+frozen copy of the learner's policy drawn when the game begins, the latest policy with probability
+``against_latest``, else one of the last ``window`` snapshots, a snapshot taken every ``snapshot_every`` learned
+steps (and one at the start); the opponent samples its actions under the mask (``opponent_actions: sample``) and
+its moves are not learned from. The agent's side is drawn each game, or, with ``--set swap_every=N``, swapped
+every N learned steps as Shepherd's is.
 
     python benchmarks/tictactoe_sb3.py --seed 0 --steps 60000
+    python benchmarks/tictactoe_sb3.py --seed 0 --steps 60000 --self-play
+    python benchmarks/tictactoe_sb3.py --seed 0 --self-play --set gamma=1.0 --set n_epochs=10
 
 Needs the ``multiagent`` extra (PettingZoo).
 """
@@ -12,11 +22,17 @@ Needs the ``multiagent`` extra (PettingZoo).
 from __future__ import annotations
 
 import argparse
+import collections
+import copy
+import importlib
+import json
 import random
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
+
+import torch as th
 
 import gymnasium as gym
 import numpy as np
@@ -31,6 +47,11 @@ from benchmarks import boards  # noqa: E402
 #: benchmarks/selfplay.py's tic-tac-toe parameters (its PPO with n_steps 256, batch 128)
 PARAMETERS = {"learning_rate": 3e-4, "n_steps": 256, "batch_size": 128, "n_epochs": 4, "gamma": 0.99,
               "gae_lambda": 0.95, "ent_coef": 0.01, "policy_kwargs": {"net_arch": [256, 256]}}
+
+
+#: benchmarks/selfplay.py's tic-tac-toe ``self_play`` settings (``swap_every`` 0: the side is drawn each game)
+SELF_PLAY = {"snapshot_every": 2000, "window": 10, "against_latest": 0.5, "opponent_actions": "sample",
+             "opponents": [], "swap_every": 0}
 
 
 class AgainstScripted(gym.Env):
@@ -75,6 +96,85 @@ class AgainstScripted(gym.Env):
         return self.mask
 
 
+class Ghost:
+    """The self-play's opponents, shared by the envs of one learner: its snapshots (a window of the last ones),
+    taken every ``snapshot_every`` of its steps at a game's start (as Shepherd's `Ghost.matchup`), and each game's
+    opponent, a frozen policy sampling its actions under the mask."""
+
+    def __init__(self, settings: dict[str, Any], seed: int) -> None:
+        self.settings = settings
+        self.rng = random.Random(seed)
+        self.model: Any = None  # the learner (set once it exists)
+        self.pool: collections.deque[dict[str, th.Tensor]] = collections.deque(maxlen=settings["window"])
+        self.steps = 0  # the learner's steps, all envs
+        self.taken = 0
+        self.chosen: collections.Counter[str] = collections.Counter()
+        self.learning, self.swap_at = 0, settings.get("swap_every") or 0
+        #: scripted opponents in the pool (``opponents``: "module:function", as Shepherd's ``self_play.opponents``)
+        self.scripts = {name: getattr(importlib.import_module(name.partition(":")[0]), name.partition(":")[2])
+                        for name in settings.get("opponents", [])}
+
+    def side(self, seats: list[str]) -> str:
+        """The learning side (``swap_every``: swapped every so many steps, checked when a game begins)."""
+        if self.steps >= self.swap_at:
+            self.learning, self.swap_at = 1 - self.learning, self.steps + self.settings["swap_every"]
+        return seats[self.learning]
+
+    def _state(self) -> dict[str, th.Tensor]:
+        return {name: tensor.detach().clone() for name, tensor in self.model.policy.state_dict().items()}
+
+    def opponent(self, frozen: Any) -> Callable[[Any, Any], int]:
+        """A new game's opponent, loaded into ``frozen`` (a copy of the learner's policy, one per env)."""
+        if not self.pool or self.steps - self.taken >= self.settings["snapshot_every"]:
+            self.pool.append(self._state())
+            self.taken = self.steps
+        if self.rng.random() < self.settings["against_latest"]:
+            frozen.load_state_dict(self.model.policy.state_dict())
+            self.chosen["latest"] += 1
+        else:  # as Shepherd's: one of the snapshots and scripted opponents, uniformly
+            picked = self.rng.choice(list(self.pool) + list(self.scripts))
+            if isinstance(picked, str):
+                self.chosen[picked] += 1
+                return self.scripts[picked]
+            frozen.load_state_dict(picked)
+            self.chosen["snapshot"] += 1
+        greedy = self.settings.get("opponent_actions") == "greedy"
+
+        def act(obs: Any, mask: Any) -> int:
+            action, _ = frozen.predict(np.asarray(obs, dtype=np.float32), deterministic=greedy,
+                                       action_masks=np.asarray(mask, dtype=bool))
+            return int(action)
+
+        return act
+
+
+class AgainstSelf(AgainstScripted):
+    """Tic-tac-toe from one player's side against a frozen copy of the learner (`Ghost`), drawn each game."""
+
+    def __init__(self, ghost: Ghost, seed: int) -> None:
+        super().__init__(boards.uniform, seed)
+        self.ghost = ghost
+        self.frozen: Any = None
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        if self.frozen is None:
+            self.frozen = copy.deepcopy(self.ghost.model.policy)
+            self.frozen.set_training_mode(False)
+        self.opponent = self.ghost.opponent(self.frozen)
+        observation, info = super().reset(seed=seed, options=options)
+        if self.ghost.settings.get("swap_every"):  # as Shepherd: the learning side swapped every swap_every steps
+            self.seat = self.ghost.side(self.env.agents)
+            self.env.reset(seed=self.rng.randrange(1 << 30))
+            obs, _, _ = self._advance()
+            self.mask = obs["action_mask"].astype(bool)
+            observation = obs["observation"].astype(np.float32)
+        return observation, info
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self.ghost.steps += 1
+        return super().step(action)
+
+
 def scores(model: Any, opponent: Callable[[Any, Any], int], games: int, seed: int) -> tuple[float, float]:
     """(share won, share not lost) of the greedy policy over ``games`` games."""
     env, results = AgainstScripted(opponent, seed), []
@@ -94,18 +194,45 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=60_000)
     parser.add_argument("--games", type=int, default=200, help="evaluation games per opponent")
     parser.add_argument("--envs", type=int, default=2, help="envs of the VecEnv (selfplay.py's --sessions)")
+    parser.add_argument("--self-play", action="store_true",
+                        help="train against frozen copies of itself (selfplay.py's tic-tac-toe self_play settings)")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a hyperparameter instead of PARAMETERS' (VALUE as JSON), or a self-play setting "
+                             "(snapshot_every, window, against_latest, opponent_actions, opponents, swap_every); repeatable")
     args = parser.parse_args()
-    venv = DummyVecEnv([lambda index=index: ActionMasker(AgainstScripted(boards.uniform, args.seed * 100 + index),
-                                                         lambda env: env.action_masks())
-                        for index in range(args.envs)])
-    model = MaskablePPO("MlpPolicy", venv, seed=args.seed, verbose=0, **PARAMETERS)
+    parameters, settings = copy.deepcopy(PARAMETERS), dict(SELF_PLAY)
+    for item in args.set:
+        name, _, value = item.partition("=")
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            parsed = value
+        if name in settings:
+            settings[name] = parsed
+        elif name == "net_arch":
+            parameters["policy_kwargs"] = {**parameters.get("policy_kwargs", {}), "net_arch": parsed}
+        else:
+            parameters[name] = parsed
+    ghost = Ghost(settings, args.seed)
+
+    def make(index: int) -> gym.Env:
+        seed = args.seed * 100 + index
+        env = AgainstSelf(ghost, seed) if args.self_play else AgainstScripted(boards.uniform, seed)
+        return ActionMasker(env, lambda env: env.action_masks())
+
+    venv = DummyVecEnv([lambda index=index: make(index) for index in range(args.envs)])
+    model = MaskablePPO("MlpPolicy", venv, seed=args.seed, verbose=0, **parameters)
+    ghost.model = model
+    print(f"seed {args.seed}: {'self-play ' + json.dumps(settings) if args.self_play else 'against random'}, "
+          f"{json.dumps(parameters)}", flush=True)
     started = time.perf_counter()
     for quarter in range(4):
         model.learn(args.steps // 4, reset_num_timesteps=False)
         won, _ = scores(model, boards.uniform, args.games, 12345 + quarter)
         _, kept = scores(model, boards.minimax, args.games, 54321 + quarter)
         print(f"seed {args.seed}: {model.num_timesteps:6d} steps ({time.perf_counter() - started:.0f} s): "
-              f"vs random won {won:.0%}, vs minimax not lost {kept:.0%}", flush=True)
+              f"vs random won {won:.0%}, vs minimax not lost {kept:.0%}"
+              + (f" (opponents: {dict(ghost.chosen)})" if args.self_play else ""), flush=True)
 
 
 if __name__ == "__main__":

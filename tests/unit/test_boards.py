@@ -52,6 +52,17 @@ def test_minimax_takes_a_win_and_blocks_one():
     assert boards.best_moves(boards.cells_of(tictactoe_observation([1, 0, 0, 2, 2, 0, 1, 0, 0], 1))) == [5]
 
 
+def test_the_tictactoe_lookahead_wins_when_it_can_blocks_when_it_must_and_is_no_minimax():
+    free = lambda cells: [int(cell == 0) for cell in cells]  # noqa: E731
+    wins = [1, 1, 0, 2, 2, 0, 0, 0, 0]  # the mover (1) wins at 2; the other would at 5
+    assert all(boards.lookahead(tictactoe_observation(wins, 1).tolist(), free(wins)) == 2 for _ in range(10))
+    blocks = [1, 0, 0, 2, 2, 0, 1, 0, 0]  # no win of its own: 5 blocks
+    assert all(boards.lookahead(tictactoe_observation(blocks, 1).tolist(), free(blocks)) == 5 for _ in range(10))
+    rng = random.Random(1)  # against minimax it loses some games (forks): not the perfect player
+    results = [play_tictactoe({1: boards.lookahead, 2: boards.minimax}, rng) for _ in range(100)]
+    assert 2 in results and 1 not in results
+
+
 def connect_four(columns: dict[int, list[int]]) -> np.ndarray:
     """A 6 x 7 x 2 board (row 5 the bottom) from each column's pieces bottom up: 0 the mover's, 1 the other's."""
     board = np.zeros((6, 7, 2), dtype=np.int8)
