@@ -19,7 +19,7 @@ The budget is the learning agent's learned steps (its own moves; Connect Four's 
 learned from), as the server counts them. What the players of benchmarks/boards.py do is tested in
 tests/unit/test_boards.py. Needs ``pip install -e .[multiagent]`` (pettingzoo, pygame-ce, mpe2).
 
-    python benchmarks/selfplay.py --game connect4 --seeds 3        # the figures in docs/how-to/multi-agent.md
+    python benchmarks/selfplay.py --game connect4 --seeds 2 --evaluations 8   # docs/how-to/multi-agent.md's figures
     python benchmarks/selfplay.py --game tictactoe --seeds 3       # (the issue asks for 5 seeds: --seeds 5)
     python benchmarks/selfplay.py --game connect4 --seeds 2 --opponent-actions greedy   # snapshots play greedy
     python benchmarks/selfplay.py --game mpe --seeds 1 --steps 30000 --games 50
