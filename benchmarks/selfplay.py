@@ -19,7 +19,7 @@ The budget is the learning agent's learned steps (its own moves; Connect Four's 
 learned from), as the server counts them. What the players of benchmarks/boards.py do is tested in
 tests/unit/test_boards.py. Needs ``pip install -e .[multiagent]`` (pettingzoo, pygame-ce, mpe2).
 
-    python benchmarks/selfplay.py --game connect4 --seeds 2 --evaluations 8   # docs/how-to/multi-agent.md's figures
+    python benchmarks/selfplay.py --game connect4 --seeds 3        # the figures in docs/how-to/multi-agent.md
     python benchmarks/selfplay.py --game tictactoe --seeds 3       # (the issue asks for 5 seeds: --seeds 5)
     python benchmarks/selfplay.py --game connect4 --seeds 2 --opponent-actions greedy   # snapshots play greedy
     python benchmarks/selfplay.py --game mpe --seeds 1 --steps 30000 --games 50
@@ -67,21 +67,15 @@ class Game:
     #: label -> (what counts: "wins" or "not lost", the target share)
     targets: dict[str, tuple[str, float]] = field(default_factory=dict)
     budget: int = 100_000
-    sessions: int = 2  # training sessions at once (the agent's n_envs) unless --sessions says
 
 
 PPO = {"learning_rate": 3e-4, "n_steps": 512, "batch_size": 256, "n_epochs": 4, "gamma": 0.99, "gae_lambda": 0.95,
        "ent_coef": 0.01, "policy_kwargs": {"net_arch": [256, 256]}}
 GAMES = {
-    # Connect Four (issue 46's targets; figures in docs/how-to/multi-agent.md): 10 epochs of batches of 128 (160
-    # gradient steps per 2,048-row rollout of 4 sessions, 10x the shared settings' 16), a pool reaching further
-    # back (20 snapshots 10,000 steps apart) and 320,000 steps: seed 0 won 96 % against random, 21 % against the
-    # lookahead; the shared settings at 80,000-160,000 steps 85-88 % and 6-26 % (changed together, not separated)
-    "connect4": Game("pettingzoo.classic.connect_four_v3:env", ("player_0", "player_1"), [[6, 7, 2], 0, 1], 7,
-                     {**PPO, "batch_size": 128, "n_epochs": 10},
-                     {"snapshot_every": 10000, "window": 20, "against_latest": 0.5, "swap_every": 2000},
+    "connect4": Game("pettingzoo.classic.connect_four_v3:env", ("player_0", "player_1"), [[6, 7, 2], 0, 1], 7, PPO,
+                     {"snapshot_every": 5000, "window": 10, "against_latest": 0.5, "swap_every": 2000},
                      {"random": f"{BOARDS}:uniform", "lookahead": f"{BOARDS}:lookahead"},
-                     {"random": ("wins", 0.95), "lookahead": ("wins", 0.60)}, budget=320_000, sessions=4),
+                     {"random": ("wins", 0.95), "lookahead": ("wins", 0.60)}, budget=80_000),
     "tictactoe": Game("pettingzoo.classic.tictactoe_v3:env", ("player_1", "player_2"), [[3, 3, 2], 0, 1], 9,
                       {**PPO, "n_steps": 256, "batch_size": 128},
                       {"snapshot_every": 2000, "window": 10, "against_latest": 0.5, "swap_every": 1000},
@@ -414,9 +408,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="the budget: learned steps per seed")
     parser.add_argument("--games", type=int, default=200, help="evaluation games per opponent (mpe: episodes)")
     parser.add_argument("--evaluations", type=int, default=4, help="evaluations along the run (the last: --games)")
-    parser.add_argument("--sessions", type=int, default=None,
-                        help="training sessions at once (the agent's n_envs; default: the game's, Connect Four 4, "
-                             "else 2)")
+    parser.add_argument("--sessions", type=int, default=2, help="training sessions at once (the agent's n_envs)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 1 seed, 3000 steps, 20 games")
     parser.add_argument("--opponent-actions", choices=("sample", "greedy"), default=None,
                         help="the self-play's opponent_actions (default: the preset's default, sample)")
@@ -428,8 +420,6 @@ def main() -> None:
         args.seeds, args.steps, args.games, args.evaluations = 1, args.steps or 3000, 20, 2
     if args.steps is None:
         args.steps = GAMES[args.game].budget if args.game in GAMES else 50_000
-    if args.sessions is None:
-        args.sessions = GAMES[args.game].sessions if args.game in GAMES else 2
     results: dict[int, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as folder:
         for seed in range(args.first_seed, args.first_seed + args.seeds):
