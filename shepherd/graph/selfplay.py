@@ -100,8 +100,8 @@ class Ghost:
         try:
             self._building[name] = (learner.behaviour("train" if samples else "evaluate", name,
                                                       runtime.record.algorithm), steps)
-        except Exception as error:  # noqa: BLE001 - refused at once: no snapshots, said once
-            self._no_file(name, error)
+        except Exception as error:  # noqa: BLE001 - refused at once
+            self._not_built(name, error)
 
     def _collect(self, name: str, pool: collections.deque[tuple[int, Snapshot]]) -> None:
         """The behaviour file asked for, into the pool once built."""
@@ -114,13 +114,21 @@ class Ghost:
         try:
             version, data = future.result()
             frozen = FrozenFile(int(version), data, name)
-        except Exception as error:  # noqa: BLE001 - its policy has no file (a recurrent one)
-            self._no_file(name, error)
+        except Exception as error:  # noqa: BLE001 - its policy has no file (a recurrent one), or a passing failure
+            self._not_built(name, error)
             return
         pool.append((frozen.version, frozen))
         self._taken[name] = steps
 
-    def _no_file(self, name: str, error: BaseException) -> None:
+    def _not_built(self, name: str, error: BaseException) -> None:
+        """A file snapshot could not be built: never again for a policy no file can hold (said once); a passing
+        failure (its learner closed for a restart, say) is asked again at the next snapshot's turn."""
+        from shepherd.agents.export.onnx_graph import NotExportable
+
+        if not isinstance(error, NotExportable):
+            logger.info("self-play of %s: no snapshot of agent %s now (%s); asked again later", self.spec.name,
+                        name, error)
+            return
         self._no_files.add(name)
         logger.warning("self-play of %s: agent %s has no numpy greedy copy and no policy file (%s); it gets no "
                        "snapshots: its opponents are its latest policy and the scripted ones", self.spec.name, name,

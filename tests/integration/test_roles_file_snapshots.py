@@ -107,24 +107,24 @@ def test_file_snapshots_are_written_once_and_removed_when_no_checkpoint_can_name
         keep = FrozenFile.keep
         state = FrozenFile.state
 
-    ghost = Ghost.__new__(Ghost)
+    where = tmp_path / "selfplay"
+
+    class Kept(Ghost):
+        folder = where  # type: ignore[assignment]
+
+    ghost = Kept.__new__(Kept)
     ghost.pools, ghost._files_named, ghost._files_before = {}, set(), set()
-    folder = tmp_path / "selfplay"
-    type(ghost).folder = property(lambda self: folder)  # type: ignore[assignment]
-    try:
-        a, b, c = Pool(b"a"), Pool(b"b"), Pool(b"c")
-        ghost.pools = {"c4": [(0, a), (1, b)]}
-        ghost._keep_files()
-        assert sorted(p.name for p in folder.iterdir()) == sorted([a.file_name, b.file_name])
-        written = (folder / a.file_name).stat().st_mtime_ns
-        ghost.pools = {"c4": [(1, b), (2, c)]}  # a leaves the pool: the last checkpoint still names it
-        ghost._keep_files()
-        assert (folder / a.file_name).exists() and (folder / c.file_name).exists()
-        assert (folder / a.file_name).stat().st_mtime_ns == written  # not written again
-        ghost._keep_files()  # a checkpoint later, nothing names a
-        assert sorted(p.name for p in folder.iterdir()) == sorted([b.file_name, c.file_name])
-    finally:
-        del type(ghost).folder
+    a, b, c = Pool(b"a"), Pool(b"b"), Pool(b"c")
+    ghost.pools = {"c4": [(0, a), (1, b)]}
+    ghost._keep_files()
+    assert sorted(p.name for p in where.iterdir()) == sorted([a.file_name, b.file_name])
+    written = (where / a.file_name).stat().st_mtime_ns
+    ghost.pools = {"c4": [(1, b), (2, c)]}  # a leaves the pool: the last checkpoint still names it
+    ghost._keep_files()
+    assert (where / a.file_name).exists() and (where / c.file_name).exists()
+    assert (where / a.file_name).stat().st_mtime_ns == written  # not written again
+    ghost._keep_files()  # a checkpoint later, nothing names a
+    assert sorted(p.name for p in where.iterdir()) == sorted([b.file_name, c.file_name])
 
 
 async def test_sampled_opponents_play_the_training_file(tmp_path):
@@ -203,3 +203,17 @@ async def test_an_image_agent_plays_its_file_snapshots_on_pixels(tmp_path):
         graph.end_sessions()
         graph.close()
         store.close()
+
+
+def test_a_passing_failure_to_build_a_snapshot_is_asked_again_and_a_policy_no_file_holds_is_not():
+    from types import SimpleNamespace
+
+    from shepherd.agents import AgentClosed
+    from shepherd.agents.export.behaviour import NotActableAtClient
+
+    ghost = Ghost.__new__(Ghost)
+    ghost.spec, ghost._no_files = SimpleNamespace(name="duel"), set()
+    ghost._not_built("c4", AgentClosed("agent c4 is restarting"))
+    assert ghost._no_files == set()  # asked again at the next snapshot's turn
+    ghost._not_built("c4", NotActableAtClient("RecurrentPPO's action depends on each actor's LSTM state"))
+    assert ghost._no_files == {"c4"}
