@@ -48,11 +48,12 @@ class FrozenFile:
         self.mask_size = int(info.get("mask_size") or 0) if info.get("takes_masks") else 0
         self._inputs = {i.name: _TYPES.get(i.type, np.float32) for i in self._session.get_inputs()}
         self.broken = False
+        self._draws = np.random.default_rng(version)  # a train file's noise when no generator is given
 
     def act(self, obs: Any, mask: Any = None, rng: np.random.Generator | None = None) -> tuple[Any, int] | None:
         """The env's action for ``obs`` (under its ``mask``) and this snapshot's version; None: the learner
-        answers (the file failed once). A ``train`` file draws with noise from ``rng`` (a fixed generator's
-        when None: still a draw of the policy)."""
+        answers (the file failed once). A ``train`` file draws with noise from ``rng`` (else from its own
+        generator, made once, not per step)."""
         if self.broken:
             return None
         feeds: dict[str, np.ndarray] = {}
@@ -62,8 +63,8 @@ class FrozenFile:
                 feeds[name] = np.asarray(value, dtype=self._inputs.get(name, np.float32))[None]
         else:
             feeds["obs"] = np.asarray(obs, dtype=self._inputs.get("obs", np.float32))[None]
-        draw = rng if rng is not None else np.random.default_rng(0)
-        feeds["noise"] = draw.random((1, self.noise_size), dtype=np.float32)
+        draw = rng if rng is not None else self._draws
+        feeds["noise"] = draw.random((1, self.noise_size), dtype=np.float32)  # (1, 0) for a greedy file
         if "action_mask" in self._inputs:
             feeds["action_mask"] = (np.ones((1, self.mask_size), np.bool_) if mask is None
                                     else np.asarray(mask, np.bool_).reshape(1, -1))
