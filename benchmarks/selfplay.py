@@ -49,7 +49,7 @@ from typing import Any, Callable
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import Shepherd, connect  # noqa: E402
-from shepherd.client.roles import RolesClient, run_aec, run_parallel  # noqa: E402
+from shepherd.client.roles import RolesClient, run_aec, run_aec_envs, run_parallel, run_parallel_envs  # noqa: E402
 
 BOARDS = "benchmarks.boards"
 
@@ -105,10 +105,13 @@ def overridden(game: Game, settings: list[str]) -> Game:
     return replace(game, parameters=parameters, self_play=self_play)
 
 
-def game_preset(game: Game, seed: int, sessions: int, opponent_actions: str | None = None) -> str:
+def game_preset(game: Game, seed: int, sessions: int, opponent_actions: str | None = None,
+                shared: bool = False, copies: int = 1) -> str:
     """The preset of one seed: the agent, its self-play environment, and one environment per opponent and side
-    (``opponent_actions``: the self-play's, None: the preset's default)."""
-    parameters = {**game.parameters, "n_envs": sessions, "seed": seed}
+    (``opponent_actions``: the self-play's, None: the preset's default; ``shared``: the self-play environment
+    without ``self_play``, the agent in both roles learning from both; ``copies``: of the env per session)."""
+    envs = sessions * copies * (len(game.roles) if shared else 1)  # the learned envs
+    parameters = {**game.parameters, "n_envs": envs, "seed": seed}
     self_play = {**game.self_play, **({"opponent_actions": opponent_actions} if opponent_actions else {})}
     first, second = game.roles
     lines = ["owner: bench", "agents:",
@@ -116,8 +119,8 @@ def game_preset(game: Game, seed: int, sessions: int, opponent_actions: str | No
              f"action_space: {game.actions}, parameters: {json.dumps(parameters)}}}",
              "schedule: {steps_between_evaluation_periods: 1000000000, evaluation_episodes: 1}",
              "environments:",
-             f"  - {{name: selfplay, roles: {{{first}: learner, {second}: learner}}, turns: alternate, "
-             f"self_play: {json.dumps(self_play)}}}"]
+             f"  - {{name: selfplay, roles: {{{first}: learner, {second}: learner}}, turns: alternate"
+             + ("}" if shared else f", self_play: {json.dumps(self_play)}}}")]
     for label, function in game.opponents.items():
         lines.append(f"  - {{name: first_vs_{label}, roles: {{{first}: learner, {second}: '{function}'}}, "
                      "turns: alternate}")
@@ -186,25 +189,33 @@ class Trainers:
     """``sessions`` threads, each one session of a learning environment (of ``keys``, in turn) playing whole
     episodes until paused."""
 
-    def __init__(self, url: str, keys: list[str], env: str, sessions: int, seed: int) -> None:
-        self.url, self.env, self.seed = url, env, seed
+    def __init__(self, url: str, keys: list[str], env: str, sessions: int, seed: int, copies: int = 1) -> None:
+        self.url, self.env, self.seed, self.copies = url, env, seed, copies
         self.clients = [RolesClient(url, keys[index % len(keys)]) for index in range(sessions)]
-        self.envs = [make_env(env) for _ in range(sessions)]
+        self.envs = [[make_env(env) for _ in range(copies)] for _ in range(sessions)]
         self.episodes = 0
         self.errors: list[BaseException] = []
-        for client in self.clients:
-            client.login()
+        if copies == 1:
+            for client in self.clients:
+                client.login()
 
     def run_until(self, done: Callable[[], bool]) -> None:
         """Play until ``done()`` (checked by the caller's thread every second), each session ending its episode."""
         stop = threading.Event()
 
         def play(index: int) -> None:
-            client, env = self.clients[index], self.envs[index]
-            run = run_aec if hasattr(env, "agent_iter") else run_parallel
+            client, envs = self.clients[index], self.envs[index]
+            aec = hasattr(envs[0], "agent_iter")
             try:
-                while not stop.is_set():
-                    run(env, client, 1, seed=self.seed * 1_000_003 + index * 100_003 + self.episodes)
+                if self.copies > 1:  # a vector session for this phase: its copies' unfinished episodes end with it
+                    client.login("train", self.copies)
+                    run_envs = run_aec_envs if aec else run_parallel_envs
+                    self.episodes += len(run_envs(envs, client, 2 ** 62, stop=stop.is_set,
+                                                  seed=self.seed * 1_000_003 + index * 100_003 + self.episodes))
+                    client.logout()
+                while self.copies == 1 and not stop.is_set():
+                    (run_aec if aec else run_parallel)(envs[0], client, 1,
+                                                       seed=self.seed * 1_000_003 + index * 100_003 + self.episodes)
                     self.episodes += 1
             except BaseException as error:  # noqa: BLE001 - said by the caller
                 self.errors.append(error)
@@ -259,13 +270,13 @@ def board_scores(url: str, keys: dict[str, str], game: Game, games: int, seed: i
 
 def play_board(args: argparse.Namespace, game: Game, seed: int, folder: Path) -> dict[str, Any]:
     preset = folder / f"{args.game}_{seed}.yaml"
-    preset.write_text(game_preset(game, seed, args.sessions, args.opponent_actions))
+    preset.write_text(game_preset(game, seed, args.sessions, args.opponent_actions, args.shared, args.copies))
     server = Shepherd(preset, folder / f"data_{seed}")
     try:
         keys = dict(re.findall(r"API key for environment (\S+) \(.*\): (\S+)", "".join(server.lines)))
         learning = ([keys["selfplay"]] if args.train_against is None else  # or the scripted player's, both sides
                     [keys[f"first_vs_{args.train_against}"], keys[f"second_vs_{args.train_against}"]])
-        trainers = Trainers(server.url, learning, game.env, args.sessions, seed)
+        trainers = Trainers(server.url, learning, game.env, args.sessions, seed, args.copies)
         curve: list[tuple[int, float, dict[str, tuple[float, float]]]] = []
         latest: list[tuple[int, str, float, float]] = []  # (learned steps, newest snapshot, its mu, sigma)
         started, evaluating = time.perf_counter(), 0.0
@@ -430,9 +441,15 @@ def main() -> None:
     parser.add_argument("--games", type=int, default=200, help="evaluation games per opponent (mpe: episodes)")
     parser.add_argument("--evaluations", type=int, default=4, help="evaluations along the run (the last: --games)")
     parser.add_argument("--sessions", type=int, default=2, help="training sessions at once (the agent's n_envs)")
+    parser.add_argument("--copies", type=int, default=1,
+                        help="copies of the env per training session, stepped together in one vector session (the "
+                             "agent's n_envs: sessions x copies); 1: one env per session, a request per move")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 1 seed, 3000 steps, 20 games")
     parser.add_argument("--opponent-actions", choices=("sample", "greedy"), default=None,
                         help="the self-play's opponent_actions (default: the preset's default, sample)")
+    parser.add_argument("--shared", action="store_true",
+                        help="no self_play: the agent plays both roles at once and learns from both (its opponent "
+                             "is its current policy; no snapshots, no ratings)")
     parser.add_argument("--train-against", default=None, metavar="OPPONENT",
                         help="no self-play: train against one of the game's scripted players (random, lookahead, "
                              "minimax), half the sessions on each side")

@@ -36,7 +36,7 @@ import torch as th
 
 import gymnasium as gym
 import numpy as np
-from pettingzoo.classic import tictactoe_v3
+from pettingzoo.classic import connect_four_v3, tictactoe_v3
 from sb3_contrib import MaskablePPO
 from sb3_contrib.common.wrappers import ActionMasker
 from stable_baselines3.common.vec_env import DummyVecEnv
@@ -44,26 +44,32 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks import boards  # noqa: E402
 
-#: benchmarks/selfplay.py's tic-tac-toe parameters (its PPO with n_steps 256, batch 128)
-PARAMETERS = {"learning_rate": 3e-4, "n_steps": 256, "batch_size": 128, "n_epochs": 4, "gamma": 0.99,
-              "gae_lambda": 0.95, "ent_coef": 0.01, "policy_kwargs": {"net_arch": [256, 256]}}
+_PPO = {"learning_rate": 3e-4, "n_steps": 512, "batch_size": 256, "n_epochs": 4, "gamma": 0.99,
+        "gae_lambda": 0.95, "ent_coef": 0.01, "policy_kwargs": {"net_arch": [256, 256]}}
+#: benchmarks/selfplay.py's parameters per game (tic-tac-toe: its PPO with n_steps 256, batch 128)
+PARAMETERS = {"connect4": _PPO, "tictactoe": {**_PPO, "n_steps": 256, "batch_size": 128}}
+
+_SELF_PLAY = {"snapshot_every": 5000, "window": 10, "against_latest": 0.5, "opponent_actions": "sample",
+              "opponents": [], "swap_every": 0}
+#: benchmarks/selfplay.py's ``self_play`` settings per game (``swap_every`` 0: the side is drawn each game)
+SELF_PLAY = {"connect4": _SELF_PLAY, "tictactoe": {**_SELF_PLAY, "snapshot_every": 2000}}
 
 
-#: benchmarks/selfplay.py's tic-tac-toe ``self_play`` settings (``swap_every`` 0: the side is drawn each game)
-SELF_PLAY = {"snapshot_every": 2000, "window": 10, "against_latest": 0.5, "opponent_actions": "sample",
-             "opponents": [], "swap_every": 0}
+#: the games: PettingZoo's env, its observation's shape, its actions (``--game``)
+BOARDS = {"tictactoe": (tictactoe_v3.env, (3, 3, 2), 9), "connect4": (connect_four_v3.env, (6, 7, 2), 7)}
 
 
 class AgainstScripted(gym.Env):
-    """Tic-tac-toe from one player's side against ``opponent(obs, mask) -> action``; the side drawn each game."""
+    """A board game from one player's side against ``opponent(obs, mask) -> action``; the side drawn each game."""
 
-    observation_space = gym.spaces.Box(0, 1, (3, 3, 2), np.float32)
-    action_space = gym.spaces.Discrete(9)
-
-    def __init__(self, opponent: Callable[[Any, Any], int], seed: int) -> None:
-        self.env, self.opponent, self.rng = tictactoe_v3.env(), opponent, random.Random(seed)
+    def __init__(self, opponent: Callable[[Any, Any], int], seed: int, game: str = "tictactoe") -> None:
+        factory, shape, actions = BOARDS[game]
+        self.observation_space = gym.spaces.Box(0, 1, shape, np.float32)
+        self.action_space = gym.spaces.Discrete(actions)
+        self.env, self.opponent, self.rng, self.game = factory(), opponent, random.Random(seed), game
         self.seat: str | None = None
-        self.mask = np.ones(9, dtype=bool)
+        self.mask = np.ones(actions, dtype=bool)
+        self.openings = 0  # training games' random opening moves (``--openings``)
 
     def _advance(self) -> tuple[Any, float, bool]:
         """The opponent plays until it is the agent's turn or the game ended: (obs, the agent's reward, ended)."""
@@ -79,8 +85,18 @@ class AgainstScripted(gym.Env):
                 return obs, 0.0, False
             self.env.step(self.opponent(obs["observation"], obs["action_mask"]))
 
-    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+    def _open(self) -> None:
+        """A new game, after ``openings`` (0 .. that many, uniformly) uniform random moves of either side."""
         self.env.reset(seed=self.rng.randrange(1 << 30))
+        for _ in range(self.rng.randint(0, self.openings)):
+            _, _, terminated, truncated, _ = self.env.last()
+            if terminated or truncated:
+                break
+            mask = self.env.last()[0]["action_mask"]
+            self.env.step(self.rng.choice([int(a) for a in np.flatnonzero(mask)]))
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        self._open()
         self.seat = self.rng.choice(self.env.agents)
         obs, _, _ = self._advance()
         self.mask = obs["action_mask"].astype(bool)
@@ -151,8 +167,8 @@ class Ghost:
 class AgainstSelf(AgainstScripted):
     """Tic-tac-toe from one player's side against a frozen copy of the learner (`Ghost`), drawn each game."""
 
-    def __init__(self, ghost: Ghost, seed: int) -> None:
-        super().__init__(boards.uniform, seed)
+    def __init__(self, ghost: Ghost, seed: int, game: str = "tictactoe") -> None:
+        super().__init__(boards.uniform, seed, game)
         self.ghost = ghost
         self.frozen: Any = None
 
@@ -164,7 +180,7 @@ class AgainstSelf(AgainstScripted):
         observation, info = super().reset(seed=seed, options=options)
         if self.ghost.settings.get("swap_every"):  # as Shepherd: the learning side swapped every swap_every steps
             self.seat = self.ghost.side(self.env.agents)
-            self.env.reset(seed=self.rng.randrange(1 << 30))
+            self._open()
             obs, _, _ = self._advance()
             self.mask = obs["action_mask"].astype(bool)
             observation = obs["observation"].astype(np.float32)
@@ -175,9 +191,10 @@ class AgainstSelf(AgainstScripted):
         return super().step(action)
 
 
-def scores(model: Any, opponent: Callable[[Any, Any], int], games: int, seed: int) -> tuple[float, float]:
+def scores(model: Any, opponent: Callable[[Any, Any], int], games: int, seed: int,
+           game: str = "tictactoe") -> tuple[float, float]:
     """(share won, share not lost) of the greedy policy over ``games`` games."""
-    env, results = AgainstScripted(opponent, seed), []
+    env, results = AgainstScripted(opponent, seed, game), []
     for _ in range(games):
         obs, _ = env.reset()
         ended, reward = False, 0.0
@@ -190,17 +207,23 @@ def scores(model: Any, opponent: Callable[[Any, Any], int], games: int, seed: in
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--game", choices=sorted(BOARDS), default="tictactoe",
+                        help="connect4: selfplay.py's Connect Four hyperparameters, evaluated against the lookahead")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=60_000)
     parser.add_argument("--games", type=int, default=200, help="evaluation games per opponent")
     parser.add_argument("--envs", type=int, default=2, help="envs of the VecEnv (selfplay.py's --sessions)")
+    parser.add_argument("--against", default="uniform", choices=["uniform", "lookahead", "minimax"],
+                        help="without --self-play: the scripted player of benchmarks/boards.py trained against")
+    parser.add_argument("--openings", type=int, default=0, metavar="K",
+                        help="each training game (not the evaluations) begins with 0 .. K uniform random moves")
     parser.add_argument("--self-play", action="store_true",
                         help="train against frozen copies of itself (selfplay.py's tic-tac-toe self_play settings)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a hyperparameter instead of PARAMETERS' (VALUE as JSON), or a self-play setting "
                              "(snapshot_every, window, against_latest, opponent_actions, opponents, swap_every); repeatable")
     args = parser.parse_args()
-    parameters, settings = copy.deepcopy(PARAMETERS), dict(SELF_PLAY)
+    parameters, settings = copy.deepcopy(PARAMETERS[args.game]), dict(SELF_PLAY[args.game])
     for item in args.set:
         name, _, value = item.partition("=")
         try:
@@ -217,21 +240,28 @@ def main() -> None:
 
     def make(index: int) -> gym.Env:
         seed = args.seed * 100 + index
-        env = AgainstSelf(ghost, seed) if args.self_play else AgainstScripted(boards.uniform, seed)
+        env = (AgainstSelf(ghost, seed, args.game) if args.self_play
+               else AgainstScripted(getattr(boards, args.against), seed, args.game))
+        env.openings = args.openings
         return ActionMasker(env, lambda env: env.action_masks())
 
     venv = DummyVecEnv([lambda index=index: make(index) for index in range(args.envs)])
     model = MaskablePPO("MlpPolicy", venv, seed=args.seed, verbose=0, **parameters)
     ghost.model = model
-    print(f"seed {args.seed}: {'self-play ' + json.dumps(settings) if args.self_play else 'against random'}, "
+    print(f"seed {args.seed}: {'self-play ' + json.dumps(settings) if args.self_play else 'against ' + args.against}, "
           f"{json.dumps(parameters)}", flush=True)
     started = time.perf_counter()
     for quarter in range(4):
         model.learn(args.steps // 4, reset_num_timesteps=False)
-        won, _ = scores(model, boards.uniform, args.games, 12345 + quarter)
-        _, kept = scores(model, boards.minimax, args.games, 54321 + quarter)
+        won, _ = scores(model, boards.uniform, args.games, 12345 + quarter, args.game)
+        if args.game == "tictactoe":
+            _, kept = scores(model, boards.minimax, args.games, 54321 + quarter)
+            against = f"vs minimax not lost {kept:.0%}"
+        else:
+            beaten, _ = scores(model, boards.lookahead, args.games, 54321 + quarter, args.game)
+            against = f"vs lookahead won {beaten:.0%}"
         print(f"seed {args.seed}: {model.num_timesteps:6d} steps ({time.perf_counter() - started:.0f} s): "
-              f"vs random won {won:.0%}, vs minimax not lost {kept:.0%}"
+              f"vs random won {won:.0%}, {against}"
               + (f" (opponents: {dict(ghost.chosen)})" if args.self_play else ""), flush=True)
 
 

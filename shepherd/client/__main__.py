@@ -59,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--pettingzoo", metavar="MODULE:FACTORY", default=None,
                         help="drive a PettingZoo env that FACTORY() makes (AEC or parallel API; action masks from its "
                              "observations) through an environment with roles, whose key SHEPHERD_API_KEY is: its "
-                             "roles named as the env's agents (docs/how-to/multi-agent.md)")
+                             "roles named as the env's agents (docs/how-to/multi-agent.md); with --n-envs N, N "
+                             "copies of it in one vector session, a step of every copy per request")
     parser.add_argument("--retry-seconds", type=float, default=30.0, metavar="SECONDS",
                         help="how long a step answered 429 or 503, or whose connection was lost, is sent again (with "
                              "its seq) before the client gives up (default %(default)g)")
@@ -73,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--n-envs must be at least 1")
     if args.asynchronous and args.n_envs is None:
         parser.error("--async needs --n-envs")
+    if args.pettingzoo is not None and (args.asynchronous or args.acting == "client"):
+        parser.error("--pettingzoo plays its copies in this process, with the server acting (no --async, no "
+                     "--acting client)")
     if args.steps is not None and args.acting != "client":
         parser.error("--steps needs --acting client")
     apikey = os.environ.get("SHEPHERD_API_KEY")
@@ -127,21 +131,27 @@ def _pettingzoo(args: argparse.Namespace, apikey: str) -> int:
     """``--pettingzoo MODULE:FACTORY``: its env's episodes through an environment with roles."""
     import importlib
 
-    from shepherd.client.roles import RolesClient, run_aec, run_parallel
+    from shepherd.client.roles import RolesClient, run_aec, run_aec_envs, run_parallel, run_parallel_envs
 
     module, _, name = args.pettingzoo.partition(":")
-    env = getattr(importlib.import_module(module), name)()
+    factory = getattr(importlib.import_module(module), name)
+    envs = [factory() for _ in range(args.n_envs or 1)]
     client = RolesClient(args.url, apikey, retry_seconds=args.retry_seconds)
-    run = run_aec if hasattr(env, "agent_iter") else run_parallel
+    episodes = args.episodes if args.episodes is not None else 2 ** 62
+    aec = hasattr(envs[0], "agent_iter")
+
     def play() -> list[dict[str, float]]:
-        client.login(args.mode)
-        return run(env, client, args.episodes if args.episodes is not None else 2 ** 62, args.seed)
+        client.login(args.mode, args.n_envs)
+        if args.n_envs is None:
+            return (run_aec if aec else run_parallel)(envs[0], client, episodes, args.seed)
+        return (run_aec_envs if aec else run_parallel_envs)(envs, client, episodes, args.seed)
 
     status, returns = _guarded(client, play, client.close)
     if status is not None:
         return status
     means = {role: sum(r.get(role, 0.0) for r in returns) / max(len(returns), 1) for role in returns[0]} if returns else {}
-    print(f"{len(returns)} episodes, mean return by role: "
+    copies = f" over {args.n_envs} copies" if args.n_envs is not None else ""
+    print(f"{len(returns)} episodes{copies}, mean return by role: "
           + ", ".join(f"{role} {value:.1f}" for role, value in means.items()))
     return 0
 

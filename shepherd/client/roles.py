@@ -6,7 +6,7 @@ the observation and the role's action mask."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from shepherd.client.connection import _Connection, to_json
 
@@ -14,9 +14,13 @@ from shepherd.client.connection import _Connection, to_json
 class RolesClient(_Connection):
     """One session of an environment with roles (its key logs in to every role). Not thread-safe."""
 
-    def login(self, mode: str = "train") -> dict[str, Any]:
-        """Log in with the environment's key; returns the reply (``environment``, ``turns``, ``roles``)."""
-        return self._open(self._login_body(mode))
+    def login(self, mode: str = "train", n_envs: int | None = None) -> dict[str, Any]:
+        """Log in with the environment's key; returns the reply (``environment``, ``turns``, ``roles``). With
+        ``n_envs``, a vector session of that many copies of the environment (`step_envs`)."""
+        body = self._login_body(mode)
+        if n_envs is not None:
+            body["n_envs"] = n_envs
+        return self._open(body)
 
     def step(self, obs: dict[str, Any], reward: dict[str, float] | None = None,
              terminated: dict[str, bool] | None = None, truncated: dict[str, bool] | None = None,
@@ -40,6 +44,15 @@ class RolesClient(_Connection):
             self.episode_config, self.lesson = reply["episode_config"], reply.get("lesson")
         return reply["actions"]
 
+    def step_envs(self, steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """One step of every copy of a vector session (`login` with ``n_envs``), in one request: each step a dict
+        of `step`'s arguments (``obs``, and ``reward``, ``terminated``, ``truncated``, ``action_mask``,
+        ``outcome`` where it has them); returns each copy's actions by role. Retried with its ``seq``."""
+        envs = [{name: to_json(value) for name, value in step.items() if value or name == "obs"} for step in steps]
+        reply = self._send_step({"session_key": self.session_key, "envs": envs})
+        self.opponents_envs = [item.get("opponents") for item in reply["envs"]]
+        return [item["actions"] for item in reply["envs"]]
+
 
 def _split(obs: Any) -> tuple[Any, Any]:
     """A PettingZoo observation and its action mask (None: none)."""
@@ -57,41 +70,130 @@ def run_aec(env: Any, client: RolesClient, episodes: int, seed: int | None = Non
         env.reset(seed=None if seed is None else seed + episode)
         totals: dict[str, float] = {}
         for agent in env.agent_iter():
-            obs, reward, terminated, truncated, _ = env.last()
-            observation, mask = _split(obs)
-            totals[agent] = totals.get(agent, 0.0) + float(reward)
-            ended = bool(terminated or truncated)
-            actions = client.step({agent: observation}, {agent: float(reward)},
-                                  {agent: bool(terminated)} if ended else None,
-                                  {agent: bool(truncated)} if ended else None,
-                                  None if mask is None or ended else {agent: mask})
+            step, ended = _aec_turn(env, agent, totals)
+            actions = client.step(**step)
             env.step(None if ended else actions[agent])
         returns.append(totals)
     return returns
 
 
+def _aec_turn(env: Any, agent: str, totals: dict[str, float]) -> tuple[dict[str, Any], bool]:
+    """The step of ``agent``'s turn in an AEC env (`RolesClient.step`'s arguments; its reward added to
+    ``totals``), and whether the agent has ended (its last observation, answered with no action)."""
+    obs, reward, terminated, truncated, _ = env.last()
+    observation, mask = _split(obs)
+    totals[agent] = totals.get(agent, 0.0) + float(reward)
+    ended = bool(terminated or truncated)
+    step: dict[str, Any] = {"obs": {agent: observation}, "reward": {agent: float(reward)}}
+    if ended:
+        step.update(terminated={agent: bool(terminated)}, truncated={agent: bool(truncated)})
+    elif mask is not None:
+        step["action_mask"] = {agent: mask}
+    return step, ended
+
+
+def run_aec_envs(envs: list[Any], client: RolesClient, episodes: int, seed: int | None = None,
+                 stop: Callable[[], bool] | None = None) -> list[dict[str, float]]:
+    """Play copies of a PettingZoo AEC env as one vector session (`RolesClient.login` with ``n_envs`` =
+    ``len(envs)``): each request one turn of every copy, as `run_aec` plays one; a copy whose episode ended
+    begins its next one in the next request. Returns once ``episodes`` episodes ended (or ``stop()`` says so,
+    checked before each request), each ended episode's returns by role, in the order they ended; the copies'
+    unfinished episodes are left to the session's logout."""
+    returns: list[dict[str, float]] = []
+    begun = 0
+
+    def begin(index: int) -> Iterator[str]:
+        nonlocal begun
+        envs[index].reset(seed=None if seed is None else seed + begun)
+        begun += 1
+        totals[index] = {}
+        return iter(envs[index].agent_iter())
+
+    totals: list[dict[str, float]] = [{} for _ in envs]
+    turns = [begin(index) for index in range(len(envs))]
+    while len(returns) < episodes and not (stop is not None and stop()):
+        agents, steps, ends = [], [], []
+        for index, env in enumerate(envs):
+            agent = next(turns[index], None)
+            if agent is None:  # every agent of the copy ended: its next episode
+                returns.append(totals[index])
+                turns[index] = begin(index)
+                agent = next(turns[index])
+            step, ended = _aec_turn(env, agent, totals[index])
+            agents.append(agent)
+            steps.append(step)
+            ends.append(ended)
+        if len(returns) >= episodes:
+            break
+        for env, agent, ended, actions in zip(envs, agents, ends, client.step_envs(steps)):
+            env.step(None if ended else actions[agent])
+    return returns[:episodes]
+
+
 def run_parallel(env: Any, client: RolesClient, episodes: int, seed: int | None = None) -> list[dict[str, float]]:
     """Play ``episodes`` episodes of a PettingZoo parallel env: every live agent in each step; the agents that
     ended send their last observations once, in the next step. Returns each episode's returns by role."""
-    returns = []
+    copy, returns = _ParallelCopy(env), []
     for episode in range(episodes):
-        observations, _ = env.reset(seed=None if seed is None else seed + episode)
-        rewards: dict[str, float] = {}
-        ends: dict[str, tuple[bool, bool]] = {}
-        totals: dict[str, float] = {}
-        while observations:
-            parts = {agent: _split(obs) for agent, obs in observations.items()}
-            masks = {agent: mask for agent, (_, mask) in parts.items() if mask is not None and agent not in ends}
-            actions = client.step({agent: observation for agent, (observation, _) in parts.items()}, rewards,
-                                  {agent: flags[0] for agent, flags in ends.items()},
-                                  {agent: flags[1] for agent, flags in ends.items()}, masks)
+        copy.begin(None if seed is None else seed + episode)
+        while copy.observations:
+            actions = client.step(**copy.step())
             if not actions:  # every agent ended: the episode is over
                 break
-            observations, step_rewards, terminations, truncations, _ = env.step(actions)
-            rewards = {agent: float(value) for agent, value in step_rewards.items()}
-            for agent, value in rewards.items():
-                totals[agent] = totals.get(agent, 0.0) + value
-            ends = {agent: (bool(terminations.get(agent)), bool(truncations.get(agent))) for agent in observations
-                    if terminations.get(agent) or truncations.get(agent)}
-        returns.append(totals)
+            copy.act(actions)
+        returns.append(copy.totals)
     return returns
+
+class _ParallelCopy:
+    """One copy of a parallel env in `run_parallel_envs`: its episode's observations, the rewards and ends to
+    send with them, and the returns so far."""
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self.observations: dict[str, Any] = {}
+        self.rewards: dict[str, float] = {}
+        self.ends: dict[str, tuple[bool, bool]] = {}
+        self.totals: dict[str, float] = {}
+
+    def begin(self, seed: int | None) -> None:
+        self.observations, _ = self.env.reset(seed=seed)
+        self.rewards, self.ends, self.totals = {}, {}, {}
+
+    def step(self) -> dict[str, Any]:
+        """The step of every live agent (and of those that just ended: their last observations), as
+        `RolesClient.step`'s arguments."""
+        parts = {agent: _split(obs) for agent, obs in self.observations.items()}
+        return {"obs": {agent: observation for agent, (observation, _) in parts.items()}, "reward": self.rewards,
+                "terminated": {agent: flags[0] for agent, flags in self.ends.items()},
+                "truncated": {agent: flags[1] for agent, flags in self.ends.items()},
+                "action_mask": {agent: mask for agent, (_, mask) in parts.items()
+                                if mask is not None and agent not in self.ends}}
+
+    def act(self, actions: dict[str, Any]) -> None:
+        self.observations, step_rewards, terminations, truncations, _ = self.env.step(actions)
+        self.rewards = {agent: float(value) for agent, value in step_rewards.items()}
+        for agent, value in self.rewards.items():
+            self.totals[agent] = self.totals.get(agent, 0.0) + value
+        self.ends = {agent: (bool(terminations.get(agent)), bool(truncations.get(agent)))
+                     for agent in self.observations if terminations.get(agent) or truncations.get(agent)}
+
+
+def run_parallel_envs(envs: list[Any], client: RolesClient, episodes: int, seed: int | None = None,
+                      stop: Callable[[], bool] | None = None) -> list[dict[str, float]]:
+    """Play copies of a PettingZoo parallel env as one vector session (`RolesClient.login` with ``n_envs`` =
+    ``len(envs)``), as `run_aec_envs` plays AEC ones: each request one step of every copy; returns once
+    ``episodes`` episodes ended (or ``stop()`` says so), their returns by role in the order they ended."""
+    copies = [_ParallelCopy(env) for env in envs]
+    begun, returns = 0, []  # type: int, list[dict[str, float]]
+    for copy in copies:
+        copy.begin(None if seed is None else seed + begun)
+        begun += 1
+    while len(returns) < episodes and not (stop is not None and stop()):
+        for copy, actions in zip(copies, client.step_envs([copy.step() for copy in copies])):
+            if actions:
+                copy.act(actions)
+                continue
+            returns.append(copy.totals)  # every agent of the copy ended: its next episode
+            copy.begin(None if seed is None else seed + begun)
+            begun += 1
+    return returns[:episodes]

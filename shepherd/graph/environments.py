@@ -114,15 +114,17 @@ def environment_session(record: EnvironmentRecord, served: ServedAgents, evaluat
 
     ghost = ghost_of(spec, {role: host for role, (host, _) in players.items() if host is not None})
 
-    def copy(first: int) -> RolesLevel:
+    def copy(first: int, group: int) -> RolesLevel:
         roles = [Role(role, spec.roles[role], first + index, host, script, team=team[role])
                  for index, (role, (host, script)) in enumerate(players.items())]
         return RolesLevel(spec.name, spec.turns, roles, evaluate_only, rate,
-                          None if ghost is None else ghost.matchup)
+                          None if ghost is None else ghost.matchup, group)
 
     def level(first: int) -> Level:
-        made: Level = copy(first) if n_envs is None else RolesVectorLevel(
-            [copy(first + index * len(players)) for index in range(n_envs)])
+        # the copies of a vector session are one group to the learners (`Request.group`): a role waiting for its
+        # turn in one copy holds its segment until the session's next step, which waits for every copy's act
+        made: Level = copy(first, first) if n_envs is None else RolesVectorLevel(
+            [copy(first + index * len(players), first) for index in range(n_envs)])
         made.consults = consults
         return made
 

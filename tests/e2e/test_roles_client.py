@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shepherd.client.roles import RolesClient, run_aec, run_parallel
+from shepherd.client.roles import RolesClient, run_aec, run_aec_envs, run_parallel, run_parallel_envs
 from shepherd.environments import EnvironmentSpec
 from shepherd.graph import AgentSpec, GraphManager, Schedule
 from shepherd.http import ServerConfig
@@ -21,6 +21,8 @@ class TakeTurns:
     player who moved more wins 1."""
 
     possible_agents = ["p0", "p1"]
+
+    length = 6  # turns of an episode
 
     def reset(self, seed=None):
         self.turn, self.moves, self.done = 0, {"p0": 0, "p1": 0}, False
@@ -47,10 +49,18 @@ class TakeTurns:
         agent = self.possible_agents[self.turn % 2]
         self.moves[agent] += action
         self.turn += 1
-        if self.turn == 6:
+        if self.turn == self.length:
             self.done = True
             winner = max(self.moves, key=self.moves.get)
             self.rewards = {a: (1.0 if a == winner else 0.0) for a in self.possible_agents}
+
+
+class Uneven(TakeTurns):
+    """`TakeTurns` whose episodes last 2 to 7 turns as their seeds say: copies out of step with each other."""
+
+    def reset(self, seed=None):
+        super().reset(seed)
+        self.length = 2 + (seed or 0) % 6
 
 
 class Race:
@@ -103,6 +113,44 @@ def test_pettingzoo_style_aec_and_parallel_envs_play_through_environments_with_r
         thread.stop()
 
 
+def test_copies_of_pettingzoo_style_envs_play_as_one_vector_session(tmp_path):
+    """`run_aec_envs` and `run_parallel_envs`: copies stepped together, each with its own turns and episodes (a
+    copy whose episode ended begins the next in the next request), every ended episode's returns as `run_aec`'s
+    and `run_parallel`'s, recorded on the agents; the requests are the copies' turns, not one per copy."""
+    graph = GraphManager(owner="tests", agents=[AgentSpec("player", "MaskablePPO", OBS, 3, {**TINY, "n_envs": 16}),
+                                                AgentSpec("runner", "PPO", OBS, 2, {**TINY, "n_envs": 4})],
+                         schedule=Schedule(steps_between_evaluation_periods=10 ** 6, evaluation_episodes=1),
+                         environments=(EnvironmentSpec("turns", {"p0": "player", "p1": "player"}, "alternate"),
+                                       EnvironmentSpec("race", {"fast": "runner", "slow": "runner"})))
+    thread = ServerThread(ServerConfig(graph, tmp_path / "data", requests_per_second_per_key=None)).start_and_wait()
+    keys = thread.server.created_keys
+    try:
+        client = RolesClient(thread.server.url, keys["environment turns"], timeout=30, retry_seconds=0)
+        assert client.login(n_envs=8)["n_envs"] == 8
+        returns = run_aec_envs([Uneven() for _ in range(8)], client, episodes=200, seed=1)
+        # 200 episodes of 2-7 moves fill rollouts of 128 rows while the copies' other roles wait for their turns
+        # holding their segments (the copies are one session to the learner: its acts never wait for an update
+        # that a waiting copy's segment holds back)
+        assert len(returns) == 200 and all(sum(r.values()) == 1.0 for r in returns)
+        assert graph.runtime("player").learner.policy_version >= 3  # 3 updates
+        client.logout()
+        client.close()
+        client = RolesClient(thread.server.url, keys["environment race"])
+        client.login(n_envs=2)
+        assert run_parallel_envs([Race(), Race()], client, episodes=4) == [{"fast": 4.0, "slow": 2.0}] * 4
+        assert client.seq == 10  # 4 steps and the ended agents' last step, twice
+        client.logout()
+        client.close()
+        store = graph.store
+        for name, count, unfinished in (("player", 400, 8), ("runner", 8, 0)):
+            runtime = graph.runtime(name)
+            runtime.checkpoint().result(30)
+            # each role's ended episode, on its agent; a copy left unfinished may have ended one of its roles
+            assert count <= len(store.returns(runtime.record.id)) <= count + unfinished
+    finally:
+        thread.stop()
+
+
 def make_race():
     return Race()
 
@@ -118,6 +166,9 @@ def test_the_client_command_drives_a_pettingzoo_env(tmp_path, monkeypatch, capsy
         monkeypatch.setenv("SHEPHERD_API_KEY", thread.server.created_keys["environment race"])
         assert main(["--url", thread.server.url, "--pettingzoo", f"{__name__}:make_race", "--episodes", "3"]) == 0
         assert "3 episodes, mean return by role: fast 4.0, slow 2.0" in capsys.readouterr().out
+        assert main(["--url", thread.server.url, "--pettingzoo", f"{__name__}:make_race", "--episodes", "4",
+                     "--n-envs", "2"]) == 0
+        assert "4 episodes over 2 copies, mean return by role: fast 4.0, slow 2.0" in capsys.readouterr().out
     finally:
         thread.stop()
 
