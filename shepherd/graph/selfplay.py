@@ -7,7 +7,8 @@ another policy plays; the learner answers what the copy cannot, greedily), drawi
 policy's distribution as ML-Agents' ghost does (``opponent_actions: sample``; a deterministic game's greedy
 opponents would repeat the same lines), or its greedy action (``greedy``).
 
-A snapshot is a frozen copy of the agent's numpy greedy policy (`GreedyPolicy.frozen`) where the agent has one;
+A snapshot is a frozen copy of the agent's numpy greedy policy (`GreedyPolicy.frozen`) where the agent has one
+(its weights kept beside the checkpoint as a file of their own, `WeightsFile`);
 an agent without one (images through a CNN, a network over the numpy copy's size) is snapshotted as its behaviour
 file of that version (`FrozenFile`, built on the learner's thread between two batches, played by onnxruntime: the
 ``train`` file samples, the ``evaluate`` file is greedy). A policy no file can hold (a recurrent one) gets no
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 import base64
 import collections
+import hashlib
+import json
 import logging
 import random
 from concurrent.futures import Future
@@ -33,6 +36,7 @@ from shepherd.environments import EnvironmentSpec
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.hierarchy import load_function
 from shepherd.level.episodes import Trial
+from shepherd.storage.files import atomic_write_bytes
 
 if TYPE_CHECKING:
     from shepherd.agents.frozen_file import FrozenFile  # onnxruntime: imported when a file snapshot is made
@@ -62,6 +66,8 @@ class Ghost:
         #: the file snapshots the last checkpoint's state named, and those the one before named (`_keep_files`)
         self._files_named: set[str] = set()
         self._files_before: set[str] = set()
+        #: the files of the numpy snapshots' weights, by agent and version (a version's weights never change)
+        self._weight_files: dict[tuple[str, int], WeightsFile] = {}
         self.learning = 0  # the index of the team that learns
         self._swap_at: int | None = None
         self.scripts = {name: load_function(name) for name in self.play.opponents}
@@ -179,13 +185,12 @@ class Ghost:
 
     # -- the checkpoint ------------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
-        """Its plain form, checkpointed with the ratings (`Ratings.keep`): the pools (each snapshot's version and
-        weights, or the name of its file, written beside the checkpoint now: `_keep_files`), when each agent's last
+        """Its plain form, checkpointed with the ratings (`Ratings.keep`): the pools (each snapshot's version and the
+        name of its file, written beside the checkpoint now: `_keep_files`), when each agent's last
         snapshot was taken, the learning team, the next swap, the generator."""
-        self._keep_files()
-        return {"pools": {name: [{"version": version, "arrays": _encoded(_arrays(policy))}
-                                 if isinstance(policy, GreedyPolicy) else policy.state()
-                                 for version, policy in pool] for name, pool in sorted(self.pools.items())},
+        kept = self._keep_files()
+        return {"pools": {name: [kept[name, version, id(policy)].state() for version, policy in pool]
+                          for name, pool in sorted(self.pools.items())},
                 "taken": dict(sorted(self._taken.items())), "learning": self.learning, "swap_at": self._swap_at,
                 "random": _plain(self.random.getstate())}
 
@@ -195,19 +200,31 @@ class Ghost:
         first = self.runtimes[next(iter(self.spec.roles))]
         return first.model_path.parent / "selfplay" / self.spec.name
 
-    def _keep_files(self) -> None:
-        """Write the pools' file snapshots not written yet, and remove those that neither this checkpoint nor the
-        last one names (the last one is the one to restore from until this one is written)."""
-        held = {policy.file_name: policy for pool in self.pools.values() for _, policy in pool
-                if not isinstance(policy, GreedyPolicy)}
+    def _keep_files(self) -> dict[tuple[str, int, int], Any]:
+        """Write the pools' snapshot files not written yet (a behaviour file's, a numpy snapshot's weights), and
+        remove those that neither this checkpoint nor the last one names (the last one is the one to restore
+        from until this one is written). Returns each snapshot's kept form by agent, version and ``id``."""
+        kept: dict[tuple[str, int, int], Any] = {}
+        for name, pool in self.pools.items():
+            for version, policy in pool:
+                if isinstance(policy, GreedyPolicy):
+                    known = self._weight_files.get((name, version))
+                    kept[name, version, id(policy)] = self._weight_files[name, version] = (
+                        known or WeightsFile.of(version, _arrays(policy)))
+                else:
+                    kept[name, version, id(policy)] = policy
+        self._weight_files = {(name, version): file for (name, version, _), file in kept.items()
+                              if isinstance(file, WeightsFile)}
+        held = {file.file_name: file for file in kept.values()}
         if not held and not self._files_named:
-            return
+            return kept
         folder = self.folder
-        for policy in held.values():
-            policy.keep(folder)
+        for file in held.values():
+            file.keep(folder)
         for name in self._files_before - self._files_named - set(held):  # named last by the one before the last
             (folder / name).unlink(missing_ok=True)
         self._files_before, self._files_named = self._files_named, set(held)
+        return kept
 
     def load(self, state: dict[str, Any]) -> None:
         """Resume from `state`'s: each snapshot a frozen policy of its agent's network with its weights (and the
@@ -230,7 +247,20 @@ class Ghost:
                     continue
                 if greedy is None:
                     continue
-                weights = VersionedWeights(int(snapshot["version"]), _decoded(snapshot["arrays"]))
+                version = int(snapshot["version"])
+                if "weights" in snapshot:  # a file beside the checkpoint (inline "arrays" before 2026-11-28)
+                    self._files_named.add(str(snapshot["weights"]))
+                    try:
+                        file = WeightsFile.read(version, self.folder / str(snapshot["weights"]))
+                    except (OSError, ValueError) as error:
+                        logger.warning("self-play of %s: snapshot %s of %s is lost (%s)", self.spec.name,
+                                       version, name, error)
+                        continue
+                    self._weight_files[name, version] = file
+                    arrays = file.arrays()
+                else:
+                    arrays = _decoded(snapshot["arrays"])
+                weights = VersionedWeights(version, arrays)
                 pool.append((weights.version, GreedyPolicy(greedy.network, FixedWeights(weights), greedy.actions,
                                                            greedy.name, None if greedy.filtering is None
                                                            else greedy.filtering.frozen())))
@@ -258,16 +288,63 @@ def ghost_of(spec: EnvironmentSpec, runtimes: dict[str, AgentRuntime]) -> Ghost 
     return ghost
 
 
+class WeightsFile:
+    """A numpy snapshot's weights as a file beside the checkpoint, named by its content's SHA-256 as a behaviour
+    file's are (`FrozenFile`): written once however many checkpoints name it, so that a checkpoint holds names,
+    not the window's weights (a window of 200 snapshots of a 256 x 256 MLP is ~60 MB). The format is a line of
+    JSON (each array's name, dtype and shape, in order) and the arrays' bytes after it: no pickles, and the same
+    bytes for the same weights."""
+
+    def __init__(self, version: int, data: bytes) -> None:
+        self.version, self.data = version, data
+        self.file_name = hashlib.sha256(data).hexdigest() + ".weights"
+
+    @classmethod
+    def of(cls, version: int, arrays: dict[str, Any]) -> WeightsFile:
+        ordered = {name: np.ascontiguousarray(array) for name, array in sorted(arrays.items())}
+        header = [[name, array.dtype.str, list(array.shape)] for name, array in ordered.items()]
+        return cls(version, json.dumps(header).encode() + b"\n" + b"".join(a.tobytes() for a in ordered.values()))
+
+    @classmethod
+    def read(cls, version: int, path: Path) -> WeightsFile:
+        """The file at ``path``.
+
+        Raises:
+            OSError: it cannot be read. ValueError: its bytes are not its name's, or not weights.
+        """
+        file = cls(version, path.read_bytes())
+        if file.file_name != path.name:
+            raise ValueError(f"{path.name} holds other bytes than its name says")
+        file.arrays()
+        return file
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        header, _, body = self.data.partition(b"\n")
+        arrays, offset = {}, 0
+        for name, dtype, shape in json.loads(header):
+            array = np.frombuffer(body, dtype=np.dtype(dtype), count=int(np.prod(shape, dtype=np.int64)), offset=offset)
+            arrays[name] = array.reshape(shape).copy()
+            offset += array.nbytes
+        if offset != len(body):
+            raise ValueError("weights of other sizes than the header says")
+        return arrays
+
+    def keep(self, folder: Path) -> None:
+        """Write the file into ``folder`` (atomically) unless it is there: before a checkpoint names it. Its bytes
+        are then forgotten (the pool's snapshot holds the weights)."""
+        path = folder / self.file_name
+        if not path.exists():
+            atomic_write_bytes(path, self.data)
+        self.data = b""
+
+    def state(self) -> dict[str, Any]:
+        return {"version": self.version, "weights": self.file_name}
+
+
 def _arrays(policy: GreedyPolicy) -> Any:
     weights = policy.source.latest_weights()
     assert weights is not None, "a snapshot without weights"
     return weights.arrays
-
-
-def _encoded(arrays: Any) -> dict[str, Any]:
-    return {name: {"dtype": np.asarray(array).dtype.str, "shape": list(np.shape(array)),
-                   "data": base64.b64encode(np.ascontiguousarray(array).tobytes()).decode()}
-            for name, array in sorted(arrays.items())}
 
 
 def _decoded(arrays: dict[str, Any]) -> dict[str, np.ndarray]:

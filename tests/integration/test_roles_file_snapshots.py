@@ -113,7 +113,7 @@ def test_file_snapshots_are_written_once_and_removed_when_no_checkpoint_can_name
         folder = where  # type: ignore[assignment]
 
     ghost = Kept.__new__(Kept)
-    ghost.pools, ghost._files_named, ghost._files_before = {}, set(), set()
+    ghost.pools, ghost._files_named, ghost._files_before, ghost._weight_files = {}, set(), set(), {}
     a, b, c = Pool(b"a"), Pool(b"b"), Pool(b"c")
     ghost.pools = {"c4": [(0, a), (1, b)]}
     ghost._keep_files()

@@ -191,3 +191,67 @@ async def test_snapshot_opponents_sample_their_policys_actions_under_the_mask_or
     assert len(sampled) >= 40 and len(greedy) >= 40
     assert set(sampled) == {0, 1}
     assert len(set(greedy)) == 1 and 2 not in greedy
+
+
+async def test_a_checkpoint_names_the_numpy_snapshots_weight_files(tmp_path, caplog):
+    """A numpy snapshot's weights are a file beside the checkpoint (`WeightsFile`), written once and named by
+    the checkpoint: the checkpoint's size does not grow with the window's weights. The files hold the snapshots'
+    weights; a file that lost its bytes loses its snapshot (said), not the restart; a checkpoint of before, with
+    the weights inline, still restores."""
+    import json
+    import logging
+
+    import numpy as np
+
+    from shepherd.graph.selfplay import WeightsFile, _arrays
+
+    wide = {**TINY, "policy_kwargs": {"net_arch": [64, 64]}}
+    play = SelfPlay(snapshot_every=4, window=3, against_latest=0.0, swap_every=10 ** 6)
+    graph = GraphManager(owner="tests", agents=[AgentSpec("c4", "PPO", OBS, 2, wide)],
+                         schedule=Schedule(steps_between_evaluation_periods=10 ** 6, evaluation_episodes=1),
+                         environments=(EnvironmentSpec("duel", {"p0": "c4", "p1": "c4"}, "alternate",
+                                                       self_play=play),))
+    store = Store(tmp_path / "data")
+    keys = graph.create_graph(store, serving_here())
+    try:
+        session = graph.login(keys["environment duel"])
+        for _ in range(12):
+            for body in ({"obs": {"p0": A}}, {"obs": {"p1": A}}, {"obs": {"p0": A}, "reward": {"p0": 1.0}},
+                         {"obs": {"p0": A, "p1": A}, "terminated": {"p0": True, "p1": True}}):
+                await graph.step(session, session.parse_step(body))
+        ghost = graph.runtime("c4").ratings.kept["duel"]
+        pool = list(ghost.pools["c4"])
+        state = ghost.state()
+        names = [snapshot["weights"] for snapshot in state["pools"]["c4"]]
+        assert len(names) == 3 and all("arrays" not in snapshot for snapshot in state["pools"]["c4"])
+        assert len(json.dumps(state["pools"])) < 1_000  # names: each snapshot's weights are ~20 kB
+        for name, (version, policy) in zip(names, pool):
+            file = WeightsFile.read(version, ghost.folder / name)
+            expected = _arrays(policy)
+            assert file.arrays().keys() == expected.keys()
+            assert all(np.array_equal(file.arrays()[key], expected[key]) for key in expected)
+        assert ghost.state() == state  # the same names: nothing written again
+
+        # a restart: from the files; a file whose bytes changed loses its snapshot only
+        (ghost.folder / names[0]).write_bytes(b"[]\n")
+        fresh = type(ghost)(ghost.spec, ghost.runtimes, 0)
+        with caplog.at_level(logging.WARNING):
+            fresh.load(state)
+        assert [version for version, _ in fresh.pools["c4"]] == [version for version, _ in pool][1:]
+        assert "is lost" in caplog.text
+        # a checkpoint written before the weights had files of their own: inline, base64
+        import base64
+
+        inline = {"pools": {"c4": [{"version": pool[0][0], "arrays": {
+            key: {"dtype": array.dtype.str, "shape": list(array.shape),
+                  "data": base64.b64encode(np.ascontiguousarray(array).tobytes()).decode()}
+            for key, array in _arrays(pool[0][1]).items()}}]}, "taken": {}, "learning": 0}
+        old = type(ghost)(ghost.spec, ghost.runtimes, 0)
+        old.load(inline)
+        [(version, restored)] = old.pools["c4"]
+        assert version == pool[0][0]
+        assert all(np.array_equal(_arrays(restored)[key], _arrays(pool[0][1])[key]) for key in _arrays(restored))
+    finally:
+        graph.end_sessions()
+        graph.close()
+        store.close()
