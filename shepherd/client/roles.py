@@ -192,8 +192,9 @@ def run_parallel_envs(envs: list[Any], client: RolesClient, episodes: int, seed:
         for copy, actions in zip(copies, client.step_envs([copy.step() for copy in copies])):
             if actions:
                 copy.act(actions)
-                continue
-            returns.append(copy.totals)  # every agent of the copy ended: its next episode
+                if copy.observations:
+                    continue
+            returns.append(copy.totals)  # every agent of the copy ended (or the env says none is left): its next
             copy.begin(None if seed is None else seed + begun)
             begun += 1
     return returns[:episodes]
