@@ -15,6 +15,11 @@ every N learned steps as Shepherd's is.
     python benchmarks/tictactoe_sb3.py --seed 0 --steps 60000
     python benchmarks/tictactoe_sb3.py --seed 0 --steps 60000 --self-play
     python benchmarks/tictactoe_sb3.py --seed 0 --self-play --set gamma=1.0 --set n_epochs=10
+    python benchmarks/tictactoe_sb3.py --seed 0 --self-play --set window=200 --set against_latest=0.1
+    python benchmarks/tictactoe_sb3.py --seed 0 --steps 80000 --against minimax   # no self-play: vs minimax
+    python benchmarks/tictactoe_sb3.py --game connect4 --seed 0 --self-play   # Connect Four (vs the lookahead)
+
+``--openings K`` begins each training game with 0 .. K uniform random moves (the evaluations never).
 
 Needs the ``multiagent`` extra (PettingZoo).
 """
