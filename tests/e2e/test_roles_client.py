@@ -82,13 +82,19 @@ class Race:
         return observations, rewards, terminations, {a: False for a in observations}, {}
 
 
-def test_pettingzoo_style_aec_and_parallel_envs_play_through_environments_with_roles(tmp_path):
-    graph = GraphManager(owner="tests", agents=[AgentSpec("player", "MaskablePPO", OBS, 3, TINY),
-                                                AgentSpec("runner", "PPO", OBS, 2, TINY)],
+def turns_and_race(tmp_path, player: dict, runner: dict) -> tuple[GraphManager, ServerThread]:
+    """A server of two environments: ``turns`` (alternate, the MaskablePPO ``player`` in both roles) and ``race``
+    (simultaneous, the PPO ``runner`` in both)."""
+    graph = GraphManager(owner="tests", agents=[AgentSpec("player", "MaskablePPO", OBS, 3, player),
+                                                AgentSpec("runner", "PPO", OBS, 2, runner)],
                          schedule=Schedule(steps_between_evaluation_periods=10 ** 6, evaluation_episodes=1),
                          environments=(EnvironmentSpec("turns", {"p0": "player", "p1": "player"}, "alternate"),
                                        EnvironmentSpec("race", {"fast": "runner", "slow": "runner"})))
-    thread = ServerThread(ServerConfig(graph, tmp_path / "data", requests_per_second_per_key=None)).start_and_wait()
+    return graph, ServerThread(ServerConfig(graph, tmp_path / "data", requests_per_second_per_key=None)).start_and_wait()
+
+
+def test_pettingzoo_style_aec_and_parallel_envs_play_through_environments_with_roles(tmp_path):
+    graph, thread = turns_and_race(tmp_path, TINY, TINY)
     keys = thread.server.created_keys
     try:
         client = RolesClient(thread.server.url, keys["environment turns"])
@@ -117,12 +123,7 @@ def test_copies_of_pettingzoo_style_envs_play_as_one_vector_session(tmp_path):
     """`run_aec_envs` and `run_parallel_envs`: copies stepped together, each with its own turns and episodes (a
     copy whose episode ended begins the next in the next request), every ended episode's returns as `run_aec`'s
     and `run_parallel`'s, recorded on the agents; the requests are the copies' turns, not one per copy."""
-    graph = GraphManager(owner="tests", agents=[AgentSpec("player", "MaskablePPO", OBS, 3, {**TINY, "n_envs": 16}),
-                                                AgentSpec("runner", "PPO", OBS, 2, {**TINY, "n_envs": 4})],
-                         schedule=Schedule(steps_between_evaluation_periods=10 ** 6, evaluation_episodes=1),
-                         environments=(EnvironmentSpec("turns", {"p0": "player", "p1": "player"}, "alternate"),
-                                       EnvironmentSpec("race", {"fast": "runner", "slow": "runner"})))
-    thread = ServerThread(ServerConfig(graph, tmp_path / "data", requests_per_second_per_key=None)).start_and_wait()
+    graph, thread = turns_and_race(tmp_path, {**TINY, "n_envs": 16}, {**TINY, "n_envs": 4})
     keys = thread.server.created_keys
     try:
         client = RolesClient(thread.server.url, keys["environment turns"], timeout=30, retry_seconds=0)

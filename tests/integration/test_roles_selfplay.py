@@ -22,14 +22,19 @@ def always_one(obs, mask):
     return 1
 
 
-async def test_one_team_learns_against_snapshots_and_scripts_and_the_teams_swap(tmp_path):
-    play = SelfPlay(snapshot_every=8, window=3, against_latest=0.0, swap_every=12, opponents=(SCRIPT,))
-    graph = GraphManager(owner="tests", agents=[AgentSpec("c4", "PPO", OBS, 2, TINY)],
+def duel(tmp_path, parameters: dict, play: SelfPlay) -> tuple[GraphManager, Store, dict]:
+    """A graph of one PPO agent ``c4`` playing both roles of the alternate environment ``duel`` under ``play``."""
+    graph = GraphManager(owner="tests", agents=[AgentSpec("c4", "PPO", OBS, 2, parameters)],
                          schedule=Schedule(steps_between_evaluation_periods=10 ** 6, evaluation_episodes=1),
                          environments=(EnvironmentSpec("duel", {"p0": "c4", "p1": "c4"}, "alternate",
                                                        self_play=play),))
     store = Store(tmp_path / "data")
-    keys = graph.create_graph(store, serving_here())
+    return graph, store, graph.create_graph(store, serving_here())
+
+
+async def test_one_team_learns_against_snapshots_and_scripts_and_the_teams_swap(tmp_path):
+    play = SelfPlay(snapshot_every=8, window=3, against_latest=0.0, swap_every=12, opponents=(SCRIPT,))
+    graph, store, keys = duel(tmp_path, TINY, play)
     try:
         session = graph.login(keys["environment duel"])
         runtime = graph.runtime("c4")
@@ -207,12 +212,7 @@ async def test_a_checkpoint_names_the_numpy_snapshots_weight_files(tmp_path, cap
 
     wide = {**TINY, "policy_kwargs": {"net_arch": [64, 64]}}
     play = SelfPlay(snapshot_every=4, window=3, against_latest=0.0, swap_every=10 ** 6)
-    graph = GraphManager(owner="tests", agents=[AgentSpec("c4", "PPO", OBS, 2, wide)],
-                         schedule=Schedule(steps_between_evaluation_periods=10 ** 6, evaluation_episodes=1),
-                         environments=(EnvironmentSpec("duel", {"p0": "c4", "p1": "c4"}, "alternate",
-                                                       self_play=play),))
-    store = Store(tmp_path / "data")
-    keys = graph.create_graph(store, serving_here())
+    graph, store, keys = duel(tmp_path, wide, play)
     try:
         session = graph.login(keys["environment duel"])
         for _ in range(12):
