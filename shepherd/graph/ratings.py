@@ -7,6 +7,7 @@ resumes the ratings, histories and snapshot pools of its last checkpoint."""
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol
 
@@ -18,9 +19,12 @@ HISTORY_POINTS = 200
 
 
 class Kept(Protocol):
-    """What is checkpointed beside the ratings (an environment's self-play): its plain state."""
+    """What is checkpointed beside the ratings (an environment's self-play): its plain state, and the write of the
+    checkpoint that holds the state taken last (the files it keeps beside the checkpoint age by it)."""
 
     def state(self) -> dict[str, Any]: ...
+
+    def written_by(self, checkpoint: Future) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -151,6 +155,11 @@ class Ratings:
         selfplay = {**self._restored, **{environment: kept.state() for environment, kept in self.kept.items()}}
         return {**({"tables": tables} if tables else {}), **({"histories": histories} if histories else {}),
                 **({"selfplay": dict(sorted(selfplay.items()))} if selfplay else {})}
+
+    def written_by(self, checkpoint: Future) -> None:
+        """``checkpoint`` writes the `state` taken last: what each self-play keeps beside it ages by that write."""
+        for kept in self.kept.values():
+            kept.written_by(checkpoint)
 
     def load(self, state: Any) -> None:
         """The ratings and self-play states of a checkpoint's `state` (None or malformed: none)."""

@@ -283,7 +283,9 @@ class AgentRuntime:
     # -- checkpoints ---------------------------------------------------------------------------
     def checkpoint(self) -> Future:
         """Queue a checkpoint on the learner's thread; it sees every step handed over before it."""
-        return self.checkpoints.write(self.tracker.steps, self.checkpoint_state())
+        future = self.checkpoints.write(self.tracker.steps, self.checkpoint_state())
+        self.ratings.written_by(future)  # the self-play's files beside it age by the checkpoints written
+        return future
 
     def checkpoint_state(self) -> dict[str, Any]:
         """What its checkpoint holds besides the learner's own (`resume` reads it back: `load_state`)."""

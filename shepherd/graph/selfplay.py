@@ -22,6 +22,7 @@ import hashlib
 import json
 import logging
 import random
+import threading
 from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
@@ -63,9 +64,12 @@ class Ghost:
         self._taken: dict[str, int] = {}  # the agent's steps at its last snapshot
         self._building: dict[str, tuple[Future, int]] = {}  # a behaviour file asked for, and the steps then
         self._no_files: set[str] = set()  # agents whose policy no file can hold (said once)
-        #: the file snapshots the last checkpoint's state named, and those the one before named (`_keep_files`)
-        self._files_named: set[str] = set()
-        self._files_before: set[str] = set()
+        #: the snapshot files beside the checkpoint (written or found there), and what may still name them: each
+        #: state taken for a checkpoint not yet written, by its number (`_keep_files`, `written_by`)
+        self._files_lock = threading.Lock()
+        self._files_on_disk: set[str] = set()
+        self._files_pending: dict[int, set[str]] = {}
+        self._prepared = 0  # the number of the last state taken
         #: the files of the numpy snapshots' weights, by agent and version (a version's weights never change)
         self._weight_files: dict[tuple[str, int], WeightsFile] = {}
         self.learning = 0  # the index of the team that learns
@@ -202,8 +206,8 @@ class Ghost:
 
     def _keep_files(self) -> dict[tuple[str, int, int], Any]:
         """Write the pools' snapshot files not written yet (a behaviour file's, a numpy snapshot's weights), and
-        remove those that neither this checkpoint nor the last one names (the last one is the one to restore
-        from until this one is written). Returns each snapshot's kept form by agent, version and ``id``."""
+        note that the state taken now names them until its checkpoint is written or fails (`written_by`). Returns
+        each snapshot's kept form by agent, version and ``id``."""
         kept: dict[tuple[str, int, int], Any] = {}
         for name, pool in self.pools.items():
             for version, policy in pool:
@@ -216,15 +220,40 @@ class Ghost:
         self._weight_files = {(name, version): file for (name, version, _), file in kept.items()
                               if isinstance(file, WeightsFile)}
         held = {file.file_name: file for file in kept.values()}
-        if not held and not self._files_named:
-            return kept
-        folder = self.folder
-        for file in held.values():
-            file.keep(folder)
-        for name in self._files_before - self._files_named - set(held):  # named last by the one before the last
-            (folder / name).unlink(missing_ok=True)
-        self._files_before, self._files_named = self._files_named, set(held)
+        with self._files_lock:  # against a written checkpoint's removals on the learner's thread
+            self._prepared += 1
+            self._files_pending[self._prepared] = set(held)
+            if held:
+                folder = self.folder
+                for file in held.values():
+                    file.keep(folder)
+                self._files_on_disk.update(held)
         return kept
+
+    def written_by(self, checkpoint: Future) -> None:
+        """Age the snapshot files by ``checkpoint``, the write of the state taken last: once it is written, the
+        files that neither it nor a checkpoint still being written names leave the folder (a restart reads it
+        from then on); a failed write removes none, so the files of the last checkpoint written stay."""
+        number = self._prepared
+        checkpoint.add_done_callback(
+            lambda done: self._written(number, not done.cancelled() and done.exception() is None))
+
+    def _written(self, number: int, ok: bool) -> None:
+        """The checkpoint of the state numbered ``number`` was written (``ok``) or failed; on the learner's
+        thread. Checkpoints are written in order: a state taken before it and still pending was never written."""
+        with self._files_lock:
+            named = self._files_pending.pop(number, None)
+            for older in [taken for taken in self._files_pending if taken < number]:
+                del self._files_pending[older]
+            if named is None or not ok:
+                return
+            gone = self._files_on_disk - named - set().union(*self._files_pending.values())
+            if not gone:
+                return
+            folder = self.folder
+            for name in gone:
+                (folder / name).unlink(missing_ok=True)
+            self._files_on_disk -= gone
 
     def load(self, state: dict[str, Any]) -> None:
         """Resume from `state`'s: each snapshot a frozen policy of its agent's network with its weights (and the
@@ -243,13 +272,13 @@ class Ghost:
                     except OSError as error:
                         logger.warning("self-play of %s: snapshot %s of %s is lost (%s)", self.spec.name,
                                        snapshot["version"], name, error)
-                    self._files_named.add(str(snapshot["file"]))
+                    self._files_on_disk.add(str(snapshot["file"]))
                     continue
                 if greedy is None:
                     continue
                 version = int(snapshot["version"])
                 if "weights" in snapshot:  # a file beside the checkpoint (inline "arrays" before 2026-11-28)
-                    self._files_named.add(str(snapshot["weights"]))
+                    self._files_on_disk.add(str(snapshot["weights"]))
                     try:
                         file = WeightsFile.read(version, self.folder / str(snapshot["weights"]))
                     except (OSError, ValueError) as error:

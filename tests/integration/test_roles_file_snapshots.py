@@ -96,8 +96,10 @@ async def test_an_agent_without_a_numpy_copy_plays_snapshots_of_its_behaviour_fi
 
 def test_file_snapshots_are_written_once_and_removed_when_no_checkpoint_can_name_them(tmp_path):
     """Kept beside the checkpoint by content: a checkpoint writes the files its pools hold that are not there, and a
-    file leaves the folder only once neither the new checkpoint nor the last one names it (until the new one is
-    written, the last one is the one a restart reads)."""
+    file leaves the folder only once a checkpoint that does not name it is written (until then the last one
+    written is the one a restart reads); a failed write removes nothing."""
+    import threading
+    from concurrent.futures import Future
 
     class Pool:
         def __init__(self, data: bytes) -> None:
@@ -113,18 +115,43 @@ def test_file_snapshots_are_written_once_and_removed_when_no_checkpoint_can_name
         folder = where  # type: ignore[assignment]
 
     ghost = Kept.__new__(Kept)
-    ghost.pools, ghost._files_named, ghost._files_before, ghost._weight_files = {}, set(), set(), {}
-    a, b, c = Pool(b"a"), Pool(b"b"), Pool(b"c")
+    ghost.pools, ghost._weight_files, ghost._files_lock = {}, {}, threading.Lock()
+    ghost._files_on_disk, ghost._files_pending, ghost._prepared = set(), {}, 0
+
+    def checkpoint() -> Future:
+        """A checkpoint of the state taken now: its write queued, then done (``ok``) or failed."""
+        ghost._keep_files()
+        write: Future = Future()
+        ghost.written_by(write)
+        return write
+
+    def finish(write: Future, ok: bool = True) -> None:
+        write.set_result(None) if ok else write.set_exception(OSError("disk full"))
+
+    def files() -> list[str]:
+        return sorted(p.name for p in where.iterdir())
+
+    a, b, c, d = Pool(b"a"), Pool(b"b"), Pool(b"c"), Pool(b"d")
     ghost.pools = {"c4": [(0, a), (1, b)]}
-    ghost._keep_files()
-    assert sorted(p.name for p in where.iterdir()) == sorted([a.file_name, b.file_name])
+    finish(checkpoint())
+    assert files() == sorted([a.file_name, b.file_name])
     written = (where / a.file_name).stat().st_mtime_ns
-    ghost.pools = {"c4": [(1, b), (2, c)]}  # a leaves the pool: the last checkpoint still names it
-    ghost._keep_files()
+    ghost.pools = {"c4": [(1, b), (2, c)]}  # a leaves the pool: the last checkpoint written names it
+    pending = checkpoint()
     assert (where / a.file_name).exists() and (where / c.file_name).exists()
-    assert (where / a.file_name).stat().st_mtime_ns == written  # not written again
-    ghost._keep_files()  # a checkpoint later, nothing names a
-    assert sorted(p.name for p in where.iterdir()) == sorted([b.file_name, c.file_name])
+    assert (where / b.file_name).stat().st_mtime_ns >= written and (where / a.file_name).stat().st_mtime_ns == written
+    finish(pending)  # written: nothing names a any more
+    assert files() == sorted([b.file_name, c.file_name])
+
+    ghost.pools = {"c4": [(2, c), (3, d)]}  # b leaves the pool, but this checkpoint's write fails
+    finish(checkpoint(), ok=False)
+    assert files() == sorted([b.file_name, c.file_name, d.file_name])  # b: the last checkpoint written names it
+    ghost.pools = {"c4": [(3, d)]}
+    first, second = checkpoint(), checkpoint()  # two queued: the first written, the second still being written
+    finish(first)
+    assert files() == sorted([d.file_name])
+    finish(second)
+    assert files() == sorted([d.file_name])
 
 
 async def test_sampled_opponents_play_the_training_file(tmp_path):
