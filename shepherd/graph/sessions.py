@@ -215,13 +215,18 @@ class Session:
         return await self._wait(self.level.opening(), timeout, None)
 
     async def _wait(self, future: Reply[Any], timeout: float, seq: int | None) -> Any:
-        """`_wait`, but a session ended by its agent's deletion while it waited raises `Gone`."""
+        """`_wait`, but a session ended by its agent's deletion while it waited raises `Gone`: also when its
+        action came as the agent was deleted (the delete ended another session first, whose rollout segment
+        this step waited for, and the learner answered it before it stopped)."""
         try:
-            return await _wait(future, timeout, seq)
+            action = await _wait(future, timeout, seq)
         except (Unauthorized, AgentClosed):  # the learner stopping for the delete refuses it "shut down"
             if self.gone is not None:
                 raise Gone(self.gone) from None
             raise
+        if self.gone is not None:
+            raise Gone(self.gone)
+        return action
 
     async def policy(self, held: int | None, timeout: float) -> tuple[int, bytes | None]:
         """The behaviour policy file a client-acting session acts with now (its block's phase), and its

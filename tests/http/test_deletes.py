@@ -60,11 +60,27 @@ async def test_an_agent_s_key_may_delete_nothing(api):
     assert len(await api.get_json("/agents")) == 1
 
 
-async def test_a_step_waiting_when_its_agent_is_deleted_gets_410(api, monkeypatch):
+@pytest.mark.parametrize("learner_between", [False, True], ids=["", "learner-runs-between-the-ends"])
+async def test_a_step_waiting_when_its_agent_is_deleted_gets_410(api, monkeypatch, learner_between):
     """A step still waiting for its action (here: for the one segment of the rollout, held by another
-    session) when the agent is deleted is answered 410 Gone, as later steps of its session are (not 401)."""
+    session) when the agent is deleted is answered 410 Gone, as later steps of its session are (not 401); also
+    when the learner runs between the delete's ending of the holder and of the waiter (``learner_between``, as
+    a loaded machine may switch threads there): it gives the waiter the segment the holder left and answers it,
+    which got 200 and an action."""
     # the holder must not hand its segment over as stalled (after 5 s) before the delete, on a loaded machine
     monkeypatch.setattr(OnPolicyAdapter, "handover_timeout", 600.0)
+    if learner_between:
+        import time
+
+        from shepherd.graph.sessions import SessionTable
+
+        end = SessionTable.end
+
+        def end_then_switch(self, session):
+            end(self, session)
+            time.sleep(0.3)  # the learner's thread runs: the ended holder's segment goes to the waiter
+
+        monkeypatch.setattr(SessionTable, "end", end_then_switch)
     holder = await api.client.post("/shepherd/login_user/", json={"apikey": api.pole_key})
     holder_key = (await holder.json())["session_key"]
     assert await step_status(api.client, holder_key) == 200  # it holds the rollout's only segment
