@@ -367,9 +367,11 @@ def report_board(args: argparse.Namespace, game: Game, results: dict[int, dict[s
         snaps = sorted((v, p, mu, sigma) for p, (mu, sigma) in result["ratings"].items()
                        if (v := snapshot_version(p)) is not None)
         learner = result["ratings"].get("learner", (float("nan"), float("nan")))
+        scripted = sorted((p, mu, sigma) for p, (mu, sigma) in result["ratings"].items() if ":" in p and "@" not in p)
         print(f"seed {seed} ratings (mu +- sigma), snapshots by version: "
               + ", ".join(f"v{v} {mu:.1f}+-{sigma:.1f}" for v, _, mu, sigma in snaps)
-              + f"; the learner {learner[0]:.1f}+-{learner[1]:.1f}")
+              + f"; the learner {learner[0]:.1f}+-{learner[1]:.1f}"
+              + "".join(f"; scripted {p} {mu:.1f}+-{sigma:.1f}" for p, mu, sigma in scripted))
         seen, rising = set(), []
         for steps, player, mu, _ in result["latest"]:
             if player not in seen:
