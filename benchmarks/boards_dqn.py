@@ -8,8 +8,9 @@ whether a value-based learner does better on the same games. SB3's DQN takes no 
 itself, with the mask PettingZoo would send read off the board (tic-tac-toe: the empty cells; Connect Four: the
 columns not full): the Q-values of illegal actions are set to -1e9 in the online network (acting, greedy) and
 in the target network (the target's max runs over the next state's legal actions), and random actions (before
-``learning_starts``, and epsilon's) are uniform over the legal ones. Shepherd does not serve DQN with masks
-yet: its catalog gives masks to MaskablePPO only.
+``learning_starts``, and epsilon's) are uniform over the legal ones. Shepherd's DQN takes the masks its clients
+send and masks the same three (`shepherd.agents.sb3.value_masks`): ``benchmarks/selfplay.py --algorithm DQN`` is
+this learner through a Shepherd server.
 
 Self-play as benchmarks/tictactoe_sb3.py's: the opponent of each game is a frozen copy of the learner's Q-network,
 the latest with probability ``--latest``, else one of the last ``--window`` snapshots (one taken every

@@ -5,7 +5,7 @@ N`` N copies per session in one vector session: `run_aec_envs`) over HTTP on 127
 at once.
 
 - ``--game connect4`` (``pettingzoo.classic.connect_four_v3``, masks) and ``--game tictactoe``
-  (``tictactoe_v3``): one MaskablePPO agent learns by self-play from scratch (``self_play:`` in the preset:
+  (``tictactoe_v3``): one MaskablePPO agent (or DQN, ``--algorithm DQN``) learns by self-play from scratch (``self_play:`` in the preset:
   snapshots, the learning side swapped). Its greedy policy is evaluated through the server: sessions in
   ``"mode": "evaluate"`` of environments where the agent plays one side and a scripted player of
   benchmarks/boards.py the other (a uniform random player and the one-move lookahead for Connect Four, the
@@ -28,6 +28,7 @@ tests/unit/test_boards.py. Needs ``pip install -e .[multiagent]`` (pettingzoo, p
     python benchmarks/selfplay.py --game tictactoe --seeds 2 --train-against random   # no self-play: the same
                                                                    # agent trained against a scripted player
     python benchmarks/selfplay.py --game tictactoe --set n_epochs=10 --set batch_size=64   # other settings
+    python benchmarks/selfplay.py --game tictactoe --algorithm DQN --steps 100000 --copies 8   # DQN with masks
     python benchmarks/selfplay.py --game tictactoe --seeds 1 --steps 400000 --copies 8 --set n_steps=32 \
         --set window=1000 --set against_latest=0.1   # a pool of every past snapshot; 8 copies per session in
                                                      # one vector session (2.7x the steps/s), rollouts unchanged
@@ -90,6 +91,11 @@ GAMES = {
                       {"minimax": ("not lost", 0.90)}, budget=60_000),
 }
 MPE_ROLES = {"adversary_0": "adversary", "agent_0": "good", "agent_1": "good"}
+#: ``--algorithm DQN``: benchmarks/boards_dqn.py's DQN (Shepherd masks it); ``gradient_steps`` is set per run to one
+#: per two transitions, as boards_dqn.py's two envs train; its learning_starts is the schedule's heatup_steps (2,000)
+DQN = {"learning_rate": 1e-3, "buffer_size": 200_000, "batch_size": 128, "gamma": 0.99,
+       "train_freq": 1, "target_update_interval": 1000, "exploration_fraction": 0.3, "exploration_final_eps": 0.05,
+       "policy_kwargs": {"net_arch": [256, 256]}}
 
 
 def overridden(game: Game, settings: list[str]) -> Game:
@@ -111,18 +117,22 @@ def overridden(game: Game, settings: list[str]) -> Game:
 
 
 def game_preset(game: Game, seed: int, sessions: int, opponent_actions: str | None = None,
-                shared: bool = False, copies: int = 1) -> str:
+                shared: bool = False, copies: int = 1, algorithm: str = "MaskablePPO", budget: int | None = None) -> str:
     """The preset of one seed: the agent, its self-play environment, and one environment per opponent and side
     (``opponent_actions``: the self-play's, None: the preset's default; ``shared``: the self-play environment
     without ``self_play``, the agent in both roles learning from both; ``copies``: of the env per session)."""
     envs = sessions * copies * (len(game.roles) if shared else 1)  # the learned envs
     parameters = {**game.parameters, "n_envs": envs, "seed": seed}
+    if algorithm == "DQN":
+        parameters = {**DQN, "gradient_steps": max(1, envs // 2), "n_envs": envs, "seed": seed}
     self_play = {**game.self_play, **({"opponent_actions": opponent_actions} if opponent_actions else {})}
     first, second = game.roles
     lines = ["owner: bench", "agents:",
-             f"  - {{name: learner, algorithm: MaskablePPO, observation_space: {game.observation_space}, "
+             f"  - {{name: learner, algorithm: {algorithm}, observation_space: {game.observation_space}, "
              f"action_space: {game.actions}, parameters: {json.dumps(parameters)}}}",
-             "schedule: {steps_between_evaluation_periods: 1000000000, evaluation_episodes: 1}",
+             "schedule: {steps_between_evaluation_periods: 1000000000, evaluation_episodes: 1"
+             # the budget (a little past the last evaluation) is what DQN's epsilon falls over
+             + (f", heatup_steps: 2000, improve_steps: {budget + 10_000}" if budget else "") + "}",
              "environments:",
              f"  - {{name: selfplay, roles: {{{first}: learner, {second}: learner}}, turns: alternate"
              + ("}" if shared else f", self_play: {json.dumps(self_play)}}}")]
@@ -275,7 +285,8 @@ def board_scores(url: str, keys: dict[str, str], game: Game, games: int, seed: i
 
 def play_board(args: argparse.Namespace, game: Game, seed: int, folder: Path) -> dict[str, Any]:
     preset = folder / f"{args.game}_{seed}.yaml"
-    preset.write_text(game_preset(game, seed, args.sessions, args.opponent_actions, args.shared, args.copies))
+    preset.write_text(game_preset(game, seed, args.sessions, args.opponent_actions, args.shared, args.copies,
+                                  args.algorithm, args.steps if args.algorithm == "DQN" else None))
     server = Shepherd(preset, folder / f"data_{seed}")
     try:
         keys = dict(re.findall(r"API key for environment (\S+) \(.*\): (\S+)", "".join(server.lines)))
@@ -340,8 +351,8 @@ def rank_correlation(pairs: list[tuple[float, float]]) -> float:
 
 def report_board(args: argparse.Namespace, game: Game, results: dict[int, dict[str, Any]]) -> None:
     labels = list(game.opponents)
-    print(f"\n{args.game}: MaskablePPO self-play from scratch, budget {args.steps} learned steps per seed, "
-          f"parameters {json.dumps(game.parameters)}, self_play {json.dumps(game.self_play)}, "
+    print(f"\n{args.game}: {args.algorithm} self-play from scratch, budget {args.steps} learned steps per seed, "
+          f"parameters {json.dumps(game.parameters if args.algorithm != 'DQN' else DQN)}, self_play {json.dumps(game.self_play)}, "
           f"opponents' actions {args.opponent_actions or 'sample (the default)'}, "
           f"{args.sessions} sessions, final evaluation {args.games} greedy games per opponent (half on each side)")
     header = "seed  learned  learn s  episodes  " + "  ".join(f"{'vs ' + l + ' won':>16} {'not lost':>8}" for l in labels)
@@ -452,6 +463,8 @@ def main() -> None:
                         help="copies of the env per training session, stepped together in one vector session (the "
                              "agent's n_envs: sessions x copies); 1: one env per session, a request per move")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 1 seed, 3000 steps, 20 games")
+    parser.add_argument("--algorithm", choices=("MaskablePPO", "DQN"), default="MaskablePPO",
+                        help="the board games' learner: MaskablePPO (GAMES' parameters) or DQN with masks (DQN's)")
     parser.add_argument("--opponent-actions", choices=("sample", "greedy"), default=None,
                         help="the self-play's opponent_actions (default: the preset's default, sample)")
     parser.add_argument("--shared", action="store_true",

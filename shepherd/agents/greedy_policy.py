@@ -116,7 +116,7 @@ def _build(policy: Any) -> GreedyNetwork:
     q_net = getattr(policy, "q_net", None)
     if q_net is not None and hasattr(q_net, "q_net"):  # DQN: the argmax of the Q-values
         _flat(q_net.features_extractor)
-        return _sized(policy, _layers(q_net.q_net, "q_net.q_net."), {"kind": "argmax"})
+        return _sized(policy, _layers(q_net.q_net, "q_net.q_net."), {"kind": "argmax"}, takes_masks=True)
     quantile_net = getattr(policy, "quantile_net", None)
     if quantile_net is not None and hasattr(quantile_net, "quantile_net"):  # QR-DQN: argmax of the quantiles' mean
         _flat(quantile_net.features_extractor)

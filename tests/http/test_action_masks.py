@@ -14,7 +14,7 @@ OBS = [[3], "-inf", "inf"]
 
 def graph_manager(algorithm="MaskablePPO", actions=4, evaluation_every=10 ** 6):
     parameters = {"n_envs": 2, "n_steps": 8, "batch_size": 8, "n_epochs": 1, "seed": 0}
-    if algorithm == "DQN":
+    if algorithm in ("DQN", "QRDQN"):
         parameters = {"seed": 0}
     return GraphManager(owner="tests", agents=[AgentSpec("grid", algorithm, OBS, actions, parameters)],
                         schedule=Schedule(steps_between_evaluation_periods=evaluation_every, evaluation_episodes=1))
@@ -131,7 +131,7 @@ async def test_masks_an_agent_cannot_take_are_refused_and_nothing_is_recorded(ai
     assert runtime.tracker.steps == steps + 1
 
 
-@pytest.mark.parametrize("algorithm", ["PPO", "DQN"])
+@pytest.mark.parametrize("algorithm", ["PPO", "QRDQN"])
 async def test_an_agent_whose_algorithm_takes_no_masks_refuses_the_field_naming_those_that_do(
         aiohttp_client, tmp_path, algorithm):
     client = await make_client(aiohttp_client, tmp_path, graph_manager(algorithm))
@@ -141,6 +141,6 @@ async def test_an_agent_whose_algorithm_takes_no_masks_refuses_the_field_naming_
     assert (await step(client, key, [0.0, 0.0, 0.0])).status == 200
     steps = runtime.tracker.steps
     await expect_error(await step(client, key, [0.1, 0.0, 0.0], 1.0, action_mask=[True] * 4), 400,
-                       "this agent's algorithm takes no 'action_mask'; algorithms that do: MaskablePPO")
+                       "this agent's algorithm takes no 'action_mask'; algorithms that do: DQN, MaskablePPO")
     assert runtime.tracker.steps == steps
     assert (await step(client, key, [0.1, 0.0, 0.0], 1.0)).status == 200  # the session goes on

@@ -63,6 +63,8 @@ class Envs:
         for _ in range(steps):
             noise = self.rng.random((N, noise_size if isinstance(noise_size, int) else 1), dtype=np.float32)
             feeds = {"obs": np.asarray(self.obs, np.float32), "noise": noise}
+            if any(i.name == "action_mask" for i in session.get_inputs()):  # DQN's files take masks: none here
+                feeds["action_mask"] = np.ones((N, 2), dtype=bool)
             action, sample = session.run(["action", "sample"], feeds)
             row = {"reward": [], "terminated": [], "truncated": [], "final_obs": []}
             for i, env in enumerate(self.envs):

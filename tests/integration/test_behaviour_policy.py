@@ -408,6 +408,8 @@ def test_an_image_agents_evaluate_file_is_sb3s_deterministic_predict(algorithm, 
     session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
     feeds = ({f"obs.{key}": value for key, value in client.items()} if isinstance(client, dict) else {"obs": client})
     assert all(i.type == "tensor(uint8)" for i in session.get_inputs() if i.name in ("obs", "obs.eye"))
+    if any(i.name == "action_mask" for i in session.get_inputs()):  # DQN's file takes masks: all allowed
+        feeds["action_mask"] = np.ones((64, int(agent.action_space.n)), dtype=bool)
     action = session.run(["action"], {**feeds, "noise": np.zeros((64, 0), dtype=np.float32)})[0]
     expected = agent.model.predict(sb3, deterministic=True)[0]
     assert metadata(onnx.load_from_string(data))["observation_space"] == obs_spec

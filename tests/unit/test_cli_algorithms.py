@@ -10,7 +10,7 @@ def test_lists_every_algorithm_with_its_action_spaces(capsys):
     out = capsys.readouterr().out
     for name in ("PPO", "A2C", "DQN", "SAC", "TD3", "DDPG", "QRDQN", "TQC", "CrossQ", "TRPO", "RecurrentPPO"):
         assert f"\n{name} " in "\n" + out
-    assert "DQN           off-policy  no          no     stable-baselines3  Discrete\n" in out
+    assert "DQN           off-policy  no          yes    stable-baselines3  Discrete\n" in out
     assert "CrossQ        off-policy  yes         no     sb3-contrib        Box\n" in out
     assert "MaskablePPO   on-policy   no          yes    sb3-contrib        Discrete, MultiDiscrete, MultiBinary\n" in out
     assert "not served: ARS: ARS learns" in out

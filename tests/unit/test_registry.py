@@ -157,7 +157,7 @@ def test_registry_records_carry_the_continuous_flag():
         "PPO": True, "A2C": True, "DQN": False, "SAC": True, "TD3": True, "DDPG": True, "QRDQN": False,
         "TQC": True, "CrossQ": True, "TRPO": True, "MaskablePPO": False, "RecurrentPPO": True}
     assert {a["name"] for a in algorithms if a["on_policy"]} == {"PPO", "A2C", "TRPO", "MaskablePPO", "RecurrentPPO"}
-    assert [a["name"] for a in algorithms if a["action_mask"]] == ["MaskablePPO"]
+    assert [a["name"] for a in algorithms if a["action_mask"]] == ["DQN", "MaskablePPO"]
     assert all(p["type"] in (1, 2, 3, 4, 5) for p in params)
     assert {p["algorithm"] for p in params} == {a.name for a in ALGORITHMS.values()}
     assert np.all([isinstance(p["doc"], str) for p in params])

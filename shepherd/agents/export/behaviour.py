@@ -53,7 +53,8 @@ from stable_baselines3.sac.policies import LOG_STD_MAX, LOG_STD_MIN
 
 from shepherd.agents.sb3.advised import AdviceFrame, AdvisedOnPolicyAdapter
 from shepherd.agents.export.export import (METADATA_KEY, Normalization, NotExportable, _greedy, _normalize,
-                                           _observation_inputs, _to_env, agent_filters, export_onnx, file_metadata)
+                                           _observation_inputs, _to_env, agent_filters, export_onnx, file_metadata,
+                                           policy_takes_masks)
 from shepherd.agents.export.onnx_graph import GraphBuilder, features, image_input, module
 from shepherd.agents.sb3.base import SB3Algorithm
 from shepherd.wire.spaces import mask_size
@@ -198,7 +199,7 @@ def _build(adapter: SB3Algorithm, phase: str, normalization: dict[str, Normaliza
     model: Any = adapter.model
     policy: Any = model.policy
     observation_space, action_space = adapter.observation_space, adapter.action_space
-    takes_masks = isinstance(policy, MaskableActorCriticPolicy)
+    takes_masks = policy_takes_masks(policy)
     off_policy = isinstance(model, OffPolicyAlgorithm)
     graph = GraphBuilder()
     inputs = _observation_inputs(graph, adapter.client_space, normalization, obs_input)
@@ -372,10 +373,11 @@ def _explore(graph: GraphBuilder, noise: _Noise, model: Any, observation_space: 
             return graph.op("Add", logits, graph.op("Mul", std_const, z)), TensorProto.FLOAT
         raise NotExportable(f"the action distribution {type(distribution).__name__} has no sampling form here")
     if getattr(model, "exploration_rate", None) is not None and isinstance(action_space, spaces.Discrete):
-        greedy, _ = _greedy(graph, policy, observation_space, action_space, inputs, None)  # DQN, QR-DQN
+        greedy, _ = _greedy(graph, policy, observation_space, action_space, inputs, mask)  # DQN, QR-DQN
         coin = _squeeze(graph, graph.op("Less", noise.take(1), graph.const(float(model.exploration_rate), "eps")))
-        return graph.op("Where", coin, _index(graph, noise.take(1), int(action_space.n), single=True),
-                        greedy), TensorProto.INT64
+        drawn = (_index(graph, noise.take(1), int(action_space.n), single=True) if mask is None
+                 else _uniform(graph, noise, action_space, mask, True)[0])  # uniform over what the mask allows
+        return graph.op("Where", coin, drawn, greedy), TensorProto.INT64
     actor = getattr(policy, "actor", None)
     if actor is not None and hasattr(actor, "latent_pi"):  # SAC, TQC, CrossQ: tanh(mean + std * z)
         x = features(graph, actor.features_extractor, observation_space, inputs, policy.normalize_images)

@@ -33,6 +33,7 @@ from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from stable_baselines3.common.distributions import (BernoulliDistribution, CategoricalDistribution,
                                                     DiagGaussianDistribution, MultiCategoricalDistribution)
 from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.dqn.policies import DQNPolicy
 
 import shepherd
 from shepherd.agents.export.onnx_graph import GraphBuilder, NotExportable, features, image_input, input_type, module
@@ -104,7 +105,7 @@ def export_onnx(adapter: SB3Algorithm, agent: str, algorithm: str,
             f"{algorithm}'s greedy action depends on each actor's LSTM state, which the server keeps per session "
             "and an exported policy file has no input for; export is not available for recurrent policies")
     observation_space, action_space = adapter.observation_space, adapter.action_space
-    takes_masks = isinstance(policy, MaskableActorCriticPolicy)
+    takes_masks = policy_takes_masks(policy)
     graph = GraphBuilder()
     inputs = _observation_inputs(graph, adapter.client_space, dict(normalization or {}))
     mask = graph.input("action_mask", TensorProto.BOOL, (mask_size(action_space) or 0,)) if takes_masks else None
@@ -214,6 +215,11 @@ def _normalize(graph: GraphBuilder, space: spaces.Space, stats: Normalization, x
     return graph.op("Cast", x, to=TensorProto.FLOAT)
 
 
+def policy_takes_masks(policy: Any) -> bool:
+    """Whether a policy's files take an ``action_mask``: MaskablePPO's, and DQN's (masked by Shepherd)."""
+    return isinstance(policy, (MaskableActorCriticPolicy, DQNPolicy))
+
+
 def _greedy(graph: GraphBuilder, policy: Any, observation_space: spaces.Space, action_space: spaces.Space,
             inputs: dict[str, str], mask: str | None) -> tuple[str, int]:
     """The policy's deterministic action (before the action transform) and its ONNX element type."""
@@ -227,6 +233,8 @@ def _greedy(graph: GraphBuilder, policy: Any, observation_space: spaces.Space, a
     if q_net is not None and hasattr(q_net, "q_net"):  # DQN: the argmax of the Q-values
         x = features(graph, q_net.features_extractor, observation_space, inputs, policy.normalize_images)
         q_values = module(graph, q_net.q_net, x)
+        if mask is not None:  # Shepherd's masked DQN (`shepherd.agents.sb3.value_masks`)
+            q_values = graph.op("Where", mask, q_values, graph.const(-np.inf, "masked"))
         return graph.op("ArgMax", q_values, axis=-1, keepdims=0), TensorProto.INT64
     quantile_net = getattr(policy, "quantile_net", None)
     if quantile_net is not None and hasattr(quantile_net, "quantile_net"):  # QR-DQN: argmax of the quantiles' mean

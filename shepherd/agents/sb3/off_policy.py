@@ -80,7 +80,7 @@ class OffPolicyAdapter(SB3Algorithm):
             raise ValueError("train_freq must be counted in steps for a pooled learner, not episodes")
         self._actors: dict[int, _Actor] = {}
         self._n_envs = int(model.n_envs)  # replay buffer columns: transitions are stored a row at a time
-        self._row: list[tuple[Any, Any, Any, float, bool, bool]] = []
+        self._row: list[tuple[Any, ...]] = []  # (obs, next_obs, action, reward, done, truncated, next_mask)
         self._since_train = 0  # rows stored since the last training
         self._box = isinstance(self.action_space, spaces.Box)
         actor = getattr(model.policy, "actor", None)
@@ -143,7 +143,7 @@ class OffPolicyAdapter(SB3Algorithm):
         """Answer act requests; those that need the policy share one forward pass."""
         drawn: dict[int, bool] = {}  # a vector step's choice, drawn once for its envs
         randomly = [self._acts_randomly(m, drawn) for m in messages]
-        needed = [m.obs for m, r in zip(messages, randomly) if not r]
+        needed = [m for m, r in zip(messages, randomly) if not r]
         nothing = np.empty(0)
         explore, greedy = self._forward(needed) if needed else (nothing, nothing)
         row = 0
@@ -153,7 +153,7 @@ class OffPolicyAdapter(SB3Algorithm):
                 row += 1
                 continue
             if is_random:
-                buffer_action = self._random_action()
+                buffer_action = self._random_action_of(message)
                 if self._box:
                     buffer_action = self.actions.to_policy(buffer_action)
             else:
@@ -186,11 +186,17 @@ class OffPolicyAdapter(SB3Algorithm):
             drawn[message.group] = choice
         return choice
 
+    def _random_action_of(self, message: Request) -> Any:
+        """A random action for ``message`` (heatup, DQN's epsilon): the action space's sample (a subclass may
+        keep to the message's action mask)."""
+        return self._random_action()
+
     @th.no_grad()
-    def _forward(self, observations: list) -> tuple[np.ndarray, np.ndarray]:
-        """Exploration and greedy actions for a batch, from one forward pass (boxes: scaled, in [-1, 1])."""
+    def _forward(self, messages: list[Request]) -> tuple[np.ndarray, np.ndarray]:
+        """Exploration and greedy actions for the messages' observations, from one forward pass (boxes: scaled,
+        in [-1, 1])."""
         policy: Any = self.model.policy  # SAC's, TD3's or DQN's: their actors differ
-        obs_tensor, _ = policy.obs_to_tensor(stack_observations(observations))
+        obs_tensor, _ = policy.obs_to_tensor(stack_observations([m.obs for m in messages]))
         if self._stochastic:  # SAC: a sample of the squashed Gaussian explores; its mode is greedy
             mean, log_std, kwargs = policy.actor.get_action_dist_params(obs_tensor)
             distribution = policy.actor.action_dist.proba_distribution(mean, log_std, **kwargs)
@@ -208,16 +214,20 @@ class OffPolicyAdapter(SB3Algorithm):
     def _store(self, actor: _Actor, message: Request) -> None:
         done = message.kind is Kind.END
         self.add_transition(actor.obs, _sent(message.obs, message.raw_obs), actor.action,
-                            _sent(message.reward, message.raw_reward), done, done and message.truncated)
+                            _sent(message.reward, message.raw_reward), done, done and message.truncated,
+                            message.mask)
 
-    def add_transition(self, obs: Any, next_obs: Any, action: Any, reward: float, done: bool, truncated: bool) -> None:
-        """Store one transition (observations as the client sent them, the buffer's action); every ``n_envs``
-        of them make a row of the replay buffer, counted as SB3 counts a step of its ``VecEnv``."""
-        self._row.append((obs, next_obs, action, reward, done, truncated))
+    def add_transition(self, obs: Any, next_obs: Any, action: Any, reward: float, done: bool, truncated: bool,
+                       next_mask: Any = None) -> None:
+        """Store one transition (observations as the client sent them, the buffer's action, and the action
+        mask of the next observation, if any); every ``n_envs`` of them make a row of the replay buffer, counted
+        as SB3 counts a step of its ``VecEnv``."""
+        self._row.append((obs, next_obs, action, reward, done, truncated, next_mask))
         if len(self._row) < self._n_envs:
             return
         row, self._row = self._row, []
-        observations, next_observations, actions, rewards, dones, truncations = zip(*row)
+        observations, next_observations, actions, rewards, dones, truncations = zip(*(r[:6] for r in row))
+        self._store_row_masks([r[6] if len(r) > 6 else None for r in row])  # (rows of checkpoints before: 6)
         model = self.model
         self._replay.add(
             stack_observations(list(observations)), stack_observations(list(next_observations)),
@@ -229,6 +239,10 @@ class OffPolicyAdapter(SB3Algorithm):
         self._progress_remaining()
         model._on_step()
         self._since_train += 1
+
+    def _store_row_masks(self, next_masks: list[Any]) -> None:
+        """The next observations' action masks of the row about to be stored (None: no mask); kept by a
+        subclass whose algorithm takes masks."""
 
     def _train_if_due(self) -> str | None:
         """The gradient steps that are due; None, or why the update was refused: once the replay buffer holds

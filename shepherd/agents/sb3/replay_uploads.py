@@ -61,14 +61,15 @@ def learn_off_policy(adapter: OffPolicyAdapter, upload: Upload) -> Callable[[], 
         adapter.filtering.count_upload(upload.uploader, experience)
     adapter.uploaded = True
     mark = _ReplayMark.of(adapter, experience.steps * experience.n_envs)
-    ended, limits = experience.ended, experience.time_limits
+    ended, limits, masks = experience.ended, experience.time_limits, experience.action_mask
     obs = adapter.to_policy(experience.obs)  # images channels first, as SB3's VecTransposeImage gives them
     for t in range(experience.steps):
         for i in range(experience.n_envs):
             last = experience.final_obs[t][i]
             adapter.add_transition(_obs_at(obs, t, i), _obs_at(obs, t + 1, i) if last is None
                                    else adapter.to_policy(last), experience.sample[t, i],
-                                   float(experience.reward[t, i]), bool(ended[t, i]), bool(limits[t, i]))
+                                   float(experience.reward[t, i]), bool(ended[t, i]), bool(limits[t, i]),
+                                   None if masks is None or last is not None else masks[t + 1, i])
     accepted = experience.steps * experience.n_envs
     if adapter.max_policy_lag:
         adapter.answer_upload(upload, steps, accepted)

@@ -154,6 +154,12 @@ def write_replay_buffer(adapter: OffPolicyAdapter, path: Path) -> dict[str, Any]
             "transitions": int(adapter.model.replay_buffer.size()) * adapter._n_envs}  # type: ignore[union-attr]
 
 
+def _kind(buffer: Any) -> type:
+    """SB3's class of a replay buffer (a masked one's, `shepherd.agents.sb3.value_masks`, is SB3's with masks
+    added: a checkpoint's from before masks is taken over)."""
+    return next(cls for cls in type(buffer).__mro__ if cls.__module__.startswith("stable_baselines3"))
+
+
 def load_replay_buffer(adapter: OffPolicyAdapter, path: Path, saved: Any) -> bool:
     """Load the replay buffer the checkpoint ``path`` names (``saved``: its counters' description) into the
     model; whether it did (False: none was saved, or the file is not that one, or it does not fit the model)."""
@@ -178,8 +184,8 @@ def load_replay_buffer(adapter: OffPolicyAdapter, path: Path, saved: Any) -> boo
     model, fresh = adapter.model, adapter.model.replay_buffer
     model.load_replay_buffer(target)
     loaded: Any = model.replay_buffer
-    if (type(loaded), loaded.buffer_size, loaded.n_envs, _shapes(loaded.observations)) != (
-            type(fresh), fresh.buffer_size, fresh.n_envs, _shapes(fresh.observations)):  # type: ignore[union-attr]
+    if (_kind(loaded), loaded.buffer_size, loaded.n_envs, _shapes(loaded.observations)) != (
+            _kind(fresh), fresh.buffer_size, fresh.n_envs, _shapes(fresh.observations)):  # type: ignore[union-attr]
         logger.warning("agent %s: the saved replay buffer does not fit its parameters now (buffer_size or n_envs "
                        "changed)", adapter.name)
         model.replay_buffer = fresh
