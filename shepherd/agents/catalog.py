@@ -6,8 +6,8 @@ PPO and A2C are fed by the on-policy learner, DQN, SAC, TD3 and DDPG by the off-
 sb3-contrib's, QR-DQN, TQC and CrossQ by the off-policy learner, TRPO by the on-policy one, MaskablePPO by the
 on-policy one with masks (``sb3/masks.py``), DQN by the off-policy one with masks (``sb3/value_masks.py``:
 SB3's DQN takes none, so Shepherd masks its acting, random actions and target), RecurrentPPO by its recurrent
-subclass (``sb3/recurrent.py``: each actor's LSTM state kept on the learner): each keeps its own ``train()``, and the family adapter only replaces the
-collection loop. ARS is not served (`NOT_SERVED` says why). Adding an algorithm is one entry in `SERVED`.
+subclass (``sb3/recurrent.py``: each actor's LSTM state kept on the learner): each keeps its own ``train()``, and
+the family adapter only replaces the collection loop. ARS is not served (`NOT_SERVED` says why). Adding an algorithm is one entry in `SERVED`.
 """
 
 from __future__ import annotations
