@@ -37,6 +37,7 @@ from stable_baselines3.common.distributions import (BernoulliDistribution, Categ
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.torch_layers import FlattenExtractor
+from stable_baselines3.dqn.policies import DQNPolicy
 
 from shepherd.policies import greedy_snapshot
 from shepherd.agents.core import VersionedWeights, WeightSource
@@ -99,6 +100,17 @@ def agrees(greedy: Greedy, policy: Any, observation_space: Any, samples: int = 8
     return True
 
 
+#: the policies that take an ``action_mask``: MaskablePPO's, and DQN's (masked by Shepherd,
+#: `shepherd.agents.sb3.value_masks`). The one place that says so for the numpy snapshot and the ONNX exporters;
+#: the catalog's ``masks`` (which steps may carry a mask) is held to it by tests/unit/test_registry.py
+MASKED_POLICIES: tuple[type, ...] = (MaskableActorCriticPolicy, DQNPolicy)
+
+
+def policy_takes_masks(policy: Any) -> bool:
+    """Whether a policy (or a policy class) takes action masks: its greedy action, its snapshots and its files."""
+    return issubclass(policy if isinstance(policy, type) else type(policy), MASKED_POLICIES)
+
+
 class _Unsupported(Exception):
     pass
 
@@ -111,12 +123,13 @@ def _build(policy: Any) -> GreedyNetwork:
         steps = _layers(policy.mlp_extractor.policy_net, "mlp_extractor.policy_net.") + _layers(
             policy.action_net, "action_net.")
         head = _head(policy.action_dist)
-        return _sized(policy, steps, head, takes_masks=isinstance(policy, MaskableActorCriticPolicy),
+        return _sized(policy, steps, head, takes_masks=policy_takes_masks(policy),
                       samples=head["kind"] in ("argmax", "argmax_each", "positive"))  # a distribution's logits
     q_net = getattr(policy, "q_net", None)
     if q_net is not None and hasattr(q_net, "q_net"):  # DQN: the argmax of the Q-values
         _flat(q_net.features_extractor)
-        return _sized(policy, _layers(q_net.q_net, "q_net.q_net."), {"kind": "argmax"}, takes_masks=True)
+        return _sized(policy, _layers(q_net.q_net, "q_net.q_net."), {"kind": "argmax"},
+                      takes_masks=policy_takes_masks(policy))
     quantile_net = getattr(policy, "quantile_net", None)
     if quantile_net is not None and hasattr(quantile_net, "quantile_net"):  # QR-DQN: argmax of the quantiles' mean
         _flat(quantile_net.features_extractor)

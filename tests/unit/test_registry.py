@@ -33,6 +33,19 @@ def test_an_algorithm_is_one_registration_and_names_match_in_any_case():
     assert "Other" not in [a.name for a in ALGORITHMS.values()]
 
 
+def test_the_catalog_and_the_policies_agree_on_which_take_masks():
+    """A step may carry a mask (the catalog's ``masks``) exactly where the policy's snapshot and files take one."""
+    from shepherd.agents.greedy_policy import policy_takes_masks
+
+    masked = {a.name for a in ALGORITHMS.values() if a.masks}
+    assert masked == {"DQN", "MaskablePPO"}
+    for algorithm in ALGORITHMS.values():
+        if algorithm.learner is None:
+            for policy in algorithm.policies[:2 if algorithm.dict_observations else 1]:
+                assert policy_takes_masks(algorithm.sb3_class.policy_aliases[policy]) == algorithm.masks, (
+                    algorithm.name, policy)
+
+
 def test_ars_is_not_served_and_says_why():
     with pytest.raises(ParameterError, match="ARS is not served: ARS learns from the returns of whole episodes"):
         parameters("ARS")

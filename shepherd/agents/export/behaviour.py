@@ -53,9 +53,9 @@ from stable_baselines3.sac.policies import LOG_STD_MAX, LOG_STD_MIN
 
 from shepherd.agents.sb3.advised import AdviceFrame, AdvisedOnPolicyAdapter
 from shepherd.agents.export.export import (METADATA_KEY, Normalization, NotExportable, _greedy, _normalize,
-                                           _observation_inputs, _to_env, agent_filters, export_onnx, file_metadata,
-                                           policy_takes_masks)
+                                           _observation_inputs, _to_env, agent_filters, export_onnx, file_metadata)
 from shepherd.agents.export.onnx_graph import GraphBuilder, features, image_input, module
+from shepherd.agents.greedy_policy import policy_takes_masks
 from shepherd.agents.sb3.base import SB3Algorithm
 from shepherd.wire.spaces import mask_size
 

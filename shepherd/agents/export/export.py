@@ -33,11 +33,11 @@ from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from stable_baselines3.common.distributions import (BernoulliDistribution, CategoricalDistribution,
                                                     DiagGaussianDistribution, MultiCategoricalDistribution)
 from stable_baselines3.common.policies import ActorCriticPolicy
-from stable_baselines3.dqn.policies import DQNPolicy
 
 import shepherd
 from shepherd.agents.export.onnx_graph import GraphBuilder, NotExportable, features, image_input, input_type, module
 from shepherd.agents.filters import Filtering
+from shepherd.agents.greedy_policy import policy_takes_masks
 from shepherd.agents.sb3.base import SB3Algorithm
 from shepherd.wire.spaces import mask_size, space_to_json
 
@@ -213,11 +213,6 @@ def _normalize(graph: GraphBuilder, space: spaces.Space, stats: Normalization, x
     x = graph.op("Clip", x, graph.const(-stats.clip, "clip_low", np.float64),
                  graph.const(stats.clip, "clip_high", np.float64))
     return graph.op("Cast", x, to=TensorProto.FLOAT)
-
-
-def policy_takes_masks(policy: Any) -> bool:
-    """Whether a policy's files take an ``action_mask``: MaskablePPO's, and DQN's (masked by Shepherd)."""
-    return isinstance(policy, (MaskableActorCriticPolicy, DQNPolicy))
 
 
 def _greedy(graph: GraphBuilder, policy: Any, observation_space: spaces.Space, action_space: spaces.Space,
