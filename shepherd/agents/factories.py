@@ -12,7 +12,6 @@ import functools
 from typing import Any, Callable
 
 import numpy as np
-import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.preprocessing import is_image_space
@@ -24,6 +23,7 @@ from shepherd.agents.advice import Advice
 from shepherd.agents.sb3.mixing import AdvisedRolloutBuffer, advice_width
 from shepherd.agents.filters import Filtering, ImageLayout, check_filters, policy_space, stacked_space
 from shepherd.agents.parameters import LinearSchedule, ParameterError
+from shepherd.agents.policy_kwargs import sb3_policy_kwargs
 from shepherd.agents.registry import (ADVICE_PARAMETERS, algorithm_info, check_advisable, check_agent,
                                       check_parameters, check_spaces, parameters)
 from shepherd.agents.sb3.base import SpacesEnv
@@ -34,25 +34,6 @@ from shepherd.agents.worker import ThreadedLearner
 from shepherd.definition import AgentDefinition, Filters, Sharing
 from shepherd.wire.images import is_image
 from shepherd.wire.spaces import parse_space
-
-
-_ACTIVATIONS: dict[str, Callable[..., th.nn.Module]] = {
-    "tanh": th.nn.Tanh, "relu": th.nn.ReLU, "elu": th.nn.ELU, "leaky_relu": th.nn.LeakyReLU, "gelu": th.nn.GELU,
-}
-
-
-def _policy_kwargs(value: dict[str, Any] | None) -> dict[str, Any] | None:
-    if not value:
-        return value
-    if not isinstance(value, dict):
-        raise ParameterError("policy_kwargs must be a JSON object, such as {\"net_arch\": [64, 64]}")
-    kwargs = dict(value)
-    activation = kwargs.get("activation_fn")
-    if isinstance(activation, str):
-        if activation.lower() not in _ACTIVATIONS:
-            raise ParameterError(f"activation_fn {activation!r} unknown; use one of {', '.join(_ACTIVATIONS)}")
-        kwargs["activation_fn"] = _ACTIVATIONS[activation.lower()]
-    return kwargs
 
 
 def _action_noise(kwargs: dict[str, Any], action_space: spaces.Space) -> ActionNoise | None:
@@ -95,7 +76,7 @@ def sb3_arguments(algorithm: str, action_space: spaces.Space, values: dict[str, 
         if isinstance(value, str) and value.startswith("lin_") and known[key].schedule:
             kwargs[key] = LinearSchedule(float(value[4:]))
     if "policy_kwargs" in kwargs:
-        kwargs["policy_kwargs"] = _policy_kwargs(kwargs["policy_kwargs"])
+        kwargs["policy_kwargs"] = sb3_policy_kwargs(kwargs["policy_kwargs"])
     return kwargs, n_envs
 
 

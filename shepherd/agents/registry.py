@@ -17,13 +17,15 @@ from gymnasium import spaces
 
 from shepherd.agents.catalog import (HIDDEN, SERVED, Algorithm, NOT_SERVED)
 from shepherd.agents.filters import check_filters
+from shepherd.agents.grid_cnn import GridCNN, grid_shape
+from shepherd.agents.policy_kwargs import sb3_policy_kwargs
 from shepherd.agents.sb3.advised import NOT_ADVISED
 from shepherd.agents.sb3.mixing import advice_width
 from shepherd.agents.parameters import (Parameter, ParameterError, ParamType, coerce,
                                         from_signature)
 from shepherd.agents.sb3.base import SB3Algorithm
 from shepherd.definition import AgentDefinition, Sharing
-from shepherd.wire.images import is_image
+from shepherd.wire.images import ImageBox, is_image
 from shepherd.wire.spaces import parse_space
 
 #: every algorithm agents can run, by upper-case name (names are matched in any case: "crossq" is CrossQ):
@@ -205,12 +207,21 @@ def check_agent(definition: AgentDefinition) -> tuple[Algorithm, dict[str, Any]]
     returns the algorithm and the typed parameter values.
 
     Raises:
-        ParameterError: an unknown algorithm, spaces the algorithm cannot handle, or a bad
-            parameter (unknown, of the wrong type, or a float that is not finite).
+        ParameterError: an unknown algorithm, spaces the algorithm cannot handle, a bad
+            parameter (unknown, of the wrong type, or a float that is not finite), or a network that cannot
+            take the observations (`check_extractor`).
         SpaceError: a space that is not valid JSON space syntax.
     """
     if not isinstance(definition.parameters, dict):
         raise ParameterError("parameters must be an object of name: value")
+    info = check_agent_spaces(definition)
+    values = check_parameters(info.name, definition.parameters)
+    check_extractor(parse_space(definition.observation_space, "observation_space"), values)
+    return info, values
+
+
+def check_agent_spaces(definition: AgentDefinition) -> Algorithm:
+    """`check_agent` without the parameters: the algorithm, the spaces, the filters and the sharing mode."""
     info = algorithm_info(definition.algorithm)
     observation_space = parse_space(definition.observation_space, "observation_space")
     action_space = parse_space(definition.action_space, "action_space")
@@ -221,7 +232,32 @@ def check_agent(definition: AgentDefinition) -> tuple[Algorithm, dict[str, Any]]
         raise ParameterError(str(error)) from None
     if definition.sharing is Sharing.ADVISED:
         check_advisable(info, action_space)
-    return info, check_parameters(info.name, definition.parameters)
+    return info
+
+
+#: the smallest image SB3's NatureCNN takes (its 8 x 8 stride-4, 4 x 4 stride-2 and 3 x 3 convolutions)
+NATURE_CNN_SMALLEST = 36
+
+
+def check_extractor(observation_space: spaces.Space, values: dict[str, Any]) -> None:
+    """Raises ParameterError if the features extractor of the policy ``values`` (checked parameter values)
+    make cannot take the observations: `GridCNN` on a space that is no grid, or SB3's NatureCNN (the default for
+    images) on an image smaller than it takes; or if their ``policy_kwargs`` name an unknown one."""
+    policy_kwargs = sb3_policy_kwargs(values.get("policy_kwargs")) or {}
+    if policy_kwargs.get("features_extractor_class") is GridCNN:
+        try:
+            grid_shape(observation_space)
+        except ValueError as error:
+            raise ParameterError(str(error)) from None
+        return
+    subs = observation_space.spaces if isinstance(observation_space, spaces.Dict) else {"": observation_space}
+    for key, sub in subs.items():
+        if isinstance(sub, ImageBox) and min(sub.height, sub.width) < NATURE_CNN_SMALLEST:
+            where = f"the image {key!r}" if key else "an image"
+            raise ParameterError(
+                f"{where} of {sub.height} x {sub.width} is smaller than SB3's NatureCNN takes ({NATURE_CNN_SMALLEST} x "
+                f"{NATURE_CNN_SMALLEST}); name a network for small images in policy_kwargs: "
+                '{"features_extractor_class": "GridCNN"}')
 
 
 def check_advisable(info: Algorithm, action_space: spaces.Space) -> None:

@@ -15,6 +15,7 @@ import numpy as np
 from gymnasium import spaces
 from stable_baselines3.common.preprocessing import is_image_space
 
+from shepherd.agents import grid_cnn
 from shepherd.agents.parameters import ParameterError
 
 #: bytes per network weight: the weight, its gradient and Adam's two moments, in float32
@@ -119,13 +120,25 @@ def check_memory(algorithm: str, on_policy: bool, observation_space: spaces.Spac
         return
     observed, observation_bytes = _space_bytes(observation_space, float32=on_policy)
     actions, action_bytes = _space_bytes(action_space)
-    cnn = _cnn_weights(observation_space)  # the policy's (one features extractor; SB3 shares it by default)
+    policy_kwargs = kwargs.get("policy_kwargs") or {}
+    features = _features(observation_space)
+    if isinstance(policy_kwargs, dict) and policy_kwargs.get("features_extractor_class") is grid_cnn.GridCNN:
+        settings = policy_kwargs.get("features_extractor_kwargs") or grid_cnn.DEFAULTS
+        try:
+            cnn = float(grid_cnn.weights(observation_space, **settings))
+        except ValueError as error:
+            raise ParameterError(str(error)) from None
+        features, network, lower = settings["features_dim"], "grid network (GridCNN)", (
+            "lower filters or features_dim in policy_kwargs.features_extractor_kwargs")
+        seen = "observations"
+    else:  # the policy's (one features extractor; SB3 shares it by default)
+        cnn, network, lower = _cnn_weights(observation_space), "image network (SB3's NatureCNN)", "send smaller images"
+        seen = "images"
     if cnn * _BYTES_PER_WEIGHT > memory:
         raise ParameterError(
-            f"{algorithm}'s image network (SB3's NatureCNN) on {list(observation_space.shape or ())} images has "
+            f"{algorithm}'s {network} on {list(observation_space.shape or ())} {seen} has "
             f"at least {cnn:.3g} weights, which with their gradients and optimiser state take "
-            f"{_bytes(cnn * _BYTES_PER_WEIGHT)}, more than this machine's {_bytes(memory)} of memory; send "
-            f"smaller images")
+            f"{_bytes(cnn * _BYTES_PER_WEIGHT)}, more than this machine's {_bytes(memory)} of memory; {lower}")
     if on_policy:
         n_steps = kwargs.get("n_steps")
         if isinstance(n_steps, int):
@@ -144,10 +157,9 @@ def check_memory(algorithm: str, on_policy: bool, observation_space: spaces.Spac
                 raise ParameterError(
                     f"{algorithm}'s replay buffer of buffer_size {buffer_size} transitions would take at least "
                     f"{_bytes(needed)}, more than this machine's {_bytes(memory)} of memory; lower buffer_size")
-    policy_kwargs = kwargs.get("policy_kwargs") or {}
     net_arch = policy_kwargs.get("net_arch") if isinstance(policy_kwargs, dict) else None
     if net_arch is not None:
-        weights = _network_weights(net_arch, _features(observation_space), max(actions, 1))
+        weights = _network_weights(net_arch, features, max(actions, 1))
         needed = weights * _BYTES_PER_WEIGHT
         if needed > memory:
             raise ParameterError(

@@ -8,14 +8,15 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from shepherd.agents import ParameterError, check_agent, check_parameters
+from shepherd.agents import ParameterError, check_parameters
+from shepherd.agents.registry import check_agent_spaces, check_extractor
 from shepherd.agents.bounds import DEFAULT_BOUNDS, ParameterBounds
 from shepherd.definition import AgentDefinition, name_problem
 from shepherd.environments import EnvironmentSpec, environment_problems, parse_environments
 from shepherd.hierarchy import PROGRAMMED, parse_level
 from shepherd.graph.hierarchy.problems import data_folder_skills, level_problems
 from shepherd.graph.schedule import Schedule
-from shepherd.wire.spaces import SpaceError
+from shepherd.wire.spaces import SpaceError, parse_space
 
 
 class PresetError(ValueError):
@@ -161,7 +162,7 @@ def preset_problems(agents: list[tuple[int, AgentSpec]], schedule: Schedule | No
                     bounds: ParameterBounds = DEFAULT_BOUNDS) -> list[Problem]:
     """The problems of a preset's agents, each located as ``agents[INDEX]``: an unknown algorithm or
     sharing mode, spaces the algorithm cannot handle, every bad parameter (through the registry's
-    `check_agent` and `check_parameters`, and outside ``bounds``), a heatup that contradicts the algorithm (unless ``schedule`` is
+    `check_agent_spaces`, `check_parameters` and `check_extractor`, and outside ``bounds``), a heatup that contradicts the algorithm (unless ``schedule`` is
     None: not known), names that break the rule the admin API holds names to (`name_problem`) or repeat,
     an ``owner`` (unless None: not given) that breaks it, and a validation ``agent`` the preset lacks.
 
@@ -182,18 +183,26 @@ def preset_problems(agents: list[tuple[int, AgentSpec]], schedule: Schedule | No
                                                     f"agents[{seen[spec.name]}] is also named {spec.name!r}"))
         seen.setdefault(spec.name, index)
         try:
-            info, _ = check_agent(replace(spec, parameters={}))
+            info = check_agent_spaces(spec)
         except (ParameterError, SpaceError) as error:
             problems.append(Problem(where, str(error)))
             continue
         if not isinstance(spec.parameters, dict):
             problems.append(Problem(f"{where}.parameters", "must be a mapping of name: value"))
             continue
+        valid = True
         for name, value in spec.parameters.items():
             try:
                 bounds.check(info.name, check_parameters(info.name, {name: value}))
             except ParameterError as error:
                 problems.append(Problem(f"{where}.parameters.{name}", str(error)))
+                valid = False
+        if valid:  # the network the parameters make, on the observations
+            try:
+                check_extractor(parse_space(spec.observation_space), check_parameters(info.name, spec.parameters))
+            except ParameterError as error:
+                path = "parameters.policy_kwargs" if "policy_kwargs" in spec.parameters else "observation_space"
+                problems.append(Problem(f"{where}.{path}", str(error)))
         if schedule is None:
             continue
         starts = spec.parameters.get("learning_starts")

@@ -3,8 +3,8 @@ policy from.
 
 The graph is written node by node with ``onnx.helper`` from the modules' own weights, not traced: every
 layer a served policy can have (linear layers, convolutions, the activations of ``policy_kwargs``, CrossQ's
-BatchRenorm in evaluation mode, SB3's flatten, NatureCNN and combined extractors and its observation
-preprocessing, images scaled by 1/255)
+BatchRenorm in evaluation mode, SB3's flatten, NatureCNN and combined extractors, Shepherd's `GridCNN`, and
+SB3's observation preprocessing, images scaled by 1/255)
 has its ONNX form here, and anything else is refused with `NotExportable` naming it, so an exported file
 never holds an approximation. The arithmetic is the modules' own, in float32, in the same order.
 """
@@ -23,6 +23,7 @@ from sb3_contrib.common.torch_layers import BatchRenorm
 from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.torch_layers import CombinedExtractor, FlattenExtractor, NatureCNN
 
+from shepherd.agents.grid_cnn import GridCNN
 from shepherd.wire.images import ImageBox
 
 OPSET = 17
@@ -155,19 +156,26 @@ def features(graph: GraphBuilder, extractor: th.nn.Module, space: spaces.Space, 
     `image_input`). Returns the [batch, features] float tensor.
 
     Raises:
-        NotExportable: an extractor other than SB3's flatten, NatureCNN and combined ones.
+        NotExportable: an extractor other than SB3's flatten, NatureCNN and combined ones and Shepherd's
+            `GridCNN`.
     """
     if isinstance(extractor, (FlattenExtractor, NatureCNN)):
         if isinstance(space, spaces.Dict):
             raise NotExportable(f"a {type(extractor).__name__} on Dict observations")
         layer = extractor.flatten if isinstance(extractor, FlattenExtractor) else extractor
         return module(graph, layer, preprocess(graph, space, inputs[""], normalize_images))
+    if isinstance(extractor, GridCNN) and not isinstance(space, spaces.Dict):
+        x = preprocess(graph, space, inputs[""], normalize_images)
+        if extractor.channels_last:  # (batch, rows, columns[, planes]) -> (batch, planes, rows, columns)
+            x = (graph.op("Unsqueeze", x, graph.const(np.array([1], np.int64), "plane_axis", np.int64))
+                 if len(space.shape or ()) == 2 else graph.op("Transpose", x, perm=[0, 3, 1, 2]))
+        return module(graph, extractor.linear, module(graph, extractor.cnn, x))
     if isinstance(extractor, CombinedExtractor) and isinstance(space, spaces.Dict):
         parts = [module(graph, sub, preprocess(graph, space.spaces[key], inputs[key], normalize_images))
                  for key, sub in extractor.extractors.items()]  # the order CombinedExtractor concatenates in
         return parts[0] if len(parts) == 1 else graph.op("Concat", *parts, axis=1)
     raise NotExportable(f"the features extractor {type(extractor).__name__} has no ONNX form in Shepherd's "
-                        "exporter (it exports SB3's FlattenExtractor, NatureCNN and CombinedExtractor)")
+                        "exporter (it exports SB3's FlattenExtractor, NatureCNN and CombinedExtractor, and GridCNN)")
 
 
 def image_input(graph: GraphBuilder, space: spaces.Space, x: str) -> str:
