@@ -1,6 +1,6 @@
 """Plain stable-baselines3, no Shepherd: MaskablePPO with benchmarks/selfplay.py's tic-tac-toe hyperparameters
 trained by its own ``learn()`` against a fixed scripted player (no self-play) or against itself (``--self-play``),
-its greedy policy evaluated after each quarter of the budget against the uniform random player and minimax
+its greedy policy evaluated ``--evaluations`` times along the budget (4: each quarter) against the uniform random player and minimax
 (benchmarks/boards.py), the agent's side drawn at random each game. The reference for ``selfplay.py --game
 tictactoe --train-against random`` and for ``selfplay.py --game tictactoe``: the same agent and opponent through
 a Shepherd server.
@@ -18,6 +18,8 @@ every N learned steps as Shepherd's is.
     python benchmarks/tictactoe_sb3.py --seed 0 --self-play --set window=200 --set against_latest=0.1
     python benchmarks/tictactoe_sb3.py --seed 0 --steps 80000 --against minimax   # no self-play: vs minimax
     python benchmarks/tictactoe_sb3.py --game connect4 --seed 0 --self-play   # Connect Four (vs the lookahead)
+    python benchmarks/tictactoe_sb3.py --game connect4 --seed 0 --self-play --steps 1000000 --envs 4 \
+        --evaluations 10 --games 100 --threads 1 --set features=cnn   # the board through a CNN (BoardCNN)
 
 ``--openings K`` begins each training game with 0 .. K uniform random moves (the evaluations never).
 
@@ -44,6 +46,7 @@ import numpy as np
 from pettingzoo.classic import connect_four_v3, tictactoe_v3
 from sb3_contrib import MaskablePPO
 from sb3_contrib.common.wrappers import ActionMasker
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -62,6 +65,23 @@ SELF_PLAY = {"connect4": _SELF_PLAY, "tictactoe": {**_SELF_PLAY, "snapshot_every
 
 #: the games: PettingZoo's env, its observation's shape, its actions (``--game``)
 BOARDS = {"tictactoe": (tictactoe_v3.env, (3, 3, 2), 9), "connect4": (connect_four_v3.env, (6, 7, 2), 7)}
+
+
+class BoardCNN(BaseFeaturesExtractor):
+    """A board seen as a board (``--set features=cnn``): PettingZoo's rows x columns x 2 planes through three 3 x 3
+    convolutions of ``channels`` filters (padded, so each keeps the board's size), then one linear layer."""
+
+    def __init__(self, observation_space: gym.spaces.Box, channels: int = 64, features_dim: int = 256) -> None:
+        super().__init__(observation_space, features_dim)
+        rows, columns, planes = observation_space.shape
+        self.net = th.nn.Sequential(
+            th.nn.Conv2d(planes, channels, 3, padding=1), th.nn.ReLU(),
+            th.nn.Conv2d(channels, channels, 3, padding=1), th.nn.ReLU(),
+            th.nn.Conv2d(channels, channels, 3, padding=1), th.nn.ReLU(),
+            th.nn.Flatten(), th.nn.Linear(channels * rows * columns, features_dim), th.nn.ReLU())
+
+    def forward(self, observations: th.Tensor) -> th.Tensor:
+        return self.net(observations.permute(0, 3, 1, 2))
 
 
 class AgainstScripted(gym.Env):
@@ -217,6 +237,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=60_000)
     parser.add_argument("--games", type=int, default=200, help="evaluation games per opponent")
+    parser.add_argument("--evaluations", type=int, default=4, help="evaluations along the run, evenly spaced")
     parser.add_argument("--envs", type=int, default=2, help="envs of the VecEnv (selfplay.py's --sessions)")
     parser.add_argument("--against", default="uniform", choices=["uniform", "lookahead", "minimax"],
                         help="without --self-play: the scripted player of benchmarks/boards.py trained against")
@@ -226,8 +247,12 @@ def main() -> None:
                         help="train against frozen copies of itself (selfplay.py's tic-tac-toe self_play settings)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a hyperparameter instead of PARAMETERS' (VALUE as JSON), or a self-play setting "
-                             "(snapshot_every, window, against_latest, opponent_actions, opponents, swap_every); repeatable")
+                             "(snapshot_every, window, against_latest, opponent_actions, opponents, swap_every), "
+                             "or features=cnn (the board through BoardCNN); repeatable")
+    parser.add_argument("--threads", type=int, default=0, help="torch's threads (0: torch's default)")
     args = parser.parse_args()
+    if args.threads:
+        th.set_num_threads(args.threads)
     parameters, settings = copy.deepcopy(PARAMETERS[args.game]), dict(SELF_PLAY[args.game])
     for item in args.set:
         name, _, value = item.partition("=")
@@ -239,6 +264,8 @@ def main() -> None:
             settings[name] = parsed
         elif name == "net_arch":
             parameters["policy_kwargs"] = {**parameters.get("policy_kwargs", {}), "net_arch": parsed}
+        elif name == "features" and parsed == "cnn":
+            parameters["policy_kwargs"] = {**parameters.get("policy_kwargs", {}), "features_extractor_class": BoardCNN}
         else:
             parameters[name] = parsed
     ghost = Ghost(settings, args.seed)
@@ -254,16 +281,16 @@ def main() -> None:
     model = MaskablePPO("MlpPolicy", venv, seed=args.seed, verbose=0, **parameters)
     ghost.model = model
     print(f"seed {args.seed}: {'self-play ' + json.dumps(settings) if args.self_play else 'against ' + args.against}, "
-          f"{json.dumps(parameters)}", flush=True)
+          f"{json.dumps(parameters, default=lambda value: value.__name__)}", flush=True)
     started = time.perf_counter()
-    for quarter in range(4):
-        model.learn(args.steps // 4, reset_num_timesteps=False)
-        won, _ = scores(model, boards.uniform, args.games, 12345 + quarter, args.game)
+    for evaluation in range(args.evaluations):
+        model.learn(args.steps // args.evaluations, reset_num_timesteps=False)
+        won, _ = scores(model, boards.uniform, args.games, 12345 + evaluation, args.game)
         if args.game == "tictactoe":
-            _, kept = scores(model, boards.minimax, args.games, 54321 + quarter)
+            _, kept = scores(model, boards.minimax, args.games, 54321 + evaluation)
             against = f"vs minimax not lost {kept:.0%}"
         else:
-            beaten, _ = scores(model, boards.lookahead, args.games, 54321 + quarter, args.game)
+            beaten, _ = scores(model, boards.lookahead, args.games, 54321 + evaluation, args.game)
             against = f"vs lookahead won {beaten:.0%}"
         print(f"seed {args.seed}: {model.num_timesteps:6d} steps ({time.perf_counter() - started:.0f} s): "
               f"vs random won {won:.0%}, {against}"
