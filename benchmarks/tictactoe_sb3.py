@@ -1,7 +1,7 @@
 """Plain stable-baselines3, no Shepherd: MaskablePPO with benchmarks/selfplay.py's tic-tac-toe hyperparameters
 trained by its own ``learn()`` against a fixed scripted player (no self-play) or against itself (``--self-play``),
-its greedy policy evaluated ``--evaluations`` times along the budget (4: each quarter) against the uniform random player and minimax
-(benchmarks/boards.py), the agent's side drawn at random each game. The reference for ``selfplay.py --game
+its greedy policy evaluated ``--evaluations`` times along the budget (4: each quarter) against the uniform random
+player and minimax (benchmarks/boards.py), the agent's side drawn at random each game. The reference for ``selfplay.py --game
 tictactoe --train-against random`` and for ``selfplay.py --game tictactoe``: the same agent and opponent through
 a Shepherd server.
 
