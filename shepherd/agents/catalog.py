@@ -4,10 +4,11 @@ that feeds it, the action spaces it handles and the constructor arguments it can
 
 PPO and A2C are fed by the on-policy learner, DQN, SAC, TD3 and DDPG by the off-policy learner; of
 sb3-contrib's, QR-DQN, TQC and CrossQ by the off-policy learner, TRPO by the on-policy one, MaskablePPO by the
-on-policy one with masks (``sb3/masks.py``), DQN by the off-policy one with masks (``sb3/value_masks.py``:
-SB3's DQN takes none, so Shepherd masks its acting, random actions and target), RecurrentPPO by its recurrent
-subclass (``sb3/recurrent.py``: each actor's LSTM state kept on the learner): each keeps its own ``train()``, and
-the family adapter only replaces the collection loop. ARS is not served (`NOT_SERVED` says why). Adding an algorithm is one entry in `SERVED`.
+on-policy one with masks (``sb3/masks.py``), DQN and QR-DQN by the off-policy one with masks
+(``sb3/value_masks.py``: neither takes masks in SB3, so Shepherd masks their acting, random actions and
+target), RecurrentPPO by its recurrent subclass (``sb3/recurrent.py``: each actor's LSTM state kept on the
+learner): each keeps its own ``train()``, and the family adapter only replaces the collection loop. ARS is not
+served (`NOT_SERVED` says why). Adding an algorithm is one entry in `SERVED`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from shepherd.agents.sb3.masks import MaskableOnPolicyAdapter
 from shepherd.agents.sb3.off_policy import OffPolicyAdapter
 from shepherd.agents.sb3.on_policy import OnPolicyAdapter
 from shepherd.agents.sb3.recurrent import RecurrentOnPolicyAdapter
-from shepherd.agents.sb3.value_masks import MaskableDQNAdapter
+from shepherd.agents.sb3.value_masks import MaskableDQNAdapter, MaskableQRDQNAdapter
 from shepherd.hierarchy import PROGRAMMED
 
 EVERY_ACTION_SPACE = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
@@ -53,7 +54,7 @@ class Algorithm:
     action_spaces: tuple[type[spaces.Space], ...]
     # parameters SB3 has but a pooled learner cannot honour, with the reason
     excluded: tuple[tuple[str, str], ...] = ()
-    #: whether a step may carry an ``action_mask`` (sb3-contrib's MaskablePPO; DQN, masked by Shepherd)
+    #: whether a step may carry an ``action_mask`` (sb3-contrib's MaskablePPO; DQN and QR-DQN, masked by Shepherd)
     masks: bool = False
     #: whether it takes Dict observations (SB3's MultiInputPolicy)
     dict_observations: bool = True
@@ -99,8 +100,8 @@ SERVED = (
     Algorithm("SAC", SAC, OffPolicyAdapter, (spaces.Box,), SAC_EXCLUDED),
     Algorithm("TD3", TD3, OffPolicyAdapter, (spaces.Box,), OFF_POLICY_EXCLUDED),
     Algorithm("DDPG", DDPG, OffPolicyAdapter, (spaces.Box,), OFF_POLICY_EXCLUDED),
-    Algorithm("QRDQN", QRDQN, OffPolicyAdapter, (spaces.Discrete,), _excluded(QRDQN, OFF_POLICY_EXCLUDED),
-              package=_CONTRIB),
+    Algorithm("QRDQN", QRDQN, MaskableQRDQNAdapter, (spaces.Discrete,), _excluded(QRDQN, OFF_POLICY_EXCLUDED),
+              package=_CONTRIB, masks=True),
     Algorithm("TQC", TQC, OffPolicyAdapter, (spaces.Box,), _excluded(TQC, SAC_EXCLUDED), package=_CONTRIB),
     Algorithm("CrossQ", CrossQ, OffPolicyAdapter, (spaces.Box,), _excluded(CrossQ, SAC_EXCLUDED), package=_CONTRIB,
               dict_observations=False, image_policy=None),

@@ -32,6 +32,7 @@ from sb3_contrib.common.maskable.distributions import (MaskableCategoricalDistri
                                                        MaskableMultiCategoricalDistribution)
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
+from sb3_contrib.qrdqn.policies import QRDQNPolicy
 from stable_baselines3.common.distributions import (BernoulliDistribution, CategoricalDistribution,
                                                     DiagGaussianDistribution, MultiCategoricalDistribution)
 from stable_baselines3.common.policies import ActorCriticPolicy
@@ -100,10 +101,10 @@ def agrees(greedy: Greedy, policy: Any, observation_space: Any, samples: int = 8
     return True
 
 
-#: the policies that take an ``action_mask``: MaskablePPO's, and DQN's (masked by Shepherd,
+#: the policies that take an ``action_mask``: MaskablePPO's, and DQN's and QR-DQN's (masked by Shepherd,
 #: `shepherd.agents.sb3.value_masks`). The one place that says so for the numpy snapshot and the ONNX exporters;
 #: the catalog's ``masks`` (which steps may carry a mask) is held to it by tests/unit/test_registry.py
-MASKED_POLICIES: tuple[type, ...] = (MaskableActorCriticPolicy, DQNPolicy)
+MASKED_POLICIES: tuple[type, ...] = (MaskableActorCriticPolicy, DQNPolicy, QRDQNPolicy)
 
 
 def policy_takes_masks(policy: Any) -> bool:
@@ -135,7 +136,7 @@ def _build(policy: Any) -> GreedyNetwork:
         _flat(quantile_net.features_extractor)
         shape = [int(quantile_net.n_quantiles), int(quantile_net.action_space.n)]
         return _sized(policy, _layers(quantile_net.quantile_net, "quantile_net.quantile_net."),
-                      {"kind": "quantile_mean_argmax", "shape": shape})
+                      {"kind": "quantile_mean_argmax", "shape": shape}, takes_masks=policy_takes_masks(policy))
     actor = getattr(policy, "actor", None)
     if actor is not None and hasattr(actor, "latent_pi"):  # SAC, TQC: the mode of a squashed Gaussian
         if getattr(actor, "use_sde", False):

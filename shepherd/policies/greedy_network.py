@@ -66,9 +66,9 @@ class GreedyNetwork:
     """The shape of a policy's greedy path (layers by weight name, activations, the head), without weights.
 
     `bind` makes the numpy function of a set of published weights. A plan that ``takes_masks``
-    (MaskablePPO's) sets masked-out logits to -inf before the head, as sb3-contrib's masked distributions
-    do (-1e8 there), so their argmax never picks one. ``head`` is data (``{"kind": "argmax"}``, ...). A plan
-    that ``samples`` ends in a distribution's logits (Categorical, MultiCategorical, Bernoulli: not DQN's
+    (MaskablePPO's, DQN's, QR-DQN's) sets masked-out logits (Q-values, every quantile of an action) to -inf
+    before the head, as sb3-contrib's masked distributions do (-1e8 there), so their argmax never picks one.
+    ``head`` is data (``{"kind": "argmax"}``, ...). A plan that ``samples`` ends in a distribution's logits (Categorical, MultiCategorical, Bernoulli: not DQN's
     Q-values), so its function, given a numpy ``Generator``, can draw its action from the policy's
     distribution instead of taking its mode (self-play's opponents, `shepherd.graph.selfplay`).
     """
@@ -123,6 +123,7 @@ class GreedyNetwork:
             else:
                 layers.append(ACTIVATIONS[step])
         head, takes_masks = self._head, self.takes_masks
+        quantiles = tuple(int(n) for n in self.head["shape"]) if self.head["kind"] == "quantile_mean_argmax" else None
         noise = _NOISE[str(self.head["kind"])] if self.samples else None
 
         def greedy(batch: Any, masks: np.ndarray | None = None, rng: np.random.Generator | None = None) -> np.ndarray:
@@ -136,7 +137,11 @@ class GreedyNetwork:
             if masks is not None:
                 if not takes_masks:
                     raise ValueError("this policy takes no action masks")
-                x = np.where(masks, x, -np.inf)
+                if quantiles:  # QR-DQN's: every quantile of a disallowed action
+                    rows = x.reshape(len(x), *quantiles)
+                    x = np.where(np.asarray(masks)[:, None, :], rows, -np.inf).reshape(len(x), -1)
+                else:
+                    x = np.where(masks, x, -np.inf)
             if rng is not None and noise is not None:
                 x = x + noise(rng, x.shape)
             return head(x)

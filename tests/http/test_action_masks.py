@@ -1,10 +1,11 @@
-"""Action masks over HTTP (docs/protocol.md, "Action masks"): a MaskablePPO agent never answers a masked-out
-action, in training and in evaluation, in single and vector sessions; a mask it cannot take is refused with
+"""Action masks over HTTP (docs/protocol.md, "Action masks"): a MaskablePPO, DQN or QR-DQN agent never answers a
+masked-out action, in training and in evaluation, in single and vector sessions; a mask it cannot take is refused with
 400 and nothing is recorded."""
 
 import numpy as np
 import pytest
 
+from shepherd.agents import parameters as agent_parameters
 from shepherd.graph import AgentSpec, GraphManager, Schedule
 from shepherd.http import CREATED_KEYS, GRAPH, ServerConfig, create_app
 from tests.binary_bodies import ENCODINGS, request
@@ -14,10 +15,17 @@ OBS = [[3], "-inf", "inf"]
 
 def graph_manager(algorithm="MaskablePPO", actions=4, evaluation_every=10 ** 6):
     parameters = {"n_envs": 2, "n_steps": 8, "batch_size": 8, "n_epochs": 1, "seed": 0}
+    heatup = 0
     if algorithm in ("DQN", "QRDQN"):
-        parameters = {"seed": 0}
+        parameters = {"seed": 0, "train_freq": 4, "batch_size": 16}
+        if algorithm == "QRDQN":
+            parameters["policy_kwargs"] = {"n_quantiles": 5}
+        heatup = 20
+    known = agent_parameters(algorithm)
+    parameters = {name: value for name, value in parameters.items() if name in known}
     return GraphManager(owner="tests", agents=[AgentSpec("grid", algorithm, OBS, actions, parameters)],
-                        schedule=Schedule(steps_between_evaluation_periods=evaluation_every, evaluation_episodes=1))
+                        schedule=Schedule(steps_between_evaluation_periods=evaluation_every, evaluation_episodes=1,
+                                          heatup_steps=heatup))
 
 
 async def make_client(aiohttp_client, tmp_path, graph):
@@ -56,9 +64,11 @@ def random_mask(rng, groups):
     return mask
 
 
-@pytest.mark.parametrize("actions, groups", [(4, [4]), (["MultiDiscrete", [3, 2]], [3, 2]), (["MultiBinary", 2], [2, 2])])
-async def test_a_masked_agent_never_answers_a_masked_out_action(aiohttp_client, tmp_path, actions, groups):
-    client = await make_client(aiohttp_client, tmp_path, graph_manager(actions=actions, evaluation_every=40))
+@pytest.mark.parametrize("algorithm, actions, groups", [
+    ("MaskablePPO", 4, [4]), ("MaskablePPO", ["MultiDiscrete", [3, 2]], [3, 2]),
+    ("MaskablePPO", ["MultiBinary", 2], [2, 2]), ("DQN", 4, [4]), ("QRDQN", 4, [4])])
+async def test_a_masked_agent_never_answers_a_masked_out_action(aiohttp_client, tmp_path, algorithm, actions, groups):
+    client = await make_client(aiohttp_client, tmp_path, graph_manager(algorithm, actions, evaluation_every=40))
     runtime = client.server.app[GRAPH].runtime()
     rng = np.random.default_rng(0)
     key = await login(client)
@@ -131,7 +141,7 @@ async def test_masks_an_agent_cannot_take_are_refused_and_nothing_is_recorded(ai
     assert runtime.tracker.steps == steps + 1
 
 
-@pytest.mark.parametrize("algorithm", ["PPO", "QRDQN"])
+@pytest.mark.parametrize("algorithm", ["PPO", "TRPO"])
 async def test_an_agent_whose_algorithm_takes_no_masks_refuses_the_field_naming_those_that_do(
         aiohttp_client, tmp_path, algorithm):
     client = await make_client(aiohttp_client, tmp_path, graph_manager(algorithm))
@@ -141,6 +151,6 @@ async def test_an_agent_whose_algorithm_takes_no_masks_refuses_the_field_naming_
     assert (await step(client, key, [0.0, 0.0, 0.0])).status == 200
     steps = runtime.tracker.steps
     await expect_error(await step(client, key, [0.1, 0.0, 0.0], 1.0, action_mask=[True] * 4), 400,
-                       "this agent's algorithm takes no 'action_mask'; algorithms that do: DQN, MaskablePPO")
+                       "this agent's algorithm takes no 'action_mask'; algorithms that do: DQN, QRDQN, MaskablePPO")
     assert runtime.tracker.steps == steps
     assert (await step(client, key, [0.1, 0.0, 0.0], 1.0)).status == 200  # the session goes on

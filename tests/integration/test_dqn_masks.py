@@ -1,12 +1,14 @@
-"""DQN with action masks (`shepherd.agents.sb3.value_masks`): a real learner keeps to each step's allowed actions
-when it acts at random, explores and acts greedily (its numpy snapshot too), and its target's max runs over the
-actions the next observation allows: each sampled transition brings its own next mask, also with several envs."""
+"""DQN and QR-DQN with action masks (`shepherd.agents.sb3.value_masks`): a real learner keeps to each step's
+allowed actions when it acts at random, explores and acts greedily (its numpy snapshot too), and its target's max
+runs over the actions the next observation allows: each sampled transition brings its own next mask, also with
+several envs."""
 
 from __future__ import annotations
 
 import pickle
 
 import numpy as np
+import pytest
 import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.buffers import ReplayBuffer
@@ -26,8 +28,10 @@ def random_mask(rng: np.random.Generator) -> np.ndarray:
     return mask
 
 
-def test_a_masked_dqn_acts_only_allowed_actions_at_random_exploring_and_greedy():
-    learner = build_learner("DQN", "grid", OBS, parse_space(4), PARAMS, 300)  # epsilon falls over 150 steps
+@pytest.mark.parametrize("algorithm", ["DQN", "QRDQN"])
+def test_a_masked_dqn_acts_only_allowed_actions_at_random_exploring_and_greedy(algorithm):
+    params = {**PARAMS, "policy_kwargs": {"n_quantiles": 7}} if algorithm == "QRDQN" else PARAMS
+    learner = build_learner(algorithm, "grid", OBS, parse_space(4), params, 300)  # epsilon falls over 150 steps
     learner.start()
     try:
         adapter = learner.algorithm
@@ -44,15 +48,19 @@ def test_a_masked_dqn_acts_only_allowed_actions_at_random_exploring_and_greedy()
         assert all(m[a] for m, a in chosen), [(m.tolist(), a) for m, a in chosen if not m[a]]
         assert len({a for _, a in chosen}) > 1
         assert learner.steps > PARAMS["learning_starts"] and adapter.model.exploration_rate < 1.0
+        snapshots = 0
         for i in range(40):  # greedy: the learner's forward pass, and its numpy snapshot
             obs, mask = rng.uniform(-1, 1, 3), random_mask(rng)
             served = int(learner.begin_episode(100 + i, obs, ActMode.GREEDY, mask).result(30))
             with th.no_grad():
-                q = adapter.model.q_net(th.as_tensor(obs, dtype=th.float32)[None])[0].numpy()
+                seen = th.as_tensor(obs, dtype=th.float32)[None]
+                q = (adapter.model.q_net(seen)[0] if algorithm == "DQN" else
+                     adapter.model.quantile_net(seen)[0].mean(dim=0)).numpy()  # QR-DQN: the quantiles' mean
             assert mask[served] and served == int(np.argmax(np.where(mask, q, -np.inf)))
-            if learner.greedy is not None:
-                answered = learner.greedy.act(obs, mask)
-                assert answered is None or int(answered[0]) == served
+            answered = learner.greedy.act(obs, mask)  # None until the snapshot of the latest weights is built
+            assert answered is None or int(answered[0]) == served
+            snapshots += answered is not None
+        assert snapshots > 20  # the numpy snapshot answered under masks
         # the replay buffer holds each transition's next mask (those stored so far, column 0)
         buffer = adapter.model.replay_buffer
         assert isinstance(buffer, MaskedReplayBuffer)
@@ -84,6 +92,11 @@ def test_each_sampled_transition_brings_its_next_mask_to_the_target():
     assert np.array_equal(values.argmax(dim=1).numpy(), expected.argmax(axis=1))
     assert (values[~buffer.sampled] == DISALLOWED).all()
     assert list(target.parameters()) == list(network.parameters())  # the target update copies the same tensors
+    # QR-DQN's target: (batch, quantiles, actions), every quantile of a disallowed action set
+    quantiles = MaskedTarget(th.nn.Sequential(th.nn.Linear(2, 12), th.nn.Unflatten(1, (3, 4))), buffer)
+    values = quantiles(samples.next_observations)
+    assert values.shape == (32, 3, 4) and (values.permute(0, 2, 1)[~buffer.sampled] == DISALLOWED).all()
+    assert np.array_equal(values.mean(dim=1).argmax(dim=1).numpy(), expected.argmax(axis=1))
     # without SB3's own draw changed: the same seed samples the same rows from a plain buffer
     plain = ReplayBuffer(64, space, spaces.Discrete(4), device="cpu", n_envs=3)
     plain.__dict__.update({k: v for k, v in buffer.__dict__.items() if k not in ("next_masks", "sampled")})

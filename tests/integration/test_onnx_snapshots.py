@@ -53,7 +53,8 @@ def test_an_image_agents_greedy_file_acts_as_the_learners_greedy_step(algorithm,
 DQN_PARAMS = {"seed": 3, "learning_starts": 8, "batch_size": 8, "train_freq": 4, "buffer_size": 200}
 
 
-@pytest.mark.parametrize("algorithm, params", [("MaskablePPO", PARAMS), ("DQN", DQN_PARAMS)])
+@pytest.mark.parametrize("algorithm, params", [("MaskablePPO", PARAMS), ("DQN", DQN_PARAMS),
+                                               ("QRDQN", {**DQN_PARAMS, "policy_kwargs": {"n_quantiles": 5}})])
 def test_a_masked_image_agents_greedy_file_never_picks_a_masked_action(algorithm, params):
     learner = build_learner(algorithm, "eyes", EYES, parse_space(4), params, None)
     learner.start()

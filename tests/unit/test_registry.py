@@ -38,7 +38,7 @@ def test_the_catalog_and_the_policies_agree_on_which_take_masks():
     from shepherd.agents.greedy_policy import policy_takes_masks
 
     masked = {a.name for a in ALGORITHMS.values() if a.masks}
-    assert masked == {"DQN", "MaskablePPO"}
+    assert masked == {"DQN", "QRDQN", "MaskablePPO"}
     for algorithm in ALGORITHMS.values():
         if algorithm.learner is None:
             for policy in algorithm.policies[:2 if algorithm.dict_observations else 1]:
@@ -170,7 +170,7 @@ def test_registry_records_carry_the_continuous_flag():
         "PPO": True, "A2C": True, "DQN": False, "SAC": True, "TD3": True, "DDPG": True, "QRDQN": False,
         "TQC": True, "CrossQ": True, "TRPO": True, "MaskablePPO": False, "RecurrentPPO": True}
     assert {a["name"] for a in algorithms if a["on_policy"]} == {"PPO", "A2C", "TRPO", "MaskablePPO", "RecurrentPPO"}
-    assert [a["name"] for a in algorithms if a["action_mask"]] == ["DQN", "MaskablePPO"]
+    assert [a["name"] for a in algorithms if a["action_mask"]] == ["DQN", "QRDQN", "MaskablePPO"]
     assert all(p["type"] in (1, 2, 3, 4, 5) for p in params)
     assert {p["algorithm"] for p in params} == {a.name for a in ALGORITHMS.values()}
     assert np.all([isinstance(p["doc"], str) for p in params])

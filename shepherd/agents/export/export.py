@@ -237,6 +237,8 @@ def _greedy(graph: GraphBuilder, policy: Any, observation_space: spaces.Space, a
                      features(graph, quantile_net.features_extractor, observation_space, inputs, policy.normalize_images))
         shape = graph.const([-1, int(quantile_net.n_quantiles), int(quantile_net.action_space.n)], "shape", np.int64)
         means = graph.op("ReduceMean", graph.op("Reshape", out, shape), axes=[1], keepdims=0)
+        if mask is not None:  # Shepherd's masked QR-DQN: a disallowed action's mean is never the argmax
+            means = graph.op("Where", mask, means, graph.const(-np.inf, "masked"))
         return graph.op("ArgMax", means, axis=-1, keepdims=0), TensorProto.INT64
     actor = getattr(policy, "actor", None)
     if actor is not None and hasattr(actor, "latent_pi"):  # SAC, TQC, CrossQ: the squashed Gaussian's mode

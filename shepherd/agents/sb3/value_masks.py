@@ -1,8 +1,9 @@
-"""Action masks for DQN, fed by the pooled off-policy learner.
+"""Action masks for DQN and QR-DQN, fed by the pooled off-policy learner.
 
-SB3's DQN takes no masks (sb3-contrib masks PPO only), so Shepherd masks it where a mask changes what DQN does,
-and nowhere else: a step's ``"action_mask"`` (checked at the edge, as MaskablePPO's; it reaches the learner as
-``Request.mask``) keeps
+SB3's DQN and sb3-contrib's QR-DQN take no masks (sb3-contrib masks PPO only), so Shepherd masks them where a
+mask changes what they do, and nowhere else (QR-DQN's values below are its quantiles' means, and a mask applies
+to every quantile of an action): a step's ``"action_mask"`` (checked at the edge, as MaskablePPO's; it reaches
+the learner as ``Request.mask``) keeps
 
 - the greedy action (acting, evaluation, deployment) to the allowed actions: the argmax of the Q-values with the
   others set to -inf (the numpy snapshot and the exported files do the same);
@@ -74,8 +75,9 @@ class MaskedDictReplayBuffer(_NextMasks, DictReplayBuffer):
 
 
 class MaskedTarget(th.nn.Module):
-    """DQN's target network as its ``train()`` calls it: the next Q-values with the actions the sampled batch's
-    next observations do not allow set to `DISALLOWED` (its parameters are the wrapped network's)."""
+    """DQN's (QR-DQN's) target network as its ``train()`` calls it: the next Q-values (quantiles) with the actions
+    the sampled batch's next observations do not allow set to `DISALLOWED` (its parameters are the wrapped
+    network's)."""
 
     def __init__(self, network: th.nn.Module, buffer: _NextMasks) -> None:
         super().__init__()
@@ -83,15 +85,20 @@ class MaskedTarget(th.nn.Module):
         self.buffer = buffer
 
     def forward(self, obs: Any) -> th.Tensor:
-        q_values = self.network(obs)
+        q_values = self.network(obs)  # (batch, actions), QR-DQN's (batch, quantiles, actions)
         allowed = self.buffer.sampled
-        if allowed is None or allowed.shape != q_values.shape:
+        if allowed is None or (allowed.shape[0], allowed.shape[-1]) != (q_values.shape[0], q_values.shape[-1]):
             return q_values
+        if q_values.dim() == 3:  # every quantile of a disallowed action
+            allowed = allowed[:, None, :]
         return th.where(allowed.to(q_values.device), q_values, th.full_like(q_values, DISALLOWED))
 
 
 class MaskableDQNAdapter(OffPolicyAdapter):
     """DQN with action masks (module docstring)."""
+
+    #: the model's target network, as its ``train()`` reads it
+    target_network = "q_net_target"
 
     def __init__(self, model: Any, name: str, total_steps: int | None) -> None:
         super().__init__(model, name, total_steps)
@@ -109,7 +116,8 @@ class MaskableDQNAdapter(OffPolicyAdapter):
             masked._start_masks(int(self.action_space.n))  # type: ignore[attr-defined]
             model.replay_buffer_class, model.replay_buffer = kind, masked
         self._replay = model.replay_buffer
-        model.q_net_target = MaskedTarget(model.policy.q_net_target, model.replay_buffer)
+        target = MaskedTarget(getattr(model.policy, self.target_network), model.replay_buffer)
+        setattr(model, self.target_network, target)
 
     def _random_action_of(self, message: Request) -> Any:
         if message.mask is None:
@@ -122,12 +130,17 @@ class MaskableDQNAdapter(OffPolicyAdapter):
             return super()._forward(messages)
         policy: Any = self.model.policy
         obs_tensor, _ = policy.obs_to_tensor(stack_observations([m.obs for m in messages]))
-        q_values = policy.q_net(obs_tensor)
+        q_values = self._values(obs_tensor)
         ones = np.ones(q_values.shape[1], dtype=bool)
         allowed = th.as_tensor(np.stack([ones if m.mask is None else np.asarray(m.mask, dtype=bool)
                                          for m in messages]))
         actions = th.where(allowed, q_values, th.full_like(q_values, -th.inf)).argmax(dim=1).numpy()
         return actions, actions
+
+    def _values(self, obs: th.Tensor) -> th.Tensor:
+        """The values the greedy action maximises: the Q-values (batch, actions)."""
+        policy: Any = self.model.policy
+        return policy.q_net(obs)
 
     def _store_row_masks(self, next_masks: list[Any]) -> None:
         buffer: Any = self._replay
@@ -138,3 +151,13 @@ class MaskableDQNAdapter(OffPolicyAdapter):
     def _load_resume_state(self, path: Any, counters: dict[str, Any], extra: dict[str, Any]) -> None:
         super()._load_resume_state(path, counters, extra)
         self._use_masked_buffer()  # a loaded buffer (of the same kind), or a checkpoint's of before masks
+
+
+class MaskableQRDQNAdapter(MaskableDQNAdapter):
+    """QR-DQN with action masks (module docstring): its values are the means of its quantiles."""
+
+    target_network = "quantile_net_target"
+
+    def _values(self, obs: th.Tensor) -> th.Tensor:
+        policy: Any = self.model.policy
+        return policy.quantile_net(obs).mean(dim=1)
