@@ -24,8 +24,8 @@ WIDE = {"n_steps": 8, "batch_size": 8, "n_epochs": 1, "seed": 0, "policy_kwargs"
 A = [0.0, 0.5]
 
 
-def served(tmp_path, algorithm: str, parameters: dict, play: SelfPlay):
-    graph = GraphManager(owner="tests", agents=[AgentSpec("c4", algorithm, OBS, 2, parameters)],
+def served(tmp_path, algorithm: str, parameters: dict, play: SelfPlay, obs=OBS):
+    graph = GraphManager(owner="tests", agents=[AgentSpec("c4", algorithm, obs, 2, parameters)],
                          schedule=Schedule(steps_between_evaluation_periods=10 ** 6, evaluation_episodes=1),
                          environments=(EnvironmentSpec("duel", {"p0": "c4", "p1": "c4"}, "alternate",
                                                        self_play=play),))
@@ -33,8 +33,9 @@ def served(tmp_path, algorithm: str, parameters: dict, play: SelfPlay):
     return graph, store, graph.create_graph(store, serving_here())
 
 
-async def play_episodes(graph, key, count: int) -> list[tuple[str, str, dict]]:
-    """``count`` episodes of 3 turns a role; each episode's (opponent role, label, the opponent's first reply)."""
+async def play_episodes(graph, key, count: int, A=A) -> list[tuple[str, str, dict]]:
+    """``count`` episodes of 3 turns a role (observing ``A``); each episode's (opponent role, label, the opponent's
+    first reply)."""
     session = graph.login(key)
 
     async def send(body):
@@ -53,13 +54,20 @@ async def play_episodes(graph, key, count: int) -> list[tuple[str, str, dict]]:
     return played
 
 
-async def test_an_agent_without_a_numpy_copy_plays_snapshots_of_its_behaviour_file(tmp_path):
+#: a board through `GridCNN`: no numpy copy either
+BOARD = {**WIDE, "policy_kwargs": {"features_extractor_class": "GridCNN",
+                                   "features_extractor_kwargs": {"filters": 4, "features_dim": 16}}}
+
+
+@pytest.mark.parametrize("parameters, obs, A", [(WIDE, OBS, A), (BOARD, [[2, 3], -1.0, 1.0], [[0, 0.5, 1], [1, 0, -1]])],
+                         ids=["wide-mlp", "grid-cnn"])
+async def test_an_agent_without_a_numpy_copy_plays_snapshots_of_its_behaviour_file(tmp_path, parameters, obs, A):
     play = SelfPlay(snapshot_every=8, window=3, against_latest=0.0, swap_every=10 ** 6, opponent_actions="greedy")
-    graph, store, keys = served(tmp_path, "PPO", WIDE, play)
+    graph, store, keys = served(tmp_path, "PPO", parameters, play, obs)
     try:
         runtime = graph.runtime("c4")
         assert runtime.learner.greedy is None  # the path under test: no numpy copy
-        played = await play_episodes(graph, keys["environment duel"], 12)
+        played = await play_episodes(graph, keys["environment duel"], 12, A)
         ghost = runtime.ratings.kept["duel"]
         assert isinstance(ghost, Ghost)
         pool = list(ghost.pools["c4"])
@@ -87,7 +95,7 @@ async def test_an_agent_without_a_numpy_copy_plays_snapshots_of_its_behaviour_fi
         restored = [frozen for _, frozen in again.pools["c4"]]
         for (_, frozen), copy in zip(pool, restored):
             assert frozen.act(np.array(A, np.float32)) == copy.act(np.array(A, np.float32))
-        assert len(json.dumps(state["pools"])) < 1_000  # names, not files: each file is ~0.65 MB
+        assert len(json.dumps(state["pools"])) < 1_000  # names, not files: each file is ~0.65 MB (the MLP's)
     finally:
         graph.end_sessions()
         graph.close()
