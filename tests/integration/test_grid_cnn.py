@@ -125,3 +125,12 @@ def test_a_preset_names_the_key_of_an_extractor_that_cannot_take_its_observation
         AgentSpec("a", "PPO", [[6, 7, 2], 0, 1], 7, {"policy_kwargs": {"features_extractor_class": "Grid"}}))
     assert "agents[0].observation_space: an image of 8 x 8 is smaller than SB3's NatureCNN takes" in problems(
         AgentSpec("a", "PPO", ["Image", [8, 8, 1]], 7))
+
+
+@pytest.mark.parametrize("obs_spec", [[[6, 7, 2], 0, 1], [[5, 4], -1, 1]])
+def test_the_memory_check_counts_the_weights_the_network_has(obs_spec):
+    from shepherd.agents import grid_cnn
+
+    space = parse_space(obs_spec)
+    network = GridCNN(space, filters=5, layers=4, features_dim=9)
+    assert grid_cnn.weights(space, 5, 4, 9) == sum(p.numel() for p in network.parameters())
