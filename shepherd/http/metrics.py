@@ -89,6 +89,10 @@ class GraphCollector(Collector):
         refused = CounterMetricFamily("shepherd_refused_updates", "Training updates undone because they made a weight "
                                       "NaN or infinite, since the learner started (an upload's or a rollout's; the "
                                       "agent serves on with its parameters of before)", labels=agent)
+        unlearned = CounterMetricFamily(
+            "shepherd_unlearned_steps", "Training steps acted but not learned from because the rollout had no free "
+            "row for their env (a vector session of more envs than the agent's n_envs; an env at a rollout's end), "
+            "since the learner started (on-policy agents)", labels=agent)
         latency = HistogramMetricFamily(
             "shepherd_act_latency_seconds",
             "An act request's time in the learner: part=queue_wait from submission to its batch's start, "
@@ -137,6 +141,7 @@ class GraphCollector(Collector):
             depth.add_metric(name, learner.queue_depth)
             version.add_metric(name, getattr(learner.algorithm, "version", 0))
             refused.add_metric(name, getattr(learner.algorithm, "refused_updates", 0))
+            unlearned.add_metric(name, getattr(learner.algorithm, "unlearned_steps", 0))
             stats = learner.stats
             _add_histogram(latency, [*name, "queue_wait"], stats.queue_wait)
             _add_histogram(latency, [*name, "forward"], stats.forward)
@@ -166,9 +171,9 @@ class GraphCollector(Collector):
             for record, client, _ in graph.served.client_failures():  # advised clients that could not be built
                 up.add_metric([self._labels(graph, record.owner_id, record.name), client], 0)
         self._rates = {k: v for k, v in self._rates.items() if k in {(r.record.id, r.client) for r in runtimes}}
-        yield from (up, learned, steps, rates, episodes, sessions, timeouts, depth, version, refused, latency, batches,
-                    updates, checkpoints, checkpoint_failures, checkpoint_age, chosen, option_steps, lesson, rating_mu,
-                    rating_sigma)
+        yield from (up, learned, steps, rates, episodes, sessions, timeouts, depth, version, refused, unlearned,
+                    latency, batches, updates, checkpoints, checkpoint_failures, checkpoint_age, chosen, option_steps,
+                    lesson, rating_mu, rating_sigma)
 
     def _rate(self, runtime: AgentRuntime, now: float, counts: dict[Phase, int]) -> dict[Phase, float]:
         key = (runtime.record.id, runtime.client)

@@ -84,6 +84,7 @@ async def test_a_scrape_during_training_shows_every_family_with_sensible_values(
     assert updates >= 10
     assert value(families["shepherd_policy_version"], agent=AGENT) == updates
     assert value(families["shepherd_refused_updates"], "_total", agent=AGENT) == 0
+    assert value(families["shepherd_unlearned_steps"], "_total", agent=AGENT) == 0  # two sessions, two rollout columns
     assert value(families["shepherd_training_update_duration_seconds"], "_sum", agent=AGENT) > 0
     # every message but the episodes' last (which ask for no action) waited in the queue and was answered
     latency = families["shepherd_act_latency_seconds"]
@@ -105,6 +106,23 @@ async def test_a_scrape_during_training_shows_every_family_with_sensible_values(
     assert value(requests, "_total", method="POST", route="/shepherd/login_user/", status="200") == 2
     assert value(requests, "_total", method="GET", route="/metrics", status="200") == 1
     assert value(families["process_resident_memory_bytes"]) > 10 * 2 ** 20
+
+
+async def test_envs_no_rollout_row_was_free_for_are_counted_as_unlearned(aiohttp_client, tmp_path):
+    """A vector session of 3 envs on an agent of n_envs 2: its third env acts, and is not learned from."""
+    app, client = await serve(aiohttp_client, tmp_path)
+    reply = await client.post("/shepherd/login_user/", json={"apikey": app[CREATED_KEYS]["pole"], "n_envs": 3})
+    assert reply.status == 200, await reply.text()
+    key = (await reply.json())["session_key"]
+    for _ in range(5):
+        reply = await client.post("/shepherd/env/", json={
+            "session_key": key, "obs": [[0.0, 0.1, 0.2, 0.3]] * 3, "reward": [1.0] * 3, "terminated": [False] * 3,
+            "truncated": [False] * 3})
+        assert reply.status == 200, await reply.text()
+    learner = app[GRAPH].runtime().learner
+    assert learner.algorithm.unlearned_steps > 0
+    families = await scrape(client)
+    assert value(families["shepherd_unlearned_steps"], "_total", agent=AGENT) == learner.algorithm.unlearned_steps
 
 
 async def test_routes_are_counted_by_pattern_never_by_raw_path(aiohttp_client, tmp_path):

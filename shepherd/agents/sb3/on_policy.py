@@ -263,7 +263,8 @@ class OnPolicyAdapter(SB3Algorithm):
                     logger.warning("agent %s: envs of a vector session found no free row in the rollout (%d "
                                    "segments, n_envs): they act but are not learned from (as at the step that "
                                    "fills a rollout when envs left for evaluations; give the agent n_envs of at "
-                                   "least the envs of a session)", self.name, self.n_segments)
+                                   "least the envs of a session; /metrics counts them in "
+                                   "shepherd_unlearned_steps_total)", self.name, self.n_segments)
                 self.unlearned_steps += 1
             self.answer(message, sampled)
             return
