@@ -16,8 +16,11 @@ ACTIVATIONS: dict[str, Callable[..., th.nn.Module]] = {
 }
 
 
-#: the features extractors a preset names in ``policy_kwargs.features_extractor_class``
-EXTRACTORS: dict[str, type[th.nn.Module]] = {"GridCNN": grid_cnn.GridCNN}
+#: the features extractors a preset names in ``policy_kwargs.features_extractor_class``: each class, and the
+#: function that checks its ``features_extractor_kwargs`` and completes them with its defaults
+EXTRACTORS: dict[str, tuple[type[th.nn.Module], Callable[[Any], dict[str, Any]]]] = {
+    "GridCNN": (grid_cnn.GridCNN, grid_cnn.check_kwargs),
+}
 
 
 def sb3_policy_kwargs(value: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -42,9 +45,9 @@ def sb3_policy_kwargs(value: dict[str, Any] | None) -> dict[str, Any] | None:
         if not isinstance(extractor, str) or extractor not in EXTRACTORS:
             raise ParameterError(f"features_extractor_class {extractor!r} unknown; Shepherd offers "
                                  f"{', '.join(EXTRACTORS)} (SB3's own extractors are the defaults and need no name)")
-        kwargs["features_extractor_class"] = EXTRACTORS[extractor]
+        kwargs["features_extractor_class"], check = EXTRACTORS[extractor]
         try:
-            kwargs["features_extractor_kwargs"] = grid_cnn.check_kwargs(kwargs.get("features_extractor_kwargs"))
+            kwargs["features_extractor_kwargs"] = check(kwargs.get("features_extractor_kwargs"))
         except ValueError as error:
             raise ParameterError(str(error)) from None
     elif "features_extractor_kwargs" in kwargs:

@@ -68,8 +68,8 @@ class GreedyNetwork:
     `bind` makes the numpy function of a set of published weights. A plan that ``takes_masks``
     (MaskablePPO's, DQN's, QR-DQN's) sets masked-out logits (Q-values, every quantile of an action) to -inf
     before the head, as sb3-contrib's masked distributions do (-1e8 there), so their argmax never picks one.
-    ``head`` is data (``{"kind": "argmax"}``, ...). A plan that ``samples`` ends in a distribution's logits (Categorical, MultiCategorical, Bernoulli: not DQN's
-    Q-values), so its function, given a numpy ``Generator``, can draw its action from the policy's
+    ``head`` is data (``{"kind": "argmax"}``, ...). A plan that ``samples`` ends in a distribution's logits
+    (Categorical, MultiCategorical, Bernoulli: not DQN's Q-values), so its function, given a numpy ``Generator``, can draw its action from the policy's
     distribution instead of taking its mode (self-play's opponents, `shepherd.graph.selfplay`).
     """
 
