@@ -118,7 +118,11 @@ class Request:
     together, so a learner must never make one of them wait for another's progress. ``mask`` is the
     client's action mask for this act (a flat boolean array, true where allowed; None: every action).
     ``raw_obs`` and ``raw_reward`` are what the client sent, kept when the learner's filters replaced ``obs``
-    or ``reward`` (``agents/filters.py``; None: nothing was replaced)."""
+    or ``reward`` (``agents/filters.py``; None: nothing was replaced). ``draw``, on a greedy act (nothing
+    learned), is a seed: the action is drawn from the policy's distribution with a numpy generator of that seed
+    instead of being its mode (a self-play opponent that the learner plays live, `shepherd.level.episodes.Trial`),
+    where the distribution has logits (categorical, multi-categorical, Bernoulli: `shepherd.agents.sb3.greedy.modes`);
+    a seed, not a generator, so that a learner in another process draws as one here would."""
 
     kind: Kind
     actor: int
@@ -132,6 +136,7 @@ class Request:
     mask: Any = None
     raw_obs: Any = None
     raw_reward: float | None = None
+    draw: int | None = None
 
 
 class Outcome(enum.Enum):

@@ -105,7 +105,8 @@ class ThreadedLearner(EpisodeCalls):
 
     def ask(self, request: Request) -> ActionFuture:
         snapshot = self.snapshot
-        if request.mode is ActMode.GREEDY and snapshot is not None and self.failure is None and not self._closed:
+        if (request.mode is ActMode.GREEDY and request.draw is None and snapshot is not None and self.failure is None
+                and not self._closed):
             answered = answer_greedy_step(snapshot, request)
             if answered is not None:
                 return answered

@@ -3,8 +3,9 @@ team): one team learns, the others play a snapshot of their agent drawn from the
 policy with probability ``against_latest``) or a scripted opponent; the learning team changes every
 ``swap_every`` of its agent's steps, and a snapshot is taken every ``snapshot_every``. An opponent's steps are
 not learned from: it plays the frozen snapshot (`shepherd.level.episodes.Trial`, the frozen copy that a trial of
-another policy plays; the learner answers what the copy cannot, greedily), drawing each action from the
-policy's distribution as ML-Agents' ghost does (``opponent_actions: sample``; a deterministic game's greedy
+another policy plays; the learner answers what the copy cannot, the ``latest`` of an agent without a copy
+among them), drawing each action from the policy's distribution as ML-Agents' ghost does (``opponent_actions:
+sample``, the learner drawing with a seed of the checkpointed generator's; a deterministic game's greedy
 opponents would repeat the same lines), or its greedy action (``greedy``).
 
 A snapshot is a frozen copy of the agent's numpy greedy policy (`GreedyPolicy.frozen`) where the agent has one

@@ -43,9 +43,10 @@ class Trial:
     Making a trial asks the learner to publish. The learner answers what the frozen copy cannot: steps
     before its weights arrived, masks a plan cannot apply, and every step of a learner without a numpy
     snapshot (``greedy`` None: images, recurrent policies, networks too large), whose trial plays it live.
-    With ``sample`` (a numpy ``Generator``: self-play's opponents), the frozen copy draws each action from the
-    policy's distribution under the step's mask instead of taking its mode, where its network `samples`
-    (`GreedyNetwork.samples`); what the learner answers stays greedy.
+    With ``sample`` (a numpy ``Generator``: self-play's opponents), each action is drawn from the policy's
+    distribution under the step's mask instead of being its mode, where the policy has logits to draw from
+    (categorical, multi-categorical, Bernoulli: `GreedyNetwork.samples`): by the frozen copy, or by the learner
+    with a seed drawn from ``sample`` (`Request.draw`), so a policy no numpy copy holds samples too.
     """
 
     def __init__(self, tried: str, learner: Learner, episodes: int = 1,
@@ -67,7 +68,7 @@ class Trial:
 
     def ask(self, request: Request) -> Callable[[], ActionFuture]:
         """The call that answers an actor's act request (BEGIN, STEP) of a trial episode: the frozen copy's
-        action, or the tried learner's (greedy; the actor's first request to it begins its episode there)."""
+        action, or the tried learner's (greedy or drawn; the actor's first request to it begins its episode there)."""
         if self.frozen is None and self._greedy is not None:
             self.frozen = self._greedy.frozen()
         frozen = self.frozen
@@ -77,8 +78,11 @@ class Trial:
                 return functools.partial(answered, *chosen)
         kind = Kind.STEP if request.actor in self._live else Kind.BEGIN
         self._live.add(request.actor)
-        # greedy, and of no vector session there: the tried learner sees only the actors in trial episodes
-        return functools.partial(self.learner.ask, dataclasses.replace(request, kind=kind, mode=ActMode.GREEDY, group=0))
+        # nothing learned, and of no vector session there: the tried learner sees only the actors in trial
+        # episodes; with ``sample``, it draws the action from its distribution with a seed of ours (`Request.draw`)
+        draw = None if self.sample is None else int(self.sample.integers(2 ** 63))
+        return functools.partial(self.learner.ask, dataclasses.replace(request, kind=kind, mode=ActMode.GREEDY, group=0,
+                                                                       draw=draw))
 
     def end(self, request: Request) -> None:
         """An actor's trial episode ended (END: its last reward and observation)."""

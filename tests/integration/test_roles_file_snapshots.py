@@ -252,3 +252,61 @@ def test_a_passing_failure_to_build_a_snapshot_is_asked_again_and_a_policy_no_fi
     assert ghost._no_files == set()  # asked again at the next snapshot's turn
     ghost._not_built("c4", NotActableAtClient("RecurrentPPO's action depends on each actor's LSTM state"))
     assert ghost._no_files == {"c4"}
+
+
+@pytest.mark.parametrize("algorithm, parameters, obs, A", [
+    ("PPO", WIDE, OBS, A), ("PPO", BOARD, [[2, 3], -1.0, 1.0], [[0, 0.5, 1], [1, 0, -1]]),
+    ("RecurrentPPO", {**WIDE, "policy_kwargs": {"net_arch": [8]}}, OBS, A)], ids=["wide-mlp", "grid-cnn", "recurrent"])
+@pytest.mark.parametrize("actions", ["sample", "greedy"])
+async def test_the_latest_opponent_of_an_agent_without_a_numpy_copy_samples_as_a_snapshot_does(
+        tmp_path, algorithm, parameters, obs, A, actions):
+    """The learner itself plays a ``latest`` opponent it has no numpy copy of (`Trial` live): with
+    ``opponent_actions: sample`` it draws the action from its (fresh, near uniform) policy, with a seed of the
+    self-play's generator (`Request.draw`), so both actions come; ``greedy``: its mode, one action (no update
+    comes within the episodes: one policy throughout)."""
+    play = SelfPlay(snapshot_every=10 ** 6, window=1, against_latest=1.0, swap_every=10 ** 6, opponent_actions=actions)
+    graph, store, keys = served(tmp_path, algorithm, {**parameters, "n_steps": 256, "batch_size": 64}, play, obs)
+    try:
+        assert graph.runtime("c4").learner.greedy is None  # the path under test: the learner answers
+        played = await play_episodes(graph, keys["environment duel"], 30, A)
+        assert {label for _, label, _ in played} == {"latest"}
+        first = {reply["actions"][role] for role, _, reply in played}
+        assert first == {0, 1} if actions == "sample" else len(first) == 1
+    finally:
+        graph.end_sessions()
+        graph.close()
+        store.close()
+
+
+def test_drawn_acts_follow_the_distribution_under_its_mask_and_leave_torchs_random_numbers_alone():
+    """`modes`: a row with a seed draws from the distribution (Gumbel-max over its logits), the same action for
+    the same seed, never a masked one, and without touching torch's generator, whose numbers SB3's own
+    sampling draws (a learner's trained weights must not depend on how often its opponents were asked)."""
+    import torch as th
+    from sb3_contrib.common.maskable.distributions import MaskableCategoricalDistribution
+
+    from shepherd.agents.sb3.greedy import modes
+
+    distribution = MaskableCategoricalDistribution(3).proba_distribution(th.tensor([[0.0, 0.7, 5.0]] * 4))
+    distribution.apply_masking(np.array([[True, True, False]] * 4))
+    state = th.random.get_rng_state()
+    drawn = [int(modes(distribution, [None, seed, seed, None])[1]) for seed in range(400)]
+    assert th.equal(th.random.get_rng_state(), state)
+    assert all(int(a) == 1 for a in modes(distribution, [None] * 4))  # the mode of the allowed two
+    assert list(modes(distribution, [None, 7, 7, None])[1:3]) == [drawn[7]] * 2
+    share = drawn.count(1) / len(drawn)  # softmax([0, 0.7]): 0.668
+    assert 2 not in drawn and 0.58 < share < 0.76
+
+
+def test_drawn_acts_of_multi_categorical_and_bernoulli_policies_draw_each_part():
+    import torch as th
+    from stable_baselines3.common.distributions import BernoulliDistribution, MultiCategoricalDistribution
+
+    from shepherd.agents.sb3.greedy import modes
+
+    parts = MultiCategoricalDistribution([2, 3]).proba_distribution(th.tensor([[0.0, 0.0, 0.0, 0.0, -30.0]] * 2))
+    bits = BernoulliDistribution(2).proba_distribution(th.tensor([[0.0, 30.0]] * 2))
+    for distribution, values in ((parts, {(0, 0), (0, 1), (1, 0), (1, 1)}), (bits, {(0.0, 1.0), (1.0, 1.0)})):
+        drawn = {tuple(modes(distribution, [None, seed])[1].tolist()) for seed in range(200)}
+        assert drawn == values  # every part drawn, and a near-impossible choice (a logit of -30; a bit of +30) never
+        assert modes(distribution, [None, 3])[1].tolist() == modes(distribution, [None, 3])[1].tolist()

@@ -135,7 +135,8 @@ class RayLearner(ActorRevival, RemoteUploads, EpisodeCalls):
         self._thread.start()
 
     def ask(self, request: Request) -> ActionFuture:
-        if request.mode is ActMode.GREEDY and self.greedy is not None and self.failure is None and self.available:
+        if (request.mode is ActMode.GREEDY and request.draw is None and self.greedy is not None and self.failure is None
+                and self.available):
             answered = answer_greedy_step(self.greedy, request)
             if answered is not None:
                 return answered

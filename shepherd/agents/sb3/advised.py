@@ -34,6 +34,7 @@ from shepherd.agents.core import Request, Upload
 from shepherd.agents.filters import Filtering, observation_moments
 from shepherd.agents.sb3.on_policy import OnPolicyAdapter
 from shepherd.agents.sb3.base import stack_observations
+from shepherd.agents.sb3.greedy import draws, modes
 from shepherd.agents.sb3.uploads import flat_batch, rows_of
 from shepherd.agents.sb3.mixing import AdvisedRolloutBuffer, Mixer, advice_rows, mix, policy_divergence
 from shepherd.policies.transforms import normalized
@@ -307,7 +308,7 @@ class AdvisedOnPolicyAdapter(OnPolicyAdapter):
         if not greedy_too:
             return sampled, sampled, log_probs
         own = self.model.policy._get_action_dist_from_latent(latent_pi)  # the Mixer is unset while acting
-        return sampled, own.get_actions(deterministic=True).numpy(), log_probs
+        return sampled, modes(own, draws(acting)), log_probs
 
     # Greedy acts (evaluation, deployment) are the own policy's: the base class's `_greedy`. An evaluation
     # then measures what the client lends when it advises, and what its export holds.

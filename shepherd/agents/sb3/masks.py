@@ -21,6 +21,7 @@ import torch as th
 from shepherd.agents.core import Request
 from shepherd.agents.sb3.on_policy import OnPolicyAdapter
 from shepherd.agents.sb3.base import stack_observations
+from shepherd.agents.sb3.greedy import draws, modes
 
 
 class MaskableOnPolicyAdapter(OnPolicyAdapter):
@@ -49,7 +50,7 @@ class MaskableOnPolicyAdapter(OnPolicyAdapter):
         policy: Any = self.model.policy
         obs_tensor, _ = policy.obs_to_tensor(stack_observations([m.obs for m in messages]))
         distribution = policy.get_distribution(obs_tensor, action_masks=self._masks(messages))
-        return distribution.get_actions(deterministic=True).numpy()
+        return modes(distribution, draws(messages))
 
     def _evaluate_uploaded(self, obs: Any, actions: th.Tensor, masks: np.ndarray | None) -> tuple[th.Tensor, th.Tensor]:
         policy: Any = self.model.policy  # a MaskableActorCriticPolicy

@@ -35,7 +35,7 @@ from stable_baselines3.common.torch_layers import FlattenExtractor
 from shepherd.agents.core import ActMode, Kind, Outcome, Request, Upload
 from shepherd.agents.sb3 import resume
 from shepherd.agents.sb3.base import SB3Algorithm, stack_observations
-from shepherd.agents.sb3.greedy import greedy_actions
+from shepherd.agents.sb3.greedy import draws, greedy_actions, modes
 from shepherd.agents.sb3.uploads import OnPolicyUploads
 from shepherd.wire.experience import Experience
 
@@ -115,7 +115,14 @@ class OnPolicyAdapter(SB3Algorithm):
         return policy.value_net(latent_vf).flatten().numpy(), latent_pi
 
     def _greedy(self, messages: list[Request]) -> np.ndarray:
-        """Greedy actions only, for batches that nothing learns from (evaluation, deployment)."""
+        """Greedy actions only, for batches that nothing learns from (evaluation, deployment), or drawn where a
+        request has a ``draw`` seed (`modes`)."""
+        seeds = draws(messages)
+        if seeds:
+            with th.inference_mode():
+                policy = self.model.policy
+                obs_tensor, _ = policy.obs_to_tensor(stack_observations([m.obs for m in messages]))
+                return modes(policy.get_distribution(obs_tensor), seeds)
         return greedy_actions(self.model.policy, [m.obs for m in messages], self._vector_observations)
 
     @th.inference_mode()
@@ -126,8 +133,8 @@ class OnPolicyAdapter(SB3Algorithm):
         an episode or wait for a segment draw nothing, so the random numbers drawn are SB3's."""
         distribution = self._distribution(latent_pi, acting)
         sampled = distribution.get_actions(deterministic=False)
-        greedy = distribution.get_actions(deterministic=True) if greedy_too else sampled
-        return sampled.numpy(), greedy.numpy(), distribution.log_prob(sampled).numpy()
+        greedy = modes(distribution, draws(acting)) if greedy_too else sampled.numpy()
+        return sampled.numpy(), greedy, distribution.log_prob(sampled).numpy()
 
     def _distribution(self, latent_pi: th.Tensor, acting: list[Request]) -> Any:
         """The policy's action distribution for the acting requests (a subclass may mask it)."""

@@ -41,6 +41,7 @@ from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from shepherd.agents.core import ActMode, Kind, Request
 from shepherd.agents.sb3.on_policy import OnPolicyAdapter
 from shepherd.agents.sb3.base import stack_observations
+from shepherd.agents.sb3.greedy import draws, modes
 
 #: the four states of an actor, stacked: (actor hidden, actor cell, critic hidden, critic cell)
 _PI_H, _PI_C, _VF_H, _VF_C = range(4)
@@ -197,4 +198,4 @@ class RecurrentOnPolicyAdapter(OnPolicyAdapter):
         after = th.cat([th.stack([pi_h, pi_c]), states[_VF_H:]])
         for i, message in enumerate(messages):  # every request of a greedy batch acts
             self._memory[message.actor] = after[:, :, i:i + 1].clone()
-        return distribution.get_actions(deterministic=True).numpy()
+        return modes(distribution, draws(messages))
