@@ -100,7 +100,7 @@ def run_env(client: Client, env_id: str, seed: int | None = None, episodes: int 
                 total += float(reward)
                 done = terminated or truncated
                 action = client.step(obs, float(reward), done, truncated=truncated and not terminated,
-                                     action_mask=None if done else env_action_mask(env))
+                                     action_mask=None if terminated else env_action_mask(env))  # a time limit's too
             returns.append(total)
         except ShepherdError as error:
             if error.status != 401:

@@ -87,7 +87,7 @@ def _aec_turn(env: Any, agent: str, totals: dict[str, float]) -> tuple[dict[str,
     step: dict[str, Any] = {"obs": {agent: observation}, "reward": {agent: float(reward)}}
     if ended:
         step.update(terminated={agent: bool(terminated)}, truncated={agent: bool(truncated)})
-    elif mask is not None:
+    if mask is not None and not terminated:  # a truncated end's too: a value-based learner bootstraps over it
         step["action_mask"] = {agent: mask}
     return step, ended
 
@@ -167,7 +167,7 @@ class _ParallelCopy:
                 "terminated": {agent: flags[0] for agent, flags in self.ends.items()},
                 "truncated": {agent: flags[1] for agent, flags in self.ends.items()},
                 "action_mask": {agent: mask for agent, (_, mask) in parts.items()
-                                if mask is not None and agent not in self.ends}}
+                                if mask is not None and not self.ends.get(agent, (False, False))[0]}}
 
     def act(self, actions: dict[str, Any]) -> None:
         self.observations, step_rewards, terminations, truncations, _ = self.env.step(actions)

@@ -167,7 +167,8 @@ class RolesLevel(Level):
         for name, reward in step.reward.items():
             self.roles[name].held += reward
         for name in ending:
-            self._end(self.roles[name], step.obs[name], bool(step.truncated.get(name)) and not step.terminated.get(name))
+            self._end(self.roles[name], step.obs[name], bool(step.truncated.get(name)) and not step.terminated.get(name),
+                      step.masks.get(name))
         for name in acting:
             role = self.roles[name]
             asks.append((role, self._act(role, step.obs[name], step.masks.get(name))))
@@ -233,8 +234,9 @@ class RolesLevel(Level):
                 return name
         return None
 
-    def _end(self, role: Role, obs: Any, truncated: bool) -> None:
-        """The role's last observation: its episode ends (a learning role's last transition, with its held rewards)."""
+    def _end(self, role: Role, obs: Any, truncated: bool, mask: Any = None) -> None:
+        """The role's last observation: its episode ends (a learning role's last transition, with its held rewards;
+        the observation's ``mask``, if sent, for a time limit's bootstrap)."""
         reward, role.held = role.held, 0.0
         self.ended.add(role.name)
         if role.begun:
@@ -251,7 +253,7 @@ class RolesLevel(Level):
         role.begun = False
         episode = role.lifecycle.count(0, reward)
         role.host.learner.submit([Request(Kind.END, role.actor, obs, reward, truncated, MODES[episode.phase],
-                                          group=self.group)])
+                                          group=self.group, mask=mask)])
         role.lifecycle.end(0)
 
     def _act(self, role: Role, obs: Any, mask: Any) -> Callable[[], ActionFuture]:

@@ -83,7 +83,8 @@ class LevelManager(Level):
         episode = episodes.count(0, step.reward)
         trial = episode.trial
         if step.done:
-            request = Request(Kind.END, actor, step.obs, step.reward, step.truncated, MODES[episode.phase])
+            request = Request(Kind.END, actor, step.obs, step.reward, step.truncated, MODES[episode.phase],
+                              mask=step.mask)  # a time limit's: DQN's target bootstraps over its allowed actions
             if trial is not None:
                 trial.end(request)
             else:

@@ -154,3 +154,24 @@ async def test_an_agent_whose_algorithm_takes_no_masks_refuses_the_field_naming_
                        "this agent's algorithm takes no 'action_mask'; algorithms that do: DQN, QRDQN, MaskablePPO")
     assert runtime.tracker.steps == steps
     assert (await step(client, key, [0.1, 0.0, 0.0], 1.0)).status == 200  # the session goes on
+
+
+@pytest.mark.parametrize("ending", ["truncated", "terminated"])
+async def test_a_time_limits_mask_reaches_the_dqn_target_of_the_last_transition(aiohttp_client, tmp_path, ending):
+    """A step that ends an episode at a time limit may carry its observation's mask: DQN's target bootstraps over
+    those actions only (the transition's next mask in the replay buffer); a terminal end is not bootstrapped, and
+    its mask changes nothing."""
+    client = await make_client(aiohttp_client, tmp_path, graph_manager("DQN"))
+    runtime = client.server.app[GRAPH].runtime()
+    key = await login(client)
+    final = [False, True, False, True]
+    for t in range(4):
+        ends = t == 3
+        response = await step(client, key, [0.1 * t, 0.0, 0.0], 1.0, action_mask=final if ends else [True] * 4,
+                              **({ending: True} if ends else {}))
+        assert response.status == 200, await response.text()
+    # the end is told, not asked: the next episode's first step, answered after it, waits for it to be stored
+    assert (await step(client, key, [0.0, 0.0, 0.0], 0.0)).status == 200
+    buffer = runtime.learner.model.replay_buffer
+    assert buffer.pos == 3 and bool(buffer.dones[2, 0]) and bool(buffer.timeouts[2, 0]) == (ending == "truncated")
+    assert buffer.next_masks[2, 0].tolist() == final and buffer.next_masks[:2, 0].all()

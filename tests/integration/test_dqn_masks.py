@@ -127,3 +127,40 @@ def test_a_checkpoints_replay_buffer_keeps_its_masks_and_one_of_before_masks_is_
         assert adapter.model.q_net_target.buffer is taken
     finally:
         learner.close()
+
+
+async def test_a_roles_time_limit_brings_its_mask_to_the_dqn_target(tmp_path):
+    """In an environment with roles, a role's end at a time limit may carry its observation's mask (sent with it,
+    as with any observation): it is the last transition's next mask."""
+    from shepherd.environments import EnvironmentSpec
+    from shepherd.graph import AgentSpec, GraphManager, Schedule
+    from shepherd.graph.local import serving_here
+    from shepherd.storage import Store
+
+    graph = GraphManager(owner="tests", agents=[AgentSpec("q", "DQN", [[3], -1, 1], 4, {"seed": 0})],
+                         schedule=Schedule(steps_between_evaluation_periods=10 ** 6, evaluation_episodes=1),
+                         environments=(EnvironmentSpec("duel", {"p0": "q", "p1": f"{__name__}:first_allowed"},
+                                                       "alternate"),))
+    store = Store(tmp_path / "data")
+    keys = graph.create_graph(store, serving_here())
+    final = [False, True, False, True]
+    try:
+        session = graph.login(keys["environment duel"])
+        obs, allowed = [0.0, 0.0, 0.0], [True] * 4
+        for body in ({"obs": {"p0": obs}, "action_mask": {"p0": allowed}}, {"obs": {"p1": obs}},
+                     {"obs": {"p0": obs}, "reward": {"p0": 1.0}, "action_mask": {"p0": allowed}},
+                     {"obs": {"p0": obs, "p1": obs}, "truncated": {"p0": True, "p1": True},
+                      "action_mask": {"p0": final}},
+                     {"obs": {"p0": obs}, "action_mask": {"p0": allowed}}):  # the next episode: after the end
+            await graph.step(session, session.parse_step(body))
+        buffer = graph.runtime("q").learner.model.replay_buffer
+        assert buffer.pos == 2 and bool(buffer.timeouts[1, 0])
+        assert buffer.next_masks[1, 0].tolist() == final and buffer.next_masks[0, 0].all()
+    finally:
+        graph.end_sessions()
+        graph.close()
+        store.close()
+
+
+def first_allowed(obs, mask):
+    return 0
