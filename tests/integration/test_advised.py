@@ -204,7 +204,7 @@ async def test_advised_learner_acts_with_the_advisors_policy(tmp_path):
         pupil.checkpoint().result(30)
         algorithm = pupil.learner.algorithm
         buffer = algorithm.buffer
-        rows = int(algorithm._position[0])
+        rows = int(algorithm.segments.position[0])
         assert rows > 0 and np.any(buffer.advice[:rows, 0] != 0)
         assert np.all(buffer.actions[:rows, 0, 0] == 1)
         assert np.all(buffer.advice[:rows, 0, 1] - buffer.advice[:rows, 0, 0] > 50)  # 5 * (log p1 - log p0)

@@ -270,7 +270,7 @@ def test_the_server_log_probs_of_uploaded_samples_are_sb3_evaluate_actions(env_i
         expected = experience.reward[:, 0].astype(np.float32)  # a terminated end (t 1) is not bootstrapped,
         expected[2] += np.float32(learner.model.gamma) * float(final)  # a time limit (t 2) is
         assert np.allclose(buffer.rewards[:, 0], expected, rtol=1e-6, atol=1e-6)
-        assert learner.algorithm._last_values[0] == pytest.approx(float(last), rel=1e-6, abs=1e-6)  # the segment is full
+        assert learner.algorithm.segments.last_values[0] == pytest.approx(float(last), rel=1e-6, abs=1e-6)  # the segment is full
         assert list(buffer.episode_starts[:, 0]) == [1, 0, 1, 1, 0, 0, 0, 0]
     finally:
         learner.close()
@@ -287,11 +287,11 @@ def test_an_upload_of_more_envs_than_free_segments_is_written_column_by_column()
         assert reply.steps == 11  # 32 free rows for 3 envs, rounded up: one row is not learned
         experience = random_experience(np.random.default_rng(6), 11, 3, 0)  # ends: terminated [1][0], cut [2][2]
         future = learner.learn_experience(1, experience)
-        while list(algorithm._position) == [0, 0, 0]:
+        while list(algorithm.segments.position) == [0, 0, 0]:
             time.sleep(0.01)
         time.sleep(0.1)
         assert not future.done(), "no row is free for its next upload until the update"
-        assert list(algorithm._position) == [0, 16, 16] and algorithm.unlearned_steps == 1 and learner.steps == 32
+        assert list(algorithm.segments.position) == [0, 16, 16] and algorithm.unlearned_steps == 1 and learner.steps == 32
         values = buffer.values
         gamma = np.float32(learner.model.gamma)
         # env 0: rows 0-10 of segment 1, cut at row 10 (bootstrapped with the value of obs[11][0])
@@ -303,7 +303,7 @@ def test_an_upload_of_more_envs_than_free_segments_is_written_column_by_column()
         # env 1: rows 0-4 end segment 1 (its last value: obs[5][1]'s), rows 5-10 start segment 2
         assert np.allclose(buffer.observations[11:, 1], experience.obs[:5, 1])
         assert buffer.episode_starts[11, 1] == 1 and buffer.episode_starts[0, 2] == 1
-        assert algorithm._last_values[1] == pytest.approx(float(values[0, 2]), rel=1e-5)
+        assert algorithm.segments.last_values[1] == pytest.approx(float(values[0, 2]), rel=1e-5)
         assert np.allclose(buffer.observations[:6, 2], experience.obs[5:11, 1])
         # env 2: rows 0-9 fill segment 2 (a time limit at row 2 bootstrapped from its final_obs), row 10 is left out
         assert np.allclose(buffer.observations[6:, 2], experience.obs[:10, 2])
@@ -323,7 +323,7 @@ def test_a_session_that_vanishes_frees_its_reserved_segments():
         assert not waiting.done(), "a server-acting actor waits while an upload holds every segment"
         learner.end_actor(1)  # the session expired
         waiting.result(30)
-        assert learner.algorithm._owner == [2, None]
+        assert learner.algorithm.segments.owner == [2, None]
     finally:
         learner.close()
 
@@ -425,11 +425,11 @@ def test_a_stale_policy_version_is_refused_with_nothing_recorded():
         algorithm = learner.algorithm
         assert learner.begin_uploads(1, 2).result(30).steps == 4
         rng = np.random.default_rng(2)
-        before = (algorithm.filtering.state(), algorithm._position.copy(), learner.steps)
+        before = (algorithm.filtering.state(), algorithm.segments.position.copy(), learner.steps)
         with pytest.raises(StalePolicy) as refused:
             learner.learn_experience(1, random_experience(rng, 4, 2, version=1)).result(30)
         assert refused.value.policy_version == 0
-        assert algorithm.filtering.state() == before[0] and np.array_equal(algorithm._position, before[1])
+        assert algorithm.filtering.state() == before[0] and np.array_equal(algorithm.segments.position, before[1])
         assert learner.steps == before[2] == 0
         reply = learner.learn_experience(1, random_experience(rng, 4, 2, version=0)).result(30)
         assert (reply.policy_version, reply.steps, reply.accepted, learner.steps) == (1, 4, 8, 8)  # it trained
@@ -531,7 +531,7 @@ def test_a_rollout_mixing_a_server_acting_actor_and_an_upload_trains():
                 action = learner.step(2, float(reward), obs, ActMode.EXPLORE).result(30)
         time.sleep(0.2)
         assert not reply.done(), "no row is free for the next upload until the update"
-        assert algorithm.version == 0 and list(algorithm._position) == [16, 15]
+        assert algorithm.version == 0 and list(algorithm.segments.position) == [16, 15]
         obs, reward, terminated, truncated, _ = env.step(int(action))
         learner.step(2, float(reward), obs, ActMode.EXPLORE).result(30)
         result = reply.result(30)

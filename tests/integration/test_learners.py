@@ -556,8 +556,9 @@ def test_a_checkpoint_holds_the_rollout_as_every_sessions_logout_would_leave_it(
     learner.end_actor(2)
     learner.checkpoint(tmp_path / "later.zip", {}).result(10)  # queued behind the logouts: they are handled
     old, new = learner.algorithm, fresh.algorithm
-    assert new._position == old._position == [5, 3] and new._rows_left == old._rows_left == 32 - 8
-    assert new._owner == old._owner == [None, None]
+    assert new.segments.position == old.segments.position == [5, 3]
+    assert new.segments.rows_left == old.segments.rows_left == 32 - 8
+    assert new.segments.owner == old.segments.owner == [None, None]
     for name in ("observations", "actions", "rewards", "values", "log_probs", "episode_starts"):
         assert np.array_equal(getattr(new.buffer, name), getattr(old.buffer, name)), name
     assert new.buffer.rewards[4, 0] != 1.0  # the row before the dropped one is bootstrapped with its value
@@ -584,5 +585,5 @@ def test_a_saved_rollout_that_no_longer_fits_the_buffer_is_dropped_with_a_warnin
     learner.checkpoint(tmp_path / "model.zip", {}).result(10)
     other = build_learner("PPO", "copy", OBS, ACT, {"seed": 0, "n_envs": 2, "n_steps": 8, "batch_size": 8}, None)
     other.restore(tmp_path / "model.zip")  # n_steps changed: the same network, another rollout
-    assert other.algorithm._position == [0, 0] and other.steps == 4
+    assert other.algorithm.segments.position == [0, 0] and other.steps == 4
     assert "does not fit its buffer now" in caplog.text and "its 4 steps are not learned from" in caplog.text

@@ -36,6 +36,7 @@ from shepherd.agents.core import ActMode, Kind, Outcome, Request, Upload
 from shepherd.agents.sb3 import resume
 from shepherd.agents.sb3.base import SB3Algorithm, stack_observations
 from shepherd.agents.sb3.greedy import draws, greedy_actions, modes
+from shepherd.agents.sb3.segments import Segments
 from shepherd.agents.sb3.uploads import OnPolicyUploads
 from shepherd.wire.experience import Experience
 
@@ -86,13 +87,7 @@ class OnPolicyAdapter(SB3Algorithm):
     def _reset_rollout(self) -> None:
         """An empty rollout: a segment per buffer column (a split adds one: a column's tail, ``_split``)."""
         self.buffer.reset()
-        self._position: list[int] = [0] * self.n_segments  # a segment's next row
-        self._end: list[int] = [self.n_steps] * self.n_segments  # ... and the row after its last
-        self._column: list[int] = list(range(self.n_segments))  # ... of this buffer column
-        self._rows_left = self.n_segments * self.n_steps  # rows without a reward yet: 0 is a full rollout
-        self._owner: list[int | None] = [None] * self.n_segments
-        self._last_values = np.zeros(self.n_segments, dtype=np.float32)
-        self._last_dones = np.zeros(self.n_segments, dtype=np.float32)
+        self.segments = Segments.empty(self.n_segments, self.n_steps)
 
     # -- the batched forward pass ------------------------------------------------------------------
     # The four hooks an adapter subclass overrides when its algorithm needs more than observations (masks,
@@ -251,12 +246,13 @@ class OnPolicyAdapter(SB3Algorithm):
         envs together, so a wait would stall the segments it holds, and with them the rollout. That happens when
         nothing was left to split (``_split``): at the step that fills a rollout, or to the envs of a session
         with more envs than the agent has segments (``n_envs``)."""
+        segments = self.segments
         return bool(group) and any(
-            owner is not None and position < end and getattr(self._actors.get(owner), "group", 0) == group
-            for owner, position, end in zip(self._owner, self._position, self._end))
+            owner is not None and segments.rows(s) > 0 and getattr(self._actors.get(owner), "group", 0) == group
+            for s, owner in enumerate(segments.owner))
 
     def _free_segment(self) -> bool:
-        return any(o is None and p < e for o, p, e in zip(self._owner, self._position, self._end))
+        return bool(self.segments.free())
 
     def _act(self, actor: _Actor, message: Request, sampled, greedy, value: float, log_prob: float) -> None:
         """Reply with the greedy action, or write the sampled one down the actor's segment and reply with it."""
@@ -275,9 +271,8 @@ class OnPolicyAdapter(SB3Algorithm):
                 self.unlearned_steps += 1
             self.answer(message, sampled)
             return
-        row = self._position[segment]
-        self._write_row(row, self._column[segment], message, sampled, value, log_prob,
-                        start=actor.new_episode or actor.fresh_segment)
+        row, column = self.segments.at(segment)
+        self._write_row(row, column, message, sampled, value, log_prob, start=actor.new_episode or actor.fresh_segment)
         actor.pending, actor.new_episode, actor.fresh_segment = True, False, False
         self.answer(message, sampled)
 
@@ -299,35 +294,33 @@ class OnPolicyAdapter(SB3Algorithm):
     def _complete(self, actor: _Actor, message: Request, next_value: float) -> None:
         """Store the reward of the pending row; bootstrap a time limit with the next value, and so the last
         row of a segment that a split cut short (the next row starts another actor's stretch)."""
-        segment = actor.segment
+        segment, segments = actor.segment, self.segments
         assert segment is not None  # a pending row lies in the actor's segment
-        row, column = self._position[segment], self._column[segment]
+        row, column = segments.at(segment)
         reward = message.reward
         done = message.kind is Kind.END
         if done and message.truncated:
             reward += self.model.gamma * next_value
-        elif row + 1 == self._end[segment] < self.n_steps and not done:
+        elif segments.cut_short(segment, row) and not done:
             reward += self.model.gamma * next_value
         self.buffer.rewards[row, column] = reward
-        self._position[segment] = row + 1
-        self._rows_left -= 1
         self.model.num_timesteps += 1
         actor.pending = False
-        if row + 1 == self._end[segment]:
-            if row + 1 == self.n_steps:
-                self._last_values[column] = next_value
-                self._last_dones[column] = float(done)
-            self._owner[segment] = None
+        if segments.filled(segment):
+            if segments.ends_column(segment):
+                segments.last_values[column] = next_value
+                segments.last_dones[column] = float(done)
+            segments.release(segment)
             actor.segment = None
 
     def _claim(self, actor_id: int, actor: _Actor) -> int | None:
-        free = [s for s, (o, p, e) in enumerate(zip(self._owner, self._position, self._end)) if o is None and p < e]
+        free = self.segments.free()
         if not free:
             return self._split(actor_id, actor) if 0 < actor.group and self._fits(actor.group) else None
         segment = self._choose_segment(actor, free)
-        self._owner[segment] = actor_id
+        self.segments.take(segment, actor_id)
         actor.segment = segment
-        actor.fresh_segment = self._position[segment] > 0
+        actor.fresh_segment = self.segments.position[segment] > 0
         return segment
 
     def _choose_segment(self, actor: _Actor, free: list[int]) -> int:
@@ -342,19 +335,13 @@ class OnPolicyAdapter(SB3Algorithm):
         in its segment (the one with the most, if two or more), instead of acting unlearned. The group-mate
         stops at the split, bootstrapped there (``_complete``), and the new segment starts fresh. Rollouts
         desynchronised by envs that left for an unlearned episode (an evaluation) then still end together."""
-        mates = [s for s, owner in enumerate(self._owner) if owner is not None and owner != actor_id
+        segments = self.segments
+        mates = [s for s, owner in enumerate(segments.owner) if owner is not None and owner != actor_id
                  and getattr(self._actors.get(owner), "group", 0) == actor.group
-                 and self._actors[owner].segment == s and self._end[s] - self._position[s] >= 2]
+                 and self._actors[owner].segment == s and segments.rows(s) >= 2]
         if not mates:
             return None
-        split = max(mates, key=lambda s: self._end[s] - self._position[s])
-        middle = self._position[split] + (self._end[split] - self._position[split] + 1) // 2
-        segment = len(self._owner)
-        self._owner.append(actor_id)
-        self._position.append(middle)
-        self._end.append(self._end[split])
-        self._column.append(self._column[split])
-        self._end[split] = middle
+        segment = segments.split(max(mates, key=segments.rows), actor_id)
         actor.segment, actor.fresh_segment = segment, True
         return segment
 
@@ -364,10 +351,10 @@ class OnPolicyAdapter(SB3Algorithm):
         segment = actor.segment
         if segment is None:
             return
-        row, column = self._position[segment], self._column[segment]
+        row, column = self.segments.at(segment)
         if actor.pending and bootstrap and row > 0 and not actor.fresh_segment:
             self.buffer.rewards[row - 1, column] += self.model.gamma * self.buffer.values[row, column]
-        self._owner[segment] = None
+        self.segments.release(segment)
         actor.segment, actor.pending, actor.fresh_segment = None, False, False
 
     def _drop(self, actor_id: int) -> None:
@@ -380,7 +367,7 @@ class OnPolicyAdapter(SB3Algorithm):
             self.refuse(message, Outcome.DROPPED)
 
     def _rollout_full(self) -> bool:
-        return self._rows_left == 0
+        return self.segments.full
 
     def _train(self) -> str | None:
         """Update from the full rollout and start the next; None, or why the update was refused. Every update
@@ -391,7 +378,7 @@ class OnPolicyAdapter(SB3Algorithm):
         buffer.pos, buffer.full = self.n_steps, True
 
         def update() -> None:  # the returns too: a reward of 1e38 overflows them already
-            buffer.compute_returns_and_advantage(th.as_tensor(self._last_values), self._last_dones)
+            buffer.compute_returns_and_advantage(th.as_tensor(self.segments.last_values), self.segments.last_dones)
             self.model.train()
 
         self._progress_remaining()

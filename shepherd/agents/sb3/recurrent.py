@@ -104,8 +104,8 @@ class RecurrentOnPolicyAdapter(OnPolicyAdapter):
         """Mid-episode, an untouched segment if any (a segment someone else started would reset the actor's
         memory, the fresh-segment rule); at an episode's start, a started one first (it starts anyway),
         leaving the untouched ones to actors in mid-episode."""
-        untouched = [s for s in free if self._position[s] == 0]
-        started = [s for s in free if self._position[s] > 0]
+        untouched = [s for s in free if self.segments.position[s] == 0]
+        started = [s for s in free if self.segments.position[s] > 0]
         return (started + untouched if actor.new_episode else untouched + started)[0]
 
     def _states_in(self, messages: list[Request]) -> tuple[th.Tensor, th.Tensor]:

@@ -35,6 +35,7 @@ import torch as th
 from gymnasium import spaces
 
 from shepherd.agents import checkpoint
+from shepherd.agents.sb3.segments import Segments
 from shepherd.storage.files import atomic_write
 
 if TYPE_CHECKING:
@@ -73,7 +74,8 @@ def set_generators(model: BaseAlgorithm, state: dict[str, Any]) -> None:
 # -- an on-policy rollout filled in part ----------------------------------------------------------------
 def rollout_state(adapter: OnPolicyAdapter) -> dict[str, Any] | None:
     """The rollout collected so far as a restart finds it (every session gone); None if it is empty."""
-    if adapter._rows_left == adapter.n_segments * adapter.n_steps:
+    segments = adapter.segments
+    if segments.untouched:
         return None
     buffer = adapter.buffer
     # the rows' arrays, (n_steps, n_envs, ...) or (n_steps, layers, n_envs, hidden): a subclass's too (masks, LSTM
@@ -85,12 +87,10 @@ def rollout_state(adapter: OnPolicyAdapter) -> dict[str, Any] | None:
     rewards = arrays["rewards"] = buffer.rewards.copy()
     for actor in adapter._actors.values():  # each session leaves as at its logout
         segment = actor.segment
-        if segment is not None and actor.pending and not actor.fresh_segment and adapter._position[segment] > 0:
-            row, column = adapter._position[segment], adapter._column[segment]
+        if segment is not None and actor.pending and not actor.fresh_segment and segments.position[segment] > 0:
+            row, column = segments.at(segment)
             rewards[row - 1, column] += adapter.model.gamma * buffer.values[row, column]
-    return {"arrays": arrays, "position": list(adapter._position), "end": list(adapter._end),
-            "column": list(adapter._column), "rows_left": adapter._rows_left,
-            "last_values": adapter._last_values.copy(), "last_dones": adapter._last_dones.copy()}
+    return {"arrays": arrays, **segments.state()}
 
 
 def load_rollout(adapter: OnPolicyAdapter, state: dict[str, Any] | None) -> None:
@@ -112,11 +112,7 @@ def load_rollout(adapter: OnPolicyAdapter, state: dict[str, Any] | None) -> None
                 buffer.observations[key][...] = part
         else:
             getattr(buffer, name)[...] = value
-    adapter._position, adapter._end = list(state["position"]), list(state["end"])
-    adapter._column, adapter._rows_left = list(state["column"]), int(state["rows_left"])
-    adapter._owner = [None] * len(adapter._position)
-    adapter._last_values[...] = state["last_values"]
-    adapter._last_dones[...] = state["last_dones"]
+    adapter.segments = Segments.load(adapter.n_segments, adapter.n_steps, state)
 
 
 def _shapes(value: Any) -> Any:

@@ -184,21 +184,20 @@ class OnPolicyUploads:
         adapter = self.adapter
         reservation = self.reservations.pop(uploader, None)
         for segment in reservation.segments if reservation is not None else ():
-            if adapter._owner[segment] == uploader:
-                adapter._owner[segment] = None
+            adapter.segments.release(segment, uploader)
 
     def _reserve(self, uploader: int, n_envs: int) -> int | None:
         """Reserve up to ``n_envs`` free segments (in order); the steps to ask for, or None if none is free."""
         adapter = self.adapter
         self._release(uploader)
-        free = [s for s, (o, p, e) in enumerate(zip(adapter._owner, adapter._position, adapter._end))
-                if o is None and p < e]  # a segment may be part of a column (a vector session split it)
+        segments = adapter.segments
+        free = segments.free()  # a segment may be part of a column (a vector session split it)
         if not free:
             return None
         chosen = tuple(free[:n_envs])
-        capacity = sum(adapter._end[s] - adapter._position[s] for s in chosen)
+        capacity = sum(segments.rows(s) for s in chosen)
         for segment in chosen:
-            adapter._owner[segment] = uploader
+            segments.take(segment, uploader)
         steps = -(-capacity // n_envs)
         self.reservations[uploader] = _Reservation(chosen, steps, n_envs, time.monotonic(),
                                                    first=uploader not in self.uploaded)
@@ -217,36 +216,34 @@ class OnPolicyUploads:
         for (t, i, _), value in zip(experience.finals(), final_values):
             if experience.time_limits[t, i]:  # collect_rollouts' time-limit bootstrap
                 rewards[t, i] += gamma * value
-        queue = [[segment, int(adapter._position[segment])] for segment in reservation.segments]
+        segments = adapter.segments
         k, steps = 0, experience.steps
         for i in range(experience.n_envs):
             t = 0
-            while t < steps and k < len(queue):
-                segment, row = queue[k]
-                column = adapter._column[segment]
-                length = min(steps - t, adapter._end[segment] - row)
+            while t < steps and k < len(reservation.segments):
+                segment = reservation.segments[k]
+                row, column = segments.at(segment)
+                length = min(steps - t, segments.rows(segment))
                 self._piece(segment, row, i, t, t + length, seen, values, log_probs, rewards, experience, advice)
                 t, row = t + length, row + length
-                queue[k][1] = row
-                if row == adapter._end[segment]:  # the segment is full
-                    adapter._owner[segment] = None
+                if segments.filled(segment, length):
+                    segments.release(segment)
                     k += 1
-                    if row == adapter.n_steps:  # at its column's end: its last value bootstraps GAE
-                        adapter._last_values[column] = values[t, i]
-                        adapter._last_dones[column] = float(experience.ended[t - 1, i])
+                    if segments.ends_column(segment):  # at its column's end: its last value bootstraps GAE
+                        segments.last_values[column] = values[t, i]
+                        segments.last_dones[column] = float(experience.ended[t - 1, i])
                         continue
                 if not experience.ended[t - 1, i]:  # cut mid-column: bootstrapped, as at a time limit
                     adapter.buffer.rewards[row - 1, column] += gamma * values[t, i]
             adapter.unlearned_steps += steps - t
         for segment in reservation.segments:
-            if adapter._owner[segment] == uploader:
-                adapter._owner[segment] = None
+            segments.release(segment, uploader)
 
     def _piece(self, segment: int, row: int, i: int, start: int, stop: int, seen: Any, values: np.ndarray,
                log_probs: np.ndarray, rewards: np.ndarray, experience: Experience, advice: np.ndarray | None) -> None:
         """Rows ``start:stop`` of env ``i``'s column written down ``segment`` from ``row``."""
         adapter = self.adapter
-        buffer, end, column = adapter.buffer, row + stop - start, adapter._column[segment]
+        buffer, end, column = adapter.buffer, row + stop - start, adapter.segments.column[segment]
         if isinstance(buffer.observations, dict):
             for key, part in buffer.observations.items():
                 part[row:end, column] = seen[key][start:stop, i].reshape(part[row:end, column].shape)
@@ -264,8 +261,6 @@ class OnPolicyUploads:
         rows = getattr(buffer, "advice", None)  # an advised client's rollout (`AdvisedRolloutBuffer`)
         if rows is not None:
             rows[row:end, column] = 0.0 if advice is None else advice[start:stop, i]
-        adapter._position[segment] = end
-        adapter._rows_left -= end - row
         adapter.model.num_timesteps += end - row
 
     @th.no_grad()
