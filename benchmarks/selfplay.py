@@ -123,8 +123,8 @@ def game_preset(game: Game, seed: int, sessions: int, opponent_actions: str | No
     without ``self_play``, the agent in both roles learning from both; ``copies``: of the env per session)."""
     envs = sessions * copies * (len(game.roles) if shared else 1)  # the learned envs
     parameters = {**game.parameters, "n_envs": envs, "seed": seed}
-    if algorithm == "DQN":
-        parameters = {**DQN, "gradient_steps": max(1, envs // 2), "n_envs": envs, "seed": seed}
+    if algorithm == "DQN":  # (main made DQN's parameters the game's, with --set's on them)
+        parameters = {"gradient_steps": max(1, envs // 2), **game.parameters, "n_envs": envs, "seed": seed}
     self_play = {**game.self_play, **({"opponent_actions": opponent_actions} if opponent_actions else {})}
     first, second = game.roles
     lines = ["owner: bench", "agents:",
@@ -352,7 +352,7 @@ def rank_correlation(pairs: list[tuple[float, float]]) -> float:
 def report_board(args: argparse.Namespace, game: Game, results: dict[int, dict[str, Any]]) -> None:
     labels = list(game.opponents)
     print(f"\n{args.game}: {args.algorithm} self-play from scratch, budget {args.steps} learned steps per seed, "
-          f"parameters {json.dumps(game.parameters if args.algorithm != 'DQN' else DQN)}, self_play {json.dumps(game.self_play)}, "
+          f"parameters {json.dumps(game.parameters)}, self_play {json.dumps(game.self_play)}, "
           f"opponents' actions {args.opponent_actions or 'sample (the default)'}, "
           f"{args.sessions} sessions, final evaluation {args.games} greedy games per opponent (half on each side)")
     header = "seed  learned  learn s  episodes  " + "  ".join(f"{'vs ' + l + ' won':>16} {'not lost':>8}" for l in labels)
@@ -474,10 +474,13 @@ def main() -> None:
                         help="no self-play: train against one of the game's scripted players (random, lookahead, "
                              "minimax), half the sessions on each side")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                        help="a hyperparameter instead of the game's (VALUE as JSON; net_arch: the policy's), or a "
+                        help="a hyperparameter instead of the game's or --algorithm DQN's (VALUE as JSON; net_arch: "
+                             "the policy's; DQN's gradient_steps: one per two transitions unless set), or a "
                              "self_play setting (snapshot_every, window, against_latest, swap_every, opponents); "
                              "repeatable")
     args = parser.parse_args()
+    if args.game in GAMES and args.algorithm == "DQN":
+        GAMES[args.game] = replace(GAMES[args.game], parameters=copy.deepcopy(DQN))
     if args.game in GAMES and args.set:
         GAMES[args.game] = overridden(GAMES[args.game], args.set)
     if args.quick:
