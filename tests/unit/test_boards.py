@@ -92,3 +92,18 @@ def test_players_keep_to_the_legal_moves_with_or_without_a_mask():
     assert all(boards.uniform(None, [0, 0, 1, 0, 1]) in (2, 4) for _ in range(20))
     assert boards.connects_four(connect_four({c: [0] for c in range(1, 5)})[:, :, 0])
     assert not boards.connects_four(connect_four({c: [0] for c in (0, 1, 2, 4)})[:, :, 0])
+
+
+
+def test_the_tactics_count_tells_wins_taken_and_blocks_made_from_those_missed():
+    """benchmarks/board_tactics.py's tally of a mover's action: a win in one move first, else a block."""
+    from benchmarks import board_tactics
+
+    tally = dict.fromkeys(("wins available", "wins taken", "blocks needed", "blocks made"), 0)
+    mask = [1] * boards.COLUMNS
+    win_or_block = connect_four({0: [0], 1: [0], 2: [0], 6: [1, 1, 1]})  # the mover wins at 3 (the other at 6)
+    threat = connect_four({2: [1], 3: [1], 4: [1], 0: [0], 6: [0]})  # the other wins at 1 or 5
+    for board, action in ((win_or_block, 3), (win_or_block, 6), (threat, 5), (threat, 3),
+                          (connect_four({0: [0]}), 2)):  # nothing to take or block: not counted
+        board_tactics.count(tally, np.asarray(board, dtype=np.int8), np.asarray(mask), action)
+    assert tally == {"wins available": 2, "wins taken": 1, "blocks needed": 2, "blocks made": 1}
