@@ -38,6 +38,7 @@ tests/unit/test_boards.py. Needs ``pip install -e .[multiagent]`` (pettingzoo, p
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import importlib
 import json
@@ -478,6 +479,9 @@ def main() -> None:
                              "the policy's; DQN's gradient_steps: one per two transitions unless set), or a "
                              "self_play setting (snapshot_every, window, against_latest, swap_every, opponents); "
                              "repeatable")
+    parser.add_argument("--keep", default=None, metavar="FOLDER",
+                        help="keep each seed's preset and server data folder (FOLDER/data_SEED: the agent's checkpoint "
+                             "in agents/1/model.zip, for benchmarks/board_tactics.py) instead of a temporary folder")
     args = parser.parse_args()
     if args.game in GAMES and args.algorithm == "DQN":
         GAMES[args.game] = replace(GAMES[args.game], parameters=copy.deepcopy(DQN))
@@ -488,7 +492,11 @@ def main() -> None:
     if args.steps is None:
         args.steps = GAMES[args.game].budget if args.game in GAMES else 50_000
     results: dict[int, dict[str, Any]] = {}
-    with tempfile.TemporaryDirectory() as folder:
+    with contextlib.ExitStack() as stack:
+        folder = args.keep or stack.enter_context(tempfile.TemporaryDirectory())
+        if args.keep and Path(args.keep).exists() and any(Path(args.keep).iterdir()):
+            parser.error(f"--keep {args.keep}: not empty (each run learns from scratch in a folder of its own)")
+        Path(folder).mkdir(parents=True, exist_ok=True)
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             if args.game == "mpe":
                 results[seed] = play_mpe(args, seed, Path(folder))
