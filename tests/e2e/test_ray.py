@@ -190,7 +190,10 @@ def serve_and_lose_the_learner(tmp_path, lose, actor_options=None, after=None, n
         resumed_at = learner.steps
         if after is not None:
             after(learner)
-        time.sleep(3)  # the clients go on with the new actor
+        deadline = time.monotonic() + 60  # the clients go on with the new actor (slower on a loaded machine)
+        while learner.steps <= resumed_at and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1)
         stop.set()
         for thread in clients:
             thread.join(150)
