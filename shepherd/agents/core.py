@@ -138,6 +138,12 @@ class Request:
     raw_reward: float | None = None
     draw: int | None = None
 
+    @property
+    def wants_mode(self) -> bool:
+        """A greedy act that takes the policy's mode (no ``draw``): what a greedy snapshot may answer instead of
+        the learner (`shepherd.agents.futures`)."""
+        return self.mode is ActMode.GREEDY and self.draw is None
+
 
 class Outcome(enum.Enum):
     """How a request was answered."""

@@ -14,7 +14,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFailed, Answer, Kind, LearnerUnavailable,
+from shepherd.agents.core import (ActionFuture, AgentClosed, AgentFailed, Answer, Kind, LearnerUnavailable,
                                   Outcome, Request)
 from shepherd.agents.greedy_policy import GreedyPolicy
 from shepherd.agents.onnx_greedy import OnnxGreedy
@@ -100,7 +100,7 @@ def answer_greedy_acts(greedy: GreedyPolicy | OnnxGreedy, requests: list[Request
     INLINE_NUMBERS observation numbers, and always for an image agent's greedy file: `OnnxGreedy.always_off_loop`)
     and returns the step's other requests (ends, drops), which the learner must still be sent. None: the learner
     answers them (the snapshot is asked to get ready, so the next greedy steps can be answered at once)."""
-    if not all(r.mode is ActMode.GREEDY for r in acts):
+    if not all(r.wants_mode for r in acts):
         return None
     masks = [r.mask for r in acts] if any(r.mask is not None for r in acts) else None
     observations = [r.obs for r in acts]

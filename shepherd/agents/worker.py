@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import torch as th
 
-from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFailed, Answer, Deliver, EpisodeCalls, Kind,
+from shepherd.agents.core import (ActionFuture, AgentClosed, AgentFailed, Answer, Deliver, EpisodeCalls, Kind,
                                   NotClientActing, Outcome, Request, Upload)
 from shepherd.agents.algorithm import (CONTROLS, WORKER, Algorithm, Control, UpdateInterrupted, install_interrupt_hook,
                                       refuse, take_queued)
@@ -105,8 +105,7 @@ class ThreadedLearner(EpisodeCalls):
 
     def ask(self, request: Request) -> ActionFuture:
         snapshot = self.snapshot
-        if (request.mode is ActMode.GREEDY and request.draw is None and snapshot is not None and self.failure is None
-                and not self._closed):
+        if request.wants_mode and snapshot is not None and self.failure is None and not self._closed:
             answered = answer_greedy_step(snapshot, request)
             if answered is not None:
                 return answered

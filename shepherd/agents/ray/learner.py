@@ -18,7 +18,7 @@ from typing import Any, Callable
 import ray
 
 from shepherd.agents import checkpoint as checkpoint_format
-from shepherd.agents.core import (ActionFuture, ActMode, AgentClosed, AgentFailed, Answer, Deliver, EpisodeCalls, Kind,
+from shepherd.agents.core import (ActionFuture, AgentClosed, AgentFailed, Answer, Deliver, EpisodeCalls, Kind,
                                   LearnerUnavailable, Request)
 from shepherd.agents.greedy_policy import GreedyPolicy
 from shepherd.agents.metrics import MetricsWriter, is_on_policy
@@ -135,8 +135,7 @@ class RayLearner(ActorRevival, RemoteUploads, EpisodeCalls):
         self._thread.start()
 
     def ask(self, request: Request) -> ActionFuture:
-        if (request.mode is ActMode.GREEDY and request.draw is None and self.greedy is not None and self.failure is None
-                and self.available):
+        if request.wants_mode and self.greedy is not None and self.failure is None and self.available:
             answered = answer_greedy_step(self.greedy, request)
             if answered is not None:
                 return answered

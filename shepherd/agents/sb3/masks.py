@@ -20,7 +20,6 @@ import torch as th
 
 from shepherd.agents.core import Request
 from shepherd.agents.sb3.on_policy import OnPolicyAdapter
-from shepherd.agents.sb3.base import stack_observations
 from shepherd.agents.sb3.greedy import draws, modes
 
 
@@ -38,19 +37,22 @@ class MaskableOnPolicyAdapter(OnPolicyAdapter):
         ones = np.ones(self._mask_dims, dtype=bool)
         return np.stack([ones if m.mask is None else m.mask for m in messages])
 
-    def _distribution(self, latent_pi: th.Tensor, acting: list[Request]) -> Any:
-        distribution = super()._distribution(latent_pi, acting)  # a MaskableDistribution
-        masks = self._masks(acting)
+    def _masked(self, distribution: Any, messages: list[Request]) -> Any:
+        """A MaskableDistribution of the requests, masked by their masks."""
+        masks = self._masks(messages)
         if masks is not None:
             distribution.apply_masking(masks)
         return distribution
 
+    def _distribution(self, latent_pi: th.Tensor, acting: list[Request]) -> Any:
+        return self._masked(super()._distribution(latent_pi, acting), acting)
+
     @th.no_grad()
     def _greedy(self, messages: list[Request]) -> np.ndarray:
-        policy: Any = self.model.policy
-        obs_tensor, _ = policy.obs_to_tensor(stack_observations([m.obs for m in messages]))
-        distribution = policy.get_distribution(obs_tensor, action_masks=self._masks(messages))
-        return modes(distribution, draws(messages))
+        return modes(self._policy_distribution(messages), draws(messages))  # never numpy's unmasked fast path
+
+    def _policy_distribution(self, messages: list[Request]) -> Any:
+        return self._masked(super()._policy_distribution(messages), messages)
 
     def _evaluate_uploaded(self, obs: Any, actions: th.Tensor, masks: np.ndarray | None) -> tuple[th.Tensor, th.Tensor]:
         policy: Any = self.model.policy  # a MaskableActorCriticPolicy

@@ -114,11 +114,15 @@ class OnPolicyAdapter(SB3Algorithm):
         request has a ``draw`` seed (`modes`)."""
         seeds = draws(messages)
         if seeds:
-            with th.inference_mode():
-                policy = self.model.policy
-                obs_tensor, _ = policy.obs_to_tensor(stack_observations([m.obs for m in messages]))
-                return modes(policy.get_distribution(obs_tensor), seeds)
+            return modes(self._policy_distribution(messages), seeds)
         return greedy_actions(self.model.policy, [m.obs for m in messages], self._vector_observations)
+
+    @th.inference_mode()
+    def _policy_distribution(self, messages: list[Request]) -> Any:
+        """The policy's own action distribution at the requests' observations (a subclass may mask it)."""
+        policy = self.model.policy
+        obs_tensor, _ = policy.obs_to_tensor(stack_observations([m.obs for m in messages]))
+        return policy.get_distribution(obs_tensor)
 
     @th.inference_mode()
     def _sample(self, latent_pi: th.Tensor, acting: list[Request],
