@@ -104,8 +104,8 @@ class Ratings:
              steps: Mapping[str, int] | None = None) -> bool:
         """Rate one episode of ``environment``: each team's players and score (higher is better). Returns whether
         it rated: an episode where one player is on two teams (the same agent on both sides, without snapshots)
-        says nothing of its strength and is not rated. ``steps``: the agents among the players, by name, and
-        their steps now, for their rating histories."""
+        says nothing of its strength and is not rated. ``steps``: the session's agents, by name, and their steps
+        now: a point of the rating history of each that played."""
         names = list(teams)
         players = [list(dict.fromkeys(teams[name])) for name in names]
         seen = [player for team in players for player in team]
@@ -124,7 +124,7 @@ class Ratings:
                     table[player] = Rating(float(now.mu), float(now.sigma), was.games + 1)
             histories = self._histories.setdefault(environment, {})
             for player, at in (steps or {}).items():
-                if player in table:
+                if player in seen:  # an agent that played this episode (not one whose snapshot did)
                     histories.setdefault(player, History()).add(at, table[player])
         return True
 

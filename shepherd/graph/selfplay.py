@@ -304,7 +304,9 @@ class Ghost:
 def ghost_of(spec: EnvironmentSpec, runtimes: dict[str, AgentRuntime]) -> Ghost | None:
     """The self-play of ``spec`` (None: it has none), one per environment and served agent, shared by its
     sessions: kept by its first role's runtime with its ratings (`Ratings.keep`), and resumed from its
-    checkpoint (a restarted agent starts a new one from the checkpoint it resumes)."""
+    checkpoint (a restarted agent starts a new one from the checkpoint it resumes). A kept one plays with the
+    runtimes of the session that asks: another role's agent may have been restarted since (a new runtime), and
+    the old one's learner is stopped and its steps no longer move."""
     if spec.self_play is None:
         return None
     first = runtimes[next(iter(spec.roles))]
@@ -315,6 +317,7 @@ def ghost_of(spec: EnvironmentSpec, runtimes: dict[str, AgentRuntime]) -> Ghost 
         restored = first.ratings.keep(spec.name, ghost)
         if isinstance(restored, dict):
             ghost.load(restored)
+    ghost.runtimes = runtimes
     return ghost
 
 

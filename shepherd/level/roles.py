@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 
-from shepherd.agents import ActionFuture, Kind, Request
+from shepherd.agents import ActionFuture, Kind, LearnerUnavailable, Request
 from shepherd.level.base import Level, Reply
 from shepherd.level.episodes import MODES, EpisodeHost, Trial, answered
 from shepherd.level.lifecycle import Announce, Lifecycle
@@ -31,6 +32,8 @@ from shepherd.level.roles_steps import RolesStep, parse_roles_step
 from shepherd.wire import BadRequest
 from shepherd.wire.experience import ExperienceSpaces
 from shepherd.wire.spaces import action_to_json
+
+logger = logging.getLogger(__name__)
 
 
 
@@ -95,7 +98,7 @@ class RolesLevel(Level):
                 role.lifecycle = Lifecycle(role.host, 1, evaluate_only, Announce.AT_END)
         self.ended: set[str] = set()  # roles whose episode ended in the current episode of the environment
         self.turn = 0  # under alternate turns: the index of the role whose turn it is
-        self.outcomes: list[dict[str, float]] = []  # the outcomes sent, one per episode that carried one
+        self.last_outcome: dict[str, float] | None = None  # the outcome the last ended episode carried
         #: rates each ended episode: each team's players and score (`shepherd.graph.ratings.Ratings.rate`)
         self.rate = rate
         #: under self-play, each episode's opponents (`shepherd.graph.selfplay.Ghost.matchup`)
@@ -108,6 +111,8 @@ class RolesLevel(Level):
         self._configs: dict[str, Any] = {}  # what the reply to the last step says of episodes' configs
         self.closed = False
         self._asks: list[tuple[Role, Callable[[], ActionFuture]]] = []
+        self._asked: list[ActionFuture] = []  # what the asks returned (`resend`)
+        self._played: dict[str, Any] = {}  # the scripted roles' actions, played when the step was checked
 
     # -- the session's verbs ----------------------------------------------------------------------------
     def login_fields(self) -> dict[str, Any]:
@@ -144,6 +149,20 @@ class RolesLevel(Level):
         ending = [name for name in step.obs if step.terminated.get(name) or step.truncated.get(name)]
         acting = [name for name in self.order if name in step.obs and name not in ending]
         self._check_turns(step, acting, ending)
+        self._played = {name: self._play(self.roles[name], step.obs[name], step.masks.get(name))
+                        for name in acting if self.roles[name].host is None}
+
+    def _play(self, role: Role, obs: Any, mask: Any) -> Any:
+        """A scripted role's action, played before the step changes anything: its function is handed the
+        observation as sent (no space checks it), so a function that raises on it refuses the step (400)."""
+        assert role.script is not None
+        try:
+            return _action_of(role.script, obs, mask)
+        except Exception as error:  # noqa: BLE001 - the preset's function: whatever it raises refuses the step
+            logger.warning("environment %s: role %s's scripted player %s raised on a step's observation",
+                           self.environment, role.name, role.player, exc_info=True)
+            raise BadRequest(f"obs.{role.name}: role {role.name}'s scripted player {role.player} raised "
+                             f"{type(error).__name__} on this observation ({error}); nothing was taken") from None
 
     def apply(self, step: RolesStep) -> None:
         """A checked step taken: held rewards, the roles that end, the learner calls of those that act (`resend`
@@ -152,6 +171,7 @@ class RolesLevel(Level):
         acting = [name for name in self.order if name in step.obs and name not in ending]
         self._opponents = None
         self._configs = {}
+        self._asked = []
         if self.fresh:
             self.fresh = False
             begun = self._pending()  # what each role's episode begins with (nothing draws before its end)
@@ -175,8 +195,7 @@ class RolesLevel(Level):
         if acting and self.turns == "alternate":
             self.turn = self.order.index(acting[0]) + 1
         if len(self.ended) == len(self.roles):  # the episode ends: the step after begins the next one
-            if step.outcome is not None:
-                self.outcomes.append(dict(step.outcome))
+            self.last_outcome = None if step.outcome is None else dict(step.outcome)
             self._settle(step.outcome)
             self.ended.clear()
             self.turn = 0
@@ -265,11 +284,12 @@ class RolesLevel(Level):
         if isinstance(role.stand_in, Trial):  # a snapshot plays it: greedy, not learned from
             first, role.begun = not role.begun, True
             return role.stand_in.ask(Request(Kind.STEP, role.actor, obs, 0.0 if first else reward, mask=mask))
-        if role.host is None or role.stand_in is not None:
-            script = role.stand_in if role.stand_in is not None else role.script
-            assert script is not None
+        if role.host is None:  # played when the step was checked
             role.begun = True
-            return functools.partial(_scripted, script, obs, mask)
+            return functools.partial(answered, self._played.pop(role.name), 0)
+        if role.stand_in is not None:  # a scripted opponent of the self-play
+            role.begun = True
+            return functools.partial(_scripted, role.stand_in, obs, mask)
         assert role.lifecycle is not None
         learner = role.host.learner
         if not role.begun:
@@ -282,8 +302,13 @@ class RolesLevel(Level):
                                                         MODES[episode.phase], group=self.group, mask=mask))
 
     def resend(self) -> Reply[Any]:
-        """Ask (again) for the actions of the last step's acting roles: one reply of every role's."""
-        futures = [(role, ask()) for role, ask in self._asks]
+        """Ask for the actions of the last step's acting roles: one reply of every role's. Asked again (a retry
+        after a learner's process died: `LearnerUnavailable`), only the roles whose learner lost the call are asked
+        anew: the others' learners have it already, and would take a transition twice."""
+        asked: list[ActionFuture | None] = list(self._asked) or [None] * len(self._asks)
+        self._asked = [ask() if before is None or _lost(before) else before
+                       for (_, ask), before in zip(self._asks, asked)]
+        futures = [(role, future) for (role, _), future in zip(self._asks, self._asked)]
         return asyncio.get_running_loop().create_task(_gathered(futures, self._opponents, self._configs))
 
     def reply_body(self, action: Any) -> dict[str, Any] | None:
@@ -345,6 +370,23 @@ def _one(learner: Any, request: Request) -> ActionFuture:
     return future
 
 
-def _scripted(script: Callable[..., Any], obs: Any, mask: Any) -> ActionFuture:
+def _action_of(script: Callable[..., Any], obs: Any, mask: Any) -> Any:
     action = script(obs, mask)
-    return answered(action.tolist() if hasattr(action, "tolist") else action, 0)
+    return action.tolist() if hasattr(action, "tolist") else action
+
+
+def _scripted(script: Callable[..., Any], obs: Any, mask: Any) -> ActionFuture:
+    """A self-play's scripted opponent's action (its role's observation checked against the agent's space). What
+    it raises fails the step's reply, never the asks of the other roles (the step is taken whole)."""
+    future = ActionFuture()
+    future.policy_version = 0
+    try:
+        future.set_result(_action_of(script, obs, mask))
+    except Exception as error:  # noqa: BLE001 - the preset's function: a bug of its own, answered 500 and logged
+        future.set_exception(error)
+    return future
+
+
+def _lost(future: ActionFuture) -> bool:
+    """Whether a role's learner call failed because the learner's process died (`LearnerUnavailable`)."""
+    return future.done() and not future.cancelled() and isinstance(future.exception(), LearnerUnavailable)

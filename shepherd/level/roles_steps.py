@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 #: the fields of a step keyed by role
 ROLE_FIELDS = ("obs", "reward", "terminated", "truncated", "action_mask", "outcome")
+#: every field a step (or one item of a vector step's ``envs``) may have
+STEP_FIELDS = {*ROLE_FIELDS, "info", "seq", "session_key"}
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,10 @@ def parse_roles_step(data: dict[str, Any], environment: str, roles: dict[str, Ro
                          "session")
     if data["obs"] is None:
         return None
+    unknown = sorted(set(data) - STEP_FIELDS)
+    if unknown:
+        raise BadRequest(f"{unknown[0]}: not a field of a step of an environment with roles (its fields: "
+                         f"{', '.join(ROLE_FIELDS)}, info, seq; a role ends with terminated or truncated)")
     parts: dict[str, dict[str, Any]] = {}
     for name in ROLE_FIELDS:
         value = data.get(name)
@@ -111,7 +117,7 @@ def parse_roles_step(data: dict[str, Any], environment: str, roles: dict[str, Ro
             raise BadRequest(str(error)) from None
     outcome = None
     if data.get("outcome") is not None:
-        outcome = {name: _number(value, f"outcome.{name}") for name, value in parts["outcome"].items()}
+        outcome = {name: _number(value, f"outcome.{name}") for name, value in parts["outcome"].items()} or None
     seq = data.get("seq")
     if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or seq < 0):
         raise BadRequest("'seq' must be a non-negative whole number")

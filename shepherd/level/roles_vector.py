@@ -84,7 +84,7 @@ class RolesVectorLevel(Level):
         seq = data.get("seq")
         if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or seq < 0):
             raise BadRequest("'seq' must be a non-negative whole number")
-        fingerprint = hashlib.blake2b(orjson.dumps(envs, option=orjson.OPT_SORT_KEYS),
+        fingerprint = hashlib.blake2b(orjson.dumps(envs, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY),
                                       digest_size=16).hexdigest() if seq is not None else ""
         return RolesVectorStep(tuple(steps), seq, fingerprint)
 

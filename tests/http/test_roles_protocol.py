@@ -92,7 +92,7 @@ async def test_simultaneous_turns_answer_every_live_role_and_refuse_naming_the_r
     reply = await step(client, key, obs={"attacker": A, "defender": B})  # the next episode, both roles again
     assert set(reply["actions"]) == {"attacker", "defender"}
     level = client.graph.session(key).level
-    assert level.outcomes == [{"attacker": 1.0, "defender": 0.0}]
+    assert level.last_outcome == {"attacker": 1.0, "defender": 0.0}
 
 
 async def test_alternate_turns_go_round_in_order_and_a_waiting_roles_rewards_are_summed(client):

@@ -255,3 +255,79 @@ async def test_a_checkpoint_names_the_numpy_snapshots_weight_files(tmp_path, cap
         graph.end_sessions()
         graph.close()
         store.close()
+
+
+async def test_after_the_other_teams_agent_restarts_its_new_learner_plays_and_learns(tmp_path):
+    """Two agents, one per team: the self-play kept by the first role's agent plays with the runtime a restart
+    of the second one made, not the stopped one (whose steps never move: its team would never swap in again)."""
+    play = SelfPlay(snapshot_every=8, window=3, against_latest=1.0, swap_every=4)
+    graph = GraphManager(owner="tests", agents=[AgentSpec("red", "PPO", OBS, 2, TINY), AgentSpec("blue", "PPO", OBS, 2, TINY)],
+                         schedule=Schedule(steps_between_evaluation_periods=10 ** 6, evaluation_episodes=1),
+                         environments=(EnvironmentSpec("duel", {"p0": "red", "p1": "blue"}, "alternate",
+                                                       {"r": ("p0",), "b": ("p1",)}, self_play=play),))
+    store = Store(tmp_path / "data")
+    keys = graph.create_graph(store, serving_here())
+    try:
+        async def send(session, body):
+            acted = await graph.step(session, session.parse_step(body))
+            return session.level.reply_body(acted.action)
+
+        await send(graph.login(keys["environment duel"]), {"obs": {"p0": A}})
+        await graph.served.restart(graph.preset_agent_id("blue"))
+        blue = graph.runtime("blue")
+        session, resting = graph.login(keys["environment duel"]), []
+        for _ in range(10):  # 2 turns each, then both end
+            resting.append(next(iter((await send(session, {"obs": {"p0": A}}))["opponents"])))
+            for turn in range(3):
+                await send(session, {"obs": {("p1", "p0")[turn % 2]: A}, "reward": {"p0": 1.0, "p1": 1.0}})
+            await send(session, {"obs": {"p0": A, "p1": A}, "terminated": {"p0": True, "p1": True}})
+        swapped = resting.index("p0")  # blue learns: red rests
+        assert "p1" in resting[swapped:], resting  # and after blue's swap_every steps (the new learner's) red again
+        assert blue.tracker.steps > 0
+    finally:
+        graph.end_sessions()
+        graph.close()
+        store.close()
+
+
+def raises_on_nine(obs, mask):
+    if obs[0] == 0.9:
+        raise ValueError("nine")
+    return 1
+
+
+async def test_a_scripted_opponent_that_raises_fails_the_reply_of_a_step_taken_whole(tmp_path):
+    """The self-play's scripted opponent is the preset's code (its role's observation checked against the agent's
+    space): what it raises fails the step's reply, a retry with the seq gets the same, and the step was taken
+    whole (the turn moved on)."""
+    raising = "tests.integration.test_roles_selfplay:raises_on_nine"
+    play = SelfPlay(snapshot_every=10 ** 6, window=1, against_latest=0.0, swap_every=10 ** 6, opponents=(raising,))
+    graph, store, keys = duel(tmp_path, TINY, play)
+    try:
+        session = graph.login(keys["environment duel"])
+        seqs = iter(range(10 ** 6))
+
+        async def send(body, seq=None):
+            step = session.parse_step({**body, "seq": next(seqs) if seq is None else seq})
+            acted = await graph.step(session, step)
+            return session.level.reply_body(acted.action)
+
+        for _ in range(40):
+            first = await send({"obs": {"p0": A}})
+            if first["opponents"] == {"p1": raising}:
+                break
+            await send({"obs": {"p1": A}})
+            await send({"obs": {"p0": A, "p1": A}, "terminated": {"p0": True, "p1": True}})
+        else:
+            raise AssertionError("the scripted opponent was never drawn")
+        poisoned = {"obs": {"p1": [0.9, 0.0]}}
+        with pytest.raises(ValueError, match="nine"):
+            await send(poisoned)
+        with pytest.raises(ValueError, match="nine"):  # the retry: the same reply, the step not taken again
+            await send(poisoned, seq=session.last_seq)
+        reply = await send({"obs": {"p0": A}})  # the failed step moved the turn to p0
+        assert set(reply["actions"]) == {"p0"}
+    finally:
+        graph.end_sessions()
+        graph.close()
+        store.close()
