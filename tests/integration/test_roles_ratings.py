@@ -136,3 +136,27 @@ def test_an_agents_rating_history_stays_bounded_and_spans_the_whole_run():
     for episode in range(1001, 1001 + stride):
         play(again, episode)  # the stride goes on after a restart: one more point, at the next multiple
     assert [point.rating.games for point in again.history("duel")["c4"]] == list(range(stride, 1001 + stride, stride))
+
+
+def test_only_the_agents_that_played_an_episode_get_a_point_of_history():
+    """red against blue's snapshot: blue's steps are the session's, but blue itself did not play."""
+    ratings = Ratings()
+    ratings.rate("duel", {"r": ["red"], "b": ["blue"]}, {"r": 1.0, "b": 0.0}, {"red": 5, "blue": 5})
+    ratings.rate("duel", {"r": ["red"], "b": ["blue@snapshot:1"]}, {"r": 1.0, "b": 0.0}, {"red": 9, "blue": 9})
+    history = ratings.history("duel")
+    assert [point.steps for point in history["red"]] == [5, 9] and [point.steps for point in history["blue"]] == [5]
+
+
+async def test_an_empty_outcome_is_none_the_teams_returns_decide(tmp_path):
+    graph, store = graph_manager(), Store(tmp_path / "data")
+    keys = graph.create_graph(store, serving_here())
+    try:
+        await episode(graph, graph.login(keys["environment defence"]), {}, rewards=(0.0, 5.0))
+        expected = Ratings()  # blue's return (5) beats red's (0): not a draw
+        expected.rate("defence", {"red": ["raider", "tests.integration.test_roles_ratings:still"], "blue": ["guard"]},
+                      {"red": 0.0, "blue": 5.0})
+        assert graph.runtime("raider").ratings.table("defence") == expected.table("defence")
+    finally:
+        graph.end_sessions()
+        graph.close()
+        store.close()
