@@ -21,7 +21,7 @@ import asyncio
 import functools
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Collection, Protocol
 
 
 from shepherd.agents import ActionFuture, Kind, LearnerUnavailable, Request
@@ -220,7 +220,7 @@ class RolesLevel(Level):
                 if name not in step.obs:
                     raise BadRequest(f"obs.{name}: missing; under simultaneous turns every live role steps each step")
         elif self.turns == "alternate":
-            expected = self._whose_turn()
+            expected = self._whose_turn(ending)  # a role ending now is skipped: the next may act in this step
             for name in acting:
                 if name != expected:
                     raise BadRequest(f"obs.{name}: out of turn; it is {expected}'s turn (alternate turns go round in "
@@ -246,10 +246,10 @@ class RolesLevel(Level):
             scores = {team: sum(r.returned for r in members) for team, members in teams.items()}
         self.rate({team: [_rated_as(r) for r in members] for team, members in teams.items()}, scores)
 
-    def _whose_turn(self) -> str | None:
+    def _whose_turn(self, ending: Collection[str] = ()) -> str | None:
         for offset in range(len(self.order)):
             name = self.order[(self.turn + offset) % len(self.order)]
-            if name not in self.ended:
+            if name not in self.ended and name not in ending:
                 return name
         return None
 

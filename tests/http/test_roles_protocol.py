@@ -108,12 +108,20 @@ async def test_alternate_turns_go_round_in_order_and_a_waiting_roles_rewards_are
     await step(client, key, obs={"first": A, "second": B}, reward={"first": 0.0, "second": 3.0},
                terminated={"first": True, "second": True})
     assert set((await step(client, key, obs={"first": A}))["actions"]) == {"first"}  # the first begins again
+    await step(client, key, obs={"second": B})
+    # on the first's turn the first ends: the turn skips it, so the second may act in the same step
+    reply = await step(client, key, obs={"first": A, "second": B}, terminated={"first": True})
+    assert set(reply["actions"]) == {"second"}
+    error = (await step(client, key, 400, obs={"first": A}))["error"]
+    assert "obs.first" in error and "ended" in error
+    assert set((await step(client, key, obs={"second": B}))["actions"]) == {"second"}  # alone now, each step
+    await step(client, key, obs={"second": B}, terminated={"second": True})
     graph = client.graph
     barrier = [graph.runtime(name).checkpoint() for name in ("raider", "guard")]
     await asyncio.to_thread(lambda: [future.result(30) for future in barrier])
     store = graph.store
-    assert [r.value for r in store.returns(graph.runtime("raider").record.id)] == [0.75 + 2.0]
-    assert [r.value for r in store.returns(graph.runtime("guard").record.id)] == [4.0]
+    assert [r.value for r in store.returns(graph.runtime("raider").record.id)] == [0.75 + 2.0, 0.0]
+    assert [r.value for r in store.returns(graph.runtime("guard").record.id)] == [4.0, 0.0]
 
 
 async def test_any_turns_take_one_live_role_per_step(client):
