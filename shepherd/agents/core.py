@@ -83,6 +83,13 @@ class LearnerUnavailable(RuntimeError):
     retry_after = 2
 
 
+def lost(future: Any) -> bool:
+    """Whether a learner call's future failed because the learner's process died (`LearnerUnavailable`): asked
+    again, the restarted learner answers it. A call that was answered, or is still waiting, is not lost."""
+    return (future is not None and future.done() and not future.cancelled()
+            and isinstance(future.exception(), LearnerUnavailable))
+
+
 class StalePolicy(RuntimeError):
     """An upload's samples were drawn with a policy version the learner cannot learn from; nothing of it
     was recorded. ``policy_version`` is the current one (409)."""

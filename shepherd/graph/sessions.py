@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from shepherd.agents import ALGORITHMS, ActionFuture, AgentClosed, LearnerUnavailable
+from shepherd.agents import ALGORITHMS, ActionFuture, AgentClosed, lost
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.level import Level, Reply
 from shepherd.wire.spaces import SpaceError, check_action_mask
@@ -104,6 +104,7 @@ class Session:
     last_active: float = field(default_factory=time.monotonic)
     in_request: int = 0  # requests of this session being answered right now
     gone: str | None = None  # set when its agent was deleted: what its waiting steps are told (`Gone`)
+    ended: bool = False  # logged out, expired, its key revoked or its agent stopped (`Sessions.end`)
     max_reward: float = DEFAULT_MAX_REWARD  # the server's bound on a reward's magnitude (``--max-reward``)
 
     def active(self) -> None:
@@ -239,8 +240,9 @@ class Session:
             raise ActTimeout("the agent did not build its policy file in time; ask again") from None
 
     def repeats_waiting_step(self, step: Step) -> bool:
-        """Whether ``step`` repeats the ``seq`` of a step still waiting for its action."""
-        return self.busy and step.seq is not None and step.seq == self.last_seq
+        """Whether ``step`` repeats the ``seq`` of a step still waiting for its action, or of one its learner lost
+        (`LearnerUnavailable`: `step` hands it to the learner again, and it waits for the answer)."""
+        return step.seq is not None and step.seq == self.last_seq and (self.busy or lost(self.last_reply))
 
     def record(self, step: GreedyStep | GreedyVectorStep) -> Acted | None:
         """`step` for a `GreedyStep` or `GreedyVectorStep`, without waiting: its answer now, or None (and
@@ -257,12 +259,18 @@ class Session:
 
     def _hand_over(self, step: Step) -> Reply[Any]:
         """Hand a step to the session's level by its own type (`Step.hand_to`), under the session's ``seq``
-        rules; the reply gives the action, or None when the episode ended."""
+        rules; the reply gives the action, or None when the episode ended. A step that arrives after the session
+        ended (its body was parsed off the event loop meanwhile) is refused: its level closed its episodes."""
+        if self.ended:
+            if self.gone is not None:
+                raise Gone(self.gone)
+            raise Unauthorized("the session ended (expired, logged out or its key revoked) while this step "
+                               "arrived; log in again")
         if step.n_envs != self.level.n_envs:
             raise self.level.wrong_shape(step.n_envs)
         last = self.last_step
         if is_retry(step.seq, self.last_seq, lambda: last is None or same_step(step, last)):
-            if _lost(self.last_reply):  # its learner's process died with it: the learner hears it again
+            if lost(self.last_reply):  # its learner's process died with it: the learner hears it again
                 self.last_reply = self.level.resend()
             return self.last_reply  # type: ignore[return-value]  # a retry: the same answer, recorded once
         if self.busy:
@@ -280,12 +288,6 @@ def snapshot_name(runtime: AgentRuntime) -> str:
     so that a learner built anew (a restart) is never taken for the one a front end holds a snapshot of."""
     client = "" if runtime.client is None else f"/{runtime.client}"
     return f"{runtime.record.id}{client}@{id(runtime.learner):x}"
-
-
-def _lost(reply: Reply[Any] | None) -> bool:
-    """Whether a step's learner call failed with `LearnerUnavailable` (the step was counted, not learned)."""
-    return (reply is not None and reply.done() and not reply.cancelled()
-            and isinstance(reply.exception(), LearnerUnavailable))
 
 
 async def _wait(future: Reply[Any], timeout: float, seq: int | None) -> Any:
@@ -371,6 +373,7 @@ class SessionTable:
     def end(self, session: Session) -> None:
         """End a session; its unfinished episode is abandoned and the learner closes its partial data."""
         if self._by_key.pop(session.key, None) is not None:
+            session.ended = True
             session.level.close()
             session.runtime.sessions -= 1
 

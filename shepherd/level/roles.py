@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Collection, Protocol
 
 
-from shepherd.agents import ActionFuture, Kind, LearnerUnavailable, Request
+from shepherd.agents import ActionFuture, Kind, Request, lost
 from shepherd.level.base import Level, Reply
 from shepherd.level.episodes import MODES, EpisodeHost, Trial, answered
 from shepherd.level.lifecycle import Announce, Lifecycle
@@ -306,7 +306,7 @@ class RolesLevel(Level):
         after a learner's process died: `LearnerUnavailable`), only the roles whose learner lost the call are asked
         anew: the others' learners have it already, and would take a transition twice."""
         asked: list[ActionFuture | None] = list(self._asked) or [None] * len(self._asks)
-        self._asked = [ask() if before is None or _lost(before) else before
+        self._asked = [ask() if before is None or lost(before) else before
                        for (_, ask), before in zip(self._asks, asked)]
         futures = [(role, future) for (role, _), future in zip(self._asks, self._asked)]
         return asyncio.get_running_loop().create_task(_gathered(futures, self._opponents, self._configs))
@@ -386,7 +386,3 @@ def _scripted(script: Callable[..., Any], obs: Any, mask: Any) -> ActionFuture:
         future.set_exception(error)
     return future
 
-
-def _lost(future: ActionFuture) -> bool:
-    """Whether a role's learner call failed because the learner's process died (`LearnerUnavailable`)."""
-    return future.done() and not future.cancelled() and isinstance(future.exception(), LearnerUnavailable)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
-from shepherd.agents import ActionFuture, Kind, Request
+from shepherd.agents import ActionFuture, Kind, Request, lost
 from shepherd.level.base import Level, consulting
 from shepherd.level.episodes import MODES, EpisodeHost, Phase, answered
 from shepherd.level.lifecycle import Announce, Lifecycle
@@ -34,6 +34,10 @@ class VectorLevel(Level):
         self.lifecycle = Lifecycle(host, n_envs, evaluate_only, Announce.AT_BEGIN, trials=True)
         self.closed = False
         self._sent: list[Request] = []  # the last step's requests, as made (`resend`)
+        self._acting: list[int] = []  # the envs those requests ask actions for, in order
+        self._own: ActionFuture | None = None  # the learner's answer to them
+        self._trials: dict[int, Callable[[], ActionFuture]] = {}  # the last step's calls to tried learners, by env
+        self._tried: dict[int, ActionFuture] = {}  # and their answers
         self._chain: asyncio.Task[None] | None = None
 
     @property
@@ -47,9 +51,14 @@ class VectorLevel(Level):
         return self.lifecycle.reply_fields()
 
     def resend(self) -> ActionFuture:
-        """Hand the last step's requests over again, without counting the step anew: its learner lost them
-        (`LearnerUnavailable`: the learner's process died and was restarted from its checkpoint)."""
-        return self.host.learner.submit([dataclasses.replace(r, ticket=0, submitted=0.0) for r in self._sent])
+        """Ask again for the last step's actions, without counting the step anew, of the learner that lost them
+        (`LearnerUnavailable`: its process died and was restarted from its checkpoint): the session's own learner
+        is handed its requests again, an env in a trial episode its tried learner's call; what was answered is
+        not asked twice (a transition stored twice)."""
+        if self._own is None or lost(self._own):
+            self._own = self.host.learner.submit([dataclasses.replace(r, ticket=0, submitted=0.0) for r in self._sent])
+        self._tried = {index: self._trials[index]() if lost(future) else future for index, future in self._tried.items()}
+        return self._own if not self._tried else self._merge(self._own, self._tried, self._acting)
 
     @property
     def n_envs(self) -> int:
@@ -73,7 +82,7 @@ class VectorLevel(Level):
         lifecycle, group = self.lifecycle, self.group
         masks = envs.masks or [None] * self.n_envs
         requests: list[Request] = []
-        tried: dict[int, ActionFuture] = {}  # the envs in trial episodes: their tried learner's answers
+        trials: dict[int, Callable[[], ActionFuture]] = {}  # the envs in trial episodes: their tried learner's calls
         lifecycle.open_step()
         try:
             for index, actor in enumerate(self.actor_ids):
@@ -86,7 +95,7 @@ class VectorLevel(Level):
                         request = Request(Kind.STEP, actor, envs.obs[index], reward, False, mode, group=group,
                                           mask=masks[index])
                         if trial is not None:
-                            tried[index] = trial.ask(request)()
+                            trials[index] = trial.ask(request)
                         else:
                             requests.append(request)
                         continue
@@ -101,17 +110,17 @@ class VectorLevel(Level):
                 request = Request(Kind.BEGIN, actor, envs.obs[index], 0.0, False, MODES[episode.phase], group=group,
                                   mask=masks[index])
                 if episode.trial is not None:
-                    tried[index] = episode.trial.ask(request)()
+                    trials[index] = episode.trial.ask(request)
                     continue
                 requests.append(request)
         finally:
             lifecycle.close_step()
         self._sent = [dataclasses.replace(r) for r in requests]
-        if not tried:
-            return self.host.learner.submit(requests)
         # the envs the learner answers, in order, read before it takes the requests (it may rewrite their kinds)
-        acting = [r.actor - self.group for r in requests if r.kind in (Kind.BEGIN, Kind.STEP)]
-        return self._merge(self.host.learner.submit(requests), tried, acting)
+        self._acting = [r.actor - self.group for r in requests if r.kind in (Kind.BEGIN, Kind.STEP)]
+        self._trials, self._tried = trials, {index: ask() for index, ask in trials.items()}
+        self._own = self.host.learner.submit(requests)
+        return self._own if not trials else self._merge(self._own, self._tried, self._acting)
 
     def _merge(self, own: ActionFuture, tried: dict[int, ActionFuture], acting: list[int]) -> ActionFuture:
         """One reply of the learner's actions (for the envs ``acting``, in order) and the trials' (by env)."""

@@ -188,6 +188,26 @@ async def test_logout_and_expiry_release_the_learners_segments(tmp_path):
         await stop(graph, store)
 
 
+async def test_a_step_that_reaches_a_session_after_it_ended_is_refused_and_begins_nothing(tmp_path):
+    """The edge looks a session up, then parses a large body off the event loop: the session may end meanwhile
+    (idle expiry, logout, a revoked key). The step is refused; no episode begins on the closed level, no actor is
+    left with the learner, no evaluation slot is held."""
+    graph, store, key = await start(tmp_path / "data")
+    try:
+        runtime = graph.runtime()
+        client = LocalClient(graph, key)
+        client.login()
+        session = client.session
+        await client.step(np.zeros(4, dtype=np.float32), 0.0, False)
+        graph.logout(session.key)  # while the next step's body was being parsed
+        with pytest.raises(Exception, match="session ended"):
+            await graph.step(session, StepInput(np.zeros(4, dtype=np.float32), 1.0, False, False, 2))
+        barrier(graph)
+        assert runtime.learner.algorithm._actors == {} and runtime.sessions == 0
+    finally:
+        await stop(graph, store)
+
+
 async def test_a_new_graph_manager_resumes_the_checkpoint_on_the_same_data_folder(tmp_path):
     data = tmp_path / "data"
     graph, store, key = await start(data)

@@ -269,3 +269,95 @@ async def test_a_vector_sessions_env_plays_a_trial_while_the_others_play_the_hos
     assert await step(("e", "f"), 1.0, ended=(True, False)) == ["own10", "own11"]
     assert tried.calls[-2:] == [("end", 10, 1.0, "e", False, ActMode.GREEDY), ("drop", 10)]
     assert host.ended == [(Phase.TRIAL, 2.0, 2, True)] and host.tried == "c0"
+
+
+async def test_a_vector_steps_retry_asks_again_only_the_learner_that_lost_it():
+    """`LearnerUnavailable` from the session's own learner or from an env's tried learner (a trial episode): the
+    retry's reply has every env's action in env order, and the learner that answered is not asked twice."""
+    import pytest
+
+    from shepherd.agents import LearnerUnavailable
+    from shepherd.level import VectorLevel
+    from shepherd.wire import EnvSteps
+
+    def unavailable():
+        future = ActionFuture()
+        future.set_exception(LearnerUnavailable("restarting"))
+        return future
+
+    class LosingOwn(FakeVectorLearner):
+        lose = False
+
+        def submit(self, requests):
+            answered = super().submit(requests)
+            return unavailable() if self.lose else answered
+
+    class LosingTried(FakeLearner):
+        lose = False
+
+        def step(self, actor, reward, obs, mode, mask=None):
+            self.calls.append(("step", actor, reward, obs, mode))
+            return unavailable() if self.lose else self._future("a1")
+
+    host = FakeHost([Phase.TRAIN] * 4)
+    host.learner, tried = LosingOwn(), LosingTried()
+    host.trials.append(Trial("c0", tried))
+    level = VectorLevel(10, 3, host)
+
+    def step(obs):
+        return level.step(EnvSteps(list(obs), [1.0] * 3, [False] * 3, [False] * 3, [None] * 3, None))
+
+    assert await step("abc") == ["a0", "own11", "own12"]  # env 0 plays a trial
+    host.learner.lose = True
+    with pytest.raises(LearnerUnavailable):
+        await step("def")
+    host.learner.lose = False
+    assert await level.resend() == ["a1", "own11", "own12"]  # not only the own learner's, shifted
+    assert [call[:2] for call in tried.calls] == [("begin", 10), ("step", 10)]  # the trial's step asked once
+    tried.lose = True
+    with pytest.raises(LearnerUnavailable):
+        await step("ghi")
+    tried.lose = False
+    submitted = len(host.learner.calls)
+    assert await level.resend() == ["a1", "own11", "own12"]
+    assert len(host.learner.calls) == submitted and [call[0] for call in tried.calls][-2:] == ["step", "step"]
+
+
+async def test_a_front_ends_retry_of_a_step_its_learner_lost_waits_for_the_learner_again():
+    """The step went to the head and its learner lost it (503); its retry, with the same seq, comes from a front end
+    that now holds a snapshot (a greedy step): it is handed to the learner again and waited for, not recorded at
+    once (the learner answers it later, off the event loop)."""
+    import asyncio
+
+    from shepherd.agents import LearnerUnavailable
+    from shepherd.graph.sessions import Session
+    from shepherd.level import VectorLevel
+    from shepherd.wire import VectorStepInput
+    from shepherd.wire.steps import GreedyVectorStep
+
+    class Later(FakeVectorLearner):
+        def __init__(self):
+            super().__init__()
+            self.answers = [self._future([0, 0]), ActionFuture(), ActionFuture()]
+            self.answers[1].set_exception(LearnerUnavailable("restarting"))
+
+        def submit(self, requests):
+            self.calls.append(("submit", [(r.kind.name, r.actor) for r in requests]))
+            return self.answers[len(self.calls) - 1]
+
+    host = FakeHost([])
+    host.learner = Later()
+    session = Session("key", VectorLevel(1, 2, host, evaluate_only=True), runtime=type("R", (), {"act_timeouts": 0}))
+    await session.step(VectorStepInput.of([[0.0]] * 2, [0.0] * 2, [False] * 2, [False] * 2, seq=1), 5)
+    step = VectorStepInput.of([[1.0]] * 2, [1.0] * 2, [False] * 2, [False] * 2, seq=2)
+    try:
+        await session.step(step, 5)
+        raise AssertionError("the lost step was answered")
+    except LearnerUnavailable:
+        pass
+    greedy = GreedyVectorStep("key", step.digest(), [1.0, 1.0], [False, False], seq=2, actions=[1, 1], version=3)
+    assert session.repeats_waiting_step(greedy) and session.record(greedy) is None  # nothing done yet
+    waiting = asyncio.ensure_future(session.step(greedy, 5))  # as the front ends' route then waits for it
+    await asyncio.sleep(0.05)
+    host.learner.answers[2].set_result([1, 0])
+    assert (await waiting).action == [1, 0] and len(host.learner.calls) == 3  # handed to the learner again, once
