@@ -15,10 +15,11 @@ action: its reply is a task consulting both learners.
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from shepherd.agents import ActionFuture, ActMode
+from shepherd.agents import ActionFuture, ActMode, lost
 from shepherd.agents.core import Kind, Learner, Request
 from shepherd.level.base import Level, SessionEnded, consulting
 from shepherd.level.episodes import MODES, EpisodeHost, Phase
@@ -95,6 +96,7 @@ class OptionsLevel(Level):
         self._used: set[int] = set()  # the skills this session's actors were actors of
         self._fields: dict[str, Any] = {}
         self._chain: asyncio.Task[None] | None = None  # a step's consulting task (`consulting`)
+        self._resend: Callable[[], ActionFuture] | None = None  # asks again what the last step's calls lost
 
     @property
     def steps(self) -> int:
@@ -105,6 +107,13 @@ class OptionsLevel(Level):
 
     def reply_fields(self) -> dict[str, Any]:
         return self._fields
+
+    def resend(self) -> ActionFuture:
+        """Ask again, without counting the step anew, what a learner of the last step lost (`LearnerUnavailable`:
+        its process died and was restarted from its checkpoint): a skill's acts, or where options began, the
+        selector's choice unless it was answered, then the chosen skills' first acts (never a call answered)."""
+        assert self._resend is not None, "resend before any step"
+        return self._resend()
 
     def _note_configs(self, fields: dict[str, Any]) -> dict[str, Any]:
         """The step's options fields, with what it says about episodes' configs (`Lifecycle.close_step`)."""
@@ -158,7 +167,8 @@ class HierarchyLevel(OptionsLevel):
                 lifecycle.announce_again(0)
                 return None
             phase = lifecycle.begin(0).phase
-            return self._choose(host.learner.ask(Request(Kind.BEGIN, actor, obs, mode=MODES[phase])), obs, step.mask)
+            return self._choose(functools.partial(host.learner.ask, Request(Kind.BEGIN, actor, obs, mode=MODES[phase])),
+                                obs, step.mask)
         option = self.option
         assert option is not None, "a step of an episode whose first option was never chosen"
         episode = lifecycle.count(0, step.reward)
@@ -176,21 +186,33 @@ class HierarchyLevel(OptionsLevel):
         if skill_ended or option.steps >= self.option_steps:
             skill.learner.tell(Request(Kind.END, actor, obs, step.reward, not skill_ended, skill_mode))
             self._ended(option)
-            return self._choose(host.learner.ask(Request(Kind.STEP, actor, obs, option.discounted, mode=mode)), obs,
-                                step.mask)
+            return self._choose(functools.partial(host.learner.ask, Request(Kind.STEP, actor, obs, option.discounted,
+                                                                            mode=mode)), obs, step.mask)
         self._fields = {"option": skill.name}
-        return skill.learner.ask(Request(Kind.STEP, actor, obs, step.reward, mode=skill_mode, mask=step.mask))
+        self._resend = functools.partial(skill.learner.ask, Request(Kind.STEP, actor, obs, step.reward, mode=skill_mode,
+                                                                    mask=step.mask))
+        return self._resend()
 
     def _ended(self, option: Option) -> None:
         self._record(option)
         self.option = None
 
-    def _choose(self, choice: ActionFuture, obs: Any, mask: Any) -> ActionFuture:
-        """The reply of a step that starts an option: the selector's ``choice``, then the chosen skill's action
-        (under the step's ``mask``)."""
-        fields = self._fields = {}
-        reply, self._chain = consulting(self._answer(choice, obs, mask, fields))
-        return reply
+    def _choose(self, ask: Callable[[], ActionFuture], obs: Any, mask: Any) -> ActionFuture:
+        """The reply of a step that starts an option: the selector's choice (``ask``), then the chosen skill's
+        action (under the step's ``mask``)."""
+        fields: dict[str, Any] = {}
+        self._fields = fields
+        choice = ask()
+
+        def consult(again: bool = True) -> ActionFuture:
+            nonlocal choice
+            if again and lost(choice):  # else the selector answered: only the skill's first act is asked again
+                choice = ask()
+            reply, self._chain = consulting(self._answer(choice, obs, mask, fields))
+            return reply
+
+        self._resend = consult
+        return consult(False)
 
     async def _answer(self, choice: ActionFuture, obs: Any, mask: Any, fields: dict[str, Any]) -> tuple[Any, int]:
         index = int(await choice)

@@ -3,7 +3,9 @@ with fake learners and host (docs/levels.md)."""
 
 import asyncio
 
-from shepherd.agents import ActionFuture, ActMode
+import pytest
+
+from shepherd.agents import ActionFuture, ActMode, LearnerUnavailable
 from tests.fake_learners import RequestsAsCalls
 from shepherd.level import Episode, HierarchyLevel, Phase, Skill
 
@@ -196,3 +198,55 @@ async def test_a_vector_session_chooses_an_option_per_env_and_lists_them():
                                            ("BEGIN", 10, "cue-right", 0.0, False, ActMode.GREEDY)]
     assert host.ended == [(Phase.TRAIN, 6.0, 2, True)] and sorted(host.options) == [("left", 2, 4.0),
                                                                                      ("right", 2, 6.0)]
+
+
+def _unavailable():
+    future = ActionFuture()
+    future.set_exception(LearnerUnavailable("restarting"))
+    return future
+
+
+async def test_a_retry_asks_again_only_what_a_learner_lost_the_selectors_choice_or_the_skills_act():
+    """`LearnerUnavailable` (a Ray learner's process died): `resend` asks the selector again only when its choice
+    was lost, else only the chosen skill's first act; a lost act in an option goes to its skill again."""
+    host, (left, right), level = _level(["0"], option_steps=2)
+    answer = host.learner._next
+    host.learner._next = _unavailable  # the selector's process died
+    with pytest.raises(LearnerUnavailable):
+        await level.step("o0", 0.0, False)
+    host.learner._next = answer
+    assert await level.resend() == "L" and left.learner.calls == [("begin", "o0", ActMode.GREEDY)]
+    assert [call[0] for call in host.learner.calls] == ["begin", "begin"]  # the lost choice, asked again
+    left.learner._next = _unavailable  # the skill's process died: its act of the option's second step is lost
+    with pytest.raises(LearnerUnavailable):
+        await level.step("o1", 1.0, False)
+    del left.learner._next
+    assert await level.resend() == "L" and [call[0] for call in left.learner.calls] == ["begin", "step", "step"]
+    right_next = right.learner._next
+    right.learner._next = _unavailable  # the option ends: the selector chooses (answered), the skill's begin lost
+    host.learner.actions = ["1"]
+    with pytest.raises(LearnerUnavailable):
+        await level.step("o2", 2.0, False)
+    right.learner._next = right_next
+    assert await level.resend() == "R" and level.reply_fields()["option"] == "right"
+    assert [call[0] for call in host.learner.calls] == ["begin", "begin", "step"]  # the choice asked once
+    assert [call[0] for call in right.learner.calls] == ["begin", "begin"]
+
+
+async def test_a_vector_retry_asks_again_only_the_learners_that_lost_the_step():
+    host, (left, right), level, envs = _vector(option_steps=2)
+    submit = host.learner.submit
+    host.learner.submit = lambda requests: _unavailable()
+    reply = level.step(envs(["cue-left", "cue-right"]))
+    with pytest.raises(LearnerUnavailable):
+        await reply
+    host.learner.submit = submit
+    assert await level.resend() == ["L", "R"] and len(host.learner.submitted) == 1
+    right_submit = right.learner.submit
+    right.learner.submit = lambda requests: _unavailable()
+    with pytest.raises(LearnerUnavailable):
+        await level.step(envs(["cue-left", "cue-right"], (1.0, 2.0)))
+    right.learner.submit = right_submit
+    assert await level.resend() == ["L", "R"]
+    assert len(left.learner.submitted) == 2 and len(right.learner.submitted) == 2  # left's act not sent twice
+    assert len(host.learner.submitted) == 1
