@@ -15,6 +15,10 @@
 const url = process.env.SHEPHERD_URL || "http://127.0.0.1:8000";
 const apikey = process.env.SHEPHERD_API_KEY;
 const episodes = Number(process.argv[2] || 5);
+if (!Number.isInteger(episodes) || episodes < 1) {  // (also --help): the usage is this file's header
+  console.error("usage: SHEPHERD_API_KEY=ENVIRONMENT_KEY node examples/roles_client.js [episodes, a whole number]");
+  process.exit(2);
+}
 const ROLES = ["matcher", "mismatcher"];
 const LENGTH = 10;
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from shepherd.definition import AgentDefinition, name_problem
+from shepherd.hierarchy import load_function
 
 #: how roles take turns: every live role each step, one after another in the declared order, or any one
 TURNS = ("simultaneous", "alternate", "any")
@@ -184,16 +185,33 @@ def _self_play(value: Any, path: str, problems: list[tuple[str, str]]) -> SelfPl
                     actions)
 
 
+def _unimportable(spec: EnvironmentSpec, where: str) -> list[tuple[str, str]]:
+    """The scripted players of ``spec`` (its roles' and its self-play's opponents) that this process cannot
+    import: the server imports them at a login, so they are refused at load instead."""
+    named = [(f"{where}.roles.{role}", player) for role, player in spec.roles.items() if is_scripted(player)]
+    if spec.self_play is not None:
+        named += [(f"{where}.self_play.opponents[{i}]", name) for i, name in enumerate(spec.self_play.opponents)]
+    problems = []
+    for key, name in named:
+        try:
+            load_function(name)
+        except ValueError as error:
+            problems.append((key, f"{error}; the server imports it: run it where the module is importable "
+                                  "(its folder on PYTHONPATH, or installed)"))
+    return problems
+
+
 def environment_problems(environments: list[EnvironmentSpec], agents: Mapping[str, AgentDefinition],
                          stored: Mapping[str, AgentDefinition] | None = None,
                          path: str = "environments") -> list[tuple[str, str]]:
-    """What the agents' definitions refuse in ``environments``: a role naming no agent of ``agents`` (the
-    preset's) or of ``stored`` (the owner's in the data folder; None: not known yet, such names are checked
-    when it is), and under self-play, roles not played by one agent (or one agent per team), or agents whose
+    """What the agents' definitions refuse in ``environments``: a scripted player this process cannot import, a
+    role naming no agent of ``agents`` (the preset's) or of ``stored`` (the owner's in the data folder; None: not
+    known yet, such names are checked when it is), and under self-play, roles not played by one agent (or one agent per team), or agents whose
     spaces differ (a snapshot of one plays the other's role)."""
     problems = []
     for index, spec in enumerate(environments):
         where = f"{path}[{index}]"
+        problems += _unimportable(spec, where)
         known = {**(stored or {}), **agents}
         missing = False
         for role, player in spec.roles.items():

@@ -31,7 +31,7 @@ environments:
     roles: {{player_0: c4, player_1: c4}}
     turns: alternate
     self_play: {{snapshot_every: 10000, window: 10, against_latest: 0.5, swap_every: 2000,
-                opponents: ["mymodule:minimax"]}}
+                opponents: ["benchmarks.boards:minimax"]}}
 """
 
 
@@ -47,7 +47,7 @@ def test_a_yaml_preset_reads_its_environments_as_a_python_preset_declares_them()
         EnvironmentSpec("defence", {"attacker": "raider", "defender": "guard"}, "simultaneous",
                         {"red": ("attacker",), "blue": ("defender",)}),
         EnvironmentSpec("connect4", {"player_0": "c4", "player_1": "c4"}, "alternate",
-                        self_play=SelfPlay(10000, 10, 0.5, 2000, ("mymodule:minimax",))))
+                        self_play=SelfPlay(10000, 10, 0.5, 2000, ("benchmarks.boards:minimax",))))
     assert list(preset.environments[0].roles) == ["attacker", "defender"]  # the declared order: alternate turns
     assert preset_from_data(preset_data(preset)) == preset  # the plain form (-cp overrides) keeps them
 
@@ -63,6 +63,10 @@ def test_a_yaml_preset_reads_its_environments_as_a_python_preset_declares_them()
     ({"self_play": {"opponent_actions": "argmax"}}, "environments[0].self_play.opponent_actions", "sample, greedy"),
     ({"self_play": {}, "teams": {}}, "environments[0].self_play", "one agent per team"),
     ({"colour": "red"}, "environments[0].colour", "unknown key"),
+    ({"roles": {"attacker": "raider", "defender": "nomodule:play"}}, "environments[0].roles.defender",
+     "cannot be imported"),
+    ({"self_play": {"opponents": ["benchmarks.boards:nobody"]}, "roles": {"attacker": "raider", "defender": "raider"}},
+     "environments[0].self_play.opponents[0]", "has no function"),
 ])
 def test_a_bad_environment_is_refused_at_load_with_its_key_path(change, path, words):
     data = yaml.safe_load(PRESET)
