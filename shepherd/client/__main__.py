@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="seed of the env's first reset; with --n-envs, env i's is SEED + i")
     parser.add_argument("--mode", choices=("train", "evaluate"), default="train",
                         help="train: the agent learns; evaluate: greedy actions, never learned from")
-    parser.add_argument("--env-kwargs", default="{}", help="JSON object of gymnasium.make keyword arguments")
+    parser.add_argument("--env-kwargs", default="{}",
+                        help="JSON object of gymnasium.make keyword arguments (with --pettingzoo: FACTORY's)")
     parser.add_argument("--n-envs", type=int, default=None, metavar="N",
                         help="run N copies of the env (a gymnasium vector env that resets an ended copy in "
                              "the same step) and send all N steps in one request (default: one env, one "
@@ -63,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "copies of it in one vector session, a step of every copy per request")
     parser.add_argument("--retry-seconds", type=float, default=30.0, metavar="SECONDS",
                         help="how long a step answered 429 or 503, or whose connection was lost, is sent again (with "
-                             "its seq) before the client gives up (default %(default)g)")
+                             "its seq) before the client gives up; the time the server held a step before its 503 (its "
+                             "act timeout: a long update) does not count (default %(default)g)")
     return parser
 
 
@@ -77,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.pettingzoo is not None and (args.asynchronous or args.acting == "client"):
         parser.error("--pettingzoo plays its copies in this process, with the server acting (no --async, no "
                      "--acting client)")
+    if args.pettingzoo is not None and args.client is not None:
+        parser.error("--pettingzoo logs in with an environment's key, which names no client (no --client)")
     if args.steps is not None and args.acting != "client":
         parser.error("--steps needs --acting client")
     apikey = os.environ.get("SHEPHERD_API_KEY")
@@ -135,7 +139,7 @@ def _pettingzoo(args: argparse.Namespace, apikey: str) -> int:
 
     module, _, name = args.pettingzoo.partition(":")
     factory = getattr(importlib.import_module(module), name)
-    envs = [factory() for _ in range(args.n_envs or 1)]
+    envs = [factory(**json.loads(args.env_kwargs)) for _ in range(args.n_envs or 1)]
     client = RolesClient(args.url, apikey, retry_seconds=args.retry_seconds)
     episodes = args.episodes if args.episodes is not None else 2 ** 62
     aec = hasattr(envs[0], "agent_iter")
@@ -146,7 +150,13 @@ def _pettingzoo(args: argparse.Namespace, apikey: str) -> int:
             return (run_aec if aec else run_parallel)(envs[0], client, episodes, args.seed)
         return (run_aec_envs if aec else run_parallel_envs)(envs, client, episodes, args.seed)
 
-    status, returns = _guarded(client, play, client.close)
+    def close() -> None:
+        client.close()
+        for env in envs:
+            if hasattr(env, "close"):  # PettingZoo's envs have one; an env of your own may not
+                env.close()
+
+    status, returns = _guarded(client, play, close)
     if status is not None:
         return status
     means = {role: sum(r.get(role, 0.0) for r in returns) / max(len(returns), 1) for role in returns[0]} if returns else {}

@@ -226,12 +226,31 @@ class ActingClient(_Connection):
             reply, tensors = decode_reply(raw, int(length))
             policy = tensors.get("policy")
         self._plan(reply)
+        self._note_configs(reply)  # the next block's episodes' configs, by env
         if policy is not None:
             self._hold(policy, reply["policy_version"])
             self.in_reply += 1
         if (reply["policy_version"], reply["phase"]) != self.held:
             self.fetch_policy()
         return reply
+
+
+def _configure(env: Any, client: ActingClient) -> None:
+    """Hand each env the config the server told for the episodes it starts in the next block (docs/lessons.md),
+    applied at each of its resets by its `lesson_config` wrapper (`make_vector_env` wraps each copy)."""
+    configs = client.next_episode_configs
+    if not configs or all(config is None for config in configs):
+        return
+    sb3 = hasattr(env, "env_method")
+    wrapped = env.has_attr("shepherd_next_config") if sb3 else all(env.call("has_wrapper_attr", "shepherd_next_config"))
+    if not wrapped:
+        raise ValueError("the agent has lessons: wrap each env with shepherd.client.lesson_config "
+                         "(make_vector_env does) so that each reset applies its config")
+    if sb3:
+        for index, config in enumerate(configs):
+            env.set_attr("shepherd_next_config", config, indices=[index])
+    else:
+        env.set_attr("shepherd_next_config", list(configs))
 
 
 def _envs(env: Any, client: ActingClient, env_kwargs: dict | None, asynchronous: bool
@@ -295,7 +314,9 @@ def run_acting_env(client: ActingClient, env: Any, seed: int | None = None, epis
     with ``seed + i``). A refused stale upload (409) is dropped: the client fetches the current policy and
     goes on from where its envs are, and the episodes that ran through the refused rows are not counted (the
     server does not record them). A lost session is logged in again and every env reset; a server that
-    cannot be reached is retried for ``retry_seconds``, except at the first login.
+    cannot be reached is retried for ``retry_seconds``, except at the first login. An agent with lessons tells
+    the config of every episode each env starts in the next block: each env applies it at its resets (made
+    from an id, the envs are wrapped for it; wrap a vector env's copies with `lesson_config`).
 
     Raises:
         ValueError: the env's ``num_envs`` is not the client's ``n_envs``, or it resets in the next step.
@@ -313,6 +334,7 @@ def run_acting_env(client: ActingClient, env: Any, seed: int | None = None, epis
             if client.session_key is None or obs is None:
                 if client.session_key is None:
                     _login(client, mode, retry_seconds)  # gives up, raising, after retry_seconds
+                _configure(venv, client)  # the first block's episodes' configs, its first resets' included
                 obs = reset(seed if first else None)  # a new session: every env starts over
                 first, totals, lost = False, [0.0] * n, [False] * n
             mask = masks()
@@ -338,6 +360,7 @@ def run_acting_env(client: ActingClient, env: Any, seed: int | None = None, epis
                 logger.info("connection lost (%s); logging in again", error)
                 client.session_key, obs = None, None
                 continue
+            _configure(venv, client)
             uploaded += block.steps * n
             for rewards, terminated, truncated in zip(block.reward, block.terminated, block.truncated):
                 for i in range(n):

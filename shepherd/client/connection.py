@@ -161,6 +161,14 @@ class _Connection:
         self.next_episode_configs = configs_of(self.info, "next_episode_configs")
         return self.info
 
+    def _note_configs(self, reply: dict[str, Any]) -> None:
+        """Keep the configs a vector or client-acting reply told for each env's next episodes (null where
+        unchanged: each env keeps the config it was told last)."""
+        announced = configs_of(reply, "next_episode_configs")
+        if announced is not None:
+            known = self.next_episode_configs or [None] * len(announced)
+            self.next_episode_configs = [new if new is not None else old for new, old in zip(announced, known)]
+
     def _send_step(self, payload: dict[str, Any], path: str = "/shepherd/env/") -> dict[str, Any]:
         """POST a step (or another request with a ``seq``: an upload to ``path``) with the next sequence
         number, sending it again after 429, 503 or a lost connection for up to ``retry_seconds``: the
@@ -180,13 +188,20 @@ class _Connection:
 
     def _retried(self, send: Callable[[], T]) -> T:
         """``send()``, called again after 429, 503 (waiting as Retry-After says, at most 5 s) or a lost
-        connection (0.2 s) until it succeeds or ``retry_seconds`` have passed."""
+        connection (0.2 s) until it succeeds or ``retry_seconds`` have passed. The time the server held a request
+        before it answered 503 does not count: that is its act timeout (``--act-timeout``, 30 s by default), the
+        step still in flight there (a long update), and its retry gets the action; a server that refuses at once
+        (an agent not available) uses up the budget."""
         deadline = time.monotonic() + self.retry_seconds
         while True:
+            sent = time.monotonic()
             try:
                 return send()
             except ShepherdError as error:
-                if error.status not in (429, 503) or time.monotonic() > deadline:
+                now = time.monotonic()
+                if error.status == 503:
+                    deadline += now - sent
+                if error.status not in (429, 503) or now > deadline:
                     raise
                 time.sleep(min(error.retry_after or 1.0, 5.0))
             except (OSError, http.client.HTTPException):
@@ -291,10 +306,7 @@ class VectorClient(_Connection):
             payload["action_mask"] = to_json(action_mask)
         reply = self._send_step(payload)
         self.policy_version = reply.get("policy_version")
-        announced = configs_of(reply, "next_episode_configs")
-        if announced is not None:  # null where unchanged: each env keeps the config it was told last
-            known = self.next_episode_configs or [None] * len(announced)
-            self.next_episode_configs = [new if new is not None else old for new, old in zip(announced, known)]
+        self._note_configs(reply)
         self.episode_configs = configs_of(reply, "episode_configs")
         return reply["actions"]
 

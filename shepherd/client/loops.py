@@ -373,7 +373,8 @@ def _drive(client: VectorClient, reset: Callable[[int | None], dict[str, list]],
 
 
 def _login(client: Any, mode: str, retry_seconds: float) -> None:
-    """Log ``client`` in (any client with `login(mode)`), retrying a server that went away."""
+    """Log ``client`` in (any client with `login(mode)`), retrying a server that went away, or that asks for a
+    wait (503, or 429: its rate limit, its session limit), after its Retry-After (at most 5 s)."""
     deadline = time.monotonic() + retry_seconds
     while True:
         try:
@@ -384,9 +385,9 @@ def _login(client: Any, mode: str, retry_seconds: float) -> None:
                 raise
             time.sleep(0.5)
         except ShepherdError as error:
-            if error.status != 503 or time.monotonic() > deadline:
+            if error.status not in (429, 503) or time.monotonic() > deadline:
                 raise
-            time.sleep(error.retry_after or 1.0)
+            time.sleep(min(error.retry_after or 1.0, 5.0))
 
 
 def _not_there(error: BaseException) -> bool:

@@ -5,6 +5,7 @@ environment with roles, duck-typed as PettingZoo's two APIs are; each role's epi
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from shepherd.client.roles import RolesClient, run_aec, run_aec_envs, run_parallel, run_parallel_envs
 from shepherd.environments import EnvironmentSpec
@@ -152,8 +153,14 @@ def test_copies_of_pettingzoo_style_envs_play_as_one_vector_session(tmp_path):
         thread.stop()
 
 
-def make_race():
-    return Race()
+def make_race(**kwargs):
+    race = Race()
+    race.given = kwargs
+    made.append(race)
+    return race
+
+
+made: list[Race] = []
 
 
 def test_the_client_command_drives_a_pettingzoo_env(tmp_path, monkeypatch, capsys):
@@ -170,6 +177,11 @@ def test_the_client_command_drives_a_pettingzoo_env(tmp_path, monkeypatch, capsy
         assert main(["--url", thread.server.url, "--pettingzoo", f"{__name__}:make_race", "--episodes", "4",
                      "--n-envs", "2"]) == 0
         assert "4 episodes over 2 copies, mean return by role: fast 4.0, slow 2.0" in capsys.readouterr().out
+        assert main(["--url", thread.server.url, "--pettingzoo", f"{__name__}:make_race", "--episodes", "1",
+                     "--env-kwargs", '{"laps": 2}']) == 0
+        assert made[-1].given == {"laps": 2}  # FACTORY's keyword arguments
+        with pytest.raises(SystemExit):  # an environment's key names no client
+            main(["--url", thread.server.url, "--pettingzoo", f"{__name__}:make_race", "--client", "left"])
     finally:
         thread.stop()
 

@@ -218,3 +218,27 @@ def test_an_image_agent_acts_at_the_client_and_its_ended_episodes_final_frames_s
     returns = run_acting_env(client, envs, seed=0, steps=3 * N * T)
     assert sorted(sum(returns, [])) == sorted(recorded(server)) and len(recorded(server)) >= 8
     assert set(recorded(server)) == {5.0}
+
+
+def test_an_agent_with_lessons_sets_each_env_up_with_the_config_told_for_the_next_block(serve):
+    """docs/lessons.md: a client-acting reply tells, by env, the config of every episode that starts in the next
+    block; `run_acting_env` hands it to each env's `lesson_config` wrapper, applied at each of its resets."""
+    from shepherd.client import make_vector_env
+
+    graph = GraphManager(owner="tests", agents=[AgentSpec("pole", "PPO", [[4], "-inf", "inf"], 2, {
+        "n_envs": N, "n_steps": T, "batch_size": 16, "n_epochs": 1, "seed": 0},
+        lessons=[{"name": "long", "config": {"length": 0.75}}])],
+        schedule=Schedule(steps_between_evaluation_periods=10 ** 6, evaluation_episodes=2))
+    server, key = serve(graph)
+    client = ActingClient(server.server.url, key, n_envs=N, seed=0, timeout=30)
+    env = make_vector_env("CartPole-v1", N)
+    try:
+        returns = run_acting_env(client, env, seed=0, episodes=4)
+        assert sum(map(len, returns)) >= 4
+        assert [copy.unwrapped.length for copy in env.envs] == [0.75] * N  # CartPole's pole, as the lesson says
+        runtime = server.server.app[GRAPH].runtime("pole")
+        runtime.checkpoint().result(30)
+        configs = [record.config for record in server.server.app[GRAPH].store.returns(runtime.record.id)]
+        assert configs and all(config == {"length": 0.75} for config in configs)
+    finally:
+        env.close()

@@ -1,0 +1,115 @@
+"""`shepherd.client`'s retries against a plain HTTP server on 127.0.0.1: a step the server held for its act timeout
+and answered 503 (the step still in flight there, a long update) is sent again with its seq even when the hold
+took longer than the client's retry budget; a server that refuses at once uses the budget up."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from shepherd.client.connection import Client, ShepherdError
+
+LOGIN = {"ok": True, "session_key": "s", "agent": "a", "observation_space": [[4], -1, 1], "action_space": 2}
+
+
+def serve(answer):
+    """A server whose login always works and whose steps ``answer(seqs seen so far)`` -> (status, body, hold)."""
+    seen: list[int] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            status, out, hold = (200, LOGIN, 0.0) if self.path.endswith("login_user/") else answer(seen, body)
+            time.sleep(hold)
+            data = json.dumps(out).encode()
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(data)))
+            if status == 503:
+                self.send_header("Retry-After", "0.1")
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, seen
+
+
+def test_a_step_held_for_the_act_timeout_then_503_is_sent_again_with_its_seq():
+    def answer(seen, body):
+        seen.append(body["seq"])
+        if len(seen) == 1:  # the act timeout, longer than the client's whole retry budget
+            return 503, {"error": "the agent did not answer within 1.5 s; send the same step again"}, 1.5
+        return 200, {"action": 1, "policy_version": 1}, 0.0
+
+    server, seen = serve(answer)
+    client = Client(f"http://127.0.0.1:{server.server_address[1]}", "key", retry_seconds=1.0)
+    try:
+        client.login()
+        assert client.step([0.0] * 4, 0.0, False) == 1
+        assert seen == [1, 1]  # the same seq again
+    finally:
+        client.close()
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_server_that_refuses_at_once_uses_the_retry_budget_up():
+    def answer(seen, body):
+        seen.append(body["seq"])
+        return 503, {"error": "the agent is not available"}, 0.0
+
+    server, seen = serve(answer)
+    client = Client(f"http://127.0.0.1:{server.server_address[1]}", "key", retry_seconds=0.5)
+    try:
+        client.login()
+        started = time.monotonic()
+        with pytest.raises(ShepherdError, match="not available"):
+            client.step([0.0] * 4, 0.0, False)
+        assert time.monotonic() - started < 5 and len(seen) > 1 and set(seen) == {1}
+    finally:
+        client.close()
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_login_answered_429_is_tried_again_after_its_retry_after():
+    from shepherd.client.loops import _login
+
+    logins: list[int] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            logins.append(1)
+            status, out = (429, {"error": "too many sessions"}) if len(logins) == 1 else (200, LOGIN)
+            data = json.dumps(out).encode()
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Retry-After", "0.1")
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    client = Client(f"http://127.0.0.1:{server.server_address[1]}", "key")
+    try:
+        _login(client, "train", 10.0)
+        assert client.session_key == "s" and len(logins) == 2
+    finally:
+        client.close()
+        server.shutdown()
+        server.server_close()
