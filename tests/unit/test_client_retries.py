@@ -16,9 +16,11 @@ from shepherd.client.connection import Client, ShepherdError
 LOGIN = {"ok": True, "session_key": "s", "agent": "a", "observation_space": [[4], -1, 1], "action_space": 2}
 
 
-def serve(answer):
-    """A server whose login always works and whose steps ``answer(seqs seen so far)`` -> (status, body, hold)."""
+def serve(answer, login=lambda logins: (200, LOGIN)):
+    """A server whose steps ``answer(seqs seen so far, body)`` -> (status, body, hold) and whose logins
+    ``login(logins so far, this one's included)`` -> (status, body)."""
     seen: list[int] = []
+    logins: list[int] = []
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -28,12 +30,16 @@ def serve(answer):
 
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            status, out, hold = (200, LOGIN, 0.0) if self.path.endswith("login_user/") else answer(seen, body)
+            if self.path.endswith("login_user/"):
+                logins.append(1)
+                status, out, hold = (*login(logins), 0.0)
+            else:
+                status, out, hold = answer(seen, body)
             time.sleep(hold)
             data = json.dumps(out).encode()
             self.send_response(status)
             self.send_header("Content-Length", str(len(data)))
-            if status == 503:
+            if status in (429, 503):
                 self.send_header("Retry-After", "0.1")
             self.end_headers()
             self.wfile.write(data)
@@ -84,31 +90,11 @@ def test_a_server_that_refuses_at_once_uses_the_retry_budget_up():
 def test_a_login_answered_429_is_tried_again_after_its_retry_after():
     from shepherd.client.loops import _login
 
-    logins: list[int] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args):
-            pass
-
-        def do_POST(self):
-            self.rfile.read(int(self.headers["Content-Length"]))
-            logins.append(1)
-            status, out = (429, {"error": "too many sessions"}) if len(logins) == 1 else (200, LOGIN)
-            data = json.dumps(out).encode()
-            self.send_response(status)
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("Retry-After", "0.1")
-            self.end_headers()
-            self.wfile.write(data)
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server, _ = serve(None, lambda logins: (429, {"error": "too many sessions"}) if len(logins) == 1 else (200, LOGIN))
     client = Client(f"http://127.0.0.1:{server.server_address[1]}", "key")
     try:
         _login(client, "train", 10.0)
-        assert client.session_key == "s" and len(logins) == 2
+        assert client.session_key == "s" and client.seq == 0
     finally:
         client.close()
         server.shutdown()
