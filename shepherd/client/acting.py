@@ -241,14 +241,15 @@ def _configure(env: Any, client: ActingClient) -> None:
     configs = client.next_episode_configs
     if not configs or all(config is None for config in configs):
         return
-    sb3 = hasattr(env, "env_method")
-    wrapped = env.has_attr("shepherd_next_config") if sb3 else all(env.call("has_wrapper_attr", "shepherd_next_config"))
+    sb3 = hasattr(env, "env_method")  # a stable-baselines3 VecEnv: its envs' wrappers reached as run_sb3_vec_env does
+    wrapped = (all(env.env_method("has_wrapper_attr", "shepherd_next_config")) if sb3
+               else all(env.call("has_wrapper_attr", "shepherd_next_config")))
     if not wrapped:
         raise ValueError("the agent has lessons: wrap each env with shepherd.client.lesson_config "
                          "(make_vector_env does) so that each reset applies its config")
     if sb3:
         for index, config in enumerate(configs):
-            env.set_attr("shepherd_next_config", config, indices=[index])
+            env.env_method("set_wrapper_attr", "shepherd_next_config", config, indices=[index])
     else:
         env.set_attr("shepherd_next_config", list(configs))
 

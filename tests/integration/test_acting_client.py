@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import http.client
 
+import gymnasium as gym
+
 import pytest
 
 from shepherd.client import ActingClient, ShepherdError, run_acting_env
@@ -242,3 +244,14 @@ def test_an_agent_with_lessons_sets_each_env_up_with_the_config_told_for_the_nex
         assert configs and all(config == {"length": 0.75} for config in configs)
     finally:
         env.close()
+    from stable_baselines3.common.vec_env import DummyVecEnv  # an SB3 VecEnv of wrapped envs, the same
+
+    from shepherd.client import lesson_config
+
+    venv = DummyVecEnv([lambda: lesson_config(gym.make("CartPole-v1")) for _ in range(N)])
+    client = ActingClient(server.server.url, key, n_envs=N, seed=0, timeout=30)
+    try:
+        assert sum(map(len, run_acting_env(client, venv, seed=0, episodes=2))) >= 2
+        assert [copy.unwrapped.length for copy in venv.envs] == [0.75] * N
+    finally:
+        venv.close()
