@@ -206,8 +206,8 @@ def environment_problems(environments: list[EnvironmentSpec], agents: Mapping[st
                          path: str = "environments") -> list[tuple[str, str]]:
     """What the agents' definitions refuse in ``environments``: a scripted player this process cannot import, a
     role naming no agent of ``agents`` (the preset's) or of ``stored`` (the owner's in the data folder; None: not
-    known yet, such names are checked when it is), and under self-play, roles not played by one agent (or one agent per team), or agents whose
-    spaces differ (a snapshot of one plays the other's role)."""
+    known yet, such names are checked when it is), and under self-play, roles not played by one agent (or one
+    agent per team), or agents whose spaces differ (a snapshot of one plays the other's role)."""
     problems = []
     for index, spec in enumerate(environments):
         where = f"{path}[{index}]"
