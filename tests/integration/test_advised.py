@@ -407,6 +407,43 @@ async def test_a_new_client_stops_trying_once_a_policy_does_as_well_as_any_evalu
         await stop(graph, store)
 
 
+async def test_a_new_client_adopts_the_policy_it_tried_even_if_an_untried_one_is_rated_higher_by_then(tmp_path):
+    """The evaluations move while a new client plays its plug-in trials: here the teacher's trial does as well as
+    any evaluation (the pupil's is not played), and by its end the pupil is rated higher. The new client is
+    advised by, and adopts, the policy that did well on its system, not the untried one (it adopted nothing)."""
+    graph, store, keys = await start(tmp_path / "data")
+    try:
+        teacher, pupil = await teacher_and_pupil(graph, keys, returns=(4.0, 3.0))
+        advised = graph.preset_agent("arms", AdvisedAgent)
+        await teach(graph, keys, teacher, push=0)
+        await teach(graph, keys, pupil, push=1)
+        left = policy_weights(graph, "teacher")
+        teacher.recent_return, pupil.recent_return = 4.0, 3.0
+
+        class Rising(Recorded):
+            def action(self, action):
+                pupil.recent_return = 6.0  # the pupil's evaluation rises during the new client's trial
+                return super().action(action)
+
+        pushes: list[int] = []
+        await drive(graph, keys["arms"], Rising(pushes), episodes=1, seed=3, client_name="new")
+        new = advised.clients["new"]
+        assert set(pushes) == {0} and len(pushes) > 6  # the teacher's trial, as good as any evaluation
+        assert list(advised.tried["new"]) == ["teacher"] and "new" not in advised.plugging
+        algorithm = new.learner.algorithm
+        assert algorithm.advice.advisor.name == "teacher"
+        assert algorithm.advice.adopt is not None and algorithm.advice.adopt.advisor == "teacher"
+        await drive(graph, keys["arms"], Recorded(pushes), steps=1, seed=5, client_name="new")
+        new.checkpoint().result(30)
+        assert algorithm.adoptions == 1 and algorithm.adopted_at == 0
+        own = {k: v.detach().numpy() for k, v in algorithm.model.policy.state_dict().items()}
+        assert all(np.array_equal(left[k], own[k]) for k in left)
+        advised.choose_advisors()  # with no evaluation of its own yet, it keeps the advisor it tried
+        assert algorithm.advice.advisor.name == "teacher"
+    finally:
+        await stop(graph, store)
+
+
 async def test_an_advisor_whose_trial_did_no_better_is_ruled_out_until_its_evaluation_rises(tmp_path):
     graph, store, keys = await start(tmp_path / "data")
     try:

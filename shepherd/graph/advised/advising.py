@@ -92,9 +92,10 @@ class Advising:
         return max(self.serving(), key=lambda r: r.tracker.steps, default=None)
 
     def choose_advisors(self) -> None:
-        """Give each client the other client with the best recent evaluation return as advisor, if it is
-        better than its own (or it has none yet) and the client has neither refused it nor seen it fail on
-        its own system; else no advisor. Then queue a trial of that advisor on the client's system.
+        """Give each client the other client with the best recent evaluation return as advisor (a client
+        without one of its own yet that has tried others on its system: the best of those, `_best_for`),
+        if it is better than its own (or it has none yet) and the client has neither refused it nor seen it
+        fail on its own system; else no advisor. Then queue a trial of that advisor on the client's system.
 
         A client refuses an advisor whose advice lowered its returns: once it has trained `JUDGE_EPISODES`
         episodes under that advisor, if their mean return is below the mean of its last `JUDGE_EPISODES`
@@ -122,7 +123,7 @@ class Advising:
             candidates = [r for r in self.serving() if r is not runtime and r.recent_return is not None
                           and not (r.client in refused and r.recent_return <= refused[str(r.client)])
                           and not self._failed_trial(runtime, r)]
-            best = max(candidates, key=lambda r: r.recent_return or 0.0, default=None)
+            best = self._best_for(runtime, candidates, tried)
             better = best is not None and (runtime.recent_return is None or
                                            (best.recent_return or 0.0) > runtime.recent_return)
             current = advice.advisor
@@ -148,6 +149,17 @@ class Advising:
                     and (last is None or (best.recent_return or 0.0) > last[0])):
                 self._trying.add((name, str(best.client)))
                 runtime.trials.append(Trial(str(best.client), best.learner, TRIAL_EPISODES))
+
+    @staticmethod
+    def _best_for(runtime: AgentRuntime, candidates: list[AgentRuntime],
+                  tried: dict[str, tuple[float, float]]) -> AgentRuntime | None:
+        """The candidate with the best recent evaluation; for a client without an evaluation of its own that has
+        tried some candidates on its system (a new client's plug-in trials), the best of those tried. The
+        evaluations move while its trials run, and it must be advised by the client whose policy it adopts
+        (one it tried), not by one rated higher since whose trial was never played."""
+        here = [r for r in candidates if str(r.client) in tried]
+        pool = here if runtime.recent_return is None and here else candidates
+        return max(pool, key=lambda r: r.recent_return or 0.0, default=None)
 
     def _drop_trials(self, runtime: AgentRuntime, keep: str | None = None) -> None:
         """Forget the client's queued trials of any other client than ``keep`` (no longer its advisor),
