@@ -2,7 +2,9 @@
 those games (``connect_four_v3``: 6 x 7 x 2, ``tictactoe_v3``: 3 x 3 x 2; channel 0 the mover's pieces, channel 1
 the opponent's; action: Connect Four's column, tic-tac-toe's cell ``row * 3 + column``), so that they need no
 PettingZoo: a uniform random player, the one-move lookahead (win if it can, else block the opponent's winning
-move, else random; either game) and tic-tac-toe's perfect player (minimax, a random one of the best moves).
+move, else random; either game), Connect Four's two-ply ``careful`` player (the lookahead that also never plays
+under the opponent's threat; a training opponent) and tic-tac-toe's perfect player (minimax, a random one of the
+best moves).
 
 Each is a scripted role's ``function(obs, mask) -> action`` (docs/how-to/multi-agent.md), called by the server
 with the observation and mask as the client sent them (nested lists)."""
@@ -73,12 +75,43 @@ def lookahead(obs: Any, mask: Any) -> int:
                 if _won(cells[:cell] + (player,) + cells[cell + 1:], player):
                     return cell
         return RANDOM.choice(moves)
+    tactic = _win_or_block(board, moves)
+    return RANDOM.choice(moves) if tactic is None else tactic
+
+
+def _win_or_block(board: np.ndarray, moves: list[int]) -> int | None:
+    """Connect Four's winning move if there is one, else a move onto the opponent's winning square (the first
+    found), else None."""
     for channel in (0, 1):  # win first, then block
         for column in moves:
             after = drop(board, column, channel)
             if after is not None and connects_four(after[:, :, channel]):
                 return column
-    return RANDOM.choice(moves)
+    return None
+
+
+def careful(obs: Any, mask: Any) -> int:
+    """Connect Four's two-ply player, a training opponent stronger than the lookahead: the lookahead's win or
+    block first, else a uniform random one of the moves that leave the opponent no win in one (that do not play
+    under its threat), else a uniform random legal move."""
+    board = np.asarray(obs, dtype=np.int8)
+    moves = legal(board, mask)
+    tactic = _win_or_block(board, moves)
+    if tactic is not None:
+        return tactic
+    safe = [column for column in moves if not _hands_a_win(drop(board, column, 0))]
+    return RANDOM.choice(safe or moves)
+
+
+def _hands_a_win(board: np.ndarray | None) -> bool:
+    """Whether the opponent (channel 1) has a win in one on ``board``."""
+    if board is None:
+        return False
+    for column in range(COLUMNS):
+        after = drop(board, column, 1)
+        if after is not None and connects_four(after[:, :, 1]):
+            return True
+    return False
 
 
 # -- tic-tac-toe ----------------------------------------------------------------------------------------------

@@ -107,3 +107,17 @@ def test_the_tactics_count_tells_wins_taken_and_blocks_made_from_those_missed():
                           (connect_four({0: [0]}), 2)):  # nothing to take or block: not counted
         board_tactics.count(tally, np.asarray(board, dtype=np.int8), np.asarray(mask), action)
     assert tally == {"wins available": 2, "wins taken": 1, "blocks needed": 2, "blocks made": 1}
+
+
+def test_the_careful_player_wins_blocks_and_never_plays_under_the_opponents_threat():
+    everything = [1] * 7
+    three_in_a_row = connect_four({0: [0], 1: [0], 2: [0], 6: [1, 1, 1]})
+    assert all(boards.careful(three_in_a_row.tolist(), everything) == 3 for _ in range(10))
+    threat = connect_four({2: [1], 3: [1], 4: [1], 0: [0], 6: [0]})
+    assert all(boards.careful(threat.tolist(), everything) in (1, 5) for _ in range(10))
+    # the other's three on row 2 (second from the bottom) from column 1 to 3: its win is column 4's second piece,
+    # so the mover must not put column 4's first; the lookahead (no win, no block) sometimes does, careful never
+    under = connect_four({1: [0, 1], 2: [1, 1], 3: [0, 1], 0: [1, 0], 5: [1], 6: [0]})
+    assert not boards._win_or_block(under, list(range(7)))
+    assert all(boards.careful(under.tolist(), everything) != 4 for _ in range(50))
+    assert any(boards.lookahead(under.tolist(), everything) == 4 for _ in range(100))
