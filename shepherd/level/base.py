@@ -9,24 +9,78 @@ edge (`shepherd.wire`), one method here (refusing) and in the levels that take i
 A reply is awaitable (`Reply`): the learner's future action of a one-learner level (`ActionFuture`, which
 the session waits on without a thread hand-off of its own), or a task of a level whose step consults more
 than one learner (a selector, then a skill).
+
+A level keeps the learner calls of its last step in `Calls`, and builds the step's reply from them. The step's
+retry after a learner's process died (`Level.resend`) builds the reply again from the same `Calls`: only the
+calls whose learner lost them are made again, so that no learner takes a transition twice.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable, Protocol, TypeVar
+import dataclasses
+from typing import Any, Awaitable, Callable, Generic, Hashable, Protocol, TypeVar
 
 from shepherd.level.lifecycle import Lifecycle
 from shepherd import wire
-from shepherd.agents import ActionFuture
+from shepherd.agents import ActionFuture, Request, lost
 from shepherd.wire import GreedyStep, GreedyVectorStep, StepInput, VectorStepInput
 from shepherd.wire.experience import Experience, ExperienceSpaces
 
 T = TypeVar("T", covariant=True)
+K = TypeVar("K", bound=Hashable)
 
 
 class WrongShape(ValueError):
     """A vector step on a single-env session, the reverse, or a vector step with another number of envs."""
+
+
+class Calls(Generic[K]):
+    """The learner calls of a level's last step, by key (an env, a role, a skill), each made at most once unless
+    its learner lost it.
+
+    A level `forget`s the last step's calls when it takes a step, `add`s each call's maker (without calling it)
+    or makes it at once (`call`), and builds the step's reply from their futures (`made`). A retry of the step
+    after a learner's process died (`Level.resend`: `LearnerUnavailable`) builds the reply again the same way:
+    a call is made again only if its future was lost (`lost`). One answered, or still waiting, is not: its
+    learner has the request, and would take the transition twice."""
+
+    def __init__(self) -> None:
+        self._makers: dict[K, Callable[[], ActionFuture]] = {}
+        self._futures: dict[K, ActionFuture] = {}
+
+    def forget(self) -> None:
+        """A new step: the last one's calls are no longer asked again."""
+        self._makers.clear()
+        self._futures.clear()
+
+    def add(self, key: K, make: Callable[[], ActionFuture]) -> None:
+        """The call ``key`` of this step, made by ``make`` when its future is first wanted (`call`, `made`)."""
+        self._makers[key] = make
+
+    def call(self, key: K, make: Callable[[], ActionFuture] | None = None) -> ActionFuture:
+        """The future of the call ``key``: made now (by ``make``, or the maker `add`ed) if it was not made yet
+        or its learner lost it; else the one made before."""
+        if make is not None:
+            self._makers[key] = make
+        future = self._futures.get(key)
+        if future is None or lost(future):
+            future = self._futures[key] = self._makers[key]()
+        return future
+
+    def made(self) -> dict[K, ActionFuture]:
+        """Every call's future, in the order the calls were added (`call` each)."""
+        return {key: self.call(key) for key in list(self._makers)}
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._makers
+
+
+def submitting(learner: Any, requests: list[Request]) -> Callable[[], ActionFuture]:
+    """The maker of a call that submits ``requests`` to ``learner`` (`Calls.add`): each time, fresh copies of
+    them as they are now (a learner in this process may rewrite a request's kind as it batches it)."""
+    sent = [dataclasses.replace(request) for request in requests]
+    return lambda: learner.submit([dataclasses.replace(request, ticket=0, submitted=0.0) for request in sent])
 
 
 class Reply(Awaitable[T], Protocol[T]):

@@ -19,9 +19,9 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from shepherd.agents import ActionFuture, ActMode, lost
+from shepherd.agents import ActionFuture, ActMode
 from shepherd.agents.core import Kind, Learner, Request
-from shepherd.level.base import Level, SessionEnded, consulting
+from shepherd.level.base import Calls, Level, SessionEnded, consulting
 from shepherd.level.episodes import MODES, EpisodeHost, Phase
 from shepherd.level.lifecycle import Announce, Lifecycle
 from shepherd.wire import StepInput
@@ -72,6 +72,10 @@ class Option:
         self.steps += 1
 
 
+#: the key of the selector's call among a step's `Calls` (the others: the skills', by skill)
+CHOICE = -1
+
+
 class OptionsLevel(Level):
     """What a selector's levels share (single-env and vector): its agent, its skills, how long an option runs at
     most, how the skills act, the reply's fields, and the options' record."""
@@ -96,7 +100,9 @@ class OptionsLevel(Level):
         self._used: set[int] = set()  # the skills this session's actors were actors of
         self._fields: dict[str, Any] = {}
         self._chain: asyncio.Task[None] | None = None  # a step's consulting task (`consulting`)
-        self._resend: Callable[[], ActionFuture] | None = None  # asks again what the last step's calls lost
+        #: the last step's learner calls (`resend`): the selector's choice (`CHOICE`), the skills' acts by skill
+        self.calls: Calls[int] = Calls()
+        self._reply: Callable[[], ActionFuture] | None = None  # the last step's reply, built from its calls
 
     @property
     def steps(self) -> int:
@@ -112,8 +118,8 @@ class OptionsLevel(Level):
         """Ask again, without counting the step anew, what a learner of the last step lost (`LearnerUnavailable`:
         its process died and was restarted from its checkpoint): a skill's acts, or where options began, the
         selector's choice unless it was answered, then the chosen skills' first acts (never a call answered)."""
-        assert self._resend is not None, "resend before any step"
-        return self._resend()
+        assert self._reply is not None, "resend before any step"
+        return self._reply()
 
     def _note_configs(self, fields: dict[str, Any]) -> dict[str, Any]:
         """The step's options fields, with what it says about episodes' configs (`Lifecycle.close_step`)."""
@@ -189,9 +195,11 @@ class HierarchyLevel(OptionsLevel):
             return self._choose(functools.partial(host.learner.ask, Request(Kind.STEP, actor, obs, option.discounted,
                                                                             mode=mode)), obs, step.mask)
         self._fields = {"option": skill.name}
-        self._resend = functools.partial(skill.learner.ask, Request(Kind.STEP, actor, obs, step.reward, mode=skill_mode,
-                                                                    mask=step.mask))
-        return self._resend()
+        self.calls.forget()
+        self.calls.add(option.skill, functools.partial(skill.learner.ask, Request(Kind.STEP, actor, obs, step.reward,
+                                                                                  mode=skill_mode, mask=step.mask)))
+        self._reply = functools.partial(self.calls.call, option.skill)
+        return self._reply()
 
     def _ended(self, option: Option) -> None:
         self._record(option)
@@ -202,17 +210,15 @@ class HierarchyLevel(OptionsLevel):
         action (under the step's ``mask``)."""
         fields: dict[str, Any] = {}
         self._fields = fields
-        choice = ask()
+        self.calls.forget()
+        self.calls.add(CHOICE, ask)
 
-        def consult(again: bool = True) -> ActionFuture:
-            nonlocal choice
-            if again and lost(choice):  # else the selector answered: only the skill's first act is asked again
-                choice = ask()
-            reply, self._chain = consulting(self._answer(choice, obs, mask, fields))
+        def consult() -> ActionFuture:  # a retry asks again only what was lost: the choice, else the skill's act
+            reply, self._chain = consulting(self._answer(self.calls.call(CHOICE), obs, mask, fields))
             return reply
 
-        self._resend = consult
-        return consult(False)
+        self._reply = consult
+        return consult()
 
     async def _answer(self, choice: ActionFuture, obs: Any, mask: Any, fields: dict[str, Any]) -> tuple[Any, int]:
         index = int(await choice)
@@ -224,7 +230,8 @@ class HierarchyLevel(OptionsLevel):
         self.option = Option(index)
         self._used.add(index)
         fields["option"] = skill.name
-        future = skill.learner.ask(Request(Kind.BEGIN, self.actor_id, obs, mode=self.skill_mode(episode.phase), mask=mask))
+        future = self.calls.call(index, functools.partial(
+            skill.learner.ask, Request(Kind.BEGIN, self.actor_id, obs, mode=self.skill_mode(episode.phase), mask=mask)))
         return await future, future.policy_version
 
     def close(self) -> None:

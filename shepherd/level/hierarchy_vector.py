@@ -10,13 +10,12 @@ skill that answered each env.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from shepherd.agents import ActionFuture, Kind, Request, lost
-from shepherd.level.base import SessionEnded, consulting
+from shepherd.agents import ActionFuture, Kind, Request
+from shepherd.level.base import SessionEnded, consulting, submitting
 from shepherd.level.episodes import MODES
-from shepherd.level.hierarchy import Option, OptionHost, OptionsLevel, Skill
+from shepherd.level.hierarchy import CHOICE, Option, OptionHost, OptionsLevel, Skill
 from shepherd.level.lifecycle import Announce
 from shepherd.wire import EnvSteps, VectorStepInput
 
@@ -83,27 +82,25 @@ class HierarchyVectorLevel(OptionsLevel):
             selector.append(self._request(Kind.BEGIN, index, envs.obs[index], 0.0, False, MODES[phase]))
             choosing.append(index)
         fields = self._fields = self._note_configs({})
-        choice = host.learner.submit(selector) if selector else None
-        answered: dict[int, ActionFuture] = {}  # each skill's answer to the step's acts
+        self.calls.forget()
+        if selector:
+            self.calls.add(CHOICE, submitting(host.learner, selector))
 
-        def consult(again: bool = True) -> ActionFuture:
-            nonlocal choice
-            if again and lost(choice):  # else the selector answered: only the skills that lost theirs are asked
-                choice = host.learner.submit([dataclasses.replace(r, ticket=0, submitted=0.0) for r in selector])
+        def consult() -> ActionFuture:  # a retry asks again only what was lost: the choice, else the skills' acts
+            choice = self.calls.call(CHOICE) if CHOICE in self.calls else None
             acts = {skill: list(requests) for skill, requests in skills.items()}
-            reply, self._chain = consulting(self._answer(choice, choosing, acts, envs.obs, masks, fields, answered))
+            reply, self._chain = consulting(self._answer(choice, choosing, acts, envs.obs, masks, fields))
             return reply
 
-        self._resend = consult
-        return consult(False)
+        self._reply = consult
+        return consult()
 
     def _ended(self, index: int, option: Option) -> None:
         self._record(option)
         self.options[index] = None
 
     async def _answer(self, choice: ActionFuture | None, choosing: list[int], skills: dict[int, list[Request]],
-                      obs: list[Any], masks: list[Any], fields: dict[str, Any],
-                      answered: dict[int, ActionFuture]) -> tuple[list[Any], int]:
+                      obs: list[Any], masks: list[Any], fields: dict[str, Any]) -> tuple[list[Any], int]:
         chosen = [] if choice is None else [int(index) for index in await choice]
         if self.closed:  # the session ended while the selector chose
             raise SessionEnded
@@ -118,11 +115,8 @@ class HierarchyVectorLevel(OptionsLevel):
         # learner in this process may rewrite a request's kind as it batches it)
         acting = {skill: [self.actor_ids.index(r.actor) for r in requests if r.kind in (Kind.BEGIN, Kind.STEP)]
                   for skill, requests in skills.items()}
-        for skill, requests in skills.items():  # a retry asks again only the skills whose learner lost the acts
-            if skill not in answered or lost(answered[skill]):
-                sent = [dataclasses.replace(r, ticket=0, submitted=0.0) for r in requests]
-                answered[skill] = self.skills[skill].learner.submit(sent)
-        futures = {skill: answered[skill] for skill in skills}
+        futures = {skill: self.calls.call(skill, submitting(self.skills[skill].learner, requests))
+                   for skill, requests in skills.items()}  # made again only for the skills whose learner lost them
         answers = {skill: list(await future) for skill, future in futures.items()}
         actions: list[Any] = [None] * self.n_envs
         for skill, acts in acting.items():  # each skill's answers, in the order of its acts

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Collection, Protocol
 
 
-from shepherd.agents import ActionFuture, Kind, Request, lost
-from shepherd.level.base import Level, Reply
+from shepherd.agents import ActionFuture, Kind, Request
+from shepherd.level.base import Calls, Level, Reply
 from shepherd.level.episodes import MODES, EpisodeHost, Trial, answered
 from shepherd.level.lifecycle import Announce, Lifecycle
 from shepherd.level.roles_steps import RolesStep, parse_roles_step
@@ -110,8 +110,7 @@ class RolesLevel(Level):
         self._opponents: dict[str, str] | None = None  # the opponents the reply to the last step names
         self._configs: dict[str, Any] = {}  # what the reply to the last step says of episodes' configs
         self.closed = False
-        self._asks: list[tuple[Role, Callable[[], ActionFuture]]] = []
-        self._asked: list[ActionFuture] = []  # what the asks returned (`resend`)
+        self.calls: Calls[str] = Calls()  # the last step's calls of the acting roles, by role (`resend`)
         self._played: dict[str, Any] = {}  # the scripted roles' actions, played when the step was checked
 
     # -- the session's verbs ----------------------------------------------------------------------------
@@ -171,7 +170,7 @@ class RolesLevel(Level):
         acting = [name for name in self.order if name in step.obs and name not in ending]
         self._opponents = None
         self._configs = {}
-        self._asked = []
+        self.calls.forget()
         if self.fresh:
             self.fresh = False
             begun = self._pending()  # what each role's episode begins with (nothing draws before its end)
@@ -183,7 +182,6 @@ class RolesLevel(Level):
                 for name, role in self.roles.items():
                     role.label, role.stand_in = chosen.get(name, ("", None))
                 self._opponents = {name: label for name, (label, _) in chosen.items()}
-        asks: list[tuple[Role, Callable[[], ActionFuture]]] = []
         for name, reward in step.reward.items():
             self.roles[name].held += reward
         for name in ending:
@@ -191,7 +189,7 @@ class RolesLevel(Level):
                       step.masks.get(name))
         for name in acting:
             role = self.roles[name]
-            asks.append((role, self._act(role, step.obs[name], step.masks.get(name))))
+            self.calls.add(name, self._act(role, step.obs[name], step.masks.get(name)))
         if acting and self.turns == "alternate":
             self.turn = self.order.index(acting[0]) + 1
         if len(self.ended) == len(self.roles):  # the episode ends: the step after begins the next one
@@ -205,7 +203,6 @@ class RolesLevel(Level):
             upcoming = self._pending()
             if upcoming:  # the next episode's, as a single-env session's reply that ends an episode
                 self._configs["next_episode_config"] = {name: setup.config for name, setup in upcoming.items()}
-        self._asks = asks
 
     def _check_turns(self, step: RolesStep, acting: list[str], ending: list[str]) -> None:
         """Raises BadRequest naming the role and field of a step the turn rules refuse; nothing changes before."""
@@ -304,11 +301,8 @@ class RolesLevel(Level):
     def resend(self) -> Reply[Any]:
         """Ask for the actions of the last step's acting roles: one reply of every role's. Asked again (a retry
         after a learner's process died: `LearnerUnavailable`), only the roles whose learner lost the call are asked
-        anew: the others' learners have it already, and would take a transition twice."""
-        asked: list[ActionFuture | None] = list(self._asked) or [None] * len(self._asks)
-        self._asked = [ask() if before is None or lost(before) else before
-                       for (_, ask), before in zip(self._asks, asked)]
-        futures = [(role, future) for (role, _), future in zip(self._asks, self._asked)]
+        anew (`Calls`): the others' learners have it already, and would take a transition twice."""
+        futures = [(self.roles[name], future) for name, future in self.calls.made().items()]
         return asyncio.get_running_loop().create_task(_gathered(futures, self._opponents, self._configs))
 
     def reply_body(self, action: Any) -> dict[str, Any] | None:

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from shepherd.agents import ActionFuture
 from shepherd.agents.core import Kind, Request
-from shepherd.level.base import Level
+from shepherd.level.base import Calls, Level
 from shepherd.level.episodes import MODES, EpisodeHost, Phase, answered
 from shepherd.level.lifecycle import Announce, Lifecycle
 from shepherd.wire import GreedyStep, StepInput
@@ -32,7 +32,7 @@ class LevelManager(Level):
         self.evaluate_only = evaluate_only
         self.lifecycle = Lifecycle(host, 1, evaluate_only, Announce.AT_END, trials=True)
         self.closed = False
-        self._asked: Callable[[], ActionFuture] | None = None  # the last learner call awaiting an action (`resend`)
+        self.calls: Calls[int] = Calls()  # the last step's learner call awaiting an action (`resend`)
 
     @property
     def steps(self) -> int:
@@ -47,21 +47,25 @@ class LevelManager(Level):
     def take_step(self, step: StepInput) -> ActionFuture | None:
         episodes = self.lifecycle
         episodes.open_step()
+        self.calls.forget()
         try:
-            self._asked = self._ask(step)
+            ask = self._ask(step)
         finally:
             episodes.close_step()
-        return None if self._asked is None else self._asked()
+        if ask is None:
+            return None
+        self.calls.add(0, ask)
+        return self.calls.call(0)
 
     def record_greedy(self, step: GreedyStep) -> ActionFuture | None:
         assert self.evaluate_only, "a greedy step of a training session"
         return self.record(step.reward, step.done, step.action, step.version)
 
     def resend(self) -> ActionFuture:
-        """Hand the last step's learner call over again, without counting the step anew: its learner lost
+        """Hand the last step's learner call over again, without counting the step anew, if its learner lost
         it (`LearnerUnavailable`: the learner's process died and was restarted from its checkpoint)."""
-        assert self._asked is not None, "resend before any step"
-        return self._asked()
+        assert 0 in self.calls, "resend before any step"
+        return self.calls.call(0)
 
     def step(self, obs: Any, reward: float, done: bool, truncated: bool = False, mask: Any = None) -> ActionFuture | None:
         """`take_step` of a step given by its fields (a level driven by hand)."""
@@ -116,8 +120,9 @@ class LevelManager(Level):
                     return None
         finally:
             episodes.close_step()
-        self._asked = functools.partial(answered, action, version)
-        return self._asked()
+        self.calls.forget()
+        self.calls.add(0, functools.partial(answered, action, version))
+        return self.calls.call(0)
 
     def close(self) -> None:
         """End the session: an unfinished episode is abandoned, the learner closes its partial data."""

@@ -8,14 +8,17 @@ trying another client's policy) is answered by the tried learner instead, and th
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from typing import Any, Callable
 
-from shepherd.agents import ActionFuture, Kind, Request, lost
-from shepherd.level.base import Level, consulting
+from shepherd.agents import ActionFuture, Kind, Request
+from shepherd.level.base import Calls, Level, consulting, submitting
 from shepherd.level.episodes import MODES, EpisodeHost, Phase, answered
 from shepherd.level.lifecycle import Announce, Lifecycle
 from shepherd.wire import EnvSteps, GreedyVectorStep, VectorStepInput
+
+
+#: the key of the session's own learner's call among a step's `Calls` (the others: envs in trial episodes)
+OWN = -1
 
 
 class VectorLevel(Level):
@@ -33,11 +36,10 @@ class VectorLevel(Level):
         self.evaluate_only = evaluate_only
         self.lifecycle = Lifecycle(host, n_envs, evaluate_only, Announce.AT_BEGIN, trials=True)
         self.closed = False
-        self._sent: list[Request] = []  # the last step's requests, as made (`resend`)
-        self._acting: list[int] = []  # the envs those requests ask actions for, in order
-        self._own: ActionFuture | None = None  # the learner's answer to them
-        self._trials: dict[int, Callable[[], ActionFuture]] = {}  # the last step's calls to tried learners, by env
-        self._tried: dict[int, ActionFuture] = {}  # and their answers
+        #: the last step's learner calls (`resend`): the session's learner's (`OWN`), and by env those of the
+        #: envs in trial episodes to their tried learners
+        self.calls: Calls[int] = Calls()
+        self._acting: list[int] = []  # the envs the session's learner's call asks actions for, in order
         self._chain: asyncio.Task[None] | None = None
 
     @property
@@ -51,14 +53,13 @@ class VectorLevel(Level):
         return self.lifecycle.reply_fields()
 
     def resend(self) -> ActionFuture:
-        """Ask again for the last step's actions, without counting the step anew, of the learner that lost them
+        """The last step's actions: asked again, without counting the step anew, of the learner that lost them
         (`LearnerUnavailable`: its process died and was restarted from its checkpoint): the session's own learner
         is handed its requests again, an env in a trial episode its tried learner's call; what was answered is
         not asked twice (a transition stored twice)."""
-        if self._own is None or lost(self._own):
-            self._own = self.host.learner.submit([dataclasses.replace(r, ticket=0, submitted=0.0) for r in self._sent])
-        self._tried = {index: self._trials[index]() if lost(future) else future for index, future in self._tried.items()}
-        return self._own if not self._tried else self._merge(self._own, self._tried, self._acting)
+        tried = self.calls.made()
+        own = tried.pop(OWN)
+        return own if not tried else self._merge(own, tried, self._acting)
 
     @property
     def n_envs(self) -> int:
@@ -115,12 +116,13 @@ class VectorLevel(Level):
                 requests.append(request)
         finally:
             lifecycle.close_step()
-        self._sent = [dataclasses.replace(r) for r in requests]
         # the envs the learner answers, in order, read before it takes the requests (it may rewrite their kinds)
         self._acting = [r.actor - self.group for r in requests if r.kind in (Kind.BEGIN, Kind.STEP)]
-        self._trials, self._tried = trials, {index: ask() for index, ask in trials.items()}
-        self._own = self.host.learner.submit(requests)
-        return self._own if not trials else self._merge(self._own, self._tried, self._acting)
+        self.calls.forget()
+        for index, ask in trials.items():
+            self.calls.add(index, ask)
+        self.calls.add(OWN, submitting(self.host.learner, requests))
+        return self.resend()
 
     def _merge(self, own: ActionFuture, tried: dict[int, ActionFuture], acting: list[int]) -> ActionFuture:
         """One reply of the learner's actions (for the envs ``acting``, in order) and the trials' (by env)."""

@@ -2,7 +2,9 @@
 
 from concurrent.futures import Future
 
-from shepherd.agents import ActionFuture, ActMode
+import pytest
+
+from shepherd.agents import ActionFuture, ActMode, LearnerUnavailable
 from tests.fake_learners import RequestsAsCalls
 from shepherd.level import Episode, LevelManager, Phase, Trial
 
@@ -99,14 +101,28 @@ def test_done_on_a_reset_observation_is_an_empty_episode():
     assert host.learner.calls == [] and host.ended == []
 
 
-def test_resend_repeats_the_last_learner_call_without_counting_the_step_again():
+def test_resend_repeats_the_last_learner_call_without_counting_the_step_again_only_if_it_was_lost():
+    class Losing(FakeLearner):
+        lose = False
+
+        def _future(self, value):
+            if not self.lose:
+                return super()._future(value)
+            future = ActionFuture()
+            future.set_exception(LearnerUnavailable("restarting"))
+            return future
+
     host = FakeHost([Phase.TRAIN])
+    host.learner = Losing()
     level = LevelManager(5, host)
-    level.step("o0", 0.0, False)
+    host.learner.lose = True
+    with pytest.raises(LearnerUnavailable):
+        level.step("o0", 0.0, False).result()
+    host.learner.lose = False
     assert level.resend().result() == "a0"  # the episode's begin, again
     level.step("o1", 1.0, False)
-    assert level.resend().result() == "a1"
-    assert host.learner.calls == [("begin", 5, "o0", ActMode.EXPLORE)] * 2 + [("step", 5, 1.0, "o1", ActMode.EXPLORE)] * 2
+    assert level.resend().result() == "a1"  # answered: not asked twice (the learner would take it twice)
+    assert host.learner.calls == [("begin", 5, "o0", ActMode.EXPLORE)] * 2 + [("step", 5, 1.0, "o1", ActMode.EXPLORE)]
     assert host.counted == [Phase.TRAIN] and level.steps == 1
 
 
