@@ -372,13 +372,13 @@ def _drive(client: VectorClient, reset: Callable[[int | None], dict[str, list]],
     return returns
 
 
-def _login(client: Any, mode: str, retry_seconds: float) -> None:
-    """Log ``client`` in (any client with `login(mode)`), retrying a server that went away, or that asks for a
-    wait (503, or 429: its rate limit, its session limit), after its Retry-After (at most 5 s)."""
+def _login(client: Any, mode: str, retry_seconds: float, **fields: Any) -> None:
+    """Log ``client`` in (any client with `login(mode, **fields)`), retrying a server that went away, or that asks
+    for a wait (503, or 429: its rate limit, its session limit), after its Retry-After (at most 5 s)."""
     deadline = time.monotonic() + retry_seconds
     while True:
         try:
-            client.login(mode)
+            client.login(mode, **fields)
             return
         except (OSError, http.client.HTTPException) as error:
             if time.monotonic() > deadline or (not client.reached and _not_there(error)):
@@ -388,6 +388,14 @@ def _login(client: Any, mode: str, retry_seconds: float) -> None:
             if error.status not in (429, 503) or time.monotonic() > deadline:
                 raise
             time.sleep(min(error.retry_after or 1.0, 5.0))
+
+
+def session_lost(error: BaseException) -> bool:
+    """Whether ``error``, raised by a step, means the session is gone (401: the server restarted, the session
+    expired or was logged out) or the server could not be reached: a driver logs in again and starts over."""
+    if isinstance(error, ShepherdError):
+        return error.status == 401
+    return isinstance(error, (OSError, http.client.HTTPException))
 
 
 def _not_there(error: BaseException) -> bool:

@@ -2,13 +2,19 @@
 PettingZoo environment through it, its API's two forms: AEC (one agent acts per step: ``agent_iter``, ``last``,
 ``step``) and parallel (every live agent each step). Duck-typed: PettingZoo itself is not imported. An
 observation that is a dict with ``"observation"`` and ``"action_mask"`` (PettingZoo's classic games) is sent as
-the observation and the role's action mask."""
+the observation and the role's action mask. A lost session (the server restarted, the session expired) is logged
+in again as it was, and the episodes under way are started over, as the gymnasium drivers do."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+import logging
+from typing import Any, Callable, Iterator, TypeVar
 
 from shepherd.client.connection import _Connection, to_json
+from shepherd.client.loops import _login, session_lost
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class RolesClient(_Connection):
@@ -20,7 +26,14 @@ class RolesClient(_Connection):
         body = self._login_body(mode)
         if n_envs is not None:
             body["n_envs"] = n_envs
+        self._logged = (mode, n_envs)
         return self._open(body)
+
+    def login_again(self) -> None:
+        """Log in as the last `login` did (its mode and copies): the session was lost. A server that went away,
+        or asks for a wait, is retried for ``retry_seconds``."""
+        mode, n_envs = getattr(self, "_logged", ("train", None))
+        _login(self, mode, self.retry_seconds, n_envs=n_envs)
 
     def step(self, obs: dict[str, Any], reward: dict[str, float] | None = None,
              terminated: dict[str, bool] | None = None, truncated: dict[str, bool] | None = None,
@@ -65,16 +78,36 @@ def run_aec(env: Any, client: RolesClient, episodes: int, seed: int | None = Non
     """Play ``episodes`` episodes of a PettingZoo AEC env: each agent's turn one step of its role (its reward the
     cumulative reward since its last turn), an agent that ends sending its last observation once. Returns each
     episode's returns by role."""
-    returns = []
-    for episode in range(episodes):
-        env.reset(seed=None if seed is None else seed + episode)
+    def episode(index: int) -> dict[str, float]:
+        env.reset(seed=None if seed is None else seed + index)
         totals: dict[str, float] = {}
         for agent in env.agent_iter():
             step, ended = _aec_turn(env, agent, totals)
             actions = client.step(**step)
             env.step(None if ended else actions[agent])
-        returns.append(totals)
+        return totals
+    return _episodes(client, episodes, episode)
+
+
+def _episodes(client: RolesClient, episodes: int, episode: Callable[[int], T]) -> list[T]:
+    """``episode(index)`` played ``episodes`` times; one whose session was lost is logged in again and played
+    again from its start."""
+    returns: list[T] = []
+    while len(returns) < episodes:
+        try:
+            returns.append(episode(len(returns)))
+        except Exception as error:
+            _log_in_again(client, error, "the episode starts over")
     return returns
+
+
+def _log_in_again(client: RolesClient, error: Exception, then: str) -> None:
+    """A step raised ``error``: raised again unless the session was lost (`session_lost`), else logged in
+    again (``then`` says what the driver does next)."""
+    if not session_lost(error):
+        raise error
+    logger.info("session lost (%s); logging in again, %s", error, then)
+    client.login_again()
 
 
 def _aec_turn(env: Any, agent: str, totals: dict[str, float]) -> tuple[dict[str, Any], bool]:
@@ -125,7 +158,13 @@ def run_aec_envs(envs: list[Any], client: RolesClient, episodes: int, seed: int 
             ends.append(ended)
         if len(returns) >= episodes:
             break
-        for env, agent, ended, actions in zip(envs, agents, ends, client.step_envs(steps)):
+        try:
+            replies = client.step_envs(steps)
+        except Exception as error:
+            _log_in_again(client, error, "every copy's episode starts over")
+            turns = [begin(index) for index in range(len(envs))]
+            continue
+        for env, agent, ended, actions in zip(envs, agents, ends, replies):
             env.step(None if ended else actions[agent])
     return returns[:episodes]
 
@@ -133,16 +172,18 @@ def run_aec_envs(envs: list[Any], client: RolesClient, episodes: int, seed: int 
 def run_parallel(env: Any, client: RolesClient, episodes: int, seed: int | None = None) -> list[dict[str, float]]:
     """Play ``episodes`` episodes of a PettingZoo parallel env: every live agent in each step; the agents that
     ended send their last observations once, in the next step. Returns each episode's returns by role."""
-    copy, returns = _ParallelCopy(env), []
-    for episode in range(episodes):
-        copy.begin(None if seed is None else seed + episode)
+    copy = _ParallelCopy(env)
+
+    def episode(index: int) -> dict[str, float]:
+        copy.begin(None if seed is None else seed + index)
         while copy.observations:
             actions = client.step(**copy.step())
             if not actions:  # every agent ended: the episode is over
                 break
             copy.act(actions)
-        returns.append(copy.totals)
-    return returns
+        return copy.totals
+    return _episodes(client, episodes, episode)
+
 
 class _ParallelCopy:
     """One copy of a parallel env in `run_parallel_envs`: its episode's observations, the rewards and ends to
@@ -189,7 +230,15 @@ def run_parallel_envs(envs: list[Any], client: RolesClient, episodes: int, seed:
         copy.begin(None if seed is None else seed + begun)
         begun += 1
     while len(returns) < episodes and not (stop is not None and stop()):
-        for copy, actions in zip(copies, client.step_envs([copy.step() for copy in copies])):
+        try:
+            replies = client.step_envs([copy.step() for copy in copies])
+        except Exception as error:
+            _log_in_again(client, error, "every copy's episode starts over")
+            for copy in copies:
+                copy.begin(None if seed is None else seed + begun)
+                begun += 1
+            continue
+        for copy, actions in zip(copies, replies):
             if actions:
                 copy.act(actions)
                 if copy.observations:

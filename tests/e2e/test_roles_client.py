@@ -153,6 +153,60 @@ def test_copies_of_pettingzoo_style_envs_play_as_one_vector_session(tmp_path):
         thread.stop()
 
 
+def log_out_from_elsewhere(client: RolesClient) -> None:
+    """End ``client``'s session on the server, as a restart or an expiry would: its next step is answered 401."""
+    other = RolesClient(client.url, "unused")
+    other.session_key = client.session_key
+    other.logout()
+    other.close()
+
+
+def test_the_pettingzoo_drivers_log_in_again_after_a_lost_session_and_start_its_episodes_over(tmp_path):
+    """A session lost mid-episode (401): `run_aec`, `run_aec_envs` and `run_parallel_envs` log in again as they
+    logged in (the copies too) and play the episodes under way from their start; no episode is lost or doubled
+    (before, the 401 ended the drivers, and `python -m shepherd.client --pettingzoo` exited 1)."""
+    graph, thread = turns_and_race(tmp_path, {**TINY, "n_envs": 8}, {**TINY, "n_envs": 4})
+    keys = thread.server.created_keys
+    lost = []
+
+    class Losing(TakeTurns):
+        def step(self, action):
+            if self.turn == 3 and not lost:  # once, mid-episode
+                lost.append(client.session_key)
+                log_out_from_elsewhere(client)
+            super().step(action)
+
+    class LosingRace(Race):
+        def step(self, actions):
+            if self.t == 1 and len(lost) == 2:
+                lost.append(client.session_key)
+                log_out_from_elsewhere(client)
+            return super().step(actions)
+
+    try:
+        client = RolesClient(thread.server.url, keys["environment turns"], retry_seconds=10)
+        client.login()
+        returns = run_aec(Losing(), client, episodes=3, seed=1)
+        assert len(returns) == 3 and all(sum(r.values()) == 1.0 for r in returns)
+        assert lost and client.session_key not in lost  # a new session
+        client.login(n_envs=4)
+        lost.clear()
+        returns = run_aec_envs([Losing() for _ in range(4)], client, episodes=12, seed=1)
+        assert len(returns) == 12 and all(sum(r.values()) == 1.0 for r in returns)
+        assert len(lost) == 1 and client.session_key not in lost and client.info["n_envs"] == 4
+        client.logout()
+        client.close()
+        client = RolesClient(thread.server.url, keys["environment race"], retry_seconds=10)
+        client.login(n_envs=2)
+        lost[:] = ["first", "second"]
+        assert run_parallel_envs([LosingRace(), LosingRace()], client, episodes=4) == [{"fast": 4.0, "slow": 2.0}] * 4
+        assert len(lost) == 3 and client.session_key != lost[2] and client.info["n_envs"] == 2
+        client.logout()
+        client.close()
+    finally:
+        thread.stop()
+
+
 def make_race(**kwargs):
     race = Race()
     race.given = kwargs
