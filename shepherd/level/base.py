@@ -77,10 +77,13 @@ class Calls(Generic[K]):
 
 
 def submitting(learner: Any, requests: list[Request]) -> Callable[[], ActionFuture]:
-    """The maker of a call that submits ``requests`` to ``learner`` (`Calls.add`): each time, fresh copies of
-    them as they are now (a learner in this process may rewrite a request's kind as it batches it)."""
+    """The maker of a call that submits ``requests`` to ``learner`` (`Calls.add`): the requests themselves the
+    first time, then fresh copies of them as they were when the maker was made (a learner in this process
+    may rewrite a request as it takes it: its ticket, its kind)."""
     sent = [dataclasses.replace(request) for request in requests]
-    return lambda: learner.submit([dataclasses.replace(request, ticket=0, submitted=0.0) for request in sent])
+    first = [requests]
+    return lambda: learner.submit(first.pop() if first else
+                                  [dataclasses.replace(request, ticket=0, submitted=0.0) for request in sent])
 
 
 class Reply(Awaitable[T], Protocol[T]):

@@ -31,6 +31,7 @@ class HierarchyVectorLevel(OptionsLevel):
         self.actor_ids = range(first_actor_id, first_actor_id + n_envs)
         self.group = first_actor_id
         self.options: list[Option | None] = [None] * n_envs
+        self._acting: dict[int, list[int]] = {}  # each skill's envs its last step's acts answer, in order
 
     @property
     def n_envs(self) -> int:
@@ -83,6 +84,7 @@ class HierarchyVectorLevel(OptionsLevel):
             choosing.append(index)
         fields = self._fields = self._note_configs({})
         self.calls.forget()
+        self._acting = {}
         if selector:
             self.calls.add(CHOICE, submitting(host.learner, selector))
 
@@ -111,12 +113,14 @@ class HierarchyVectorLevel(OptionsLevel):
             self._used.add(skill)
             skills.setdefault(skill, []).append(
                 self._request(Kind.BEGIN, index, obs[index], 0.0, False, self.skill_mode(episode.phase), masks[index]))
-        # each skill's acting envs, in the order of its acts, read before the learner takes the requests (a
-        # learner in this process may rewrite a request's kind as it batches it)
-        acting = {skill: [self.actor_ids.index(r.actor) for r in requests if r.kind in (Kind.BEGIN, Kind.STEP)]
-                  for skill, requests in skills.items()}
-        futures = {skill: self.calls.call(skill, submitting(self.skills[skill].learner, requests))
-                   for skill, requests in skills.items()}  # made again only for the skills whose learner lost them
+        for skill, requests in skills.items():  # each skill's acts, made once a step (a retry: only if lost)
+            if skill not in self.calls:  # its acting envs, in the order of its acts, read before the learner
+                # takes the requests (a learner in this process may rewrite a request's kind as it batches it)
+                self._acting[skill] = [self.actor_ids.index(r.actor) for r in requests
+                                       if r.kind in (Kind.BEGIN, Kind.STEP)]
+                self.calls.add(skill, submitting(self.skills[skill].learner, requests))
+        futures = {skill: self.calls.call(skill) for skill in skills}
+        acting = {skill: self._acting[skill] for skill in skills}
         answers = {skill: list(await future) for skill, future in futures.items()}
         actions: list[Any] = [None] * self.n_envs
         for skill, acts in acting.items():  # each skill's answers, in the order of its acts
