@@ -58,6 +58,8 @@ class Advising:
         self._trying: set[tuple[str, str]] = set()  # (client, other client) trials queued or running
         #: per new client, its plug-in trials (of every rated client, `install`) until all have ended
         self.plugging: dict[str, dict[str, Trial]] = {}
+        #: per client plugged in, the client whose tried policy it adopted (`_best_for`)
+        self._plugged_from: dict[str, str] = {}
 
 
     def _plug_in(self, runtime: AgentRuntime) -> None:
@@ -150,16 +152,19 @@ class Advising:
                 self._trying.add((name, str(best.client)))
                 runtime.trials.append(Trial(str(best.client), best.learner, TRIAL_EPISODES))
 
-    @staticmethod
-    def _best_for(runtime: AgentRuntime, candidates: list[AgentRuntime],
+    def _best_for(self, runtime: AgentRuntime, candidates: list[AgentRuntime],
                   tried: dict[str, tuple[float, float]]) -> AgentRuntime | None:
-        """The candidate with the best recent evaluation; for a client without an evaluation of its own that has
-        tried some candidates on its system (a new client's plug-in trials), the best of those tried. The
-        evaluations move while its trials run, and it must be advised by the client whose policy it adopts
-        (one it tried), not by one rated higher since whose trial was never played."""
-        here = [r for r in candidates if str(r.client) in tried]
-        pool = here if runtime.recent_return is None and here else candidates
-        return max(pool, key=lambda r: r.recent_return or 0.0, default=None)
+        """The candidate with the best recent evaluation; for a client without an evaluation of its own, the
+        client whose policy it adopted when its plug-in trials ended, else the best of those it tried on its
+        system. The evaluations move while its trials run (and a trial played beside the one that ended them
+        ends later): it is advised by the client whose policy it runs, not by one rated higher since."""
+        if runtime.recent_return is None:
+            adopted = self._plugged_from.get(str(runtime.client))
+            here = ([r for r in candidates if str(r.client) == adopted]
+                    or [r for r in candidates if str(r.client) in tried])
+            if here:
+                return max(here, key=lambda r: r.recent_return or 0.0)
+        return max(candidates, key=lambda r: r.recent_return or 0.0, default=None)
 
     def _drop_trials(self, runtime: AgentRuntime, keep: str | None = None) -> None:
         """Forget the client's queued trials of any other client than ``keep`` (no longer its advisor),
@@ -210,6 +215,7 @@ class Advising:
         if advice is None or advice.advisor is None:
             return
         if plugging is not None and advice.advisor.name in plugging:  # the advisor's policy worked here
+            self._plugged_from[str(runtime.client)] = advice.advisor.name
             self._adopt(runtime, advice, plugging[advice.advisor.name], "before it learns")
         elif (tried is not None and advice.advisor.name == other
               and clearly_better(value, own, tried.recent_return)):
