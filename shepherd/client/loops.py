@@ -10,14 +10,13 @@ import logging
 import socket
 import time
 from collections.abc import Callable
-from typing import Any
-
-logger = logging.getLogger(__name__)
-
-
+from typing import Any, TypeVar
 
 from shepherd.client.connection import Client, ShepherdError, VectorClient, to_json
 from shepherd.client.tensors import BINARY_NUMBERS, is_array
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: a function that sets an env up with an episode's config (docs/lessons.md), called before the env's reset
 ApplyConfig = Callable[[Any, dict], None]
@@ -94,21 +93,17 @@ def run_env(client: Client, env_id: str, seed: int | None = None, episodes: int 
                 apply_config(env, client.next_episode_config, apply)
             obs, _ = env.reset(seed=seed if first_reset else None)
             first_reset = False
-            action, total = client.step(obs, 0.0, False, action_mask=env_action_mask(env)), 0.0
+            mask = env_action_mask(env)
+            action, total = requested(lambda: client.step(obs, 0.0, False, action_mask=mask)), 0.0
             while action is not None:
                 obs, reward, terminated, truncated, _ = env.step(action_from_json(env.action_space, action))
                 total += float(reward)
-                done = terminated or truncated
-                action = client.step(obs, float(reward), done, truncated=truncated and not terminated,
-                                     action_mask=None if terminated else env_action_mask(env))  # a time limit's too
+                done, mask = terminated or truncated, None if terminated else env_action_mask(env)  # a time limit's too
+                action = requested(lambda: client.step(obs, float(reward), done, truncated=truncated and not terminated,
+                                                       action_mask=mask))
             returns.append(total)
-        except ShepherdError as error:
-            if error.status != 401:
-                raise
-            logger.info("session lost (%s); logging in again", error.message)
-            client.session_key = None
-        except (OSError, http.client.HTTPException) as error:
-            logger.info("connection lost (%s); logging in again", error)
+        except SessionLost as error:
+            logger.info("session lost (%s); logging in again", error)
             client.session_key = None
     env.close()
     return returns
@@ -350,16 +345,11 @@ def _drive(client: VectorClient, reset: Callable[[int | None], dict[str, list]],
         if body is None:  # a new session: every env starts over
             body = reset(seed if first_reset else None)
             first_reset, totals = False, [0.0] * n
+        sent = body
         try:
-            actions = client.step(**body)
-        except ShepherdError as error:
-            if error.status != 401:
-                raise
-            logger.info("session lost (%s); logging in again", error.message)
-            client.session_key = None
-            continue
-        except (OSError, http.client.HTTPException) as error:
-            logger.info("connection lost (%s); logging in again", error)
+            actions = requested(lambda: client.step(**sent))
+        except SessionLost as error:
+            logger.info("session lost (%s); logging in again", error)
             client.session_key = None
             continue
         for i, (reward, terminated, truncated) in enumerate(zip(body["reward"], body["terminated"],
@@ -390,12 +380,22 @@ def _login(client: Any, mode: str, retry_seconds: float, **fields: Any) -> None:
             time.sleep(min(error.retry_after or 1.0, 5.0))
 
 
-def session_lost(error: BaseException) -> bool:
-    """Whether ``error``, raised by a step, means the session is gone (401: the server restarted, the session
-    expired or was logged out) or the server could not be reached: a driver logs in again and starts over."""
-    if isinstance(error, ShepherdError):
-        return error.status == 401
-    return isinstance(error, (OSError, http.client.HTTPException))
+class SessionLost(Exception):
+    """A request's session is gone (401: the server restarted, the session expired or was logged out) or the
+    server could not be reached (`requested`): a driver logs in again and starts its episodes over."""
+
+
+def requested(call: Callable[[], T]) -> T:
+    """``call()``, a request to the server; what says its session was lost raised as `SessionLost`. Only the
+    requests are wrapped so: an env's own errors (an ``OSError`` of its files or its device) are its own."""
+    try:
+        return call()
+    except ShepherdError as error:
+        if error.status != 401:
+            raise
+        raise SessionLost(error.message) from error
+    except (OSError, http.client.HTTPException) as error:
+        raise SessionLost(f"connection lost: {error or type(error).__name__}") from error
 
 
 def _not_there(error: BaseException) -> bool:

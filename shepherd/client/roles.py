@@ -11,7 +11,7 @@ import logging
 from typing import Any, Callable, Iterator, TypeVar
 
 from shepherd.client.connection import _Connection, to_json
-from shepherd.client.loops import _login, session_lost
+from shepherd.client.loops import SessionLost, _login, requested
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -83,7 +83,7 @@ def run_aec(env: Any, client: RolesClient, episodes: int, seed: int | None = Non
         totals: dict[str, float] = {}
         for agent in env.agent_iter():
             step, ended = _aec_turn(env, agent, totals)
-            actions = client.step(**step)
+            actions = requested(lambda: client.step(**step))
             env.step(None if ended else actions[agent])
         return totals
     return _episodes(client, episodes, episode)
@@ -96,18 +96,10 @@ def _episodes(client: RolesClient, episodes: int, episode: Callable[[int], T]) -
     while len(returns) < episodes:
         try:
             returns.append(episode(len(returns)))
-        except Exception as error:
-            _log_in_again(client, error, "the episode starts over")
+        except SessionLost as error:
+            logger.info("session lost (%s); logging in again, the episode starts over", error)
+            client.login_again()
     return returns
-
-
-def _log_in_again(client: RolesClient, error: Exception, then: str) -> None:
-    """A step raised ``error``: raised again unless the session was lost (`session_lost`), else logged in
-    again (``then`` says what the driver does next)."""
-    if not session_lost(error):
-        raise error
-    logger.info("session lost (%s); logging in again, %s", error, then)
-    client.login_again()
 
 
 def _aec_turn(env: Any, agent: str, totals: dict[str, float]) -> tuple[dict[str, Any], bool]:
@@ -159,9 +151,10 @@ def run_aec_envs(envs: list[Any], client: RolesClient, episodes: int, seed: int 
         if len(returns) >= episodes:
             break
         try:
-            replies = client.step_envs(steps)
-        except Exception as error:
-            _log_in_again(client, error, "every copy's episode starts over")
+            replies = requested(lambda: client.step_envs(steps))
+        except SessionLost as error:
+            logger.info("session lost (%s); logging in again, every copy's episode starts over", error)
+            client.login_again()
             turns = [begin(index) for index in range(len(envs))]
             continue
         for env, agent, ended, actions in zip(envs, agents, ends, replies):
@@ -177,7 +170,7 @@ def run_parallel(env: Any, client: RolesClient, episodes: int, seed: int | None 
     def episode(index: int) -> dict[str, float]:
         copy.begin(None if seed is None else seed + index)
         while copy.observations:
-            actions = client.step(**copy.step())
+            actions = requested(lambda: client.step(**copy.step()))
             if not actions:  # every agent ended: the episode is over
                 break
             copy.act(actions)
@@ -231,9 +224,10 @@ def run_parallel_envs(envs: list[Any], client: RolesClient, episodes: int, seed:
         begun += 1
     while len(returns) < episodes and not (stop is not None and stop()):
         try:
-            replies = client.step_envs([copy.step() for copy in copies])
-        except Exception as error:
-            _log_in_again(client, error, "every copy's episode starts over")
+            replies = requested(lambda: client.step_envs([copy.step() for copy in copies]))
+        except SessionLost as error:
+            logger.info("session lost (%s); logging in again, every copy's episode starts over", error)
+            client.login_again()
             for copy in copies:
                 copy.begin(None if seed is None else seed + begun)
                 begun += 1
