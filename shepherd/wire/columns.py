@@ -72,8 +72,8 @@ def _space_column(space: spaces.Space, rows: Any, count: int, n: int) -> Any:
         return None  # another kind: the per-value checker
     dims = (count, n, *(space.shape or ()))
     array = _array(rows, dims)
-    if array is not None:
-        return _space_array(space, array)
+    if array is not None:  # a binary body's tensors
+        return _image_array(array) if is_image(space) else _space_array(space, array)
     found = _leaves(rows, dims)
     if found is None:
         return None
@@ -115,6 +115,15 @@ def _array(rows: Any, dims: tuple[int, ...]) -> np.ndarray | None:
     if any(part.shape != shape or part.dtype != item.dtype for part in parts):
         return None
     return np.stack(parts).reshape(dims)
+
+
+def _image_array(array: np.ndarray) -> np.ndarray | None:
+    """An image's tensor as its JSON is taken: integers 0-255 only, as uint8 (so that a retry may switch
+    encodings: the same pixels, the same step); None when any may not pass (the per-value checker names it)."""
+    if array.dtype.kind not in "iu":
+        return None
+    in_range = array.dtype == np.uint8 or ((array >= 0) & (array <= 255)).all()
+    return array.astype(np.uint8) if in_range else None  # a copy: a binary body's own bytes are read-only
 
 
 def _space_array(space: spaces.Space, array: np.ndarray) -> np.ndarray | None:

@@ -23,6 +23,8 @@ DATATYPES: dict[str, np.dtype] = {"UINT8": np.dtype("u1"), "FP32": np.dtype("<f4
 #: the key that makes a JSON object a tensor's description, and the keys it has
 SIZE_KEY = "binary_data_size"
 TENSOR_KEYS = frozenset({"datatype", "shape", SIZE_KEY})
+#: the most dimensions a tensor may have (numpy's limit is 64; an observation with its rows has far fewer)
+MAX_DIMENSIONS = 32
 
 
 def json_length(value: str | None) -> int | None:
@@ -93,6 +95,8 @@ class _Reader:
             raise BadRequest(f"unknown tensor datatype {str(name)[:20]!r}; one of {', '.join(DATATYPES)}")
         if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
             raise BadRequest(f"a tensor's shape is a list of whole numbers, got {str(shape)[:40]}")
+        if len(shape) > MAX_DIMENSIONS:
+            raise BadRequest(f"a tensor has at most {MAX_DIMENSIONS} dimensions, not {len(shape)}")
         if type(size) is not int or size < 0:
             raise BadRequest(f"a tensor's {SIZE_KEY} is a whole number of bytes, got {str(size)[:20]}")
         count = math.prod(shape)
@@ -102,7 +106,10 @@ class _Reader:
         if self.offset + size > len(self.body):
             raise BadRequest(f"the body ends {self.offset + size - len(self.body)} bytes before its tensors do: "
                              f"the tensors' bytes are missing")
-        array = np.frombuffer(self.body, dtype, count, self.offset).reshape(shape)
+        try:
+            array = np.frombuffer(self.body, dtype, count, self.offset).reshape(shape)
+        except ValueError as error:  # a shape numpy cannot hold (of no values: 0 x 1e9 x 1e9 is too big)
+            raise BadRequest(f"a tensor of shape {str(shape)[:40]} cannot be read: {error}") from None
         self.offset += size
         if name == "BOOL" and count and array.view(np.uint8).max() > 1:
             raise BadRequest("a BOOL tensor's bytes must be 0 or 1")

@@ -87,6 +87,48 @@ async def test_sizes_that_do_not_add_up_get_400_and_the_session_survives(aiohttp
     assert again.status == 200
 
 
+@pytest.mark.parametrize("shape, size, words", [
+    ([1] * 70, 1, "at most 32 dimensions"),  # numpy holds 64
+    ([0, 10 ** 9, 10 ** 9, 10 ** 9], 0, "cannot be read"),  # no values, yet too big for an array
+])
+async def test_shapes_no_array_can_have_get_400_not_500(aiohttp_client, tmp_path, shape, size, words):
+    client = await make_client(aiohttp_client, tmp_path, max_body_bytes=1 << 20)
+    key = (await login(client))["session_key"]
+    head = json.dumps({"session_key": key, "obs": {"datatype": "UINT8", "shape": shape, "binary_data_size": size},
+                       "reward": 0.0, "done": False}).encode()
+    response = await client.post("/shepherd/env/", data=head + b"\1" * size, headers={HEADER: str(len(head))})
+    assert response.status == 400, await response.text()
+    assert words in (await response.json())["error"]
+
+
+async def test_an_uploads_image_tensor_is_checked_as_its_json_and_a_retry_may_switch_encodings(aiohttp_client,
+                                                                                              tmp_path):
+    """Pixels outside 0-255 (or not integers) in an image upload's tensor are refused as in its JSON (they reached
+    the learner: a DQN's byte buffer kept 1000 as 232); good ones are kept as bytes, so the JSON retry of a binary
+    upload is the same upload (it was 409: its pixels were floats one way, bytes the other)."""
+    client = await make_client(aiohttp_client, tmp_path, ["Image", [36, 36, 1]], max_body_bytes=1 << 20)
+
+    def upload(reply, seq, obs):
+        steps = reply["steps"]
+        return {"session_key": reply["session_key"], "seq": seq, "policy_version": reply["policy_version"],
+                "obs": obs(steps), "sample": np.zeros((steps, 1), np.int64), "reward": np.zeros((steps, 1)),
+                "terminated": np.zeros((steps, 1), bool), "truncated": np.zeros((steps, 1), bool)}
+
+    reply = await login(client, acting="client", n_envs=1)
+    for bad in (np.int64(1000), np.int64(-7), np.float32(0.5)):
+        body = upload(reply, 1, lambda steps: np.full((steps + 1, 1, 36, 36, 1), bad))
+        response = await client.post("/shepherd/experience/", **binary(body))
+        assert response.status == 400, (bad, await response.text())
+        assert "outside 0-255" in (await response.json())["error"] or "integer" in (await response.json())["error"]
+    pixels = np.random.default_rng(0).integers(0, 256, (reply["steps"] + 1, 1, 36, 36, 1), dtype=np.uint8)
+    body = upload(reply, 1, lambda steps: pixels)
+    first = await client.post("/shepherd/experience/", **binary(body))
+    assert first.status == 200, await first.text()
+    as_json = {name: value.tolist() if isinstance(value, np.ndarray) else value for name, value in body.items()}
+    again = await client.post("/shepherd/experience/", json=as_json)
+    assert again.status == 200 and await again.json() == await first.json(), await again.text()
+
+
 async def test_a_binary_body_is_held_to_the_body_limit(aiohttp_client, tmp_path):
     client = await make_client(aiohttp_client, tmp_path, max_body_bytes=20_000)
     key = (await login(client))["session_key"]
