@@ -62,6 +62,16 @@ class Checkpoints:
         self.pending = future
         return future
 
+    def failed(self, steps: int, error: BaseException) -> Future:
+        """A checkpoint at ``steps`` that failed before it could be queued (a file it names could not be written):
+        reported and retried as a failed write is."""
+        self._last = (time.monotonic(), steps)
+        future: Future = Future()
+        future.set_exception(error)
+        self._done(future)
+        self.pending = future
+        return future
+
     def resumed(self, steps: int) -> None:
         """The learner was restored from the checkpoint at ``path()``, at ``steps`` steps."""
         self._last = (time.monotonic(), steps)

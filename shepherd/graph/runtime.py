@@ -283,7 +283,12 @@ class AgentRuntime:
     # -- checkpoints ---------------------------------------------------------------------------
     def checkpoint(self) -> Future:
         """Queue a checkpoint on the learner's thread; it sees every step handed over before it."""
-        future = self.checkpoints.write(self.tracker.steps, self.checkpoint_state())
+        try:
+            state = self.checkpoint_state()
+        except OSError as error:  # a self-play snapshot's file not written (a full disk): a failed checkpoint,
+            future = self.checkpoints.failed(self.tracker.steps, error)  # retried as one; the step goes on
+        else:
+            future = self.checkpoints.write(self.tracker.steps, state)
         self.ratings.written_by(future)  # the self-play's files beside it age by the checkpoints written
         return future
 

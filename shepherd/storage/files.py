@@ -96,8 +96,9 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def remove_stale_temporaries(folder: Path) -> None:
-    """Delete temporaries left by a write that a crash interrupted."""
+def remove_stale_temporaries(folder: Path, nested: bool = False) -> None:
+    """Delete temporaries left by a write that a crash interrupted, in ``folder`` (``nested``: and the folders
+    in it, as an agent's: an advised client's checkpoint, the self-play's snapshot files)."""
     if folder.is_dir():
-        for tmp in folder.glob(".*.tmp"):
+        for tmp in (folder.rglob if nested else folder.glob)(".*.tmp"):
             tmp.unlink(missing_ok=True)

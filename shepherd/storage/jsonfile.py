@@ -25,6 +25,7 @@ class AtomicJSONStorage(Storage):
         super().__init__()
         self.path = Path(path)
         self._data: dict[str, Any] | None = None
+        self._saved: bytes | None = None  # the file's bytes as last read or written (`write`)
         if self.path.exists():
             raw = self.path.read_bytes()
             if not raw.strip():  # never written so: every write is a whole store, renamed into place
@@ -44,14 +45,22 @@ class AtomicJSONStorage(Storage):
             if problem:
                 raise StoreError(f"{self.path} is not a Shepherd store, or was damaged: {problem}; restore it "
                                  "from a backup")
-            self._data = loaded
+            self._data, self._saved = loaded, raw
 
     def read(self) -> dict[str, Any] | None:
         return self._data
 
     def write(self, data: dict[str, Any]) -> None:
-        atomic_write_bytes(self.path, json.dumps(data, separators=(",", ":")).encode())
-        self._data = data
+        """Write ``data`` (tinydb changed the dict `read` handed out, in place, before): on a failure (a full
+        disk) the store in memory is the file's again, so that what the caller was told failed is not served,
+        nor written by the next write."""
+        raw = json.dumps(data, separators=(",", ":")).encode()
+        try:
+            atomic_write_bytes(self.path, raw)
+        except BaseException:
+            self._data = None if self._saved is None else json.loads(self._saved)
+            raise
+        self._data, self._saved = data, raw
 
 
 NUMBER = (int, float)

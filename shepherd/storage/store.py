@@ -44,7 +44,7 @@ def _tidy_agent_folders(agents: Path) -> None:
             make_private(folder / RETURNS_FILE, PRIVATE_FILE)
             for path in (folder / CLIENT_RETURNS_FOLDER).glob("*.jsonl"):
                 make_private(path, PRIVATE_FILE)
-            remove_stale_temporaries(folder)
+            remove_stale_temporaries(folder, nested=True)
 
 
 class Store:
