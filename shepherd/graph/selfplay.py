@@ -71,8 +71,9 @@ class Ghost:
         self._files_on_disk: set[str] = set()
         self._files_pending: dict[int, set[str]] = {}
         self._prepared = 0  # the number of the last state taken
-        #: the files of the numpy snapshots' weights, by agent and version (a version's weights never change)
-        self._weight_files: dict[tuple[str, int], WeightsFile] = {}
+        #: the weights files of the numpy snapshots, by agent, version and the snapshot (``id``: an agent restarted
+        #: from scratch takes versions again, and a new snapshot must never be kept with an old one's file)
+        self._weight_files: dict[tuple[str, int, int], WeightsFile] = {}
         self.learning = 0  # the index of the team that learns
         self._swap_at: int | None = None
         self.scripts = {name: load_function(name) for name in self.play.opponents}
@@ -86,6 +87,8 @@ class Ghost:
         pool = self.pools.setdefault(name, collections.deque(maxlen=self.play.window))
         self._collect(name, pool)
         steps = runtime.tracker.steps
+        if self._taken.get(name, 0) > steps:  # its agent went back (restarted, or resumed from a checkpoint older
+            self._taken[name] = steps  # than the one holding this self-play, another agent's): count from now
         if pool and steps - self._taken.get(name, 0) < self.play.snapshot_every or name in self._building:
             return
         greedy = runtime.learner.greedy if isinstance(runtime.learner, HasGreedy) else None
@@ -153,7 +156,7 @@ class Ghost:
             self._snapshot(runtime)
         learning = self.teams[self.learning]
         steps = self._steps(learning)
-        if self._swap_at is None:
+        if self._swap_at is None or steps < self._swap_at - self.play.swap_every:  # (or the team's agent went back)
             self._swap_at = steps + self.play.swap_every
         elif steps >= self._swap_at and len(self.teams) > 1:
             self.learning = (self.learning + 1) % len(self.teams)
@@ -213,13 +216,11 @@ class Ghost:
         for name, pool in self.pools.items():
             for version, policy in pool:
                 if isinstance(policy, GreedyPolicy):
-                    known = self._weight_files.get((name, version))
-                    kept[name, version, id(policy)] = self._weight_files[name, version] = (
-                        known or WeightsFile.of(version, _arrays(policy)))
+                    known = self._weight_files.get((name, version, id(policy)))
+                    kept[name, version, id(policy)] = known or WeightsFile.of(version, _arrays(policy))
                 else:
                     kept[name, version, id(policy)] = policy
-        self._weight_files = {(name, version): file for (name, version, _), file in kept.items()
-                              if isinstance(file, WeightsFile)}
+        self._weight_files = {key: file for key, file in kept.items() if isinstance(file, WeightsFile)}
         held = {file.file_name: file for file in kept.values()}
         with self._files_lock:  # against a written checkpoint's removals on the learner's thread
             self._prepared += 1
@@ -277,7 +278,7 @@ class Ghost:
                     continue
                 if greedy is None:
                     continue
-                version = int(snapshot["version"])
+                version, file = int(snapshot["version"]), None
                 if "weights" in snapshot:  # a file beside the checkpoint (inline "arrays" before 2026-11-28)
                     self._files_on_disk.add(str(snapshot["weights"]))
                     try:
@@ -286,14 +287,15 @@ class Ghost:
                         logger.warning("self-play of %s: snapshot %s of %s is lost (%s)", self.spec.name,
                                        version, name, error)
                         continue
-                    self._weight_files[name, version] = file
                     arrays = file.arrays()
                 else:
                     arrays = _decoded(snapshot["arrays"])
                 weights = VersionedWeights(version, arrays)
-                pool.append((weights.version, GreedyPolicy(greedy.network, FixedWeights(weights), greedy.actions,
-                                                           greedy.name, None if greedy.filtering is None
-                                                           else greedy.filtering.frozen())))
+                policy = GreedyPolicy(greedy.network, FixedWeights(weights), greedy.actions, greedy.name,
+                                      None if greedy.filtering is None else greedy.filtering.frozen())
+                if file is not None:
+                    self._weight_files[name, version, id(policy)] = file
+                pool.append((weights.version, policy))
         self._taken = {name: int(steps) for name, steps in state.get("taken", {}).items()}
         self.learning = int(state.get("learning", 0)) % len(self.teams)
         self._swap_at = state.get("swap_at")

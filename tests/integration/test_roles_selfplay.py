@@ -331,3 +331,112 @@ async def test_a_scripted_opponent_that_raises_fails_the_reply_of_a_step_taken_w
         graph.end_sessions()
         graph.close()
         store.close()
+
+
+async def test_a_snapshot_file_that_cannot_be_written_fails_the_checkpoint_not_the_steps(tmp_path, monkeypatch):
+    """A full disk when a checkpoint writes the self-play's snapshot files: the checkpoint fails, is reported and
+    retried as a failed write is, and the clients' steps go on (the OSError failed every step from then on, and no
+    checkpoint trouble showed)."""
+    import errno
+
+    from shepherd.graph import selfplay
+
+    play = SelfPlay(snapshot_every=4, window=3, against_latest=0.0, swap_every=10 ** 6)
+    graph = GraphManager(owner="tests", agents=[AgentSpec("c4", "PPO", OBS, 2, TINY)],
+                         schedule=Schedule(steps_between_evaluation_periods=10 ** 6, evaluation_episodes=1,
+                                           checkpoint_every_steps=6, checkpoint_every_seconds=10 ** 9),
+                         environments=(EnvironmentSpec("duel", {"p0": "c4", "p1": "c4"}, "alternate",
+                                                       self_play=play),))
+    store = Store(tmp_path / "data")
+    keys = graph.create_graph(store, serving_here())
+
+    def full(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(selfplay, "atomic_write_bytes", full)
+    try:
+        session = graph.login(keys["environment duel"])
+        for _ in range(6):
+            for body in ({"obs": {"p0": A}}, {"obs": {"p1": A}}, {"obs": {"p0": A}, "reward": {"p0": 1.0}},
+                         {"obs": {"p0": A, "p1": A}, "terminated": {"p0": True, "p1": True}}):
+                await graph.step(session, session.parse_step(body))
+        runtime = graph.runtime("c4")
+        assert runtime.checkpoints.failures >= 1 and "No space left" in runtime.checkpoints.error
+        monkeypatch.undo()  # the disk has room again: the retry writes it
+        runtime.checkpoints._retry_at = 0.0
+        failed = runtime.checkpoints.pending
+        for body in ({"obs": {"p0": A}}, {"obs": {"p1": A}}, {"obs": {"p0": A}, "reward": {"p0": 1.0}}):
+            await graph.step(session, session.parse_step(body))
+        assert runtime.checkpoints.pending is not failed
+        runtime.checkpoints.pending.result(30)
+        assert runtime.checkpoints.failures == 0
+    finally:
+        monkeypatch.undo()
+        graph.end_sessions()
+        graph.close()
+        store.close()
+
+
+async def test_a_snapshot_is_checkpointed_with_its_own_weights_when_an_older_one_had_its_version(tmp_path):
+    """A new snapshot whose version an older one in the pool had (its agent restarted from scratch takes its
+    versions again) is checkpointed with its own weights: it was kept with the older snapshot's file, found by
+    agent and version alone, and a restart then played weights never snapshotted there."""
+    import numpy as np
+
+    from shepherd.agents.core import VersionedWeights
+    from shepherd.agents.greedy_policy import FixedWeights, GreedyPolicy
+    from shepherd.graph.selfplay import WeightsFile, _arrays
+
+    play = SelfPlay(snapshot_every=4, window=10, against_latest=0.0, swap_every=10 ** 6)
+    graph, store, keys = duel(tmp_path, TINY, play)
+    try:
+        session = graph.login(keys["environment duel"])
+        for _ in range(6):
+            for body in ({"obs": {"p0": A}}, {"obs": {"p1": A}}, {"obs": {"p0": A}, "reward": {"p0": 1.0}},
+                         {"obs": {"p0": A, "p1": A}, "terminated": {"p0": True, "p1": True}}):
+                await graph.step(session, session.parse_step(body))
+        ghost = graph.runtime("c4").ratings.kept["duel"]
+        assert ghost.pools["c4"]
+        ghost.state()  # a checkpoint: the snapshots get their files
+        version, old = ghost.pools["c4"][-1]
+        weights = VersionedWeights(version, {key: array + 1.0 for key, array in _arrays(old).items()})
+        ghost.pools["c4"].append((version, GreedyPolicy(old.network, FixedWeights(weights), old.actions, old.name,
+                                                        old.filtering)))  # as after a restart from scratch
+        state = ghost.state()
+        for (version, policy), saved in zip(ghost.pools["c4"], state["pools"]["c4"]):
+            arrays = WeightsFile.read(version, ghost.folder / saved["weights"]).arrays()
+            assert all(np.array_equal(arrays[key], value) for key, value in _arrays(policy).items()), version
+    finally:
+        graph.end_sessions()
+        graph.close()
+        store.close()
+
+
+async def test_a_self_play_whose_agent_went_back_counts_its_snapshots_and_swaps_from_now(tmp_path):
+    """The self-play is checkpointed with its environment's first role's agent; another agent (one agent per team)
+    may resume from an older checkpoint after a kill -9, or restart from scratch: its steps are then below those the
+    self-play noted. Its next snapshot and the next swap count from its steps now (it took no snapshot, and the
+    teams did not swap, until it had caught up with the steps noted)."""
+    play = SelfPlay(snapshot_every=4, window=10, against_latest=0.0, swap_every=12)
+    graph, store, keys = duel(tmp_path, TINY, play)
+    episode = ({"obs": {"p0": A}}, {"obs": {"p1": A}}, {"obs": {"p0": A}, "reward": {"p0": 1.0}},
+               {"obs": {"p0": A, "p1": A}, "terminated": {"p0": True, "p1": True}})
+    try:
+        session = graph.login(keys["environment duel"])
+        for _ in range(3):
+            for body in episode:
+                await graph.step(session, session.parse_step(body))
+        runtime = graph.runtime("c4")
+        ghost = runtime.ratings.kept["duel"]
+        steps, snapshots = runtime.tracker.steps, len(ghost.pools["c4"])
+        ghost._taken["c4"], ghost._swap_at = steps + 1000, steps + 1000 + play.swap_every  # noted ahead of it
+        for _ in range(4):
+            for body in episode:
+                await graph.step(session, session.parse_step(body))
+        assert runtime.tracker.steps - steps >= play.snapshot_every
+        assert len(ghost.pools["c4"]) > snapshots and ghost._taken["c4"] <= runtime.tracker.steps
+        assert ghost._swap_at <= runtime.tracker.steps + play.swap_every
+    finally:
+        graph.end_sessions()
+        graph.close()
+        store.close()
