@@ -22,6 +22,14 @@ def always_one(obs, mask):
     return 1
 
 
+async def play_episodes(graph: GraphManager, session, episodes: int) -> None:
+    """``episodes`` episodes of ``duel``: p0 and p1 act in turn, p0 gets a reward, then both end."""
+    for _ in range(episodes):
+        for body in ({"obs": {"p0": A}}, {"obs": {"p1": A}}, {"obs": {"p0": A}, "reward": {"p0": 1.0}},
+                     {"obs": {"p0": A, "p1": A}, "terminated": {"p0": True, "p1": True}}):
+            await graph.step(session, session.parse_step(body))
+
+
 def duel(tmp_path, parameters: dict, play: SelfPlay) -> tuple[GraphManager, Store, dict]:
     """A graph of one PPO agent ``c4`` playing both roles of the alternate environment ``duel`` under ``play``."""
     graph = GraphManager(owner="tests", agents=[AgentSpec("c4", "PPO", OBS, 2, parameters)],
@@ -215,10 +223,7 @@ async def test_a_checkpoint_names_the_numpy_snapshots_weight_files(tmp_path, cap
     graph, store, keys = duel(tmp_path, wide, play)
     try:
         session = graph.login(keys["environment duel"])
-        for _ in range(12):
-            for body in ({"obs": {"p0": A}}, {"obs": {"p1": A}}, {"obs": {"p0": A}, "reward": {"p0": 1.0}},
-                         {"obs": {"p0": A, "p1": A}, "terminated": {"p0": True, "p1": True}}):
-                await graph.step(session, session.parse_step(body))
+        await play_episodes(graph, session, 12)
         ghost = graph.runtime("c4").ratings.kept["duel"]
         pool = list(ghost.pools["c4"])
         state = ghost.state()
@@ -356,10 +361,7 @@ async def test_a_snapshot_file_that_cannot_be_written_fails_the_checkpoint_not_t
     monkeypatch.setattr(selfplay, "atomic_write_bytes", full)
     try:
         session = graph.login(keys["environment duel"])
-        for _ in range(6):
-            for body in ({"obs": {"p0": A}}, {"obs": {"p1": A}}, {"obs": {"p0": A}, "reward": {"p0": 1.0}},
-                         {"obs": {"p0": A, "p1": A}, "terminated": {"p0": True, "p1": True}}):
-                await graph.step(session, session.parse_step(body))
+        await play_episodes(graph, session, 6)
         runtime = graph.runtime("c4")
         assert runtime.checkpoints.failures >= 1 and "No space left" in runtime.checkpoints.error
         monkeypatch.undo()  # the disk has room again: the retry writes it
@@ -391,10 +393,7 @@ async def test_a_snapshot_is_checkpointed_with_its_own_weights_when_an_older_one
     graph, store, keys = duel(tmp_path, TINY, play)
     try:
         session = graph.login(keys["environment duel"])
-        for _ in range(6):
-            for body in ({"obs": {"p0": A}}, {"obs": {"p1": A}}, {"obs": {"p0": A}, "reward": {"p0": 1.0}},
-                         {"obs": {"p0": A, "p1": A}, "terminated": {"p0": True, "p1": True}}):
-                await graph.step(session, session.parse_step(body))
+        await play_episodes(graph, session, 6)
         ghost = graph.runtime("c4").ratings.kept["duel"]
         assert ghost.pools["c4"]
         ghost.state()  # a checkpoint: the snapshots get their files
@@ -419,20 +418,14 @@ async def test_a_self_play_whose_agent_went_back_counts_its_snapshots_and_swaps_
     teams did not swap, until it had caught up with the steps noted)."""
     play = SelfPlay(snapshot_every=4, window=10, against_latest=0.0, swap_every=12)
     graph, store, keys = duel(tmp_path, TINY, play)
-    episode = ({"obs": {"p0": A}}, {"obs": {"p1": A}}, {"obs": {"p0": A}, "reward": {"p0": 1.0}},
-               {"obs": {"p0": A, "p1": A}, "terminated": {"p0": True, "p1": True}})
     try:
         session = graph.login(keys["environment duel"])
-        for _ in range(3):
-            for body in episode:
-                await graph.step(session, session.parse_step(body))
+        await play_episodes(graph, session, 3)
         runtime = graph.runtime("c4")
         ghost = runtime.ratings.kept["duel"]
         steps, snapshots = runtime.tracker.steps, len(ghost.pools["c4"])
         ghost._taken["c4"], ghost._swap_at = steps + 1000, steps + 1000 + play.swap_every  # noted ahead of it
-        for _ in range(4):
-            for body in episode:
-                await graph.step(session, session.parse_step(body))
+        await play_episodes(graph, session, 4)
         assert runtime.tracker.steps - steps >= play.snapshot_every
         assert len(ghost.pools["c4"]) > snapshots and ghost._taken["c4"] <= runtime.tracker.steps
         assert ghost._swap_at <= runtime.tracker.steps + play.swap_every
