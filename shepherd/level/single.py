@@ -47,11 +47,11 @@ class LevelManager(Level):
     def take_step(self, step: StepInput) -> ActionFuture | None:
         episodes = self.lifecycle
         episodes.open_step()
-        self.calls.forget()
         try:
             ask = self._ask(step)
         finally:
             episodes.close_step()
+        self.calls.forget()  # (a step refused keeps the last one's call: the retry of that one may resend it)
         if ask is None:
             return None
         self.calls.add(0, ask)

@@ -126,6 +126,35 @@ def test_resend_repeats_the_last_learner_call_without_counting_the_step_again_on
     assert host.counted == [Phase.TRAIN] and level.steps == 1
 
 
+def test_a_step_refused_before_it_asks_keeps_the_last_steps_call_for_its_retry(monkeypatch):
+    class Losing(FakeLearner):
+        lose = True
+
+        def _future(self, value):
+            if not self.lose:
+                return super()._future(value)
+            future = ActionFuture()
+            future.set_exception(LearnerUnavailable("restarting"))
+            return future
+
+    host = FakeHost([Phase.TRAIN])
+    host.learner = Losing()
+    level = LevelManager(5, host)
+    with pytest.raises(LearnerUnavailable):
+        level.step("o0", 0.0, False).result()
+
+    def refused(step):
+        raise ValueError("refused")
+
+    monkeypatch.setattr(level, "_ask", refused)
+    with pytest.raises(ValueError):
+        level.step("o1", 1.0, False)
+    monkeypatch.undo()
+    host.learner.lose = False
+    assert level.resend().result() == "a0"  # the first step's call, asked again (it was forgotten: KeyError)
+
+
+
 async def test_a_step_its_learner_lost_goes_to_the_learner_again_on_its_retry_and_counts_once():
     """`LearnerUnavailable` (a learner's process died): the retry of the same seq is handed over again,
     while a retry of an answered step gets the stored answer, never a second learner call."""
