@@ -52,7 +52,7 @@ def front_end_middleware(config: ServerConfig) -> Middleware:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         sent = request.headers.get(TOKEN_HEADER)
-        trusted = sent is not None and hmac.compare_digest(sent.encode(), expected)
+        trusted = sent is not None and hmac.compare_digest(sent.encode("utf-8", "surrogatepass"), expected)
         if request.path in INTERNAL_PATHS:
             if sent is None:
                 return json_error(404, HTTP_MESSAGES[404].format(path=request.path))

@@ -79,4 +79,4 @@ class SignInTable:
 
 def csrf_matches(signin: SignIn, sent: str | None) -> bool:
     """Whether the CSRF token sent with a request is the sign-in's (compared in constant time)."""
-    return sent is not None and bool(sent) and hmac.compare_digest(signin.csrf.encode(), sent.encode())
+    return sent is not None and bool(sent) and hmac.compare_digest(signin.csrf.encode(), sent.encode("utf-8", "surrogatepass"))

@@ -81,7 +81,7 @@ class EnvironmentKey:
 
 def hash_key(key: str) -> str:
     """The stored form of an API key; keys carry 256 random bits, so a plain SHA-256 suffices."""
-    return hashlib.sha256(key.encode()).hexdigest()
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()  # (a header's bytes that are no UTF-8)
 
 
 def new_secret() -> str:
