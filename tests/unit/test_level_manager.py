@@ -101,21 +101,23 @@ def test_done_on_a_reset_observation_is_an_empty_episode():
     assert host.learner.calls == [] and host.ended == []
 
 
+class Losing(FakeLearner):
+    """A learner whose calls are lost (`LearnerUnavailable`: its process died) while ``lose``."""
+
+    lose = True
+
+    def _future(self, value):
+        if not self.lose:
+            return super()._future(value)
+        future = ActionFuture()
+        future.set_exception(LearnerUnavailable("restarting"))
+        return future
+
+
 def test_resend_repeats_the_last_learner_call_without_counting_the_step_again_only_if_it_was_lost():
-    class Losing(FakeLearner):
-        lose = False
-
-        def _future(self, value):
-            if not self.lose:
-                return super()._future(value)
-            future = ActionFuture()
-            future.set_exception(LearnerUnavailable("restarting"))
-            return future
-
     host = FakeHost([Phase.TRAIN])
     host.learner = Losing()
     level = LevelManager(5, host)
-    host.learner.lose = True
     with pytest.raises(LearnerUnavailable):
         level.step("o0", 0.0, False).result()
     host.learner.lose = False
@@ -127,16 +129,6 @@ def test_resend_repeats_the_last_learner_call_without_counting_the_step_again_on
 
 
 def test_a_step_refused_before_it_asks_keeps_the_last_steps_call_for_its_retry(monkeypatch):
-    class Losing(FakeLearner):
-        lose = True
-
-        def _future(self, value):
-            if not self.lose:
-                return super()._future(value)
-            future = ActionFuture()
-            future.set_exception(LearnerUnavailable("restarting"))
-            return future
-
     host = FakeHost([Phase.TRAIN])
     host.learner = Losing()
     level = LevelManager(5, host)
