@@ -132,8 +132,10 @@ def game_preset(game: Game, seed: int, sessions: int, opponent_actions: str | No
              f"  - {{name: learner, algorithm: {algorithm}, observation_space: {game.observation_space}, "
              f"action_space: {game.actions}, parameters: {json.dumps(parameters)}}}",
              "schedule: {steps_between_evaluation_periods: 1000000000, evaluation_episodes: 1"
-             # the budget (a little past the last evaluation) is what DQN's epsilon falls over
-             + (f", heatup_steps: 2000, improve_steps: {budget + 10_000}" if budget else "") + "}",
+             # the budget (a little past the last evaluation) is what SB3's schedules run over: DQN's epsilon, a
+             # linear learning rate (``--set learning_rate=lin_0.0003``); DQN's heatup is its learning_starts
+             + (", heatup_steps: 2000" if budget and algorithm == "DQN" else "")
+             + (f", improve_steps: {budget + 10_000}" if budget else "") + "}",
              "environments:",
              f"  - {{name: selfplay, roles: {{{first}: learner, {second}: learner}}, turns: alternate"
              + ("}" if shared else f", self_play: {json.dumps(self_play)}}}")]
@@ -287,7 +289,7 @@ def board_scores(url: str, keys: dict[str, str], game: Game, games: int, seed: i
 def play_board(args: argparse.Namespace, game: Game, seed: int, folder: Path) -> dict[str, Any]:
     preset = folder / f"{args.game}_{seed}.yaml"
     preset.write_text(game_preset(game, seed, args.sessions, args.opponent_actions, args.shared, args.copies,
-                                  args.algorithm, args.steps if args.algorithm == "DQN" else None))
+                                  args.algorithm, args.steps))
     server = Shepherd(preset, folder / f"data_{seed}")
     try:
         keys = dict(re.findall(r"API key for environment (\S+) \(.*\): (\S+)", "".join(server.lines)))
