@@ -84,7 +84,7 @@ def run_env(client: Client, env_id: str, seed: int | None = None, episodes: int 
 
     env = gym.make(env_id, **(env_kwargs or {}))
     returns: list[float] = []
-    first_reset = True
+    first_reset, losses = True, Losses()
     while episodes is None or len(returns) < episodes:
         if client.session_key is None:
             _login(client, mode, retry_seconds)  # gives up, raising, after retry_seconds
@@ -102,9 +102,10 @@ def run_env(client: Client, env_id: str, seed: int | None = None, episodes: int 
                 action = requested(lambda: client.step(obs, float(reward), done, truncated=truncated and not terminated,
                                                        action_mask=mask))
             returns.append(total)
+            losses.ended()
         except SessionLost as error:
-            logger.info("session lost (%s); logging in again", error)
             client.session_key = None
+            losses.lost(error)
     env.close()
     return returns
 
@@ -337,7 +338,7 @@ def _drive(client: VectorClient, reset: Callable[[int | None], dict[str, list]],
     returns: list[list[float]] = [[] for _ in range(n)]
     totals = [0.0] * n
     body: dict[str, list] | None = None
-    first_reset = True
+    first_reset, losses = True, Losses()
     while episodes is None or sum(map(len, returns)) < episodes:
         if client.session_key is None:
             _login(client, mode, retry_seconds)  # gives up, raising, after retry_seconds
@@ -349,8 +350,8 @@ def _drive(client: VectorClient, reset: Callable[[int | None], dict[str, list]],
         try:
             actions = requested(lambda: client.step(**sent))
         except SessionLost as error:
-            logger.info("session lost (%s); logging in again", error)
             client.session_key = None
+            losses.lost(error, "every env's episode starts over")
             continue
         for i, (reward, terminated, truncated) in enumerate(zip(body["reward"], body["terminated"],
                                                                  body["truncated"])):
@@ -358,6 +359,7 @@ def _drive(client: VectorClient, reset: Callable[[int | None], dict[str, list]],
             if terminated or truncated:
                 returns[i].append(totals[i])
                 totals[i] = 0.0
+                losses.ended()
         body = step(actions)
     return returns
 
@@ -383,6 +385,36 @@ def _login(client: Any, mode: str, retry_seconds: float, **fields: Any) -> None:
 class SessionLost(Exception):
     """A request's session is gone (401: the server restarted, the session expired or was logged out) or the
     server could not be reached (`requested`): a driver logs in again and starts its episodes over."""
+
+
+class Losses:
+    """A driver's sessions lost in a row, no episode ending between them: the second waits `FIRST_WAIT` seconds
+    before logging in again and each next one twice as long (up to `LONGEST_WAIT`); the `LIMIT`-th is raised, so
+    that a server that loses every session (or a session limit that evicts it at once) is not asked for good."""
+
+    LIMIT = 10
+    FIRST_WAIT, LONGEST_WAIT = 0.5, 30.0
+
+    def __init__(self) -> None:
+        self.in_a_row = 0
+
+    def ended(self) -> None:
+        """An episode ended: the sessions work."""
+        self.in_a_row = 0
+
+    def lost(self, error: SessionLost, what: str = "the episode starts over") -> None:
+        """A session was lost (``error``): wait before logging in again, or raise.
+
+        Raises:
+            SessionLost: the `LIMIT`-th in a row, naming the last one's cause.
+        """
+        self.in_a_row += 1
+        if self.in_a_row >= self.LIMIT:
+            raise SessionLost(f"{self.in_a_row} sessions lost in a row with no episode ended; the last: {error}") \
+                from error
+        wait = 0.0 if self.in_a_row == 1 else min(self.FIRST_WAIT * 2 ** (self.in_a_row - 2), self.LONGEST_WAIT)
+        logger.info("session lost (%s); logging in again%s, %s", error, f" in {wait:g} s" if wait else "", what)
+        time.sleep(wait)
 
 
 def requested(call: Callable[[], T]) -> T:

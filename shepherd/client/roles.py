@@ -11,7 +11,7 @@ import logging
 from typing import Any, Callable, Iterator, TypeVar
 
 from shepherd.client.connection import _Connection, to_json
-from shepherd.client.loops import SessionLost, _login, requested
+from shepherd.client.loops import Losses, SessionLost, _login, requested
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -93,11 +93,13 @@ def _episodes(client: RolesClient, episodes: int, episode: Callable[[int], T]) -
     """``episode(index)`` played ``episodes`` times; one whose session was lost is logged in again and played
     again from its start."""
     returns: list[T] = []
+    losses = Losses()
     while len(returns) < episodes:
         try:
             returns.append(episode(len(returns)))
+            losses.ended()
         except SessionLost as error:
-            logger.info("session lost (%s); logging in again, the episode starts over", error)
+            losses.lost(error)
             client.login_again()
     return returns
 
@@ -125,7 +127,7 @@ def run_aec_envs(envs: list[Any], client: RolesClient, episodes: int, seed: int 
     checked before each request), each ended episode's returns by role, in the order they ended; the copies'
     unfinished episodes are left to the session's logout."""
     returns: list[dict[str, float]] = []
-    begun = 0
+    begun, losses = 0, Losses()
 
     def begin(index: int) -> Iterator[str]:
         nonlocal begun
@@ -142,6 +144,7 @@ def run_aec_envs(envs: list[Any], client: RolesClient, episodes: int, seed: int 
             agent = next(turns[index], None)
             if agent is None:  # every agent of the copy ended: its next episode
                 returns.append(totals[index])
+                losses.ended()
                 turns[index] = begin(index)
                 agent = next(turns[index])
             step, ended = _aec_turn(env, agent, totals[index])
@@ -153,7 +156,7 @@ def run_aec_envs(envs: list[Any], client: RolesClient, episodes: int, seed: int 
         try:
             replies = requested(lambda: client.step_envs(steps))
         except SessionLost as error:
-            logger.info("session lost (%s); logging in again, every copy's episode starts over", error)
+            losses.lost(error, "every copy's episode starts over")
             client.login_again()
             turns = [begin(index) for index in range(len(envs))]
             continue
@@ -218,7 +221,7 @@ def run_parallel_envs(envs: list[Any], client: RolesClient, episodes: int, seed:
     ``len(envs)``), as `run_aec_envs` plays AEC ones: each request one step of every copy; returns once
     ``episodes`` episodes ended (or ``stop()`` says so), their returns by role in the order they ended."""
     copies = [_ParallelCopy(env) for env in envs]
-    begun, returns = 0, []  # type: int, list[dict[str, float]]
+    begun, returns, losses = 0, [], Losses()  # type: int, list[dict[str, float]], Losses
     for copy in copies:
         copy.begin(None if seed is None else seed + begun)
         begun += 1
@@ -226,7 +229,7 @@ def run_parallel_envs(envs: list[Any], client: RolesClient, episodes: int, seed:
         try:
             replies = requested(lambda: client.step_envs([copy.step() for copy in copies]))
         except SessionLost as error:
-            logger.info("session lost (%s); logging in again, every copy's episode starts over", error)
+            losses.lost(error, "every copy's episode starts over")
             client.login_again()
             for copy in copies:
                 copy.begin(None if seed is None else seed + begun)
@@ -238,6 +241,7 @@ def run_parallel_envs(envs: list[Any], client: RolesClient, episodes: int, seed:
                 if copy.observations:
                     continue
             returns.append(copy.totals)  # every agent of the copy ended (or the env says none is left): its next
+            losses.ended()
             copy.begin(None if seed is None else seed + begun)
             begun += 1
     return returns[:episodes]

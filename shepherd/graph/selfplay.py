@@ -257,6 +257,17 @@ class Ghost:
                 (folder / name).unlink(missing_ok=True)
             self._files_on_disk -= gone
 
+    def sweep(self) -> None:
+        """Remove the snapshot files in its folder that the checkpoint it resumed from does not name (none: it
+        resumed from none): written for a checkpoint that a crash left unwritten, or before the agent's restart."""
+        folder = self.folder
+        if not folder.is_dir():
+            return
+        with self._files_lock:
+            for path in folder.iterdir():
+                if path.is_file() and not path.name.startswith(".") and path.name not in self._files_on_disk:
+                    path.unlink(missing_ok=True)
+
     def load(self, state: dict[str, Any]) -> None:
         """Resume from `state`'s: each snapshot a frozen policy of its agent's network with its weights (and the
         agent's observation statistics of now: those of the snapshot's time are not kept)."""
@@ -319,6 +330,7 @@ def ghost_of(spec: EnvironmentSpec, runtimes: dict[str, AgentRuntime]) -> Ghost 
         restored = first.ratings.keep(spec.name, ghost)
         if isinstance(restored, dict):
             ghost.load(restored)
+        ghost.sweep()
     ghost.runtimes = runtimes
     return ghost
 

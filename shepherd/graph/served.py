@@ -161,7 +161,8 @@ class ServedAgents:
                 ended = self._sessions().end_agent(agent_id)
                 stopped = await self._stop(self.agents.pop(agent_id, None))
                 await asyncio.to_thread(unlink, self.model_path(agent_id))
-                await asyncio.to_thread(shutil.rmtree, self.store.agent_folder(agent_id) / "clients", True)
+                for inner in ("clients", "selfplay"):  # an advised agent's clients, the self-play's snapshot files
+                    await asyncio.to_thread(shutil.rmtree, self.store.agent_folder(agent_id) / inner, True)
                 if was_served:
                     agent = await asyncio.to_thread(self._build, self.store.agent(agent_id))
                     self.install(agent)

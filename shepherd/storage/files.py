@@ -19,7 +19,8 @@ DATA_FOLDER_MARKS = ("store.json", "server.lock")
 
 def private_folder(folder: Path) -> None:
     """Create ``folder`` and its missing parents readable by their owner only (0700, whatever the umask);
-    folders that exist are left as they are."""
+    folders that exist are left as they are. Each new folder's parent is fsynced: a power cut after a file
+    written in it was fsynced cannot lose the folder (and the file with it)."""
     missing = []
     while not folder.exists():
         missing.append(folder)
@@ -27,6 +28,7 @@ def private_folder(folder: Path) -> None:
     for created in reversed(missing):
         created.mkdir(mode=PRIVATE_FOLDER, exist_ok=True)
         os.chmod(created, PRIVATE_FOLDER)
+        _fsync_dir(created.parent)
 
 
 def private_data_folder(folder: Path) -> None:

@@ -49,3 +49,15 @@ def test_opening_the_store_removes_temporaries_that_crashed_checkpoint_writes_le
     Store(tmp_path).close()
     assert sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp")) == []
     assert (folder / "model.zip").read_bytes() == b"whole"
+
+
+def test_a_folder_created_for_a_file_is_made_durable_in_its_parent(tmp_path, monkeypatch):
+    """A file's own fsync and its folder's do not make a folder created for it durable: the folder's name lives
+    in its parent. Every folder created (here two, for an agent's self-play file) has its parent fsynced."""
+    from shepherd.storage import atomic_write_bytes, files
+
+    synced: list = []
+    monkeypatch.setattr(files, "_fsync_dir", synced.append)
+    atomic_write_bytes(tmp_path / "agents" / "7" / "model.zip", b"weights")
+    assert synced[:2] == [tmp_path, tmp_path / "agents"]  # the two folders' parents, outermost first
+    assert synced[-1] == tmp_path / "agents" / "7"  # then the file's own folder, after the rename

@@ -86,7 +86,7 @@ WIDE = {**TINY, "policy_kwargs": {"net_arch": [400, 400]}}
 async def test_after_a_stop_without_a_checkpoint_the_pool_and_ratings_are_the_last_checkpoints(tmp_path, parameters):
     """What ``kill -9`` leaves: the snapshot pool (each snapshot's weights, or its file beside the checkpoint), the
     learning team, the next swap, the generator and the ratings of the last checkpoint, byte for byte once the pool
-    is rebuilt from them."""
+    is rebuilt from them; the snapshot files written for a checkpoint the crash left unwritten are removed."""
     import asyncio
     import json
 
@@ -127,6 +127,11 @@ async def test_after_a_stop_without_a_checkpoint_the_pool_and_ratings_are_the_la
         graph.login(key)  # the environment's self-play is rebuilt from the checkpoint
         assert "duel" in graph.runtime("c4").ratings.kept
         assert json.dumps(graph.runtime("c4").ratings.state(), sort_keys=True) == saved
+        # the files written for the state taken after the checkpoint (never written) are gone; the checkpoint's stay
+        named = {snapshot.get("weights", snapshot.get("file"))
+                 for snapshot in json.loads(saved)["selfplay"]["duel"]["pools"]["c4"]}
+        ghost = graph.runtime("c4").ratings.kept["duel"]
+        assert {path.name for path in ghost.folder.iterdir()} == named
     finally:
         graph.end_sessions()
         await asyncio.to_thread(graph.close)
@@ -256,6 +261,23 @@ async def test_a_checkpoint_names_the_numpy_snapshots_weight_files(tmp_path, cap
         [(version, restored)] = old.pools["c4"]
         assert version == pool[0][0]
         assert all(np.array_equal(_arrays(restored)[key], _arrays(pool[0][1])[key]) for key in _arrays(restored))
+    finally:
+        graph.end_sessions()
+        graph.close()
+        store.close()
+
+
+async def test_an_agent_restarted_from_scratch_leaves_no_snapshot_files(tmp_path):
+    import asyncio
+
+    graph, store, keys = duel(tmp_path, TINY, SelfPlay(snapshot_every=4, window=3, against_latest=0.0, swap_every=10 ** 6))
+    try:
+        await play_episodes(graph, graph.login(keys["environment duel"]), 6)
+        await asyncio.to_thread(lambda: graph.runtime("c4").checkpoint().result(30))
+        folder = graph.runtime("c4").ratings.kept["duel"].folder
+        assert any(folder.iterdir())
+        await graph.served.restart(graph.preset_agent_id("c4"))
+        assert not folder.exists()
     finally:
         graph.end_sessions()
         graph.close()

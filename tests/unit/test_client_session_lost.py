@@ -1,6 +1,7 @@
 """The drivers log in again only when a request to the server says its session was lost (401, a lost
 connection: `shepherd.client.loops.requested`); an env's own ``OSError`` (a missing file, a dead device) is
-raised, not taken for a lost session (it looped for good, logging in again each time)."""
+raised, not taken for a lost session (it looped for good, logging in again each time). Sessions lost in a row
+are logged into again after longer and longer waits, and the tenth is raised (`shepherd.client.loops.Losses`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from shepherd.client.connection import ShepherdError
 from shepherd.client.loops import SessionLost, requested, run_env
-from shepherd.client.roles import RolesClient, run_aec, run_parallel
+from shepherd.client.roles import RolesClient, run_aec, run_aec_envs, run_parallel
 
 
 class Relogging(RolesClient):
@@ -88,3 +89,80 @@ def test_what_a_request_raises_is_a_lost_session_only_for_401_and_lost_connectio
     with pytest.raises(ShepherdError):
         requested(raising(ShepherdError(400, "obs.p0: outside the space")))
     assert requested(lambda: 7) == 7
+
+
+class Evicted(RolesClient):
+    """A client whose every session is lost at its first step (a server that loses every session)."""
+
+    def __init__(self):
+        self.logins = 0
+        self.session_key = "key"
+        self.next_episode_config = None
+        self.n_envs = 2
+
+    def login_again(self):
+        self.logins += 1
+
+    def login(self, mode="train", n_envs=None):
+        self.login_again()
+
+    def step(self, *args, **kwargs):
+        raise ShepherdError(401, "unknown or expired session_key")
+
+    step_envs = step
+
+
+class OneTurn:
+    """An AEC env of one agent whose episodes never end on their own."""
+
+    agents = ["a"]
+
+    def reset(self, seed=None):
+        pass
+
+    def agent_iter(self):
+        while True:
+            yield "a"
+
+    def last(self):
+        return [0.0], 0.0, False, False, {}
+
+    def step(self, action):
+        pass
+
+
+def sessions_lost_in_a_row(drive, monkeypatch) -> tuple[Evicted, list[float], str]:
+    from shepherd.client import loops
+
+    client, waits = Evicted(), []
+    monkeypatch.setattr(loops.time, "sleep", waits.append)
+    with pytest.raises(SessionLost) as raised:
+        drive(client)
+    return client, waits, str(raised.value)
+
+
+@pytest.mark.parametrize("drive", [
+    lambda client: run_env(client, "CartPole-v1", episodes=1),
+    lambda client: run_aec(OneTurn(), client, episodes=1),
+    lambda client: run_aec_envs([OneTurn(), OneTurn()], client, episodes=1),
+], ids=["run_env", "run_aec", "run_aec_envs"])
+def test_sessions_lost_in_a_row_wait_longer_each_time_and_the_tenth_is_raised(drive, monkeypatch):
+    """A driver logged in again at once, for good, when every session was lost at its first step: it asked the
+    server as fast as it answered. Now each loss in a row waits twice as long as the one before (0.5 s up to 30 s),
+    and the tenth in a row is raised, naming its cause."""
+    client, waits, message = sessions_lost_in_a_row(drive, monkeypatch)
+    assert waits == [0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    assert "10 sessions lost in a row" in message and "unknown or expired session_key" in message
+    assert client.logins == 9  # after each of the first nine
+
+
+def test_an_episode_ended_between_lost_sessions_starts_the_waits_over(monkeypatch):
+    from shepherd.client import loops
+
+    losses, lost, slept = loops.Losses(), SessionLost("401"), []
+    monkeypatch.setattr(loops.time, "sleep", slept.append)
+    losses.lost(lost)
+    losses.lost(lost)
+    losses.ended()
+    losses.lost(lost)
+    assert slept == [0.0, 0.5, 0.0]
