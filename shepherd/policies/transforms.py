@@ -31,12 +31,21 @@ class ActionTransform:
             self.high = action_space.high
 
     def to_env(self, action: Any) -> Any:
-        """The action the client gets for a policy output."""
+        """The action the client gets for a policy output (one, or a batch): a Box's in its shape, as SB3's
+        policies reshape their flat Gaussian samples."""
         if not self.box:
             return action
+        action = self._shaped(np.asarray(action))
         if self.scaled:
             return self.low + 0.5 * (np.asarray(action) + 1.0) * (self.high - self.low)
         return np.clip(action, self.low, self.high)
+
+    def _shaped(self, action: np.ndarray) -> np.ndarray:
+        """A Box of two or more dimensions: a flat action (or a batch of them) in the Box's shape."""
+        shape = self.low.shape
+        if len(shape) < 2 or action.shape[-len(shape):] == shape or action.shape[-1:] != (self.low.size,):
+            return action
+        return action.reshape(*action.shape[:-1], *shape)
 
     def to_policy(self, action: Any) -> Any:
         """A client-space action as the policy (and a replay buffer) sees it: scaled into [-1, 1]."""

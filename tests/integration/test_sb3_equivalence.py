@@ -197,3 +197,43 @@ def test_an_image_agent_learns_exactly_as_sb3_learn(case):
     assert any(".cnn." in name for name in got), "a NatureCNN"
     for name in expected:
         assert th.allclose(expected[name], got[name], rtol=1e-4, atol=1e-5), f"{case}: {name} differs"
+
+
+class MatrixReach(gym.Env):
+    """A Box action of two dimensions (2 x 2): reward for each entry near the observation's target."""
+
+    metadata = {"render_modes": ["rgb_array"]}  # SB3's make_vec_env asks for it
+    observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (2, 2), np.float32)
+
+    def __init__(self, render_mode=None):
+        self.render_mode = render_mode
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.target = 0, self.np_random.uniform(-1, 1, 4).astype(np.float32)
+        return self.target.copy(), {}
+
+    def step(self, action):
+        assert np.shape(action) == (2, 2), np.shape(action)  # what the client gets: the Box's shape
+        self.t += 1
+        reward = -float(np.sum((np.asarray(action).ravel() - self.target) ** 2))
+        return self.target.copy(), reward, False, self.t >= 10, {}
+
+
+@pytest.mark.parametrize("algorithm", ["PPO", "A2C", "SAC"])
+def test_a_box_action_of_two_dimensions_learns_exactly_as_sb3_learn(algorithm):
+    """An on-policy agent with a 2 x 2 Box action failed at its first step (its flat Gaussian sample clipped
+    against the Box's 2 x 2 bounds): the learner answers in the Box's shape, as SB3's policies reshape."""
+    gym.register("tests/MatrixReach-v0", entry_point=MatrixReach)
+    try:
+        params = {"seed": 3, "policy_kwargs": {"net_arch": [16]},
+                  **({"learning_starts": 50, "batch_size": 16} if algorithm == "SAC" else {"n_steps": 20})}
+        if algorithm == "PPO":
+            params["batch_size"] = 10
+        expected = sb3_weights(algorithm, "tests/MatrixReach-v0", 120, params)
+        got = shepherd_weights(algorithm, "tests/MatrixReach-v0", 120, params)
+    finally:
+        gym.registry.pop("tests/MatrixReach-v0")
+    for name in expected:
+        assert th.allclose(expected[name], got[name], rtol=1e-4, atol=1e-5), f"{algorithm}: {name} differs"

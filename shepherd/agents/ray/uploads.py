@@ -53,17 +53,20 @@ class RemoteUploads:
     def behaviour(self, phase: str, agent: str, algorithm: str) -> Future:
         """As `ThreadedLearner.behaviour`, built by the actor's learner between two of its batches; the file of
         the actor's current version is kept here, on the head, so that a fetch of it costs no actor call (the
-        in-process learner keeps its own: `SB3Algorithm.published_behaviour`)."""
+        in-process learner keeps its own: `SB3Algorithm.published_behaviour`). A kept file is the actor's: one
+        restored after a loss goes back to its checkpoint's version and reaches the lost actor's versions again
+        with other weights, so a file is kept with the actor it came from (``restarts``)."""
+        actor = getattr(self, "restarts", 0)
         kept = getattr(self, "_kept_behaviours", {}).get(phase)
-        if kept is not None and kept[0] == self.policy_version:
+        if kept is not None and kept[0] == actor and kept[1][0] == self.policy_version:
             future: Future = ActionFuture()
-            future.set_result(kept)
+            future.set_result(kept[1])
             return future
         built = self._control(("behaviour", (phase, agent, algorithm)), None)
-        built.add_done_callback(lambda done: self._keep_behaviour(phase, done))
+        built.add_done_callback(lambda done: self._keep_behaviour(phase, actor, done))
         return built
 
-    def _keep_behaviour(self, phase: str, done: Future) -> None:
+    def _keep_behaviour(self, phase: str, actor: int, done: Future) -> None:
         if not done.cancelled() and done.exception() is None:
-            kept: dict[str, tuple[int, bytes]] = self.__dict__.setdefault("_kept_behaviours", {})
-            kept[phase] = done.result()
+            kept: dict[str, tuple[int, tuple[int, bytes]]] = self.__dict__.setdefault("_kept_behaviours", {})
+            kept[phase] = (actor, done.result())
