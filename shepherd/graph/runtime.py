@@ -270,10 +270,16 @@ class AgentRuntime:
         result = self.tracker.end_episode(episode, completed)
         if result is not None:
             lessons = self.lessons
-            if lessons.active:  # the lesson it was judged in; then it counts toward that lesson's until
+            ran = set(result.episode_lessons) - {None}
+            if lessons.active and ran <= {lessons.name}:  # judged in the lesson: it counts toward its until
                 result = replace(result, lesson=lessons.name, final_lesson=lessons.at_last)
                 if lessons.observe(result.mean_return) is not None and self.learner.failure is None:
                     self.checkpoint()  # a restart resumes in the new lesson
+            elif lessons.active:  # episodes of another lesson (configs drawn before an advance or a move): none's
+                result = replace(result, lesson=next(iter(ran)) if len(ran) == 1 else None, final_lesson=False)
+                logger.info("agent %s: evaluation %d ran in lesson(s) %s, not in lesson %r: it does not count toward "
+                            "that lesson's until", self.record.name, result.period, ", ".join(sorted(ran)),
+                            lessons.name)
             self.records.evaluation(result)
             logger.info("agent %s evaluation %d at %d steps: mean return %.1f", self.record.name,
                         result.period, result.steps, result.mean_return)

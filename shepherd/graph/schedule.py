@@ -42,8 +42,11 @@ class EvaluationResult:
     steps: int
     mean_return: float
     returns: tuple[float, ...]
-    lesson: str | None = None  # the lesson the agent was in (None: it has none)
+    lesson: str | None = None  # the lesson it was judged in (None: the agent has none, or its episodes ran in several)
     final_lesson: bool = True  # in its last lesson (or without lessons): the preset's validation target applies
+    #: the lesson each of its episodes ran in, in order (None: the agent has no lessons, or a checkpoint of before
+    #: kept the episode's return without it)
+    episode_lessons: tuple[str | None, ...] = ()
 
 
 class PhaseTracker:
@@ -56,6 +59,7 @@ class PhaseTracker:
         self.to_start = 0  # evaluation episodes of the open period not yet started
         self.running = 0  # evaluation episodes started and not yet ended
         self.period_returns: list[float] = []
+        self.period_lessons: list[str | None] = []  # the lesson each of them ran in
         self.next_evaluation = schedule.steps_between_evaluation_periods
         self.final_started = False
 
@@ -134,16 +138,18 @@ class PhaseTracker:
             self.to_start += 1  # an abandoned evaluation episode is replaced by the next one to start
             return None
         self.period_returns.append(episode.total)
+        self.period_lessons.append(None if episode.setup is None else episode.setup.lesson)
         if self.running or self.to_start:
             return None
         returns, self.period_returns = tuple(self.period_returns), []
-        return EvaluationResult(self.period, self.steps, statistics.fmean(returns), returns)
+        lessons, self.period_lessons = tuple(self.period_lessons), []
+        return EvaluationResult(self.period, self.steps, statistics.fmean(returns), returns, episode_lessons=lessons)
 
     def state(self) -> dict[str, Any]:
         """What a checkpoint keeps; evaluation episodes in flight are started again after a resume."""
         return {"steps": self.steps, "period": self.period, "next_evaluation": self.next_evaluation,
                 "final_started": self.final_started, "evaluations_to_start": self.to_start + self.running,
-                "period_returns": list(self.period_returns)}
+                "period_returns": list(self.period_returns), "period_lessons": list(self.period_lessons)}
 
     def load(self, state: dict[str, Any]) -> None:
         self.steps = int(state.get("steps", 0))
@@ -153,3 +159,5 @@ class PhaseTracker:
         self.to_start = int(state.get("evaluations_to_start", 0))
         self.running = 0
         self.period_returns = [float(v) for v in state.get("period_returns", [])]
+        lessons = state.get("period_lessons") or []  # (none before 2026-11-29: unknown, counted as the current)
+        self.period_lessons = [lessons[i] if i < len(lessons) else None for i in range(len(self.period_returns))]
