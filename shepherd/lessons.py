@@ -40,8 +40,17 @@ class LessonError(ValueError):
         self.message = message
 
 
+#: the whole numbers the wire carries (orjson: a signed or an unsigned 64-bit integer)
+WIRE_INTEGERS = range(-2 ** 63, 2 ** 64)
+
+
 def _number(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    """A finite number the wire carries (an int within `WIRE_INTEGERS`, a finite float; never a bool)."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return value in WIRE_INTEGERS
+    return isinstance(value, float) and math.isfinite(value)
 
 
 @dataclass(frozen=True)
@@ -65,6 +74,9 @@ class Uniform:
             raise ValueError(f"low and high must be finite numbers, not {self.low!r} and {self.high!r}")
         if self.low > self.high:
             raise ValueError(f"low ({self.low:g}) must not be above high ({self.high:g})")
+        if not math.isfinite(float(self.high) - float(self.low)):
+            raise ValueError(f"high - low must be a finite number (numpy draws from no wider range), not "
+                             f"{self.high:g} - {self.low:g}")
 
     def draw(self, rng: Any) -> float:
         return float(rng.uniform(self.low, self.high))
@@ -99,6 +111,8 @@ class Normal:
             raise ValueError(f"mean and std must be finite numbers, not {self.mean!r} and {self.std!r}")
         if self.std < 0:
             raise ValueError(f"std must not be negative, not {self.std:g}")
+        if not math.isfinite(abs(float(self.mean)) + 40.0 * float(self.std)):  # a draw 40 std away: never
+            raise ValueError(f"mean and std must keep every draw finite, not {self.mean:g} and {self.std:g}")
 
     def draw(self, rng: Any) -> float:
         return float(rng.normal(self.mean, self.std))
@@ -125,7 +139,7 @@ def _json_value(value: Any) -> bool:
     if value is None or isinstance(value, (bool, str)):
         return True
     if isinstance(value, (int, float)):
-        return math.isfinite(value)
+        return _number(value)
     if isinstance(value, (list, tuple)):
         return all(_json_value(item) for item in value)
     return False

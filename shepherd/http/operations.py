@@ -74,27 +74,28 @@ async def login_reply(app: web.Application, body: bytes, address: str, json_leng
     except PermissionError:
         await asyncio.sleep(throttle.failed(address))  # slows down guessing, never blocks the loop
         raise
-    introduction = session.level.introduction()  # an environment's roles; None: the agent's name and spaces
-    reply = {"ok": True, "session_key": session.key, **(introduction if introduction is not None else {
-        "agent": session.runtime.record.name, "observation_space": space_to_json(session.observation_space),
-        "action_space": space_to_json(session.action_space)})}
-    try:
+    try:  # a login that fails from here on (the learner refused it or did not plan in time, a reply the wire
+        # cannot carry) holds no session: it would count toward the agent's session limit until it expired
+        introduction = session.level.introduction()  # an environment's roles; None: the agent's name and spaces
+        reply = {"ok": True, "session_key": session.key, **(introduction if introduction is not None else {
+            "agent": session.runtime.record.name, "observation_space": space_to_json(session.observation_space),
+            "action_space": space_to_json(session.action_space)})}
         reply.update(await session.opened(graph.act_timeout))
+        if login.policy_in_reply:  # a client-acting login's (parse_login refuses it on others)
+            app[POLICY_IN_REPLY].add(session)
+            reply["policy_in_reply"] = True
+        if session.n_envs is not None:
+            reply["n_envs"] = session.n_envs
+        if session.runtime.client is not None:
+            reply["client"] = session.runtime.client
+        if session.mask_space is not None:
+            reply["action_masks"] = True
+        if graph.evaluates_only:  # run.py --evaluate: every login, whatever it asked, as the deploy server says
+            reply["mode"] = "evaluate"
+        return _noted(_json(reply), _front_ends_snapshot(app, session))
     except Exception:
-        graph.logout(session.key)  # a session the learner refused (or did not plan in time) holds nothing
+        graph.logout(session.key)
         raise
-    if login.policy_in_reply:  # a client-acting login's (parse_login refuses it on others)
-        app[POLICY_IN_REPLY].add(session)
-        reply["policy_in_reply"] = True
-    if session.n_envs is not None:
-        reply["n_envs"] = session.n_envs
-    if session.runtime.client is not None:
-        reply["client"] = session.runtime.client
-    if session.mask_space is not None:
-        reply["action_masks"] = True
-    if graph.evaluates_only:  # run.py --evaluate: every login, whatever it asked, as the deploy server says
-        reply["mode"] = "evaluate"
-    return _noted(_json(reply), _front_ends_snapshot(app, session))
 
 
 def _front_ends_snapshot(app: web.Application, session: Session) -> tuple[str, int, int | None] | None:

@@ -81,3 +81,4 @@ def test_a_checkpoint_keeps_the_lessons_of_an_open_periods_episodes():
     assert restored.period_lessons == ["A", "B"]
     restored.load({**tracker.state(), "period_lessons": None})  # a checkpoint of before: unknown, counted as now
     assert restored.period_lessons == [None, None]
+

@@ -81,6 +81,16 @@ def test_samplers_draw_in_range_and_reproducibly_from_a_seeded_generator():
     (lambda ls: ls.clear(), "agents[0].lessons", "empty list"),
     (lambda ls: ls[1]["config"].update(table=["x" * 100] * 200), "agents[0].lessons[1].config",
      "at most 16,384"),  # issue 48, H2: a config travels to the client before every episode
+    # values each check accepted, then every draw (numpy's OverflowError) or every reply (orjson's TypeError) was
+    # a 500 at each login, or at each episode's end once the agent advanced into the lesson
+    (lambda ls: ls[1]["config"].update(length={"uniform": [-1e308, 1e308]}),
+     "agents[0].lessons[1].config.length.uniform", "high - low must be a finite number"),
+    (lambda ls: ls[1]["config"].update(length={"normal": [1e308, 1e308]}),
+     "agents[0].lessons[1].config.length.normal", "keep every draw finite"),
+    (lambda ls: ls[1]["config"].update(seed=2 ** 64), "agents[0].lessons[1].config.seed", "must be a number"),
+    (lambda ls: ls[1]["config"].update(seed=10 ** 400), "agents[0].lessons[1].config.seed", "must be a number"),
+    (lambda ls: ls[1]["config"].update(seeds={"choice": [1, -2 ** 63 - 1]}),
+     "agents[0].lessons[1].config.seeds.choice", "must be numbers"),
 ])
 def test_bad_lessons_are_refused_at_load_with_their_key_path(change, path, words):
     data = yaml_data()
