@@ -21,7 +21,7 @@ import numpy as np
 import orjson
 from aiohttp import web
 
-from shepherd.policies.onnx import Policy
+from shepherd.policies.onnx import Policy, PolicyError
 from shepherd.wire.limits import LoginThrottle, TooManyRequests
 from shepherd.wire.replies import http_error, json_error
 from shepherd.wire.sessions import Conflict, TooManySessions, Unauthorized, is_retry
@@ -179,12 +179,17 @@ async def env_step(request: web.Request) -> web.Response:
 
 
 def _act(policy: Policy, step: StepInput | VectorStepInput) -> dict[str, Any]:
-    if isinstance(step, VectorStepInput):
-        return {"actions": policy.act_batch(step.envs.obs, step.envs.masks),
-                "policy_version": policy.policy_version}
-    if step.done:
-        return {"action": None}
-    action = policy.act_batch([step.obs], None if step.mask is None else [step.mask])[0]
+    """The reply to a checked step. Raises `BadRequest`: an observation makes the policy's action NaN."""
+    try:
+        if isinstance(step, VectorStepInput):
+            return {"actions": policy.act_batch(step.envs.obs, step.envs.masks),
+                    "policy_version": policy.policy_version}
+        if step.done:
+            return {"action": None}
+        action = policy.act_batch([step.obs], None if step.mask is None else [step.mask])[0]
+    except PolicyError as error:
+        raise BadRequest(str(error).replace("observations[0]", "obs") if not isinstance(step, VectorStepInput)
+                         else str(error).replace("observations[", "obs[")) from None
     return {"action": action, "policy_version": policy.policy_version}
 
 

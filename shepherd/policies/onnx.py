@@ -258,7 +258,21 @@ class Policy:
         """
         checked = self._check(observation, "observation")
         masks = None if mask is None else [self._check_mask(mask, "mask")]
-        return action_to_json(self._action_space, self.run([checked], masks)[0])
+        return action_to_json(self._action_space, self._finite(self.run([checked], masks))[0])
+
+    def _finite(self, actions: np.ndarray) -> np.ndarray:
+        """``actions``, each a number (an observation far outside what the policy learned from can overflow its
+        network: a NaN action would be sent as null, outside the action space).
+
+        Raises:
+            PolicyError: naming the first observation whose action is NaN or infinite.
+        """
+        if np.issubdtype(actions.dtype, np.floating):
+            bad = ~np.isfinite(actions.reshape(len(actions), -1)).all(axis=1)
+            if bad.any():
+                raise PolicyError(f"observations[{int(np.argmax(bad))}] makes the policy's action NaN or infinite "
+                                  "(its values are far outside what the policy learned from)")
+        return actions
 
     def act_batch(self, observations: Sequence[Any], masks: Sequence[Any] | None = None) -> list[Any]:
         """`act` for many observations in one forward pass (``masks``: one per observation, or None).
@@ -285,7 +299,7 @@ class Policy:
                 raise PolicyError(f"masks has {len(masks)} items and observations {len(plain)}: one mask per "
                                   "observation (or none)")
             checked_masks = [self._check_mask(mask, f"masks[{i}]") for i, mask in enumerate(masks)]
-        actions = self.run(checked, checked_masks)
+        actions = self._finite(self.run(checked, checked_masks))
         if isinstance(self._action_space, spaces.Discrete):  # action_to_json's ints, without a call per row
             return np.asarray(actions).reshape(-1).astype(np.int64).tolist()
         return [action_to_json(self._action_space, action) for action in actions]

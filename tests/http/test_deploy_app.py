@@ -12,7 +12,7 @@ from gymnasium import spaces
 
 from shepherd.deploy.app import LOGIN_THROTTLE, DeployConfig, Sessions, create_app
 from shepherd.http import protocol as learning_protocol
-from shepherd.policies.onnx import Policy
+from shepherd.policies.onnx import Policy, PolicyError
 from shepherd.wire import BadRequest
 from tests.binary_bodies import ENCODINGS, request
 from tests.onnx_policies import cartpole_controller, linear_box, masked_discrete
@@ -249,3 +249,23 @@ async def test_an_image_agents_exported_policy_is_served_from_json_images(aiohtt
     reply = await _post(client, "/shepherd/env/", {"session_key": login["session_key"], "obs": bad, "reward": 0.0,
                                                    "done": False}, 400)
     assert reply == {"error": "obs[1][2][0] is 300, outside 0-255"}
+
+
+async def test_an_observation_that_overflows_the_network_is_a_400_not_a_null_action(aiohttp_client):
+    """3e38 is a float32 the checks accept; through SAC's ReLU network it makes the action NaN, which orjson
+    writes as null: the reply was 200 with `"action": [null, null]`, outside the action space."""
+    from shepherd.agents import build_learner
+    from shepherd.agents.export.export import export_onnx
+    from shepherd.wire.spaces import parse_space
+
+    learner = build_learner("SAC", "a", parse_space([[3], "-inf", "inf"]), parse_space([[2], -2, 3]), {"seed": 0},
+                            None)
+    policy = Policy.from_bytes(export_onnx(learner.algorithm, "a", "SAC"))
+    client = await _client(aiohttp_client, policy)
+    key = (await _login(client))["session_key"]
+    huge = {"session_key": key, "obs": [3e38, 3e38, -3e38], "reward": 0.0, "done": False}
+    refused = await _post(client, "/shepherd/env/", huge, 400)
+    assert "NaN or infinite" in refused["error"] and refused["error"].startswith("obs makes")
+    assert (await _post(client, "/shepherd/env/", {**huge, "obs": [0.5, 0.1, -0.2]}))["action"][0] is not None
+    with pytest.raises(PolicyError, match=r"observations\[1\] makes"):
+        policy.act_batch([[0.5, 0.1, -0.2], [3e38, 3e38, -3e38]])
