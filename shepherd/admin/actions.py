@@ -258,6 +258,9 @@ class SpecialActions(OperationsBase):
         for runtime in moving:
             runtime.move_lesson(name)
         logger.info("agent %s moved to lesson %r by hand", ref, name)
+        if any(runtime.learner.failure is not None for runtime in moving):  # a failed learner writes no checkpoint
+            return ActionResult(True, f"agent {ref} moved to lesson {name!r}, not checkpointed: its learner failed, "
+                                      "and a restart starts it from its last checkpoint's lesson")
         return ActionResult(True, f"agent {ref} moved to lesson {name!r} (checkpointed: a restart keeps it)")
 
     async def _set_stored_lesson(self, agent_id: int, ref: str, name: str, first: str) -> ActionResult:

@@ -7,6 +7,8 @@ in it."""
 
 from __future__ import annotations
 
+import json
+
 from shepherd.graph import AgentSpec, GraphManager, Schedule
 from shepherd.graph.schedule import PhaseTracker
 from shepherd.http.state import CREATED_ADMIN_TOKEN
@@ -82,3 +84,15 @@ def test_a_checkpoint_keeps_the_lessons_of_an_open_periods_episodes():
     restored.load({**tracker.state(), "period_lessons": None})  # a checkpoint of before: unknown, counted as now
     assert restored.period_lessons == [None, None]
 
+
+
+async def test_a_lesson_moved_on_a_failed_learner_does_not_say_it_was_checkpointed(aiohttp_client, tmp_path):
+    lessons = [{"name": "A", "config": {"level": "A"}, "until": UNTIL_ONE}, {"name": "B", "config": {"level": "B"}}]
+    client = await make_client(aiohttp_client, tmp_path, agent(lessons, n_envs=1, every=3, episodes=1))
+    runtime = client.server.app[GRAPH].runtime()
+    runtime.learner.failure = "RuntimeError: the test broke it"
+    response = await client.post(f"/shepherd/admin/api/agents/{runtime.record.id}/lesson", json={"lesson": "B"},
+                                 headers={"Authorization": f"Bearer {client.server.app[CREATED_ADMIN_TOKEN]}"})
+    assert response.status == 200 and runtime.lessons.name == "B"
+    message = json.dumps(await response.json())
+    assert "not checkpointed" in message and "(checkpointed" not in message
