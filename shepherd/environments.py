@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from shepherd.definition import AgentDefinition, name_problem
+from shepherd.definition import AgentDefinition, Sharing, name_problem
 from shepherd.hierarchy import load_function
 
 #: how roles take turns: every live role each step, one after another in the declared order, or any one
@@ -223,6 +223,12 @@ def environment_problems(environments: list[EnvironmentSpec], agents: Mapping[st
                                                           "its owner's stored agents have"))
         if missing:
             continue  # without the data folder's agents: checked again with them (`GraphManager.create_graph`)
+        for role, player in spec.roles.items():
+            definition = None if is_scripted(player) else known[player]
+            if definition is not None and (definition.level is not None or definition.sharing is not Sharing.POOLED):
+                problems.append((f"{where}.roles.{role}", f"agent {player!r} is "
+                                 f"{'a selector' if definition.level is not None else 'advised'}; a role is played "
+                                 "by a pooled agent (as one env of it) or a scripted player"))
         if spec.self_play is None:
             continue
         team = spec.team_of()

@@ -7,7 +7,8 @@ from __future__ import annotations
 import zipfile
 from typing import Any, Callable
 
-from shepherd.agents import AgentFailed, checkpoint
+from shepherd.agents import AgentClosed, AgentFailed, checkpoint
+from shepherd.definition import Sharing
 from shepherd.environments import EnvironmentSpec, is_scripted, parse_environments
 from shepherd.graph.agent import ServedAgent
 from shepherd.graph.ratings import Ratings
@@ -92,7 +93,17 @@ def environment_session(record: EnvironmentRecord, served: ServedAgents, evaluat
             continue
         agent = served.by_name(record.owner_id, player)
         if agent is None:
+            stored = served.store.find_agent(record.owner_id, player)
+            if stored is not None and served.restarting(stored.id):  # as a login with the agent's own key says
+                raise AgentClosed(f"agent {player} (role {role}) is restarting; log in again in a moment")
+            if stored is not None and stored.id in served.failures:
+                raise AgentFailed(f"agent {player} (role {role}) failed ({served.failures[stored.id]}); an admin "
+                                  "can restart it")
             raise Unauthorized(f"environment {spec.name}: role {role}'s agent {player} is not served by this server")
+        if agent.record.definition.level is not None or agent.record.definition.sharing is not Sharing.POOLED:
+            raise AgentFailed(f"environment {spec.name}: role {role}'s agent {player} is "
+                              f"{'a selector' if agent.record.definition.level is not None else 'advised'}; a role "
+                              "is played by a pooled agent")
         agents[player] = agent
         runtime = agent.session_runtime(None, evaluate_only)
         if runtime.learner.failure is not None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
@@ -24,7 +25,9 @@ from shepherd.agents.core import Kind, Learner, Request
 from shepherd.level.base import Calls, Level, SessionEnded, consulting
 from shepherd.level.episodes import MODES, EpisodeHost, Phase
 from shepherd.level.lifecycle import Announce, Lifecycle
-from shepherd.wire import StepInput
+from shepherd.wire import BadRequest, StepInput
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -136,6 +139,19 @@ class OptionsLevel(Level):
     def _record(self, option: Option) -> None:
         self.host.record_option(self.skills[option.skill].name, option.steps, option.reward)
 
+    @staticmethod
+    def _skill_ends(skill: Skill, obs: Any, where: str = "obs") -> bool:
+        """Whether ``skill``'s own episode ends at ``obs`` (its preset's function), asked before a step changes
+        anything: a function that raises on the observation refuses the step (400) with nothing taken."""
+        if skill.ends is None:
+            return False
+        try:
+            return bool(skill.ends(obs))
+        except Exception as error:  # noqa: BLE001 - the preset's function: whatever it raises refuses the step
+            logger.warning("skill %s's end function raised on a step's observation", skill.name, exc_info=True)
+            raise BadRequest(f"{where}: skill {skill.name}'s end function raised {type(error).__name__} on this "
+                             f"observation ({error}); nothing was taken") from None
+
 
 class HierarchyLevel(OptionsLevel):
     """One single-env session of a selector over ``skills``: protocol messages -> options and learner calls.
@@ -177,20 +193,20 @@ class HierarchyLevel(OptionsLevel):
                                 obs, step.mask)
         option = self.option
         assert option is not None, "a step of an episode whose first option was never chosen"
+        skill = self.skills[option.skill]
+        skill_ended = not step.done and self._skill_ends(skill, obs)  # before anything changes
         episode = lifecycle.count(0, step.reward)
         option.add(step.reward, self.gamma)
-        skill = self.skills[option.skill]
         mode, skill_mode = MODES[episode.phase], self.skill_mode(episode.phase)
-        if step.done:
-            skill.learner.tell(Request(Kind.END, actor, obs, step.reward, step.truncated, skill_mode))
+        if step.done:  # (a time limit's end bootstraps over the actions its mask allows)
+            skill.learner.tell(Request(Kind.END, actor, obs, step.reward, step.truncated, skill_mode, mask=step.mask))
             host.learner.tell(Request(Kind.END, actor, obs, option.discounted, step.truncated, mode))
             self._ended(option)
             lifecycle.end(0)
             self._fields = {"option": None}
             return None
-        skill_ended = skill.ends is not None and bool(skill.ends(obs))
         if skill_ended or option.steps >= self.option_steps:
-            skill.learner.tell(Request(Kind.END, actor, obs, step.reward, not skill_ended, skill_mode))
+            skill.learner.tell(Request(Kind.END, actor, obs, step.reward, not skill_ended, skill_mode, mask=step.mask))
             self._ended(option)
             return self._choose(functools.partial(host.learner.ask, Request(Kind.STEP, actor, obs, option.discounted,
                                                                             mode=mode)), obs, step.mask)

@@ -50,6 +50,9 @@ class HierarchyVectorLevel(OptionsLevel):
         """The future of every env's action, a list in env order."""
         host, lifecycle = self.host, self.lifecycle
         masks = envs.masks or [None] * self.n_envs  # each env's, for the skill that acts in it
+        ends = {index: self._skill_ends(self.skills[option.skill], envs.obs[index], f"obs[{index}]")
+                for index, option in enumerate(self.options)  # asked before anything changes: one that raises
+                if option is not None and lifecycle.episodes[index] is not None and not envs.ended[index]}  # refuses
         lifecycle.open_step()
         choosing: list[int] = []  # the envs whose next option the selector chooses now, in its requests' order
         selector: list[Request] = []
@@ -60,7 +63,6 @@ class HierarchyVectorLevel(OptionsLevel):
                 reward, obs = envs.reward[index], envs.obs[index]
                 lifecycle.count(index, reward)
                 option.add(reward, self.gamma)
-                skill = self.skills[option.skill]
                 mode, acting = MODES[episode.phase], self.skill_mode(episode.phase)
                 asked = skills.setdefault(option.skill, [])
                 if envs.ended[index]:
@@ -70,11 +72,11 @@ class HierarchyVectorLevel(OptionsLevel):
                     self._ended(index, option)
                     lifecycle.end(index)
                 else:
-                    ended = skill.ends is not None and bool(skill.ends(obs))
+                    ended = ends[index]
                     if not ended and option.steps < self.option_steps:
                         asked.append(self._request(Kind.STEP, index, obs, reward, False, acting, masks[index]))
                         continue
-                    asked.append(self._request(Kind.END, index, obs, reward, not ended, acting))
+                    asked.append(self._request(Kind.END, index, obs, reward, not ended, acting, masks[index]))
                     selector.append(self._request(Kind.STEP, index, obs, option.discounted, False, mode))
                     self._ended(index, option)
                     choosing.append(index)

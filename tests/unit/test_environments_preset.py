@@ -187,3 +187,21 @@ def test_keys_list_and_revoke_take_an_environments_keys_as_an_agents(tmp_path, c
                          ("e0", "no key id")):
         assert main(["keys", "revoke", wrong, "--data", str(data)]) == 2
         assert words in capsys.readouterr().err
+
+
+def test_a_role_played_by_a_selector_or_an_advised_agent_is_refused_at_load():
+    """A selector playing a role answered with its skills' numbers (its own action space) where the env takes
+    actions, and no skill was asked; an advised agent's role failed every login (a training login names a
+    client, an environment's cannot). A role is played by a pooled agent, as one env of it."""
+    from shepherd.graph import programmed_selector
+
+    preset = Preset((AgentSpec("left", "PPO", OBS, 2, TINY), AgentSpec("right", "PPO", OBS, 2, TINY),
+                     programmed_selector("guide", "shepherd.envs.corridor:toward_cue", OBS,
+                                         {"skills": ["left", "right"], "option_steps": 5}),
+                     AgentSpec("coach", "PPO", OBS, 2, TINY, sharing="advised")), Schedule(),
+                    environments=(EnvironmentSpec("race", {"walker": "guide", "rival": "left", "pupil": "coach"},
+                                                  "simultaneous"),))
+    problems = {p.path: p.message for p in preset.problems()}
+    assert set(problems) == {"environments[0].roles.walker", "environments[0].roles.pupil"}
+    assert "'guide' is a selector" in problems["environments[0].roles.walker"]
+    assert "'coach' is advised" in problems["environments[0].roles.pupil"]

@@ -250,3 +250,72 @@ async def test_a_vector_retry_asks_again_only_the_learners_that_lost_the_step():
     assert await level.resend() == ["L", "R"]
     assert len(left.learner.submitted) == 2 and len(right.learner.submitted) == 2  # left's act not sent twice
     assert len(host.learner.submitted) == 1
+
+
+def _raising_ends(obs):
+    if obs == "bad":
+        raise ValueError("the preset's skill_ends function failed on this observation")
+    return False
+
+
+async def test_a_skill_end_function_that_raises_refuses_the_step_with_nothing_taken():
+    """It raised after the step was counted and the option's reward added: the step answered 500 and each retry
+    counted its reward again (a return of 11 for 1)."""
+    from shepherd.wire import BadRequest
+
+    host, (left, right), level = _level([1], option_steps=10, ends=_raising_ends)
+    await _send(level, "o0", 0.0)
+    for _ in range(2):  # the client's step, then its retry
+        with pytest.raises(BadRequest, match="skill right's end function raised ValueError"):
+            level.step("bad", 5.0, False)
+    await _send(level, "o2", 1.0, done=True)
+    assert host.ended == [(Phase.TRAIN, 1.0, 1, True)]
+    assert host.learner.calls[-1] == ("end", 1.0, "o2", False, ActMode.EXPLORE)
+
+
+async def test_a_vector_skill_end_function_that_raises_refuses_the_step_and_loses_no_episode_end():
+    """Earlier envs were counted, ended and begun before a later env's end function raised: the env whose
+    episode ended in the refused step was recorded as ended while its learners never got its END."""
+    from shepherd.wire import BadRequest
+
+    host, (left, right), level, envs = _vector(option_steps=10)
+    level.skills[1] = type(level.skills[1])("right", right.learner, _raising_ends)
+    await level.step(envs(["cue-left", "cue-right"]))
+    with pytest.raises(BadRequest, match=r"obs\[1\]: skill right's end function"):
+        level.step(envs(["cue-left", "bad"], (1.0, 2.0), (True, False), ("final", None)))
+    assert host.ended == []
+    await level.step(envs(["cue-left", "cue-right"], (1.0, 2.0), (True, False), ("final", None)))
+    selector = [(kind, actor) for step in host.learner.submitted for kind, actor, *_ in step]
+    assert ("END", 10) in selector and [e[1:3] for e in host.ended] == [(1.0, 1)]
+
+
+async def test_an_option_cut_by_option_steps_hands_its_skill_the_steps_mask():
+    """A masked skill's (DQN's) option cut short bootstraps over the actions its observation allows, as a flat
+    session's truncated end does: the END carries the step's mask (it carried none)."""
+    from shepherd.agents.core import Kind
+    from shepherd.level import HierarchyLevel
+
+    class Recording:
+        def __init__(self, answer):
+            self.answer, self.requests = answer, []
+
+        def ask(self, request):
+            self.requests.append(request)
+            future = ActionFuture()
+            future.set_result(self.answer)
+            return future
+
+        def tell(self, request):
+            self.requests.append(request)
+
+        def end_actor(self, actor):
+            pass
+
+    mask = [True, False, True]
+    host, skill = FakeHost([0]), Recording(2)
+    host.learner = Recording(0)
+    level = HierarchyLevel(5, host, [Skill("only", skill, takes_masks=True)], 2, True, "space")
+    for obs in ("o0", "o1", "o2"):
+        await level.step(obs, 1.0, False, mask=mask)
+    [end] = [request for request in skill.requests if request.kind is Kind.END]
+    assert end.obs == "o2" and end.truncated and end.mask == mask
