@@ -270,7 +270,7 @@ class AgentRuntime:
         result = self.tracker.end_episode(episode, completed)
         if result is not None:
             lessons = self.lessons
-            ran = set(result.episode_lessons) - {None}
+            ran = {lesson for lesson in result.episode_lessons if lesson is not None}
             if lessons.active and ran <= {lessons.name}:  # judged in the lesson: it counts toward its until
                 result = replace(result, lesson=lessons.name, final_lesson=lessons.at_last)
                 if lessons.observe(result.mean_return) is not None and self.learner.failure is None:
