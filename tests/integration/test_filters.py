@@ -131,6 +131,31 @@ def test_statistics_survive_a_checkpoint_and_restore(tmp_path):
     assert saved["observations"][""]["mean"][0] == pytest.approx(7.0, abs=1.0)
 
 
+def test_a_restored_version_normalises_with_the_statistics_its_files_were_built_with(tmp_path):
+    """A version's files normalise with the statistics of when it was made (`version_filtering`); the running
+    ones move on until the next update. A restore gave the version the checkpoint's running statistics: a file
+    fetched before the restart (same version) was then evaluated, its uploads learned, under another
+    normalisation (log-probabilities off by up to 2 nats)."""
+    rng = np.random.default_rng(1)
+    learner = pooled_learner()
+    learner.start()
+    try:
+        version, _ = learner.behaviour("train", "pooled", "PPO").result(30)  # a client fetches the file
+        made_with = learner.algorithm.version_filtering.state()
+        drive(learner, [[rng.normal(50.0, 5.0, 3).astype(np.float32) for _ in range(6)]], actors=1)
+        assert learner.algorithm.version == version  # no update: the same version, statistics moved
+        learner.checkpoint(tmp_path / "model.zip", {}).result(30)
+        running = learner.algorithm.filtering.state()
+    finally:
+        learner.close()
+    assert running != made_with
+    restored = pooled_learner()
+    restored.restore(tmp_path / "model.zip")
+    assert restored.algorithm.version == version
+    assert restored.algorithm.version_filtering.state() == made_with
+    assert restored.algorithm.filtering.state() == running
+
+
 def test_the_greedy_snapshot_normalises_as_the_learner_does():
     rng = np.random.default_rng(2)
     episodes = [[rng.normal([50.0, -20.0, 3.0], 5.0).astype(np.float32) for _ in range(6)] for _ in range(10)]

@@ -258,6 +258,8 @@ class SB3Algorithm:
         counters = {**self._counters(), "version": self._version, **beside}
         if self.filtering is not None:
             counters["filters"] = self.filtering.state()
+        if self.version_filtering is not None:  # what the current version's files normalise with
+            counters["version_filters"] = self.version_filtering.state()
         extra = pickle.dumps(self._resume_state(), protocol=pickle.HIGHEST_PROTOCOL)
         checkpoint.write(path, buffer.getvalue(), counters, state, {checkpoint.RESUME_MEMBER: extra})
         logger.info("agent %s checkpointed at %d steps", self.name, self.steps)
@@ -273,7 +275,10 @@ class SB3Algorithm:
         self._version = int(counters.get("version", self.model._n_updates))
         if self.filtering is not None:
             self.filtering.load(counters.get("filters", {}))
+            # the version's own statistics, as its files (fetched before the restart, uploaded from after it)
+            # normalised: the running ones moved since (a checkpoint of before 2026-11-29 has only those)
             self.version_filtering = self.filtering.frozen()
+            self.version_filtering.load(counters.get("version_filters") or counters.get("filters", {}))
         self._published = None
         extra = checkpoint.read_member(path, checkpoint.RESUME_MEMBER)  # None: a checkpoint written before it
         self._load_resume_state(path, counters, {} if extra is None else pickle.loads(extra))
