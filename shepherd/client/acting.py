@@ -22,7 +22,8 @@ import onnxruntime as ort
 
 from shepherd.client.connection import ShepherdError, _Connection, to_json
 from shepherd.client.tensors import HEADER, decode_reply
-from shepherd.client.loops import _login, _rows, gymnasium_vector_step, make_vector_env, sb3_vec_env_step
+from shepherd.client.loops import _rows, gymnasium_vector_step, make_vector_env, sb3_vec_env_step
+from shepherd.client.relogin import login_retrying
 
 logger = logging.getLogger(__name__)
 
@@ -334,7 +335,7 @@ def run_acting_env(client: ActingClient, env: Any, seed: int | None = None, epis
         while (episodes is None or sum(map(len, returns)) < episodes) and (steps is None or uploaded < steps):
             if client.session_key is None or obs is None:
                 if client.session_key is None:
-                    _login(client, mode, retry_seconds)  # gives up, raising, after retry_seconds
+                    login_retrying(client, mode, retry_seconds)  # gives up, raising, after retry_seconds
                 _configure(venv, client)  # the first block's episodes' configs, its first resets' included
                 obs = reset(seed if first else None)  # a new session: every env starts over
                 first, totals, lost = False, [0.0] * n, [False] * n

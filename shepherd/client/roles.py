@@ -11,7 +11,7 @@ import logging
 from typing import Any, Callable, Iterator, TypeVar
 
 from shepherd.client.connection import _Connection, to_json
-from shepherd.client.loops import Losses, SessionLost, _login, requested
+from shepherd.client.relogin import Losses, SessionLost, login_retrying, requested
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -33,7 +33,7 @@ class RolesClient(_Connection):
         """Log in as the last `login` did (its mode and copies): the session was lost. A server that went away,
         or asks for a wait, is retried for ``retry_seconds``."""
         mode, n_envs = getattr(self, "_logged", ("train", None))
-        _login(self, mode, self.retry_seconds, n_envs=n_envs)
+        login_retrying(self, mode, self.retry_seconds, n_envs=n_envs)
 
     def step(self, obs: dict[str, Any], reward: dict[str, float] | None = None,
              terminated: dict[str, bool] | None = None, truncated: dict[str, bool] | None = None,

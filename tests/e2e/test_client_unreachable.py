@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from shepherd.client import loops as client_module
+from shepherd.client import relogin as client_module
 from shepherd.client import Client
 from tests.conftest import ROOT
 
@@ -46,10 +46,10 @@ def test_a_server_reached_before_is_still_retried_when_it_refuses(closed_port, m
 
     monkeypatch.setattr(client, "login", login)
     client.reached = True  # as after any answer: the server went away (restarting, say)
-    client_module._login(client, "train", retry_seconds=60)
+    client_module.login_retrying(client, "train", retry_seconds=60)
     assert attempts == ["train"] * 3 and client.session_key == "session"
 
     client.reached, attempts[:] = False, []  # never reached: the first refusal is final
     with pytest.raises(ConnectionRefusedError):
-        client_module._login(client, "train", retry_seconds=60)
+        client_module.login_retrying(client, "train", retry_seconds=60)
     assert attempts == ["train"]

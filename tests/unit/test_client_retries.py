@@ -87,7 +87,7 @@ def test_a_server_that_refuses_at_once_uses_the_retry_budget_up():
 
 
 def test_a_login_answered_429_is_tried_again_after_its_retry_after():
-    from shepherd.client.loops import _login
+    from shepherd.client.relogin import login_retrying as _login
 
     server, _ = serve(None, lambda logins: (429, {"error": "too many sessions"}) if len(logins) == 1 else (200, LOGIN))
     client = Client(f"http://127.0.0.1:{server.server_address[1]}", "key")

@@ -1,7 +1,7 @@
 """The drivers log in again only when a request to the server says its session was lost (401, a lost
-connection: `shepherd.client.loops.requested`); an env's own ``OSError`` (a missing file, a dead device) is
+connection: `shepherd.client.relogin.requested`); an env's own ``OSError`` (a missing file, a dead device) is
 raised, not taken for a lost session (it looped for good, logging in again each time). Sessions lost in a row
-are logged into again after longer and longer waits, and the tenth is raised (`shepherd.client.loops.Losses`)."""
+are logged into again after longer and longer waits, and the tenth is raised (`shepherd.client.relogin.Losses`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import gymnasium as gym
 import pytest
 
 from shepherd.client.connection import ShepherdError
-from shepherd.client.loops import SessionLost, requested, run_env
+from shepherd.client.loops import run_env
+from shepherd.client.relogin import SessionLost, requested
 from shepherd.client.roles import RolesClient, run_aec, run_aec_envs, run_parallel
 
 
@@ -132,10 +133,10 @@ class OneTurn:
 
 
 def sessions_lost_in_a_row(drive, monkeypatch) -> tuple[Evicted, list[float], str]:
-    from shepherd.client import loops
+    from shepherd.client import relogin
 
     client, waits = Evicted(), []
-    monkeypatch.setattr(loops.time, "sleep", waits.append)
+    monkeypatch.setattr(relogin.time, "sleep", waits.append)
     with pytest.raises(SessionLost) as raised:
         drive(client)
     return client, waits, str(raised.value)
@@ -157,10 +158,10 @@ def test_sessions_lost_in_a_row_wait_longer_each_time_and_the_tenth_is_raised(dr
 
 
 def test_an_episode_ended_between_lost_sessions_starts_the_waits_over(monkeypatch):
-    from shepherd.client import loops
+    from shepherd.client import relogin
 
-    losses, lost, slept = loops.Losses(), SessionLost("401"), []
-    monkeypatch.setattr(loops.time, "sleep", slept.append)
+    losses, lost, slept = relogin.Losses(), SessionLost("401"), []
+    monkeypatch.setattr(relogin.time, "sleep", slept.append)
     losses.lost(lost)
     losses.lost(lost)
     losses.ended()

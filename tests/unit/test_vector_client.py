@@ -8,7 +8,7 @@ import pytest
 from gymnasium.vector import AutoresetMode
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from shepherd.client import loops as client_module
+from shepherd.client import connection as client_module
 from shepherd.client import (Client, ShepherdError, VectorClient, first_vector_step, gymnasium_vector_step,
                              make_vector_env, run_sb3_vec_env, run_vector_env, sb3_vec_env_step)
 
