@@ -23,6 +23,7 @@ learner's, and its reply's ``policy_version`` says which.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 from collections import OrderedDict
@@ -60,6 +61,7 @@ class SnapshotCache:
         self.submit = submit
         self.sessions: OrderedDict[str, SnapshotNote] = OrderedDict()  # session key -> its snapshot, as noted
         self.snapshots: dict[str, Snapshot] = {}
+        self._users: collections.Counter[str] = collections.Counter()  # the sessions noted with each snapshot
         self._wanted: dict[str, int] = {}  # the newest version noted, by snapshot name
         self._fetching: dict[str, asyncio.Task[None]] = {}
         self._fetched_at: dict[str, float] = {}
@@ -71,11 +73,15 @@ class SnapshotCache:
         if key is None:
             return
         if note is None:
-            self.sessions.pop(key, None)
+            self._drop_session(key)
             return
-        self.sessions[key] = note
+        before = self.sessions.pop(key, None)
+        self.sessions[key] = note  # noted last: the oldest noted are forgotten first
+        self._users[note.name] += 1
+        if before is not None:  # (after counting the new note: a session noted again keeps its snapshot)
+            self._release(before.name)
         if len(self.sessions) > MAX_SESSIONS:
-            self.sessions.popitem(last=False)
+            self._drop_session(next(iter(self.sessions)))
         held = self.snapshots.get(note.name)
         if held is None or held.version < note.version:
             self._wanted[note.name] = max(note.version, self._wanted.get(note.name, -1))
@@ -104,7 +110,7 @@ class SnapshotCache:
             return None
         answer = await self.submit(Item("greedy", address, record))
         if answer.status == NOT_HERE:  # the head no longer lets this session be answered here
-            self.sessions.pop(key, None)
+            self._drop_session(key)
             return None
         self.note(key, answer.note)
         if answer.status == 200:
@@ -147,11 +153,26 @@ class SnapshotCache:
             if held is None or snapshot.version > held.version:
                 self.snapshots[name] = snapshot
 
+    def _drop_session(self, key: str) -> None:
+        """Forget session ``key``; a snapshot no session is noted with any more goes too (a restarted or deleted
+        agent's learner is never noted again: its snapshot, up to megabytes, would stay for good)."""
+        noted = self.sessions.pop(key, None)
+        if noted is not None:
+            self._release(noted.name)
+
+    def _release(self, name: str) -> None:
+        self._users[name] -= 1
+        if self._users[name] <= 0:
+            del self._users[name]
+            self.snapshots.pop(name, None)
+            self._wanted.pop(name, None)
+            self._fetched_at.pop(name, None)
+
     def _forget(self, name: str) -> None:
+        for key in [key for key, noted in self.sessions.items() if noted.name == name]:
+            self._drop_session(key)
         self.snapshots.pop(name, None)
         self._wanted.pop(name, None)
-        for key in [key for key, noted in self.sessions.items() if noted.name == name]:
-            del self.sessions[key]
 
     async def close(self) -> None:
         for task in list(self._fetching.values()):

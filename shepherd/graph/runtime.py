@@ -6,6 +6,7 @@ import asyncio
 
 import collections
 import logging
+import secrets
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
@@ -94,6 +95,7 @@ class AgentRuntime:
         self.record = record
         #: the client name of an advised agent's client learner (None: the agent's one learner)
         self.client = client
+        self.snapshot_token = secrets.token_hex(6)  # names its greedy snapshot (`sessions.snapshot_name`)
         self.observation_space = parse_space(record.observation_space)
         self.action_space = parse_space(record.action_space)
         self.takes_masks = algorithm_info(record.algorithm).masks  # a step may carry an action mask

@@ -284,10 +284,12 @@ class Session:
 
 
 def snapshot_name(runtime: AgentRuntime) -> str:
-    """The name of a runtime's greedy snapshot: its agent, its client (in an advised agent) and its learner,
-    so that a learner built anew (a restart) is never taken for the one a front end holds a snapshot of."""
+    """The name of a runtime's greedy snapshot: its agent, its client (in an advised agent), its runtime's token
+    (random: an ``id()`` comes back once its object is freed) and its learner's restarts (a Ray actor restored from
+    a checkpoint goes back to an older version), so that a learner built anew is never taken for the one a front
+    end holds a snapshot of (it answered with the old policy, whose version was above the new learner's)."""
     client = "" if runtime.client is None else f"/{runtime.client}"
-    return f"{runtime.record.id}{client}@{id(runtime.learner):x}"
+    return f"{runtime.record.id}{client}@{runtime.snapshot_token}.{getattr(runtime.learner, 'restarts', 0)}"
 
 
 async def _wait(future: Reply[Any], timeout: float, seq: int | None) -> Any:
