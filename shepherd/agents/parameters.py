@@ -13,6 +13,7 @@ import collections.abc
 import enum
 import inspect
 import json
+import math
 import re
 import types
 import typing
@@ -106,6 +107,8 @@ def _number(param: Parameter, value: Any, kind: type) -> int | float:
             raise ParameterError(f"{where} must be {noun}, got {value!r}") from None
     if isinstance(number, bool) or not isinstance(number, (int, float)):
         raise ParameterError(f"{where} must be {noun}, got {value!r}")
+    if isinstance(number, float) and not math.isfinite(number):  # YAML reads 1e400 as a string: float() is inf
+        raise ParameterError(f"{where} must be a finite number, got {value!r}")
     if kind is int:
         if float(number) != int(number):
             raise ParameterError(f"{where} must be an integer, got {value!r}")

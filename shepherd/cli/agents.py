@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +143,8 @@ def parameter(text: str) -> tuple[str, Any]:
         value = json.loads(raw, parse_constant=_no_constant)
     except ValueError:
         value = raw  # a plain string; the parameter's type decides whether that is right
+    if isinstance(value, float) and not math.isfinite(value):  # json reads 1e400 as inf
+        raise argparse.ArgumentTypeError(f"{name.strip()} must be a finite number, got {raw!r}")
     return name.strip(), value
 
 

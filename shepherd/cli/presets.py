@@ -21,7 +21,7 @@ CP_HELP = ("change one key of the preset as it loads; repeat it for more, applie
            "VALUE is read as YAML (0.0003, true, null, lin_0.001, [64, 64]) and checked like the preset's own "
            "values. An unknown key or a bad value stops the start with exit status 2, listing what it could be. "
            "Example: -cp agents.cartpole.parameters.learning_rate=0.0003 -cp schedule.evaluation_episodes=10")
-SEED_HELP = ("seed the learners and the local clients: sets every agent's seed parameter to N (unless a -cp sets "
+SEED_HELP = ("seed the learners and the local clients: sets every learning agent's seed parameter to N (unless a -cp sets "
              "it) and seeds the envs of --clients from N (client k's first env from N + k x M); one agent fed by "
              "one client (of one env or one vector env) then learns the same from run to run, several clients "
              "do not (the order in which their steps reach the learner depends on timing)")

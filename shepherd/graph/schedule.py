@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from typing import Any
@@ -27,9 +28,13 @@ class Schedule:
     checkpoint_every_seconds: float = 60.0
 
     def __post_init__(self) -> None:
-        for name in ("heatup_steps", "evaluation_episodes", "checkpoint_every_steps"):
+        for name in ("heatup_steps", "evaluation_episodes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"schedule: {name} must not be negative")
+        if self.checkpoint_every_steps < 1:  # 0: a whole checkpoint (a replay buffer's too) at every step
+            raise ValueError("schedule: checkpoint_every_steps must be at least 1")
+        if not (math.isfinite(self.checkpoint_every_seconds) and self.checkpoint_every_seconds > 0):
+            raise ValueError("schedule: checkpoint_every_seconds must be a positive number of seconds (as -s)")
         for name in ("improve_steps", "steps_between_evaluation_periods"):
             value = getattr(self, name)
             if value is not None and value <= 0:

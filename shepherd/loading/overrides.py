@@ -65,7 +65,8 @@ def seed_overrides(data: Any, seed: int | None) -> list[Override]:
     agents = data.get("agents") if isinstance(data, dict) else None
     if not isinstance(agents, list):
         return []
-    names = [agent["name"] for agent in agents if isinstance(agent, dict) and isinstance(agent.get("name"), str)]
+    names = [agent["name"] for agent in agents if isinstance(agent, dict) and isinstance(agent.get("name"), str)
+             and "selector" not in agent]  # a programmed selector has no algorithm, so no parameters
     return [Override(("agents", name, "parameters", "seed"), seed, f"--seed {seed}") for name in names]
 
 

@@ -100,7 +100,11 @@ def preset_entries(folder: Path | None = None) -> list[PresetEntry]:
         if path.name.startswith("_"):
             continue
         if path.suffix == ".py":
-            kind, doc = "python", ast.get_docstring(ast.parse(path.read_text())) or ""
+            kind = "python"
+            try:
+                doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+            except (OSError, UnicodeDecodeError, SyntaxError, ValueError) as error:  # listed, never a traceback
+                doc = f"(not readable: {type(error).__name__}: {error})"
         else:
             kind = "yaml"
             try:

@@ -351,9 +351,11 @@ def read_yaml_preset(path: Path) -> Any:
             values nest deeper than `MAX_NESTING`.
     """
     try:
-        return safe_load(path.read_text())
+        return safe_load(path.read_text(encoding="utf-8"))
     except OSError as error:
         raise PresetError(f"{path}: cannot be read: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:
+        raise PresetError(f"{path}: not UTF-8 text (byte {error.start} cannot be read)") from None
     except PresetError as error:
         raise PresetError(f"{path}: {error}") from None
     except yaml.YAMLError as error:

@@ -190,6 +190,17 @@ def test_overrides_are_typed_as_the_preset_s_own_values():
     ("validation.clients=0", "validation.clients: must be positive"),
     ("gamma", "write KEY=VALUE"),
     ("schedule.heatup_steps=[", "the value '[' is not a YAML value"),
+    # a number that is not finite in a whole-number field (YAML reads 1e400 as a string: float() makes it inf)
+    # was an OverflowError's or a ValueError's traceback, from the preset, -cp, the zoo and the agents commands
+    ("agents.cartpole.parameters.n_steps=1e400", "agents[0].parameters.n_steps: PPO parameter 'n_steps' must be "
+                                                 "a finite number"),
+    ("agents.cartpole.parameters.n_steps=.nan", "agents[0].parameters.n_steps: PPO parameter 'n_steps' must be "
+                                                "a finite number"),
+    # periods -s refuses: 0 or less checkpointed at every step, NaN never by time
+    ("schedule.checkpoint_every_seconds=0", "schedule.checkpoint_every_seconds: must be a positive number"),
+    ("schedule.checkpoint_every_seconds=-5", "schedule.checkpoint_every_seconds: must be a positive number"),
+    ("schedule.checkpoint_every_seconds=.nan", "schedule.checkpoint_every_seconds: must be a finite number"),
+    ("schedule.checkpoint_every_steps=0", "schedule.checkpoint_every_steps: must be at least 1"),
 ])
 def test_a_bad_override_is_one_line_naming_it_and_changes_nothing(override, problem):
     (found,) = problems_of("cartpole_ppo_yaml", override)
@@ -210,6 +221,26 @@ def test_seed_sets_every_agent_s_seed_unless_a_cp_sets_it(tmp_path):
     graph = load_preset(str(path), overrides=["agents.other.parameters.seed=3"], seed=7)
     assert [spec.parameters["seed"] for spec in graph.agents] == [7, 3]
     assert "seed" not in load_preset(str(path)).agents[0].parameters
+
+
+def test_seed_leaves_a_programmed_selector_alone(capsys):
+    """A programmed selector has no algorithm, so no parameters: --seed refused the bundled corridor_levels."""
+    assert main(["check", "corridor_levels", "--seed", "3"]) == 0, capsys.readouterr().err
+    seeds = {spec.name: spec.parameters.get("seed") for spec in load_preset("corridor_levels", seed=3).agents}
+    assert seeds.pop("guide") is None and set(seeds.values()) == {3}
+
+
+def test_a_preset_that_is_not_utf8_or_a_python_preset_that_does_not_parse_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(b"agents:\n  - {name: pole, algorithm: PPO\xff}\n")
+    assert main(["check", str(bad)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "bad.yaml: not UTF-8 text" in line
+    write(tmp_path, '"""doc"""\ndef f(:\n', "broken.py")  # the names listed when a name is not found read it
+    entries = {entry.name: entry.description for entry in preset_entries(tmp_path)}
+    assert entries["broken"].startswith("(not readable: SyntaxError") and entries["bad"].startswith("(not readable")
+    with pytest.raises(PresetError, match="no preset named 'typo'; available: bad, broken"):
+        preset_path("typo", tmp_path)
 
 
 def test_a_name_is_found_as_python_or_yaml_and_two_files_of_one_name_are_refused(tmp_path):
@@ -331,3 +362,15 @@ def test_parameter_bounds_are_the_commands_not_the_process(capsys):
     capsys.readouterr()
     assert main(["check", preset, "-cp", deep]) == 2
     assert "between 1 and 100, not 300" in capsys.readouterr().err
+
+
+def test_a_parameter_on_the_command_line_that_is_not_finite_is_refused_there():
+    """`agents add --param` and `agents set-param` read 1e400 as JSON's inf: a server holding the data folder got
+    it through the remote client's JSON encoder, which raised (a traceback)."""
+    import argparse
+
+    from shepherd.cli.agents import parameter
+
+    assert parameter("n_epochs=4") == ("n_epochs", 4)
+    with pytest.raises(argparse.ArgumentTypeError, match="n_epochs must be a finite number, got '1e400'"):
+        parameter("n_epochs=1e400")
