@@ -16,6 +16,7 @@ from shepherd.agents.parameters import ParamType
 from shepherd.definition import Filters
 from shepherd.hierarchy import LEVEL_KEYS
 from shepherd.graph.preset import InvalidPreset, Preset, PresetError, Problem
+from shepherd.environments import ENVIRONMENT_KEYS, SELF_PLAY_KEYS
 from shepherd.loading.yaml_preset import (AGENT_KEYS, PRESET_KEYS, SCHEDULE_FIELDS, VALIDATION_FIELDS, known_keys,
                                           preset_from_data, safe_load)
 
@@ -122,6 +123,13 @@ def _set(data: dict[str, Any], override: Override) -> str:
         if not isinstance(data.get("agents"), list):
             raise PresetError("the preset's agents are not a list, so none can be named")
         return _set_agent(data["agents"], key, override.value)
+    if head == "environments":
+        if not key:
+            data["environments"] = override.value
+            return "environments"
+        if not isinstance(data.get("environments"), list):
+            raise PresetError("the preset's environments are not a list, so none can be named")
+        return _set_environment(data["environments"], key, override.value)
     fields = SCHEDULE_FIELDS if head == "schedule" else VALIDATION_FIELDS
     if not key:
         data[head] = override.value
@@ -188,6 +196,28 @@ def _set_agent(agents: list[dict[str, Any]], key: list[str], value: Any) -> str:
                           f"such parameter; known: {known_keys(sorted(known))}")
     return _set_in(agent["parameters"], parameter, rest, value, f"{where}.parameters.{parameter}",
                    free=known[parameter].type is ParamType.JSON if parameter in known else False)
+
+
+def _set_environment(environments: list[Any], key: list[str], value: Any) -> str:
+    """``environments.NAME[.FIELD[.KEY]]``: an environment of the preset by name, a field of it, or a key of its
+    roles, teams or self_play."""
+    names = [env.get("name") if isinstance(env, dict) and isinstance(env.get("name"), str) else ""
+             for env in environments]
+    if key[0] not in names:
+        raise PresetError(f"no environment named {key[0]!r} in environments; known: {known_keys(names)}")
+    index = names.index(key[0])
+    where, rest = f"environments[{index}]", key[1:]
+    if not rest:
+        environments[index] = value
+        return where
+    field = rest.pop(0)
+    if field not in ENVIRONMENT_KEYS:
+        raise PresetError(f"unknown key {field!r} in environments.{key[0]}; known: {known_keys(ENVIRONMENT_KEYS)}")
+    if field == "self_play" and rest and (rest[0] not in SELF_PLAY_KEYS or len(rest) > 1):
+        raise PresetError(f"unknown key {'.'.join(rest)!r} in environments.{key[0]}.self_play; known: "
+                          f"{known_keys(SELF_PLAY_KEYS)}")
+    return _set_in(environments[index], field, rest, value, f"{where}.{field}",
+                   free=field in ("roles", "teams", "self_play"))
 
 
 def _set_in(mapping: dict[str, Any], name: str, rest: list[str], value: Any, path: str, free: bool) -> str:

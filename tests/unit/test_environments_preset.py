@@ -205,3 +205,25 @@ def test_a_role_played_by_a_selector_or_an_advised_agent_is_refused_at_load():
     assert set(problems) == {"environments[0].roles.walker", "environments[0].roles.pupil"}
     assert "'guide' is a selector" in problems["environments[0].roles.walker"]
     assert "'coach' is advised" in problems["environments[0].roles.pupil"]
+
+
+def test_cp_sets_an_environments_field_by_its_name(tmp_path):
+    """`-cp environments.NAME.FIELD=VALUE`, as agents are addressed; before, the environment's name was looked up
+    among the validation block's keys ("unknown key 'defence' in environments; known: env_id, ...")."""
+    from shepherd.loading import load_preset
+
+    path = tmp_path / "duel.yaml"
+    path.write_text(PRESET)
+    preset = load_preset(str(path), overrides=["environments.defence.turns=alternate",
+                                               "environments.connect4.self_play.window=3",
+                                               "environments.defence.roles.attacker=guard"])
+    defence, connect4 = preset.environments
+    assert defence.turns == "alternate" and connect4.self_play.window == 3
+    assert defence.roles == {"attacker": "guard", "defender": "guard"}
+    for override, words in (("environments.duel.turns=any", "no environment named 'duel' in environments; known: "
+                                                           "defence, connect4"),
+                            ("environments.defence.colour=red", "unknown key 'colour' in environments.defence"),
+                            ("environments.connect4.self_play.windows=3", "unknown key 'windows' in "
+                                                                          "environments.connect4.self_play")):
+        with pytest.raises(InvalidPreset, match=words):
+            load_preset(str(path), overrides=[override])
