@@ -82,3 +82,22 @@ def test_an_agents_key_sees_no_environments(page, server):  # noqa: F811 - the f
     sign_in(page, server, server.api_key)
     page.wait_for_selector("#agent-view:not([hidden])")
     assert page.is_hidden("#environments-view")
+
+
+def test_a_player_named_like_a_number_is_ranked_by_its_rating(page, server):  # noqa: F811
+    """A JavaScript object lists integer-like keys ("42") first, whatever order the server sent: the table sorts
+    by the ordinal itself (best first)."""
+    play(server, 1)
+
+    def with_a_numeric_player(route):
+        environments = route.fetch().json()
+        for environment in environments:
+            environment["ratings"]["42"] = {"mu": -900.0, "sigma": 1.0, "ordinal": -903.0, "games": 1}  # the worst
+        route.fulfill(json=environments)
+
+    page.route("**/api/environments", with_a_numeric_player)
+    sign_in(page, server, server.admin_token)
+    article = "article.environment[data-environment='tests/duel']"
+    page.wait_for_selector(f"#environments-view:not([hidden]) {article} table.ratings tbody tr[data-player='42']")
+    players = page.eval_on_selector_all(f"{article} table.ratings tbody tr", "rows => rows.map(r => r.dataset.player)")
+    assert players == ["player", "tests.presets.roles_duel:still", "42"]

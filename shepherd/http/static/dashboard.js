@@ -544,7 +544,9 @@ function renderEnvironments() {
       if (className) th.className = className;
     }
     const body = table.createTBody();
-    for (const [player, rating] of Object.entries(ratings)) {  // best first, as the server sends them
+    // best first, as the server sends them: sorted again here, since an object lists integer-like keys ("42") first
+    const ranked = Object.entries(ratings).sort((a, b) => b[1].ordinal - a[1].ordinal);
+    for (const [player, rating] of ranked) {
       const row = body.insertRow();
       row.dataset.player = player;
       cell(row, player);
