@@ -116,20 +116,13 @@ def _set(data: dict[str, Any], override: Override) -> str:
             raise PresetError(f"{head} is a value, not a mapping")
         data[head] = override.value
         return head
-    if head == "agents":
+    if head in NAMED:  # a list of named items: the whole list, or an item by its name
         if not key:
-            data["agents"] = override.value
-            return "agents"
-        if not isinstance(data.get("agents"), list):
-            raise PresetError("the preset's agents are not a list, so none can be named")
-        return _set_agent(data["agents"], key, override.value)
-    if head == "environments":
-        if not key:
-            data["environments"] = override.value
-            return "environments"
-        if not isinstance(data.get("environments"), list):
-            raise PresetError("the preset's environments are not a list, so none can be named")
-        return _set_environment(data["environments"], key, override.value)
+            data[head] = override.value
+            return head
+        if not isinstance(data.get(head), list):
+            raise PresetError(f"the preset's {head} are not a list, so none can be named")
+        return NAMED[head](data[head], key, override.value)
     fields = SCHEDULE_FIELDS if head == "schedule" else VALIDATION_FIELDS
     if not key:
         data[head] = override.value
@@ -218,6 +211,10 @@ def _set_environment(environments: list[Any], key: list[str], value: Any) -> str
                           f"{known_keys(SELF_PLAY_KEYS)}")
     return _set_in(environments[index], field, rest, value, f"{where}.{field}",
                    free=field in ("roles", "teams", "self_play"))
+
+
+#: the preset's lists of named items, and how an override sets a key of one by its name
+NAMED = {"agents": _set_agent, "environments": _set_environment}
 
 
 def _set_in(mapping: dict[str, Any], name: str, rest: list[str], value: Any, path: str, free: bool) -> str:
