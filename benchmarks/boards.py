@@ -41,25 +41,22 @@ def uniform(obs: Any, mask: Any) -> int:
 # -- Connect Four ---------------------------------------------------------------------------------------------
 def drop(board: np.ndarray, column: int, channel: int) -> np.ndarray | None:
     """``board`` with a piece of ``channel`` dropped in ``column`` (row 5 is the bottom); None: the column is full."""
-    filled = board.sum(axis=2)
-    for row in range(ROWS - 1, -1, -1):
-        if filled[row, column] == 0:
-            after = board.copy()
-            after[row, column, channel] = 1
-            return after
-    return None
+    empty = np.flatnonzero(board[:, column].sum(axis=1) == 0)
+    if not len(empty):
+        return None
+    after = board.copy()
+    after[empty[-1], column, channel] = 1
+    return after
 
 
 def connects_four(pieces: np.ndarray) -> bool:
-    """Whether a 6 x 7 board of one player's pieces (0/1) holds four in a line."""
-    for dr, dc in ((0, 1), (1, 0), (1, 1), (1, -1)):
-        for row in range(ROWS):
-            for column in range(COLUMNS):
-                end_row, end_column = row + 3 * dr, column + 3 * dc
-                if 0 <= end_row < ROWS and 0 <= end_column < COLUMNS and all(
-                        pieces[row + k * dr, column + k * dc] for k in range(4)):
-                    return True
-    return False
+    """Whether a 6 x 7 board of one player's pieces (0/1) holds four in a line (the four directions, each as the
+    AND of four shifted views: the scripted players call this ~60 times a move, on the server's event loop)."""
+    p = np.asarray(pieces) != 0
+    return bool((p[:, :-3] & p[:, 1:-2] & p[:, 2:-1] & p[:, 3:]).any()  # across
+                or (p[:-3] & p[1:-2] & p[2:-1] & p[3:]).any()  # down
+                or (p[:-3, :-3] & p[1:-2, 1:-2] & p[2:-1, 2:-1] & p[3:, 3:]).any()  # down-right
+                or (p[:-3, 3:] & p[1:-2, 2:-1] & p[2:-1, 1:-2] & p[3:, :-3]).any())  # down-left
 
 
 def lookahead(obs: Any, mask: Any) -> int:
@@ -82,10 +79,11 @@ def lookahead(obs: Any, mask: Any) -> int:
 def _win_or_block(board: np.ndarray, moves: list[int]) -> int | None:
     """Connect Four's winning move if there is one, else a move onto the opponent's winning square (the first
     found), else None."""
-    for channel in (0, 1):  # win first, then block
+    position = Bits(board)
+    for pieces in (position.mine, position.theirs):  # win first, then block
         for column in moves:
-            after = drop(board, column, channel)
-            if after is not None and connects_four(after[:, :, channel]):
+            square = position.square(column)
+            if square and Bits.wins(pieces | square):
                 return column
     return None
 
@@ -99,19 +97,54 @@ def careful(obs: Any, mask: Any) -> int:
     tactic = _win_or_block(board, moves)
     if tactic is not None:
         return tactic
-    safe = [column for column in moves if not _hands_a_win(drop(board, column, 0))]
+    position = Bits(board)
+    safe = [column for column in moves if not position.hands_a_win(column)]
     return RANDOM.choice(safe or moves)
 
 
-def _hands_a_win(board: np.ndarray | None) -> bool:
-    """Whether the opponent (channel 1) has a win in one on ``board``."""
-    if board is None:
+class Bits:
+    """A Connect Four position as two bitboards (the mover's and the opponent's pieces), for the scripted players'
+    searches (about 60 wins checked a move, on the server's event loop): column ``c``, row ``r`` (row 5 the
+    bottom) is bit ``7 * c + 5 - r``; each column's seventh bit stays empty, so no line wraps."""
+
+    SHIFTS = (1, 7, 6, 8)  # up a column, across, and the two diagonals
+
+    def __init__(self, board: np.ndarray) -> None:
+        self.mine, self.theirs = (self._bits(board[:, :, channel]) for channel in (0, 1))
+        self.filled = self.mine | self.theirs
+
+    @staticmethod
+    def _bits(plane: np.ndarray) -> int:
+        bits = 0
+        for row, column in zip(*np.nonzero(plane)):
+            bits |= 1 << (7 * int(column) + ROWS - 1 - int(row))
+        return bits
+
+    def square(self, column: int, filled: int | None = None) -> int:
+        """The bit a piece dropped in ``column`` lands on (0: the column is full)."""
+        height = ((self.filled if filled is None else filled) >> (7 * column) & 0x3F).bit_length()
+        return 0 if height == ROWS else 1 << (7 * column + height)
+
+    @classmethod
+    def wins(cls, pieces: int) -> bool:
+        """Whether ``pieces`` hold four in a line."""
+        for shift in cls.SHIFTS:
+            pairs = pieces & (pieces >> shift)
+            if pairs & (pairs >> 2 * shift):
+                return True
         return False
-    for column in range(COLUMNS):
-        after = drop(board, column, 1)
-        if after is not None and connects_four(after[:, :, 1]):
-            return True
-    return False
+
+    def hands_a_win(self, column: int) -> bool:
+        """Whether the mover's piece dropped in ``column`` leaves the opponent a win in one (False: it is full)."""
+        square = self.square(column)
+        if not square:
+            return False
+        filled = self.filled | square
+        for reply in range(COLUMNS):
+            landing = self.square(reply, filled)
+            if landing and self.wins(self.theirs | landing):
+                return True
+        return False
 
 
 # -- tic-tac-toe ----------------------------------------------------------------------------------------------

@@ -121,3 +121,30 @@ def test_the_careful_player_wins_blocks_and_never_plays_under_the_opponents_thre
     assert not boards._win_or_block(under, list(range(7)))
     assert all(boards.careful(under.tolist(), everything) != 4 for _ in range(50))
     assert any(boards.lookahead(under.tolist(), everything) == 4 for _ in range(100))
+
+
+def test_the_bitboard_search_agrees_with_the_board_on_random_positions():
+    """`careful` and the lookahead search on bitboards (`boards.Bits`); on random positions the squares, wins and
+    "hands a win" they find are those `drop` and `connects_four` find on the 6 x 7 x 2 array."""
+    rng = np.random.default_rng(0)
+    threats = 0
+    for _ in range(400):
+        board = np.zeros((boards.ROWS, boards.COLUMNS, 2), np.int8)
+        for move in range(int(rng.integers(0, 40))):
+            columns = [column for column in range(boards.COLUMNS) if board[0, column].sum() == 0]
+            board = boards.drop(board, int(rng.choice(columns)), move % 2)
+        position = boards.Bits(board)
+        for column in range(boards.COLUMNS):
+            for channel, pieces in ((0, position.mine), (1, position.theirs)):
+                after = boards.drop(board, column, channel)
+                square = position.square(column)
+                assert (after is None) == (square == 0)
+                if after is not None:
+                    assert boards.Bits.wins(pieces | square) == boards.connects_four(after[:, :, channel])
+            mine = boards.drop(board, column, 0)
+            hands = mine is not None and any(
+                (reply := boards.drop(mine, other, 1)) is not None and boards.connects_four(reply[:, :, 1])
+                for other in range(boards.COLUMNS))
+            assert position.hands_a_win(column) == hands
+            threats += hands
+    assert threats > 100  # the positions hold threats to find
