@@ -17,10 +17,7 @@ snapshots, and says so once."""
 
 from __future__ import annotations
 
-import base64
 import collections
-import hashlib
-import json
 import logging
 import random
 import threading
@@ -36,9 +33,9 @@ from shepherd.agents.core import ExperienceLearner, HasGreedy, VersionedWeights
 from shepherd.agents.greedy_policy import FixedWeights, GreedyPolicy
 from shepherd.environments import EnvironmentSpec
 from shepherd.graph.runtime import AgentRuntime
+from shepherd.graph.snapshot_files import WeightsFile, decoded, weights_of
 from shepherd.hierarchy import load_function
 from shepherd.level.episodes import Trial
-from shepherd.storage.files import atomic_write_bytes
 
 if TYPE_CHECKING:
     from shepherd.agents.frozen_file import FrozenFile  # onnxruntime: imported when a file snapshot is made
@@ -217,7 +214,7 @@ class Ghost:
             for version, policy in pool:
                 if isinstance(policy, GreedyPolicy):
                     known = self._weight_files.get((name, version, id(policy)))
-                    kept[name, version, id(policy)] = known or WeightsFile.of(version, _arrays(policy))
+                    kept[name, version, id(policy)] = known or WeightsFile.of(version, weights_of(policy))
                 else:
                     kept[name, version, id(policy)] = policy
         self._weight_files = {key: file for key, file in kept.items() if isinstance(file, WeightsFile)}
@@ -300,7 +297,7 @@ class Ghost:
                         continue
                     arrays = file.arrays()
                 else:
-                    arrays = _decoded(snapshot["arrays"])
+                    arrays = decoded(snapshot["arrays"])
                 weights = VersionedWeights(version, arrays)
                 policy = GreedyPolicy(greedy.network, FixedWeights(weights), greedy.actions, greedy.name,
                                       None if greedy.filtering is None else greedy.filtering.frozen())
@@ -333,70 +330,6 @@ def ghost_of(spec: EnvironmentSpec, runtimes: dict[str, AgentRuntime]) -> Ghost 
         ghost.sweep()
     ghost.runtimes = runtimes
     return ghost
-
-
-class WeightsFile:
-    """A numpy snapshot's weights as a file beside the checkpoint, named by its content's SHA-256 as a behaviour
-    file's are (`FrozenFile`): written once however many checkpoints name it, so that a checkpoint holds names,
-    not the window's weights (a window of 200 snapshots of a 256 x 256 MLP is ~60 MB). The format is a line of
-    JSON (each array's name, dtype and shape, in order) and the arrays' bytes after it: no pickles, and the same
-    bytes for the same weights."""
-
-    def __init__(self, version: int, data: bytes) -> None:
-        self.version, self.data = version, data
-        self.file_name = hashlib.sha256(data).hexdigest() + ".weights"
-
-    @classmethod
-    def of(cls, version: int, arrays: dict[str, Any]) -> WeightsFile:
-        ordered = {name: np.ascontiguousarray(array) for name, array in sorted(arrays.items())}
-        header = [[name, array.dtype.str, list(array.shape)] for name, array in ordered.items()]
-        return cls(version, json.dumps(header).encode() + b"\n" + b"".join(a.tobytes() for a in ordered.values()))
-
-    @classmethod
-    def read(cls, version: int, path: Path) -> WeightsFile:
-        """The file at ``path``.
-
-        Raises:
-            OSError: it cannot be read. ValueError: its bytes are not its name's, or not weights.
-        """
-        file = cls(version, path.read_bytes())
-        if file.file_name != path.name:
-            raise ValueError(f"{path.name} holds other bytes than its name says")
-        file.arrays()
-        return file
-
-    def arrays(self) -> dict[str, np.ndarray]:
-        header, _, body = self.data.partition(b"\n")
-        arrays, offset = {}, 0
-        for name, dtype, shape in json.loads(header):
-            array = np.frombuffer(body, dtype=np.dtype(dtype), count=int(np.prod(shape, dtype=np.int64)), offset=offset)
-            arrays[name] = array.reshape(shape).copy()
-            offset += array.nbytes
-        if offset != len(body):
-            raise ValueError("weights of other sizes than the header says")
-        return arrays
-
-    def keep(self, folder: Path) -> None:
-        """Write the file into ``folder`` (atomically) unless it is there: before a checkpoint names it. Its bytes
-        are then forgotten (the pool's snapshot holds the weights)."""
-        path = folder / self.file_name
-        if not path.exists():
-            atomic_write_bytes(path, self.data)
-        self.data = b""
-
-    def state(self) -> dict[str, Any]:
-        return {"version": self.version, "weights": self.file_name}
-
-
-def _arrays(policy: GreedyPolicy) -> Any:
-    weights = policy.source.latest_weights()
-    assert weights is not None, "a snapshot without weights"
-    return weights.arrays
-
-
-def _decoded(arrays: dict[str, Any]) -> dict[str, np.ndarray]:
-    return {name: np.frombuffer(base64.b64decode(item["data"]), dtype=np.dtype(item["dtype"]))
-            .reshape(item["shape"]).copy() for name, item in arrays.items()}
 
 
 def _plain(value: Any) -> Any:

@@ -221,7 +221,7 @@ async def test_a_checkpoint_names_the_numpy_snapshots_weight_files(tmp_path, cap
 
     import numpy as np
 
-    from shepherd.graph.selfplay import WeightsFile, _arrays
+    from shepherd.graph.snapshot_files import WeightsFile, weights_of
 
     wide = {**TINY, "policy_kwargs": {"net_arch": [64, 64]}}
     play = SelfPlay(snapshot_every=4, window=3, against_latest=0.0, swap_every=10 ** 6)
@@ -237,7 +237,7 @@ async def test_a_checkpoint_names_the_numpy_snapshots_weight_files(tmp_path, cap
         assert len(json.dumps(state["pools"])) < 1_000  # names: each snapshot's weights are ~20 kB
         for name, (version, policy) in zip(names, pool):
             file = WeightsFile.read(version, ghost.folder / name)
-            expected = _arrays(policy)
+            expected = weights_of(policy)
             assert file.arrays().keys() == expected.keys()
             assert all(np.array_equal(file.arrays()[key], expected[key]) for key in expected)
         assert ghost.state() == state  # the same names: nothing written again
@@ -255,12 +255,12 @@ async def test_a_checkpoint_names_the_numpy_snapshots_weight_files(tmp_path, cap
         inline = {"pools": {"c4": [{"version": pool[0][0], "arrays": {
             key: {"dtype": array.dtype.str, "shape": list(array.shape),
                   "data": base64.b64encode(np.ascontiguousarray(array).tobytes()).decode()}
-            for key, array in _arrays(pool[0][1]).items()}}]}, "taken": {}, "learning": 0}
+            for key, array in weights_of(pool[0][1]).items()}}]}, "taken": {}, "learning": 0}
         old = type(ghost)(ghost.spec, ghost.runtimes, 0)
         old.load(inline)
         [(version, restored)] = old.pools["c4"]
         assert version == pool[0][0]
-        assert all(np.array_equal(_arrays(restored)[key], _arrays(pool[0][1])[key]) for key in _arrays(restored))
+        assert all(np.array_equal(weights_of(restored)[key], weights_of(pool[0][1])[key]) for key in weights_of(restored))
     finally:
         graph.end_sessions()
         graph.close()
@@ -366,7 +366,7 @@ async def test_a_snapshot_file_that_cannot_be_written_fails_the_checkpoint_not_t
     checkpoint trouble showed)."""
     import errno
 
-    from shepherd.graph import selfplay
+    from shepherd.graph import snapshot_files
 
     play = SelfPlay(snapshot_every=4, window=3, against_latest=0.0, swap_every=10 ** 6)
     graph = GraphManager(owner="tests", agents=[AgentSpec("c4", "PPO", OBS, 2, TINY)],
@@ -380,7 +380,7 @@ async def test_a_snapshot_file_that_cannot_be_written_fails_the_checkpoint_not_t
     def full(path, data):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(selfplay, "atomic_write_bytes", full)
+    monkeypatch.setattr(snapshot_files, "atomic_write_bytes", full)
     try:
         session = graph.login(keys["environment duel"])
         await play_episodes(graph, session, 6)
@@ -409,7 +409,7 @@ async def test_a_snapshot_is_checkpointed_with_its_own_weights_when_an_older_one
 
     from shepherd.agents.core import VersionedWeights
     from shepherd.agents.greedy_policy import FixedWeights, GreedyPolicy
-    from shepherd.graph.selfplay import WeightsFile, _arrays
+    from shepherd.graph.snapshot_files import WeightsFile, weights_of
 
     play = SelfPlay(snapshot_every=4, window=10, against_latest=0.0, swap_every=10 ** 6)
     graph, store, keys = duel(tmp_path, TINY, play)
@@ -420,13 +420,13 @@ async def test_a_snapshot_is_checkpointed_with_its_own_weights_when_an_older_one
         assert ghost.pools["c4"]
         ghost.state()  # a checkpoint: the snapshots get their files
         version, old = ghost.pools["c4"][-1]
-        weights = VersionedWeights(version, {key: array + 1.0 for key, array in _arrays(old).items()})
+        weights = VersionedWeights(version, {key: array + 1.0 for key, array in weights_of(old).items()})
         ghost.pools["c4"].append((version, GreedyPolicy(old.network, FixedWeights(weights), old.actions, old.name,
                                                         old.filtering)))  # as after a restart from scratch
         state = ghost.state()
         for (version, policy), saved in zip(ghost.pools["c4"], state["pools"]["c4"]):
             arrays = WeightsFile.read(version, ghost.folder / saved["weights"]).arrays()
-            assert all(np.array_equal(arrays[key], value) for key, value in _arrays(policy).items()), version
+            assert all(np.array_equal(arrays[key], value) for key, value in weights_of(policy).items()), version
     finally:
         graph.end_sessions()
         graph.close()
