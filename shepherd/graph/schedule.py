@@ -159,8 +159,12 @@ class PhaseTracker:
     def load(self, state: dict[str, Any]) -> None:
         self.steps = int(state.get("steps", 0))
         self.period = int(state.get("period", 0))
-        self.next_evaluation = state.get("next_evaluation", self.next_evaluation)
-        self.final_started = bool(state.get("final_started", False))
+        # both from the schedule as it is now (a preset's schedule may change between runs: -cp schedule.FIELD):
+        # the next multiple of the interval (where the periods of an unchanged one open), and a final evaluation
+        # only for a budget spent (a raised budget evaluates again at its end)
+        interval = self.schedule.steps_between_evaluation_periods
+        self.next_evaluation = None if interval is None else (self.steps // interval + 1) * interval
+        self.final_started = bool(state.get("final_started", False)) and self.budget_spent
         self.to_start = int(state.get("evaluations_to_start", 0))
         self.running = 0
         self.period_returns = [float(v) for v in state.get("period_returns", [])]

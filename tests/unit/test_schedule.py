@@ -69,6 +69,37 @@ def test_state_survives_a_checkpoint_including_pending_evaluations():
     assert [restored.begin_episode() for _ in range(3)] == [Phase.EVALUATE, Phase.EVALUATE, Phase.TRAIN]
 
 
+def resumed(before: Schedule, after: Schedule, steps: int) -> PhaseTracker:
+    """A tracker of schedule ``after`` restored from the checkpoint of ``before``'s after ``steps`` steps."""
+    tracker = PhaseTracker(before)
+    tracker.count_step(Phase.TRAIN, steps)
+    restored = PhaseTracker(after)
+    restored.load(tracker.state())
+    return restored
+
+
+def test_a_resume_under_a_changed_schedule_evaluates_as_the_new_schedule_says():
+    """A preset's schedule may change between runs (`-cp schedule.FIELD`); the checkpoint's next period and final
+    evaluation were the old schedule's (periodic evaluation turned off made every later episode an evaluation)."""
+    off = resumed(Schedule(steps_between_evaluation_periods=100), Schedule(steps_between_evaluation_periods=None), 50)
+    off.count_step(Phase.TRAIN, 60)
+    assert off.next_evaluation is None and off.to_start == 0 and off.begin_episode() is Phase.TRAIN
+    on = resumed(Schedule(steps_between_evaluation_periods=None), Schedule(steps_between_evaluation_periods=100), 50)
+    on.count_step(Phase.TRAIN, 1000)
+    assert on.next_evaluation == 1100 and on.to_start == 10 * 5  # ten periods opened (as one: none ran)
+    shorter = resumed(Schedule(steps_between_evaluation_periods=100), Schedule(steps_between_evaluation_periods=30),
+                      250)
+    assert shorter.next_evaluation == 270
+    raised = resumed(Schedule(improve_steps=20), Schedule(improve_steps=40), 25)  # its final evaluation started
+    assert not raised.budget_spent and not raised.final_started
+    raised.count_step(Phase.TRAIN, 15)
+    assert raised.finished is False and raised.begin_episode() is Phase.EVALUATE  # the new budget's final one
+    spent = resumed(Schedule(improve_steps=20), Schedule(improve_steps=20), 25)
+    assert spent.final_started and spent.begin_episode() is Phase.EVALUATE  # the one still to run, not another
+    spent.count_step(Phase.TRAIN)
+    assert spent.to_start == 4
+
+
 @pytest.mark.parametrize("field", ["heatup_steps", "evaluation_episodes"])
 def test_negative_counts_are_refused(field):
     with pytest.raises(ValueError, match=field):
