@@ -43,20 +43,24 @@ class Checkpoints:
         self._store_activity = store_activity
         self._activity_lock = threading.Lock()
         self._last = (time.monotonic(), 0)  # when the last write was queued, and at how many steps
+        #: state a checkpoint keeps changed since the last write without a step counted (a self-play
+        #: environment's ratings, kept by its first agent while another team learns): due by time as steps are
+        self.changed = False
         self._retry_at = 0.0
 
     def due(self, steps: int) -> bool:
         """Whether a checkpoint is due at ``steps`` steps: every ``checkpoint_every_steps`` or
         ``checkpoint_every_seconds``; while writes fail, retried less and less often as learning goes on."""
         last_time, last_steps = self._last
+        changed = steps > last_steps or self.changed
         if self.failures:
-            return steps > last_steps and time.monotonic() >= self._retry_at
+            return changed and time.monotonic() >= self._retry_at
         return steps - last_steps >= self.schedule.checkpoint_every_steps or (
-            steps > last_steps and time.monotonic() - last_time >= self.schedule.checkpoint_every_seconds)
+            changed and time.monotonic() - last_time >= self.schedule.checkpoint_every_seconds)
 
     def write(self, steps: int, state: dict[str, Any]) -> Future:
         """Queue a checkpoint at ``steps`` steps on the learner's thread; it sees every step handed over before it."""
-        self._last = (time.monotonic(), steps)
+        self._last, self.changed = (time.monotonic(), steps), False
         future = self.learner.checkpoint(self.path(), state)
         future.add_done_callback(self._done)
         self.pending = future
@@ -65,7 +69,7 @@ class Checkpoints:
     def failed(self, steps: int, error: BaseException) -> Future:
         """A checkpoint at ``steps`` that failed before it could be queued (a file it names could not be written):
         reported and retried as a failed write is."""
-        self._last = (time.monotonic(), steps)
+        self._last, self.changed = (time.monotonic(), steps), False
         future: Future = Future()
         future.set_exception(error)
         self._done(future)

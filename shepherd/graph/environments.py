@@ -121,7 +121,10 @@ def environment_session(record: EnvironmentRecord, served: ServedAgents, evaluat
 
     def rate(teams: dict[str, list[str]], scores: dict[str, float]) -> bool:
         steps = {host.record.name: host.tracker.steps for host, _ in players.values() if host is not None}
-        return ratings.rate(spec.name, teams, scores, steps)  # the agents' steps, for their rating histories
+        rated = ratings.rate(spec.name, teams, scores, steps)  # the agents' steps, for their rating histories
+        if rated:
+            counted.changed()  # kept even while its agent takes no step (the other team learns, or evaluate mode)
+        return rated
 
     ghost = ghost_of(spec, {role: host for role, (host, _) in players.items() if host is not None})
 

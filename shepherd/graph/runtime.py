@@ -257,6 +257,13 @@ class AgentRuntime:
         if self.checkpoints.due(self.tracker.steps):
             self.checkpoint()
 
+    def changed(self) -> None:
+        """State its checkpoint keeps changed without a step of its own (an environment's ratings it holds, rated
+        while another team's agent learns): checkpointed when one is due by time, as steps are."""
+        self.checkpoints.changed = True
+        if self.checkpoints.due(self.tracker.steps) and self.learner.failure is None:
+            self.checkpoint()
+
     def end_episode(self, episode: Episode, completed: bool) -> None:
         if completed:
             self.records.episode(episode)

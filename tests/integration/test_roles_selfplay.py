@@ -455,3 +455,41 @@ async def test_a_self_play_whose_agent_went_back_counts_its_snapshots_and_swaps_
         graph.end_sessions()
         graph.close()
         store.close()
+
+
+async def test_ratings_rated_while_the_other_teams_agent_learns_are_checkpointed_by_time(tmp_path):
+    """One agent per team: the environment's ratings and self-play live in the first role's agent's checkpoint,
+    which counted no step while the other team learned (a whole ``swap_every`` of ratings, snapshots and the swap
+    itself lost to a ``kill -9``); rated episodes make it due by ``checkpoint_every_seconds`` as steps do."""
+    import asyncio
+
+    from shepherd.agents import checkpoint
+
+    play = SelfPlay(snapshot_every=4, window=3, against_latest=0.0, swap_every=6)
+    graph = GraphManager(owner="tests", agents=[AgentSpec("red", "PPO", OBS, 2, TINY),
+                                                AgentSpec("blue", "PPO", OBS, 2, TINY)],
+                         schedule=Schedule(steps_between_evaluation_periods=10 ** 6, evaluation_episodes=1,
+                                           checkpoint_every_steps=10 ** 6, checkpoint_every_seconds=1e-6),
+                         environments=(EnvironmentSpec("duel", {"p0": "red", "p1": "blue"}, "alternate",
+                                                       {"r": ("p0",), "b": ("p1",)}, self_play=play),))
+    store = Store(tmp_path / "data")
+    keys = graph.create_graph(store, serving_here())
+    try:
+        session = graph.login(keys["environment duel"])
+        red = graph.runtime("red")
+        learning = []
+        for episode in range(9):
+            for body in ({"obs": {"p0": A}}, {"obs": {"p1": A}}, {"obs": {"p0": A}, "reward": {"p0": 1.0}},
+                         {"obs": {"p0": A, "p1": A}, "terminated": {"p0": True, "p1": True},
+                          "outcome": {"p0": episode % 2, "p1": 1 - episode % 2}}):
+                await graph.step(session, session.parse_step(body))
+            learning.append(red.ratings.kept["duel"].learning)
+        assert learning[2:] == [0] + [1] * 6  # the last six episodes: blue learned, red took no step
+        await asyncio.to_thread(red.checkpoints.pending.result, 30)
+        saved = checkpoint.read_state(red.model_path)["ratings"]
+        assert saved == red.ratings.state()
+        assert sum(rating["games"] for rating in saved["tables"]["duel"].values()) == 2 * 9
+    finally:
+        graph.end_sessions()
+        await asyncio.to_thread(graph.close)
+        store.close()
