@@ -4,12 +4,15 @@ advice read of them in memory (episodes and steps by phase, recent training retu
 from __future__ import annotations
 
 import collections
+import logging
 import time
 from typing import Any
 
 from shepherd.graph.schedule import EvaluationResult
 from shepherd.level import Episode, Phase
 from shepherd.storage import EpisodeReturn, Store
+
+logger = logging.getLogger(__name__)
 
 
 class Records:
@@ -27,15 +30,21 @@ class Records:
         # counted since this runtime started, for monitoring: steps and completed episodes by phase
         self.phase_steps: collections.Counter[Phase] = collections.Counter()
         self.phase_episodes: collections.Counter[Phase] = collections.Counter()
+        self.unrecorded = 0  # returns that could not be appended to the curve (a full disk), since it started
 
     def episode(self, episode: Episode) -> None:
         """A completed episode: its return appended to the curve with its phase, client, lesson and config."""
         self.episodes += 1
         self.phase_episodes[episode.phase] += 1
         setup = episode.setup
-        self.store.append_return(self.agent_id, EpisodeReturn(
-            time.time(), float(episode.total), episode.length, episode.phase.value, self.client,
-            None if setup is None else setup.lesson, None if setup is None else setup.config))
+        try:
+            self.store.append_return(self.agent_id, EpisodeReturn(
+                time.time(), float(episode.total), episode.length, episode.phase.value, self.client,
+                None if setup is None else setup.lesson, None if setup is None else setup.config))
+        except OSError as error:  # the curve misses it; the schedule, trials and lessons must not (a period
+            self.unrecorded += 1  # left open for good made every later episode an evaluation's)
+            logger.error("agent %s: an episode's return could not be appended to its curve (%s): the curve "
+                         "misses it (%d so far), learning goes on", self.agent_id, error, self.unrecorded)
         if episode.phase is Phase.TRAIN:
             self.train_returns.append(float(episode.total))
 

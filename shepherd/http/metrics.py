@@ -108,6 +108,9 @@ class GraphCollector(Collector):
         checkpoint_failures = CounterMetricFamily(
             "shepherd_checkpoint_failures", "Checkpoint writes that failed since the server started (each is "
             "retried, less and less often, while learning goes on)", labels=agent)
+        unrecorded = CounterMetricFamily(
+            "shepherd_unrecorded_returns", "Episode returns that could not be appended to the agent's curve (a full "
+            "disk) since the server started: the curve misses them, learning went on", labels=agent)
         checkpoint_age = GaugeMetricFamily(
             "shepherd_checkpoint_age_seconds", "Seconds since the agent's last checkpoint was written (absent "
             "before its first)", labels=agent)
@@ -149,6 +152,7 @@ class GraphCollector(Collector):
             _add_histogram(updates, name, stats.updates)
             _add_histogram(checkpoints, name, stats.checkpoints)
             checkpoint_failures.add_metric(name, runtime.checkpoints.failures_total)
+            unrecorded.add_metric(name, runtime.records.unrecorded)
             age = runtime.checkpoints.age()
             if age is not None:
                 checkpoint_age.add_metric(name, age)
@@ -172,8 +176,8 @@ class GraphCollector(Collector):
                 up.add_metric([self._labels(graph, record.owner_id, record.name), client], 0)
         self._rates = {k: v for k, v in self._rates.items() if k in {(r.record.id, r.client) for r in runtimes}}
         yield from (up, learned, steps, rates, episodes, sessions, timeouts, depth, version, refused, unlearned,
-                    latency, batches, updates, checkpoints, checkpoint_failures, checkpoint_age, chosen, option_steps,
-                    lesson, rating_mu, rating_sigma)
+                    latency, batches, updates, checkpoints, checkpoint_failures, unrecorded, checkpoint_age, chosen,
+                    option_steps, lesson, rating_mu, rating_sigma)
 
     def _rate(self, runtime: AgentRuntime, now: float, counts: dict[Phase, int]) -> dict[Phase, float]:
         key = (runtime.record.id, runtime.client)
