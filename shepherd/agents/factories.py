@@ -20,7 +20,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 from shepherd.agents import greedy_policy
 from shepherd.agents.advice import Advice
-from shepherd.agents.sb3.mixing import AdvisedRolloutBuffer, advice_width
+from shepherd.agents.sb3.mixing import AdvisedDictRolloutBuffer, AdvisedRolloutBuffer, advice_width
 from shepherd.agents.filters import Filtering, ImageLayout, check_filters, policy_space, stacked_space
 from shepherd.agents.parameters import LinearSchedule, ParameterError
 from shepherd.agents.policy_kwargs import sb3_policy_kwargs
@@ -172,14 +172,15 @@ def build_advised_learner(algorithm: str, name: str, observation_space: spaces.S
     checked = check_parameters(algorithm, values)
     advice = Advice(checked.get("advice_strength", 0.3), checked.get("advice_decay", 0),
                     checked.get("advice_keep", 0))
-    kwargs["rollout_buffer_class"] = AdvisedRolloutBuffer
-    kwargs["rollout_buffer_kwargs"] = {"advice_width": advice_width(action_space)}
     filters = filters or Filters()
     try:
         check_filters(filters, observation_space, info.on_policy)
     except ValueError as error:
         raise ParameterError(str(error)) from None
     seen = policy_space(filters, observation_space)  # each client's learner has its own filters' statistics
+    kwargs["rollout_buffer_class"] = (AdvisedDictRolloutBuffer if isinstance(seen, spaces.Dict)
+                                      else AdvisedRolloutBuffer)
+    kwargs["rollout_buffer_kwargs"] = {"advice_width": advice_width(action_space)}
     check_memory(info.name, info.on_policy, seen, action_space, kwargs, n_envs)
     env = DummyVecEnv([lambda: SpacesEnv(seen, action_space)] * n_envs)
     try:

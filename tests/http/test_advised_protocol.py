@@ -71,3 +71,38 @@ async def test_an_advised_agent_takes_at_most_max_clients_names(aiohttp_client, 
     assert sorted(advised.clients) == ["arm-1", "arm-2"] and "arm-3" not in advised.saved_names()
     assert (await post_login(http, "arms", client="arm-1")).status == 200
     assert (await post_login(http, "arms", mode="evaluate")).status == 200
+
+
+async def test_an_advised_agent_of_dict_observations_learns_with_advice(aiohttp_client, tmp_path):
+    """Its clients' rollouts are SB3's Dict buffer with each row's advice (before, a plain rollout buffer: every
+    login failed with "PPO rejected its parameters: 'str' object cannot be interpreted as an integer")."""
+    graph = GraphManager(owner="tests", schedule=Schedule(), agents=[
+        AgentSpec("arms", "PPO", {"position": [[2], -1, 1], "mode": 3}, 2, dict(PPO), sharing="advised")])
+    app = create_app(ServerConfig(graph, tmp_path / "data"))
+    http = await aiohttp_client(app)
+    keys = {}
+    for name in ("arm-1", "arm-2"):
+        login = await http.post("/shepherd/login_user/", json={"apikey": app[CREATED_KEYS]["arms"], "client": name})
+        assert login.status == 200, await login.text()
+        keys[name] = (await login.json())["session_key"]
+
+    async def drive(name: str, steps: int) -> None:
+        for t in range(steps):
+            step = await http.post("/shepherd/env/", json={
+                "session_key": keys[name], "obs": {"position": [0.1 * (t % 5), -0.2], "mode": t % 3},
+                "reward": 1.0, "done": t % 5 == 4})
+            assert step.status == 200, await step.text()
+
+    for name in keys:
+        await drive(name, 20)  # two updates each
+    agent = graph.preset_agent("arms", AdvisedAgent)
+    first, second = agent.clients["arm-1"], agent.clients["arm-2"]
+    first.recent_return, second.recent_return = 10.0, 0.0
+    agent.choose_advisors()  # arm-1 advises arm-2
+    second.trials.clear()  # (its trial of arm-1's policy would take its next episode)
+    await drive("arm-2", 6)
+    algorithm = second.learner.algorithm
+    assert algorithm.advice.advisor is not None and algorithm.version > 0
+    rows = int(algorithm.segments.position[0])
+    assert type(algorithm.buffer).__name__ == "AdvisedDictRolloutBuffer"
+    assert rows > 0 and algorithm.buffer.advice[:rows, 0].any()

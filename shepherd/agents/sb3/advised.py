@@ -36,7 +36,7 @@ from shepherd.agents.sb3.on_policy import OnPolicyAdapter
 from shepherd.agents.sb3.base import stack_observations
 from shepherd.agents.sb3.greedy import draws, modes
 from shepherd.agents.sb3.uploads import flat_batch, rows_of
-from shepherd.agents.sb3.mixing import AdvisedRolloutBuffer, Mixer, advice_rows, mix, policy_divergence
+from shepherd.agents.sb3.mixing import AdviceRows, Mixer, advice_rows, mix, policy_divergence
 from shepherd.policies.transforms import normalized
 from shepherd.wire.experience import Experience
 
@@ -141,7 +141,7 @@ class AdvisedOnPolicyAdapter(OnPolicyAdapter):
         self.advisor_policy = AdvisorPolicy(model.policy)
         self.mixer = Mixer()
         self.mixer.install(model.policy)
-        if isinstance(self.buffer, AdvisedRolloutBuffer):
+        if isinstance(self.buffer, AdviceRows):
             self.buffer.mixer = self.mixer
         self._row_advice: dict[int, np.ndarray] = {}
         self._adopted = 0  # the number of the last adopt request carried out
@@ -317,7 +317,7 @@ class AdvisedOnPolicyAdapter(OnPolicyAdapter):
                    start: bool) -> None:
         super()._write_row(row, segment, message, action, value, log_prob, start)
         buffer = self.buffer
-        if isinstance(buffer, AdvisedRolloutBuffer):
+        if isinstance(buffer, AdviceRows):
             advice = self._row_advice.get(id(message))
             buffer.advice[row, segment] = 0.0 if advice is None else advice
 

@@ -12,12 +12,12 @@ the client builds the same product in ONNX, `shepherd.agents.export.behaviour`).
 
 from __future__ import annotations
 
-from typing import Any, Generator
+from typing import TYPE_CHECKING, Any, Generator
 
 import numpy as np
 import torch as th
 from gymnasium import spaces
-from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.buffers import DictRolloutBuffer, RolloutBuffer
 from stable_baselines3.common.distributions import CategoricalDistribution, DiagGaussianDistribution
 from torch.distributions import Categorical, Normal
 
@@ -84,9 +84,16 @@ class Mixer:
         policy._get_action_dist_from_latent = mixed
 
 
-class AdvisedRolloutBuffer(RolloutBuffer):
-    """SB3's rollout buffer with each row's advice; a minibatch hands its rows to the policy's `Mixer`
-    as it is taken, so ``evaluate_actions`` sees the mixed policy of exactly those rows."""
+if TYPE_CHECKING:  # what the mixin is mixed into (either buffer: the methods it extends are theirs)
+    _Buffer = RolloutBuffer
+else:
+    _Buffer = object
+
+
+class AdviceRows(_Buffer):
+    """A rollout buffer's column of each row's advice (mixed into SB3's `RolloutBuffer` or `DictRolloutBuffer`); a
+    minibatch hands its rows to the policy's `Mixer` as it is taken, so ``evaluate_actions`` sees the mixed policy
+    of exactly those rows."""
 
     def __init__(self, *args: Any, advice_width: int = 1, **kwargs: Any) -> None:
         self.advice_width = advice_width
@@ -110,6 +117,14 @@ class AdvisedRolloutBuffer(RolloutBuffer):
         if self.mixer is not None:
             self.mixer.rows = self.to_torch(self.advice[batch_inds])
         return super()._get_samples(batch_inds, env)
+
+
+class AdvisedRolloutBuffer(AdviceRows, RolloutBuffer):
+    """SB3's rollout buffer with each row's advice (`AdviceRows`)."""
+
+
+class AdvisedDictRolloutBuffer(AdviceRows, DictRolloutBuffer):
+    """SB3's rollout buffer of Dict observations with each row's advice (`AdviceRows`)."""
 
 
 def policy_divergence(kept: Any, own: Any) -> th.Tensor:

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from shepherd.agents import ServedLearner
+from shepherd.agents import AgentFailed, ServedLearner
 from shepherd.agents.core import Advised, StartsFrom
 from shepherd.definition import check_client_name
 from shepherd.graph.advised.advising import Advising
@@ -148,6 +148,9 @@ class AdvisedAgent(Advising, ServedAgent):
                 raise BadClient(f"agent {self.record.name} is advised: a login names its client, as "
                                 "{\"apikey\": ..., \"client\": \"arm-3\"}")
             best = self.best() or self.most_trained()
+            if best is None and (self.clients or self.failures):
+                raise AgentFailed(f"agent {self.record.name}: every client failed ({'; '.join(self._failing())}); "
+                                  "an admin can restart the agent")
             if best is None:
                 raise BadClient(f"agent {self.record.name} has no client yet: name the client to evaluate")
             return best
@@ -158,11 +161,33 @@ class AdvisedAgent(Advising, ServedAgent):
         runtime = self.clients.get(name)
         if runtime is None:
             self.check_room(name)
-            runtime = self.install(self.build_client(name))
+            runtime = self.install(self._built(name))
         return runtime
 
     def needs_build(self, client: str | None) -> bool:
-        return client is not None and client not in self.clients
+        return client is not None and client not in self.clients and client not in self.failures
+
+    def _built(self, name: str) -> AgentRuntime:
+        """`build_client`, for a login.
+
+        Raises:
+            AgentFailed (a 503): the client failed before (its checkpoint could not be loaded at the start), or its
+                learner cannot be built now; it stays failed until an admin restarts the agent.
+        """
+        if name in self.failures:
+            raise AgentFailed(f"agent {self.record.name}, client {name}: {self.failures[name]}; an admin can "
+                              "restart the agent")
+        try:
+            return self.build_client(name)
+        except Exception as error:  # noqa: BLE001 - a damaged checkpoint or a learner that cannot be built
+            self.failures[name] = f"cannot be started: {type(error).__name__}: {error}"
+            logger.error("client %s/%s cannot be started: %s", self.record.name, name, error)
+            raise AgentFailed(f"agent {self.record.name}, client {name}: {self.failures[name]}; an admin can "
+                              "restart the agent") from error
+
+    def _failing(self) -> list[str]:
+        return [f"{name}: {runtime.learner.failure}" for name, runtime in sorted(self.clients.items())
+                if runtime.learner.failure is not None] + [f"{name}: {why}" for name, why in sorted(self.failures.items())]
 
     def check_room(self, name: str) -> None:
         """Raises TooManyClients if ``name`` is new and the agent has ``max_clients`` (served or failed)."""
@@ -184,6 +209,8 @@ class AdvisedAgent(Advising, ServedAgent):
             TooManyClients: a new name, and the agent has ``max_clients`` already.
         """
         if client is None or not self.needs_build(client):
+            if client is not None and client in self.failures:
+                self._built(client)  # raises its failure
             return
         try:
             name = check_client_name(client)
@@ -199,7 +226,7 @@ class AdvisedAgent(Advising, ServedAgent):
                     await asyncio.wait_for(asyncio.wrap_future(best.checkpoint()), 60.0)
                 except Exception as error:  # noqa: BLE001 - it starts from the last checkpoint written
                     logger.warning("client %s: checkpoint before a new client failed: %s", best.label, error)
-            runtime = await asyncio.to_thread(self.build_client, name)
+            runtime = await asyncio.to_thread(self._built, name)
             if serving():  # not restarted meanwhile
                 self.install(runtime)
             else:
