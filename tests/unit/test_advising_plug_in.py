@@ -59,3 +59,21 @@ def test_a_stopped_plug_in_trial_that_ends_later_does_not_change_the_advisor_of_
     new.recent_return = 5.0  # its own evaluation: the best-rated client advises it again
     advising.choose_advisors()
     assert advice.advisor.name == "a"
+
+
+def test_a_plug_in_ends_when_a_client_it_would_try_has_failed():
+    """A failed client's queued trial is dropped (`AgentRuntime.begin_trial`): the plug-in waited for it for good,
+    and the new client never adopted the policy that worked on its system."""
+    advising = Advising(True)
+    a, b, new = Runtime("a", 10.0), Runtime("b", 9.0), Runtime("new", None)
+    advising.clients = {"a": a, "b": b}
+    advising._plug_in(new)
+    advising.clients["new"] = new
+    _, trial_b = list(new.trials)
+    a.learner.failure = "an update made the policy NaN"
+    new.trials.popleft()  # what begin_trial does with a failed learner's trial
+    assert new.trials.popleft() is trial_b
+    trial_b.returns.append(8.0)
+    advising._tried(new, trial_b)
+    advice = new.learner.algorithm.advice
+    assert advice.adopt is not None and advice.adopt.advisor == "b" and "new" not in advising.plugging

@@ -204,8 +204,9 @@ class Advising:
         plugging = self.plugging.get(str(runtime.client))
         if plugging is not None and other in plugging and self._as_good_as_any(plugging, value):
             self._stop_plugging(runtime, plugging)
-        if plugging is not None and any(not t.done and t.tried in self.clients for t in plugging.values()):
-            return  # a new client's plug-in trials: advisors are chosen once all have ended
+        if plugging is not None and any(not t.done and self._serves(t.tried) for t in plugging.values()):
+            return  # a new client's plug-in trials: advisors are chosen once all have ended (a failed client's
+            # trial never will: its queued episodes are dropped)
         self.plugging.pop(str(runtime.client), None)
         if plugging is None and (tried is None or tried.recent_return is None):
             return
@@ -220,6 +221,10 @@ class Advising:
         elif (tried is not None and advice.advisor.name == other
               and clearly_better(value, own, tried.recent_return)):
             self._adopt(runtime, advice, trial, "after its next update")
+
+    def _serves(self, name: str) -> bool:
+        client = self.clients.get(name)
+        return client is not None and client.learner.failure is None
 
     def _as_good_as_any(self, plugging: dict[str, Trial], value: float) -> bool:
         """Whether a plug-in trial returned at least the best recent evaluation of any client it tries: no
