@@ -145,6 +145,11 @@ def _environment(value: Any, path: str, problems: list[tuple[str, str]]) -> Envi
                 problems.append((where, f"role {role!r} is in team {placed[role]!r} already"))
             else:
                 placed[role] = team
+    for team in teams:  # a role in no team is a team named as the role: a declared team of that name merged them
+        if team in roles and team not in placed and isinstance(teams[team], (list, tuple)):
+            problems.append((f"{path}.teams.{team}", f"is named as role {team!r}, which is in no team: that role "
+                                                     "would be a team of its own of the same name (put it in a team, "
+                                                     "or name the team otherwise)"))
     self_play = None
     if value.get("self_play") is not None:
         self_play = _self_play(value["self_play"], f"{path}.self_play", problems)

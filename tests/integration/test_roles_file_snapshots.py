@@ -113,7 +113,7 @@ def test_file_snapshots_are_written_once_and_removed_when_no_checkpoint_can_name
         def __init__(self, data: bytes) -> None:
             self.data, self.version = data, 0
 
-        file_name = property(lambda self: FrozenFile.file_name.fget(self))  # type: ignore[attr-defined]
+        file_name = property(lambda self: FrozenFile.file_name.func(self))  # type: ignore[attr-defined]
         keep = FrozenFile.keep
         state = FrozenFile.state
 

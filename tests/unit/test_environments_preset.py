@@ -88,6 +88,18 @@ def test_self_play_of_one_agent_per_team_needs_the_same_spaces_and_names_are_uni
     assert "declared twice" in problems_of(data)["environments[1].name"]
 
 
+def test_a_team_named_as_a_role_in_no_team_is_refused():
+    """A role in no team is a team of its own named as the role: a declared team of that name merged the two (under
+    self-play, one team: nothing played or rated), and nothing said so."""
+    data = yaml.safe_load(PRESET)
+    data["environments"][0]["teams"] = {"attacker": ["defender"]}
+    assert "is named as role 'attacker'" in problems_of(data)["environments[0].teams.attacker"]
+    data["environments"][0]["teams"] = {"attacker": ["attacker", "defender"]}  # the role in its own-named team
+    preset_from_data(data)
+    data["environments"][0]["teams"] = {"attacker": ["defender"], "blue": ["attacker"]}  # placed elsewhere
+    preset_from_data(data)
+
+
 def test_a_python_presets_environments_are_checked_alike():
     preset = Preset((AgentSpec("raider", "PPO", OBS, 2, TINY),), Schedule(),
                     environments=(EnvironmentSpec("duel", {"a": "raider", "b": "raider"}, "in turn"),))
