@@ -85,6 +85,10 @@ CONFIG_AT = "config_at"
 LINE_FIELDS = ALL_FIELDS | {CONFIG_AT}
 
 
+#: how far back from the end of a log a crash's torn line is looked for (a record's line is far shorter)
+TORN_BYTES = 1 << 20
+
+
 def _complete(line: bytes) -> bool:
     """Whether a line (with its newline) is a whole record as `ReturnLog.append` writes it: a torn write is a
     prefix of one, and the only ``}`` of a record is its last character, so a torn line never passes."""
@@ -230,8 +234,16 @@ class ReturnLog:
             size = self._handle.tell()
             if size:
                 with open(self.path, "rb") as reader:
-                    reader.seek(size - 1)
-                    self._needs_newline = reader.read(1) != b"\n"
+                    reader.seek(max(0, size - TORN_BYTES))
+                    tail = reader.read()
+                if not tail.endswith(b"\n"):  # a line torn by a crash: cut off, since one torn after a config's
+                    kept = tail.rfind(b"\n") + 1  # inner "}" would pass as whole once a newline ended it
+                    if kept or size <= TORN_BYTES:
+                        os.ftruncate(fd, size - len(tail) + kept)
+                        logger.warning("%s: a line torn by a crash (%d bytes) is cut off", self.path.name,
+                                       len(tail) - kept)
+                    else:
+                        self._needs_newline = True  # (no line end that near: ended instead, as before)
         return self._handle
 
     def append(self, record: EpisodeReturn) -> None:
@@ -283,10 +295,13 @@ class ReturnLog:
             if end < len(block):
                 reader.seek(position)
         self._scanned = position
-        if self._first_time is None and self._starts:
-            reader.seek(self._starts[0])
-            first = _parse(reader.readline(), self.path.name, self.configs)
-            self._first_time = first[0].time if first else None
+        if self._first_time is None and self._starts:  # the first record that parses (a line damaged otherwise
+            reader.seek(self._starts[0])  # than torn is indexed, and skipped by every read)
+            for _ in range(min(len(self._starts), 100)):
+                first = _parse(reader.readline(), self.path.name, self.configs)
+                if first:
+                    self._first_time = first[0].time
+                    break
 
     def _reset_index(self) -> None:
         self._starts = array("q")

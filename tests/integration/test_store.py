@@ -76,6 +76,33 @@ def test_a_torn_last_return_line_is_skipped_and_the_next_append_is_intact(tmp_pa
     reopened.close()
 
 
+def test_a_line_torn_after_a_configs_inner_brace_is_cut_off_not_counted(tmp_path, store):
+    """A torn line that ends in a config's inner ``}`` looked whole once the next start ended it with a newline: it
+    was counted but never read, and as the first line it made every poll of the curve a reset (the whole curve
+    sent again). The next start cuts a torn tail off; an older log with such a line keeps its first record's time
+    from the first line that parses."""
+    agent = make_agent(store)
+    store.append_return(agent.id, EpisodeReturn(1.0, 1.0, 10, "train", None, "L", {"goal": {"x": 1}, "seed": 3}))
+    store.close()
+    path = tmp_path / "data" / "agents" / str(agent.id) / "returns.jsonl"
+    line = path.read_bytes()
+    path.write_bytes(line[:line.index(b'{"x":1}') + len(b'{"x":1}')])  # a power cut tore it there
+    reopened = Store(tmp_path / "data")
+    for t in (2.0, 3.0):
+        reopened.append_return(agent.id, EpisodeReturn(t, t, 10, "train"))
+    page = reopened.returns_page(agent.id)
+    assert page.total == 2 and [r.time for r in page.returns] == [2.0, 3.0]
+    again = reopened.returns_page(agent.id, offset=page.total, first=page.returns[0].time)
+    assert not again.reset and again.returns == []
+    reopened.close()
+    path.write_bytes(line[:line.index(b'{"x":1}') + len(b'{"x":1}')] + b"\n" + path.read_bytes())  # an older log
+    older = Store(tmp_path / "data")
+    page = older.returns_page(agent.id)
+    assert page.total == 3 and [r.time for r in page.returns] == [2.0, 3.0]
+    assert not older.returns_page(agent.id, offset=page.total, first=2.0).reset
+    older.close()
+
+
 def test_an_append_does_not_wait_for_a_read_in_progress(store, monkeypatch):
     """A long read (a curve of a million returns) must not hold up an episode's end, which runs on the loop."""
     agent = make_agent(store)
