@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ClassVar, TypeVar
 
-from shepherd.agents import ServedLearner
+from shepherd.agents import ServedLearner, checkpoint
 from shepherd.graph.runtime import AgentRuntime, AgentStats, saved_client_names
 from shepherd.graph.schedule import EvaluationResult, Schedule
 from shepherd.level import Level
@@ -173,7 +173,7 @@ class ServedAgent(ABC):
         for runtime in self.runtimes:
             if runtime.checkpoints.pending is not None:
                 await settle(runtime.checkpoints.pending, runtime.label)  # never delete under a write
-            deleted = await asyncio.to_thread(unlink, runtime.model_path) or deleted
+            deleted = await asyncio.to_thread(unlink_model, runtime.model_path) or deleted
         return deleted
 
     def clear_curve_memory(self) -> None:
@@ -265,7 +265,13 @@ async def settle(future: Future[Any], name: str) -> None:
         logger.warning("agent %s: checkpoint not written (%s: %s)", name, type(error).__name__, error)
 
 
-def unlink(path: Path) -> bool:
+def unlink_model(path: Path) -> bool:
+    """Delete a saved model and the replay buffer beside it (an off-policy agent's, up to gigabytes: it stayed);
+    returns whether there was a model."""
+    try:
+        os.unlink(checkpoint.replay_buffer_path(path))
+    except FileNotFoundError:
+        pass
     try:
         os.unlink(path)
     except FileNotFoundError:
@@ -283,4 +289,4 @@ def model_file(path: Path) -> dict[str, float] | None:
 
 
 __all__ = ["AgentKind", "AgentStatus", "BadClient", "Building", "MAX_CLIENTS", "NO_MODEL", "ServedAgent",
-           "model_file", "of_kind", "saved_client_names", "settle", "unlink"]
+           "model_file", "of_kind", "saved_client_names", "settle", "unlink_model"]

@@ -24,7 +24,7 @@ from shepherd.agents.export.export import NotExportable, export_adapter
 from shepherd.agents.sb3.base import SB3Algorithm
 from shepherd.graph.kinds import kind_of
 from shepherd.graph.agent import (NO_MODEL, AgentStatus, ServedAgent, model_file, of_kind, settle,
-                                  unlink)
+                                  unlink_model)
 from shepherd.graph.lessons import stored_state as lesson_state
 from shepherd.graph.runtime import AgentRuntime, saved_client_names
 from shepherd.graph.sessions import SessionTable
@@ -160,7 +160,7 @@ class ServedAgents:
             try:
                 ended = self._sessions().end_agent(agent_id)
                 stopped = await self._stop(self.agents.pop(agent_id, None))
-                await asyncio.to_thread(unlink, self.model_path(agent_id))
+                await asyncio.to_thread(unlink_model, self.model_path(agent_id))
                 for inner in ("clients", "selfplay"):  # an advised agent's clients, the self-play's snapshot files
                     await asyncio.to_thread(shutil.rmtree, self.store.agent_folder(agent_id) / inner, True)
                 if was_served:
@@ -326,7 +326,7 @@ class ServedAgents:
         async with self.lock(agent_id):
             agent = self.agents.get(agent_id)
             if agent is None:
-                return await asyncio.to_thread(unlink, self.model_path(agent_id))
+                return await asyncio.to_thread(unlink_model, self.model_path(agent_id))
             return await agent.delete_models()
 
     async def delete_curve(self, agent_id: int) -> None:

@@ -322,10 +322,13 @@ async def test_the_export_endpoint_gives_the_zip_or_the_greedy_policy_as_onnx(ap
 async def test_deleting_the_model_while_the_agent_learns(api):
     await play(api.client, api.pole_key, episodes=2, steps=5)
     runtime = api.app[GRAPH].runtime()
+    runtime.checkpoint().result(30)
+    buffer = runtime.model_path.with_name("replay_buffer.pkl")  # as an off-policy agent's beside its zip
+    buffer.write_bytes(b"a replay buffer of gigabytes")
     runtime.checkpoint()  # in flight while the delete comes
     reply = await api.post("/agents/1/delete-model")
     assert reply["done"] is True and "keeps learning" in reply["message"]
-    assert not runtime.model_path.exists()
+    assert not runtime.model_path.exists() and not buffer.exists()  # (the buffer stayed)
     assert (await api.post("/agents/1/delete-model"))["done"] is False
     await play(api.client, api.pole_key, episodes=1, steps=5)
     assert (await api.get_json("/agents/1"))["steps"] == 15  # the learner went on
