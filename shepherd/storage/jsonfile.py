@@ -27,7 +27,11 @@ class AtomicJSONStorage(Storage):
         self._data: dict[str, Any] | None = None
         self._saved: bytes | None = None  # the file's bytes as last read or written (`write`)
         if self.path.exists():
-            raw = self.path.read_bytes()
+            try:
+                raw = self.path.read_bytes()
+            except OSError as error:  # a folder, a file it may not read
+                raise StoreError(f"{self.path} cannot be read ({error.strerror or error}): the store must be a file "
+                                 "this user can read") from None
             if not raw.strip():  # never written so: every write is a whole store, renamed into place
                 raise StoreError(f"{self.path} is empty: the store (users, agents, API keys, the admin token) was "
                                  f"lost. Restore it from a backup; to start a new store instead, move it and "
@@ -74,6 +78,10 @@ FIELDS: dict[str, dict[str, tuple[Any, bool]]] = {
                "lessons": (list, False), "level": (dict, False)},
     "api_keys": {"agent_id": (int, True), "hash": (str, True), "label": (str, True), "created": (NUMBER, True),
                  "revoked": (bool, False)},
+    "environments": {"owner_id": (int, True), "name": (str, True), "definition": (dict, True),
+                     "created": (NUMBER, False)},
+    "environment_keys": {"environment_id": (int, True), "hash": (str, True), "label": (str, True),
+                         "created": (NUMBER, True), "revoked": (bool, False)},
 }
 SETTINGS = {"admin_token": ("hash", str), "last_agent_id": ("value", int)}
 

@@ -414,11 +414,11 @@ class Store:
 
 
 def _api_key(doc: Document) -> ApiKey:
-    return ApiKey(doc.doc_id, doc["agent_id"], doc["label"], doc["created"], doc["revoked"])
+    return ApiKey(doc.doc_id, doc["agent_id"], doc["label"], doc["created"], doc.get("revoked", False))
 
 
 def _environment_key(doc: Document) -> EnvironmentKey:
-    return EnvironmentKey(doc.doc_id, doc["environment_id"], doc["label"], doc["created"], doc["revoked"])
+    return EnvironmentKey(doc.doc_id, doc["environment_id"], doc["label"], doc["created"], doc.get("revoked", False))
 
 
 __all__ = ["AgentRecord", "ApiKey", "AlreadyExists", "EpisodeReturn", "NotFound", "ReturnsJson", "ReturnsPage", "Store",

@@ -265,6 +265,9 @@ def test_agent_ids_are_never_reused_so_no_agent_inherits_another_ones_folder(tmp
     {"users": {"1": {"name": "alice", "created": 1.0}}, "agents": {"1": {
         "owner_id": 1, "name": "a", "algorithm": "PPO", "observation_space": 2, "action_space": 2,
         "parameters": [], "sharing": "pooled", "created": 0.0, "last_active": 0.0}}},
+    {"environment_keys": {"1": {"environment_id": 1}}},  # (these three were a KeyError or TypeError later)
+    {"environments": {"1": {"owner_id": 1, "name": "e", "definition": {}, "created": 1, "x": 1}}},
+    {"environments": {"1": {"owner_id": 1, "name": "e", "definition": []}}},
 ])
 def test_a_store_of_the_wrong_shape_is_refused_naming_the_file(tmp_path, content):
     folder = tmp_path / "data"
@@ -273,6 +276,23 @@ def test_a_store_of_the_wrong_shape_is_refused_naming_the_file(tmp_path, content
     with pytest.raises(StoreError, match="not a Shepherd store") as error:
         Store(folder).close()
     assert str(folder / "store.json") in str(error.value)
+
+
+def test_a_store_that_is_a_folder_or_an_old_key_without_revoked_is_read(tmp_path):
+    """A store.json that cannot be read is a StoreError naming it (an IsADirectoryError, reported by run.py as
+    "cannot serve on HOST:PORT"); a key without ``revoked`` (optional in the shape) is a live key (a KeyError)."""
+    folder = tmp_path / "folder"
+    (folder / "store.json").mkdir(parents=True)
+    with pytest.raises(StoreError, match="cannot be read") as error:
+        Store(folder).close()
+    assert str(folder / "store.json") in str(error.value)
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "store.json").write_text(json.dumps({"api_keys": {"1": {"agent_id": 1, "hash": "h", "label": "",
+                                                                      "created": 1}}}))
+    store = Store(folder)
+    assert [key.revoked for key in store.api_keys()] == [False]
+    store.close()
 
 
 def test_returns_and_agent_folders_are_private(tmp_path):
