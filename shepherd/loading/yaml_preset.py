@@ -263,6 +263,9 @@ def preset_from_data(data: Any, name: str = "", bounds: ParameterBounds = DEFAUL
     problems.extend(Problem(path, message) for path, message in environment_problems_found)
     if specs:  # the agents' own checks (registry, schedule), with the agents that are well formed
         validation_agent = validation.agent if validation is not None else None
+        if validation_agent in {item.get("name") for item in agents or () if isinstance(item, dict)} - {
+                spec.name for _, spec in specs}:
+            validation_agent = None  # an agent the preset has, refused above: not also "which the preset lacks"
         owner = values.get("owner")
         problems.extend(preset_problems(specs, schedule, validation_agent,
                                         owner if isinstance(owner, str) else None, bounds))  # a non-string: above

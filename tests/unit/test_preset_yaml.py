@@ -230,6 +230,17 @@ def test_seed_leaves_a_programmed_selector_alone(capsys):
     assert seeds.pop("guide") is None and set(seeds.values()) == {3}
 
 
+def test_the_validated_agent_refused_for_its_own_fault_is_not_also_missing(tmp_path):
+    """A broken selector of the agent the validation block names was reported twice, the second time as "names
+    agent 'guide', which the preset lacks"."""
+    text = (Path(__file__).parents[2] / "presets" / "corridor_levels.yaml").read_text()
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(text.replace("shepherd.envs.corridor:toward_cue", "shepherd.envs.corridor:no_such_fn"))
+    problems = problems_of(broken)
+    assert len(problems) == 1 and "no function 'no_such_fn'" in problems[0], problems
+    assert "lacks" in " ".join(problems_of(broken, "validation.agent=nobody"))  # one it really lacks still is
+
+
 def test_a_preset_that_is_not_utf8_or_a_python_preset_that_does_not_parse_is_one_line(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_bytes(b"agents:\n  - {name: pole, algorithm: PPO\xff}\n")
