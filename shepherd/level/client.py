@@ -51,6 +51,7 @@ class ClientActingLevel(Level):
 
     def __init__(self, uploader: int, n_envs: int, host: ActingHost, evaluate_only: bool = False) -> None:
         self.uploader = uploader
+        self._last_upload: Experience | None = None  # (the session keeps it too, as its last step: no copy)
         self._n_envs = n_envs
         self.host = host
         self.evaluate_only = evaluate_only
@@ -140,6 +141,7 @@ class ClientActingLevel(Level):
 
     # -- uploads -------------------------------------------------------------------------------------
     def take_upload(self, step: Experience) -> Reply[Any]:
+        self._last_upload = step
         return asyncio.ensure_future(self._upload(step))
 
     async def _upload(self, experience: Experience) -> dict[str, Any]:
@@ -203,7 +205,12 @@ class ClientActingLevel(Level):
         self.lifecycle.abandon()
 
     def resend(self) -> Reply[Any]:
-        raise WrongShape("an upload is not sent again by the server; send it again with the same seq")
+        """The last upload handed to the learner again, its learner having lost it (`LearnerUnavailable`: a Ray
+        actor died with it; nothing of it was recorded, and its episodes were abandoned): the client's retry with
+        the same ``seq``, as after any 503. The new learner learns it, or refuses it as stale (409)."""
+        if self._last_upload is None:
+            raise WrongShape("an upload is not sent again by the server; send it again with the same seq")
+        return self.take_upload(self._last_upload)
 
     def close(self) -> None:
         """End the session: unfinished episodes are abandoned, the learner releases what it kept for it."""

@@ -236,3 +236,36 @@ async def test_after_a_stale_upload_the_policy_held_is_not_answered_304(aiohttp_
     assert response.status == 409 and (await response.json())["policy_version"] == 1
     fetched = await client.post("/shepherd/policy/", json={"session_key": b["session_key"], "policy_version": 0})
     assert fetched.status == 200 and fetched.headers["Shepherd-Policy-Version"] == "1"
+
+
+async def test_an_upload_its_learner_lost_is_learned_when_retried_with_the_same_seq(aiohttp_client, tmp_path):
+    """A Ray actor that dies with an upload in flight fails it with `LearnerUnavailable` (503); the client's retry
+    with the same seq, as after any 503, was a 400 ("an upload is not sent again by the server"), and the acting
+    client gave up. The retry hands the upload to the (new) learner."""
+    from concurrent.futures import Future
+
+    from shepherd.agents.core import LearnerUnavailable
+
+    client = await make_client(aiohttp_client, tmp_path)
+    opened = await login(client)
+    key, version = opened["session_key"], opened["policy_version"]
+    onnx = (await policy(client, key))[1]
+    learner = client.app[GRAPH].runtime().learner
+    real, calls = learner.learn_experience, []
+
+    def dies_once(uploader, experience):  # what RayLearner._lose does to an upload in flight
+        calls.append(experience)
+        if len(calls) == 1:
+            future: Future = Future()
+            future.set_exception(LearnerUnavailable("agent pole's learner was lost (RayActorError)"))
+            return future
+        return real(uploader, experience)
+
+    learner.learn_experience = dies_once
+    body = {"session_key": key, **Envs().block(onnx, opened["steps"], version, seq=1)}
+    first = await client.post("/shepherd/experience/", json=body)
+    assert first.status == 503
+    again = await client.post("/shepherd/experience/", json=body)
+    assert again.status == 200, await again.text()
+    assert len(calls) == 2 and calls[1] is calls[0]  # the same upload, handed over once more
+    assert (await again.json())["accepted"] == opened["steps"] * 2
