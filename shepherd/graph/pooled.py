@@ -74,7 +74,12 @@ class Pooled(AgentKind):
         record = building.record
         runtime = AgentRuntime(record, building.serve(building.proven, None), building.schedule, building.store,
                                building.on_evaluation)
-        if runtime.resume():
+        try:
+            resumed = runtime.resume()
+        except BaseException:  # (a damaged checkpoint) a Ray actor served for it must not outlive it: it kept its
+            runtime.discard(10.0)  # name, so that the admin restart the failure asks for never built the agent
+            raise
+        if resumed:
             logger.info("agent %s resumes from %s", record.name, runtime.model_path)
         return PooledAgent(runtime)
 

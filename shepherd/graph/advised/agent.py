@@ -89,15 +89,19 @@ class AdvisedAgent(Advising, ServedAgent):
         learner = self._build_learner(name)
         runtime = AgentRuntime(self.record, learner, self.schedule, self.store, self._evaluated, client=name,
                                on_trial=self._tried)
-        if runtime.resume():
-            return runtime
+        try:
+            if runtime.resume():
+                return runtime
+            best = self.best()
+            if best is not None and best.model_path.exists():
+                if isinstance(learner.algorithm, StartsFrom):
+                    learner.algorithm.start_from(best.model_path)
+                    logger.info("client %s starts from the weights of client %s (recent evaluation %.1f)",
+                                runtime.label, best.client, best.recent_return or 0.0)
+        except BaseException:  # a Ray actor served for it must not outlive it, keeping its name (as Pooled.build)
+            runtime.discard(10.0)
+            raise
         self._new.add(name)
-        best = self.best()
-        if best is not None and best.model_path.exists():
-            if isinstance(learner.algorithm, StartsFrom):
-                learner.algorithm.start_from(best.model_path)
-                logger.info("client %s starts from the weights of client %s (recent evaluation %.1f)",
-                            runtime.label, best.client, best.recent_return or 0.0)
         return runtime
 
     def restore(self) -> None:
