@@ -152,6 +152,10 @@ class RayLearner(ActorRevival, RemoteUploads, EpisodeCalls):
             self._send(requests)
             future.set_result([])
             return future
+        if self.failure is not None or self._closed:  # refused before the snapshot answers, as in-process
+            with self._lock:
+                self._refused(future)
+            return future
         if self.greedy is not None and self.available:
             rest = answer_greedy_acts(self.greedy, requests, acts, future)
             if rest is not None:
@@ -276,6 +280,9 @@ class RayLearner(ActorRevival, RemoteUploads, EpisodeCalls):
                 closing = self._closed
             if self.failure is not None:
                 self._fail(units, controls, AgentFailed(self.failure))
+                if self._futures:  # calls sent before it failed, which the failed actor answers no more (they
+                    # and their retries waited for good); no call is taken once it failed, so all are those
+                    self._hand_over(functools.partial(self._fail_tickets, None, AgentFailed(self.failure)))
                 if closing:
                     return
                 continue
