@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from shepherd.arguments import seconds
 from shepherd.cli.common import EXIT_NOT_REACHED, EXIT_OK, UsageError
 from shepherd.definition import name_problem
 from shepherd.graph import GraphManager, PresetError
@@ -43,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "checkpoint, as `run.py agents export` writes, or SB3's own zip), unless it has a model in "
                             "--data; refused with exit status 2 when its spaces or network differ")
     parser.add_argument("-s", "--checkpoint-save-secs", "--checkpoint_save_secs", dest="checkpoint_seconds",
-                        type=float, default=None, metavar="SECONDS",
+                        type=seconds, default=None, metavar="SECONDS",
                         help="the checkpoint period: an agent checkpoints at its first learned step once SECONDS "
                              "seconds have passed since its last checkpoint (sets the preset's "
                              "schedule.checkpoint_every_seconds, 60 unless the preset says, and that of the data "

@@ -65,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
         args.bounds = serve.parameter_bounds(args)
         coach.apply_experiment(args)  # -e NAME: DATA/NAME, for serving and the admin commands alike
         if getattr(args, "command", None):
+            if args.command == "deploy":  # run.py hands `[-v] deploy ...` to the deploy server before this parser;
+                # here an option came first, and the deploy server's defaults overwrote those of the same names
+                parser.error("the deploy server's options come after `deploy` (python run.py deploy POLICY --port "
+                             "N ...); the options before it are the learning server's")
             if args.command != "check" and (args.overrides or args.seed is not None):
                 parser.error("-cp and --seed change a preset: use them with -p PRESET or `check PRESET`")
             return args.func(args)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from shepherd.agents.bounds import DEFAULT_BOUNDS, ParameterBounds, parse_bounds
 from shepherd.cli import coach
+from shepherd.arguments import port, rate, seconds
 from shepherd.cli.common import EXIT_NOT_REACHED, EXIT_OK, UsageError
 from shepherd.wire.steps import DEFAULT_MAX_REWARD, check_max_reward
 from shepherd.cli.progress import (PROGRESS_SECONDS, announce, local_client_names, preset_records, progress,
@@ -49,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "its envs' experience in blocks")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default %(default)s; 0.0.0.0 exposes the server)")
-    parser.add_argument("--port", type=int, default=8000, help="port (default %(default)s; 0 picks a free one)")
+    parser.add_argument("--port", type=port, default=8000, help="port (default %(default)s; 0 picks a free one)")
     parser.add_argument("--data", type=Path, default=Path("shepherd-data"),
                         help="data folder: store, models, returns (default ./%(default)s)")
     parser.add_argument("--new-key", action="store_true",
@@ -62,9 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print no progress lines while serving (by default, without --clients: a line "
                              "per agent whose steps, episodes or sessions changed, at most every "
                              f"{PROGRESS_SECONDS:g} s)")
-    parser.add_argument("--session-timeout", type=float, default=600.0, metavar="SECONDS",
+    parser.add_argument("--session-timeout", type=seconds, default=600.0, metavar="SECONDS",
                         help="end sessions idle for this long (default %(default)s)")
-    parser.add_argument("--act-timeout", type=float, default=30.0, metavar="SECONDS",
+    parser.add_argument("--act-timeout", type=seconds, default=30.0, metavar="SECONDS",
                         help="answer a step whose action is not ready within this time with 503 and "
                              "Retry-After (default %(default)s)")
     parser.add_argument("--max-sessions", type=int, default=1024, metavar="N",
@@ -77,7 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="client names one advised agent may have (each is a learner of its own: a thread, a "
                              "model, a folder); a login with a new name beyond them gets 400 (default "
                              "%(default)s; 0: no limit)")
-    parser.add_argument("--rate-limit", type=float, default=20000.0, metavar="PER_SECOND",
+    parser.add_argument("--rate-limit", type=rate, default=20000.0, metavar="PER_SECOND",
                         help="environment steps per second per API key, summed over its sessions (a request "
                              "counts one, a vector step one per env, a client-acting upload its T x N, a policy "
                              "file sent (not 304) as much); more get 429 (default %(default)g; 0: no limit)")
@@ -91,13 +92,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="open connections one address (an IPv6 /64) may hold at once; more get 429, and the last "
                              "tenth of --max-connections are kept for addresses that hold none (default: half of "
                              "--max-connections; 0: no cap, nor kept slots; a --trusted-proxy has none)")
-    parser.add_argument("--header-timeout", type=float, default=10.0, metavar="SECONDS",
+    parser.add_argument("--header-timeout", type=seconds, default=10.0, metavar="SECONDS",
                         help="close a new connection that sends no request headers within this time "
                              "(default %(default)s)")
-    parser.add_argument("--body-timeout", type=float, default=30.0, metavar="SECONDS",
+    parser.add_argument("--body-timeout", type=seconds, default=30.0, metavar="SECONDS",
                         help="answer a request whose body does not arrive within this time with 408 "
                              "(default %(default)s)")
-    parser.add_argument("--idle-timeout", type=float, default=75.0, metavar="SECONDS",
+    parser.add_argument("--idle-timeout", type=seconds, default=75.0, metavar="SECONDS",
                         help="close a keep-alive connection idle for this long between requests "
                              "(default %(default)s)")
     parser.add_argument("--ray", nargs="?", const=LOCAL_RAY, default=None, metavar="ADDRESS",
@@ -133,7 +134,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-curve-reads", type=int, default=2, metavar="N",
                         help="whole curves read at once per credential (the admin's, each agent's keys': returns.csv, "
                              "or a JSON read of over 1 MB), streamed off disk; more get 429 (default %(default)s)")
-    parser.add_argument("--curve-read-stall-seconds", type=float, default=10.0, metavar="S", help="a whole-curve "
+    parser.add_argument("--curve-read-stall-seconds", type=seconds, default=10.0, metavar="S", help="a whole-curve "
                         "read whose client takes nothing for S s loses its slot and connection (default %(default)g)")
     parser.add_argument("--trusted-proxy", action="append", default=[], metavar="ADDR",
                         help="a reverse proxy (an address or network: 127.0.0.1, 10.0.0.0/8) in front of the server: "

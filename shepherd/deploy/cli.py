@@ -19,6 +19,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from shepherd.arguments import port, seconds
 from shepherd.deploy.app import DeployConfig, create_app, new_key
 from shepherd.policies.onnx import Policy, PolicyError
 from shepherd.wire.spaces import space_to_json
@@ -40,7 +41,7 @@ DESCRIPTION = ("Serve an exported policy (run.py agents export AGENT --format on
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("policy", help="the exported policy file (.onnx)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000; 0: any free one)")
+    parser.add_argument("--port", type=port, default=8000, help="port to listen on (default: 8000; 0: any free one)")
     parser.add_argument("--key-file", metavar="PATH",
                         help=f"a file holding the API key clients log in with (one line, at least {MIN_KEY_LENGTH} "
                              f"characters); or set ${KEY_VARIABLE}. Default: a new random key, printed once")
@@ -49,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="most sessions open at once; past it a login gets 429 (default: 1024)")
     parser.add_argument("--max-envs", type=int, default=1024, metavar="N",
                         help="most envs one vector session may drive (default: 1024)")
-    parser.add_argument("--session-timeout", type=float, default=600.0, metavar="SECONDS",
+    parser.add_argument("--session-timeout", type=seconds, default=600.0, metavar="SECONDS",
                         help="a session idle for this long ends (default: 600)")
     parser.add_argument("--threads", type=int, default=1, metavar="N",
                         help="onnxruntime's threads per forward pass (default: 1)")

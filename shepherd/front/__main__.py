@@ -17,6 +17,7 @@ import sys
 
 from aiohttp import web
 
+from shepherd.arguments import port, seconds
 from shepherd.wire.addresses import parse_networks, trusted
 from shepherd.wire.connections import GuardedRunner, connection_limit, per_address_limit
 from shepherd.front.app import FrontConfig, create_app
@@ -30,10 +31,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--head", required=True, help="the head's private URL (http://127.0.0.1:PORT)")
     parser.add_argument("--host", required=True, help="the public address, bound with SO_REUSEPORT")
-    parser.add_argument("--port", type=int, required=True, help="the public port")
+    parser.add_argument("--port", type=port, required=True, help="the public port")
     parser.add_argument("--max-body", type=int, default=1 << 20, metavar="BYTES")
-    parser.add_argument("--body-timeout", type=float, default=30.0, metavar="SECONDS")
-    parser.add_argument("--idle-timeout", type=float, default=75.0, metavar="SECONDS")
+    parser.add_argument("--body-timeout", type=seconds, default=30.0, metavar="SECONDS")
+    parser.add_argument("--idle-timeout", type=seconds, default=75.0, metavar="SECONDS")
     parser.add_argument("--max-connections", type=int, default=None, metavar="N",
                         help="open public connections at most (more are answered 503 and closed; default: from "
                              "the open-file limit)")
@@ -45,11 +46,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="a reverse proxy (address or network): exempt from --max-connections-per-address, "
                              "and the client of a login, step or logout from it is the one its X-Forwarded-For "
                              "names")
-    parser.add_argument("--header-timeout", type=float, default=10.0, metavar="SECONDS",
+    parser.add_argument("--header-timeout", type=seconds, default=10.0, metavar="SECONDS",
                         help="close a new connection that sends no request headers within this long")
     parser.add_argument("--max-reward", type=float, default=DEFAULT_MAX_REWARD, metavar="R",
                         help="the bound on reward magnitudes, the head's (run.py --max-reward)")
-    parser.add_argument("--shutdown-timeout", type=float, default=35.0, metavar="SECONDS",
+    parser.add_argument("--shutdown-timeout", type=seconds, default=35.0, metavar="SECONDS",
                         help="how long open requests get to be answered when the front end stops")
     return parser.parse_args(argv)
 

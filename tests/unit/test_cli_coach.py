@@ -53,7 +53,6 @@ def test_crd_and_crf_exclude_each_other(capsys):
 
 @pytest.mark.parametrize("argv, words", [
     (["--evaluate", "-1"], "--evaluate N: N must be 0"),
-    (["-s", "0"], "-s SECONDS must be positive"),
     (["--evaluate", "-s", "5"], "--evaluate writes no checkpoint"),
     (["--evaluate", "-asc"], "-asc stops at an evaluation"),
     (["-crd", "shepherd-data"], "is the data folder itself"),

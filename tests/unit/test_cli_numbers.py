@@ -1,0 +1,46 @@
+"""The numbers of every command line are refused at parsing when no bound can hold them (`shepherd.arguments`):
+``nan`` compared false with each check after parsing and passed (sessions that never expired, no rate limit, steps
+that timed out at once), ``-s inf`` was a traceback, and a port past 65535 passed the address check, which wraps it,
+then failed at the bind after the data folder, its admin token and keys were made (and never shown). Options put
+before ``run.py deploy`` were overwritten by the deploy server's defaults (it served on 8000, not the port asked)."""
+
+from __future__ import annotations
+
+import pytest
+
+from shepherd.cli.main import main
+from shepherd.deploy.cli import build_parser as deploy_parser
+from tests.conftest import TEST_PRESETS
+
+TINY = str(TEST_PRESETS / "tiny_ppo.py")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--port", "70000"], "argument --port: must be from 0 to 65535"),
+    (["--port", "80.5"], "argument --port: must be a whole number"),
+    (["--session-timeout", "nan"], "argument --session-timeout: must be a positive number of seconds"),
+    (["--act-timeout", "inf"], "argument --act-timeout: must be a positive number of seconds"),
+    (["--idle-timeout", "0"], "argument --idle-timeout: must be a positive number of seconds"),
+    (["--rate-limit", "nan"], "argument --rate-limit: must be a number of at least 0"),
+    (["-s", "inf"], "argument -s/--checkpoint-save-secs/--checkpoint_save_secs: must be a positive number"),
+    (["-s", "0"], "must be a positive number of seconds"),
+    (["--port", "9000", "deploy", "x.onnx"], "the deploy server's options come after `deploy`"),
+])
+def test_a_number_no_bound_holds_is_one_line_and_nothing_is_made(argv, words, tmp_path, capsys):
+    data = tmp_path / "data"
+    with pytest.raises(SystemExit) as exited:
+        main(["-p", TINY, "--data", str(data), *argv])
+    assert exited.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert words in line
+    assert not data.exists()
+
+
+def test_the_rate_limit_may_be_0_and_the_deploy_server_refuses_alike(capsys):
+    from shepherd.cli.main import build_parser
+
+    assert build_parser().parse_args(["-p", "x", "--rate-limit", "0"]).rate_limit == 0.0
+    for argv in (["p.onnx", "--session-timeout", "nan"], ["p.onnx", "--port", "65536"]):
+        with pytest.raises(SystemExit):
+            deploy_parser().parse_args(argv)
+    assert "must be" in capsys.readouterr().err
