@@ -188,7 +188,8 @@ async def client_operation(request: web.Request) -> web.StreamResponse:
             answer, version = answered
             return answer.response(snapshot_version=version)
     answer = await request.app[BATCHER].submit(Item(op, address, body, length))
-    if answer.note is not None or (op == "logout" and snapshots.sessions):
+    if answer.note is not None or (op in ("logout", "step") and snapshots.sessions):  # a noted session's step
+        # answered without a note may be answered here no more ("obs": null ended it; the head refused it)
         snapshots.note(_session_key(op, body if length is None else body[:length], answer), answer.note)
     return answer.response()
 

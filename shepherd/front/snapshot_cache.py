@@ -131,6 +131,8 @@ class SnapshotCache:
             wait = self._fetched_at.get(name, 0.0) + REFRESH_SECONDS - time.monotonic()
             if wait > 0:
                 await asyncio.sleep(wait)
+            if name not in self._users:  # its last session left meanwhile: nothing would ever release it
+                return
             held = self.snapshots.get(name)
             if held is not None and held.version >= self._wanted.get(name, -1):
                 return
@@ -149,6 +151,8 @@ class SnapshotCache:
                 snapshot = await asyncio.to_thread(snapshot_from_bytes, data)
             except (aiohttp.ClientError, OSError, SnapshotError) as error:
                 logger.warning("snapshot %s could not be fetched: %s", name, error)
+                return
+            if name not in self._users:  # (while it was fetched or read)
                 return
             if held is None or snapshot.version > held.version:
                 self.snapshots[name] = snapshot
@@ -173,6 +177,7 @@ class SnapshotCache:
             self._drop_session(key)
         self.snapshots.pop(name, None)
         self._wanted.pop(name, None)
+        self._fetched_at.pop(name, None)
 
     async def close(self) -> None:
         for task in list(self._fetching.values()):

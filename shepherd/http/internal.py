@@ -24,7 +24,7 @@ from shepherd.front.frames import (ADDRESS_HEADER, CONTENT_TYPE, INTERNAL_PATH, 
 from shepherd.graph.runtime import AgentRuntime
 from shepherd.graph.sessions import snapshot_name
 from shepherd.http.errors import Handler, error_reply
-from shepherd.http.operations import CLIENT_OPERATIONS, SNAPSHOT_NOTE, NotHere, greedy_reply_now
+from shepherd.http.operations import CLIENT_OPERATIONS, RECORDED_NOW, SNAPSHOT_NOTE, NotHere, greedy_reply_now
 from shepherd.http.state import CONFIG, GRAPH, METRICS, ServerConfig
 from shepherd.wire.replies import HTTP_MESSAGES, json_error
 from shepherd.wire import BadRequest
@@ -129,7 +129,7 @@ def _not_here(index: int, error: NotHere) -> bytes:
 def _framed(app: web.Application, index: int, item: Item, reply: web.Response, path: str) -> bytes:
     """An item's answer frame, counted under its public route."""
     app[METRICS].count_request("POST", path, reply.status)
-    if item.op == "greedy" and reply.status == 200:
+    if item.op == "greedy" and reply.status == 200 and reply.get(RECORDED_NOW):  # (not a retry's repeat)
         app[METRICS].snapshot_steps.inc()
     body = reply.body
     assert isinstance(body, bytes)

@@ -29,6 +29,8 @@ POLICY_VERSION_HEADER = "Shepherd-Policy-Version"
 #: where a reply keeps the note that its session's steps may be answered from a snapshot (`SnapshotNote`),
 #: for the front ends' batch endpoint; the public routes ignore it
 SNAPSHOT_NOTE = web.ResponseKey("snapshot_note", SnapshotNote)
+#: on a reply to a step a front end answered from its snapshot: whether it was recorded now (not a retry's repeat)
+RECORDED_NOW = web.ResponseKey("recorded_now", bool)
 #: a step or upload body larger than this is parsed and checked on a worker thread, not on the event loop: one
 #: key's large observations must not hold up every other agent's steps (issue 39, M2; uploads: issue 48, M4)
 INLINE_BODY_BYTES = 64 << 10
@@ -219,7 +221,9 @@ def greedy_reply_now(app: web.Application, body: bytes) -> web.Response | None:
     _count_request(app, session)
     acted = session.record(step)
     assert acted is not None
-    return _noted(_acted(session, acted), snapshot)
+    reply = _noted(_acted(session, acted), snapshot)
+    reply[RECORDED_NOW] = session.last_step is step  # (a retry is answered as its step was, and kept the old one)
+    return reply
 
 
 async def greedy_reply(app: web.Application, body: bytes, address: str, json_length: int | None = None
