@@ -110,6 +110,8 @@ class ActorRevival:
                     break
                 except ValueError:  # the name is still taken by the actor that died or was killed
                     pass
+            if self._closed:  # (deleted or restarted meanwhile: an actor made now would outlive it, with the name)
+                raise RayDown(f"learner {self.name} closed while its actor's name was taken")
             if time.monotonic() > deadline:
                 raise NameTaken(f"the Ray actor name {self.actor_name} is still taken after {NAME_SECONDS:g} s "
                                 "(another server on this cluster serves the agent, or Ray has not noticed "
@@ -126,7 +128,11 @@ class ActorRevival:
             self._end_actor()
             raise
         with self._lock:
-            self._available = True
+            closed = self._closed
+            self._available = not closed
+        if closed:  # `close` ended the actor it knew of, before this one: nothing else would end it
+            self._end_actor()
+            raise RayDown(f"learner {self.name} closed while its actor was built")
         return state
 
     def _placed(self, ready: Any, generation: int, patient: bool) -> None:
