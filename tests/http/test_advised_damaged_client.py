@@ -33,3 +33,29 @@ async def test_a_login_naming_a_client_that_cannot_be_loaded_is_a_503(aiohttp_cl
     assert response.status == 503, await response.text()
     other = await client.post("/shepherd/login_user/", json={"apikey": key, "client": "arm-2"})
     assert other.status == 200, await other.text()  # the other clients serve
+
+
+async def test_a_new_client_the_cluster_cannot_place_yet_is_a_503_to_retry_not_a_failure(aiohttp_client, tmp_path,
+                                                                                         monkeypatch):
+    """Under --ray, a new client's actor that the cluster cannot place (or that died while placed) is
+    `LearnerUnavailable` (`RayLearners`): the login gets 503 with Retry-After and the client is not failed (the Ray
+    errors were a 500)."""
+    from shepherd.agents import LearnerUnavailable
+    from shepherd.graph import AdvisedAgent
+
+    real, calls = AdvisedAgent.build_client, []
+
+    def unplaced_once(self, name):
+        calls.append(name)
+        if len(calls) == 1:
+            raise LearnerUnavailable("agent arms's learner could not be started on the Ray cluster yet; retry in 2 s")
+        return real(self, name)
+
+    monkeypatch.setattr(AdvisedAgent, "build_client", unplaced_once)
+    app = create_app(ServerConfig(graph(), tmp_path / "data"))
+    client = await aiohttp_client(app)
+    login = {"apikey": app[CREATED_KEYS]["arms"], "client": "arm-1"}
+    first = await client.post("/shepherd/login_user/", json=login)
+    assert first.status == 503 and first.headers.get("Retry-After") == "2", await first.text()
+    again = await client.post("/shepherd/login_user/", json=login)
+    assert again.status == 200, await again.text()

@@ -9,11 +9,13 @@ import secrets
 from typing import Any
 
 import ray
+from ray import exceptions as ray_errors
 
 from shepherd.agents.ray.actor import NAMESPACE
 from shepherd.agents.ray.learner import RayLearner
-from shepherd.agents.core import ServedLearner
-from shepherd.agents.ray.link import JOINED, RayLink
+from shepherd.agents.core import LearnerUnavailable, ServedLearner
+from shepherd.agents.ray.link import JOINED, RayDown, RayLink
+from shepherd.agents.ray.revival import LOST, NameTaken
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +81,11 @@ class RayLearners:
         name = f"shepherd-learner/{record.id}" if client is None else f"shepherd-learner/{record.id}/{client}"
         learner = RayLearner(record.definition, values, total_steps, name, local, self.num_cpus, self.actor_options,
                              self.link)
-        learner.spawn()
+        try:
+            learner.spawn()
+        except LOST + (ray_errors.GetTimeoutError, NameTaken, RayDown) as error:  # the cluster, not the agent:
+            raise LearnerUnavailable(  # a 503 with Retry-After to a login that builds it (an advised client's)
+                f"agent {record.name}'s learner could not be started on the Ray cluster yet ({type(error).__name__}: "
+                f"{error}); retry in {LearnerUnavailable.retry_after} s") from error
         # a ServedLearner as the graph holds one, checked by mypy (see the class)
         return learner

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from shepherd.agents import AgentFailed, ServedLearner
+from shepherd.agents import AgentFailed, LearnerUnavailable, ServedLearner
 from shepherd.agents.core import Advised, StartsFrom
 from shepherd.definition import check_client_name
 from shepherd.graph.advised.advising import Advising
@@ -183,6 +183,8 @@ class AdvisedAgent(Advising, ServedAgent):
                               "restart the agent")
         try:
             return self.build_client(name)
+        except LearnerUnavailable:  # (a Ray cluster that cannot place its actor yet) a 503: the login is retried
+            raise
         except Exception as error:  # noqa: BLE001 - a damaged checkpoint or a learner that cannot be built
             self.failures[name] = f"cannot be started: {type(error).__name__}: {error}"
             logger.error("client %s/%s cannot be started: %s", self.record.name, name, error)
