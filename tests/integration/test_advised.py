@@ -15,7 +15,6 @@ import pytest
 import torch as th
 
 from shepherd.agents import AgentFailed
-from shepherd.agents.advice import Adoption
 from shepherd.graph import AdvisedAgent, AgentSpec, BadClient, GraphManager, Schedule
 from shepherd.graph.advised import TRIAL_EPISODES
 from shepherd.graph.local import drive, serving_here
@@ -294,7 +293,7 @@ async def test_a_trial_plays_the_advisors_greedy_policy_on_the_clients_system_an
         returns = store.returns(pupil.record.id, client="pupil")
         assert [(r.phase, r.value) for r in returns][-TRIAL_EPISODES:] == [("trial", value) for value in trial]
         adoption = pupil.learner.algorithm.advice.adopt
-        assert adoption == Adoption("teacher", 1) and pupil.learner.algorithm.adoptions == 0
+        assert adoption.advisor == "teacher" and pupil.learner.algorithm.adoptions == 0  # (its first request)
         assert adoption.weights is not None  # the very policy tried, frozen
 
         await drive(graph, keys["arms"], gym.make("CartPole-v1"), steps=10, seed=4, client_name="pupil")
@@ -323,7 +322,8 @@ async def test_a_trial_plays_the_policy_as_it_was_when_the_trial_began_and_adopt
         await teach(graph, keys, teacher, push=0)  # the teacher's policy now pushes the other way
         await drive(graph, keys["arms"], Recorded(pushes), episodes=2, seed=4, client_name="pupil")
         assert not pupil.trials and pushes and set(pushes) == {1}  # every step: the policy the trial began with
-        assert pupil.learner.algorithm.advice.adopt == Adoption("teacher", 1)  # ~9.5 a CartPole episode, clearly more than 0
+        adopt = pupil.learner.algorithm.advice.adopt  # ~9.5 a CartPole episode, clearly more than 0
+        assert adopt is not None and adopt.advisor == "teacher"
         await drive(graph, keys["arms"], gym.make("CartPole-v1"), steps=20, seed=5, client_name="pupil")
         pupil.checkpoint().result(30)
         assert pupil.learner.algorithm.adoptions == 1

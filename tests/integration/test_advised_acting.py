@@ -233,3 +233,39 @@ def test_a_new_client_acting_at_the_client_adopts_before_it_learns():
             np.testing.assert_array_equal(adopted[name].numpy(), array)
     finally:
         learner.close()
+
+
+def test_a_learner_restored_from_its_checkpoint_does_not_adopt_again_a_request_it_carried_out(tmp_path):
+    """Under --ray a replaced actor is restored from the checkpoint and its head sends the advice again, the last
+    adopt request with it (the head's `Advice` keeps it): the restored learner adopted it again, over the weights
+    learned since. The checkpoint keeps the number of the last request carried out."""
+    from shepherd.agents.advice import Adoption
+
+    own, advisor, source = advised_pair([[2], -1, 2])
+    request = Adoption("c2", 7, source.weights)
+    learner = build_advised_learner("PPO", "c1", OBS_SPACE, parse_space([[2], -1, 2]), {**SMALL, "n_envs": 2},
+                                    None)
+    learner.algorithm.advice.advisor, learner.algorithm.advice.adopt = own.advice.advisor, request
+    learner.start()
+    try:
+        learner.begin_uploads(1, 1).result(30)
+        assert learner.algorithm.adoptions == 1
+        path = tmp_path / "model.zip"
+        learner.checkpoint(path, {}).result(30)
+    finally:
+        learner.close()
+    restored = build_advised_learner("PPO", "c1", OBS_SPACE, parse_space([[2], -1, 2]), {**SMALL, "n_envs": 2}, None)
+    restored.algorithm.restore(path)
+    restored.algorithm.advice.advisor, restored.algorithm.advice.adopt = own.advice.advisor, request  # sent again
+    with th.no_grad():
+        for parameter in restored.algorithm.model.policy.parameters():
+            parameter.add_(1.0)  # as the weights it learned after the adoption
+    learned = {k: v.clone() for k, v in restored.algorithm.model.policy.state_dict().items()}
+    restored.start()
+    try:
+        restored.begin_uploads(1, 1).result(30)
+        assert restored.algorithm.adoptions == 1  # (the restored count), and no new adoption
+        now = restored.algorithm.model.policy.state_dict()
+        assert all(th.equal(now[k], learned[k]) for k in learned)
+    finally:
+        restored.close()

@@ -237,6 +237,20 @@ class AdvisedOnPolicyAdapter(OnPolicyAdapter):
                 policy.optimizer.step()
         policy.set_training_mode(False)
 
+    def _counters(self) -> dict[str, Any]:
+        """SB3's counters and the adoptions: the number of the last adopt request carried out goes into the
+        checkpoint, so that a learner restored from it (a Ray actor replaced) does not carry out again a request its
+        head sends it anew (the head's `Advice` keeps its last request), over the weights learned since."""
+        return {**super()._counters(), "adopted": self._adopted, "adoptions": self.adoptions,
+                "adopted_at": self.adopted_at}
+
+    def _restore_counters(self, counters: dict[str, Any]) -> None:
+        super()._restore_counters(counters)
+        self._adopted = int(counters.get("adopted", 0))
+        self.adoptions = int(counters.get("adoptions", 0))
+        at = counters.get("adopted_at")
+        self.adopted_at = None if at is None else int(at)
+
     def _adopt(self) -> bool:
         """Carry out the graph's request to adopt the advisor's policy (`Advice.adopt`): the own policy
         (actor and critic) becomes a copy of the one tried on the client's system (or, for a trial played

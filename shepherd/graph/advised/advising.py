@@ -5,6 +5,7 @@ adoption of a clear win (`Advising`, the part of `AdvisedAgent` that rates its c
 from __future__ import annotations
 
 import logging
+import time
 
 from shepherd.agents.advice import Adoption, Advice, Advisor
 from shepherd.agents.core import Advised
@@ -54,7 +55,9 @@ class Advising:
         #: per client, the other clients whose policy it tried on its own system: (the other's recent
         #: evaluation when tried, the trial's return)
         self.tried: dict[str, dict[str, tuple[float, float]]] = {}
-        self._adopt_requests = 0
+        # adopt requests are numbered on from the microseconds of the server's start: a number is never used by
+        # two runs, so that a learner's checkpoint may keep the last it carried out (`AdvisedOnPolicyAdapter`)
+        self._adopt_requests = time.time_ns() // 1000
         self._trying: set[tuple[str, str]] = set()  # (client, other client) trials queued or running
         #: per new client, its plug-in trials (of every rated client, `install`) until all have ended
         self.plugging: dict[str, dict[str, Trial]] = {}
