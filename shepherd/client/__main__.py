@@ -83,13 +83,27 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--pettingzoo logs in with an environment's key, which names no client (no --client)")
     if args.steps is not None and args.acting != "client":
         parser.error("--steps needs --acting client")
+    for name in ("episodes", "steps"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1")
+    try:
+        env_kwargs = json.loads(args.env_kwargs)
+    except ValueError as error:
+        parser.error(f"--env-kwargs is not JSON ({error})")
+    if not isinstance(env_kwargs, dict):
+        parser.error("--env-kwargs must be a JSON object of keyword arguments, as '{\"render_mode\": null}'")
     apikey = os.environ.get("SHEPHERD_API_KEY")
     if not apikey:
         parser.error("set SHEPHERD_API_KEY to the agent's API key")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s client %(message)s")
     if args.pettingzoo is not None:
-        return _pettingzoo(args, apikey)
-    env_kwargs = json.loads(args.env_kwargs)
+        return _pettingzoo(args, apikey, env_kwargs, parser)
+    try:  # made once here, so that a name or keywords gymnasium refuses are one line, not a traceback
+        import gymnasium
+
+        gymnasium.make(args.env, **env_kwargs).close()
+    except Exception as error:  # noqa: BLE001 - whatever the env's constructor raises
+        parser.error(f"--env {args.env} cannot be made: {type(error).__name__}: {error}")
     client: Client | VectorClient | ActingClient
     if args.acting == "client":
         try:
@@ -131,15 +145,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _pettingzoo(args: argparse.Namespace, apikey: str) -> int:
+def _pettingzoo(args: argparse.Namespace, apikey: str, env_kwargs: dict[str, Any],
+                parser: argparse.ArgumentParser) -> int:
     """``--pettingzoo MODULE:FACTORY``: its env's episodes through an environment with roles."""
     import importlib
 
     from shepherd.client.roles import RolesClient, run_aec, run_aec_envs, run_parallel, run_parallel_envs
 
     module, _, name = args.pettingzoo.partition(":")
-    factory = getattr(importlib.import_module(module), name)
-    envs = [factory(**json.loads(args.env_kwargs)) for _ in range(args.n_envs or 1)]
+    try:
+        factory = getattr(importlib.import_module(module), name)
+        envs = [factory(**env_kwargs) for _ in range(args.n_envs or 1)]
+    except Exception as error:  # noqa: BLE001 - an import, a missing name, whatever the factory raises
+        parser.error(f"--pettingzoo {args.pettingzoo} cannot be made: {type(error).__name__}: {error}")
     client = RolesClient(args.url, apikey, retry_seconds=args.retry_seconds)
     episodes = args.episodes if args.episodes is not None else 2 ** 62
     aec = hasattr(envs[0], "agent_iter")
