@@ -56,9 +56,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: the options of `python run.py` that its commands use too (the others serve a preset, and were ignored silently)
+COMMAND_OPTIONS = {"data", "experiment", "verbose", "parameter_bound"}
+
+
+def _given(parser: argparse.ArgumentParser, argv: list[str], used: set[str]) -> list[str]:
+    """The options among ``argv`` (as typed, ``--port`` or ``--port=1``) whose destination is not in ``used``."""
+    strings = {string: action.dest for action in parser._actions for string in action.option_strings}
+    return [token for token in argv if strings.get(token.split("=", 1)[0], "") not in used | {""}]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv_list = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv_list)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -71,8 +82,16 @@ def main(argv: list[str] | None = None) -> int:
                              "N ...); the options before it are the learning server's")
             if args.command != "check" and (args.overrides or args.seed is not None):
                 parser.error("-cp and --seed change a preset: use them with -p PRESET or `check PRESET`")
+            before = argv_list[:argv_list.index(args.command)] if args.command in argv_list else []
+            unused = _given(parser, before, COMMAND_OPTIONS | ({"overrides", "seed"} if args.command == "check"
+                                                               else set()))
+            if unused:
+                parser.error(f"{unused[0]} is for serving a preset; `{args.command}` does not use it: leave it out")
             return args.func(args)
         if args.list:
+            unused = _given(parser, argv_list, {"list", "verbose"})
+            if unused:
+                parser.error(f"-l lists the presets and exits: {unused[0]} does nothing with it, leave it out")
             return presets.list_presets_command()
         if not args.preset:
             parser.error("give a preset with -p PRESET, -l to list them, or a command")

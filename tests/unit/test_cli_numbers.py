@@ -44,3 +44,20 @@ def test_the_rate_limit_may_be_0_and_the_deploy_server_refuses_alike(capsys):
         with pytest.raises(SystemExit):
             deploy_parser().parse_args(argv)
     assert "must be" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["-p", "cartpole_ppo", "--clients", "4", "agents", "list"], "-p is for serving a preset; `agents` does not use it"),
+    (["--port", "9001", "--evaluate", "5", "algorithms"], "--port is for serving a preset; `algorithms` does not use it"),
+    (["-l", "-cp", "agents.x.parameters.seed=1"], "-l lists the presets and exits: -cp does nothing with it"),
+    (["-l", "-p", "nosuchpreset"], "-l lists the presets and exits: -p does nothing with it"),
+])
+def test_serving_options_beside_a_command_or_l_are_refused_not_ignored(argv, words, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2 and words in capsys.readouterr().err
+
+
+def test_the_options_commands_use_are_taken_before_them(tmp_path, capsys):
+    assert main(["-v", "-l"]) == 0
+    assert main(["--data", str(tmp_path), "-e", "run-1", "check", TINY, "-cp", "schedule.evaluation_episodes=2"]) == 0
