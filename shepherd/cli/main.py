@@ -41,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
                "on the data folder's store when no server runs, and through the server that holds it when one "
                "does.")
     parser.add_argument("-p", "--preset", help="preset to serve: a name from -l (presets/NAME.py or "
-                                               "presets/NAME.yaml), or a path to a .py, .yaml or .yml file")
+                                               "presets/NAME.yaml), a path to a .py, .yaml or .yml file, or RL "
+                                               "Zoo's hyperparameters: zoo:ALGO/ENV_ID or zoo:FILE.yml#ENV_ID")
     parser.add_argument("-l", "--list", action="store_true",
                         help="list the presets (Python and YAML, saying which) and exit")
     presets.add_preset_options(parser)

@@ -44,7 +44,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                     "algorithms, spaces, parameters, schedule, validation); 2 with every problem found, one a "
                     "line, each naming its key (agents[0].parameters.gamma) and where it came from (the file or "
                     "the -cp).")
-    parser.add_argument("preset", metavar="PRESET", help="a name from -l, or a path to a .py, .yaml or .yml file")
+    parser.add_argument("preset", metavar="PRESET", help="a name from -l, a path to a .py, .yaml or .yml file, or "
+                                                         "zoo:ALGO/ENV_ID or zoo:FILE.yml#ENV_ID")
     add_preset_options(parser, "check_")
     parser.add_argument("--data", dest="check_data", type=Path, default=None, metavar="DIR",
                         help="also check the skills a selector names that the preset does not declare against the "

@@ -154,8 +154,8 @@ class FrontEnds:
             try:
                 self.processes[slot] = await self._spawn()
                 self.restarts += 1
-            except FrontEndError as error:
-                logger.error("%s; trying again", error)
+            except (FrontEndError, OSError) as error:  # (an OSError: no process could be made, or it died at once;
+                logger.error("%s; trying again", error)  # uncaught, it ended this watcher: the slot for good)
                 await asyncio.sleep(BACKOFF_SECONDS)
                 self.processes[slot] = process  # waited already: the loop tries again at once
 

@@ -61,3 +61,12 @@ def test_serving_options_beside_a_command_or_l_are_refused_not_ignored(argv, wor
 def test_the_options_commands_use_are_taken_before_them(tmp_path, capsys):
     assert main(["-v", "-l"]) == 0
     assert main(["--data", str(tmp_path), "-e", "run-1", "check", TINY, "-cp", "schedule.evaluation_episodes=2"]) == 0
+
+
+def test_python_m_shepherd_deploy_is_the_deploy_command():
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "shepherd.deploy", "--help"], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0 and "--session-timeout SECONDS" in result.stdout
