@@ -33,6 +33,9 @@ tests/unit/test_boards.py. Needs ``pip install -e .[multiagent]`` (pettingzoo, p
         --set window=1000 --set against_latest=0.1   # a pool of every past snapshot; 8 copies per session in
                                                      # one vector session (2.7x the steps/s), rollouts unchanged
     python benchmarks/selfplay.py --game tictactoe --seeds 1 --shared   # no self_play: both roles learn
+    python benchmarks/selfplay.py --game connect4 --seeds 1 --steps 400000 --keep runs/c4   # keep the data folder,
+    python benchmarks/selfplay.py --game connect4 --seeds 1 --steps 800000 --resume runs/c4 # then learn on to 800k
+                                     # (the same --set options: the preset is written again from them)
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ import json
 import random
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -55,7 +59,7 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import Shepherd, connect  # noqa: E402
+from benchmarks.common import ROOT, Shepherd, connect  # noqa: E402
 from shepherd.client.roles import RolesClient, run_aec, run_aec_envs, run_parallel, run_parallel_envs  # noqa: E402
 
 BOARDS = "benchmarks.boards"
@@ -290,18 +294,24 @@ def play_board(args: argparse.Namespace, game: Game, seed: int, folder: Path) ->
     preset = folder / f"{args.game}_{seed}.yaml"
     preset.write_text(game_preset(game, seed, args.sessions, args.opponent_actions, args.shared, args.copies,
                                   args.algorithm, args.steps))
-    server = Shepherd(preset, folder / f"data_{seed}")
+    data = folder / f"data_{seed}"
+    if args.resume and not data.is_dir():
+        raise SystemExit(f"--resume {folder}: no {data.name} (seeds {args.first_seed}... were not kept there)")
+    made = new_keys(data, [line.split("name: ", 1)[1].split(",", 1)[0] for line in
+                           preset.read_text().splitlines() if line.startswith("  - {name: ")
+                           and "roles:" in line]) if args.resume else {}
+    server = Shepherd(preset, data)
     try:
-        keys = dict(re.findall(r"API key for environment (\S+) \(.*\): (\S+)", "".join(server.lines)))
+        keys = made or dict(re.findall(r"API key for environment (\S+) \(.*\): (\S+)", "".join(server.lines)))
         learning = ([keys["selfplay"]] if args.train_against is None else  # or the scripted player's, both sides
                     [keys[f"first_vs_{args.train_against}"], keys[f"second_vs_{args.train_against}"]])
         trainers = Trainers(server.url, learning, game.env, args.sessions, seed, args.copies)
         curve: list[tuple[int, float, dict[str, tuple[float, float]]]] = []
         latest: list[tuple[int, str, float, float]] = []  # (learned steps, newest snapshot, its mu, sigma)
         started, evaluating = time.perf_counter(), 0.0
-        phases = args.evaluations
+        phases, begun_at = args.evaluations, learned_steps(server.url, "learner")  # (0 unless resumed)
         for phase in range(1, phases + 1):
-            goal = args.steps * phase // phases
+            goal = begun_at + (args.steps - begun_at) * phase // phases
 
             def reached() -> bool:
                 steps = learned_steps(server.url, "learner")
@@ -328,6 +338,19 @@ def play_board(args: argparse.Namespace, game: Game, seed: int, folder: Path) ->
         server.stop()
     return {"curve": curve, "latest": latest, "ratings": table, "episodes": trainers.episodes,
             "learning_seconds": curve[-1][1], "evaluating_seconds": evaluating}
+
+
+def new_keys(data: Path, environments: list[str]) -> dict[str, str]:
+    """A new key for each environment of a kept data folder (``--resume``: the first run's were shown once)."""
+    keys = {}
+    for name in environments:
+        done = subprocess.run([sys.executable, str(ROOT / "run.py"), "keys", "add", "--data", str(data),
+                               f"bench/{name}"], capture_output=True, text=True, cwd=ROOT)
+        found = re.search(r"^(\S{20,})\s*\Z", done.stdout, re.M)  # the key: the last line (it may begin with -)
+        if done.returncode or not found:
+            raise SystemExit(f"run.py keys add bench/{name} --data {data}: {done.stdout}{done.stderr}")
+        keys[name] = found.group(1)
+    return keys
 
 
 def rank_correlation(pairs: list[tuple[float, float]]) -> float:
@@ -484,7 +507,14 @@ def main() -> None:
     parser.add_argument("--keep", default=None, metavar="FOLDER",
                         help="keep each seed's preset and server data folder (FOLDER/data_SEED: the agent's checkpoint "
                              "in agents/1/model.zip, for benchmarks/board_tactics.py) instead of a temporary folder")
+    parser.add_argument("--resume", default=None, metavar="FOLDER",
+                        help="go on with the seeds a --keep FOLDER run kept: each server resumes from its data folder "
+                             "(the agent's checkpoint, the snapshot pool and the ratings) with the preset's budget "
+                             "raised to --steps, and learns on to --steps; the evaluations are spread over the steps "
+                             "left; new environment keys are made (the first run's were shown once)")
     args = parser.parse_args()
+    if args.resume and args.keep:
+        parser.error("--resume FOLDER goes on in FOLDER: no --keep with it")
     if args.game in GAMES and args.algorithm == "DQN":
         GAMES[args.game] = replace(GAMES[args.game], parameters=copy.deepcopy(DQN))
     if args.game in GAMES and args.set:
@@ -495,7 +525,7 @@ def main() -> None:
         args.steps = GAMES[args.game].budget if args.game in GAMES else 50_000
     results: dict[int, dict[str, Any]] = {}
     with contextlib.ExitStack() as stack:
-        folder = args.keep or stack.enter_context(tempfile.TemporaryDirectory())
+        folder = args.resume or args.keep or stack.enter_context(tempfile.TemporaryDirectory())
         if args.keep and Path(args.keep).exists() and any(Path(args.keep).iterdir()):
             parser.error(f"--keep {args.keep}: not empty (each run learns from scratch in a folder of its own)")
         Path(folder).mkdir(parents=True, exist_ok=True)
