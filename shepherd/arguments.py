@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
+
+#: the largest seed: numpy's and SB3's seeds are unsigned 32-bit numbers
+MAX_SEED = 2**32 - 1
 
 
 def seconds(text: str) -> float:
@@ -39,6 +43,27 @@ def port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"must be from 0 to 65535 (0: a free one), not {value}")
     return value
+
+
+def seed(text: str) -> int:
+    """A seed, 0 to 2**32 - 1 (numpy's bounds). Another reached the learners and was reported as the preset's
+    fault ("agent 'x': PPO rejected its parameters")."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 0 to {MAX_SEED}, not {text!r}") from None
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be from 0 to {MAX_SEED} (2**32 - 1), not {value}")
+    return value
+
+
+def data_folder(text: str) -> Path:
+    """A data folder: one that exists, or a path where none is yet (the server makes it). A file there was
+    reported as the address's fault ("cannot serve on 127.0.0.1:8000: Not a directory")."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a file, not a folder")
+    return path
 
 
 def _number(text: str) -> float:

@@ -11,9 +11,9 @@ import argparse
 import asyncio
 import datetime
 import sys
-from pathlib import Path
 from typing import Any, Callable, Coroutine, Sequence
 
+from shepherd.arguments import data_folder
 from shepherd.cli.common import EXIT_USAGE, UsageError
 
 EXIT_UNAVAILABLE = 1
@@ -23,7 +23,7 @@ Work = Callable[[Any, argparse.Namespace], Coroutine[Any, Any, int]]
 
 def add_data_option(parser: argparse.ArgumentParser) -> None:
     # SUPPRESS: given after the command it wins, otherwise the top-level --data (default ./shepherd-data) holds
-    parser.add_argument("--data", type=Path, default=argparse.SUPPRESS,
+    parser.add_argument("--data", type=data_folder, default=argparse.SUPPRESS,
                         help="data folder (default ./shepherd-data); when a server holds it, the command is "
                              "sent to that server")
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from shepherd.arguments import data_folder, seed
 from shepherd.cli.common import EXIT_OK, EXIT_USAGE
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ def add_preset_options(parser: argparse.ArgumentParser, dest_prefix: str = "") -
     """``-cp KEY=VALUE`` (repeatable) and ``--seed N``, stored as ``{prefix}overrides`` and ``{prefix}seed``."""
     parser.add_argument("-cp", "--custom-parameter", dest=f"{dest_prefix}overrides", action="append", default=None,
                         metavar="KEY=VALUE", help=CP_HELP)
-    parser.add_argument("--seed", dest=f"{dest_prefix}seed", type=int, default=None, metavar="N", help=SEED_HELP)
+    parser.add_argument("--seed", dest=f"{dest_prefix}seed", type=seed, default=None, metavar="N", help=SEED_HELP)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -47,7 +48,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("preset", metavar="PRESET", help="a name from -l, a path to a .py, .yaml or .yml file, or "
                                                          "zoo:ALGO/ENV_ID or zoo:FILE.yml#ENV_ID")
     add_preset_options(parser, "check_")
-    parser.add_argument("--data", dest="check_data", type=Path, default=None, metavar="DIR",
+    parser.add_argument("--data", dest="check_data", type=data_folder, default=None, metavar="DIR",
                         help="also check the skills a selector names that the preset does not declare against the "
                              "agents of the preset's owner in this data folder (read only; a server may serve it). "
                              "Without it such skills are checked when the preset is served")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from shepherd.agents.bounds import DEFAULT_BOUNDS, ParameterBounds, parse_bounds
 from shepherd.cli import coach
-from shepherd.arguments import port, rate, seconds
+from shepherd.arguments import data_folder, port, rate, seconds
 from shepherd.cli.common import EXIT_NOT_REACHED, EXIT_OK, UsageError
 from shepherd.wire.steps import DEFAULT_MAX_REWARD, check_max_reward
 from shepherd.cli.progress import (PROGRESS_SECONDS, announce, local_client_names, preset_records, progress,
@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default %(default)s; 0.0.0.0 exposes the server)")
     parser.add_argument("--port", type=port, default=8000, help="port (default %(default)s; 0 picks a free one)")
-    parser.add_argument("--data", type=Path, default=Path("shepherd-data"),
+    parser.add_argument("--data", type=data_folder, default=Path("shepherd-data"),
                         help="data folder: store, models, returns (default ./%(default)s)")
     parser.add_argument("--new-key", action="store_true",
                         help="create and print another API key for the preset's agents")

@@ -11,6 +11,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, Callable
 
+from shepherd.arguments import seed
 from shepherd.client.connection import Client, ShepherdError, VectorClient
 from shepherd.client.loops import make_vector_env, run_env, run_vector_env
 
@@ -35,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--episodes", type=int, default=None, metavar="N",
                         help="stop after N episodes, counted over every env with --n-envs (the step that "
                              "reaches N may end more) (default: never)")
-    parser.add_argument("--seed", type=int, default=None,
+    parser.add_argument("--seed", type=seed, default=None,
                         help="seed of the env's first reset; with --n-envs, env i's is SEED + i")
     parser.add_argument("--mode", choices=("train", "evaluate"), default="train",
                         help="train: the agent learns; evaluate: greedy actions, never learned from")

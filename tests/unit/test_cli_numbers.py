@@ -25,6 +25,8 @@ TINY = str(TEST_PRESETS / "tiny_ppo.py")
     (["-s", "inf"], "argument -s/--checkpoint-save-secs/--checkpoint_save_secs: must be a positive number"),
     (["-s", "0"], "must be a positive number of seconds"),
     (["--port", "9000", "deploy", "x.onnx"], "the deploy server's options come after `deploy`"),
+    (["--seed", "-1"], "argument --seed: must be from 0 to 4294967295"),  # was blamed on the preset's PPO
+    (["--seed", "4294967296"], "argument --seed: must be from 0 to 4294967295"),
 ])
 def test_a_number_no_bound_holds_is_one_line_and_nothing_is_made(argv, words, tmp_path, capsys):
     data = tmp_path / "data"
@@ -70,3 +72,25 @@ def test_python_m_shepherd_deploy_is_the_deploy_command():
     result = subprocess.run([sys.executable, "-m", "shepherd.deploy", "--help"], capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0 and "--session-timeout SECONDS" in result.stdout
+
+
+def test_a_data_folder_that_is_a_file_is_named_not_blamed_on_the_address(tmp_path, capsys):
+    """``--data FILE`` was "cannot serve on 127.0.0.1:8000: Not a directory" (the lock file's error, taken for the
+    bind's); the admin commands and ``check`` take the same type."""
+    data = tmp_path / "data"
+    data.write_text("not a folder")
+    for argv in (["-p", TINY, "--data", str(data)], ["agents", "list", "--data", str(data)],
+                 ["check", TINY, "--data", str(data)]):
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        assert exited.value.code == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert f"argument --data: '{data}' is a file, not a folder" in line
+
+
+def test_the_client_refuses_a_seed_numpy_cannot_take(capsys):
+    from shepherd.client.__main__ import build_parser as client_parser
+
+    with pytest.raises(SystemExit):
+        client_parser().parse_args(["--seed", "-1"])
+    assert "argument --seed: must be from 0" in capsys.readouterr().err
