@@ -23,6 +23,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Collection, Protocol
 
+import numpy as np
 
 from shepherd.agents import ActionFuture, Kind, Request
 from shepherd.level.base import Calls, Level, Reply
@@ -157,6 +158,8 @@ class RolesLevel(Level):
         assert role.script is not None
         try:
             return _action_of(role.script, obs, mask)
+        except IllegalScriptedAction:  # its own fault on a step it took: a 500, logged (nothing was taken)
+            raise
         except Exception as error:  # noqa: BLE001 - the preset's function: whatever it raises refuses the step
             logger.warning("environment %s: role %s's scripted player %s raised on a step's observation",
                            self.environment, role.name, role.player, exc_info=True)
@@ -286,7 +289,7 @@ class RolesLevel(Level):
             return functools.partial(answered, self._played.pop(role.name), 0)
         if role.stand_in is not None:  # a scripted opponent of the self-play
             role.begun = True
-            return functools.partial(_scripted, role.stand_in, obs, mask)
+            return functools.partial(_scripted, role.stand_in, obs, mask, role.action_space)
         assert role.lifecycle is not None
         learner = role.host.learner
         if not role.begun:
@@ -364,18 +367,54 @@ def _one(learner: Any, request: Request) -> ActionFuture:
     return future
 
 
-def _action_of(script: Callable[..., Any], obs: Any, mask: Any) -> Any:
+class IllegalScriptedAction(RuntimeError):
+    """A scripted player's action outside its role's action space or its mask: the preset's function is at
+    fault, not the client (answered 500 and logged; the client's env would take the move or end the game on it)."""
+
+
+def _action_of(script: Callable[..., Any], obs: Any, mask: Any, space: Any = None) -> Any:
+    """``script``'s action (a plain value), checked against the mask the client sent (a discrete action must be
+    one it allows) and ``space`` (a self-play opponent's: the agent's action space).
+
+    Raises: IllegalScriptedAction; what the function raises."""
     action = script(obs, mask)
-    return action.tolist() if hasattr(action, "tolist") else action
+    action = action.tolist() if hasattr(action, "tolist") else action
+    problem = _illegal(action, mask, space)
+    if problem is not None:
+        name = getattr(script, "__qualname__", repr(script))
+        raise IllegalScriptedAction(f"scripted player {getattr(script, '__module__', '?')}:{name} returned "
+                                    f"{action!r}, {problem}")
+    return action
 
 
-def _scripted(script: Callable[..., Any], obs: Any, mask: Any) -> ActionFuture:
-    """A self-play's scripted opponent's action (its role's observation checked against the agent's space). What
-    it raises fails the step's reply, never the asks of the other roles (the step is taken whole)."""
+def _illegal(action: Any, mask: Any, space: Any) -> str | None:
+    """What is wrong with a scripted action (None: nothing): outside ``space``, or a discrete one ``mask`` forbids."""
+    if space is not None:
+        try:
+            inside = space.contains(action if isinstance(action, int) else np.asarray(action, dtype=space.dtype))
+        except (TypeError, ValueError):
+            inside = False
+        if not inside:
+            return f"not in its role's action space {space}"
+    if mask is None or isinstance(action, bool) or not isinstance(action, int):
+        return None
+    try:
+        allowed = np.asarray(mask, dtype=float).ravel()
+    except (TypeError, ValueError):  # no mask of numbers (a scripted role's is unchecked): nothing to go by
+        return None
+    if not 0 <= action < allowed.size:
+        return f"not one of the {allowed.size} actions of the mask it was handed"
+    return None if allowed[action] else "which the mask it was handed forbids"
+
+
+def _scripted(script: Callable[..., Any], obs: Any, mask: Any, space: Any) -> ActionFuture:
+    """A self-play's scripted opponent's action (its role's observation checked against the agent's space, its
+    action against the space and the mask). What it raises fails the step's reply, never the asks of the other
+    roles (the step is taken whole)."""
     future = ActionFuture()
     future.policy_version = 0
     try:
-        future.set_result(_action_of(script, obs, mask))
+        future.set_result(_action_of(script, obs, mask, space))
     except Exception as error:  # noqa: BLE001 - the preset's function: a bug of its own, answered 500 and logged
         future.set_exception(error)
     return future

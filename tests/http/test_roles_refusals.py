@@ -56,6 +56,28 @@ async def test_a_scripted_role_that_raises_refuses_the_step_before_anything_chan
     assert client.graph.runtime("raider").tracker.steps == 1  # a's transition from its first act to its second
 
 
+def forbidden(obs, mask):
+    """A scripted player that plays what its mask forbids, if it forbids anything (a bug of the preset's function)."""
+    return ([index for index, allowed in enumerate(mask) if not allowed] or [0])[0]
+
+
+async def test_a_scripted_roles_action_its_mask_forbids_is_a_500_and_nothing_is_taken(aiohttp_client, tmp_path):
+    """It went to the client as it was (a game's env ends on an illegal move): the preset's function is at fault,
+    so a 500 (logged), not a 400 blaming the step; nothing was taken (the same seq is a new step)."""
+    graph = GraphManager(owner="tests", agents=[AgentSpec("raider", "PPO", OBS, 2, TINY)],
+                         schedule=Schedule(steps_between_evaluation_periods=10 ** 6, evaluation_episodes=1),
+                         environments=(EnvironmentSpec("versus", {"a": "raider",
+                                                                  "s": "tests.http.test_roles_refusals:forbidden"},
+                                                       "alternate"),))
+    app = create_app(ServerConfig(graph, tmp_path / "data"))
+    client = await aiohttp_client(app)
+    key = (await post(client, {"apikey": app[CREATED_KEYS]["environment versus"]}))["session_key"]
+    await post(client, {"session_key": key, "seq": 0, "obs": {"a": A}})
+    await post(client, {"session_key": key, "seq": 1, "obs": {"s": B}, "action_mask": {"s": [1, 0, 1]}}, 500)
+    reply = await post(client, {"session_key": key, "seq": 1, "obs": {"s": B}, "action_mask": {"s": [1, 1, 1]}})
+    assert reply["actions"] == {"s": 0}
+
+
 async def test_in_a_vector_session_one_copys_raising_script_refuses_every_copys_step(aiohttp_client, tmp_path):
     client = await server(aiohttp_client, tmp_path)
     key = await login(client, n_envs=2)

@@ -493,3 +493,40 @@ async def test_ratings_rated_while_the_other_teams_agent_learns_are_checkpointed
         graph.end_sessions()
         await asyncio.to_thread(graph.close)
         store.close()
+
+
+def plays_column_nine(obs, mask):
+    return 9
+
+
+async def test_a_scripted_opponents_action_outside_the_space_fails_the_reply_not_the_clients_env(tmp_path):
+    """The self-play's scripted opponent's action is checked against the agent's action space (it went to the
+    client as it was: PettingZoo's Connect Four ends the game on an illegal move, and the ratings took that for a
+    game played). Masks: tests/http/test_roles_refusals.py."""
+    from shepherd.level.roles import IllegalScriptedAction
+
+    scripted = "tests.integration.test_roles_selfplay:plays_column_nine"
+    play = SelfPlay(snapshot_every=10 ** 6, window=1, against_latest=0.0, swap_every=10 ** 6, opponents=(scripted,))
+    graph, store, keys = duel(tmp_path, TINY, play)
+    try:
+        session = graph.login(keys["environment duel"])
+        seqs = iter(range(10 ** 6))
+
+        async def send(body):
+            step = session.parse_step({**body, "seq": next(seqs)})
+            acted = await graph.step(session, step)
+            return session.level.reply_body(acted.action)
+
+        for _ in range(40):
+            if (await send({"obs": {"p0": A}}))["opponents"] == {"p1": scripted}:
+                break
+            await send({"obs": {"p1": A}})
+            await send({"obs": {"p0": A, "p1": A}, "terminated": {"p0": True, "p1": True}})
+        else:
+            raise AssertionError("the scripted opponent was never drawn")
+        with pytest.raises(IllegalScriptedAction, match="plays_column_nine returned 9, not in its role's action"):
+            await send({"obs": {"p1": A}})
+    finally:
+        graph.end_sessions()
+        graph.close()
+        store.close()
