@@ -183,6 +183,8 @@ class HierarchyLevel(OptionsLevel):
     def _step(self, step: StepInput) -> ActionFuture | None:
         """The step as the `Request`s of the selector (its option's discounted reward) and of the skill acting."""
         host, actor, lifecycle, obs = self.host, self.actor_id, self.lifecycle, step.obs
+        if lifecycle.episodes[0] is not None and self.option is None:  # the selector's learner refused its choice
+            lifecycle.end(0, completed=False)  # (400: an observation its networks cannot take): begun again here
         if lifecycle.episodes[0] is None:
             self._fields = {"option": None}
             if step.done:  # an episode that ended on its reset observation: nothing to learn or answer
@@ -192,7 +194,7 @@ class HierarchyLevel(OptionsLevel):
             return self._choose(functools.partial(host.learner.ask, Request(Kind.BEGIN, actor, obs, mode=MODES[phase])),
                                 obs, step.mask)
         option = self.option
-        assert option is not None, "a step of an episode whose first option was never chosen"
+        assert option is not None
         skill = self.skills[option.skill]
         skill_ended = not step.done and self._skill_ends(skill, obs)  # before anything changes
         episode = lifecycle.count(0, step.reward)

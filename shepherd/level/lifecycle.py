@@ -87,7 +87,11 @@ class Lifecycle:
 
     def begin(self, index: int, phase: Phase | None = None) -> Episode:
         """Env ``index``'s new episode, in ``phase`` or else the schedule's next (a trial's, when one is queued and
-        this shape plays them), set up with the config announced for it."""
+        this shape plays them), set up with the config announced for it. An episode still there is ended first,
+        abandoned (one whose step a learner refused after the level began it: a selector's first choice), so that
+        no episode is ever dropped unended (an evaluation episode would hold its period open for good)."""
+        if self.episodes[index] is not None:
+            self.end(index, completed=False)
         trial = None
         if phase is None:
             if self.evaluate_only:
