@@ -281,9 +281,9 @@ class Policy:
             PolicyError: an observation or mask does not fit; the message names its index.
         """
         if isinstance(observations, np.ndarray) and not isinstance(self._observation_space, spaces.Dict):
-            plain = observations.tolist()
-        elif isinstance(observations, (list, tuple)):  # JSON lists as they are (the common case), arrays listed
-            plain = [value.tolist() if isinstance(value, np.ndarray) else value for value in observations]
+            plain = observations if observations.ndim else observations.tolist()
+        elif isinstance(observations, (list, tuple)):  # JSON lists and arrays as they are (arrays checked as arrays)
+            plain = list(observations)
         else:
             raise PolicyError("act_batch takes a list of observations (one per row); use act for one")
         try:
@@ -320,6 +320,11 @@ class Policy:
         return self._session.run([ACTION_OUTPUT], feeds)[0]
 
     def _check(self, observation: Any, where: str) -> Observation:
+        if isinstance(observation, np.ndarray) and observation.ndim:  # an image stays an array: checked as one
+            try:
+                return check_observation(self._observation_space, observation, where)
+            except SpaceError:
+                pass  # checked again as plain values (the error then names what is wrong as for JSON)
         try:
             return check_observation(self._observation_space, _plain(observation), where)
         except SpaceError as error:

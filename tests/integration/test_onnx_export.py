@@ -386,5 +386,10 @@ def test_the_deploy_servers_policy_reads_an_image_agents_file_and_acts_as_sb3_pr
     sb3 = images if len(obs_spec) == 3 else np.moveaxis(images, -1, -3)
     expected = adapter.model.predict(sb3, deterministic=True)[0]
     assert policy.act_batch([image.tolist() for image in images]) == np.asarray(expected).tolist()
+    # arrays (the deploy server's binary bodies) checked as arrays, not listed and checked again on the event loop
+    assert policy.act_batch(images) == policy.act_batch(list(images)) == np.asarray(expected).tolist()
+    assert policy.act(images[3]) == int(np.asarray(expected).reshape(-1)[3])
     with pytest.raises(ValueError, match=r"is 256, outside 0-255"):
         policy.act(np.full(images.shape[1:], 256).tolist())
+    with pytest.raises(ValueError, match=r"observations\[1\]"):
+        policy.act_batch([images[0], np.full(images.shape[1:], 256)])
