@@ -41,10 +41,12 @@
 //   SHEPHERD_API_KEY=... node examples/cartpole_client.js [episodes] --acting client --envs 8
 //
 // With --pixels the client observes its CartPoles as frames: each observation is a picture of the cart and
-// the pole (H x W x C, channels last, 0 or 255, as the agent's observation space [[H, W, C], 0, 255] says),
-// sent as a binary UINT8 tensor after the step's JSON (docs/protocol.md, "Binary tensors": the header
-// Inference-Header-Content-Length says where the JSON ends; a vector step's N frames are one [N, H, W, C]
-// tensor, each final_obs its own); --pixels fp32 sends them as FP32 tensors. Steps only (not --acting client).
+// the pole, 0 or 255, of the shape the agent's observation space says: an image ["Image", [H, W, C]] (channels
+// last; a CNN learns from it) or ["Image", [H, W, C], "channels_first"] (sent [C][H][W]), or a box
+// [[H, W, C], 0, 255] (numbers, which an MLP learns from). A frame is a binary UINT8 tensor after the step's JSON
+// (docs/protocol.md, "Binary tensors": the header Inference-Header-Content-Length says where the JSON ends; a
+// vector step's N frames are one [N, ...] tensor, each final_obs its own); --pixels fp32 sends FP32 tensors, for
+// a box agent only (an image's pixels are integers). Steps only (not --acting client).
 //
 //   SHEPHERD_API_KEY=... node examples/cartpole_client.js [episodes] --pixels [uint8|fp32] [--envs 8]
 "use strict";
@@ -249,22 +251,28 @@ async function vectorMain(n) {
 // vector session) or the batch of every env's, as the body carries it.
 function observer(space) {
   if (pixels === null) return (envs) => [...envs[0].state];
-  const shape = Array.isArray(space) && space.length === 3 ? [].concat(space[0]) : [];
-  if (shape.length !== 3) {
-    throw new Error(`--pixels draws frames [H, W, C]: the agent's observations are ${JSON.stringify(space)}; ` +
-                    "give it an observation space [[H, W, C], 0, 255]");
+  const image = Array.isArray(space) && space[0] === "Image";
+  const first = image && space[2] === "channels_first";
+  const given = image ? [].concat(space[1]) : Array.isArray(space) && space.length === 3 ? [].concat(space[0]) : [];
+  if (given.length !== 3) {
+    throw new Error(`--pixels draws frames: the agent's observations are ${JSON.stringify(space)}; give it an ` +
+                    'image observation space ["Image", [H, W, C]] (or a box [[H, W, C], 0, 255])');
   }
-  const [h, w, c] = shape, size = h * w * c;
+  if (image && pixels === "fp32") {
+    throw new Error("an image agent takes integer pixels: --pixels uint8 (fp32 is for a box [[H, W, C], 0, 255])");
+  }
+  const [h, w, c] = given, size = h * w * c, shape = first ? [c, h, w] : [h, w, c];  // (an image's spec: H, W, C)
   return (envs, batch = nEnvs !== null) => {
     const data = pixels === "fp32" ? new Float32Array(size * envs.length) : new Uint8Array(size * envs.length);
-    envs.forEach((env, i) => draw(env, data.subarray(i * size, (i + 1) * size), h, w, c));
-    return tensor(data, batch ? [envs.length, h, w, c] : [h, w, c]);
+    envs.forEach((env, i) => draw(env, data.subarray(i * size, (i + 1) * size), h, w, c, first));
+    return tensor(data, batch ? [envs.length, ...shape] : shape);
   };
 }
 
 // The CartPole as a picture: the rail's middle row, the cart (a box on it) and the pole (a line from the cart's
-// top at its angle), 255 on 0, in every channel; the view spans the rail's 2 x 2.4 m.
-function draw(env, into, h, w, c) {
+// top at its angle), 255 on 0, in every channel; the view spans the rail's 2 x 2.4 m. Laid out [H][W][C], or
+// [C][H][W] (``first``: channels first).
+function draw(env, into, h, w, c, first = false) {
   const [x, , theta] = env.state;
   const scale = w / (2 * env.x_threshold * 1.2), rail = Math.floor(h * 0.75);
   const cartX = w / 2 + x * scale, cartW = Math.max(2, w / 10), cartH = Math.max(1, h / 12);
@@ -278,7 +286,7 @@ function draw(env, into, h, w, c) {
       const t = Math.max(0, Math.min(1, ((col + 0.5 - ax) * dx + (row + 0.5 - ay) * dy) / (dx * dx + dy * dy)));
       const onPole = Math.hypot(col + 0.5 - ax - t * dx, row + 0.5 - ay - t * dy) <= 0.75;
       const value = inCart || onPole || row === rail ? 255 : 0;
-      for (let k = 0; k < c; k++) into[(row * w + col) * c + k] = value;
+      for (let k = 0; k < c; k++) into[first ? (k * h + row) * w + col : (row * w + col) * c + k] = value;
     }
   }
 }

@@ -154,3 +154,21 @@ def test_the_javascript_client_sends_pixels_as_binary_tensors(server_factory):
     without = subprocess.run([node, script, "1", "--envs", "2"], env=env, capture_output=True, text=True, timeout=60)
     assert without.returncode == 1 and "expected [40, 60, 1]" in without.stderr  # CartPole's 4 numbers do not fit
     assert server.stop() == 0
+
+
+def test_the_javascript_client_draws_frames_for_an_image_agent_channels_first(server_factory):
+    """An image agent (a CNN's, ``["Image", [40, 60, 3], "channels_first"]``) takes the example's frames laid out
+    channels first, as UINT8 tensors (it took only a box's [[H, W, C], 0, 255], which an MLP learns from);
+    ``--pixels fp32`` is refused before anything is sent (an image's pixels are integers)."""
+    node = shutil.which("node")
+    assert node, "Node.js is needed for the JavaScript example (.ci/run installs it)"
+    server = server_factory(str(TEST_PRESETS / "tiny_pixels_image.py"))
+    env = {**os.environ, "SHEPHERD_URL": server.url, "SHEPHERD_API_KEY": server.api_key}
+    script = str(ROOT / "examples" / "cartpole_client.js")
+    for args in (["2", "--pixels"], ["2", "--pixels", "--envs", "2"]):
+        result = subprocess.run([node, script, *args], env=env, capture_output=True, text=True, timeout=180)
+        assert result.returncode == 0, (args, result.stderr)
+    assert len(returns_recorded(server.data)) >= 2 + 2
+    fp32 = subprocess.run([node, script, "1", "--pixels", "fp32"], env=env, capture_output=True, text=True, timeout=60)
+    assert fp32.returncode == 1 and "an image agent takes integer pixels" in fp32.stderr
+    assert server.stop() == 0
