@@ -11,7 +11,9 @@ What it takes, as the policy sees it:
 - a Box of 2 or 3 dimensions that is not an image: ``(rows, columns)`` (one plane) or ``(rows, columns,
   planes)``, channels last, as PettingZoo's boards and Shepherd's images on the wire come (``(6, 7, 2)``);
 - an image (``["Image", [H, W, C]]``): Shepherd hands the policy images channels first and scaled to [0, 1],
-  as SB3's CnnPolicy takes them, and `GridCNN` convolves them so (images of any size, 1 x 1 up).
+  as SB3's CnnPolicy takes them, and `GridCNN` convolves them so (images of any size whose channels are no more
+  than their rows or columns: SB3 takes an image's smallest dimension for its channels, and Shepherd refuses
+  the others when the agent is checked).
 
 Its weights grow with the grid (the linear layer has ``filters x rows x columns x features_dim``), so it suits
 boards and small images; `shepherd.agents.sizes` refuses one that would not fit the machine. A policy with it
