@@ -306,7 +306,8 @@ function onnxruntime() {
 // the server answers 304 (held's version is current and its phase is the session's). After a stale upload the
 // client asks without a version, for the current file whatever it holds.
 async function fetchPolicy(ort, session_key, held) {
-  const body = held === null ? { session_key } : { session_key, policy_version: held.version };
+  const body = held === null ? { session_key }  // the version and phase held: a lost reply's file never came
+    : { session_key, policy_version: held.version, ...(held.phase ? { phase: held.phase } : {}) };
   const response = await retried("the policy fetch", () => send("/shepherd/policy/", body));
   if (response.status === 304) return held;
   const buffer = Buffer.from(await response.arrayBuffer());

@@ -157,8 +157,10 @@ class ActingClient(_Connection):
         """Fetch the policy file the session acts with now, naming the version held (a 304 keeps it);
         whether a new file came. Retried as steps are."""
         payload: dict[str, Any] = {"session_key": self.session_key}
-        if self.held is not None:
-            payload["policy_version"] = self.held[0]
+        if self.held is not None:  # the version and phase of the file held: 304 when it is still the one
+            payload["policy_version"] = self.held[0]  # (the phase: a reply lost on the way never brought its file)
+            if self.held[1]:
+                payload["phase"] = self.held[1]
         response, raw = self._retried(lambda: self.post_raw("/shepherd/policy/", payload))
         if response.status == 304:
             return False

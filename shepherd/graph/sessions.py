@@ -229,13 +229,14 @@ class Session:
             raise Gone(self.gone)
         return action
 
-    async def policy(self, held: int | None, timeout: float) -> tuple[int, bytes | None]:
+    async def policy(self, held: int | None, timeout: float, held_phase: Any = None) -> tuple[int, bytes | None]:
         """The behaviour policy file a client-acting session acts with now (its block's phase), and its
-        version; None for the file when ``held`` is still the one to act with (`Level.policy_file`).
+        version; None for the file when ``held`` (in ``held_phase``) is still the one to act with
+        (`Level.policy_file`).
         Raises WrongShape (a session acting at the server), NotActableAtClient, or ActTimeout when the learner
         does not build it in time."""
         try:
-            return await self.level.policy_file(held, timeout)
+            return await self.level.policy_file(held, timeout, held_phase)
         except TimeoutError:
             raise ActTimeout("the agent did not build its policy file in time; ask again") from None
 

@@ -17,6 +17,7 @@ from shepherd.front.frames import NOT_HERE, SnapshotNote
 from shepherd.graph import Acted, Gone, Session
 from shepherd.http.protocol import STEP_FIELDS, parse_login, parse_object, session_key
 from shepherd.http.state import CONFIG, GRAPH, LOGIN_THROTTLE, POLICY_IN_REPLY, RATE_LIMITER
+from shepherd.level.episodes import Phase
 from shepherd.wire.spaces import action_to_json, space_to_json
 from shepherd.storage import hash_key
 from shepherd.wire import BadRequest, parse_greedy_step
@@ -160,7 +161,8 @@ async def experience_reply(app: web.Application, body: bytes, address: str, json
         # the next block acts with another file than the one the upload was drawn with (another version or
         # phase): it comes in the reply (issue 47, docs/acting.md), so a rollout costs one round trip; a retry's
         # reply carries it again
-        version, onnx = await session.policy(experience.policy_version, graph.act_timeout)
+        version, onnx = await session.policy(experience.policy_version, graph.act_timeout,
+                                             getattr(session.level, "upload_phase", None))
         if onnx is not None:
             return _with_tensors({**plan, "policy_version": version}, "policy", onnx)
     return _json(plan)
@@ -179,14 +181,15 @@ async def policy_reply(app: web.Application, body: bytes, address: str, json_len
                        ) -> web.Response:
     """The behaviour policy a client-acting session acts with now (``POST /shepherd/policy/``): an ONNX file,
     or 304 when the client names the version it holds and that file is still the one to act with."""
-    data = plain(parse_object(body, {"session_key", "policy_version"}, json_length))
+    data = plain(parse_object(body, {"session_key", "policy_version", "phase"}, json_length))
     graph = app[GRAPH]
     session = graph.session(session_key(data))
     held = data.get("policy_version")
     if held is not None and (isinstance(held, bool) or not isinstance(held, int)):
         raise BadRequest("'policy_version' must be the whole number of the version the client holds")
+    held_phase = _phase(data.get("phase"))
     try:
-        version, onnx = await session.policy(held, graph.act_timeout)
+        version, onnx = await session.policy(held, graph.act_timeout, held_phase)
     except AgentClosed:  # its learner stopped while it waited: for the agent's deletion, the session is gone
         if session.gone is None:
             raise
@@ -196,6 +199,19 @@ async def policy_reply(app: web.Application, body: bytes, address: str, json_len
     _count_request(app, session, session.level.upload_steps())  # a 304 (the cheap check of the file held) costs nothing
     return web.Response(body=onnx, content_type="application/octet-stream",
                         headers={POLICY_VERSION_HEADER: str(version)})
+
+
+def _phase(text: Any) -> Phase | None:
+    """The phase of the policy file a client holds (a fetch's ``"phase"``: the file's metadata's), or None.
+
+    Raises: BadRequest naming the phases."""
+    if text is None:
+        return None
+    try:
+        return Phase(text)
+    except (ValueError, TypeError):  # (a list or an object: unhashable)
+        names = ", ".join(repr(phase.value) for phase in Phase)
+        raise BadRequest(f"'phase' must be the phase of the file held, one of {names}, not {text!r}") from None
 
 
 class NotHere(RuntimeError):

@@ -161,9 +161,10 @@ class Level:
         lessons), or a client-acting session's first block (which the learner may first have to plan)."""
         return _done(self.login_fields())
 
-    async def policy_file(self, held: int | None, timeout: float) -> tuple[int, bytes | None]:
+    async def policy_file(self, held: int | None, timeout: float, held_phase: Any = None) -> tuple[int, bytes | None]:
         """The behaviour policy file a client acts with now, and its version; None for the file when ``held``
-        names that version still (HTTP 304). Refused by a level whose policy acts at the server."""
+        names that version still, in ``held_phase`` (HTTP 304). Refused by a level whose policy acts at the
+        server."""
         raise self.acts_at_server("fetch the policy")
 
     def mask_space(self, runtime_space: Any, runtime_takes_masks: bool) -> Any:

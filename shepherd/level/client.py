@@ -60,6 +60,7 @@ class ClientActingLevel(Level):
         self.lifecycle = Lifecycle(host, n_envs, evaluate_only, Announce.PER_BLOCK)
         self.phase = Phase.DEPLOY
         self.served_phase: Phase | None = None  # the phase of the last policy file sent (a 304 needs the same)
+        self.upload_phase: Phase | None = None  # the phase of the block the last upload was drawn in
         self.policy_version = 0
         self.steps = GREEDY_STEPS
         self.closed = False
@@ -90,10 +91,13 @@ class ClientActingLevel(Level):
     def parse_upload(self, data: dict[str, Any], checks: ExperienceSpaces) -> Experience:
         return parse_experience(data, checks, self._n_envs, self.steps)
 
-    async def policy_file(self, held: int | None, timeout: float) -> tuple[int, bytes | None]:
+    async def policy_file(self, held: int | None, timeout: float, held_phase: Phase | None = None
+                          ) -> tuple[int, bytes | None]:
         """The file of the block's phase (built once per version and phase by the agent); None for the file
-        when ``held`` is still the version to act with, in the phase of the file last sent."""
-        if held is not None and held == self.policy_version and self.served_phase is self.phase:
+        when ``held`` is still the version to act with, in ``held_phase``, the phase of the file the client
+        holds (not given: of the file last sent, which a reply lost on the way never brought)."""
+        phase_held = self.served_phase if held_phase is None else held_phase
+        if held is not None and held == self.policy_version and phase_held is self.phase:
             return held, None
         phase = self.phase
         version, onnx = await self.host.behaviour(phase, timeout)
@@ -142,6 +146,7 @@ class ClientActingLevel(Level):
     # -- uploads -------------------------------------------------------------------------------------
     def take_upload(self, step: Experience) -> Reply[Any]:
         self._last_upload = step
+        self.upload_phase = self.phase  # (a retry of this upload is answered as it was: the same phase)
         return asyncio.ensure_future(self._upload(step))
 
     async def _upload(self, experience: Experience) -> dict[str, Any]:
