@@ -89,7 +89,11 @@ class ClientActingLevel(Level):
         return self.steps * self._n_envs  # T x N
 
     def parse_upload(self, data: dict[str, Any], checks: ExperienceSpaces) -> Experience:
-        return parse_experience(data, checks, self._n_envs, self.steps)
+        """An upload of the block the last reply planned (T = ``steps``), or a retry of the last upload (its
+        reply lost, or a 503: the same ``seq``), of that upload's T (the plan since may ask for another)."""
+        last = self._last_upload
+        retried = last is not None and last.seq is not None and data.get("seq") == last.seq
+        return parse_experience(data, checks, self._n_envs, last.steps if last is not None and retried else self.steps)
 
     async def policy_file(self, held: int | None, timeout: float, held_phase: Phase | None = None
                           ) -> tuple[int, bytes | None]:
