@@ -10,6 +10,7 @@ import logging
 import os
 import sys
 from typing import TYPE_CHECKING, Any, Callable
+from urllib.parse import urlsplit
 
 from shepherd.arguments import seed
 from shepherd.client.connection import Client, ShepherdError, VectorClient
@@ -19,6 +20,18 @@ if TYPE_CHECKING:
     from shepherd.client.acting import ActingClient
 
 logger = logging.getLogger(__name__)
+
+
+def server_url(text: str) -> str:
+    """An http or https URL with a valid port (a bad one was a traceback from the client's constructor)."""
+    try:
+        parts = urlsplit(text if "://" in text else f"http://{text}")
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{text!r} is no URL the client can reach: {error}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"{text!r} must be an http:// or https:// URL with a host")
+    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="A server that cannot be reached at the start (nothing listens at the URL) ends the client at "
                "once; one that goes away later is retried for 60 s. Either way the client then exits 1 with "
                "one line on stderr, as it does when the server refuses it.")
-    parser.add_argument("--url", default="http://127.0.0.1:8000", help="server URL (default %(default)s)")
+    parser.add_argument("--url", type=server_url, default="http://127.0.0.1:8000",
+                        help="server URL (default %(default)s)")
     parser.add_argument("--env", default="CartPole-v1", help="gymnasium env id (default %(default)s)")
     parser.add_argument("--episodes", type=int, default=None, metavar="N",
                         help="stop after N episodes, counted over every env with --n-envs (the step that "

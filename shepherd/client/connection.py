@@ -244,7 +244,7 @@ class Client(_Connection):
             ShepherdError: the server refused the step (401: the session is gone; log in again).
         """
         payload = {"session_key": self.session_key, "obs": self._observations(obs), "reward": float(reward),
-                   "done": bool(done), "info": info or {}}
+                   "done": bool(done), "info": to_json(info or {})}
         if truncated:
             payload["truncated"] = True
         if action_mask is not None:

@@ -213,7 +213,11 @@ class Session:
         Raises: ActTimeout, Unauthorized or Gone (as `step`), and what the learner refuses the session with
         (`NotClientActing`, AgentFailed).
         """
-        return await self._wait(self.level.opening(), timeout, None)
+        try:
+            return await self._wait(self.level.opening(), timeout, None)
+        except ActTimeout:  # (the step's wording speaks of actions and seq)
+            raise ActTimeout(f"the agent did not plan this session's first block within {timeout:g} s (its "
+                             "learner is finishing a rollout other sessions fill); log in again") from None
 
     async def _wait(self, future: Reply[Any], timeout: float, seq: int | None) -> Any:
         """`_wait`, but a session ended by its agent's deletion while it waited raises `Gone`: also when its

@@ -153,6 +153,10 @@ def parse_step(data: dict[str, Any], observation_space: spaces.Space, mask_space
     if not isinstance(info, dict):
         raise BadRequest("'info' must be an object")
     done, terminated, truncated = _flag(data, "done"), _flag(data, "terminated"), _flag(data, "truncated")
+    if done is False and (terminated or truncated):  # the episode went on silently: `done` won
+        flag = "terminated" if terminated else "truncated"
+        raise BadRequest(f"'done' is false but '{flag}' is true: send 'done' true for an episode that ended, or "
+                         "leave 'done' out ('terminated' and 'truncated' say it)")
     if info.get("TimeLimit.truncated") is True:
         truncated = True
     seq = sequence_number(data)

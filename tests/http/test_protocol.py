@@ -110,6 +110,9 @@ async def test_bad_logins(app_client, body, status, words):
     ({"reward": "high"}, 400, "'reward' must be a finite number"),
     ({"reward": 1e999}, 400, "not valid JSON"),
     ({"done": "yes"}, 400, "'done' must be true or false"),
+    # the episode went on silently (``done`` won): contradicting flags are refused
+    ({"terminated": True}, 400, "'done' is false but 'terminated' is true"),
+    ({"truncated": True}, 400, "'done' is false but 'truncated' is true"),
     ({"info": [1]}, 400, "'info' must be an object"),
     ({"action": 1}, 400, "unknown field(s) ['action']"),
     ({"session_key": "nope"}, 401, "unknown or expired session_key"),

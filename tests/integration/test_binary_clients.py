@@ -102,6 +102,18 @@ def test_small_observations_go_as_json_unless_asked(serve, decoded):
         client.close()
 
 
+def test_a_clients_info_may_hold_numpy_values_as_a_vector_clients_may(serve):
+    """`Client.step` sent ``info`` as it was: numpy values in it (a gymnasium env's info often holds them) were a
+    TypeError traceback from the JSON encoder; `VectorClient` converted them."""
+    url, key = serve([[4], "-inf", "inf"])
+    client = Client(url, key, timeout=30)
+    client.login()
+    obs = np.zeros(4, dtype=np.float32)
+    assert client.step(obs, 0.0, False, info={"x": np.float32(0.5), "pos": np.arange(2)}) in (0, 1)
+    client.logout()
+    client.close()
+
+
 @pytest.mark.parametrize("binary", [None, True])
 def test_an_acting_client_uploads_its_columns_as_tensors_and_gets_its_policy_in_the_reply(serve, decoded, binary):
     url, key = serve([[4], "-inf", "inf"])

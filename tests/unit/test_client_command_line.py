@@ -17,6 +17,8 @@ from shepherd.client.__main__ import main
     (["--pettingzoo", "nosuchmodule:env"], "--pettingzoo nosuchmodule:env cannot be made: ModuleNotFoundError"),
     (["--episodes", "-3"], "--episodes must be at least 1"),
     (["--steps", "0", "--acting", "client"], "--steps must be at least 1"),
+    (["--url", "ftp://127.0.0.1"], "argument --url: 'ftp://127.0.0.1' must be an http:// or https:// URL"),
+    (["--url", "http://127.0.0.1:99999"], "Port out of range"),
 ])
 def test_what_the_client_cannot_run_is_one_line_before_any_server(argv, words, monkeypatch, capsys):
     monkeypatch.setenv("SHEPHERD_API_KEY", "x")
