@@ -182,11 +182,17 @@ def _answered_by(call: Callable[[Algorithm, Any], Any]) -> Callable[[Algorithm, 
     return run
 
 
+def _none(rows: list[Any]) -> list[int]:
+    return []
+
+
 #: the controls that settle a future on the learner's thread, by name; each returns the seconds it wrote a file
 CONTROLS: dict[str, Callable[[Algorithm, Control, str, LearnerStats], float]] = {
     "checkpoint": _checkpoint,
     "set": _answered_by(lambda algorithm, values: algorithm.set_live_parameters(values)),  # type: ignore[attr-defined]
     "behaviour": _answered_by(lambda algorithm, args: algorithm.behaviour_file(*args)),  # type: ignore[attr-defined]
+    # the observations its networks cannot take (an off-policy agent's; others take any): `Learner.unbounded`
+    "unbounded": _answered_by(lambda algorithm, rows: getattr(algorithm, "unbounded_observations", _none)(rows)),
 }
 
 

@@ -210,6 +210,15 @@ class ThreadedLearner(EpisodeCalls):
                 self._queue.put(Control("behaviour", future, (phase, agent, algorithm)))
         return future
 
+    def unbounded(self, observations: list[Any]) -> Future:
+        """A future of the indexes of ``observations`` (as clients send them) the algorithm's networks cannot
+        take (an off-policy agent's refuse them: `OffPolicyAdapter.unbounded_observations`; others take any),
+        answered on its thread between two batches."""
+        future: Future = Future()
+        if not self._refused(future):
+            self._queue.put(Control("unbounded", future, list(observations)))
+        return future
+
     def checkpoint(self, path: Path, state: dict[str, Any]) -> Future:
         future: Future = Future()
         if self._refused(future):

@@ -29,7 +29,8 @@ from shepherd.wire.spaces import SpaceError, check_action_mask
 from shepherd.storage import new_secret
 from shepherd.wire import GreedyStep, GreedyVectorStep, Step, StepInput, VectorStepInput
 from shepherd.wire.experience import Experience, ExperienceSpaces
-from shepherd.wire.steps import DEFAULT_MAX_REWARD
+from shepherd.wire import BadRequest
+from shepherd.wire.steps import DEFAULT_MAX_REWARD, suspect
 from shepherd.wire.sessions import Conflict, TooManySessions, Unauthorized, is_retry
 
 
@@ -172,6 +173,7 @@ class Session:
         self.active()
         self.in_request += 1
         try:
+            await self._refuse_unbounded(step, timeout)
             future = self._hand_over(step)
             try:
                 action = await self._wait(future, timeout, step.seq)
@@ -182,6 +184,29 @@ class Session:
         finally:
             self.in_request -= 1
             self.active()
+
+    async def _refuse_unbounded(self, step: Step, timeout: float) -> None:
+        """Refuse a new step whose observations a learner's networks cannot take, before the level changes
+        anything: an off-policy agent refuses them when it comes to act (400, "not recorded"), by which time the
+        level had counted the step, ended and begun its episodes (a selector's refused choice orphaned one).
+        Only a step holding a number past `SUSPECT_MAGNITUDE`, or not finite, is asked about (`suspect`).
+
+        Raises: BadRequest; ActTimeout when a learner does not answer within ``timeout``."""
+        if step.seq is not None and step.seq == self.last_seq:
+            return  # a retry: answered as it was
+        for learner, observations in self.level.observed_by(step):
+            ask = getattr(learner, "unbounded", None)
+            if ask is None or not any(suspect(obs) for obs in observations):
+                continue
+            try:
+                async with asyncio.timeout(timeout):
+                    refused = await asyncio.wrap_future(ask(observations))
+            except TimeoutError:
+                raise ActTimeout(f"the agent did not check this step's observations within {timeout:g} s; send "
+                                 "it again (nothing of it was taken)") from None
+            if refused:
+                raise BadRequest("'obs' makes the agent's networks give a NaN, infinite or overflowing output (a "
+                                 "number far beyond what its observations hold); the step was not recorded")
 
     @functools.cached_property
     def checks(self) -> ExperienceSpaces:

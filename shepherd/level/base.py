@@ -25,6 +25,15 @@ from shepherd.level.lifecycle import Lifecycle
 from shepherd import wire
 from shepherd.agents import ActionFuture, Request, lost
 from shepherd.wire import GreedyStep, GreedyVectorStep, StepInput, VectorStepInput
+
+
+def observations_of(step: Any) -> list[Any]:
+    """A single-env or vector step's observations: its obs, and a vector step's ended episodes' last ones."""
+    if isinstance(step, StepInput):
+        return [step.obs]
+    if isinstance(step, VectorStepInput):
+        return list(step.envs.obs) + [obs for obs in step.envs.final_obs if obs is not None]
+    return []
 from shepherd.wire.experience import Experience, ExperienceSpaces
 
 T = TypeVar("T", covariant=True)
@@ -123,6 +132,14 @@ class Level:
     def take_step(self, step: StepInput) -> Reply[Any] | None:
         """A single-env step: the reply with the action, or None when the episode ended."""
         raise self.wrong_shape(step.n_envs)
+
+    def observed_by(self, step: Any) -> list[tuple[Any, list[Any]]]:
+        """The learners that learn from ``step``'s observations, each with those it gets: the session asks each
+        learner that can tell (an off-policy agent's: `unbounded`) whether its networks take them before the
+        step changes anything here, since a learner refusing it later (400, nothing recorded) found its episodes
+        counted and begun already. Empty: nothing asked (this base: no steps; a client-acting level's uploads are
+        checked by the learner before they are recorded; an evaluate-mode session is not learned from)."""
+        return []
 
     def take_vector_step(self, step: VectorStepInput) -> Reply[Any]:
         """A vector step: the reply with every env's action, in env order."""

@@ -22,7 +22,7 @@ from typing import Any, Callable, Protocol
 
 from shepherd.agents import ActionFuture, ActMode
 from shepherd.agents.core import Kind, Learner, Request
-from shepherd.level.base import Calls, Level, SessionEnded, consulting
+from shepherd.level.base import Calls, Level, SessionEnded, consulting, observations_of
 from shepherd.level.episodes import MODES, EpisodeHost, Phase
 from shepherd.level.lifecycle import Announce, Lifecycle
 from shepherd.wire import BadRequest, StepInput
@@ -110,6 +110,14 @@ class OptionsLevel(Level):
     @property
     def steps(self) -> int:
         return self.lifecycle.steps
+
+    def observed_by(self, step: Any) -> list[tuple[Any, list[Any]]]:
+        """The selector's learner, and the skills' when they learn: each may be handed any of the observations."""
+        if self.evaluate_only:
+            return []
+        observed = observations_of(step)
+        return [(self.host.learner, observed)] + [(skill.learner, observed) for skill in self.skills
+                                                   if self.skills_learn]
 
     def login_fields(self) -> dict[str, Any]:
         return self.lifecycle.login_fields()

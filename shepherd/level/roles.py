@@ -134,6 +134,17 @@ class RolesLevel(Level):
                                  "action_space": None if role.host is None else space_to_json(role.action_space)}
                           for name, role in self.roles.items()}}
 
+    def observed_by(self, step: Any) -> list[tuple[Any, list[Any]]]:
+        """Each learning role's agent's learner with its role's observations (a snapshot's or a script's: none)."""
+        if self.evaluate_only or not isinstance(step, RolesStep):
+            return []
+        observed: dict[int, tuple[Any, list[Any]]] = {}
+        for name, obs in step.obs.items():
+            role = self.roles.get(name)
+            if role is not None and role.host is not None and role.stand_in is None:
+                observed.setdefault(id(role.host.learner), (role.host.learner, []))[1].append(obs)
+        return list(observed.values())
+
     def parse_step(self, data: dict[str, Any], checks: ExperienceSpaces) -> Any:
         """A step body checked by role (every error names the role and the field). Raises BadRequest."""
         return parse_roles_step(data, self.environment, self.roles, checks)

@@ -59,6 +59,14 @@ class RolesVectorLevel(Level):
         fields = [copy.login_fields() for copy in self.copies]
         return {"envs": fields} if any(fields) else {}
 
+    def observed_by(self, step: Any) -> list[tuple[Any, list[Any]]]:
+        """Each copy's (`RolesLevel.observed_by`), a learner once with the observations of every copy."""
+        observed: dict[int, tuple[Any, list[Any]]] = {}
+        for copy, each in zip(self.copies, getattr(step, "envs", ())):
+            for learner, rows in copy.observed_by(each):
+                observed.setdefault(id(learner), (learner, []))[1].extend(rows)
+        return list(observed.values())
+
     def parse_step(self, data: dict[str, Any], checks: ExperienceSpaces) -> Any:
         """Each env's step checked as a `RolesLevel`'s (errors start ``envs[i].``). Raises BadRequest."""
         if data.get("obs", ...) is None:

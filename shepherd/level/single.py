@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from shepherd.agents import ActionFuture
 from shepherd.agents.core import Kind, Request
-from shepherd.level.base import Calls, Level
+from shepherd.level.base import Calls, Level, observations_of
 from shepherd.level.episodes import MODES, EpisodeHost, Phase, answered
 from shepherd.level.lifecycle import Announce, Lifecycle
 from shepherd.wire import GreedyStep, StepInput
@@ -43,6 +43,9 @@ class LevelManager(Level):
 
     def reply_fields(self) -> dict[str, Any]:
         return self.lifecycle.reply_fields()
+
+    def observed_by(self, step: Any) -> list[tuple[Any, list[Any]]]:
+        return [] if self.evaluate_only else [(self.host.learner, observations_of(step))]
 
     def take_step(self, step: StepInput) -> ActionFuture | None:
         episodes = self.lifecycle

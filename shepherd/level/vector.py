@@ -11,7 +11,7 @@ import asyncio
 from typing import Any, Callable
 
 from shepherd.agents import ActionFuture, Kind, Request
-from shepherd.level.base import Calls, Level, consulting, submitting
+from shepherd.level.base import Calls, Level, consulting, observations_of, submitting
 from shepherd.level.episodes import MODES, EpisodeHost, Phase, answered
 from shepherd.level.lifecycle import Announce, Lifecycle
 from shepherd.wire import EnvSteps, GreedyVectorStep, VectorStepInput
@@ -64,6 +64,9 @@ class VectorLevel(Level):
     @property
     def n_envs(self) -> int:
         return len(self.actor_ids)
+
+    def observed_by(self, step: Any) -> list[tuple[Any, list[Any]]]:
+        return [] if self.evaluate_only else [(self.host.learner, observations_of(step))]
 
     def take_vector_step(self, step: VectorStepInput) -> ActionFuture:
         if step.n_envs != self.n_envs:

@@ -311,3 +311,24 @@ def _digest_observation(digest: Any, obs: Any) -> None:
         array = np.asarray(obs if key is None else obs[key])
         digest.update(f"{key}|{array.dtype.str}|{array.shape}|".encode())
         digest.update(np.ascontiguousarray(array).data)  # the buffer itself: no copy of a large observation
+
+
+#: a step's observation is put through the networks before it is stored only when one of its numbers is
+#: beyond this magnitude (below it no network of sane weights reaches `OUTPUT_LIMIT`): the check costs the
+#: steps of honest clients nothing
+SUSPECT_MAGNITUDE = 1e6
+
+
+def suspect(obs: Any) -> bool:
+    """Whether a raw observation holds a number beyond `SUSPECT_MAGNITUDE` (or one that is not finite)."""
+    parts = obs.values() if isinstance(obs, dict) else (obs,)
+    for part in parts:
+        array = part if isinstance(part, np.ndarray) else np.asarray(part)
+        if array.dtype.kind != "f" or not array.size:
+            continue
+        if array.size <= 64:  # a few numbers: Python's comparisons cost less than numpy's calls (~1 us, not 4)
+            if not all(-SUSPECT_MAGNITUDE <= value <= SUSPECT_MAGNITUDE for value in array.ravel().tolist()):
+                return True  # (a NaN fails both comparisons)
+        elif not np.abs(array).max() <= SUSPECT_MAGNITUDE:
+            return True
+    return False

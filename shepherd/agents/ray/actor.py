@@ -133,7 +133,8 @@ class LearnerActor:
 
     def process(self, units: list[Any], wait: float, weights_after: int | None) -> Reply:
         """Queue ``units`` in order (a list of requests is one unit, as is a list of one client-acting `Upload`;
-        ``("checkpoint", state)``, ``("set", values)``, ``("behaviour", (phase, agent, algorithm))`` and
+        ``("checkpoint", state)``, ``("set", values)``, ``("behaviour", (phase, agent, algorithm))``,
+        ``("unbounded", observations)`` and
         ``("drain",)`` are controls; ``("advice", data)`` sets an advised client's advice at
         once), and return the answers given once the learner passed them all; without units, wait up to
         ``wait`` seconds for answers held back before. With ``weights_after``, also the published weights if
@@ -155,6 +156,8 @@ class LearnerActor:
                 controls.append(("set", learner.set_parameters(unit[1]), None))
             elif unit[0] == "behaviour":  # a client-acting session's policy file, from this learner's weights
                 controls.append(("behaviour", learner.behaviour(*unit[1]), None))
+            elif unit[0] == "unbounded":  # which of a step's observations its networks cannot take
+                controls.append(("unbounded", learner.unbounded(unit[1]), None))
             elif unit[0] == "drain":
                 learner.drain()
             elif unit[0] == "advice":
@@ -173,6 +176,8 @@ class LearnerActor:
                 result = future.result(timeout=BUILD_SECONDS)
                 if kind == "behaviour":
                     results.append(tuple(result))  # (version, the file's bytes)
+                elif kind == "unbounded":
+                    results.append(list(result))  # the indexes of the observations refused
                 elif written is None:
                     results.append(None)
                 else:

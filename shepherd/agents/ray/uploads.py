@@ -66,6 +66,10 @@ class RemoteUploads:
         built.add_done_callback(lambda done: self._keep_behaviour(phase, actor, done))
         return built
 
+    def unbounded(self, observations: list[Any]) -> Future:
+        """As `ThreadedLearner.unbounded`, answered by the actor's learner (its networks, its filters)."""
+        return self._control(("unbounded", list(observations)), None)
+
     def _keep_behaviour(self, phase: str, actor: int, done: Future) -> None:
         if not done.cancelled() and done.exception() is None:
             kept: dict[str, tuple[int, tuple[int, bytes]]] = self.__dict__.setdefault("_kept_behaviours", {})

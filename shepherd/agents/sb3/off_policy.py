@@ -119,6 +119,15 @@ class OffPolicyAdapter(SB3Algorithm):
         if acting:
             self._act(acting)
 
+    def unbounded_observations(self, observations: list[Any]) -> list[int]:
+        """The indexes of ``observations`` (as clients send them) its networks cannot take (`_refuse_unbounded`'s
+        rule), on the learner's thread: a session asks before its step changes anything (`Level.observed_by`)."""
+        suspects = [index for index, obs in enumerate(observations) if suspect(obs)]
+        if not suspects:
+            return []
+        batch = stack_observations([self.as_trained(observations[index]) for index in suspects])
+        return [suspects[row] for row in unbounded_rows(self, batch).tolist()]
+
     def _refuse_unbounded(self, messages: list[Request]) -> list[Request]:
         """The messages less those whose observation the networks cannot take (`outputs.unbounded_rows`), each
         refused with a 400 before anything of it is recorded or acted on (a vector step's every env with it):

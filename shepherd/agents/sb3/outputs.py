@@ -11,33 +11,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch as th
 
+from shepherd.wire.steps import SUSPECT_MAGNITUDE, suspect  # noqa: F401 - (where they were)
+
 if TYPE_CHECKING:
     from shepherd.agents.sb3.off_policy import OffPolicyAdapter
 
 #: the largest output magnitude an observation may give: squared and summed over a batch of a million it stays
 #: finite in float32 (3.4e38); no honest value comes near (rewards are bounded by --max-reward)
 OUTPUT_LIMIT = 1e15
-#: a step's observation is put through the networks before it is stored only when one of its numbers is
-#: beyond this magnitude (below it no network of sane weights reaches `OUTPUT_LIMIT`): the check costs the
-#: steps of honest clients nothing
-SUSPECT_MAGNITUDE = 1e6
-
-
-def suspect(obs: Any) -> bool:
-    """Whether a raw observation holds a number beyond `SUSPECT_MAGNITUDE` (or one that is not finite)."""
-    parts = obs.values() if isinstance(obs, dict) else (obs,)
-    for part in parts:
-        array = part if isinstance(part, np.ndarray) else np.asarray(part)
-        if array.dtype.kind != "f" or not array.size:
-            continue
-        if array.size <= 64:  # a few numbers: Python's comparisons cost less than numpy's calls (~1 us, not 4)
-            if not all(-SUSPECT_MAGNITUDE <= value <= SUSPECT_MAGNITUDE for value in array.ravel().tolist()):
-                return True  # (a NaN fails both comparisons)
-        elif not np.abs(array).max() <= SUSPECT_MAGNITUDE:
-            return True
-    return False
-
-
 @th.no_grad()
 def unbounded_rows(adapter: OffPolicyAdapter, batch: Any) -> np.ndarray:
     """The rows of a batch of observations (in the policy's layout, normalised as a training batch is) whose
