@@ -121,14 +121,18 @@ async function post(path, body) {
 const sleep = (seconds) => new Promise((resolve) => setTimeout(resolve, seconds * 1000));
 
 // `attempt()` again after 429, 503 or a lost connection, waiting Retry-After (at most 5 s), for up to
-// SHEPHERD_RETRY_SECONDS; `what` names it in the line printed to stderr for each retry.
+// SHEPHERD_RETRY_SECONDS; `what` names it in the line printed to stderr for each retry. The time the server held
+// a request before it answered 503 does not count: that is its act timeout, the step still in flight there (a
+// long update), and the retry gets its action; a server that refuses at once uses up the budget.
 async function retried(what, attempt) {
-  const deadline = Date.now() + retrySeconds * 1000;
+  let deadline = Date.now() + retrySeconds * 1000;
   while (true) {
+    const sent = Date.now();
     try {
       return await attempt();
     } catch (error) {
       const lost = !(error instanceof HttpError); // fetch failed: no reply came (connection refused or dropped)
+      if (!lost && error.status === 503) deadline += Date.now() - sent;
       if (!(lost || error.status === 429 || error.status === 503) || Date.now() > deadline) throw error;
       const wait = lost ? 0.2 : Math.min(error.retryAfter || 1, 5);
       console.error(`retrying ${what} in ${wait} s: ${error.message}`);
