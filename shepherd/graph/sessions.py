@@ -308,7 +308,8 @@ class Session:
             raise Conflict(f"the previous step of this session is still waiting for its action; {retry}")
         reply = step.hand_to(self.level)
         self.last_fields = self.level.reply_fields()
-        self.last_seq, self.last_step = step.seq, step
+        # a step without seq keeps the last seq: an older step sent again with it is a conflict, never new
+        self.last_seq, self.last_step = (self.last_seq if step.seq is None else step.seq), step
         self.last_reply = reply if reply is not None else _answered(None)
         return self.last_reply
 

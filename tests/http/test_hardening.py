@@ -78,6 +78,21 @@ async def test_the_same_seq_with_another_step_is_a_conflict(make_client):
     assert (await step(client, key, seq=2)).status == 200 and runtime.tracker.steps == 1  # the true retry
 
 
+async def test_a_step_without_seq_keeps_the_last_seq_so_an_older_step_sent_again_is_no_new_step(make_client):
+    """seq 1, seq 2, a step without seq, then seq 2 sent again: it was taken as a new step (counted twice), the
+    step without seq having erased the session's last seq."""
+    client = await make_client()
+    key = await login(client)
+    for seq in (1, 2):
+        assert (await step(client, key, seq)).status == 200
+    assert (await step(client, key, reward=0.5)).status == 200  # no seq
+    runtime = client.graph.runtime()
+    assert runtime.tracker.steps == 2
+    again = await step(client, key, seq=2)
+    assert again.status == 409 and runtime.tracker.steps == 2
+    assert (await step(client, key, seq=3)).status == 200 and runtime.tracker.steps == 3
+
+
 async def test_a_step_waiting_past_the_act_timeout_gets_503_and_its_retry_the_action(make_client):
     client = await make_client(act_timeout_seconds=0.3)
     waiter, holder = await login(client), await login(client)
