@@ -356,7 +356,7 @@ class OnPolicyAdapter(SB3Algorithm):
         if segment is None:
             return
         row, column = self.segments.at(segment)
-        if actor.pending and bootstrap and row > 0 and not actor.fresh_segment:
+        if actor.pending and bootstrap and row > 0 and not self.buffer.episode_starts[row, column]:
             self.buffer.rewards[row - 1, column] += self.model.gamma * self.buffer.values[row, column]
         self.segments.release(segment)
         actor.segment, actor.pending, actor.fresh_segment = None, False, False

@@ -87,8 +87,10 @@ def rollout_state(adapter: OnPolicyAdapter) -> dict[str, Any] | None:
     rewards = arrays["rewards"] = buffer.rewards.copy()
     for actor in adapter._actors.values():  # each session leaves as at its logout
         segment = actor.segment
-        if segment is not None and actor.pending and not actor.fresh_segment and segments.position[segment] > 0:
+        if segment is not None and actor.pending and segments.position[segment] > 0:
             row, column = segments.at(segment)
+            if buffer.episode_starts[row, column]:  # the pending row starts a stretch: row - 1 is not its episode's
+                continue
             rewards[row - 1, column] += adapter.model.gamma * buffer.values[row, column]
     return {"arrays": arrays, **segments.state()}
 
