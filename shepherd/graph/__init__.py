@@ -10,8 +10,9 @@ from shepherd.graph.preset import (AgentSpec, InvalidPreset, Preset, PresetError
                                    programmed_selector)
 from shepherd.graph.runtime import AgentRuntime, AgentStats
 from shepherd.graph.schedule import EvaluationResult, PhaseTracker, Schedule
-from shepherd.graph.sessions import (Acted, ActTimeout, Conflict, Gone, Session, SessionTable, TooManyEnvs,
-                                     TooManySessions, Unauthorized, check_mask)
+from shepherd.graph.session_table import SessionTable
+from shepherd.graph.sessions import Acted, ActTimeout, Conflict, Gone, Session, TooManyEnvs, Unauthorized, check_mask
+from shepherd.wire.sessions import TooManySessions
 from shepherd.level import WrongShape
 from shepherd.wire import StepInput, VectorStepInput
 

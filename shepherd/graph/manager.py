@@ -27,7 +27,8 @@ from shepherd.graph.runtime import AgentRuntime
 from shepherd.graph.schedule import EvaluationResult, Schedule
 from shepherd.graph.reconcile import learner_values, reconcile
 from shepherd.graph.served import A, ServedAgents
-from shepherd.graph.sessions import Acted, Session, SessionTable, TooManyEnvs, Unauthorized
+from shepherd.graph.session_table import SessionTable
+from shepherd.graph.sessions import Acted, Session, TooManyEnvs, Unauthorized
 from shepherd.graph.serving import Serving
 from shepherd.wire import Step
 from shepherd.lessons import lessons_to_json

@@ -27,7 +27,7 @@ from shepherd.graph.agent import (NO_MODEL, AgentStatus, ServedAgent, model_file
                                   unlink_model)
 from shepherd.graph.lessons import stored_state as lesson_state
 from shepherd.graph.runtime import AgentRuntime, saved_client_names
-from shepherd.graph.sessions import SessionTable
+from shepherd.graph.session_table import SessionTable
 from shepherd.storage import AgentRecord, NotFound, Store
 
 logger = logging.getLogger(__name__)

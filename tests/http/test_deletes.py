@@ -72,7 +72,7 @@ async def test_a_step_waiting_when_its_agent_is_deleted_gets_410(api, monkeypatc
     if learner_between:
         import time
 
-        from shepherd.graph.sessions import SessionTable
+        from shepherd.graph.session_table import SessionTable
 
         end = SessionTable.end
 
