@@ -14,6 +14,11 @@
   against the learning server's greedy step (`run.py -p benchmarks/presets/perf_ppo.py`, the same network
   size), --rounds times alternating the order.
 - memory: the RSS of both server processes after their runs.
+- images: `Policy.act_batch` on 8 uint8 84x84x4 frames given as arrays (as the deploy server's parser hands a
+  binary body's tensor over: checked, then run) against `Policy.run` on the same (the model alone), for an
+  exported PPO CnnPolicy (its initial weights): what checking the frames costs. On 2026-11-29, two runs of each
+  alternated: 0.99-1.07x the run; the version before, which turned each frame into Python lists and checked
+  those, 80-88x (122-125 ms against 1.4-1.5 ms).
 
 Needs wrk (Debian's package). Everything runs on 127.0.0.1 and stops by itself.
 """
@@ -83,6 +88,24 @@ def forward(model, path: Path, np) -> dict:
             "predict_batch64_us": per_call(lambda: model.predict(batch, deterministic=True), 300)}
 
 
+def images(folder: Path, np) -> dict:
+    from shepherd.agents import build_learner
+    from shepherd.agents.export.export import export_onnx
+    from shepherd.policies.onnx import Policy
+    from shepherd.wire.spaces import parse_space
+
+    learner = build_learner("PPO", "eyes", parse_space(["Image", [84, 84, 4]]), parse_space(4), {"seed": 0}, None)
+    try:
+        policy = Policy.from_bytes(export_onnx(learner.algorithm, "eyes", "PPO"))
+    finally:
+        learner.close()
+    frames = np.random.default_rng(0).integers(0, 256, (8, 84, 84, 4)).astype(np.uint8)
+    if policy.act_batch(frames) != np.asarray(policy.run(list(frames))).reshape(-1).tolist():
+        raise SystemExit("act_batch and run answer differently on the same frames")
+    return {"act_batch8_images_us": per_call(lambda: policy.act_batch(frames), 20),
+            "run8_images_us": per_call(lambda: policy.run(list(frames)), 20)}
+
+
 class Deploy(Server):
     """``run.py deploy FILE`` with the URL and the API key it printed."""
 
@@ -129,7 +152,7 @@ def main() -> int:
         data = Path(folder)
         print("forward: Policy.act / act_batch against SB3 predict() ...", flush=True)
         model, path, np = sb3_and_onnx(data)
-        figures = {"forward": forward(model, path, np)}
+        figures = {"forward": {**forward(model, path, np), **images(data, np)}}
         print(f"round trips: deploy server against the learning server, {args.rounds} round(s) of "
               f"{args.seconds:g} s ...", flush=True)
         figures["round_trip"] = round_trips(path, data, args.seconds, args.rounds)
@@ -139,6 +162,9 @@ def main() -> int:
          f"{f['predict_us'] / f['act_us']:.1f}x faster (numpy in: {f['act_numpy_us']:.1f} us)"),
         ("Policy.act_batch, 64 observations", f"{f['act_batch64_us']:.1f} us",
          f"SB3 predict() of 64 {f['predict_batch64_us']:.1f} us: {f['predict_batch64_us'] / f['act_batch64_us']:.1f}x faster"),
+        ("Policy.act_batch, 8 frames 84x84x4 (arrays)", f"{f['act_batch8_images_us'] / 1000:.2f} ms",
+         f"Policy.run alone {f['run8_images_us'] / 1000:.2f} ms: checked and run, "
+         f"{f['act_batch8_images_us'] / f['run8_images_us']:.2f}x the model alone"),
         ("greedy round trip p50, deploy server", f"{r['deploy']['p50_ms']:.3f} ms ({r['deploy']['per_s']:,.0f}/s)",
          f"learning server, evaluate mode {r['learning']['p50_ms']:.3f} ms ({r['learning']['per_s']:,.0f}/s): "
          f"{r['deploy']['p50_ms'] / r['learning']['p50_ms']:.2f}x"),
