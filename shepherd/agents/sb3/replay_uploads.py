@@ -104,8 +104,9 @@ def _check_outputs(adapter: OffPolicyAdapter, experience: Experience) -> None:
                         "was recorded")
 
 
-#: the replay buffer's arrays of transitions (a Dict space's observations: dicts of arrays)
-_REPLAY_FIELDS = ("observations", "next_observations", "actions", "rewards", "dones", "timeouts")
+#: the replay buffer's arrays of transitions (a Dict space's observations: dicts of arrays; ``next_masks``: a masked
+#: DQN's next-observation masks, `value_masks.py`)
+_REPLAY_FIELDS = ("observations", "next_observations", "actions", "rewards", "dones", "timeouts", "next_masks")
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,8 @@ class _ReplayMark:
     rows: np.ndarray
     saved: dict[str, Any]
     pending: tuple[Any, ...]
+    #: the model's step counts (``num_timesteps``; DQN's ``_n_calls``: its exploration schedule and target updates)
+    counts: dict[str, int]
 
     @classmethod
     def of(cls, adapter: OffPolicyAdapter, transitions: int) -> _ReplayMark:
@@ -125,7 +128,9 @@ class _ReplayMark:
         rows = (replay.pos + np.arange((len(adapter._row) + transitions) // adapter._n_envs)) % replay.buffer_size
         saved = {name: _take(getattr(replay, name), rows) for name in _REPLAY_FIELDS
                  if getattr(replay, name, None) is not None}
-        return cls(replay.pos, replay.full, rows, saved, tuple(adapter._row))
+        counts = {name: getattr(adapter.model, name) for name in ("num_timesteps", "_n_calls")
+                  if hasattr(adapter.model, name)}
+        return cls(replay.pos, replay.full, rows, saved, tuple(adapter._row), counts)
 
     def rewind(self, adapter: OffPolicyAdapter) -> None:
         replay = adapter._replay
@@ -133,6 +138,8 @@ class _ReplayMark:
             _put(getattr(replay, name), self.rows, values)
         replay.pos, replay.full = self.pos, self.full
         adapter._row = list(self.pending)
+        for name, value in self.counts.items():
+            setattr(adapter.model, name, value)
 
 
 def _take(array: Any, rows: np.ndarray) -> Any:
