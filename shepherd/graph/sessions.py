@@ -29,7 +29,8 @@ from shepherd.wire.spaces import SpaceError, check_action_mask
 from shepherd.wire import GreedyStep, GreedyVectorStep, Step, StepInput, VectorStepInput
 from shepherd.wire.experience import Experience, ExperienceSpaces
 from shepherd.wire import BadRequest
-from shepherd.wire.steps import DEFAULT_MAX_REWARD, suspect
+from shepherd.wire.spaces import suspect
+from shepherd.wire.steps import DEFAULT_MAX_REWARD
 from shepherd.wire.sessions import Conflict, Unauthorized, is_retry
 
 
@@ -188,11 +189,12 @@ class Session:
         """Refuse a new step whose observations a learner's networks cannot take, before the level changes
         anything: an off-policy agent refuses them when it comes to act (400, "not recorded"), by which time the
         level had counted the step, ended and begun its episodes (a selector's refused choice orphaned one).
-        Only a step holding a number past `SUSPECT_MAGNITUDE`, or not finite, is asked about (`suspect`).
+        Only a step found to hold a number past `SUSPECT_MAGNITUDE` where it was checked (``step.suspect``) is
+        asked about, each learner only when its own observations hold one.
 
         Raises: BadRequest; ActTimeout when a learner does not answer within ``timeout``."""
-        if step.seq is not None and step.seq == self.last_seq:
-            return  # a retry: answered as it was
+        if not getattr(step, "suspect", True) or (step.seq is not None and step.seq == self.last_seq):
+            return  # the common case: nothing to ask; or a retry, answered as it was
         for learner, observations in self.level.observed_by(step):
             ask = getattr(learner, "unbounded", None)
             if ask is None or not any(suspect(obs) for obs in observations):

@@ -13,7 +13,7 @@ import orjson
 
 from shepherd.wire import BadRequest
 from shepherd.wire.experience import ExperienceSpaces
-from shepherd.wire.spaces import SpaceError, check_action_mask, check_observation
+from shepherd.wire.spaces import SpaceError, check_action_mask, check_observation, suspect
 from shepherd.wire.steps import check_reward
 
 if TYPE_CHECKING:
@@ -28,7 +28,8 @@ STEP_FIELDS = {*ROLE_FIELDS, "info", "seq", "session_key"}
 @dataclass(frozen=True)
 class RolesStep:
     """One checked step of an environment's session, by role: the observations of the roles in it, every
-    reward sent, the end flags, masks and the episode's outcome (None: none sent)."""
+    reward sent, the end flags, masks and the episode's outcome (None: none sent); ``suspect`` as a
+    `shepherd.wire.StepInput`'s, for the observation of any role an agent plays."""
 
     obs: dict[str, Any]
     reward: dict[str, float]
@@ -38,6 +39,7 @@ class RolesStep:
     outcome: dict[str, float] | None = None
     seq: int | None = None
     fingerprint: str = ""
+    suspect: bool = True
 
     n_envs = None  # one step of one environment (N copies: `RolesVectorStep`)
 
@@ -81,6 +83,7 @@ def parse_roles_step(data: dict[str, Any], environment: str, roles: dict[str, Ro
     if not isinstance(data.get("info", {}) or {}, dict):
         raise BadRequest("info: must be an object")
     obs = {}
+    suspicious = False
     for name, value in parts["obs"].items():
         role = roles[name]
         if role.host is None:
@@ -90,6 +93,7 @@ def parse_roles_step(data: dict[str, Any], environment: str, roles: dict[str, Ro
             obs[name] = check_observation(role.observation_space, value, f"obs.{name}")
         except SpaceError as error:
             raise BadRequest(str(error)) from None
+        suspicious = suspicious or suspect(obs[name])
     rewards = {name: _number(value, f"reward.{name}", checks.max_reward)
                for name, value in parts["reward"].items()}
     flags: dict[str, dict[str, bool]] = {}
@@ -124,7 +128,8 @@ def parse_roles_step(data: dict[str, Any], environment: str, roles: dict[str, Ro
     content = {key: value for key, value in data.items() if key not in ("session_key", "seq")}
     fingerprint = hashlib.blake2b(orjson.dumps(content, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY),
                                   digest_size=16).hexdigest() if seq is not None else ""
-    return RolesStep(obs, rewards, flags["terminated"], flags["truncated"], masks, outcome, seq, fingerprint)
+    return RolesStep(obs, rewards, flags["terminated"], flags["truncated"], masks, outcome, seq, fingerprint,
+                     suspicious)
 
 
 def _number(value: Any, where: str, bound: float | None = None) -> float:

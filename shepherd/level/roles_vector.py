@@ -26,6 +26,10 @@ class RolesVectorStep:
     fingerprint: str = ""
 
     @property
+    def suspect(self) -> bool:
+        return any(step.suspect for step in self.envs)
+
+    @property
     def n_envs(self) -> int:
         return len(self.envs)
 

@@ -12,7 +12,7 @@ import orjson
 from gymnasium import spaces
 
 from shepherd.definition import check_client_name
-from shepherd.wire.spaces import SpaceError, check_observation, check_observations
+from shepherd.wire.spaces import SpaceError, check_observation, check_observation_rows
 from shepherd.wire.tensors import decode, plain
 from shepherd.wire.steps import (DEFAULT_MAX_REWARD, BadRequest, GreedyStep, GreedyVectorStep, MaskCheck,
                                  StepInput, VectorStepInput)
@@ -236,12 +236,12 @@ def parse_vector_step(data: dict[str, Any], observation_space: spaces.Space, n_e
     try:
         checked_masks = None if masks is None else [check_mask(mask, mask_space, f"action_mask[{i}]")
                                                     for i, mask in enumerate(masks)]
-        obs = check_observations(observation_space, observations, "obs")
+        obs = check_observation_rows(observation_space, observations, "obs")
         final_obs = None if finals is None else [
             None if value is None else check_observation(observation_space, value, f"final_obs[{i}]")
             for i, value in enumerate(finals)]
-        return VectorStepInput.of(obs, rewards or [], terminated, truncated, final_obs, sequence_number(data),
-                                  checked_masks, max_reward)
+        return VectorStepInput.of(obs.rows, rewards or [], terminated, truncated, final_obs, sequence_number(data),
+                                  checked_masks, max_reward, obs.suspect)
     except (SpaceError, ValueError) as error:
         raise BadRequest(str(error)) from None
 

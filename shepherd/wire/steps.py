@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 import numpy as np
 import orjson
 
+from shepherd.wire.spaces import suspect as holds_suspect
+
 if TYPE_CHECKING:
     from shepherd.wire.experience import Experience
 
@@ -105,7 +107,9 @@ class EnvSteps:
 @dataclass(frozen=True)
 class StepInput:
     """One checked step of the protocol; ``seq`` is the client's optional sequence number, ``mask`` its
-    checked action mask for ``obs`` (None: every action allowed)."""
+    checked action mask for ``obs`` (None: every action allowed). ``suspect``: ``obs`` holds a number beyond
+    `shepherd.wire.spaces.SUSPECT_MAGNITUDE`, which the session asks its learners about before the step counts
+    (`shepherd.graph.sessions.Session`); found once, where the step is checked."""
 
     obs: Any
     reward: float
@@ -113,6 +117,7 @@ class StepInput:
     truncated: bool = False  # a time limit: the learner bootstraps instead of treating the end as terminal
     seq: int | None = None
     mask: Any = None
+    suspect: bool = True
 
     n_envs = None  # not a vector step
 
@@ -137,15 +142,18 @@ class StepInput:
         check_reward(float(reward), "'reward'", max_reward)
         if done is None:
             done = bool(terminated) or bool(truncated)
-        return cls(obs, float(reward), bool(done), bool(done and truncated and not terminated), seq, mask)
+        return cls(obs, float(reward), bool(done), bool(done and truncated and not terminated), seq, mask,
+                   holds_suspect(obs))
 
 
 @dataclass(frozen=True)
 class VectorStepInput:
-    """One checked step of a vector session, as columns with one item per env (`EnvSteps`)."""
+    """One checked step of a vector session, as columns with one item per env (`EnvSteps`); ``suspect`` as a
+    `StepInput`'s, for any env's observation or last observation."""
 
     envs: EnvSteps
     seq: int | None = None
+    suspect: bool = True
 
     @property
     def n_envs(self) -> int:
@@ -160,9 +168,11 @@ class VectorStepInput:
     @classmethod
     def of(cls, obs: Sequence[Any], reward: Sequence[Any], terminated: Sequence[bool], truncated: Sequence[bool],
            final_obs: Sequence[Any] | None = None, seq: int | None = None,
-           masks: Sequence[Any] | None = None, max_reward: float = DEFAULT_MAX_REWARD) -> VectorStepInput:
+           masks: Sequence[Any] | None = None, max_reward: float = DEFAULT_MAX_REWARD,
+           suspect: bool | None = None) -> VectorStepInput:
         """A vector step from checked observations and gymnasium's flags, with SB3 ``VecEnv``'s automatic
-        reset: env i's end is a time limit only when truncated and not also terminated.
+        reset: env i's end is a time limit only when truncated and not also terminated. ``suspect``: whether
+        ``obs`` holds a suspect number, when the caller found it already (None: looked for here, row by row).
 
         Raises:
             ValueError: the lists differ in length, a reward is not a finite number, or an env that ended
@@ -194,8 +204,11 @@ class VectorStepInput:
             if not end and last is not None:
                 raise ValueError(f"final_obs[{i}] is given but env {i} did not end; send null there")
         limits = [bool(b) and not a for a, b in zip(terminated, truncated)]
+        if suspect is None:
+            suspect = any(holds_suspect(row) for row in obs)
+        suspect = suspect or any(holds_suspect(last) for last in finals if last is not None)
         return cls(EnvSteps(list(obs), [float(value) for value in reward], ended, limits, finals,
-                            None if masks is None else list(masks)), seq)
+                            None if masks is None else list(masks)), seq, suspect)
 
 
 @dataclass(frozen=True)
@@ -311,24 +324,3 @@ def _digest_observation(digest: Any, obs: Any) -> None:
         array = np.asarray(obs if key is None else obs[key])
         digest.update(f"{key}|{array.dtype.str}|{array.shape}|".encode())
         digest.update(np.ascontiguousarray(array).data)  # the buffer itself: no copy of a large observation
-
-
-#: a step's observation is put through the networks before it is stored only when one of its numbers is
-#: beyond this magnitude (below it no network of sane weights reaches `OUTPUT_LIMIT`): the check costs the
-#: steps of honest clients nothing
-SUSPECT_MAGNITUDE = 1e6
-
-
-def suspect(obs: Any) -> bool:
-    """Whether a raw observation holds a number beyond `SUSPECT_MAGNITUDE` (or one that is not finite)."""
-    parts = obs.values() if isinstance(obs, dict) else (obs,)
-    for part in parts:
-        array = part if isinstance(part, np.ndarray) else np.asarray(part)
-        if array.dtype.kind != "f" or not array.size:
-            continue
-        if array.size <= 64:  # a few numbers: Python's comparisons cost less than numpy's calls (~1 us, not 4)
-            if not all(-SUSPECT_MAGNITUDE <= value <= SUSPECT_MAGNITUDE for value in array.ravel().tolist()):
-                return True  # (a NaN fails both comparisons)
-        elif not np.abs(array).max() <= SUSPECT_MAGNITUDE:
-            return True
-    return False

@@ -90,3 +90,39 @@ def test_a_learner_in_a_ray_actor_answers_which_observations_its_networks_cannot
         assert actor.process([("unbounded", rows)], 0.0, None).controls == [[1]]
     finally:
         actor.close(10)
+
+
+def scripted(obs, mask):
+    return 0
+
+
+async def test_a_role_whose_observation_its_agents_networks_cannot_take_is_refused_before_its_turn_counts(
+        aiohttp_client, tmp_path):
+    """An environment with roles finds a step's suspect numbers where it checks each role's observation, one
+    copy's in a vector session's too: the agent's learner is asked, and nothing of the step is taken."""
+    from shepherd.environments import EnvironmentSpec
+
+    graph = GraphManager(owner="tests", agents=[AgentSpec("agent", "DQN", [[3], "-inf", "inf"], 2, DQN)],
+                         schedule=Schedule(steps_between_evaluation_periods=10 ** 6, heatup_steps=0),
+                         environments=(EnvironmentSpec(
+                             "duel", {"a": "agent", "s": "tests.http.test_unbounded_steps:scripted"}, "alternate"),))
+    app = create_app(ServerConfig(graph, tmp_path / "data"))
+    client = await aiohttp_client(app)
+    runtime = app[GRAPH].runtime()
+    for fields in ({}, {"n_envs": 2}):
+        reply = await client.post("/shepherd/login_user/", json={"apikey": app[CREATED_KEYS]["environment duel"],
+                                                                 **fields})
+        key = (await reply.json())["session_key"]
+
+        def body(role, obs, seq):
+            step = {"obs": {role: obs}, "reward": {role: 1.0}}
+            return {"session_key": key, "seq": seq, **({"envs": [step, step]} if fields else step)}
+
+        assert (await post(client, body("a", [0, 0, 0], 1)))[0] == 200
+        assert (await post(client, body("s", [0, 0, 0], 2)))[0] == 200
+        steps = runtime.tracker.steps
+        status, reply = await post(client, body("a", [0, 1e30, 0], 3))
+        assert status == 400 and "the step was not recorded" in reply["error"], reply
+        assert runtime.tracker.steps == steps
+        assert (await post(client, body("a", [0, 1, 0], 3)))[0] == 200  # still a's turn: nothing was taken
+        assert runtime.tracker.steps == steps + (2 if fields else 1)

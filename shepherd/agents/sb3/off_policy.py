@@ -50,8 +50,9 @@ from shepherd.agents.core import ActMode, Kind, Request, Upload
 from shepherd.agents.filters import Filtering
 from shepherd.agents.sb3 import replay_uploads, resume
 from shepherd.agents.sb3.base import SB3Algorithm, stack_observations
-from shepherd.agents.sb3.outputs import suspect, unbounded_rows
+from shepherd.agents.sb3.outputs import unbounded_rows
 from shepherd.wire import BadRequest
+from shepherd.wire.spaces import suspect
 
 logger = logging.getLogger(__name__)
 

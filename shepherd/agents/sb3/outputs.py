@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch as th
 
-from shepherd.wire.steps import SUSPECT_MAGNITUDE, suspect  # noqa: F401 - (where they were)
-
 if TYPE_CHECKING:
     from shepherd.agents.sb3.off_policy import OffPolicyAdapter
 
 #: the largest output magnitude an observation may give: squared and summed over a batch of a million it stays
 #: finite in float32 (3.4e38); no honest value comes near (rewards are bounded by --max-reward)
 OUTPUT_LIMIT = 1e15
+
+
 @th.no_grad()
 def unbounded_rows(adapter: OffPolicyAdapter, batch: Any) -> np.ndarray:
     """The rows of a batch of observations (in the policy's layout, normalised as a training batch is) whose
