@@ -70,9 +70,10 @@ class LearnerActor:
         self._written = 0
 
     def build(self, definition: AgentDefinition, values: dict[str, Any], total_steps: int | None,
-              checkpoint: dict[str, bytes] | None, start: bool) -> dict[str, Any]:
-        """Build the learner (the registry's factory), restore ``checkpoint`` if given, start it if asked;
-        returns the state saved with the checkpoint (empty without one).
+              checkpoint: dict[str, bytes] | None, start: bool, versions_after: int | None = None) -> dict[str, Any]:
+        """Build the learner (the registry's factory), restore ``checkpoint`` if given, number its policy
+        versions past ``versions_after`` (an actor replacing a lost one: `SB3Algorithm.number_versions_after`),
+        start it if asked; returns the state saved with the checkpoint (empty without one).
 
         Raises:
             ParameterError: the agent cannot be built; whatever restoring raised.
@@ -83,6 +84,9 @@ class LearnerActor:
         self._recording = record_in(learner)  # what train() records goes to the head with each reply
         self._learner = learner
         state = self.restore(checkpoint) if checkpoint is not None else {}
+        number = getattr(learner.algorithm, "number_versions_after", None)
+        if versions_after is not None and number is not None:
+            number(versions_after)
         if start:
             self.start()
         return state

@@ -52,6 +52,7 @@ class ActorRevival:
     actor_name: str
     failure: str | None
     greedy: GreedyPolicy | None
+    algorithm: Any  # the head's status of the actor's learner (its steps and version as of the last reply)
     restarts: int
     _handle: Any
     _generation: int  # the `RayLink` generation the actor was created in
@@ -91,10 +92,10 @@ class ActorRevival:
                 target.set_exception(error)
 
     def spawn(self, checkpoint: dict[str, bytes] | None = None, start: bool = False,
-              patient: bool = False) -> dict[str, Any]:
+              patient: bool = False, versions_after: int | None = None) -> dict[str, Any]:
         """Create the actor (under its name; waiting for a dead one's name to be free, and for the cluster to
         place it: ``patient``, until it can or the learner closes, else up to BUILD_SECONDS) and build the
-        learner in it. Blocks.
+        learner in it, its policy versions numbered past ``versions_after`` (`LearnerActor.build`). Blocks.
 
         Raises:
             ParameterError: the learner cannot be built; NameTaken: the name stays taken; RayDown: the local
@@ -122,7 +123,7 @@ class ActorRevival:
         try:
             self._placed(ready, generation, patient)
             with self._link.calls():
-                state: dict[str, Any] = ray.get(handle.build.remote(*self._build_args, checkpoint, start),
+                state: dict[str, Any] = ray.get(handle.build.remote(*self._build_args, checkpoint, start, versions_after),
                                                 timeout=BUILD_SECONDS)
         except BaseException:  # never leave an actor behind that holds the name
             self._end_actor()
@@ -169,15 +170,18 @@ class ActorRevival:
 
     def _respawn(self, reason: str) -> None:
         """Replace a lost actor: a new one, anywhere in the cluster, restored from the head's last
-        checkpoint; retried until it works or the learner closes."""
+        checkpoint; retried until it works or the learner closes. Its versions go on past the lost actor's last
+        (the checkpoint's is older): a version the lost actor handed out, with weights now lost, must never name
+        other weights (a client holding its file would be told 304, a front end would keep its weights)."""
         logger.warning("learner %s: its Ray actor was lost (%s); starting it again from its last checkpoint",
                        self.name, reason)
         self._end_actor()
+        handed_out = self.algorithm.version
         while not self._closed:
             path = self._checkpoint_path
             try:
                 data = read_files(path) if path is not None and path.exists() else None
-                self.spawn(data, start=True, patient=True)
+                self.spawn(data, start=True, patient=True, versions_after=handed_out)
             except LOST + (ray_errors.GetTimeoutError, NameTaken, RayDown) as error:  # Ray has not caught up yet
                 logger.warning("learner %s: its Ray actor could not be started again yet: %s", self.name, error)
                 time.sleep(1.0)

@@ -143,6 +143,11 @@ class SB3Algorithm:
     def version(self) -> int:
         return self._version
 
+    def number_versions_after(self, version: int) -> None:
+        """Number the weights it acts with now, and its later ones, past ``version`` (a Ray actor replacing a
+        lost one restores an older checkpoint: the lost actor's later versions named weights now gone)."""
+        self._version = max(self._version, version + 1)
+
     def latest_weights(self) -> VersionedWeights | None:
         self._wanted = True
         return self._published
