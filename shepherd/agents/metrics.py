@@ -31,11 +31,11 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, BinaryIO, Callable, Protocol
 
-from stable_baselines3.common.logger import CSVOutputFormat, Logger, TensorBoardOutputFormat
+from stable_baselines3.common.logger import CSVOutputFormat, Logger, TensorBoardOutputFormat, filter_excluded_keys
 
-from shepherd.storage.files import PRIVATE_FILE, private_folder
+from shepherd.storage.files import PRIVATE_FILE, atomic_write, private_folder
 from shepherd.storage.metrics import PROGRESS_FILE
 
 logger = logging.getLogger(__name__)
@@ -59,16 +59,43 @@ class _Learner(Protocol):
 
 
 class AppendingCSV(CSVOutputFormat):
-    """SB3's CSV format, appending to an existing file (whose header it keeps) instead of emptying it."""
+    """SB3's CSV format, appending to an existing file (whose header it keeps) instead of emptying it, and
+    widening it for new columns into a new file renamed over it (SB3 rewrites it in place: a crash meanwhile
+    left rows cut and columns shifted, and a reader of the curve saw them so)."""
 
     def __init__(self, path: Path) -> None:  # SB3's opens with "w+", which would empty the file
         keys, keep = _existing(path)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, PRIVATE_FILE)
         os.ftruncate(fd, keep)
-        self.file = os.fdopen(fd, "r+")
+        self.path = path
+        self.file = os.fdopen(fd, "r+", encoding="utf-8")
         self.file.seek(0, os.SEEK_END)
         self.keys: list[str] = keys
         self.separator, self.quotechar = ",", '"'
+
+    def write(self, key_values: dict[str, Any], key_excluded: dict[str, tuple[str, ...]], step: int = 0) -> None:
+        new = [key for key in filter_excluded_keys(key_values, key_excluded, "csv") if key not in self.keys]
+        if new:
+            self._widen(new)
+        super().write(key_values, key_excluded, step)  # a row of known columns: appended
+
+    def _widen(self, keys: list[str]) -> None:
+        """Add columns: the header and every row so far (the new columns empty), as SB3 writes them."""
+        self.file.seek(0)
+        rows = self.file.readlines()[1:]
+        columns = self.keys + keys
+        padding = self.separator * len(keys)
+
+        def write(handle: BinaryIO) -> None:
+            handle.write((",".join(columns) + "\n").encode())
+            for row in rows:
+                handle.write((row[:-1] + padding + "\n").encode())
+
+        atomic_write(self.path, write)
+        self.file.close()
+        self.file = open(self.path, "r+", encoding="utf-8")
+        self.file.seek(0, os.SEEK_END)
+        self.keys = columns
 
 
 def _existing(path: Path) -> tuple[list[str], int]:

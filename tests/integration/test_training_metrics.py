@@ -128,6 +128,38 @@ def test_appending_keeps_the_header_and_drops_a_half_written_row(tmp_path):
     assert read_progress(path, 10, ["c", "nope"]).rows == [[None, None], [None, None], [8.0, None]]
 
 
+def test_new_columns_widen_the_csv_into_a_new_file_so_a_crash_meanwhile_leaves_the_old_one_whole(tmp_path,
+                                                                                                  monkeypatch):
+    """SB3 rewrote the file in place for a row with new columns (the first update's ``train/...``): a crash, a
+    full disk, mid-way left the header widened and the rows after it cut and shifted."""
+    import os
+    import stat
+
+    path = tmp_path / "progress.csv"
+    writer = AppendingCSV(path)
+    for n in range(50):
+        writer.write({"a": n, "b": 2 * n}, {"a": None, "b": None})
+    before = path.read_text()
+    real_fsync = os.fsync
+
+    def full_disk(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    try:
+        writer.write({"a": 50, "c": 1}, {"a": None, "c": None})
+    except OSError:
+        pass
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    assert path.read_text() == before and list(tmp_path.iterdir()) == [path]  # no temporary left either
+    writer.write({"a": 51, "c": 2}, {"a": None, "c": None})  # the disk has room again
+    writer.write({"a": 52, "b": 3}, {"a": None, "b": None})
+    writer.close()
+    lines = path.read_text().splitlines()
+    assert lines[0] == "a,b,c" and lines[1:51] == [f"{n},{2 * n}," for n in range(50)]
+    assert lines[51:] == ["51,,2", "52,3,"] and stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
 def test_reading_the_tail_of_a_long_csv(tmp_path):
     path = tmp_path / "progress.csv"
     lines = ["x,phase"] + [f"{n},train" for n in range(20_000)]
