@@ -16,6 +16,7 @@ import asyncio
 import functools
 import logging
 import shutil
+import threading
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
@@ -38,6 +39,9 @@ SET_WAIT_SECONDS = 5.0
 #: how long a restart or a delete waits for the old learner to stop (it is interrupted at its next optimiser
 #: step: it takes longer only inside one very long step)
 STOP_WAIT_SECONDS = 10.0
+#: how much longer a deleted agent's learner that did not stop within the delete's wait is waited for, in a thread
+#: of its own, before what it wrote meanwhile is moved to the trash
+LATE_STOP_SECONDS = 600.0
 
 A = TypeVar("A", bound=ServedAgent)
 
@@ -203,7 +207,24 @@ class ServedAgents:
             stopped = await self._stop(old)
             trash = await asyncio.to_thread(self.store.delete_agent, agent_id)
         self._locks.pop(agent_id, None)
+        if old is not None and not stopped:  # it may yet write (a checkpoint in flight) where the folder was
+            threading.Thread(target=self._trash_when_stopped, args=(agent_id, record.name, old), daemon=True,
+                             name=f"delete-{record.name}").start()
         return ended, trash, stopped
+
+    def _trash_when_stopped(self, agent_id: int, name: str, old: ServedAgent) -> None:
+        """Wait (up to `LATE_STOP_SECONDS`) for a deleted agent's learners that did not stop within the delete's
+        wait, then move to the trash what they wrote after it where the agent's folder was."""
+        if not old.discard(LATE_STOP_SECONDS):
+            logger.warning("agent %s (deleted): its learner has not stopped after %g s more", name, LATE_STOP_SECONDS)
+        try:
+            late = self.store.trash_late_folder(agent_id, name)
+        except OSError as error:
+            logger.warning("agent %s (deleted): what its learner wrote after the delete stays in %s: %s", name,
+                           self.store.agent_folder(agent_id), error)
+            return
+        if late is not None:
+            logger.info("agent %s (deleted): what its learner wrote after the delete went to %s", name, late)
 
     async def move_stored_lesson(self, agent_id: int, name: str) -> int:
         """Move an agent not served here to its lesson ``name`` in its checkpoints (an advised agent's: every

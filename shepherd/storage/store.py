@@ -206,16 +206,27 @@ class Store:
             self._agents.remove(doc_ids=[agent_id])
             for key in [key for key in self._returns if key[0] == agent_id]:
                 self._returns.pop(key).close()
-            folder = self.agent_folder(agent_id)
-            if not folder.exists():
+            return self._to_trash(agent_id, record.name)
+
+    def trash_late_folder(self, agent_id: int, name: str) -> Path | None:
+        """Move a deleted agent's folder to the trash again (``AGENT_ID-NAME-TIME-late``): its learner, which did
+        not stop within the delete's wait, made it anew where the agent's had been (a checkpoint it was writing);
+        returns where it went (None: no such folder, or the agent is not deleted)."""
+        with self._lock:
+            if self._agents.contains(doc_id=agent_id):
                 return None
-            trash = self.folder / TRASH_FOLDER
-            trash.mkdir(exist_ok=True)
-            make_private(trash, PRIVATE_FOLDER)
-            stamp = time.strftime("%Y%m%d-%H%M%S")
-            target = trash / f"{agent_id}-{record.name}-{stamp}"
-            folder.rename(target)
-            return target
+            return self._to_trash(agent_id, name, "-late")
+
+    def _to_trash(self, agent_id: int, name: str, suffix: str = "") -> Path | None:
+        folder = self.agent_folder(agent_id)
+        if not folder.exists():
+            return None
+        trash = self.folder / TRASH_FOLDER
+        trash.mkdir(exist_ok=True)
+        make_private(trash, PRIVATE_FOLDER)
+        target = trash / f"{agent_id}-{name}-{time.strftime('%Y%m%d-%H%M%S')}{suffix}"
+        folder.rename(target)
+        return target
 
     def delete_user(self, user_id: int) -> list[str]:
         """Delete a user who owns no agent, with the user's environments with roles and their keys; returns the
