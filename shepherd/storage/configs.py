@@ -43,6 +43,7 @@ class ConfigTable:
         self._written: OrderedDict[bytes, int] = OrderedDict()  # a config's digest -> the offset of its line
         self._read_lock = threading.Lock()
         self._read: OrderedDict[int, tuple[dict[str, Any], int]] = OrderedDict()  # offset -> config, its size
+        self._generation = 0  # one more at each `clear`: what was read of an older table is not this one's
 
     def refer(self, config: dict[str, Any]) -> dict[str, Any]:
         """The fields a record holds for ``config``: ``{"config": config}`` when small, else ``{"config_at":
@@ -85,27 +86,32 @@ class ConfigTable:
 
     def resolve_sized(self, offset: object) -> tuple[dict[str, Any] | None, int]:
         """`resolve`, and the config's size as JSON text (0 for none)."""
-        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-            logger.warning("%s: a record refers to no config (%r)", self.path.name, offset)
-            return None, 0
+        with self.view() as view:
+            return view.resolve_sized(offset)
+
+    def view(self) -> TableView:
+        """The table as it is now, for a reader of its log: it resolves through the file open now, so that a
+        table cleared meanwhile (its log deleted) and begun anew under its name is never read in its place (the
+        log's reader keeps the old log: its records then got the new table's configs). Open it where the log's
+        reader is opened, under the lock its `clear` takes; close it with that reader."""
+        with self._read_lock:  # (`clear` takes it: the file and its generation go together)
+            try:
+                handle: BinaryIO | None = open(self.path, "rb")
+            except FileNotFoundError:
+                handle = None
+            return TableView(self, handle, self._generation)
+
+    def _known(self, generation: int, offset: int) -> tuple[dict[str, Any], int] | None:
         with self._read_lock:
-            known = self._read.get(offset)
+            known = self._read.get(offset) if generation == self._generation else None
             if known is not None:
                 self._read.move_to_end(offset)
-                return known
-        try:
-            with open(self.path, "rb") as reader:
-                reader.seek(offset)
-                line = reader.readline()
-            config = orjson.loads(line) if line.endswith(b"\n") else None
-        except (OSError, orjson.JSONDecodeError):
-            config = None
-        if not isinstance(config, dict):
-            logger.warning("%s: no config at %d", self.path.name, offset)
-            return None, 0
+            return known
+
+    def _keep(self, generation: int, offset: int, config: tuple[dict[str, Any], int]) -> None:
         with self._read_lock:
-            self._remember(self._read, offset, (config, len(line)))
-        return config, len(line)
+            if generation == self._generation:
+                self._remember(self._read, offset, config)
 
     @staticmethod
     def _remember(table: OrderedDict, key: Any, value: Any) -> None:
@@ -121,6 +127,7 @@ class ConfigTable:
             self.path.unlink(missing_ok=True)
             self._written.clear()
             self._read.clear()
+            self._generation += 1
 
     def sync(self) -> None:
         with self._lock:
@@ -136,3 +143,48 @@ class ConfigTable:
         if self._handle is not None:
             self._handle.close()
             self._handle = None
+
+
+class TableView:
+    """A `ConfigTable` as it was when a reader of its log opened (`ConfigTable.view`): configs are read through
+    its open file, remembered in the table's memory only while the table is still that one."""
+
+    def __init__(self, table: ConfigTable, handle: BinaryIO | None, generation: int) -> None:
+        self._table, self._handle, self._generation = table, handle, generation
+
+    def resolve(self, offset: object) -> dict[str, Any] | None:
+        """The config whose line starts at ``offset``; None (logged) if there is none there."""
+        return self.resolve_sized(offset)[0]
+
+    def resolve_sized(self, offset: object) -> tuple[dict[str, Any] | None, int]:
+        """`resolve`, and the config's size as JSON text (0 for none)."""
+        name = self._table.path.name
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            logger.warning("%s: a record refers to no config (%r)", name, offset)
+            return None, 0
+        known = self._table._known(self._generation, offset)
+        if known is not None:
+            return known
+        line = b""
+        try:
+            if self._handle is not None:
+                self._handle.seek(offset)
+                line = self._handle.readline()
+            config = orjson.loads(line) if line.endswith(b"\n") else None
+        except (OSError, orjson.JSONDecodeError):
+            config = None
+        if not isinstance(config, dict):
+            logger.warning("%s: no config at %d", name, offset)
+            return None, 0
+        self._table._keep(self._generation, offset, (config, len(line)))
+        return config, len(line)
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+
+    def __enter__(self) -> TableView:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

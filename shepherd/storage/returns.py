@@ -15,7 +15,7 @@ from typing import BinaryIO
 
 import orjson
 
-from shepherd.storage.configs import ConfigTable, table_path
+from shepherd.storage.configs import ConfigTable, TableView, table_path
 from shepherd.storage.files import PRIVATE_FILE, make_private, private_folder
 
 logger = logging.getLogger(__name__)
@@ -104,7 +104,7 @@ def _whole_lines(data: bytes, name: str) -> Iterator[bytes]:
             logger.warning("%s: an incomplete line is skipped", name)
 
 
-def _weighed(data: bytes, name: str, configs: ConfigTable) -> Iterator[tuple[EpisodeReturn, int]]:
+def _weighed(data: bytes, name: str, configs: TableView) -> Iterator[tuple[EpisodeReturn, int]]:
     """The records of whole lines of a log, their configs resolved, each with its size as text (its line's,
     and its config's when it refers to one); lines that are not whole records are skipped."""
     for line in _whole_lines(data, name):
@@ -122,7 +122,7 @@ def _weighed(data: bytes, name: str, configs: ConfigTable) -> Iterator[tuple[Epi
         yield record, size
 
 
-def _parse(data: bytes, name: str, configs: ConfigTable) -> list[EpisodeReturn]:
+def _parse(data: bytes, name: str, configs: TableView) -> list[EpisodeReturn]:
     """The records of whole lines of a log, their configs resolved; lines that are not whole records are
     skipped."""
     return [record for record, _ in _weighed(data, name, configs)]
@@ -154,8 +154,8 @@ class _JsonPieces:
     deleted meanwhile is still read whole: the open file outlives its name. Pieces are bounded as text, not as
     file: a short line may refer to a large config (see `ConfigTable`)."""
 
-    def __init__(self, reader: BinaryIO, start: int, end: int, name: str, configs: ConfigTable) -> None:
-        self._reader = reader
+    def __init__(self, reader: BinaryIO, start: int, end: int, name: str, configs: TableView) -> None:
+        self._reader, self._configs = reader, configs
         self._objects = (piece for block in _blocks(reader, start, end, SCAN_BYTES)
                          for piece in _json_objects(block, name, configs))
 
@@ -177,12 +177,13 @@ class _JsonPieces:
 
     def close(self) -> None:
         self._reader.close()
+        self._configs.close()
 
-    def __del__(self) -> None:  # a read given up before it began (a cancelled request): the file still closes
-        self._reader.close()
+    def __del__(self) -> None:  # a read given up before it began (a cancelled request): the files still close
+        self.close()
 
 
-def _json_objects(data: bytes, name: str, configs: ConfigTable) -> Iterator[bytes]:
+def _json_objects(data: bytes, name: str, configs: TableView) -> Iterator[bytes]:
     """The records of whole lines of a log as JSON objects, their configs resolved; other lines are skipped."""
     for line in _whole_lines(data, name):
         try:
@@ -200,6 +201,24 @@ def _json_objects(data: bytes, name: str, configs: ConfigTable) -> Iterator[byte
             fields["config"] = configs.resolve(fields.pop(CONFIG_AT))
             line = orjson.dumps(fields) + b"\n"
         yield line[:-1]
+
+
+@dataclass
+class Reading:
+    """A log open for a read, with its config table as it was then (`ConfigTable.view`)."""
+
+    log: BinaryIO
+    configs: TableView
+
+    def close(self) -> None:
+        self.log.close()
+        self.configs.close()
+
+    def __enter__(self) -> Reading:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class ReturnLog:
@@ -273,7 +292,7 @@ class ReturnLog:
             except FileNotFoundError:
                 return 0
 
-    def _update_index(self, reader: BinaryIO, size: int) -> None:
+    def _update_index(self, reader: BinaryIO, size: int, configs: TableView) -> None:
         """Index the whole lines between what was scanned and ``size``; called with ``_read_lock`` held."""
         if size < self._scanned:  # replaced behind our back (by hand): start again
             self._reset_index()
@@ -298,7 +317,7 @@ class ReturnLog:
         if self._first_time is None and self._starts:  # the first record that parses (a line damaged otherwise
             reader.seek(self._starts[0])  # than torn is indexed, and skipped by every read)
             for _ in range(min(len(self._starts), 100)):
-                first = _parse(reader.readline(), self.path.name, self.configs)
+                first = _parse(reader.readline(), self.path.name, configs)
                 if first:
                     self._first_time = first[0].time
                     break
@@ -308,39 +327,51 @@ class ReturnLog:
         self._scanned = 0
         self._first_time = None
 
-    def _range(self, offset: int, first: float | None) -> tuple[BinaryIO | None, ReturnsPage, int, int]:
-        """An open reader of the log, the page's counts (without its records), and the byte range of the
-        records from ``offset`` on (see `page`); indexes what was appended since the last read."""
+    def _range(self, offset: int, first: float | None) -> tuple[Reading | None, ReturnsPage, int, int]:
+        """An open reader of the log and of its configs, the page's counts (without its records), and the byte
+        range of the records from ``offset`` on (see `page`); indexes what was appended since the last read."""
         with self._read_lock:
             size = self._size()
-            try:
-                reader = open(self.path, "rb")
-            except FileNotFoundError:
+            reading = self._reading()
+            if reading is None:
                 self._reset_index()
                 return None, ReturnsPage(0, 0, offset != 0), 0, 0
             try:
-                self._update_index(reader, size)
+                self._update_index(reading.log, size, reading.configs)
                 total = len(self._starts)
                 reset = offset < 0 or offset > total or (
                     offset > 0 and first is not None and self._first_time != first)
                 if reset:
                     offset = 0
                 start = self._starts[offset] if offset < total else self._scanned
-                return reader, ReturnsPage(total, offset, reset), start, self._scanned
+                return reading, ReturnsPage(total, offset, reset), start, self._scanned
             except BaseException:
-                reader.close()
+                reading.close()
                 raise
+
+    def _reading(self) -> Reading | None:
+        """The log and its config table, opened together (under the read lock, which `clear` takes): a curve
+        deleted while they are read is read whole, each record with its own config (None: no log)."""
+        try:
+            log = open(self.path, "rb")
+        except FileNotFoundError:
+            return None
+        try:
+            return Reading(log, self.configs.view())
+        except BaseException:  # (the table cannot be opened: EMFILE, say) the log is not left open
+            log.close()
+            raise
 
     def page(self, offset: int = 0, first: float | None = None) -> ReturnsPage:
         """The returns from record ``offset`` on. A caller that polls passes the number of records it has
         and the time of its first one; if the curve was deleted since (``offset`` beyond the end, or another
         first record), it gets everything with ``reset`` set. Reads and parses only the records it returns."""
-        reader, page, start, end = self._range(offset, first)
-        if reader is None:
+        reading, page, start, end = self._range(offset, first)
+        if reading is None:
             return page
-        with reader:  # a curve deleted from here on is still read whole: the open file outlives its name
-            page.returns.extend(record for block in _blocks(reader, start, end)
-                                for record in _parse(block, self.path.name, self.configs))
+        with reading:  # a curve deleted from here on is still read whole: the open files outlive their names
+            page.returns.extend(record for block in _blocks(reading.log, start, end)
+                                for record in _parse(block, self.path.name, reading.configs))
         return page
 
     def page_json(self, offset: int = 0, first: float | None = None, lazy: bool = False) -> ReturnsJson:
@@ -348,8 +379,9 @@ class ReturnLog:
         without making a million objects (which the garbage collector would then walk, GIL held). ``lazy``:
         the pieces are read one by one as the caller iterates (a whole curve, streamed), the file open till then
         (the iterator closes it when done, or when it is closed)."""
-        reader, page, start, end = self._range(offset, first)
-        pieces: Iterable[bytes] = [] if reader is None else _JsonPieces(reader, start, end, self.path.name, self.configs)
+        reading, page, start, end = self._range(offset, first)
+        pieces: Iterable[bytes] = [] if reading is None else _JsonPieces(reading.log, start, end, self.path.name,
+                                                                         reading.configs)
         if not lazy:
             pieces = list(pieces)
         return ReturnsJson(page.total, page.offset, page.reset, pieces, end - start)
@@ -362,17 +394,17 @@ class ReturnLog:
         """Every return recorded so far, in lists of about ``chunk_bytes`` of the file each: for a long curve
         read a piece at a time (each ``next`` reads and parses one piece; None: `SCAN_BYTES`, read at each call). The file is opened at the first
         ``next``; a curve deleted meanwhile is read to its end all the same."""
-        size = self._size()
-        try:
-            reader = open(self.path, "rb")
-        except FileNotFoundError:
+        with self._read_lock:
+            size = self._size()
+            reading = self._reading()
+        if reading is None:
             return
         limit = chunk_bytes or SCAN_BYTES
-        with reader:  # lists of about ``limit`` as text: a short line may refer to a large config
+        with reading:  # lists of about ``limit`` as text: a short line may refer to a large config
             records: list[EpisodeReturn] = []
             weight = 0
-            for block in _blocks(reader, 0, size, limit):
-                for record, record_size in _weighed(block, self.path.name, self.configs):
+            for block in _blocks(reading.log, 0, size, limit):
+                for record, record_size in _weighed(block, self.path.name, reading.configs):
                     records.append(record)
                     weight += record_size
                     if weight >= limit:

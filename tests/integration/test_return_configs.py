@@ -140,3 +140,45 @@ def test_pieces_and_chunks_are_bounded_as_text_though_the_lines_are_short(open_l
     chunks = list(log.chunks(20_000))
     assert len(chunks) >= 40 and all(len(chunk) <= 4 for chunk in chunks)
     assert [r.time for chunk in chunks for r in chunk] == [float(n + 1) for n in range(200)]
+
+
+def test_a_read_overlapping_a_curve_delete_gives_each_record_its_own_config(open_log, tmp_path):
+    """A read of the log keeps the log it opened when the curve is deleted meanwhile; it resolved configs by the
+    table's name, which the next large config of the new curve had begun anew: the old records came with the new
+    table's configs (or none, "no config at"), until the table is opened with the log (`ConfigTable.view`)."""
+    log = open_log(tmp_path / "returns.jsonl")
+    log.append(record(0, big(0)))
+    log.append(record(1, big(1)))
+    lazily = log.page_json(lazy=True)  # a streamed reply: the files open, nothing read yet
+    chunks = log.chunks(chunk_bytes=1)
+    first = next(chunks)  # a CSV export, one record read
+    log.clear()  # the curve deleted meanwhile
+    log.append(record(7, big(7)))  # the new curve's first config: at the old table's first offset
+    log.append(record(8, big(8)))
+    assert [item["config"]["level"] for text in lazily.pieces for item in orjson.loads(b"[" + text + b"]")] == [0, 1]
+    assert [r.config["level"] for r in first + [r for part in chunks for r in part]] == [0, 1]
+    assert [r.config["level"] for r in log.read()] == [7, 8]  # the new curve's, its own
+
+
+@pytest.mark.parametrize("how", ["page", "chunks"])
+def test_a_read_whose_config_table_cannot_be_opened_leaves_no_log_open(open_log, tmp_path, monkeypatch, how):
+    """The log is opened first, then its table (`ReturnLog._reading`): a table that cannot be opened (EMFILE)
+    refuses the read, and the log's file is closed, not held for as long as the error lives."""
+    import os
+
+    log = open_log(tmp_path / "returns.jsonl")
+    log.append(record(0, big(0)))
+    real_open = open
+
+    def no_file_left(path, *args, **kwargs):
+        if str(path).endswith(".configs"):
+            raise OSError(24, "Too many open files")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(configs_module, "open", no_file_left, raising=False)
+    with pytest.raises(OSError) as refused:
+        log.page() if how == "page" else next(log.chunks())
+    appending = log._handle.fileno()  # the log's own append handle, open all along
+    readers = [fd for fd in os.listdir("/proc/self/fd")
+               if int(fd) != appending and os.path.realpath(f"/proc/self/fd/{fd}") == str(log.path)]
+    assert refused.value.errno == 24 and readers == []
