@@ -34,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from shepherd.level.base import observations_of  # noqa: E402
 from shepherd.wire import parse_object, parse_vector_step  # noqa: E402
 from shepherd.wire.parse import STEP_FIELDS  # noqa: E402
-from shepherd.wire.spaces import _beyond, parse_space, suspect  # noqa: E402
+from shepherd.wire.observations import _beyond, suspect  # noqa: E402
+from shepherd.wire.spaces import parse_space  # noqa: E402
 
 
 def per_call(work: Callable[[], object], seconds: float) -> float:

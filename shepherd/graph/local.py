@@ -28,7 +28,8 @@ from shepherd.graph.sessions import Acted, ActTimeout, Session, Unauthorized, ch
 from shepherd.wire import StepInput
 from shepherd.wire.steps import DEFAULT_MAX_REWARD
 from shepherd.graph.validation import NOT_REACHED, Outcome, watch
-from shepherd.wire.spaces import SpaceError, action_from_json, action_to_json, check_observation
+from shepherd.wire.observations import check_observation
+from shepherd.wire.spaces import SpaceError, action_from_json, action_to_json
 
 logger = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from shepherd.wire.spaces import SpaceError, check_action_mask
 from shepherd.wire import GreedyStep, GreedyVectorStep, Step, StepInput, VectorStepInput
 from shepherd.wire.experience import Experience, ExperienceSpaces
 from shepherd.wire import BadRequest
-from shepherd.wire.spaces import suspect
+from shepherd.wire.observations import suspect
 from shepherd.wire.steps import DEFAULT_MAX_REWARD
 from shepherd.wire.sessions import Conflict, Unauthorized, is_retry
 

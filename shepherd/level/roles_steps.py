@@ -13,7 +13,8 @@ import orjson
 
 from shepherd.wire import BadRequest
 from shepherd.wire.experience import ExperienceSpaces
-from shepherd.wire.spaces import SpaceError, check_action_mask, check_observation, suspect
+from shepherd.wire.observations import check_observation, suspect
+from shepherd.wire.spaces import SpaceError, check_action_mask
 from shepherd.wire.steps import check_reward
 
 if TYPE_CHECKING:

@@ -20,8 +20,8 @@ import onnxruntime as ort
 from gymnasium import spaces
 
 from shepherd.wire.images import is_image
-from shepherd.wire.spaces import (Observation, SpaceError, action_to_json, check_action_mask, check_observation,
-                             check_observations, mask_size, parse_space, space_to_json)
+from shepherd.wire.observations import Observation, check_observation, check_observations
+from shepherd.wire.spaces import SpaceError, action_to_json, check_action_mask, mask_size, parse_space, space_to_json
 
 #: the file format this reader knows (the ``"format"`` of the ``shepherd`` metadata)
 FORMAT = 1

@@ -24,7 +24,8 @@ from gymnasium import spaces
 
 from shepherd.wire.columns import columns, mask_column
 from shepherd.wire.parse import sequence_number
-from shepherd.wire.spaces import SpaceError, check_observation, check_observations
+from shepherd.wire.observations import check_observation, check_observations
+from shepherd.wire.spaces import SpaceError
 from shepherd.wire.steps import DEFAULT_MAX_REWARD, BadRequest, MaskCheck, StepTaker, check_reward
 from shepherd.wire.tensors import plain
 

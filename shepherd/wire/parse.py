@@ -12,7 +12,8 @@ import orjson
 from gymnasium import spaces
 
 from shepherd.definition import check_client_name
-from shepherd.wire.spaces import SpaceError, check_observation, check_observation_rows
+from shepherd.wire.observations import check_observation, check_observation_rows
+from shepherd.wire.spaces import SpaceError
 from shepherd.wire.tensors import decode, plain
 from shepherd.wire.steps import (DEFAULT_MAX_REWARD, BadRequest, GreedyStep, GreedyVectorStep, MaskCheck,
                                  StepInput, VectorStepInput)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 import numpy as np
 import orjson
 
-from shepherd.wire.spaces import suspect as holds_suspect
+from shepherd.wire.observations import suspect as holds_suspect
 
 if TYPE_CHECKING:
     from shepherd.wire.experience import Experience
@@ -108,7 +108,7 @@ class EnvSteps:
 class StepInput:
     """One checked step of the protocol; ``seq`` is the client's optional sequence number, ``mask`` its
     checked action mask for ``obs`` (None: every action allowed). ``suspect``: ``obs`` holds a number beyond
-    `shepherd.wire.spaces.SUSPECT_MAGNITUDE`, which the session asks its learners about before the step counts
+    `shepherd.wire.observations.SUSPECT_MAGNITUDE`, which the session asks its learners about before the step counts
     (`shepherd.graph.sessions.Session`); found once, where the step is checked."""
 
     obs: Any

@@ -25,7 +25,8 @@ from shepherd.graph import AgentSpec, GraphManager, Schedule
 from shepherd.graph.local import serving_here
 from shepherd.wire import VectorStepInput
 from shepherd.wire.images import is_image
-from shepherd.wire.spaces import check_action_mask, check_observation, mask_size, parse_space
+from shepherd.wire.observations import check_observation
+from shepherd.wire.spaces import check_action_mask, mask_size, parse_space
 from shepherd.storage import NotFound, Store
 from gymnasium import spaces
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from shepherd.wire.spaces import (SpaceError, action_from_json, action_to_json, check_observation, parse_space,
-                             space_to_json)
+from shepherd.wire.observations import check_observation
+from shepherd.wire.spaces import SpaceError, action_from_json, action_to_json, parse_space, space_to_json
 
 
 def test_integer_is_discrete():

@@ -13,7 +13,8 @@ import pytest
 from shepherd.client.tensors import encode
 from shepherd.wire import parse_object, parse_step, parse_vector_step
 from shepherd.wire.parse import STEP_FIELDS
-from shepherd.wire.spaces import check_observation_rows, parse_space
+from shepherd.wire.observations import check_observation_rows
+from shepherd.wire.spaces import parse_space
 from tests.binary_bodies import as_tensors
 
 SPECS = {

@@ -52,7 +52,7 @@ from shepherd.agents.sb3 import replay_uploads, resume
 from shepherd.agents.sb3.base import SB3Algorithm, stack_observations
 from shepherd.agents.sb3.outputs import unbounded_rows
 from shepherd.wire import BadRequest
-from shepherd.wire.spaces import suspect
+from shepherd.wire.observations import suspect
 
 logger = logging.getLogger(__name__)
 
