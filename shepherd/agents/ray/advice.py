@@ -109,7 +109,7 @@ class RemoteAdvisor:
         except Exception as error:  # noqa: BLE001 - the advisor's actor died: found again by name next time
             logger.debug("advisor %s did not send its weights: %s", self.actor_name, error)
             self._handle = None
-            self._after = -1  # its replacement counts versions from its checkpoint's
+            self._after = -1  # its replacement numbers versions from the head's last (it may not have seen ours)
             return
         if weights is not None:
             self._weights = VersionedWeights(int(weights.version),

@@ -57,7 +57,10 @@ class AdvisorPolicy:
         self.policy = copy.deepcopy(policy)  # before the Mixer is installed: the advisor's own policy
         self.policy.set_training_mode(False)
         self._advisor: Advisor | None = None
-        self._version: int | None = None
+        #: the published weights its network holds (`_FROM_FILE`: the advisor's saved model; None: none): by the
+        #: object, not its version, since an advisor's Ray actor replaced may number other weights as a version an
+        #: advisee had read from the lost one
+        self._held: Any = None
         self._lock = threading.Lock()
 
     def of(self, advisor: Advisor | None) -> Any:
@@ -65,14 +68,14 @@ class AdvisorPolicy:
         if advisor is None:
             return None
         if advisor is not self._advisor:
-            self._advisor, self._version = advisor, None
+            self._advisor, self._held = advisor, None
         published = advisor.weights.latest_weights()  # asking makes it publish from now on
         if published is not None:
-            if published.version != self._version:
+            if published is not self._held:
                 self.policy.load_state_dict({k: th.as_tensor(v) for k, v in published.arrays.items()})
-                self._version = published.version
+                self._held = published
             return self.policy
-        if self._version is not None:
+        if self._held is not None:
             return self.policy
         if advisor.model_path is None:
             return None
@@ -82,8 +85,12 @@ class AdvisorPolicy:
             logger.debug("advisor %s has no weights to read yet: %s", advisor.name, error)
             return None
         self.policy.load_state_dict((params or {})["policy"])
-        self._version = -1  # from the file: the first published version replaces it
+        self._held = _FROM_FILE  # the first weights published replace it
         return self.policy
+
+
+#: what an `AdvisorPolicy` holds when it read its advisor's saved model (no weights published yet)
+_FROM_FILE = object()
 
 
 def advisor_observations(obs: Any, own: Filtering | None, advisor: Filtering | None) -> Any:
