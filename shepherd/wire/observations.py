@@ -48,8 +48,8 @@ def check_observation(space: spaces.Space, value: Any, where: str = "obs") -> Ob
             raise SpaceError(f"{where} has shape {list(raw.shape)}, expected {list(space.shape)}")
         return _box_array(raw, where, space)
     if isinstance(space, spaces.Discrete):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise SpaceError(f"{where} must be an integer in [0, {space.n - 1}]")
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):  # (a binary body's
+            raise SpaceError(f"{where} must be an integer in [0, {space.n - 1}]")  # rows are numpy integers)
         if not 0 <= value - int(space.start) < space.n:
             raise SpaceError(f"{where} is {value}, outside [0, {space.n - 1}]")
         return np.asarray(value, dtype=np.int64)[()]  # a numpy integer, as SB3's policies take it

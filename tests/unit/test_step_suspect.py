@@ -64,3 +64,12 @@ def test_the_rows_of_one_array_are_looked_at_at_once():
     assert check_observation_rows(space, rows.tolist()).suspect is True
     image = parse_space(["Image", [4, 4, 1]])
     assert check_observation_rows(image, np.full((2, 4, 4, 1), 255, np.uint8)).suspect is False
+
+
+def test_a_binary_vector_step_of_a_discrete_space_takes_its_final_observations_as_one_tensor():
+    """A binary body's column of integers arrives as numpy integers, which a Discrete observation refused (only
+    Python's int passed): a vector step whose every env ended was a 400."""
+    body = {"obs": [0, 1], "reward": [0.0, 0.0], "terminated": [True, True], "truncated": [False, False],
+            "final_obs": [3, 4]}
+    step = parse_vector_step(parsed(body, True), parse_space(5), 2, None, no_mask)
+    assert [int(obs) for obs in step.envs.final_obs] == [3, 4] and step.envs.ended == [True, True]
