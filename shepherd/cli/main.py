@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 from shepherd.cli import agents, algorithms, coach, keys, presets, serve, users
 from shepherd.cli.common import EXIT_USAGE, UsageError
@@ -67,6 +68,12 @@ def _given(parser: argparse.ArgumentParser, argv: list[str], used: set[str]) -> 
     return [token for token in argv if strings.get(token.split("=", 1)[0], "") not in used | {""}]
 
 
+def _dests(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
+    """The destinations of the options among ``argv`` (as typed)."""
+    strings = {string: action.dest for action in parser._actions for string in action.option_strings}
+    return {strings[token.split("=", 1)[0]] for token in argv if token.split("=", 1)[0] in strings}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv_list = list(sys.argv[1:] if argv is None else argv)
@@ -88,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
                                                                else set()))
             if unused:
                 parser.error(f"{unused[0]} is for serving a preset; `{args.command}` does not use it: leave it out")
+            if args.command == "check" and args.check_data is None and _dests(parser, before) & {"data", "experiment"}:
+                args.check_data = Path(args.data)  # `run.py --data D check P` as `run.py check P --data D`
             return args.func(args)
         if args.list:
             unused = _given(parser, argv_list, {"list", "verbose"})

@@ -239,3 +239,20 @@ def test_cp_sets_an_environments_field_by_its_name(tmp_path):
                                                                           "environments.connect4.self_play")):
         with pytest.raises(InvalidPreset, match=words):
             load_preset(str(path), overrides=[override])
+
+
+@pytest.mark.parametrize("where", ["after", "before", "experiment"])
+def test_check_reads_the_data_folder_given_before_the_command_too(tmp_path, capsys, where):
+    """`run.py --data D check P` (command-line.md: the commands take --data and -e before them) checked nothing
+    against D: check read only its own --data, and said ok for a role naming an agent D does not have."""
+    path = tmp_path / "unknown.yaml"
+    path.write_text("owner: tests\nagents:\n  - {name: raider, algorithm: PPO, observation_space: 2, action_space: 2}\n"
+                    "environments:\n  - {name: duel, roles: {a: raider, b: elsewhere}, turns: alternate}\n")
+    data = tmp_path / "data"
+    store = Store(data / "run1" if where == "experiment" else data)
+    store.add_user("tests")
+    store.close()
+    argv = {"after": ["check", str(path), "--data", str(data)], "before": ["--data", str(data), "check", str(path)],
+            "experiment": ["--data", str(data), "-e", "run1", "check", str(path)]}[where]
+    assert main(argv) == 2
+    assert "environments[0].roles.b: names agent 'elsewhere'" in capsys.readouterr().err
