@@ -35,7 +35,7 @@ from typing import Any, BinaryIO, Callable, Protocol
 
 from stable_baselines3.common.logger import CSVOutputFormat, Logger, TensorBoardOutputFormat, filter_excluded_keys
 
-from shepherd.storage.files import PRIVATE_FILE, atomic_write, private_folder
+from shepherd.storage.files import PRIVATE_FILE, atomic_write, make_private, private_folder
 from shepherd.storage.metrics import PROGRESS_FILE
 
 logger = logging.getLogger(__name__)
@@ -186,6 +186,8 @@ class MetricsWriter:
         private_folder(self.folder)
         self.logger.output_formats = [AppendingCSV(self.folder / PROGRESS_FILE),
                                       TensorBoardOutputFormat(str(self.folder))]
+        for events in self.folder.glob("events.out.tfevents.*"):  # TensorBoard's, made with the umask's mode
+            make_private(events, PRIVATE_FILE)
         self._opened = True
 
     def _record(self, now: float, graph: dict[str, Any]) -> None:

@@ -114,6 +114,8 @@ async def test_a_restart_of_the_server_appends_to_the_csv(tmp_path, frequent_row
     steps = [float(row["time/total_timesteps"]) for row in rows]
     assert steps[len(first_rows)] >= steps[len(first_rows) - 1]  # the resumed agent counts on
     assert len(list(metrics_folder(folder).glob("events.out.tfevents.*"))) == 2  # one event file per run
+    import stat  # readable by the owner only, as every file of the data folder (TensorBoard's were 0644)
+    assert {stat.S_IMODE(path.stat().st_mode) for path in metrics_folder(folder).iterdir()} == {0o600}
 
 
 def test_appending_keeps_the_header_and_drops_a_half_written_row(tmp_path):
