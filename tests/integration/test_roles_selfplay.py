@@ -317,6 +317,17 @@ async def test_after_the_other_teams_agent_restarts_its_new_learner_plays_and_le
         store.close()
 
 
+async def until_drawn(send, opponent: str) -> None:
+    """Play short games (p0's first move, p1's, both end) until a game's first reply names ``opponent`` for p1;
+    the game it begins is left at p1's turn."""
+    for _ in range(40):
+        if (await send({"obs": {"p0": A}}))["opponents"] == {"p1": opponent}:
+            return
+        await send({"obs": {"p1": A}})
+        await send({"obs": {"p0": A, "p1": A}, "terminated": {"p0": True, "p1": True}})
+    raise AssertionError(f"the scripted opponent {opponent} was never drawn")
+
+
 def raises_on_nine(obs, mask):
     if obs[0] == 0.9:
         raise ValueError("nine")
@@ -339,14 +350,7 @@ async def test_a_scripted_opponent_that_raises_fails_the_reply_of_a_step_taken_w
             acted = await graph.step(session, step)
             return session.level.reply_body(acted.action)
 
-        for _ in range(40):
-            first = await send({"obs": {"p0": A}})
-            if first["opponents"] == {"p1": raising}:
-                break
-            await send({"obs": {"p1": A}})
-            await send({"obs": {"p0": A, "p1": A}, "terminated": {"p0": True, "p1": True}})
-        else:
-            raise AssertionError("the scripted opponent was never drawn")
+        await until_drawn(send, raising)
         poisoned = {"obs": {"p1": [0.9, 0.0]}}
         with pytest.raises(ValueError, match="nine"):
             await send(poisoned)
@@ -517,13 +521,7 @@ async def test_a_scripted_opponents_action_outside_the_space_fails_the_reply_not
             acted = await graph.step(session, step)
             return session.level.reply_body(acted.action)
 
-        for _ in range(40):
-            if (await send({"obs": {"p0": A}}))["opponents"] == {"p1": scripted}:
-                break
-            await send({"obs": {"p1": A}})
-            await send({"obs": {"p0": A, "p1": A}, "terminated": {"p0": True, "p1": True}})
-        else:
-            raise AssertionError("the scripted opponent was never drawn")
+        await until_drawn(send, scripted)
         with pytest.raises(IllegalScriptedAction, match="plays_column_nine returned 9, not in its role's action"):
             await send({"obs": {"p1": A}})
     finally:
