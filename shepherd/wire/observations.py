@@ -38,10 +38,7 @@ def check_observation(space: spaces.Space, value: Any, where: str = "obs") -> Ob
             return np.array(value, dtype=np.float32)
         if not isinstance(value, list):
             raise SpaceError(f"{where} must be a list of numbers of shape {list(space.shape)}")
-        try:
-            raw = np.array(value)
-        except ValueError:
-            raise SpaceError(f"{where} is a ragged list; expected shape {list(space.shape)}") from None
+        raw = _array(value, where, f"shape {list(space.shape)}")
         if raw.dtype.kind not in "iuf":
             raise SpaceError(f"{where} must contain only numbers (shape {list(space.shape)})")
         if raw.shape != space.shape:
@@ -155,10 +152,7 @@ def _check_image(space: ImageBox, value: Any, where: str) -> np.ndarray:
     else:
         if not isinstance(value, list):
             raise SpaceError(f"{where} must be an image: nested lists of integers 0-255 of shape {shape} ({order})")
-        try:
-            raw = np.array(value)
-        except ValueError:
-            raise SpaceError(f"{where} is a ragged list; expected an image of shape {shape} ({order})") from None
+        raw = _array(value, where, f"an image of shape {shape} ({order})")
     if raw.shape != space.shape:
         raise SpaceError(f"{where} has shape {list(raw.shape)}, expected an image of shape {shape} ({order})")
     if raw.dtype == np.uint8:
@@ -175,15 +169,20 @@ def _check_integers(space: spaces.MultiDiscrete | spaces.MultiBinary, value: Any
     upper = space.nvec if isinstance(space, spaces.MultiDiscrete) else np.full(space.shape, 2)
     if not isinstance(value, list):
         raise SpaceError(f"{where} must be a list of integers of shape {list(space.shape)}")
-    try:
-        raw = np.array(value)
-    except ValueError:
-        raise SpaceError(f"{where} is a ragged list; expected shape {list(space.shape)}") from None
+    raw = _array(value, where, f"shape {list(space.shape)}")
     if raw.dtype.kind not in "iu" or raw.shape != space.shape:
         raise SpaceError(f"{where} must be a list of integers of shape {list(space.shape)}")
     if np.any(raw < 0) or np.any(raw >= upper):
         raise SpaceError(f"{where} has a value outside its range (0 to {upper.tolist()} minus 1)")
     return raw.astype(space.dtype)
+
+
+def _array(value: list, where: str, expected: str) -> np.ndarray:
+    """Nested JSON lists as one array. Raises SpaceError for a ragged one (``expected``: the shape it should have)."""
+    try:
+        return np.array(value)
+    except ValueError:
+        raise SpaceError(f"{where} is a ragged list; expected {expected}") from None
 
 
 def _flat_numbers(values: list) -> bool:
