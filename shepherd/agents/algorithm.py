@@ -18,6 +18,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from shepherd.agents.core import AgentClosed, AgentFailed, Answer, Outcome, Request, Upload
 from shepherd.agents.timing import LearnerStats
+from shepherd.storage.files import abandoned_when
 
 logger = logging.getLogger(__name__)
 
@@ -157,7 +158,8 @@ def _checkpoint(algorithm: Algorithm, message: Control, name: str, stats: Learne
     path, state = message.payload
     began = time.perf_counter()
     try:
-        algorithm.write_checkpoint(path, state)
+        with abandoned_when(getattr(WORKER, "interrupt", None)):  # a discarded learner lands no checkpoint
+            algorithm.write_checkpoint(path, state)
     except OSError as error:  # a full disk or a read-only folder: the caller retries; learning goes on
         logger.warning("agent %s: checkpoint not written: %s", name, error)
         message.future.set_exception(error)  # type: ignore[union-attr]

@@ -4,10 +4,10 @@ is one call, safe at any moment (one verb at a time per agent), and works as wel
 server serves (an offline graph).
 
 A restart ends the agent's sessions, stops its learner without a checkpoint, deletes its model and starts
-a fresh learner; the model is deleted only after any checkpoint in flight is written (every write is a
-rename of a whole file, so a reader never sees half a model). A restart or a delete stops the old learner
-at once: an update in progress ends at its next optimiser step, and the verb waits for it at most
-`STOP_WAIT_SECONDS` (the result says when it did not stop within them).
+a fresh learner (every write is a rename of a whole file, so a reader never sees half a model). A restart or a
+delete stops the old learner at once: an update in progress ends at its next optimiser step, a checkpoint it is
+writing is given up before its rename (`shepherd.storage.files.abandoned_when`), and the verb waits for it at
+most `STOP_WAIT_SECONDS` (the result says when it did not stop within them).
 """
 
 from __future__ import annotations
@@ -163,7 +163,8 @@ class ServedAgents:
             self._restarting.add(agent_id)
             try:
                 ended = self._sessions().end_agent(agent_id)
-                stopped = await self._stop(self.agents.pop(agent_id, None))
+                stopped = await self._stop(self.agents.pop(agent_id, None))  # (a checkpoint it was writing is
+                # given up, not landed over the fresh learner's place: `abandoned_when`)
                 await asyncio.to_thread(unlink_model, self.model_path(agent_id))
                 for inner in ("clients", "selfplay"):  # an advised agent's clients, the self-play's snapshot files
                     await asyncio.to_thread(shutil.rmtree, self.store.agent_folder(agent_id) / inner, True)

@@ -6,6 +6,9 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, Callable
 
@@ -65,9 +68,35 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     atomic_write(path, lambda handle: handle.write(data))
 
 
+class WriteAbandoned(OSError):
+    """An atomic write given up before its rename: its writer is being stopped (`abandoned_when`)."""
+
+
+_WRITER = threading.local()
+
+
+@contextmanager
+def abandoned_when(stop: threading.Event | None) -> Iterator[None]:
+    """Within it, this thread's atomic writes are given up (`WriteAbandoned`, nothing renamed into place, no
+    folder made) once ``stop`` is set: a learner discarded while it writes a checkpoint (an agent restarted or
+    deleted, which then deletes or moves its files) must not land it afterwards."""
+    previous, _WRITER.stop = getattr(_WRITER, "stop", None), stop
+    try:
+        yield
+    finally:
+        _WRITER.stop = previous
+
+
+def _go_on(path: Path) -> None:
+    stop: threading.Event | None = getattr(_WRITER, "stop", None)
+    if stop is not None and stop.is_set():
+        raise WriteAbandoned(f"{path}: not written, its writer is being stopped")
+
+
 def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
     """`atomic_write_bytes` for a file written piece by piece: ``write`` writes it into the open handle (a
-    large file is never held in memory whole)."""
+    large file is never held in memory whole). Raises WriteAbandoned (`abandoned_when`)."""
+    _go_on(path)
     private_folder(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -75,6 +104,7 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
+        _go_on(path)
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -33,6 +33,7 @@ from shepherd.agents.timing import LearnerStats
 from shepherd.agents.futures import _Part, _Vector, answer_greedy_acts, answer_greedy_step, settle
 from shepherd.agents.core import ServedLearner
 from shepherd.definition import AgentDefinition, Sharing
+from shepherd.storage.files import abandoned_when
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +95,7 @@ class RayLearner(ActorRevival, RemoteUploads, EpisodeCalls):
         self._last_weights = 0.0
         self._awaited: set[int] = set()  # tickets sent and not yet answered (the sender thread's own)
         self.restarts = 0
+        self._discarded = threading.Event()  # closed with interrupt: its checkpoint writes are given up
         self._thread = threading.Thread(target=self._run, name=f"ray-learner-{self.name}", daemon=True)
 
     # -- the Learner calls, from any thread ------------------------------------------------------
@@ -203,6 +205,8 @@ class RayLearner(ActorRevival, RemoteUploads, EpisodeCalls):
         """Send what is queued, stop the actor's learner (with ``interrupt``: at once, ending an update at
         its next optimiser step), and end the actor; returns whether this side's sender thread stopped
         within ``timeout`` (the actor is ended either way)."""
+        if interrupt:
+            self._discarded.set()
         with self._lock:
             was_closed, self._closed = self._closed, True
         self._wake.set()
@@ -356,7 +360,8 @@ class RayLearner(ActorRevival, RemoteUploads, EpisodeCalls):
                 future.set_exception(result)
             elif kind == "checkpoint":
                 try:
-                    checkpoint_format.write_files(path, result)  # the replay buffer first, then the zip
+                    with abandoned_when(self._discarded):  # a learner discarded lands no checkpoint
+                        checkpoint_format.write_files(path, result)  # the replay buffer first, then the zip
                 except OSError as error:
                     future.set_exception(error)
                     continue
