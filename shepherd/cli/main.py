@@ -68,12 +68,6 @@ def _given(parser: argparse.ArgumentParser, argv: list[str], used: set[str]) -> 
     return [token for token in argv if strings.get(token.split("=", 1)[0], "") not in used | {""}]
 
 
-def _dests(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
-    """The destinations of the options among ``argv`` (as typed)."""
-    strings = {string: action.dest for action in parser._actions for string in action.option_strings}
-    return {strings[token.split("=", 1)[0]] for token in argv if token.split("=", 1)[0] in strings}
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv_list = list(sys.argv[1:] if argv is None else argv)
@@ -95,8 +89,10 @@ def main(argv: list[str] | None = None) -> int:
                                                                else set()))
             if unused:
                 parser.error(f"{unused[0]} is for serving a preset; `{args.command}` does not use it: leave it out")
-            if args.command == "check" and args.check_data is None and _dests(parser, before) & {"data", "experiment"}:
-                args.check_data = Path(args.data)  # `run.py --data D check P` as `run.py check P --data D`
+            if (args.command == "check" and args.check_data is None and Path(args.data).is_dir()
+                    and (args.experiment is not None or args.data != parser.get_default("data"))):
+                args.check_data = Path(args.data)  # `run.py --data D check P` as `run.py check P --data D` (a
+                # folder not made yet, a new experiment's, has no stored agents to check against)
             return args.func(args)
         if args.list:
             unused = _given(parser, argv_list, {"list", "verbose"})

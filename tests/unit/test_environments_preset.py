@@ -241,7 +241,7 @@ def test_cp_sets_an_environments_field_by_its_name(tmp_path):
             load_preset(str(path), overrides=[override])
 
 
-@pytest.mark.parametrize("where", ["after", "before", "experiment"])
+@pytest.mark.parametrize("where", ["after", "before", "abbreviated", "experiment", "new experiment"])
 def test_check_reads_the_data_folder_given_before_the_command_too(tmp_path, capsys, where):
     """`run.py --data D check P` (command-line.md: the commands take --data and -e before them) checked nothing
     against D: check read only its own --data, and said ok for a role naming an agent D does not have."""
@@ -253,6 +253,11 @@ def test_check_reads_the_data_folder_given_before_the_command_too(tmp_path, caps
     store.add_user("tests")
     store.close()
     argv = {"after": ["check", str(path), "--data", str(data)], "before": ["--data", str(data), "check", str(path)],
-            "experiment": ["--data", str(data), "-e", "run1", "check", str(path)]}[where]
+            "abbreviated": [f"--dat={data}", "check", str(path)],
+            "experiment": ["--data", str(data), "-e", "run1", "check", str(path)],
+            "new experiment": ["--data", str(data), "-e", "run2", "check", str(path)]}[where]
+    if where == "new experiment":  # no folder yet, no stored agents: checked when it is served, as without --data
+        assert main(argv) == 0 and not (data / "run2").exists()
+        return
     assert main(argv) == 2
     assert "environments[0].roles.b: names agent 'elsewhere'" in capsys.readouterr().err
