@@ -256,9 +256,10 @@ def of_kind(agent: ServedAgent | None, kind: type[A], name: object) -> A:
 
 
 async def settle(future: Future[Any], name: str) -> None:
-    """Wait for a checkpoint; a failed or slow one is logged, and the last whole file stays."""
+    """Wait for a checkpoint; a failed or slow one is logged, and the last whole file stays. A slow one is left to
+    finish (shielded: the learner's future cancelled by the timeout made its answer fail the learner)."""
     try:
-        await asyncio.wait_for(asyncio.wrap_future(future), CHECKPOINT_WAIT_SECONDS)
+        await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), CHECKPOINT_WAIT_SECONDS)
     except asyncio.CancelledError:
         raise
     except Exception as error:  # noqa: BLE001 - the file on disk is whole either way

@@ -27,7 +27,7 @@ from shepherd.agents import AgentFailed, LearnerUnavailable, ServedLearner
 from shepherd.agents.core import Advised, StartsFrom
 from shepherd.definition import check_client_name
 from shepherd.graph.advised.advising import Advising
-from shepherd.graph.agent import MAX_CLIENTS, AgentStatus, BadClient, ServedAgent
+from shepherd.graph.agent import MAX_CLIENTS, AgentStatus, BadClient, ServedAgent, settle
 from shepherd.graph.runtime import CLIENTS_FOLDER, AgentRuntime, AgentStats, saved_client_names
 from shepherd.graph.schedule import EvaluationResult, Schedule
 from shepherd.storage import AgentRecord, NotFound, Store
@@ -227,11 +227,8 @@ class AdvisedAgent(Advising, ServedAgent):
                 return
             self.check_room(name)  # before anything is built
             best = self.best()
-            if best is not None:
-                try:
-                    await asyncio.wait_for(asyncio.wrap_future(best.checkpoint()), 60.0)
-                except Exception as error:  # noqa: BLE001 - it starts from the last checkpoint written
-                    logger.warning("client %s: checkpoint before a new client failed: %s", best.label, error)
+            if best is not None:  # (one failed or slow is logged: it starts from the last checkpoint written)
+                await settle(best.checkpoint(), best.label)
             runtime = await asyncio.to_thread(self._built, name)
             if serving():  # not restarted meanwhile
                 self.install(runtime)
