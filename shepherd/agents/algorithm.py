@@ -9,7 +9,7 @@ import logging
 import queue
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -154,6 +154,20 @@ class Control:
     payload: Any = None
 
 
+def answer_control(future: Future | None, result: Any = None, error: BaseException | None = None) -> None:
+    """Set a control's future on the worker's thread, unless its caller gave it up meanwhile (cancelled it: a
+    wait's timeout that did not shield it): a caller's timeout must never fail the learner."""
+    if future is None:
+        return
+    try:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+    except InvalidStateError:
+        pass
+
+
 def _checkpoint(algorithm: Algorithm, message: Control, name: str, stats: LearnerStats) -> float:
     path, state = message.payload
     began = time.perf_counter()
@@ -162,11 +176,11 @@ def _checkpoint(algorithm: Algorithm, message: Control, name: str, stats: Learne
             algorithm.write_checkpoint(path, state)
     except OSError as error:  # a full disk or a read-only folder: the caller retries; learning goes on
         logger.warning("agent %s: checkpoint not written: %s", name, error)
-        message.future.set_exception(error)  # type: ignore[union-attr]
+        answer_control(message.future, error=error)
         return 0.0
     took = time.perf_counter() - began
     stats.checkpoints.observe(took)
-    message.future.set_result(path)  # type: ignore[union-attr]
+    answer_control(message.future, path)
     return took
 
 
@@ -177,9 +191,9 @@ def _answered_by(call: Callable[[Algorithm, Any], Any]) -> Callable[[Algorithm, 
         try:
             result = call(algorithm, message.payload)
         except Exception as error:  # noqa: BLE001
-            message.future.set_exception(error)  # type: ignore[union-attr]
+            answer_control(message.future, error=error)
         else:
-            message.future.set_result(result)  # type: ignore[union-attr]
+            answer_control(message.future, result)
         return 0.0
     return run
 
@@ -214,5 +228,6 @@ def refuse(batch: list[Request | Control | Upload], outcome: Outcome, reason: st
     get the matching exception now."""
     for message in batch:
         if isinstance(message, Control) and message.future is not None and not message.future.done():
-            message.future.set_exception(AgentFailed(reason) if outcome is Outcome.FAILED else AgentClosed(reason))
+            failed = AgentFailed(reason) if outcome is Outcome.FAILED else AgentClosed(reason)
+            answer_control(message.future, error=failed)
     return [Answer(m.ticket, outcome, detail=reason) for m in batch if isinstance(m, (Request, Upload)) and m.ticket]

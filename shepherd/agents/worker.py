@@ -27,8 +27,8 @@ import torch as th
 
 from shepherd.agents.core import (ActionFuture, AgentClosed, AgentFailed, Answer, Deliver, EpisodeCalls, Kind,
                                   NotClientActing, Outcome, Request, Upload)
-from shepherd.agents.algorithm import (CONTROLS, WORKER, Algorithm, Control, UpdateInterrupted, install_interrupt_hook,
-                                      refuse, take_queued)
+from shepherd.agents.algorithm import (CONTROLS, WORKER, Algorithm, Control, UpdateInterrupted, answer_control,
+                                      install_interrupt_hook, refuse, take_queued)
 from shepherd.wire.experience import Experience
 from shepherd.agents.futures import _Part, _Vector, answer_greedy_acts, answer_greedy_step, settle
 from shepherd.agents.greedy_policy import GreedyPolicy
@@ -394,7 +394,7 @@ class ThreadedLearner(EpisodeCalls):
                 writing += CONTROLS[message.what](algorithm, message, self.name, stats)
             elif message.what == "mark":  # the answers so far go out before the mark is passed
                 self._hand_over(algorithm.take_answers())
-                message.future.set_result(None)  # type: ignore[union-attr]
+                answer_control(message.future)
             elif message.what == "stop":
                 algorithm.stop_waiting(Outcome.CLOSED, f"agent {self.name} is shut down")
                 return False

@@ -200,8 +200,8 @@ class Session:
             if ask is None or not any(suspect(obs) for obs in observations):
                 continue
             try:
-                async with asyncio.timeout(timeout):
-                    refused = await asyncio.wrap_future(ask(observations))
+                async with asyncio.timeout(timeout):  # (shielded: the learner's control is never cancelled)
+                    refused = await asyncio.shield(asyncio.wrap_future(ask(observations)))
             except TimeoutError:
                 raise ActTimeout(f"the agent did not check this step's observations within {timeout:g} s; send "
                                  "it again (nothing of it was taken)") from None

@@ -33,3 +33,24 @@ async def test_a_checkpoint_waited_for_too_long_finishes_and_the_learner_lives_o
     assert writing.result(10) == runtime.model_path and runtime.model_path.exists()
     time.sleep(0.2)
     assert runtime.learner.failure is None and runtime.learner.alive
+
+
+def test_a_control_its_caller_gave_up_on_is_not_answered_and_the_learner_lives_on(tmp_path):
+    """Any control (a checkpoint, the check of observations, a behaviour file) whose future its caller cancelled
+    (a wait's timeout without a shield, as a step's check of its observations had) is dropped by the learner;
+    setting it raised on the learner's thread and failed the agent."""
+    import numpy as np
+
+    from shepherd.agents.factories import learner_for
+    from shepherd.definition import AgentDefinition
+
+    learner = learner_for(AgentDefinition("pole", "DQN", [[4], "-inf", "inf"], 2, {"seed": 0}), {}, None)
+    learner.start(lambda deliver: deliver())
+    try:
+        given_up = [learner.unbounded([np.full(4, 1e30, np.float32)]), learner.checkpoint(tmp_path / "m.zip", {})]
+        for future in given_up:
+            future.cancel()
+        assert learner.unbounded([np.zeros(4, np.float32)]).result(10) == []  # answered after them
+        assert learner.failure is None and learner.alive
+    finally:
+        learner.close(10)

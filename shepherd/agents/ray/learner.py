@@ -32,6 +32,7 @@ from shepherd.agents.ray.uploads import RemoteUploads
 from shepherd.agents.timing import LearnerStats
 from shepherd.agents.futures import _Part, _Vector, answer_greedy_acts, answer_greedy_step, settle
 from shepherd.agents.core import ServedLearner
+from shepherd.agents.algorithm import answer_control
 from shepherd.definition import AgentDefinition, Sharing
 from shepherd.storage.files import abandoned_when
 
@@ -355,20 +356,20 @@ class RayLearner(ActorRevival, RemoteUploads, EpisodeCalls):
             self._snapshot.wanted = False
         for (kind, future, path), result in zip(controls, reply.controls):
             if isinstance(result, str):
-                future.set_exception(OSError(result) if kind == "checkpoint" else ValueError(result))
+                answer_control(future, error=OSError(result) if kind == "checkpoint" else ValueError(result))
             elif isinstance(result, BaseException):
-                future.set_exception(result)
+                answer_control(future, error=result)
             elif kind == "checkpoint":
                 try:
                     with abandoned_when(self._discarded):  # a learner discarded lands no checkpoint
                         checkpoint_format.write_files(path, result)  # the replay buffer first, then the zip
                 except OSError as error:
-                    future.set_exception(error)
+                    answer_control(future, error=error)
                     continue
                 self._checkpoint_path = path
-                future.set_result(path)
+                answer_control(future, path)
             else:
-                future.set_result(result)  # None, or a behaviour file's (version, bytes)
+                answer_control(future, result)  # None, or a behaviour file's (version, bytes)
         if reply.failure is not None and self.failure is None:
             self.failure = reply.failure
         if reply.answers:
@@ -378,7 +379,7 @@ class RayLearner(ActorRevival, RemoteUploads, EpisodeCalls):
         self._awaited.clear()
         for _, future, _ in controls:
             if not future.done():
-                future.set_exception(error)
+                answer_control(future, error=error)
         if any(isinstance(unit, list) for unit in units):
             self._hand_over(functools.partial(self._fail_tickets, None, error))
 
