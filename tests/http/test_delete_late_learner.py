@@ -18,13 +18,18 @@ from shepherd.storage.files import atomic_write_bytes
 TINY = {"n_steps": 8, "batch_size": 8, "n_epochs": 1, "seed": 0, "policy_kwargs": {"net_arch": [8]}}
 
 
-async def test_what_a_deleted_agents_late_learner_writes_goes_to_the_trash_once_it_stops(aiohttp_client, tmp_path):
+async def serve_one(aiohttp_client, tmp_path):
+    """A served PPO agent "slow" on a real app: its `ServedAgents` and its id."""
     graph = GraphManager(owner="tests", agents=[AgentSpec("slow", "PPO", [[4], -1, 1], 2, TINY)],
                          schedule=Schedule(steps_between_evaluation_periods=10 ** 6))
     app = create_app(ServerConfig(graph, tmp_path / "data"))
     await aiohttp_client(app)
     served = app[GRAPH].served
-    agent_id = next(iter(served.served_ids()))
+    return served, next(iter(served.served_ids()))
+
+
+async def test_what_a_deleted_agents_late_learner_writes_goes_to_the_trash_once_it_stops(aiohttp_client, tmp_path):
+    served, agent_id = await serve_one(aiohttp_client, tmp_path)
     folder = served.store.agent_folder(agent_id)
     agent = served.agents[agent_id]
     for runtime in agent.runtimes:
@@ -67,12 +72,7 @@ async def test_a_restart_is_not_undone_by_the_checkpoint_its_old_learner_was_wri
     from shepherd.graph import served as served_module
 
     monkeypatch.setattr(served_module, "STOP_WAIT_SECONDS", 0.2)
-    graph = GraphManager(owner="tests", agents=[AgentSpec("slow", "PPO", [[4], -1, 1], 2, TINY)],
-                         schedule=Schedule(steps_between_evaluation_periods=10 ** 6))
-    app = create_app(ServerConfig(graph, tmp_path / "data"))
-    await aiohttp_client(app)
-    served = app[GRAPH].served
-    agent_id = next(iter(served.served_ids()))
+    served, agent_id = await serve_one(aiohttp_client, tmp_path)
     runtime = served.agents[agent_id].runtimes[0]
     algorithm = runtime.learner.algorithm
 
